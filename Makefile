@@ -1,0 +1,43 @@
+# Every target creates .venv when it is missing and installs what it needs.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PORT ?= 8888
+APP_PORT ?= 8866
+
+.PHONY: help install lab app test lint bench clean
+
+help:
+	@echo "make lab    JupyterLab on notebooks/workbench.ipynb"
+	@echo "make app    the workbench as a standalone Voila page"
+	@echo "make test   ruff + pytest (notebooks and browser test included)"
+	@echo "make bench  planner benchmarks"
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (planner)" >/dev/null
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --ServerApp.port=$(PORT) notebooks/workbench.ipynb
+
+app: $(STAMP)
+	$(BIN)/voila --port=$(APP_PORT) --Voila.ip=127.0.0.1 notebooks/workbench.ipynb
+
+lint: $(STAMP)
+	$(BIN)/ruff check planner tests benchmarks
+
+test: lint
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

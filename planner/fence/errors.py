@@ -1,0 +1,56 @@
+"""Exceptions raised by the fence package.
+
+Rejections are not errors: a refused claim or load is an ordinary
+:class:`~planner.fence.claims.ClaimDecision` with a reason code. These exceptions are
+for input that cannot be judged at all (a term that is not an integer, an unknown
+field, an event scheduled for a node the simulation does not have).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class FenceError(ValueError):
+    """Base class: ``code`` is stable, ``message`` names what to fix."""
+
+    code = "FenceError"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = details
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, **self.details}
+
+
+class InvalidFenceInput(FenceError):
+    """A claim, load, stop or count that is malformed (wrong type, negative, unknown field).
+
+    ``field`` is the offending field (``coordinator_term``), ``value`` what was given.
+    """
+
+    code = "InvalidFenceInput"
+
+    def __init__(self, field: str, problem: str, *, value: Any = None, where: str = "") -> None:
+        place = f"{where}.{field}" if where else field
+        shown = f" (got {value!r})" if value is not None else ""
+        super().__init__(f"{place}: {problem}{shown}", field=place, value=value)
+        self.field = place
+        self.value = value
+
+
+class SimulationError(FenceError):
+    """The simulation was configured inconsistently (unknown node, event in the past, ...)."""
+
+    code = "InvalidSimulation"
+
+
+class UnknownScenario(FenceError):
+    """A scenario name or number that is not one of the design's scenarios 1-10."""
+
+    code = "UnknownScenario"

@@ -1,0 +1,286 @@
+"""``plan_topology`` and ``candidates``: the planner's public entry points."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from planner.errors import PlanError
+from planner.planning.inputs import PlanningInput, as_planning_input
+from planner.planning.plan import Plan
+from planner.planning.rules import (
+    build_stages,
+    check_request,
+    context_candidates,
+    context_floor,
+    lane_candidates,
+    layer_bytes,
+    layer_weights,
+    node_count_range,
+    stage_order,
+    walk_stages,
+)
+from planner.planning.search import ContextSearch, NodeSetChoice
+from planner.units import format_bytes
+
+Request = PlanningInput | Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    choice: NodeSetChoice
+    parallel_lanes: int
+
+
+def _target_met(request: PlanningInput, estimate: int | None) -> bool | None:
+    if estimate is None or request.target_decode_tpot_ms is None:
+        return None
+    return estimate <= request.target_decode_tpot_ms
+
+
+def _to_plan(request: PlanningInput, choice: NodeSetChoice, lanes: int) -> Plan:
+    estimate = choice.estimated_decode_network_ms_per_token
+    return Plan(
+        context_length=choice.context_length,
+        parallel_lanes=lanes,
+        stages=build_stages(choice.nodes, choice.spans, layer_weights(request)),
+        estimated_decode_network_ms_per_token=estimate,
+        decode_tpot_target_met=_target_met(request, estimate),
+    )
+
+
+def _set_order(choice: NodeSetChoice) -> tuple[int, int, tuple[str, ...]]:
+    """SPEC section 5 rules 2-4 as an ascending sort key."""
+    return (-choice.min_remaining_bytes, -choice.total_remaining_bytes, choice.node_ids)
+
+
+def _select(request: PlanningInput) -> NodeSetChoice | None:
+    counts = node_count_range(request)
+    if not request.has_latency:
+        # Highest context first, then fewest nodes: the first shape that fits wins.
+        for context in context_candidates(request):
+            search = ContextSearch(request, context)
+            fitting = search.min_max_latency()
+            for count in counts:
+                if count in fitting:
+                    return search.best_for_counts([count])[count]
+        return None
+
+    # Latency-aware: rank every fitting shape by target met, estimate, context; ties
+    # between stage counts go to the SPEC section 5 rules, which need the sets themselves.
+    target = request.target_decode_tpot_ms
+    ranked: list[tuple[tuple[bool, int, int], ContextSearch, int]] = []
+    for context in context_candidates(request):
+        search = ContextSearch(request, context)
+        for count, latency in search.min_max_latency().items():
+            if count in counts:
+                estimate = count * latency
+                missed = target is not None and estimate > target
+                ranked.append(((missed, estimate, -context), search, count))
+    if not ranked:
+        return None
+    best_key = min(key for key, _, _ in ranked)
+    finalists: list[NodeSetChoice] = []
+    for key, search, count in ranked:
+        if key == best_key:
+            finalists.append(search.best_for_counts([count])[count])
+    return min(finalists, key=_set_order)
+
+
+def plan_topology(request: Request) -> Plan:
+    """Choose the context length, nodes, layer ranges and parallel lanes.
+
+    ``request`` is a :class:`PlanningInput` or a plain dict with the SPEC's field names
+    (nodes as dicts). Raises :class:`~planner.errors.PlanError` with the SPEC's ``code``
+    (``InvalidInput`` for malformed requests).
+
+    >>> plan = plan_topology({
+    ...     "native_context_length": 65536, "layer_count": 40,
+    ...     "model_weight_bytes": 42949672960, "kv_bytes_per_token": 65536,
+    ...     "nodes": [{"node_id": "a", "detected_vram_bytes": 85899345920}]})
+    >>> plan.context_length, plan.node_ids
+    (65536, ('a',))
+    """
+    req = as_planning_input(request)
+    check_request(req)
+    choice = _select(req)
+    if choice is None:
+        raise no_valid_topology(req)
+    return _to_plan(req, choice, lane_candidates(req)[0])
+
+
+def no_valid_topology(request: PlanningInput) -> PlanError:
+    """The NoValidTopology error, with how close the fleet came at the lowest context."""
+    contexts = context_candidates(request)
+    lowest = contexts[-1]
+    floor = context_floor(request)
+    layers = request.layer_count
+    counts = node_count_range(request)
+    usable_nodes = [n for n in request.nodes if n.usable_bytes > 0]
+    if not counts:
+        why = (f"minimum_nodes is {request.minimum_nodes} but at most "
+               f"{min(len(request.nodes), layers)} stages are possible "
+               f"({len(request.nodes)} nodes, {layers} layers)")
+        placed = 0
+    elif not usable_nodes:
+        why = "no node has usable memory (each node's VRAM, cap and headroom leave 0 bytes)"
+        placed = 0
+    else:
+        costs = layer_bytes(request, lowest)
+        ordered = stage_order(usable_nodes)[:layers]
+        placed = _greedy_layers(ordered, costs)
+        missing = sum(costs[placed:])
+        if placed < layers:
+            why = (f"with all {len(ordered)} usable nodes at context {lowest:,}, "
+                   f"{placed} of {layers} layers fit; the other {layers - placed} layers "
+                   f"({format_bytes(missing)}) have no room")
+        else:
+            why = (f"all {layers} layers fit on the {len(ordered)} usable nodes at context "
+                   f"{lowest:,}, but not as {counts.start}-{counts.stop - 1} stages of at "
+                   "least one layer each")
+    span = f"{contexts[0]:,}" if len(contexts) == 1 else f"{contexts[0]:,} down to {lowest:,}"
+    return PlanError(
+        "NoValidTopology",
+        f"no node set fits the model at context {span} (minimum context {floor:,}): {why}",
+        minimum_context=floor,
+        layers_fit=placed,
+        layer_count=layers,
+    )
+
+
+def _greedy_layers(ordered: list[Any], costs: tuple[int, ...]) -> int:
+    """Layers the nodes hold when each takes as many as it can, in stage order."""
+    next_layer = 0
+    for node in ordered:
+        budget = node.usable_bytes
+        while next_layer < len(costs) and costs[next_layer] <= budget:
+            budget -= costs[next_layer]
+            next_layer += 1
+    return next_layer
+
+
+CANDIDATE_COLUMNS = (
+    "context_length",
+    "stage_count",
+    "parallel_lanes",
+    "feasible",
+    "node_ids",
+    "min_remaining_bytes",
+    "total_remaining_bytes",
+    "estimated_decode_network_ms_per_token",
+    "decode_tpot_target_met",
+    "selected",
+    "reason",
+)
+
+
+def candidates(request: Request) -> pd.DataFrame:
+    """Every shape the planner considers, one row each, in the order it tries them.
+
+    Columns:
+
+    ``context_length`` (int)
+        Context length of the shape, in tokens.
+    ``stage_count`` (int)
+        Number of nodes, one pipeline stage each.
+    ``parallel_lanes`` (int)
+        Parallel decode lanes (they share one KV cache, so they never change memory).
+    ``feasible`` (bool)
+        Whether some node set of that size fits at that context.
+    ``node_ids`` (tuple of str)
+        The best node set for the shape (SPEC section 5), in stage order; empty when
+        infeasible.
+    ``min_remaining_bytes``, ``total_remaining_bytes`` (Int64, bytes)
+        Smallest and summed usable bytes left over across the set's stages.
+    ``estimated_decode_network_ms_per_token`` (Int64, ms)
+        ``stage_count * max(latency)`` over the set's nodes with a latency; NA if none.
+    ``decode_tpot_target_met`` (boolean)
+        Estimate within ``target_decode_tpot_ms``; NA when either is unknown.
+    ``selected`` (bool)
+        True on exactly the row :func:`plan_topology` returns (none if it fails).
+    ``reason`` (str)
+        For infeasible rows, why no set fits; empty otherwise.
+
+    Request errors (SPEC section 2, checks 1-8) raise like :func:`plan_topology`; a fleet
+    that fits no shape gives a table whose rows are all infeasible.
+    """
+    req = as_planning_input(request)
+    check_request(req)
+    lanes = lane_candidates(req)
+    counts = list(node_count_range(req))
+    rows: list[dict[str, Any]] = []
+    for context in context_candidates(req):
+        search = ContextSearch(req, context)
+        best = search.best_for_counts(counts)
+        costs = layer_bytes(req, context)
+        for count in counts:
+            choice = best.get(count)
+            reason = "" if choice is not None else _infeasible_reason(req, count, costs)
+            for lane in lanes:
+                rows.append(_row(req, context, count, lane, choice, reason))
+    frame = pd.DataFrame(rows, columns=list(CANDIDATE_COLUMNS))
+    frame = frame.astype({
+        "context_length": "int64",
+        "stage_count": "int64",
+        "parallel_lanes": "int64",
+        "feasible": "bool",
+        "min_remaining_bytes": "Int64",
+        "total_remaining_bytes": "Int64",
+        "estimated_decode_network_ms_per_token": "Int64",
+        "decode_tpot_target_met": "boolean",
+        "selected": "bool",
+        "reason": "string",
+    })
+    try:
+        plan = plan_topology(req)
+    except PlanError as error:
+        if error.code != "NoValidTopology":
+            raise
+        return frame
+    chosen = (
+        (frame["context_length"] == plan.context_length)
+        & (frame["stage_count"] == plan.stage_count)
+        & (frame["parallel_lanes"] == plan.parallel_lanes)
+    )
+    frame.loc[chosen, "selected"] = True
+    return frame
+
+
+def _row(request: PlanningInput, context: int, count: int, lanes: int,
+         choice: NodeSetChoice | None, reason: str) -> dict[str, Any]:
+    if choice is None:
+        return {
+            "context_length": context, "stage_count": count, "parallel_lanes": lanes,
+            "feasible": False, "node_ids": (), "min_remaining_bytes": pd.NA,
+            "total_remaining_bytes": pd.NA, "estimated_decode_network_ms_per_token": pd.NA,
+            "decode_tpot_target_met": pd.NA, "selected": False, "reason": reason,
+        }
+    estimate = choice.estimated_decode_network_ms_per_token
+    met = _target_met(request, estimate)
+    return {
+        "context_length": context, "stage_count": count, "parallel_lanes": lanes,
+        "feasible": True, "node_ids": choice.node_ids,
+        "min_remaining_bytes": choice.min_remaining_bytes,
+        "total_remaining_bytes": choice.total_remaining_bytes,
+        "estimated_decode_network_ms_per_token": pd.NA if estimate is None else estimate,
+        "decode_tpot_target_met": pd.NA if met is None else met,
+        "selected": False, "reason": "",
+    }
+
+
+def _infeasible_reason(request: PlanningInput, count: int, costs: tuple[int, ...]) -> str:
+    usable = [n for n in request.nodes if n.usable_bytes > 0]
+    if len(usable) < count:
+        return f"only {len(usable)} nodes have usable memory"
+    largest = stage_order(usable)[:count]
+    walk = walk_stages([n.usable_bytes for n in largest], costs)
+    if walk.failed_stage is not None:
+        node = largest[walk.failed_stage]
+        return (f"no {count} nodes fit; with the {count} largest, {node.node_id} "
+                f"({format_bytes(node.usable_bytes)} usable) cannot hold layer "
+                f"{walk.next_layer} ({format_bytes(costs[walk.next_layer])})")
+    return (f"no {count} nodes fit; the {count} largest hold {walk.next_layer} of "
+            f"{len(costs)} layers")

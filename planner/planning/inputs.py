@@ -1,0 +1,275 @@
+"""The planning request: SPEC section 1 field names, validated on construction.
+
+Malformed input (wrong types, negative numbers, duplicate or empty node ids, unknown
+fields, per-layer weights of the wrong length) raises :class:`~planner.errors.InvalidInput`
+naming the field and node. The SPEC's own refusals (``MissingLayers`` and the rest) are
+raised by the planner, not here, because they are well-formed requests it cannot plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from planner.errors import InvalidInput
+
+# Beyond 8 PiB a number of bytes is almost surely a unit mistake; refusing it also keeps
+# every sum the search makes exact in 64-bit integers.
+MAX_BYTES = 2**53
+MAX_LAYERS = 4096
+MAX_CONTEXT = 2**31
+
+
+def _check_int(
+    value: Any,
+    field_name: str,
+    *,
+    node_id: str | None = None,
+    minimum: int = 0,
+    maximum: int | None = None,
+    optional: bool = False,
+) -> int | None:
+    if value is None:
+        if optional:
+            return None
+        raise InvalidInput(field_name, "is required", node_id=node_id)
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            kind = "a whole number written as a float; give an integer"
+        else:
+            kind = "must be an integer"
+        raise InvalidInput(field_name, kind, value=value, node_id=node_id)
+    if value < minimum:
+        raise InvalidInput(
+            field_name, f"must be at least {minimum}", value=value, node_id=node_id
+        )
+    if maximum is not None and value > maximum:
+        raise InvalidInput(
+            field_name, f"must be at most {maximum:,}", value=value, node_id=node_id
+        )
+    return value
+
+
+def _reject_unknown(data: Mapping[str, Any], allowed: Sequence[str], where: str,
+                    node_id: str | None = None) -> None:
+    for key in data:
+        if key not in allowed:
+            raise InvalidInput(
+                f"{where}{key}",
+                f"unknown field; expected one of {', '.join(allowed)}",
+                node_id=node_id,
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeBudget:
+    """One node of the fleet (SPEC section 1 ``nodes[]``)."""
+
+    node_id: str
+    detected_vram_bytes: int
+    max_vram_bytes: int | None = None
+    runtime_headroom_bytes: int = 0
+    stage_transfer_latency_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        _validate_node_fields(self.node_id, self.detected_vram_bytes, self.max_vram_bytes,
+                              self.runtime_headroom_bytes, self.stage_transfer_latency_ms, "")
+
+    @property
+    def capped_vram_bytes(self) -> int:
+        """Detected VRAM after the ``max_vram_bytes`` cap."""
+        if self.max_vram_bytes is None:
+            return self.detected_vram_bytes
+        return min(self.detected_vram_bytes, self.max_vram_bytes)
+
+    @property
+    def usable_bytes(self) -> int:
+        """``max(0, min(detected, max_vram if set) - headroom)`` (SPEC section 3)."""
+        return max(0, self.capped_vram_bytes - self.runtime_headroom_bytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], index: int | None = None) -> NodeBudget:
+        where = f"nodes[{index}]." if index is not None else ""
+        if not isinstance(data, Mapping):
+            raise InvalidInput(where.rstrip(".") or "node", "must be an object", value=data)
+        node_id = data.get("node_id")
+        shown_id = node_id if isinstance(node_id, str) else None
+        _reject_unknown(data, _NODE_FIELDS, where, shown_id)
+        if "node_id" not in data:
+            raise InvalidInput(f"{where}node_id", "is required")
+        if "detected_vram_bytes" not in data:
+            raise InvalidInput(f"{where}detected_vram_bytes", "is required", node_id=shown_id)
+        fields = {name: data.get(name) for name in _NODE_FIELDS}
+        if fields["runtime_headroom_bytes"] is None:
+            fields["runtime_headroom_bytes"] = 0
+        _validate_node_fields(*fields.values(), where)
+        return cls(**fields)
+
+
+def _validate_node_fields(node_id: Any, detected: Any, max_vram: Any, headroom: Any,
+                          latency: Any, where: str) -> None:
+    if not isinstance(node_id, str) or not node_id.strip():
+        raise InvalidInput(f"{where}node_id", "must be a non-empty string", value=node_id)
+    _check_int(detected, f"{where}detected_vram_bytes", node_id=node_id, maximum=MAX_BYTES)
+    _check_int(max_vram, f"{where}max_vram_bytes", node_id=node_id, maximum=MAX_BYTES,
+               optional=True)
+    _check_int(headroom, f"{where}runtime_headroom_bytes", node_id=node_id, maximum=MAX_BYTES)
+    _check_int(latency, f"{where}stage_transfer_latency_ms", node_id=node_id,
+               maximum=10**9, optional=True)
+
+
+_NODE_FIELDS = (
+    "node_id",
+    "detected_vram_bytes",
+    "max_vram_bytes",
+    "runtime_headroom_bytes",
+    "stage_transfer_latency_ms",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanningInput:
+    """A planning request (SPEC section 1).
+
+    ``minimum_nodes`` 0 is treated as 1. Optional fields default to ``None``.
+    """
+
+    native_context_length: int
+    layer_count: int
+    model_weight_bytes: int
+    kv_bytes_per_token: int
+    nodes: tuple[NodeBudget, ...]
+    minimum_nodes: int = 1
+    layer_weight_bytes: tuple[int, ...] | None = None
+    context_length_override: int | None = None
+    parallel_lanes_override: int | None = None
+    target_decode_tpot_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_int(self.native_context_length, "native_context_length", maximum=MAX_CONTEXT)
+        _check_int(self.layer_count, "layer_count", maximum=MAX_LAYERS)
+        _check_int(self.model_weight_bytes, "model_weight_bytes", maximum=MAX_BYTES)
+        _check_int(self.kv_bytes_per_token, "kv_bytes_per_token", maximum=MAX_BYTES)
+        _check_int(self.minimum_nodes, "minimum_nodes", maximum=100_000)
+        _check_int(self.context_length_override, "context_length_override",
+                   maximum=MAX_CONTEXT, optional=True)
+        _check_int(self.parallel_lanes_override, "parallel_lanes_override",
+                   maximum=4096, optional=True)
+        _check_int(self.target_decode_tpot_ms, "target_decode_tpot_ms", maximum=10**9,
+                   optional=True)
+        nodes = self.nodes
+        if isinstance(nodes, (str, bytes, Mapping)) or not isinstance(nodes, Sequence):
+            raise InvalidInput("nodes", "must be a list of nodes", value=type(nodes).__name__)
+        if not isinstance(nodes, tuple):
+            object.__setattr__(self, "nodes", tuple(nodes))
+        seen: dict[str, int] = {}
+        for index, node in enumerate(self.nodes):
+            if not isinstance(node, NodeBudget):
+                raise InvalidInput(f"nodes[{index}]", "must be a NodeBudget", value=node)
+            if node.node_id in seen:
+                raise InvalidInput(
+                    f"nodes[{index}].node_id",
+                    f"duplicate node id (also nodes[{seen[node.node_id]}])",
+                    node_id=node.node_id,
+                )
+            seen[node.node_id] = index
+        weights = self.layer_weight_bytes
+        if weights is not None:
+            if isinstance(weights, (str, bytes, Mapping)) or not isinstance(weights, Sequence):
+                raise InvalidInput("layer_weight_bytes", "must be a list of integers or null",
+                                   value=weights)
+            weights = tuple(weights)
+            for index, value in enumerate(weights):
+                _check_int(value, f"layer_weight_bytes[{index}]", maximum=MAX_BYTES)
+            if self.layer_count > 0 and len(weights) != self.layer_count:
+                raise InvalidInput(
+                    "layer_weight_bytes",
+                    f"has {len(weights)} entries but layer_count is {self.layer_count}; "
+                    "give one weight per layer or null",
+                )
+            object.__setattr__(self, "layer_weight_bytes", weights)
+
+    @property
+    def usable_bytes(self) -> dict[str, int]:
+        """Usable bytes per node id."""
+        return {node.node_id: node.usable_bytes for node in self.nodes}
+
+    @property
+    def has_latency(self) -> bool:
+        """Latency-aware planning is on when any node has a stage-transfer latency."""
+        return any(node.stage_transfer_latency_ms is not None for node in self.nodes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "native_context_length": self.native_context_length,
+            "layer_count": self.layer_count,
+            "model_weight_bytes": self.model_weight_bytes,
+            "layer_weight_bytes": (
+                list(self.layer_weight_bytes) if self.layer_weight_bytes is not None else None
+            ),
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "minimum_nodes": self.minimum_nodes,
+            "nodes": [node.to_dict() for node in self.nodes],
+            "context_length_override": self.context_length_override,
+            "parallel_lanes_override": self.parallel_lanes_override,
+            "target_decode_tpot_ms": self.target_decode_tpot_ms,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PlanningInput:
+        """Build a request from plain data with the SPEC's field names (nodes as dicts)."""
+        if isinstance(data, PlanningInput):
+            return data
+        if not isinstance(data, Mapping):
+            raise InvalidInput("request", "must be an object with the SPEC's fields",
+                               value=type(data).__name__)
+        _reject_unknown(data, _REQUEST_FIELDS, "")
+        for name in ("native_context_length", "layer_count", "model_weight_bytes",
+                     "kv_bytes_per_token", "nodes"):
+            if name not in data:
+                raise InvalidInput(name, "is required")
+        raw_nodes = data["nodes"]
+        if isinstance(raw_nodes, (str, bytes, Mapping)) or not isinstance(raw_nodes, Sequence):
+            raise InvalidInput("nodes", "must be a list of nodes", value=raw_nodes)
+        nodes = tuple(
+            node if isinstance(node, NodeBudget) else NodeBudget.from_dict(node, index)
+            for index, node in enumerate(raw_nodes)
+        )
+        minimum = data.get("minimum_nodes", 1)
+        return cls(
+            native_context_length=data["native_context_length"],
+            layer_count=data["layer_count"],
+            model_weight_bytes=data["model_weight_bytes"],
+            kv_bytes_per_token=data["kv_bytes_per_token"],
+            nodes=nodes,
+            minimum_nodes=1 if minimum is None else minimum,
+            layer_weight_bytes=data.get("layer_weight_bytes"),
+            context_length_override=data.get("context_length_override"),
+            parallel_lanes_override=data.get("parallel_lanes_override"),
+            target_decode_tpot_ms=data.get("target_decode_tpot_ms"),
+        )
+
+
+_REQUEST_FIELDS = (
+    "native_context_length",
+    "layer_count",
+    "model_weight_bytes",
+    "layer_weight_bytes",
+    "kv_bytes_per_token",
+    "minimum_nodes",
+    "nodes",
+    "context_length_override",
+    "parallel_lanes_override",
+    "target_decode_tpot_ms",
+)
+
+
+def as_planning_input(request: PlanningInput | Mapping[str, Any]) -> PlanningInput:
+    """Accept a :class:`PlanningInput` or a plain dict with the SPEC's field names."""
+    if isinstance(request, PlanningInput):
+        return request
+    return PlanningInput.from_dict(request)

@@ -1,0 +1,163 @@
+"""The SPEC's derived quantities (section 3), request checks (section 2) and the stage
+walk that fits one node set at one context (section 4)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+
+from planner.errors import PlanError
+from planner.planning.inputs import NodeBudget, PlanningInput
+from planner.planning.plan import Stage
+from planner.units import format_bytes
+
+CONTEXT_FLOOR = 65_536
+CONTEXT_STEPS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+LANE_CANDIDATES = (4, 3, 2, 1)
+
+
+def context_floor(request: PlanningInput) -> int:
+    return min(request.native_context_length, CONTEXT_FLOOR)
+
+
+def context_candidates(request: PlanningInput) -> tuple[int, ...]:
+    """Context lengths to try, highest first."""
+    if request.context_length_override is not None:
+        return (request.context_length_override,)
+    floor = context_floor(request)
+    native = request.native_context_length
+    values = {step for step in CONTEXT_STEPS if floor <= step <= native} | {native}
+    return tuple(sorted(values, reverse=True))
+
+
+def lane_candidates(request: PlanningInput) -> tuple[int, ...]:
+    """Parallel lane counts to try, most first."""
+    if request.parallel_lanes_override is not None:
+        return (request.parallel_lanes_override,)
+    return LANE_CANDIDATES
+
+
+def node_count_range(request: PlanningInput) -> range:
+    """Stage counts to try, fewest first."""
+    lowest = max(request.minimum_nodes, 1)
+    highest = min(len(request.nodes), request.layer_count)
+    return range(lowest, highest + 1)
+
+
+def layer_weights(request: PlanningInput) -> tuple[int, ...]:
+    """Weight bytes of each layer: exact when given, else an even ceil split."""
+    if request.layer_weight_bytes is not None:
+        return request.layer_weight_bytes
+    per_layer = -(-request.model_weight_bytes // request.layer_count)
+    return (per_layer,) * request.layer_count
+
+
+def kv_bytes_per_layer_token(request: PlanningInput) -> int:
+    return -(-request.kv_bytes_per_token // request.layer_count)
+
+
+def layer_bytes(request: PlanningInput, context_length: int) -> tuple[int, ...]:
+    """Bytes each layer needs at ``context_length``: weights plus its KV cache."""
+    kv = kv_bytes_per_layer_token(request) * context_length
+    return tuple(weight + kv for weight in layer_weights(request))
+
+
+def check_request(request: PlanningInput) -> None:
+    """SPEC section 2, checks 1-8, in order. Check 9 is the search itself."""
+    if request.native_context_length == 0:
+        raise PlanError("MissingNativeContext",
+                        "native_context_length is 0; the model's native context is required")
+    if request.layer_count == 0:
+        raise PlanError("MissingLayers", "layer_count is 0; the model's layer count is required")
+    if request.model_weight_bytes == 0:
+        raise PlanError("MissingModelWeights",
+                        "model_weight_bytes is 0; the model's weight size is required")
+    if request.kv_bytes_per_token == 0:
+        raise PlanError("MissingKvBytesPerToken",
+                        "kv_bytes_per_token is 0; the KV cache size per token is required")
+    if not request.nodes:
+        raise PlanError("MissingNodes", "the fleet has no nodes; add at least one node")
+    override = request.context_length_override
+    native = request.native_context_length
+    if override is not None and override > native:
+        raise PlanError(
+            "ContextExceedsNative",
+            f"context override {override:,} exceeds the model's native context {native:,}",
+            requested=override, native=native,
+        )
+    floor = context_floor(request)
+    if override is not None and override < floor:
+        raise PlanError(
+            "ContextBelowMinimum",
+            f"context override {override:,} is below the minimum context {floor:,} "
+            f"(min(native {native:,}, {CONTEXT_FLOOR:,}))",
+            requested=override, minimum=floor,
+        )
+    if request.parallel_lanes_override == 0:
+        raise PlanError("ZeroParallelLanes", "parallel_lanes_override is 0; use 1 or more lanes")
+
+
+def stage_order(nodes: Sequence[NodeBudget]) -> list[NodeBudget]:
+    """Largest usable bytes first, ties by node id ascending (SPEC section 4)."""
+    return sorted(nodes, key=lambda node: (-node.usable_bytes, node.node_id))
+
+
+@dataclass(frozen=True, slots=True)
+class Walk:
+    """Outcome of the stage walk over one ordered node set."""
+
+    fits: bool
+    spans: tuple[int, ...]
+    """Layers taken by each stage walked before the walk ended."""
+    failed_stage: int | None
+    """Index of the stage that could not take a layer, or None."""
+    next_layer: int
+
+
+def walk_stages(usable: Sequence[int], costs: Sequence[int]) -> Walk:
+    """The SPEC section 4 walk: each stage takes the most layers it can hold while
+    leaving one layer for each later stage."""
+    layer_count = len(costs)
+    stage_count = len(usable)
+    prefix = [0, *accumulate(costs)]
+    next_layer = 0
+    spans: list[int] = []
+    for index, budget in enumerate(usable):
+        assignable = (layer_count - next_layer) - (stage_count - 1 - index)
+        span = 0
+        # The most consecutive layers whose bytes stay within budget (binary search).
+        low, high = 0, max(assignable, 0)
+        while low < high:
+            middle = (low + high + 1) // 2
+            if prefix[next_layer + middle] - prefix[next_layer] <= budget:
+                low = middle
+            else:
+                high = middle - 1
+        span = low
+        if span == 0:
+            return Walk(False, tuple(spans), index, next_layer)
+        spans.append(span)
+        next_layer += span
+    return Walk(next_layer == layer_count, tuple(spans), None, next_layer)
+
+
+def build_stages(ordered: Sequence[NodeBudget], spans: Sequence[int],
+                 weights: Sequence[int]) -> tuple[Stage, ...]:
+    stages = []
+    start = 0
+    for index, (node, span) in enumerate(zip(ordered, spans, strict=True)):
+        stages.append(Stage(
+            stage_id=f"stage-{index}",
+            stage_index=index,
+            node_id=node.node_id,
+            layer_start=start,
+            layer_end=start + span,
+            parameter_bytes=sum(weights[start:start + span]),
+        ))
+        start += span
+    return tuple(stages)
+
+
+def describe_bytes(value: int) -> str:
+    return f"{value:,} B ({format_bytes(value)})"

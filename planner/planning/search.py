@@ -1,0 +1,324 @@
+"""Exact search for the best node set of every shape, without enumerating subsets.
+
+The stage walk (SPEC section 4) depends only on the state ``(stages left, next layer)``
+and on the usable bytes of the node taking the next stage. Stage order is usable bytes
+descending, so any node set, in stage order, is a subsequence of the whole fleet sorted
+that way, and nodes with equal usable bytes are interchangeable for the walk. A dynamic
+program over groups of equal usable bytes, with state ``(stages left, next layer)``,
+therefore sees every node set of every size at once.
+
+The SPEC's ranking of node sets (section 5) is lexicographic and mixes a bottleneck
+(max latency, min remaining) with a sum (total remaining), which one dynamic program
+cannot optimise together. It is solved as three programs, each fixing the optimum of the
+previous one as a threshold:
+
+1. the smallest possible maximum latency ``T`` (nodes without a latency count as 0);
+2. with only nodes of latency ``<= T``, the largest possible smallest-remaining ``R``;
+3. with those nodes and only stages that keep ``>= R`` remaining, the largest total
+   usable bytes (total remaining is that minus the model's bytes).
+
+The node ids are then read back position by position, always taking the smallest id
+that still completes an optimal set, which gives the lexicographically smallest list.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+
+import numpy as np
+
+from planner.planning.inputs import NodeBudget, PlanningInput
+from planner.planning.rules import layer_bytes, stage_order, walk_stages
+
+_INF = np.int64(2**62)
+_NEG = np.int64(-(2**62))
+# Queries of the last two programs run together in batches; the batch size bounds the
+# memory of the tables kept for reading the node ids back.
+_BATCH = 8
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSetChoice:
+    """The best node set found for one (context, stage count)."""
+
+    context_length: int
+    stage_count: int
+    nodes: tuple[NodeBudget, ...]
+    """In stage order."""
+    spans: tuple[int, ...]
+    remaining_bytes: tuple[int, ...]
+    estimated_decode_network_ms_per_token: int | None
+
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        return tuple(node.node_id for node in self.nodes)
+
+    @property
+    def min_remaining_bytes(self) -> int:
+        return min(self.remaining_bytes)
+
+    @property
+    def total_remaining_bytes(self) -> int:
+        return sum(self.remaining_bytes)
+
+    @property
+    def estimate_or_zero(self) -> int:
+        return self.estimated_decode_network_ms_per_token or 0
+
+
+def estimate_ms(nodes: Iterable[NodeBudget]) -> int | None:
+    """``k * max(latency of the nodes that have one)``, or None when none has one."""
+    nodes = list(nodes)
+    known = [n.stage_transfer_latency_ms for n in nodes if n.stage_transfer_latency_ms is not None]
+    if not known:
+        return None
+    return len(nodes) * max(known)
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    usable: int
+    nodes: tuple[NodeBudget, ...]
+    """Sorted by node id (their stage order among themselves)."""
+    latencies: np.ndarray
+    """Latency of each node, unknown as 0, in node order."""
+    sorted_latencies: np.ndarray
+    """Ascending: taking j nodes costs at least ``sorted_latencies[j - 1]``."""
+
+    def allowed(self, threshold: int) -> list[int]:
+        """Indices of the nodes whose latency is within ``threshold``, in id order."""
+        return [i for i, lat in enumerate(self.latencies) if lat <= threshold]
+
+
+class ContextSearch:
+    """Exact best node sets for every stage count at one context length."""
+
+    def __init__(self, request: PlanningInput, context_length: int) -> None:
+        self.request = request
+        self.context_length = context_length
+        self.layer_count = layer_count = request.layer_count
+        self.max_stages = min(len(request.nodes), layer_count)
+        costs = layer_bytes(request, context_length)
+        self.costs = costs
+        self.prefix = [0, *accumulate(costs)]
+
+        by_usable: dict[int, list[NodeBudget]] = {}
+        for node in request.nodes:
+            # A node with nothing usable can take no layer, so no fitting set holds it.
+            if node.usable_bytes > 0:
+                by_usable.setdefault(node.usable_bytes, []).append(node)
+        groups = []
+        for usable in sorted(by_usable, reverse=True):
+            members = tuple(sorted(by_usable[usable], key=lambda n: n.node_id))
+            lat = np.array([n.stage_transfer_latency_ms or 0 for n in members], dtype=np.int64)
+            groups.append(_Group(usable, members, lat, np.sort(lat)))
+        self.groups: tuple[_Group, ...] = tuple(groups)
+
+        width = layer_count + 1
+        self.width = width
+        self.state_count = (self.max_stages + 1) * width
+        self.dead = self.state_count  # an absorbing state for walks that failed
+        self.goal = layer_count  # index of (stages left 0, next layer == layer_count)
+        self._build_steps()
+        rank = {nid: i for i, nid in enumerate(sorted(n.node_id for n in request.nodes))}
+        self._rank = rank
+
+    # -- one stage taken by a node of each group, from every state ------------------------
+    def _build_steps(self) -> None:
+        width, layers = self.width, self.layer_count
+        size = self.state_count + 1
+        stages_left = np.repeat(np.arange(self.max_stages + 1), width)
+        next_layer = np.tile(np.arange(width), self.max_stages + 1)
+        assignable = np.zeros(size, dtype=np.int64)
+        assignable[:-1] = (layers - next_layer) - (stages_left - 1)
+        assignable[:-1][stages_left == 0] = 0
+        self.next_state = np.full((len(self.groups), size), self.dead, dtype=np.int64)
+        self.step_remaining = np.full((len(self.groups), size), _NEG, dtype=np.int64)
+        prefix = self.prefix
+        for g, group in enumerate(self.groups):
+            most = np.array(
+                [bisect_right(prefix, prefix[n] + group.usable) - 1 - n for n in range(width)],
+                dtype=np.int64,
+            )
+            span = np.zeros(size, dtype=np.int64)
+            span[:-1] = np.minimum(most[next_layer], assignable[:-1])
+            ok = span > 0
+            source = np.nonzero(ok)[0]
+            target_layer = next_layer[source] + span[source]
+            self.next_state[g, source] = (stages_left[source] - 1) * width + target_layer
+            used = self._span_bytes(next_layer[source], target_layer)
+            self.step_remaining[g, source] = group.usable - used
+
+    def _span_bytes(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """Bytes of layers ``[start, end)`` for each pair; exact even past 64 bits."""
+        if self.prefix[-1] < 2**62:
+            prefix = np.asarray(self.prefix, dtype=np.int64)
+            return prefix[ends] - prefix[starts]
+        # Only spans a node can hold are asked for, and those fit in 64 bits.
+        return np.array([self.prefix[e] - self.prefix[b]
+                         for b, e in zip(starts.tolist(), ends.tolist(), strict=True)],
+                        dtype=np.int64)
+
+    def start(self, stage_count: int) -> int:
+        return stage_count * self.width
+
+    # -- program 1: smallest possible maximum latency, every stage count ------------------
+    def min_max_latency(self) -> dict[int, int]:
+        """For each stage count that some node set fits, the smallest max latency."""
+        size = self.state_count + 1
+        value = np.full(size, _INF, dtype=np.int64)
+        value[self.goal] = 0
+        for g in reversed(range(len(self.groups))):
+            group = self.groups[g]
+            state = np.arange(size)
+            best = value.copy()
+            for j in range(1, min(len(group.nodes), self.max_stages) + 1):
+                state = self.next_state[g, state]
+                reached = value[state]
+                cand = np.where(reached >= _INF, _INF,
+                                np.maximum(reached, group.sorted_latencies[j - 1]))
+                best = np.minimum(best, cand)
+                if (state == self.dead).all():
+                    break
+            value = best
+        return {k: int(value[self.start(k)]) for k in range(1, self.max_stages + 1)
+                if value[self.start(k)] < _INF}
+
+    # -- program 2: largest smallest-remaining under latency thresholds --------------------
+    def max_min_remaining(self, thresholds: Sequence[int]) -> np.ndarray:
+        """Rows per threshold, columns per stage count (index k): the best smallest
+        remaining bytes, or ``_NEG`` where no set fits."""
+        size = self.state_count + 1
+        q = len(thresholds)
+        thresholds_arr = np.asarray(thresholds, dtype=np.int64)
+        value = np.full((q, size), _NEG, dtype=np.int64)
+        value[:, self.goal] = _INF
+        for g in reversed(range(len(self.groups))):
+            group = self.groups[g]
+            avail = (group.latencies[None, :] <= thresholds_arr[:, None]).sum(axis=1)
+            state = np.arange(size)
+            low = np.full(size, _INF, dtype=np.int64)
+            best = value.copy()
+            for j in range(1, min(int(avail.max(initial=0)), self.max_stages) + 1):
+                low = np.minimum(low, self.step_remaining[g, state])
+                state = self.next_state[g, state]
+                cand = np.minimum(value[:, state], low[None, :])
+                cand[avail < j] = _NEG
+                best = np.maximum(best, cand)
+                if (state == self.dead).all():
+                    break
+            value = best
+        return value[:, [self.start(k) for k in range(self.max_stages + 1)]]
+
+    # -- program 3 and read-back: the best set itself ----------------------------------------
+    def best_sets(self, queries: Sequence[tuple[int, int, int]]) -> list[NodeSetChoice]:
+        """Best node set for each ``(stage_count, latency threshold, remaining threshold)``."""
+        results: list[NodeSetChoice] = []
+        for begin in range(0, len(queries), _BATCH):
+            results.extend(self._best_sets_batch(queries[begin:begin + _BATCH]))
+        return results
+
+    def _best_sets_batch(self, queries: Sequence[tuple[int, int, int]]) -> list[NodeSetChoice]:
+        size = self.state_count + 1
+        q = len(queries)
+        lat_limit = np.array([t for _, t, _ in queries], dtype=np.int64)
+        rem_limit = np.array([r for _, _, r in queries], dtype=np.int64)
+        value = np.full((q, size), _NEG, dtype=np.int64)
+        value[:, self.goal] = 0
+        # tables[g][c] = best total usable taking at most c nodes of group g, then onwards.
+        tables: list[np.ndarray] = [np.empty(0)] * len(self.groups)
+        avails = np.zeros((len(self.groups), q), dtype=np.int64)
+        for g in reversed(range(len(self.groups))):
+            group = self.groups[g]
+            avail = (group.latencies[None, :] <= lat_limit[:, None]).sum(axis=1)
+            avails[g] = avail
+            depth = min(int(avail.max(initial=0)), self.max_stages)
+            rows = [value.copy()]
+            state = np.arange(size)
+            low = np.full(size, _INF, dtype=np.int64)
+            for j in range(1, depth + 1):
+                low = np.minimum(low, self.step_remaining[g, state])
+                state = self.next_state[g, state]
+                after = value[:, state]
+                cand = np.where((after > _NEG) & (low[None, :] >= rem_limit[:, None]),
+                                after + j * group.usable, _NEG)
+                cand[avail < j] = _NEG
+                rows.append(np.maximum(rows[-1], cand))
+            tables[g] = np.stack(rows)  # (depth + 1, q, size)
+            value = rows[-1]
+        return [
+            self._read_back(i, k, t, r, value[i], tables, avails[:, i])
+            for i, (k, t, r) in enumerate(queries)
+        ]
+
+    def _read_back(self, query: int, stage_count: int, lat_limit: int, rem_limit: int,
+                   first_values: np.ndarray, tables: list[np.ndarray],
+                   avail: np.ndarray) -> NodeSetChoice:
+        state = self.start(stage_count)
+        target = int(first_values[state])
+        if target <= _NEG:
+            raise AssertionError("read back asked for a shape with no fitting set")
+        allowed = [group.allowed(lat_limit) for group in self.groups]
+        group_index, used = 0, 0
+        chosen: list[NodeBudget] = []
+        for _ in range(stage_count):
+            best_rank, best_pick = None, None
+            for g in range(group_index, len(self.groups)):
+                taken = used if g == group_index else 0
+                if taken >= avail[g]:
+                    continue
+                following = int(self.next_state[g, state])
+                if following == self.dead or self.step_remaining[g, state] < rem_limit:
+                    continue
+                group = self.groups[g]
+                table = tables[g]
+                cap = min(int(avail[g]) - taken - 1, table.shape[0] - 1)
+                if int(table[cap, query, following]) + group.usable != target:
+                    continue
+                node = group.nodes[allowed[g][taken]]
+                rank = self._rank[node.node_id]
+                if best_rank is None or rank < best_rank:
+                    best_rank, best_pick = rank, (g, taken, following, node)
+            if best_pick is None:
+                raise AssertionError("read back lost the optimal path")
+            g, taken, state, node = best_pick
+            target -= self.groups[g].usable
+            group_index, used = g, taken + 1
+            chosen.append(node)
+        return self.choice(chosen)
+
+    def choice(self, nodes: Sequence[NodeBudget]) -> NodeSetChoice:
+        """Describe a fitting node set (any order) at this context."""
+        ordered = tuple(stage_order(nodes))
+        walk = walk_stages([n.usable_bytes for n in ordered], self.costs)
+        if not walk.fits:
+            raise AssertionError("chosen node set does not fit")
+        remaining = []
+        start = 0
+        for node, span in zip(ordered, walk.spans, strict=True):
+            remaining.append(node.usable_bytes - (self.prefix[start + span] - self.prefix[start]))
+            start += span
+        return NodeSetChoice(
+            context_length=self.context_length,
+            stage_count=len(ordered),
+            nodes=ordered,
+            spans=walk.spans,
+            remaining_bytes=tuple(remaining),
+            estimated_decode_network_ms_per_token=estimate_ms(ordered),
+        )
+
+    def best_for_counts(self, counts: Iterable[int]) -> dict[int, NodeSetChoice]:
+        """The SPEC section 5 best set for each stage count that fits (others omitted)."""
+        counts = [k for k in counts if 1 <= k <= self.max_stages]
+        latency = self.min_max_latency()
+        counts = [k for k in counts if k in latency]
+        if not counts:
+            return {}
+        thresholds = sorted({latency[k] for k in counts})
+        remaining = self.max_min_remaining(thresholds)
+        row = {t: i for i, t in enumerate(thresholds)}
+        queries = [(k, latency[k], int(remaining[row[latency[k]], k])) for k in counts]
+        return dict(zip(counts, self.best_sets(queries), strict=True))

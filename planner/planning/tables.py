@@ -1,0 +1,77 @@
+"""Plain tables about a request and its plan, for people and for charts."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from planner.planning.inputs import PlanningInput
+from planner.planning.plan import Plan
+from planner.planning.rules import kv_bytes_per_layer_token, layer_weights
+
+
+def node_budgets(request: PlanningInput) -> pd.DataFrame:
+    """One row per node: how its usable bytes are derived (SPEC section 3).
+
+    Columns: ``node_id``, ``detected_vram_bytes``, ``max_vram_bytes`` (Int64, NA when
+    uncapped), ``capped_away_bytes`` (detected VRAM the cap removes),
+    ``runtime_headroom_bytes``, ``usable_vram_bytes``, ``stage_transfer_latency_ms``
+    (Int64, NA when unknown).
+    """
+    rows = []
+    for node in request.nodes:
+        rows.append({
+            "node_id": node.node_id,
+            "detected_vram_bytes": node.detected_vram_bytes,
+            "max_vram_bytes": node.max_vram_bytes,
+            "capped_away_bytes": node.detected_vram_bytes - node.capped_vram_bytes,
+            "runtime_headroom_bytes": node.runtime_headroom_bytes,
+            "usable_vram_bytes": node.usable_bytes,
+            "stage_transfer_latency_ms": node.stage_transfer_latency_ms,
+        })
+    frame = pd.DataFrame(rows, columns=[
+        "node_id", "detected_vram_bytes", "max_vram_bytes", "capped_away_bytes",
+        "runtime_headroom_bytes", "usable_vram_bytes", "stage_transfer_latency_ms",
+    ])
+    return frame.astype({
+        "node_id": "string",
+        "detected_vram_bytes": "int64",
+        "max_vram_bytes": "Int64",
+        "capped_away_bytes": "int64",
+        "runtime_headroom_bytes": "int64",
+        "usable_vram_bytes": "int64",
+        "stage_transfer_latency_ms": "Int64",
+    })
+
+
+def stage_usage(request: PlanningInput, plan: Plan) -> pd.DataFrame:
+    """One row per stage of ``plan``: what it holds and what is left on its node.
+
+    Columns: ``stage_id``, ``stage_index``, ``node_id``, ``layer_start``, ``layer_end``
+    (exclusive), ``layer_count``, ``parameter_bytes``, ``kv_cache_bytes`` (the stage's
+    layers' KV cache at the plan's context), ``used_bytes``, ``usable_vram_bytes``,
+    ``remaining_bytes``.
+    """
+    usable = request.usable_bytes
+    kv_per_layer = kv_bytes_per_layer_token(request) * plan.context_length
+    weights = layer_weights(request)
+    rows = []
+    for stage in plan.stages:
+        parameter_bytes = sum(weights[stage.layer_start:stage.layer_end])
+        kv = kv_per_layer * stage.layer_count
+        rows.append({
+            "stage_id": stage.stage_id,
+            "stage_index": stage.stage_index,
+            "node_id": stage.node_id,
+            "layer_start": stage.layer_start,
+            "layer_end": stage.layer_end,
+            "layer_count": stage.layer_count,
+            "parameter_bytes": parameter_bytes,
+            "kv_cache_bytes": kv,
+            "used_bytes": parameter_bytes + kv,
+            "usable_vram_bytes": usable[stage.node_id],
+            "remaining_bytes": usable[stage.node_id] - parameter_bytes - kv,
+        })
+    columns = ["stage_id", "stage_index", "node_id", "layer_start", "layer_end", "layer_count",
+               "parameter_bytes", "kv_cache_bytes", "used_bytes", "usable_vram_bytes",
+               "remaining_bytes"]
+    return pd.DataFrame(rows, columns=columns)

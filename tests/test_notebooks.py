@@ -1,0 +1,42 @@
+"""Every notebook runs top to bottom headless, and is committed without outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_is_committed_without_outputs(path: Path) -> None:
+    notebook = nbformat.read(path, as_version=4)
+    with_outputs = [
+        index for index, cell in enumerate(notebook.cells)
+        if cell.cell_type == "code" and (cell.get("outputs") or cell.get("execution_count"))
+    ]
+    assert with_outputs == [], f"{path.name}: clear the outputs of cells {with_outputs}"
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_runs_top_to_bottom(path: Path) -> None:
+    notebook = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        notebook,
+        timeout=600,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+    )
+    client.execute()
+    errors = [
+        output
+        for cell in notebook.cells if cell.cell_type == "code"
+        for output in cell.get("outputs", [])
+        if output.get("output_type") == "error"
+    ]
+    assert errors == []
