@@ -60,7 +60,7 @@ LOAD_REASONS: tuple[str, ...] = (
 )
 
 
-def _check_str(value: Any, name: str, where: str, *, optional: bool = False) -> None:
+def require_str(value: Any, name: str, where: str, *, optional: bool = False) -> None:
     if value is None and optional:
         return
     if not isinstance(value, str):
@@ -68,14 +68,14 @@ def _check_str(value: Any, name: str, where: str, *, optional: bool = False) -> 
         raise InvalidFenceInput(name, expected, value=value, where=where)
 
 
-def _check_int(value: Any, name: str, where: str, *, minimum: int | None = None) -> None:
+def require_int(value: Any, name: str, where: str, *, minimum: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidFenceInput(name, "must be an integer", value=value, where=where)
     if minimum is not None and value < minimum:
         raise InvalidFenceInput(name, f"must be at least {minimum}", value=value, where=where)
 
 
-def _fields_from_dict(cls: type, data: Mapping[str, Any], where: str) -> dict[str, Any]:
+def fields_from_dict(cls: type, data: Mapping[str, Any], where: str) -> dict[str, Any]:
     if not isinstance(data, Mapping):
         raise InvalidFenceInput("(whole)", "must be a mapping of field names", value=data,
                                 where=where)
@@ -109,9 +109,9 @@ class CoordinatorClaim:
         where = "claim"
         for name in ("model_id", "package_ref", "manifest_sha256", "topology_id", "run_id",
                      "coordinator_id", "participant_set_hash", "topology_hash"):
-            _check_str(getattr(self, name), name, where)
-        _check_int(self.coordinator_term, "coordinator_term", where, minimum=0)
-        _check_int(self.lease_until_unix_ms, "lease_until_unix_ms", where)
+            require_str(getattr(self, name), name, where)
+        require_int(self.coordinator_term, "coordinator_term", where, minimum=0)
+        require_int(self.lease_until_unix_ms, "lease_until_unix_ms", where)
 
     @property
     def key(self) -> ClaimKey:
@@ -122,7 +122,7 @@ class CoordinatorClaim:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CoordinatorClaim:
-        return cls(**_fields_from_dict(cls, data, "claim"))
+        return cls(**fields_from_dict(cls, data, "claim"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,9 +144,9 @@ class LoadClaimRef:
     def __post_init__(self) -> None:
         where = "load"
         for name in ("model_id", "package_ref", "manifest_sha256", "topology_id", "run_id"):
-            _check_str(getattr(self, name), name, where)
-        _check_str(self.coordinator_id, "coordinator_id", where, optional=True)
-        _check_int(self.coordinator_term, "coordinator_term", where, minimum=0)
+            require_str(getattr(self, name), name, where)
+        require_str(self.coordinator_id, "coordinator_id", where, optional=True)
+        require_int(self.coordinator_term, "coordinator_term", where, minimum=0)
 
     @property
     def key(self) -> ClaimKey:
@@ -166,7 +166,7 @@ class LoadClaimRef:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LoadClaimRef:
-        return cls(**_fields_from_dict(cls, data, "load"))
+        return cls(**fields_from_dict(cls, data, "load"))
 
     @classmethod
     def for_claim(cls, claim: CoordinatorClaim) -> LoadClaimRef:
@@ -292,6 +292,10 @@ class LoadDecision:
     now_unix_ms: int | None = None
 
     @property
+    def current_term(self) -> int | None:
+        return None if self.current is None else self.current.coordinator_term
+
+    @property
     def message(self) -> str:
         load, current = self.load, self.current
         if self.accepted:
@@ -326,13 +330,13 @@ class LoadDecision:
             "accepted": self.accepted,
             "reason": self.reason,
             "unfenced": self.unfenced,
-            "current_term": None if self.current is None else self.current.coordinator_term,
+            "current_term": self.current_term,
             "message": self.message,
         }
 
 
 def _check_now(now_unix_ms: Any) -> None:
-    _check_int(now_unix_ms, "now_unix_ms", "clock")
+    require_int(now_unix_ms, "now_unix_ms", "clock")
 
 
 def _claim_shape_reason(claim: CoordinatorClaim, now_unix_ms: int) -> str | None:

@@ -35,9 +35,10 @@ from planner.planning.rules import layer_bytes, stage_order, walk_stages
 
 _INF = np.int64(2**62)
 _NEG = np.int64(-(2**62))
-# Queries of the last two programs run together in batches; the batch size bounds the
-# memory of the tables kept for reading the node ids back.
-_BATCH = 8
+# Queries of the last two programs run together in batches; the table budget bounds the
+# memory kept for reading the node ids back.
+_BATCH = 32
+_TABLE_BYTES = 96 * 2**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +121,10 @@ class ContextSearch:
         width = layer_count + 1
         self.width = width
         self.state_count = (self.max_stages + 1) * width
-        self.dead = self.state_count  # an absorbing state for walks that failed
+        # (no stages left, layer 0) can never finish the model, so it doubles as the
+        # absorbing state for walks that failed; states of fewer stages left come first,
+        # so every prefix of the state space is closed under taking a stage.
+        self.dead = 0
         self.goal = layer_count  # index of (stages left 0, next layer == layer_count)
         self._build_steps()
         rank = {nid: i for i, nid in enumerate(sorted(n.node_id for n in request.nodes))}
@@ -129,12 +133,11 @@ class ContextSearch:
     # -- one stage taken by a node of each group, from every state ------------------------
     def _build_steps(self) -> None:
         width, layers = self.width, self.layer_count
-        size = self.state_count + 1
+        size = self.state_count
         stages_left = np.repeat(np.arange(self.max_stages + 1), width)
         next_layer = np.tile(np.arange(width), self.max_stages + 1)
-        assignable = np.zeros(size, dtype=np.int64)
-        assignable[:-1] = (layers - next_layer) - (stages_left - 1)
-        assignable[:-1][stages_left == 0] = 0
+        assignable = (layers - next_layer) - (stages_left - 1)
+        assignable[stages_left == 0] = 0
         self.next_state = np.full((len(self.groups), size), self.dead, dtype=np.int64)
         self.step_remaining = np.full((len(self.groups), size), _NEG, dtype=np.int64)
         prefix = self.prefix
@@ -143,8 +146,7 @@ class ContextSearch:
                 [bisect_right(prefix, prefix[n] + group.usable) - 1 - n for n in range(width)],
                 dtype=np.int64,
             )
-            span = np.zeros(size, dtype=np.int64)
-            span[:-1] = np.minimum(most[next_layer], assignable[:-1])
+            span = np.minimum(most[next_layer], assignable)
             ok = span > 0
             source = np.nonzero(ok)[0]
             target_layer = next_layer[source] + span[source]
@@ -168,7 +170,7 @@ class ContextSearch:
     # -- program 1: smallest possible maximum latency, every stage count ------------------
     def min_max_latency(self) -> dict[int, int]:
         """For each stage count that some node set fits, the smallest max latency."""
-        size = self.state_count + 1
+        size = self.state_count
         value = np.full(size, _INF, dtype=np.int64)
         value[self.goal] = 0
         for g in reversed(range(len(self.groups))):
@@ -191,7 +193,7 @@ class ContextSearch:
     def max_min_remaining(self, thresholds: Sequence[int]) -> np.ndarray:
         """Rows per threshold, columns per stage count (index k): the best smallest
         remaining bytes, or ``_NEG`` where no set fits."""
-        size = self.state_count + 1
+        size = self.state_count
         q = len(thresholds)
         thresholds_arr = np.asarray(thresholds, dtype=np.int64)
         value = np.full((q, size), _NEG, dtype=np.int64)
@@ -216,13 +218,31 @@ class ContextSearch:
     # -- program 3 and read-back: the best set itself ----------------------------------------
     def best_sets(self, queries: Sequence[tuple[int, int, int]]) -> list[NodeSetChoice]:
         """Best node set for each ``(stage_count, latency threshold, remaining threshold)``."""
-        results: list[NodeSetChoice] = []
-        for begin in range(0, len(queries), _BATCH):
-            results.extend(self._best_sets_batch(queries[begin:begin + _BATCH]))
-        return results
+        # Batches of similar stage counts: a batch needs only the states and the depth
+        # within a group that its largest stage count can reach.
+        order = sorted(range(len(queries)), key=lambda i: queries[i][0])
+        results: list[NodeSetChoice | None] = [None] * len(queries)
+        begin = 0
+        while begin < len(order):
+            end = begin + 1
+            while (end < len(order) and end - begin < _BATCH
+                   and self._table_bytes(queries[order[end]][0], end + 1 - begin) <= _TABLE_BYTES):
+                end += 1
+            batch = order[begin:end]
+            found = self._best_sets_batch([queries[i] for i in batch])
+            for index, choice in zip(batch, found, strict=True):
+                results[index] = choice
+            begin = end
+        return [choice for choice in results if choice is not None]
+
+    def _table_bytes(self, most_stages: int, batch: int) -> int:
+        """Memory the read-back tables of one batch take."""
+        rows = sum(min(len(group.nodes), most_stages) + 1 for group in self.groups)
+        return rows * batch * (most_stages + 1) * self.width * 8
 
     def _best_sets_batch(self, queries: Sequence[tuple[int, int, int]]) -> list[NodeSetChoice]:
-        size = self.state_count + 1
+        most_stages = max(k for k, _, _ in queries)
+        size = (most_stages + 1) * self.width
         q = len(queries)
         lat_limit = np.array([t for _, t, _ in queries], dtype=np.int64)
         rem_limit = np.array([r for _, _, r in queries], dtype=np.int64)
@@ -235,20 +255,24 @@ class ContextSearch:
             group = self.groups[g]
             avail = (group.latencies[None, :] <= lat_limit[:, None]).sum(axis=1)
             avails[g] = avail
-            depth = min(int(avail.max(initial=0)), self.max_stages)
-            rows = [value.copy()]
+            depth = min(int(avail.max(initial=0)), most_stages)
+            table = np.empty((depth + 1, q, size), dtype=np.int64)
+            table[0] = value
             state = np.arange(size)
             low = np.full(size, _INF, dtype=np.int64)
             for j in range(1, depth + 1):
                 low = np.minimum(low, self.step_remaining[g, state])
                 state = self.next_state[g, state]
                 after = value[:, state]
-                cand = np.where((after > _NEG) & (low[None, :] >= rem_limit[:, None]),
-                                after + j * group.usable, _NEG)
-                cand[avail < j] = _NEG
-                rows.append(np.maximum(rows[-1], cand))
-            tables[g] = np.stack(rows)  # (depth + 1, q, size)
-            value = rows[-1]
+                usable = (after > _NEG) & (low[None, :] >= rem_limit[:, None])
+                usable &= (avail >= j)[:, None]
+                np.maximum(table[j - 1], np.where(usable, after + j * group.usable, _NEG),
+                           out=table[j])
+                if not state.any():  # every walk has ended: deeper rows change nothing
+                    table[j + 1:] = table[j]
+                    break
+            tables[g] = table  # (depth + 1, q, size)
+            value = table[depth]
         return [
             self._read_back(i, k, t, r, value[i], tables, avails[:, i])
             for i, (k, t, r) in enumerate(queries)

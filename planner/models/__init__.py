@@ -1,0 +1,24 @@
+"""Model metadata for the planner: GGUF files, presets of published models, GPU catalog.
+
+Pure core: no widgets, no plotting.
+"""
+
+from planner.models.gguf_reader import from_gguf
+from planner.models.gpus import GpuModel, load_gpu_catalog
+from planner.models.kv_cache import CACHE_TYPES, SUPPORTED_ARCHITECTURES
+from planner.models.presets import data_dir, list_presets, load_preset
+from planner.models.spec import ModelError, ModelSpec, describe_model
+
+__all__ = [
+    "CACHE_TYPES",
+    "SUPPORTED_ARCHITECTURES",
+    "GpuModel",
+    "ModelError",
+    "ModelSpec",
+    "data_dir",
+    "describe_model",
+    "from_gguf",
+    "list_presets",
+    "load_gpu_catalog",
+    "load_preset",
+]

@@ -1,0 +1,291 @@
+"""Planner inputs read from a GGUF file's header and tensor table.
+
+Only the metadata and the tensor table are read, memory-mapped through
+``gguf.GGUFReader``; no tensor data is touched. A split model (``name-00001-of-00003.gguf``)
+is read as one model from any of its shards.
+
+Where the weights are counted:
+
+- ``model_weight_bytes`` is the size of every tensor in the model, all shards together;
+- ``layer_weight_bytes[j]`` is the size of the ``blk.j.*`` tensors, plus the tensors
+  outside the blocks: input-side ones (``token_embd*``, ``position_embd``, ``token_types``,
+  ``per_layer_token_embd``) are added to the first layer, every other one (``output``,
+  ``output_norm``, rope tables, ...) to the last layer. ``sum(layer_weight_bytes) ==
+  model_weight_bytes``. The notes give the sizes moved; llama.cpp keeps the token
+  embedding in host memory, so counting it on the first stage is conservative.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from planner.models.kv_cache import check_cache_type, layout_from_gguf
+from planner.models.spec import ModelError, ModelSpec
+from planner.units import format_bytes
+
+GGUF_MAGIC = b"GGUF"
+SHARD_NAME = re.compile(r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
+BLOCK_TENSOR = re.compile(r"^blk\.(?P<layer>\d+)\.")
+INPUT_TENSOR_PREFIXES = ("token_embd", "position_embd", "token_types", "per_layer_token_embd")
+# Parse failures of the gguf reader that mean it ran off the end of the file.
+_CORRUPT_MARKERS = ("magic", "version", "unknown/unhandled", "is not a valid", "duplicate",
+                    "alignment")
+
+
+@dataclass(frozen=True, slots=True)
+class TensorEntry:
+    name: str
+    type_name: str
+    n_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class GgufHeader:
+    """One file's metadata (as plain Python values) and tensor table."""
+
+    path: Path
+    metadata: Mapping[str, Any]
+    tensors: tuple[TensorEntry, ...]
+
+
+def _check_magic(path: Path) -> None:
+    if not path.exists():
+        raise ModelError("GgufNotFound", f"{path}: no such file", file=str(path))
+    if not path.is_file():
+        raise ModelError("NotGguf", f"{path}: not a regular file", file=str(path))
+    with path.open("rb") as handle:
+        magic = handle.read(4)
+    if len(magic) < 4:
+        if GGUF_MAGIC.startswith(magic) and magic:
+            raise ModelError("TruncatedGguf", f"{path}: file ends inside the GGUF magic",
+                             file=str(path))
+        raise ModelError("NotGguf", f"{path}: file is empty or too short to be GGUF",
+                         file=str(path))
+    if magic != GGUF_MAGIC:
+        raise ModelError(
+            "NotGguf", f"{path}: not a GGUF file (starts with {magic!r}, expected b'GGUF')",
+            file=str(path),
+        )
+
+
+def _field_value(field: Any) -> Any:
+    value = field.contents()
+    if hasattr(value, "item"):
+        value = value.item()
+    return value
+
+
+def read_header(path: Path) -> GgufHeader:
+    """Parse one GGUF file's header and tensor table (memory-mapped).
+
+    Parsing a large vocabulary takes seconds, so headers are cached per file path, size
+    and modification time.
+    """
+    _check_magic(path)
+    status = path.stat()
+    return _read_header_cached(path, status.st_size, status.st_mtime_ns)
+
+
+@lru_cache(maxsize=32)
+def _read_header_cached(path: Path, size: int, mtime_ns: int) -> GgufHeader:
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(path, "r")
+    except (ValueError, IndexError, KeyError, OverflowError, TypeError) as exc:
+        text = str(exc)
+        lowered = text.lower()
+        if "version" in lowered and "handle" in lowered:
+            raise ModelError("UnsupportedGgufVersion", f"{path}: {text}",
+                             file=str(path)) from None
+        if any(marker in lowered for marker in _CORRUPT_MARKERS):
+            raise ModelError("InvalidGguf", f"{path}: malformed GGUF header: {text}",
+                             file=str(path)) from None
+        raise ModelError(
+            "TruncatedGguf",
+            f"{path}: the file ends before the header, tensor table or tensor data it "
+            f"declares (truncated download, or a corrupt length field)",
+            file=str(path), reader_error=text,
+        ) from None
+    metadata: dict[str, Any] = {}
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key.startswith("tokenizer."):
+            continue
+        try:
+            metadata[key] = _field_value(field)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ModelError("InvalidGguf", f"{path}: GGUF key {key!r} cannot be read: {exc}",
+                             file=str(path), key=key) from None
+    tensors = tuple(
+        TensorEntry(tensor.name, tensor.tensor_type.name, int(tensor.n_bytes))
+        for tensor in reader.tensors
+    )
+    return GgufHeader(path=path, metadata=MappingProxyType(metadata), tensors=tensors)
+
+
+def _split_count(header: GgufHeader) -> int:
+    count = header.metadata.get("split.count")
+    if count is None:
+        return 1
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ModelError("InvalidGguf", f"{header.path}: GGUF key 'split.count' must be a "
+                         f"positive integer (got {count!r})", file=str(header.path),
+                         key="split.count")
+    return count
+
+
+def read_shards(path: str | Path) -> list[GgufHeader]:
+    """The headers of a model's shards in order, given any one of them."""
+    given_path = Path(path)
+    given = read_header(given_path)
+    count = _split_count(given)
+    if count == 1:
+        return [given]
+    match = SHARD_NAME.match(given_path.name)
+    if match is None or int(match["count"]) != count:
+        raise ModelError(
+            "MissingGgufShard",
+            f"{given_path}: the file is shard of a {count}-part split model but its name does "
+            f"not follow NAME-0000i-of-{count:05d}.gguf, so the other shards cannot be found",
+            file=str(given_path),
+        )
+    shard_paths = [
+        given_path.with_name(f"{match['prefix']}-{index:05d}-of-{count:05d}.gguf")
+        for index in range(1, count + 1)
+    ]
+    missing = [str(p) for p in shard_paths if not p.exists()]
+    if missing:
+        raise ModelError(
+            "MissingGgufShard",
+            f"{given_path}: split model of {count} shards is missing {', '.join(missing)}",
+            file=str(given_path), missing=missing,
+        )
+    headers = [given if p == given_path else read_header(p) for p in shard_paths]
+    for index, header in enumerate(headers):
+        number = header.metadata.get("split.no")
+        if number != index or _split_count(header) != count:
+            raise ModelError(
+                "InvalidGguf",
+                f"{header.path}: expected shard {index} of {count}, the file says shard "
+                f"{number!r} of {header.metadata.get('split.count')!r}",
+                file=str(header.path), key="split.no",
+            )
+    declared = headers[0].metadata.get("split.tensors.count")
+    found = sum(len(header.tensors) for header in headers)
+    if declared is not None and declared != found:
+        raise ModelError(
+            "InvalidGguf",
+            f"{headers[0].path}: the split declares {declared} tensors but its {count} shards "
+            f"hold {found}",
+            file=str(headers[0].path), key="split.tensors.count",
+        )
+    return headers
+
+
+def _required(metadata: Mapping[str, Any], key: str, where: Path) -> Any:
+    value = metadata.get(key)
+    if value is None:
+        raise ModelError("MissingGgufKey", f"{where}: GGUF key {key!r} is missing",
+                         file=str(where), key=key)
+    return value
+
+
+def _positive(metadata: Mapping[str, Any], key: str, where: Path) -> int:
+    value = _required(metadata, key, where)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ModelError("InvalidGguf", f"{where}: GGUF key {key!r} must be a positive "
+                         f"integer (got {value!r})", file=str(where), key=key)
+    return value
+
+
+def layer_weights(tensors: Iterable[TensorEntry], layer_count: int,
+                  where: Path) -> tuple[tuple[int, ...], int, int]:
+    """Per-layer bytes with the non-block tensors folded in, plus the bytes moved to the
+    first and to the last layer."""
+    per_layer = [0] * layer_count
+    to_first = 0
+    to_last = 0
+    for tensor in tensors:
+        match = BLOCK_TENSOR.match(tensor.name)
+        if match is not None:
+            layer = int(match["layer"])
+            if layer >= layer_count:
+                raise ModelError(
+                    "InvalidGguf",
+                    f"{where}: tensor {tensor.name!r} belongs to layer {layer}, but the model "
+                    f"declares {layer_count} layers",
+                    file=str(where), tensor=tensor.name,
+                )
+            per_layer[layer] += tensor.n_bytes
+        elif tensor.name.startswith(INPUT_TENSOR_PREFIXES):
+            to_first += tensor.n_bytes
+        else:
+            to_last += tensor.n_bytes
+    per_layer[0] += to_first
+    per_layer[-1] += to_last
+    return tuple(per_layer), to_first, to_last
+
+
+def from_gguf(path: str | Path, kv_cache_type: str = "f16") -> ModelSpec:
+    """Planner inputs for the GGUF model at ``path`` (any shard of a split model)."""
+    check_cache_type(kv_cache_type)
+    headers = read_shards(path)
+    first = headers[0]
+    where = first.path
+    metadata = first.metadata
+    architecture = _required(metadata, "general.architecture", where)
+    if not isinstance(architecture, str) or not architecture:
+        raise ModelError("InvalidGguf", f"{where}: GGUF key 'general.architecture' must be a "
+                         f"name (got {architecture!r})", file=str(where),
+                         key="general.architecture")
+    layer_count = _positive(metadata, f"{architecture}.block_count", where)
+    native_context = _positive(metadata, f"{architecture}.context_length", where)
+    layout = layout_from_gguf(architecture, metadata, layer_count, str(where))
+    table = layout.table()
+    table_types = [cache_type for cache_type, _ in table]
+    if kv_cache_type not in table_types:
+        raise ModelError(
+            "IncompatibleKvCacheType",
+            f"{where}: this model's cache rows cannot be stored as {kv_cache_type}; "
+            f"possible: {', '.join(table_types)}",
+            file=str(where), kv_cache_type=kv_cache_type,
+        )
+    tensors = [tensor for header in headers for tensor in header.tensors]
+    if not tensors:
+        raise ModelError("InvalidGguf", f"{where}: the model has no tensors", file=str(where))
+    per_layer, to_first, to_last = layer_weights(tensors, layer_count, where)
+    total = sum(tensor.n_bytes for tensor in tensors)
+    notes = [
+        f"model_weight_bytes counts all {len(tensors)} tensors; tensors outside the blocks "
+        f"are counted in layer_weight_bytes: {format_bytes(to_first)} of input tensors "
+        f"(token_embd, which llama.cpp keeps in host memory) in layer 0 and "
+        f"{format_bytes(to_last)} of output tensors (output, output_norm) in layer "
+        f"{layer_count - 1}",
+        *layout.notes,
+    ]
+    if len(headers) > 1:
+        notes.insert(0, f"split model: {len(headers)} shards read as one")
+    name = metadata.get("general.name")
+    if not isinstance(name, str) or not name.strip():
+        match = SHARD_NAME.match(where.name)
+        name = match["prefix"] if match else where.stem
+    table_dict = dict(table)
+    return ModelSpec(
+        name=name,
+        architecture=architecture,
+        layer_count=layer_count,
+        native_context_length=native_context,
+        model_weight_bytes=total,
+        layer_weight_bytes=per_layer,
+        kv_bytes_per_token=table_dict[kv_cache_type],
+        kv_cache_type=kv_cache_type,
+        kv_cache_table=table,
+        source=str(where),
+        notes=tuple(notes),
+    )

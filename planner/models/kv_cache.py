@@ -1,0 +1,419 @@
+"""KV cache bytes per token, as llama.cpp allocates them.
+
+For each layer that keeps a cache, llama.cpp allocates one K row of
+``key_length * n_head_kv(layer)`` elements and one V row of ``value_length *
+n_head_kv(layer)`` elements per cached token, each stored in the cache type's blocks:
+``row(t, n) = n / block(t) * block_bytes(t)``. The per-token figure of a model is the sum
+over its layers.
+
+Three kinds of layer do not fit that sentence, and this module handles each the way
+llama.cpp does:
+
+- latent attention (MLA, ``deepseek2``): the cache holds one compressed row of
+  ``kv_lora_rank + rope_dim`` elements per layer (GGUF ``key_length`` with one KV head)
+  and, since llama.cpp's V-less cache (January 2026), no V row at all;
+- sliding-window layers (``gpt-oss``, ``gemma2``/``gemma3``, ``cohere2``, ``llama4``, ...):
+  they live in a separate cache of fixed size (about ``window * lanes + micro-batch``
+  cells), so they add nothing per token of context; the fixed part is reported in notes;
+- multi-token-prediction layers (``glm4moe``, ``bailingmoe2``): loaded but never run, and
+  given no cache.
+
+Architectures whose cache this module cannot describe exactly (recurrent and hybrid
+models, shared-KV models, unknown names) are refused with ``UnsupportedArchitecture``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from planner.models.spec import ModelError
+from planner.units import format_bytes
+
+# (elements per block, bytes per block) for the cache types llama.cpp accepts for
+# --cache-type-k / --cache-type-v.
+CACHE_TYPES: dict[str, tuple[int, int]] = {
+    "f32": (1, 4),
+    "f16": (1, 2),
+    "bf16": (1, 2),
+    "q8_0": (32, 34),
+    "q5_1": (32, 24),
+    "q5_0": (32, 22),
+    "q4_1": (32, 20),
+    "q4_0": (32, 18),
+    "iq4_nl": (32, 18),
+}
+DEFAULT_CACHE_TYPE = "f16"
+
+# llama.cpp sizes a sliding-window cache for this many parallel sequences and this
+# micro-batch by default (llama-server --parallel 4, --ubatch-size 512) and pads it to 256.
+DEFAULT_PARALLEL_LANES = 4
+DEFAULT_MICRO_BATCH = 512
+WINDOW_CACHE_PADDING = 256
+
+
+def check_cache_type(cache_type: str) -> str:
+    if cache_type not in CACHE_TYPES:
+        raise ModelError(
+            "UnknownKvCacheType",
+            f"unknown KV cache type {cache_type!r}; use one of {', '.join(CACHE_TYPES)}",
+            kv_cache_type=cache_type,
+            known=list(CACHE_TYPES),
+        )
+    return cache_type
+
+
+def row_bytes(cache_type: str, elements: int) -> int:
+    """Bytes of one cache row of ``elements`` values stored as ``cache_type``."""
+    block, block_bytes = CACHE_TYPES[check_cache_type(cache_type)]
+    if elements % block:
+        raise ModelError(
+            "IncompatibleKvCacheType",
+            f"a cache row of {elements} elements cannot be stored as {cache_type} "
+            f"(blocks of {block})",
+            kv_cache_type=cache_type,
+            elements=elements,
+        )
+    return elements // block * block_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LayerCache:
+    """Elements cached per token by one layer."""
+
+    key_elements: int
+    value_elements: int
+
+    def bytes_per_token(self, cache_type: str) -> int:
+        return row_bytes(cache_type, self.key_elements) + row_bytes(
+            cache_type, self.value_elements
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class KvLayout:
+    """How a model's KV cache is laid out.
+
+    ``context_layers`` grow with the context; ``window_layers`` sit in a fixed-size
+    sliding-window cache of ``sliding_window`` tokens per sequence.
+    """
+
+    context_layers: tuple[LayerCache, ...]
+    window_layers: tuple[LayerCache, ...] = ()
+    sliding_window: int = 0
+    notes: tuple[str, ...] = ()
+
+    def bytes_per_token(self, cache_type: str) -> int:
+        return sum(layer.bytes_per_token(cache_type) for layer in self.context_layers)
+
+    def table(self) -> tuple[tuple[str, int], ...]:
+        """``(cache_type, bytes_per_token)`` for every cache type the rows can be stored in."""
+        entries = []
+        for cache_type in CACHE_TYPES:
+            try:
+                size = self.bytes_per_token(cache_type)
+                for layer in self.window_layers:
+                    layer.bytes_per_token(cache_type)
+            except ModelError:
+                continue
+            entries.append((cache_type, size))
+        return tuple(entries)
+
+    def window_cells(self, parallel_lanes: int = DEFAULT_PARALLEL_LANES,
+                     micro_batch: int = DEFAULT_MICRO_BATCH) -> int:
+        if not self.window_layers:
+            return 0
+        cells = self.sliding_window * parallel_lanes + micro_batch
+        return -(-cells // WINDOW_CACHE_PADDING) * WINDOW_CACHE_PADDING
+
+    def window_cache_bytes(self, cache_type: str,
+                           parallel_lanes: int = DEFAULT_PARALLEL_LANES,
+                           micro_batch: int = DEFAULT_MICRO_BATCH) -> int:
+        """Fixed bytes of the sliding-window cache (at most this; less for short contexts)."""
+        per_cell = sum(layer.bytes_per_token(cache_type) for layer in self.window_layers)
+        return per_cell * self.window_cells(parallel_lanes, micro_batch)
+
+
+def full_attention_layout(layers: int, kv_heads: int, key_length: int,
+                          value_length: int) -> KvLayout:
+    """Every layer caches K and V for the whole context."""
+    layer = LayerCache(key_length * kv_heads, value_length * kv_heads)
+    return KvLayout(context_layers=(layer,) * layers)
+
+
+def latent_attention_layout(layers: int, kv_lora_rank: int, rope_dim: int) -> KvLayout:
+    """MLA: one compressed row of ``kv_lora_rank + rope_dim`` per layer, no V row."""
+    width = kv_lora_rank + rope_dim
+    note = (
+        f"latent attention (MLA): llama.cpp caches one {width}-element row per layer "
+        f"(kv_lora_rank {kv_lora_rank} + rope {rope_dim}) and no V cache; builds before "
+        f"its V-less cache (January 2026) also kept a {kv_lora_rank}-element V row, "
+        f"almost doubling the KV memory"
+    )
+    return KvLayout(context_layers=(LayerCache(width, 0),) * layers, notes=(note,))
+
+
+def sliding_window_layout(layers: Sequence[LayerCache], is_window: Sequence[bool],
+                          sliding_window: int) -> KvLayout:
+    """Split layers into context-length caches and fixed sliding-window caches."""
+    context = tuple(layer for layer, window in zip(layers, is_window, strict=True)
+                    if not window)
+    windowed = tuple(layer for layer, window in zip(layers, is_window, strict=True) if window)
+    layout = KvLayout(context_layers=context, window_layers=windowed,
+                      sliding_window=sliding_window)
+    if not windowed:
+        return layout
+    cells = layout.window_cells()
+    f16_bytes = layout.window_cache_bytes("f16")
+    note = (
+        f"{len(windowed)} of {len(layers)} layers use a {sliding_window}-token sliding "
+        f"window; llama.cpp keeps them in a separate fixed cache of at most {cells:,} cells "
+        f"(window x {DEFAULT_PARALLEL_LANES} lanes + {DEFAULT_MICRO_BATCH}-token micro-batch, "
+        f"padded to {WINDOW_CACHE_PADDING}) = {format_bytes(f16_bytes)} at f16, which does "
+        f"not grow with the context and is not part of kv_bytes_per_token; keep it in the "
+        f"runtime headroom"
+    )
+    return KvLayout(context_layers=context, window_layers=windowed,
+                    sliding_window=sliding_window, notes=(note,))
+
+
+# --- GGUF metadata ---------------------------------------------------------------------
+
+# Architectures whose every layer keeps a full-context K and V cache in llama.cpp (no
+# sliding window, no latent attention, no recurrent state). Per-layer head counts, including
+# zero for attention-free layers (deci, openelm), are honoured.
+FULL_ATTENTION_ARCHITECTURES = frozenset({
+    "llama", "deci", "falcon", "baichuan", "grok", "gpt2", "gptneox", "mpt", "starcoder",
+    "refact", "bloom", "stablelm", "qwen", "qwen2", "qwen2moe", "qwen2vl", "qwen3",
+    "qwen3moe", "qwen3vl", "qwen3vlmoe", "phi2", "phi3", "phimoe", "plamo", "codeshell",
+    "orion", "internlm2", "minicpm", "gemma", "starcoder2", "xverse", "command-r", "dbrx",
+    "olmo", "olmoe", "openelm", "arctic", "deepseek", "chatglm", "glm4", "bitnet", "jais",
+    "nemotron", "exaone", "granite", "granitemoe", "chameleon", "bailingmoe", "dots1",
+    "arcee", "ernie4_5", "ernie4_5-moe", "hunyuan-moe", "hunyuan-dense", "smollm3",
+    "seed_oss", "grovemoe", "apertus", "minimax-m2", "cogvlm", "mistral3", "maincoder",
+    "pangu-embedded",
+})
+LATENT_ATTENTION_ARCHITECTURES = frozenset({"deepseek2"})
+# Architectures whose last ``nextn_predict_layers`` blocks are multi-token-prediction
+# layers: llama.cpp loads their weights but gives them no KV cache.
+NEXTN_ARCHITECTURES = frozenset({"glm4moe", "bailingmoe2"})
+
+
+def _pattern(layer_count: int, period: int, dense_first: bool = False) -> list[bool]:
+    """llama.cpp's set_swa_pattern: every ``period``-th layer is full attention."""
+    if period == 0:
+        return [True] * layer_count
+    if dense_first:
+        return [index % period != 0 for index in range(layer_count)]
+    return [index % period < period - 1 for index in range(layer_count)]
+
+
+SlidingRule = Callable[[int, int | None], tuple[list[bool], int] | None]
+
+
+def _always(period: int, default_window: int | None = None,
+            dense_first: bool = False) -> SlidingRule:
+    def rule(layer_count: int, window: int | None) -> tuple[list[bool], int] | None:
+        size = window if window is not None else default_window
+        if size is None:
+            raise KeyError("attention.sliding_window")
+        return _pattern(layer_count, period, dense_first), size
+    return rule
+
+
+def _when_window(period: int, forced_window: int | None = None,
+                 dense_first: bool = False) -> SlidingRule:
+    def rule(layer_count: int, window: int | None) -> tuple[list[bool], int] | None:
+        if window is None or window <= 0:
+            return None
+        size = forced_window if forced_window is not None else window
+        return _pattern(layer_count, period, dense_first), size
+    return rule
+
+
+def _llama4(layer_count: int, window: int | None) -> tuple[list[bool], int] | None:
+    # Chunked attention of 8192 tokens on 3 layers out of 4, unless the file sets the
+    # window to 0 (then every layer is full attention).
+    if window == 0:
+        return None
+    return _pattern(layer_count, 4), 8192
+
+
+def _exaone4(layer_count: int, window: int | None) -> tuple[list[bool], int] | None:
+    # Only the 64-layer (32B) model interleaves sliding windows.
+    if layer_count != 64:
+        return None
+    return _pattern(layer_count, 4), window if window is not None else 4096
+
+
+SLIDING_WINDOW_ARCHITECTURES: dict[str, SlidingRule] = {
+    "gpt-oss": _always(2),
+    "gemma2": _always(2, default_window=4096),
+    "gemma3": _when_window(6),
+    "cohere2": _always(4),
+    "olmo2": _when_window(4),
+    "afmoe": _when_window(4),
+    "smallthinker": _when_window(4, forced_window=4096, dense_first=True),
+    "llama4": _llama4,
+    "exaone4": _exaone4,
+}
+
+SUPPORTED_ARCHITECTURES = (
+    FULL_ATTENTION_ARCHITECTURES | LATENT_ATTENTION_ARCHITECTURES | NEXTN_ARCHITECTURES
+    | frozenset(SLIDING_WINDOW_ARCHITECTURES)
+)
+
+
+class MetadataReader:
+    """Typed access to one model's ``{arch}.*`` GGUF keys, with errors naming file and key."""
+
+    def __init__(self, architecture: str, metadata: Mapping[str, Any], where: str,
+                 layer_count: int) -> None:
+        self.architecture = architecture
+        self.metadata = metadata
+        self.where = where
+        self.layer_count = layer_count
+
+    def key(self, name: str) -> str:
+        return f"{self.architecture}.{name}"
+
+    def missing(self, name: str) -> ModelError:
+        key = self.key(name)
+        return ModelError("MissingGgufKey", f"{self.where}: GGUF key {key!r} is missing",
+                          file=self.where, key=key)
+
+    def bad(self, name: str, problem: str, value: Any) -> ModelError:
+        key = self.key(name)
+        return ModelError("InvalidGguf", f"{self.where}: GGUF key {key!r} {problem} "
+                          f"(got {value!r})", file=self.where, key=key)
+
+    def optional_int(self, name: str) -> int | None:
+        value = self.metadata.get(self.key(name))
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self.bad(name, "must be a non-negative integer", value)
+        return value
+
+    def int(self, name: str) -> int:
+        value = self.optional_int(name)
+        if value is None:
+            raise self.missing(name)
+        return value
+
+    def per_layer(self, name: str, default: list[int] | None = None) -> list[int]:
+        """A key that is either one integer for all layers or an array of one per layer."""
+        value = self.metadata.get(self.key(name))
+        if value is None:
+            if default is None:
+                raise self.missing(name)
+            return default
+        if isinstance(value, list):
+            if len(value) != self.layer_count:
+                raise self.bad(name, f"has {len(value)} entries for {self.layer_count} layers",
+                               value)
+            for entry in value:
+                if isinstance(entry, bool) or not isinstance(entry, int) or entry < 0:
+                    raise self.bad(name, "must hold non-negative integers", value)
+            return list(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self.bad(name, "must be a non-negative integer or an array of them", value)
+        return [value] * self.layer_count
+
+
+def layout_from_gguf(architecture: str, metadata: Mapping[str, Any], layer_count: int,
+                     where: str) -> KvLayout:
+    """The KV layout llama.cpp builds for a GGUF model.
+
+    ``metadata`` maps full GGUF keys (``qwen3moe.attention.head_count_kv``) to values;
+    ``where`` names the file in error messages.
+    """
+    if architecture not in SUPPORTED_ARCHITECTURES:
+        raise ModelError(
+            "UnsupportedArchitecture",
+            f"{where}: architecture {architecture!r} is not supported: its KV cache layout "
+            f"(recurrent state, shared KV layers or an unknown scheme) cannot be derived "
+            f"exactly; supported: {', '.join(sorted(SUPPORTED_ARCHITECTURES))}",
+            file=where,
+            architecture=architecture,
+        )
+    meta = MetadataReader(architecture, metadata, where, layer_count)
+    head_count = meta.per_layer("attention.head_count")
+    head_count_kv = meta.per_layer("attention.head_count_kv", default=head_count)
+    key_length = meta.optional_int("attention.key_length")
+    value_length = meta.optional_int("attention.value_length")
+    if key_length is None or value_length is None:
+        embedding_length = meta.int("embedding_length")
+        if head_count[0] == 0:
+            raise meta.bad("attention.head_count", "is 0 for layer 0, so the head size "
+                           "cannot be derived", head_count[0])
+        default_length = embedding_length // head_count[0]
+        key_length = default_length if key_length is None else key_length
+        value_length = default_length if value_length is None else value_length
+
+    notes: list[str] = []
+    latent = (architecture in LATENT_ATTENTION_ARCHITECTURES
+              and bool(meta.optional_int("attention.key_length_mla"))
+              and bool(meta.optional_int("attention.value_length_mla")))
+    if latent:
+        layers = [LayerCache(key_length * heads, 0) for heads in head_count_kv]
+        kv_lora_rank = meta.optional_int("attention.kv_lora_rank")
+        rank = f" (kv_lora_rank {kv_lora_rank} + rope)" if kv_lora_rank else ""
+        notes.append(
+            f"latent attention (MLA): llama.cpp caches one {key_length}-element row per "
+            f"layer{rank} and no V cache; builds before its V-less cache (January 2026) also "
+            f"kept a {value_length}-element V row per layer"
+        )
+    else:
+        layers = [LayerCache(key_length * heads, value_length * heads)
+                  for heads in head_count_kv]
+        if architecture in LATENT_ATTENTION_ARCHITECTURES:
+            notes.append(
+                "this deepseek2 file predates latent-attention metadata "
+                "(no attention.key_length_mla), so llama.cpp caches full per-head K and V"
+            )
+
+    kv_layer_count = layer_count
+    if architecture in NEXTN_ARCHITECTURES:
+        nextn = meta.optional_int("nextn_predict_layers") or 0
+        if nextn >= layer_count:
+            raise meta.bad("nextn_predict_layers", f"leaves no layers of {layer_count}", nextn)
+        kv_layer_count = layer_count - nextn
+        if nextn:
+            notes.append(
+                f"the last {nextn} block(s) are multi-token-prediction layers: llama.cpp "
+                f"loads their weights but never runs them and gives them no KV cache"
+            )
+    layers = layers[:kv_layer_count]
+
+    window = meta.optional_int("attention.sliding_window")
+    rule = SLIDING_WINDOW_ARCHITECTURES.get(architecture)
+    sliding = None
+    if rule is not None:
+        try:
+            sliding = rule(layer_count, window)
+        except KeyError as exc:
+            raise meta.missing(str(exc.args[0])) from None
+    elif window:
+        notes.append(
+            f"the file sets a {window}-token sliding window, which llama.cpp does not apply "
+            f"to {architecture}: every layer keeps a full-context cache"
+        )
+    if sliding is not None:
+        is_window, window_size = sliding
+        layout = sliding_window_layout(layers, is_window[:kv_layer_count], window_size)
+    else:
+        layout = KvLayout(context_layers=tuple(layers))
+    if not layout.context_layers or layout.bytes_per_token("f32") == 0:
+        raise ModelError(
+            "UnsupportedArchitecture",
+            f"{where}: no layer of this {architecture} model keeps a context-length KV cache",
+            file=where, architecture=architecture,
+        )
+    return KvLayout(
+        context_layers=layout.context_layers,
+        window_layers=layout.window_layers,
+        sliding_window=layout.sliding_window,
+        notes=tuple(notes) + layout.notes,
+    )

@@ -1,0 +1,314 @@
+"""Model presets: planner inputs for published models, each number cited.
+
+One TOML file per model in ``data/models/``. A preset states the published architecture
+facts (layers, native context, KV heads and head sizes, or the latent-attention ranks, or
+the sliding-window layout) and the weight bytes with how they were obtained; the KV bytes
+per token for every cache type are computed from the facts with the same formula as for a
+GGUF file. A preset may pin the figure for one cache type (``[kv.stated]``) when a source
+it reproduces states a different number; it must say why.
+
+File layout::
+
+    id = "llama-3.1-70b"                 # matched case-insensitively, as is ``name``
+    name = "Llama-3.1-70B-Instruct"
+    architecture = "llama"               # llama.cpp's GGUF architecture name
+
+    [config]                             # the model's published config
+    source = "<url>"
+    layer_count = 80                     # blocks in the GGUF
+    native_context_length = 131072
+
+    [attention]
+    kind = "full"                        # or "mla" or "sliding_window"
+    kv_layer_count = 80                  # layers that keep a KV cache
+    kv_head_count = 8                    # full / sliding_window
+    key_length = 128
+    value_length = 128
+    # mla:            kv_lora_rank, rope_head_dim
+    # sliding_window: sliding_window, full_attention_layer_count
+
+    [weights]
+    bytes = 74963313152
+    method = "estimate"                  # or "file_size" or "design"
+    quantisation = "Q8_0"
+    source = "<where the number comes from>"
+    [[weights.parts]]                    # estimate = sum(ceil(parameters * bits / 8))
+    parameters = 70553706496
+    bits_per_weight = 8.5
+
+    [kv]
+    default_cache_type = "f16"
+    [kv.stated.q8_0]                     # optional
+    bytes_per_token = 131072
+    reason = "..."
+
+The data directory is ``<repository>/data`` (``PLANNER_DATA_DIR`` overrides it).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import replace
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from planner.models.kv_cache import (
+    CACHE_TYPES,
+    KvLayout,
+    check_cache_type,
+    full_attention_layout,
+    latent_attention_layout,
+    sliding_window_layout,
+)
+from planner.models.spec import ModelError, ModelSpec
+
+DATA_DIR_ENV = "PLANNER_DATA_DIR"
+WEIGHT_METHODS = ("estimate", "file_size", "design")
+ATTENTION_KINDS = ("full", "mla", "sliding_window")
+
+
+def data_dir() -> Path:
+    """The data directory: ``$PLANNER_DATA_DIR`` or the repository's ``data/``."""
+    override = os.environ.get(DATA_DIR_ENV)
+    path = Path(override) if override else Path(__file__).resolve().parents[2] / "data"
+    if not path.is_dir():
+        origin = f"${DATA_DIR_ENV}" if override else "the repository checkout"
+        raise ModelError(
+            "MissingDataDir",
+            f"data directory {path} (from {origin}) does not exist; set {DATA_DIR_ENV} to the "
+            f"folder holding models/ and gpus.toml",
+            path=str(path),
+        )
+    return path
+
+
+def presets_dir() -> Path:
+    path = data_dir() / "models"
+    if not path.is_dir():
+        raise ModelError("MissingDataDir", f"preset directory {path} does not exist",
+                         path=str(path))
+    return path
+
+
+class _Table:
+    """Typed reads from one TOML table, with errors naming the file and the field."""
+
+    def __init__(self, data: Any, where: str, prefix: str = "") -> None:
+        self.where = where
+        self.prefix = prefix
+        if not isinstance(data, Mapping):
+            raise self.error("", "must be a table", data)
+        self.data = data
+
+    def error(self, key: str, problem: str, value: Any = None) -> ModelError:
+        field_name = f"{self.prefix}{key}" or "(file)"
+        shown = f" (got {value!r})" if value is not None else ""
+        return ModelError("InvalidPreset", f"{self.where}: {field_name} {problem}{shown}",
+                          file=self.where, field=field_name)
+
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def text(self, key: str) -> str:
+        value = self.data.get(key)
+        if not isinstance(value, str) or not value.strip():
+            raise self.error(key, "must be a non-empty string", value)
+        return value
+
+    def positive(self, key: str) -> int:
+        value = self.data.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise self.error(key, "must be a positive integer", value)
+        return value
+
+    def number(self, key: str) -> Fraction:
+        value = self.data.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise self.error(key, "must be a positive number", value)
+        return Fraction(str(value))
+
+    def table(self, key: str) -> _Table:
+        if key not in self.data:
+            raise self.error(key, "is missing")
+        return _Table(self.data[key], self.where, f"{self.prefix}{key}.")
+
+    def tables(self, key: str) -> list[_Table]:
+        value = self.data.get(key)
+        if not isinstance(value, list) or not value:
+            raise self.error(key, "must be a non-empty array of tables", value)
+        return [_Table(item, self.where, f"{self.prefix}{key}[{index}].")
+                for index, item in enumerate(value)]
+
+    def only(self, *allowed: str) -> None:
+        for key in self.data:
+            if key not in allowed:
+                raise self.error(key, f"is not a known field; expected {', '.join(allowed)}")
+
+
+def estimate_bytes(parts: list[tuple[int, Fraction]]) -> int:
+    """Bytes of weights stored at the given bits per weight, part by part, rounded up."""
+    total = 0
+    for parameters, bits in parts:
+        size = parameters * bits / 8
+        total += size.numerator // size.denominator + (size.denominator != 1)
+    return total
+
+
+def _layout(attention: _Table, layer_count: int) -> KvLayout:
+    layout = _attention_layout(attention, layer_count)
+    kv_layers = len(layout.context_layers) + len(layout.window_layers)
+    if kv_layers == layer_count:
+        return layout
+    note = (f"only {kv_layers} of the {layer_count} layers keep a KV cache (llama.cpp gives "
+            f"the multi-token-prediction layers none)")
+    return replace(layout, notes=(*layout.notes, note))
+
+
+def _attention_layout(attention: _Table, layer_count: int) -> KvLayout:
+    kind = attention.text("kind")
+    kv_layers = attention.positive("kv_layer_count")
+    if kv_layers > layer_count:
+        raise attention.error("kv_layer_count", f"exceeds config.layer_count {layer_count}",
+                              kv_layers)
+    if kind == "full":
+        attention.only("kind", "kv_layer_count", "kv_head_count", "key_length", "value_length")
+        return full_attention_layout(kv_layers, attention.positive("kv_head_count"),
+                                     attention.positive("key_length"),
+                                     attention.positive("value_length"))
+    if kind == "mla":
+        attention.only("kind", "kv_layer_count", "kv_lora_rank", "rope_head_dim")
+        return latent_attention_layout(kv_layers, attention.positive("kv_lora_rank"),
+                                       attention.positive("rope_head_dim"))
+    if kind == "sliding_window":
+        attention.only("kind", "kv_layer_count", "kv_head_count", "key_length", "value_length",
+                       "sliding_window", "full_attention_layer_count")
+        full = full_attention_layout(kv_layers, attention.positive("kv_head_count"),
+                                     attention.positive("key_length"),
+                                     attention.positive("value_length"))
+        full_layers = attention.positive("full_attention_layer_count")
+        if full_layers > kv_layers:
+            raise attention.error("full_attention_layer_count",
+                                  f"exceeds kv_layer_count {kv_layers}", full_layers)
+        is_window = [index >= full_layers for index in range(kv_layers)]
+        return sliding_window_layout(full.context_layers, is_window,
+                                     attention.positive("sliding_window"))
+    raise attention.error("kind", f"must be one of {', '.join(ATTENTION_KINDS)}", kind)
+
+
+def _weights(weights: _Table) -> tuple[int, str]:
+    weights.only("bytes", "method", "quantisation", "source", "parts")
+    size = weights.positive("bytes")
+    method = weights.text("method")
+    if method not in WEIGHT_METHODS:
+        raise weights.error("method", f"must be one of {', '.join(WEIGHT_METHODS)}", method)
+    quantisation = weights.text("quantisation")
+    source = weights.text("source")
+    if method == "estimate":
+        parts = []
+        for part in weights.tables("parts"):
+            part.only("parameters", "bits_per_weight", "what")
+            parts.append((part.positive("parameters"), part.number("bits_per_weight")))
+        expected = estimate_bytes(parts)
+        if expected != size:
+            raise weights.error("bytes", f"does not match its parts: parameters x bits / 8 "
+                                f"gives {expected:,}", size)
+        note = f"weights: ESTIMATE for {quantisation} (parameters x bits per weight): {source}"
+    elif method == "file_size":
+        note = f"weights: {quantisation} GGUF file size: {source}"
+    else:
+        note = f"weights: {quantisation}, the design's figure: {source}"
+    return size, note
+
+
+def _kv(kv: _Table, layout: KvLayout) -> tuple[str, tuple[tuple[str, int], ...], list[str]]:
+    kv.only("default_cache_type", "stated")
+    default = kv.text("default_cache_type")
+    try:
+        check_cache_type(default)
+    except ModelError as exc:
+        raise kv.error("default_cache_type", exc.message, default) from None
+    table = dict(layout.table())
+    notes = []
+    if kv.has("stated"):
+        stated = kv.table("stated")
+        for cache_type in stated.data:
+            if cache_type not in CACHE_TYPES:
+                raise stated.error(cache_type, f"is not a cache type ({', '.join(CACHE_TYPES)})")
+            entry = stated.table(cache_type)
+            entry.only("bytes_per_token", "reason")
+            size = entry.positive("bytes_per_token")
+            reason = entry.text("reason")
+            formula = table.get(cache_type)
+            table[cache_type] = size
+            notes.append(
+                f"KV at {cache_type} is the stated {size:,} B/token (the formula gives "
+                f"{formula:,}): {reason}" if formula is not None else
+                f"KV at {cache_type} is the stated {size:,} B/token: {reason}"
+            )
+    if default not in table:
+        raise kv.error("default_cache_type", "cannot store this model's cache rows", default)
+    return default, tuple(table.items()), notes
+
+
+def _parse(path: Path) -> tuple[str, ModelSpec]:
+    where = str(path)
+    try:
+        with path.open("rb") as handle:
+            raw = tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise ModelError("InvalidPreset", f"{where}: not valid TOML: {exc}",
+                         file=where) from None
+    root = _Table(raw, where)
+    root.only("id", "name", "architecture", "config", "attention", "weights", "kv")
+    preset_id = root.text("id")
+    if preset_id != path.stem:
+        raise root.error("id", f"must match the file name {path.stem!r}", preset_id)
+    config = root.table("config")
+    config.only("source", "layer_count", "native_context_length")
+    layer_count = config.positive("layer_count")
+    layout = _layout(root.table("attention"), layer_count)
+    weight_bytes, weight_note = _weights(root.table("weights"))
+    default, table, kv_notes = _kv(root.table("kv"), layout)
+    spec = ModelSpec(
+        name=root.text("name"),
+        architecture=root.text("architecture"),
+        layer_count=layer_count,
+        native_context_length=config.positive("native_context_length"),
+        model_weight_bytes=weight_bytes,
+        layer_weight_bytes=None,
+        kv_bytes_per_token=dict(table)[default],
+        kv_cache_type=default,
+        kv_cache_table=table,
+        source=f"preset {preset_id} (models/{path.name}); architecture: "
+               f"{config.text('source')}",
+        notes=(weight_note, *kv_notes, *layout.notes),
+    )
+    return preset_id, spec
+
+
+def _load_all() -> dict[str, ModelSpec]:
+    presets: dict[str, ModelSpec] = {}
+    for path in sorted(presets_dir().glob("*.toml")):
+        preset_id, spec = _parse(path)
+        presets[preset_id] = spec
+    return presets
+
+
+def list_presets() -> list[str]:
+    """The ids of every preset, sorted."""
+    return sorted(path.stem for path in presets_dir().glob("*.toml"))
+
+
+def load_preset(name: str, kv_cache_type: str | None = None) -> ModelSpec:
+    """The preset whose id or display name is ``name`` (case-insensitive)."""
+    wanted = name.strip().casefold()
+    presets = _load_all()
+    for preset_id, spec in presets.items():
+        if wanted in (preset_id.casefold(), spec.name.casefold()):
+            return spec if kv_cache_type is None else spec.with_kv_cache_type(kv_cache_type)
+    known = ", ".join(f"{preset_id} ({spec.name})" for preset_id, spec in presets.items())
+    raise ModelError("UnknownPreset", f"no preset named {name!r}; known: {known}",
+                     name=name, known=list(presets))

@@ -1,0 +1,272 @@
+"""What the planner needs to know about a model, and where each number came from.
+
+A :class:`ModelSpec` carries the SPEC's planning-input names (``native_context_length``,
+``layer_count``, ``model_weight_bytes``, ``layer_weight_bytes``, ``kv_bytes_per_token``)
+beside the architecture, the KV cache type the per-token figure is for, the figure for
+every other cache type the spec knows, a source and notes. ``planning_fields()`` drops
+straight into a planning request.
+
+Invariants (checked on construction):
+
+- every count and size is a positive integer;
+- ``layer_weight_bytes``, when given, has one entry per layer and adds up to
+  ``model_weight_bytes``;
+- ``kv_bytes_per_token`` is the table's entry for ``kv_cache_type``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from planner.units import format_bytes
+
+
+class ModelError(ValueError):
+    """Model metadata could not be read, derived or found.
+
+    ``code`` is stable: ``NotGguf``, ``TruncatedGguf``, ``InvalidGguf``,
+    ``UnsupportedGgufVersion``, ``GgufNotFound``, ``MissingGgufShard``, ``MissingGgufKey``,
+    ``UnsupportedArchitecture``, ``UnknownKvCacheType``, ``IncompatibleKvCacheType``,
+    ``UnknownPreset``, ``InvalidPreset``, ``MissingDataDir``, ``InvalidGpuCatalog`` or
+    ``InvalidModelSpec``. ``details`` holds the file, key or value behind the message.
+    """
+
+    def __init__(self, code: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details: dict[str, Any] = details
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, **self.details}
+
+
+def _invalid(field_name: str, problem: str, value: Any) -> ModelError:
+    return ModelError(
+        "InvalidModelSpec", f"{field_name}: {problem} (got {value!r})", field=field_name,
+        value=value,
+    )
+
+
+def _positive_int(value: Any, field_name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _invalid(field_name, "must be an integer", value)
+    if value <= 0:
+        raise _invalid(field_name, "must be positive", value)
+    return value
+
+
+def _text(value: Any, field_name: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _invalid(field_name, "must be a non-empty string", value)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """Planner inputs for one model at one KV cache type.
+
+    ``kv_cache_table`` holds ``(cache_type, bytes_per_token)`` pairs for every cache type
+    the spec knows; ``kv_bytes_per_token_by_type`` shows it as a dict. It is a tuple so the
+    spec stays hashable.
+    """
+
+    name: str
+    architecture: str
+    layer_count: int
+    native_context_length: int
+    model_weight_bytes: int
+    layer_weight_bytes: tuple[int, ...] | None
+    kv_bytes_per_token: int
+    kv_cache_type: str
+    kv_cache_table: tuple[tuple[str, int], ...]
+    source: str
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _text(self.name, "name")
+        _text(self.architecture, "architecture")
+        _text(self.source, "source")
+        _positive_int(self.layer_count, "layer_count")
+        _positive_int(self.native_context_length, "native_context_length")
+        _positive_int(self.model_weight_bytes, "model_weight_bytes")
+        _positive_int(self.kv_bytes_per_token, "kv_bytes_per_token")
+        if self.layer_weight_bytes is not None:
+            if not isinstance(self.layer_weight_bytes, tuple):
+                raise _invalid("layer_weight_bytes", "must be a tuple or None",
+                               self.layer_weight_bytes)
+            if len(self.layer_weight_bytes) != self.layer_count:
+                raise _invalid(
+                    "layer_weight_bytes",
+                    f"needs one entry per layer ({self.layer_count}), has "
+                    f"{len(self.layer_weight_bytes)}",
+                    len(self.layer_weight_bytes),
+                )
+            for index, size in enumerate(self.layer_weight_bytes):
+                if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+                    raise _invalid(f"layer_weight_bytes[{index}]",
+                                   "must be a non-negative integer", size)
+            total = sum(self.layer_weight_bytes)
+            if total != self.model_weight_bytes:
+                raise _invalid(
+                    "layer_weight_bytes",
+                    f"adds up to {total:,} but model_weight_bytes is "
+                    f"{self.model_weight_bytes:,}",
+                    total,
+                )
+        if not isinstance(self.kv_cache_table, tuple) or not self.kv_cache_table:
+            raise _invalid("kv_cache_table", "must be a non-empty tuple of (type, bytes)",
+                           self.kv_cache_table)
+        seen: set[str] = set()
+        for entry in self.kv_cache_table:
+            if not (isinstance(entry, tuple) and len(entry) == 2):
+                raise _invalid("kv_cache_table", "entries must be (type, bytes) pairs", entry)
+            cache_type, size = entry
+            _text(cache_type, "kv_cache_table type")
+            _positive_int(size, f"kv_cache_table[{cache_type}]")
+            if cache_type in seen:
+                raise _invalid("kv_cache_table", "lists a cache type twice", cache_type)
+            seen.add(cache_type)
+        table = dict(self.kv_cache_table)
+        if self.kv_cache_type not in table:
+            raise _invalid("kv_cache_type", f"is not in the table ({', '.join(table)})",
+                           self.kv_cache_type)
+        if table[self.kv_cache_type] != self.kv_bytes_per_token:
+            raise _invalid(
+                "kv_bytes_per_token",
+                f"differs from the table's {table[self.kv_cache_type]:,} for "
+                f"{self.kv_cache_type}",
+                self.kv_bytes_per_token,
+            )
+        if not isinstance(self.notes, tuple) or not all(isinstance(n, str) for n in self.notes):
+            raise _invalid("notes", "must be a tuple of strings", self.notes)
+
+    @property
+    def kv_bytes_per_token_by_type(self) -> dict[str, int]:
+        """KV bytes per token (all layers together) for each cache type the spec knows."""
+        return dict(self.kv_cache_table)
+
+    def with_kv_cache_type(self, kv_cache_type: str) -> ModelSpec:
+        """The same model planned with another KV cache type."""
+        table = self.kv_bytes_per_token_by_type
+        if kv_cache_type not in table:
+            raise ModelError(
+                "UnknownKvCacheType",
+                f"{self.name} has no KV figure for cache type {kv_cache_type!r}; known: "
+                f"{', '.join(table)}",
+                kv_cache_type=kv_cache_type,
+                known=list(table),
+            )
+        return replace(self, kv_cache_type=kv_cache_type,
+                       kv_bytes_per_token=table[kv_cache_type])
+
+    def planning_fields(self) -> dict[str, Any]:
+        """The model's part of a planning request (SPEC section 1 names)."""
+        return {
+            "native_context_length": self.native_context_length,
+            "layer_count": self.layer_count,
+            "model_weight_bytes": self.model_weight_bytes,
+            "layer_weight_bytes": (
+                list(self.layer_weight_bytes) if self.layer_weight_bytes is not None else None
+            ),
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "architecture": self.architecture,
+            "layer_count": self.layer_count,
+            "native_context_length": self.native_context_length,
+            "model_weight_bytes": self.model_weight_bytes,
+            "layer_weight_bytes": (
+                list(self.layer_weight_bytes) if self.layer_weight_bytes is not None else None
+            ),
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_cache_type": self.kv_cache_type,
+            "kv_bytes_per_token_by_type": self.kv_bytes_per_token_by_type,
+            "source": self.source,
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ModelSpec:
+        if not isinstance(data, Mapping):
+            raise _invalid("model spec", "must be a mapping", data)
+        required = ("name", "architecture", "layer_count", "native_context_length",
+                    "model_weight_bytes", "kv_bytes_per_token", "kv_cache_type",
+                    "kv_bytes_per_token_by_type", "source")
+        optional = ("layer_weight_bytes", "notes")
+        for key in required:
+            if key not in data:
+                raise _invalid(key, "is required", None)
+        for key in data:
+            if key not in required + optional:
+                raise _invalid(key, f"unknown field; expected {', '.join(required + optional)}",
+                               data[key])
+        layers = data.get("layer_weight_bytes")
+        if layers is not None and not isinstance(layers, list | tuple):
+            raise _invalid("layer_weight_bytes", "must be a list or null", layers)
+        table = data["kv_bytes_per_token_by_type"]
+        if not isinstance(table, Mapping):
+            raise _invalid("kv_bytes_per_token_by_type", "must be a mapping", table)
+        notes = data.get("notes", [])
+        if not isinstance(notes, list | tuple):
+            raise _invalid("notes", "must be a list of strings", notes)
+        return cls(
+            name=data["name"],
+            architecture=data["architecture"],
+            layer_count=data["layer_count"],
+            native_context_length=data["native_context_length"],
+            model_weight_bytes=data["model_weight_bytes"],
+            layer_weight_bytes=tuple(layers) if layers is not None else None,
+            kv_bytes_per_token=data["kv_bytes_per_token"],
+            kv_cache_type=data["kv_cache_type"],
+            kv_cache_table=tuple((str(k), v) for k, v in table.items()),
+            source=data["source"],
+            notes=tuple(notes),
+        )
+
+
+def _bytes(value: int) -> str:
+    return f"{format_bytes(value)} ({value:,} B)"
+
+
+def describe_model(spec: ModelSpec) -> str:
+    """A multi-line, human-readable summary of a model spec."""
+    lines = [
+        f"{spec.name}",
+        f"  architecture          {spec.architecture}",
+        f"  source                {spec.source}",
+        f"  layers                {spec.layer_count}",
+        f"  native context        {spec.native_context_length:,} tokens",
+        f"  weights               {_bytes(spec.model_weight_bytes)}",
+    ]
+    if spec.layer_weight_bytes is not None:
+        sizes = spec.layer_weight_bytes
+        lines.append(
+            f"  per-layer weights     min {format_bytes(min(sizes))}, "
+            f"max {format_bytes(max(sizes))}, first {format_bytes(sizes[0])}, "
+            f"last {format_bytes(sizes[-1])}"
+        )
+    else:
+        lines.append("  per-layer weights     not known; planned as an even split")
+    lines.append(
+        f"  KV cache              {spec.kv_cache_type}: {spec.kv_bytes_per_token:,} B per token "
+        f"({_bytes(spec.kv_bytes_per_token * spec.native_context_length)} at native context)"
+    )
+    others = ", ".join(
+        f"{cache_type} {size:,}" for cache_type, size in spec.kv_cache_table
+        if cache_type != spec.kv_cache_type
+    )
+    if others:
+        lines.append(f"  other cache types     {others} (B per token)")
+    if spec.notes:
+        lines.append("  notes")
+        lines.extend(f"    - {note}" for note in spec.notes)
+    return "\n".join(lines)

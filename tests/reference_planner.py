@@ -1,0 +1,163 @@
+"""A plain exhaustive planner: the SPEC rules written as directly as possible.
+
+It tries every subset of every size and keeps the best by the SPEC's ordering. It is
+exponential and lives only in the tests, as the oracle the real planner is compared to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+from math import ceil
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Fitted:
+    context_length: int
+    node_ids: tuple[str, ...]
+    spans: tuple[int, ...]
+    remaining: tuple[int, ...]
+    estimate: int | None
+
+
+class ReferenceError_(Exception):
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def usable(node: dict[str, Any]) -> int:
+    cap = node["detected_vram_bytes"]
+    if node.get("max_vram_bytes") is not None:
+        cap = min(cap, node["max_vram_bytes"])
+    return max(0, cap - node.get("runtime_headroom_bytes", 0))
+
+
+def contexts(req: dict[str, Any]) -> list[int]:
+    if req.get("context_length_override") is not None:
+        return [req["context_length_override"]]
+    native = req["native_context_length"]
+    floor = min(native, 65536)
+    steps = [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
+    return sorted({s for s in steps if floor <= s <= native} | {native}, reverse=True)
+
+
+def lanes(req: dict[str, Any]) -> list[int]:
+    if req.get("parallel_lanes_override") is not None:
+        return [req["parallel_lanes_override"]]
+    return [4, 3, 2, 1]
+
+
+def counts(req: dict[str, Any]) -> list[int]:
+    low = max(req.get("minimum_nodes", 1) or 0, 1)
+    return list(range(low, min(len(req["nodes"]), req["layer_count"]) + 1))
+
+
+def weights(req: dict[str, Any]) -> list[int]:
+    layer_count = req["layer_count"]
+    given = req.get("layer_weight_bytes")
+    if given is not None and len(given) == layer_count:
+        return list(given)
+    return [ceil(req["model_weight_bytes"] / layer_count)] * layer_count
+
+
+def fit(req: dict[str, Any], nodes: list[dict[str, Any]], context: int) -> Fitted | None:
+    layer_count = req["layer_count"]
+    kv_layer = ceil(req["kv_bytes_per_token"] / layer_count)
+    need = [w + kv_layer * context for w in weights(req)]
+    ordered = sorted(nodes, key=lambda n: (-usable(n), n["node_id"]))
+    k = len(ordered)
+    nxt = 0
+    spans, remaining = [], []
+    for i, node in enumerate(ordered):
+        assignable = (layer_count - nxt) - (k - 1 - i)
+        span, used = 0, 0
+        while span < assignable and used + need[nxt + span] <= usable(node):
+            used += need[nxt + span]
+            span += 1
+        if span == 0:
+            return None
+        spans.append(span)
+        remaining.append(usable(node) - used)
+        nxt += span
+    if nxt != layer_count:
+        return None
+    known = [n["stage_transfer_latency_ms"] for n in ordered
+             if n.get("stage_transfer_latency_ms") is not None]
+    estimate = k * max(known) if known else None
+    return Fitted(context, tuple(n["node_id"] for n in ordered), tuple(spans),
+                  tuple(remaining), estimate)
+
+
+def set_key(f: Fitted) -> tuple[Any, ...]:
+    return (f.estimate or 0, -min(f.remaining), -sum(f.remaining), f.node_ids)
+
+
+def best_set(req: dict[str, Any], context: int, k: int) -> Fitted | None:
+    fitting = [f for subset in combinations(req["nodes"], k)
+               if (f := fit(req, list(subset), context)) is not None]
+    return min(fitting, key=set_key) if fitting else None
+
+
+def check(req: dict[str, Any]) -> None:
+    if req["native_context_length"] == 0:
+        raise ReferenceError_("MissingNativeContext")
+    if req["layer_count"] == 0:
+        raise ReferenceError_("MissingLayers")
+    if req["model_weight_bytes"] == 0:
+        raise ReferenceError_("MissingModelWeights")
+    if req["kv_bytes_per_token"] == 0:
+        raise ReferenceError_("MissingKvBytesPerToken")
+    if not req["nodes"]:
+        raise ReferenceError_("MissingNodes")
+    override = req.get("context_length_override")
+    if override is not None and override > req["native_context_length"]:
+        raise ReferenceError_("ContextExceedsNative")
+    if override is not None and override < min(req["native_context_length"], 65536):
+        raise ReferenceError_("ContextBelowMinimum")
+    if req.get("parallel_lanes_override") == 0:
+        raise ReferenceError_("ZeroParallelLanes")
+
+
+def table(req: dict[str, Any]) -> dict[tuple[int, int], Fitted | None]:
+    """Best set for every (context, count), in the planner's order."""
+    return {(c, k): best_set(req, c, k) for c in contexts(req) for k in counts(req)}
+
+
+def plan(req: dict[str, Any]) -> dict[str, Any]:
+    """SPEC section 7 plan, or raises ReferenceError_ with the SPEC code."""
+    check(req)
+    latency_on = any(n.get("stage_transfer_latency_ms") is not None for n in req["nodes"])
+    target = req.get("target_decode_tpot_ms")
+    lane = lanes(req)[0]
+    chosen: Fitted | None = None
+    if not latency_on:
+        for c in contexts(req):
+            for k in counts(req):
+                chosen = best_set(req, c, k)
+                if chosen is not None:
+                    break
+            if chosen is not None:
+                break
+    else:
+        shapes = [f for f in table(req).values() if f is not None]
+
+        def shape_key(f: Fitted) -> tuple[Any, ...]:
+            met = f.estimate is None or target is None or f.estimate <= target
+            return (not met, f.estimate or 0, -f.context_length, *set_key(f)[1:])
+
+        chosen = min(shapes, key=shape_key) if shapes else None
+    if chosen is None:
+        raise ReferenceError_("NoValidTopology")
+    w = weights(req)
+    stages, start = [], 0
+    for i, (node_id, span) in enumerate(zip(chosen.node_ids, chosen.spans, strict=True)):
+        stages.append({"stage_id": f"stage-{i}", "stage_index": i, "node_id": node_id,
+                       "layer_start": start, "layer_end": start + span,
+                       "parameter_bytes": sum(w[start:start + span])})
+        start += span
+    met = None if chosen.estimate is None or target is None else chosen.estimate <= target
+    return {"context_length": chosen.context_length, "parallel_lanes": lane, "stages": stages,
+            "estimated_decode_network_ms_per_token": chosen.estimate,
+            "decode_tpot_target_met": met}

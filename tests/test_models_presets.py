@@ -1,0 +1,333 @@
+"""Presets of published models and the GPU catalog, checked against their own cited facts.
+
+The KV figures are recomputed here from each file's architecture facts with the brief's
+formula, independently of planner.models.kv_cache.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from planner.models import (
+    ModelError,
+    ModelSpec,
+    data_dir,
+    list_presets,
+    load_gpu_catalog,
+    load_preset,
+)
+
+DATA = Path(__file__).resolve().parent / "data"
+REQUIRED_PRESETS = {
+    "qwen3-coder-480b-a35b", "qwen3-235b-a22b", "llama-3.1-70b", "llama-3.1-405b",
+    "deepseek-v3", "gpt-oss-120b", "mixtral-8x22b", "glm-4.5",
+}
+# Bytes per element of each KV cache type: block bytes over block elements.
+ELEMENT_BYTES = {
+    "f32": Fraction(4), "f16": Fraction(2), "bf16": Fraction(2),
+    "q8_0": Fraction(34, 32), "q5_1": Fraction(24, 32), "q5_0": Fraction(22, 32),
+    "q4_1": Fraction(20, 32), "q4_0": Fraction(18, 32), "iq4_nl": Fraction(18, 32),
+}
+SPEC_PLANNING_FIELDS = {"native_context_length", "layer_count", "model_weight_bytes",
+                        "layer_weight_bytes", "kv_bytes_per_token"}
+
+
+def preset_file(preset_id: str) -> dict[str, Any]:
+    with (data_dir() / "models" / f"{preset_id}.toml").open("rb") as handle:
+        return tomllib.load(handle)
+
+
+def formula_kv(attention: dict[str, Any], cache_type: str) -> int:
+    """K+V elements cached per token, summed over the layers whose cache grows, in bytes."""
+    if attention["kind"] == "mla":
+        elements = attention["kv_layer_count"] * (
+            attention["kv_lora_rank"] + attention["rope_head_dim"])
+    else:
+        layers = attention.get("full_attention_layer_count", attention["kv_layer_count"])
+        elements = layers * attention["kv_head_count"] * (
+            attention["key_length"] + attention["value_length"])
+    size = elements * ELEMENT_BYTES[cache_type]
+    assert size.denominator == 1
+    return int(size)
+
+
+def test_required_presets_are_listed() -> None:
+    assert set(list_presets()) >= REQUIRED_PRESETS
+    assert list_presets() == sorted(list_presets())
+
+
+@pytest.mark.parametrize("preset_id", sorted(REQUIRED_PRESETS))
+def test_every_preset_loads_with_positive_numbers(preset_id: str) -> None:
+    spec = load_preset(preset_id)
+    assert isinstance(spec, ModelSpec)
+    fields = spec.planning_fields()
+    assert set(fields) == SPEC_PLANNING_FIELDS
+    assert fields["layer_weight_bytes"] is None
+    for key in SPEC_PLANNING_FIELDS - {"layer_weight_bytes"}:
+        assert isinstance(fields[key], int) and fields[key] > 0, key
+    assert all(size > 0 for size in spec.kv_bytes_per_token_by_type.values())
+    assert spec.notes and spec.notes[0].startswith("weights:")
+    assert "huggingface.co" in spec.source
+
+
+@pytest.mark.parametrize("preset_id", sorted(REQUIRED_PRESETS))
+def test_kv_per_token_agrees_with_the_architecture_facts(preset_id: str) -> None:
+    raw = preset_file(preset_id)
+    stated = raw["kv"].get("stated", {})
+    spec = load_preset(preset_id)
+    for cache_type, size in spec.kv_bytes_per_token_by_type.items():
+        expected = formula_kv(raw["attention"], cache_type)
+        if cache_type in stated:
+            assert size == stated[cache_type]["bytes_per_token"]
+            assert len(stated[cache_type]["reason"]) > 40
+            assert abs(size - expected) / expected < 0.05
+            assert any(f"formula gives {expected:,}" in note for note in spec.notes)
+        else:
+            assert size == expected, cache_type
+    assert raw["attention"]["kv_layer_count"] <= raw["config"]["layer_count"]
+
+
+@pytest.mark.parametrize("preset_id", sorted(REQUIRED_PRESETS))
+def test_estimated_weights_are_parameters_times_bits(preset_id: str) -> None:
+    weights = preset_file(preset_id)["weights"]
+    assert weights["method"] in {"estimate", "file_size", "design"}
+    assert weights["source"] and weights["quantisation"]
+    if weights["method"] != "estimate":
+        return
+    total = 0
+    for part in weights["parts"]:
+        size = Fraction(part["parameters"]) * Fraction(str(part["bits_per_weight"])) / 8
+        total += -(-size.numerator // size.denominator)
+    assert weights["bytes"] == total
+    assert "ESTIMATE" in load_preset(preset_id).notes[0]
+
+
+def test_published_architecture_facts() -> None:
+    facts = {
+        "qwen3-coder-480b-a35b": (62, 262_144, 253_952),
+        "qwen3-235b-a22b": (94, 262_144, 94 * 2 * 4 * 128 * 2),
+        "llama-3.1-70b": (80, 131_072, 80 * 2 * 8 * 128 * 2),
+        "llama-3.1-405b": (126, 131_072, 126 * 2 * 8 * 128 * 2),
+        "deepseek-v3": (61, 163_840, 61 * (512 + 64) * 2),
+        "gpt-oss-120b": (36, 131_072, 18 * 2 * 8 * 64 * 2),
+        "mixtral-8x22b": (56, 65_536, 56 * 2 * 8 * 128 * 2),
+        "glm-4.5": (93, 131_072, 92 * 2 * 8 * 128 * 2),
+    }
+    for preset_id, (layers, context, kv_f16) in facts.items():
+        spec = load_preset(preset_id)
+        assert spec.layer_count == layers, preset_id
+        assert spec.native_context_length == context, preset_id
+        assert spec.kv_bytes_per_token_by_type["f16"] == kv_f16, preset_id
+
+
+def test_qwen_480b_reproduces_the_design_inputs() -> None:
+    spec = load_preset("qwen3-coder-480b-a35b")
+    assert spec.kv_cache_type == "q8_0"
+    assert spec.planning_fields() == {
+        "native_context_length": 262_144,
+        "layer_count": 62,
+        "model_weight_bytes": 315_680_000_000,
+        "layer_weight_bytes": None,
+        "kv_bytes_per_token": 131_072,
+    }
+    scenarios = json.loads((DATA / "planner_seed_scenarios.json").read_text())
+    qwen_rows = [row for row in scenarios if row["name"].startswith("qwen480b")]
+    assert qwen_rows
+    for row in qwen_rows:
+        request = row["input"]
+        for key, value in spec.planning_fields().items():
+            if key in request:
+                assert request[key] == value, (row["name"], key)
+
+
+def test_lookup_by_id_or_display_name_ignores_case() -> None:
+    by_id = load_preset("LLAMA-3.1-70B")
+    assert by_id == load_preset("llama-3.1-70b-instruct")
+    assert by_id == load_preset("  Llama-3.1-70B-Instruct ")
+    quantized = load_preset("deepseek-v3", kv_cache_type="q8_0")
+    assert quantized.kv_bytes_per_token == 61 * 576 // 32 * 34
+
+
+def test_unknown_preset_lists_the_known_ones() -> None:
+    with pytest.raises(ModelError) as caught:
+        load_preset("gpt-5")
+    assert caught.value.code == "UnknownPreset"
+    message = str(caught.value)
+    assert "'gpt-5'" in message
+    for preset_id in REQUIRED_PRESETS:
+        assert preset_id in message
+
+
+def test_unknown_cache_type_for_a_preset() -> None:
+    with pytest.raises(ModelError) as caught:
+        load_preset("glm-4.5", kv_cache_type="q2_k")
+    assert caught.value.code == "UnknownKvCacheType"
+
+
+# --- the data directory ------------------------------------------------------------------
+
+def test_data_dir_is_the_repository_data_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PLANNER_DATA_DIR", raising=False)
+    assert data_dir() == Path(__file__).resolve().parents[1] / "data"
+
+
+def test_missing_data_dir_names_the_path(monkeypatch: pytest.MonkeyPatch,
+                                         tmp_path: Path) -> None:
+    absent = tmp_path / "nowhere"
+    monkeypatch.setenv("PLANNER_DATA_DIR", str(absent))
+    with pytest.raises(ModelError) as caught:
+        list_presets()
+    assert caught.value.code == "MissingDataDir"
+    assert str(absent) in str(caught.value)
+
+
+MINIMAL_PRESET = """
+id = "tiny"
+name = "Tiny Model"
+architecture = "llama"
+[config]
+source = "https://example.org/config.json"
+layer_count = 4
+native_context_length = 8192
+[attention]
+kind = "full"
+kv_layer_count = 4
+kv_head_count = 2
+key_length = 64
+value_length = 64
+[weights]
+bytes = 1000
+method = "file_size"
+quantisation = "Q8_0"
+source = "tiny-Q8_0.gguf, 1000 bytes"
+[kv]
+default_cache_type = "q8_0"
+"""
+
+
+def _data_dir_with(tmp_path: Path, text: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    models = tmp_path / "models"
+    models.mkdir()
+    path = models / "tiny.toml"
+    path.write_text(text)
+    monkeypatch.setenv("PLANNER_DATA_DIR", str(tmp_path))
+    return path
+
+
+def test_data_dir_override(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _data_dir_with(tmp_path, MINIMAL_PRESET, monkeypatch)
+    assert list_presets() == ["tiny"]
+    spec = load_preset("Tiny Model")
+    assert spec.kv_bytes_per_token == 4 * 2 * 2 * 64 // 32 * 34
+    assert spec.model_weight_bytes == 1000
+    assert spec.notes[0] == "weights: Q8_0 GGUF file size: tiny-Q8_0.gguf, 1000 bytes"
+
+
+@pytest.mark.parametrize(
+    ("edit", "field_name"),
+    [
+        (("layer_count = 4", "layer_count = 0"), "config.layer_count"),
+        (('kind = "full"', 'kind = "linear"'), "attention.kind"),
+        (("kv_layer_count = 4", "kv_layer_count = 5"), "attention.kv_layer_count"),
+        (('method = "file_size"', 'method = "guess"'), "weights.method"),
+        (('default_cache_type = "q8_0"', 'default_cache_type = "q3"'),
+         "kv.default_cache_type"),
+        (('id = "tiny"', 'id = "small"'), "id"),
+        (("key_length = 64", "key_len = 64"), "attention.key_len"),
+    ],
+)
+def test_invalid_preset_names_file_and_field(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, edit: tuple[str, str],
+        field_name: str) -> None:
+    path = _data_dir_with(tmp_path, MINIMAL_PRESET.replace(*edit), monkeypatch)
+    with pytest.raises(ModelError) as caught:
+        load_preset("tiny")
+    assert caught.value.code == "InvalidPreset"
+    assert caught.value.details["field"] == field_name
+    assert str(path) in str(caught.value)
+
+
+def test_estimate_that_does_not_match_its_parts_is_refused(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    text = MINIMAL_PRESET.replace('method = "file_size"', 'method = "estimate"') + """
+[[weights.parts]]
+parameters = 1000
+bits_per_weight = 8.5
+"""
+    # 1000 x 8.5 / 8 = 1062.5, rounded up to 1063, not the stated 1000.
+    path = _data_dir_with(tmp_path, text, monkeypatch)
+    with pytest.raises(ModelError) as caught:
+        load_preset("tiny")
+    assert caught.value.details["field"] == "weights.bytes"
+    assert "1,063" in str(caught.value)
+    path.write_text(text.replace("bytes = 1000\n", "bytes = 1063\n", 1))
+    assert load_preset("tiny").model_weight_bytes == 1063
+
+
+# --- GPU catalog -------------------------------------------------------------------------
+
+def test_gpu_catalog_covers_common_accelerators() -> None:
+    catalog = {gpu.name: gpu for gpu in load_gpu_catalog()}
+    for name, memory in [
+        ("NVIDIA H100 80GB", 80 * 2**30),
+        ("NVIDIA H200 141GB", 141 * 2**30),
+        ("NVIDIA A100 40GB", 40 * 2**30),
+        ("NVIDIA A100 80GB", 80 * 2**30),
+        ("NVIDIA L40S", 48 * 2**30),
+        ("NVIDIA GeForce RTX 3090", 24 * 2**30),
+        ("NVIDIA GeForce RTX 4090", 24 * 2**30),
+        ("NVIDIA GeForce RTX 5090", 32 * 2**30),
+        ("AMD Instinct MI300X", 192 * 2**30),
+    ]:
+        assert catalog[name].memory_bytes == memory, name
+
+
+def test_apple_entries_use_the_metal_working_set_not_total_ram() -> None:
+    with (data_dir() / "gpus.toml").open("rb") as handle:
+        raw = tomllib.load(handle)["gpu"]
+    apple = [entry for entry in raw if entry["vendor"] == "Apple"]
+    assert {entry["name"] for entry in apple} >= {"Apple M2 Ultra 192GB",
+                                                  "Apple M3 Ultra 512GB"}
+    catalog = {gpu.name: gpu for gpu in load_gpu_catalog()}
+    for entry in apple:
+        assert entry["memory_bytes"] < entry["unified_memory_bytes"]
+        assert catalog[entry["name"]].memory_bytes == entry["memory_bytes"]
+        assert "working-set" in catalog[entry["name"]].note
+    assert catalog["Apple M2 Ultra 192GB"].memory_bytes == 144 * 2**30
+
+
+def test_gpu_round_trip_and_unique_names() -> None:
+    catalog = load_gpu_catalog()
+    assert len({gpu.name for gpu in catalog}) == len(catalog)
+    for gpu in catalog:
+        assert gpu.memory_bytes > 0 and gpu.vendor and gpu.note
+        assert type(gpu).from_dict(gpu.to_dict()) == gpu
+
+
+def test_gpu_catalog_with_a_duplicate_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
+    entry = ('[[gpu]]\nname = "X"\nvendor = "V"\nmemory_bytes = 1024\nnote = "n"\n')
+    (tmp_path / "gpus.toml").write_text(entry + entry)
+    monkeypatch.setenv("PLANNER_DATA_DIR", str(tmp_path))
+    with pytest.raises(ModelError) as caught:
+        load_gpu_catalog()
+    assert caught.value.code == "InvalidGpuCatalog"
+    assert "X" in str(caught.value)
+
+
+def test_apple_budget_must_match_its_fraction(monkeypatch: pytest.MonkeyPatch,
+                                              tmp_path: Path) -> None:
+    (tmp_path / "gpus.toml").write_text(
+        '[[gpu]]\nname = "M"\nvendor = "Apple"\nmemory_bytes = 1000\n'
+        'unified_memory_bytes = 2000\nworking_set_fraction = 0.75\nnote = "n"\n')
+    monkeypatch.setenv("PLANNER_DATA_DIR", str(tmp_path))
+    with pytest.raises(ModelError) as caught:
+        load_gpu_catalog()
+    assert caught.value.details["field"] == "memory_bytes"
+    assert "1500" in str(caught.value)

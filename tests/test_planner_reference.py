@@ -1,0 +1,141 @@
+"""The planner against the plain exhaustive reference, on random fleets."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+import reference_planner as ref
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from planner_strategies import requests
+
+import planner
+
+
+def _planner_outcome(request: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return planner.plan_topology(request).to_dict()
+    except planner.PlanError as error:
+        return {"error": error.code}
+
+
+def _reference_outcome(request: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return ref.plan(request)
+    except ref.ReferenceError_ as error:
+        return {"error": error.code}
+
+
+@settings(max_examples=400)
+@given(requests())
+def test_plan_matches_exhaustive_reference(request: dict[str, Any]) -> None:
+    assert _planner_outcome(request) == _reference_outcome(request)
+
+
+@settings(max_examples=150)
+@given(requests(max_nodes=8))
+def test_candidates_match_exhaustive_reference(request: dict[str, Any]) -> None:
+    try:
+        ref.check(request)
+    except ref.ReferenceError_ as error:
+        with pytest.raises(planner.PlanError) as caught:
+            planner.candidates(request)
+        assert caught.value.code == error.code
+        return
+    frame = planner.candidates(request)
+    expected = ref.table(request)
+    lanes = ref.lanes(request)
+    assert len(frame) == len(expected) * len(lanes)
+    rows = iter(frame.itertuples(index=False))
+    for (context, count), best in expected.items():
+        for lane in lanes:
+            row = next(rows)
+            assert (row.context_length, row.stage_count, row.parallel_lanes) == (
+                context, count, lane)
+            assert row.feasible == (best is not None)
+            if best is None:
+                assert row.node_ids == ()
+                assert row.reason
+                continue
+            assert row.node_ids == best.node_ids
+            assert row.min_remaining_bytes == min(best.remaining)
+            assert row.total_remaining_bytes == sum(best.remaining)
+            estimate = row.estimated_decode_network_ms_per_token
+            assert (None if estimate is pd_na() else estimate) == best.estimate
+    outcome = _reference_outcome(request)
+    selected = frame[frame["selected"]]
+    if "error" in outcome:
+        assert selected.empty
+    else:
+        assert len(selected) == 1
+        chosen = selected.iloc[0]
+        assert chosen["context_length"] == outcome["context_length"]
+        assert chosen["parallel_lanes"] == outcome["parallel_lanes"]
+        assert list(chosen["node_ids"]) == [s["node_id"] for s in outcome["stages"]]
+
+
+def pd_na() -> Any:
+    import pandas as pd
+
+    return pd.NA
+
+
+@settings(max_examples=200)
+@given(requests(), st.randoms(use_true_random=False))
+def test_shuffling_nodes_never_changes_the_plan(request: dict[str, Any],
+                                                rnd: random.Random) -> None:
+    shuffled = dict(request, nodes=list(request["nodes"]))
+    rnd.shuffle(shuffled["nodes"])
+    assert _planner_outcome(shuffled) == _planner_outcome(request)
+
+
+@settings(max_examples=300)
+@given(requests())
+def test_stages_are_contiguous_cover_every_layer_and_fit(request: dict[str, Any]) -> None:
+    try:
+        plan = planner.plan_topology(request)
+    except planner.PlanError:
+        return
+    req = planner.PlanningInput.from_dict(request)
+    assert plan.stages[0].layer_start == 0
+    assert plan.stages[-1].layer_end == req.layer_count
+    for before, after in zip(plan.stages, plan.stages[1:], strict=False):
+        assert before.layer_end == after.layer_start
+    assert all(stage.layer_end > stage.layer_start for stage in plan.stages)
+    assert len(set(plan.node_ids)) == len(plan.node_ids)
+    usage = planner.stage_usage(req, plan)
+    assert (usage["used_bytes"] <= usage["usable_vram_bytes"]).all()
+    assert (usage["remaining_bytes"] >= 0).all()
+    assert usage["parameter_bytes"].tolist() == [s.parameter_bytes for s in plan.stages]
+
+
+IDENTICAL = st.builds(
+    lambda count, size_gib, latency, ids_reversed: {
+        "native_context_length": 262144,
+        "layer_count": 62,
+        "model_weight_bytes": 315_680_000_000,
+        "kv_bytes_per_token": 131072,
+        "minimum_nodes": 2,
+        "nodes": [
+            {"node_id": f"gpu-{(count - i if ids_reversed else i):02d}",
+             "detected_vram_bytes": size_gib * 2**30,
+             "stage_transfer_latency_ms": latency}
+            for i in range(count)
+        ],
+    },
+    st.integers(1, 9), st.sampled_from((48, 64, 80, 96, 141)), st.none() | st.integers(0, 9),
+    st.booleans(),
+)
+
+
+@settings(max_examples=60)
+@given(IDENTICAL)
+@example({"native_context_length": 262144, "layer_count": 62,
+          "model_weight_bytes": 315_680_000_000, "kv_bytes_per_token": 131072,
+          "minimum_nodes": 2,
+          "nodes": [{"node_id": f"n{i}", "detected_vram_bytes": 80 * 2**30} for i in range(9)]})
+def test_identical_real_sized_nodes_match_reference(request: dict[str, Any]) -> None:
+    assert _planner_outcome(request) == _reference_outcome(request)
+
