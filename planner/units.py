@@ -11,7 +11,7 @@ at or above 1.
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 _BINARY = {"kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4, "pib": 1024**5}
 _DECIMAL = {"kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4, "pb": 1000**5}
@@ -28,7 +28,7 @@ class UnitError(ValueError):
 def parse_bytes(text: str | int) -> int:
     """Parse ``"80 GiB"``, ``"24GB"``, ``"512 MiB"``, ``"1.5 TiB"`` or ``1024`` into bytes.
 
-    A fractional size must come out to a whole number of bytes.
+    A fractional size in a unit is rounded to the nearest byte; bytes themselves must be whole.
 
     >>> parse_bytes("80 GiB")
     85899345920
@@ -58,9 +58,10 @@ def parse_bytes(text: str | int) -> int:
     except InvalidOperation as exc:  # pragma: no cover - the pattern already guards this
         raise UnitError(f"cannot read {text!r} as a size") from exc
     value = number * _UNITS[unit]
-    if value != value.to_integral_value():
-        raise UnitError(f"{text!r} is not a whole number of bytes ({value} B)")
-    return int(value)
+    if _UNITS[unit] == 1 and value != value.to_integral_value():
+        raise UnitError(f"{text!r} is not a whole number of bytes")
+    # "1.3 GiB" is not a whole number of bytes; the nearest byte is what anyone means.
+    return int(value.to_integral_value(rounding=ROUND_HALF_UP))
 
 
 def format_bytes(value: int, *, precision: int = 2) -> str:

@@ -1,0 +1,117 @@
+"""``make bench``: planner speed and memory on fleets up to 1,000 nodes.
+
+Each fleet runs in a fresh process so that its peak memory is its own. The plain
+exhaustive reference planner (``tests/reference_planner.py``) runs beside it where it
+finishes within 30 s; its plan must be identical, and the speed-up is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
+
+REFERENCE_SECONDS = 30.0
+
+
+def _measure(name: str) -> dict[str, Any]:
+    from fleets import fleets
+
+    import planner
+
+    request = fleets()[name]
+    started = time.perf_counter()
+    plan = planner.plan_topology(request)
+    plan_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    table = planner.candidates(request)
+    candidates_seconds = time.perf_counter() - started
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"plan": plan.to_dict(), "plan_seconds": plan_seconds,
+            "candidates_seconds": candidates_seconds, "candidate_rows": len(table),
+            "peak_mb": peak_mb}
+
+
+def _reference(name: str) -> dict[str, Any]:
+    import reference_planner
+    from fleets import fleets
+
+    started = time.perf_counter()
+    plan = reference_planner.plan(fleets()[name])
+    return {"plan": plan, "seconds": time.perf_counter() - started}
+
+
+def _child(mode: str, name: str, timeout: float | None) -> dict[str, Any] | None:
+    try:
+        done = subprocess.run(
+            [sys.executable, __file__, f"--{mode}", name],
+            capture_output=True, text=True, timeout=timeout, check=True,
+        )
+    except subprocess.TimeoutExpired:
+        return None
+    return json.loads(done.stdout)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--reference", help=argparse.SUPPRESS)
+    parser.add_argument("--skip-reference", action="store_true",
+                        help="do not run the exhaustive reference")
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(_measure(args.one)))
+        return 0
+    if args.reference:
+        print(json.dumps(_reference(args.reference)))
+        return 0
+
+    from fleets import fleets, kinds
+
+    header = ("| fleet | nodes | kinds | latency | plan s | candidates s | peak MB "
+              "| exhaustive s | speed-up |")
+    print(header)
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|")
+    mismatches = 0
+    for name, request in fleets().items():
+        result = _child("one", name, None)
+        assert result is not None
+        latency = any(n.get("stage_transfer_latency_ms") is not None for n in request["nodes"])
+        reference = None if args.skip_reference else _child("reference", name, REFERENCE_SECONDS)
+        if reference is None:
+            exhaustive, speedup = f"> {REFERENCE_SECONDS:.0f}", "-"
+        else:
+            exhaustive = f"{reference['seconds']:.2f}"
+            speedup = f"{reference['seconds'] / max(result['plan_seconds'], 1e-6):,.0f}x"
+            if reference["plan"] != result["plan"]:
+                mismatches += 1
+                speedup += " MISMATCH"
+        print(f"| {name} | {len(request['nodes'])} | {kinds(request)} | "
+              f"{'on' if latency else 'off'} | {result['plan_seconds']:.3f} | "
+              f"{result['candidates_seconds']:.3f} | {result['peak_mb']:.0f} | "
+              f"{exhaustive} | {speedup} |", flush=True)
+    workbench = ROOT / "benchmarks" / "workbench_bench.py"
+    if workbench.exists():
+        import workbench_bench
+
+        print()
+        print("| workbench edit | nodes | recompute + redraw ms |")
+        print("|---|---:|---:|")
+        for row in workbench_bench.run():
+            print(f"| {row['edit']} | {row['nodes']} | {row['milliseconds']:.0f} |")
+    if mismatches:
+        print(f"{mismatches} plan(s) differ from the exhaustive reference", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

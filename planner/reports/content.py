@@ -1,0 +1,355 @@
+"""What a topology report says, as plain data (no HTML, no plotting).
+
+:func:`build_report` plans a request and gathers everything a report shows: the model,
+each node's usable bytes step by step, the plan and its per-stage memory, the candidate
+shapes, the startup quorum, a failure what-if per node and warnings. The renderers
+(HTML, Markdown, JSON) only format this content.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import pandas as pd
+
+import planner
+from planner.errors import PlanError
+from planner.fence import quorum_requirement
+from planner.fleetfile import FleetDocument
+from planner.planning import (
+    CANDIDATE_COLUMNS,
+    Plan,
+    PlanningInput,
+    as_planning_input,
+    candidates,
+    plan_topology,
+    stage_usage,
+)
+from planner.planning.rules import context_floor, kv_bytes_per_layer_token, layer_weights
+from planner.units import format_bytes
+
+ReportSource = FleetDocument | PlanningInput | Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ReportContent:
+    """Everything a report shows, as JSON-ready plain data.
+
+    ``request`` is the planning request (SPEC section 1) and ``plan`` the plan (SPEC
+    section 7, ``None`` when there is none); ``error`` describes why there is no plan.
+    ``nodes`` rows derive each node's usable bytes: detected -> cap -> headroom -> usable.
+    """
+
+    title: str
+    generated_at: str
+    tool_version: str
+    source: str | None
+    model: dict[str, Any]
+    planning: dict[str, Any]
+    request: dict[str, Any]
+    nodes: tuple[dict[str, Any], ...]
+    plan: dict[str, Any] | None
+    error: dict[str, Any] | None
+    summary: str
+    stages: tuple[dict[str, Any], ...]
+    quorum: dict[str, Any] | None
+    candidates: tuple[dict[str, Any], ...]
+    failure_what_if: tuple[dict[str, Any], ...]
+    warnings: tuple[dict[str, Any], ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        """Whether the request has a plan."""
+        return self.plan is not None
+
+    def planning_input(self) -> PlanningInput:
+        return PlanningInput.from_dict(self.request)
+
+    def plan_object(self) -> Plan | None:
+        return Plan.from_dict(self.plan) if self.plan is not None else None
+
+    def candidates_frame(self) -> pd.DataFrame:
+        """The candidate rows as the DataFrame :func:`planner.candidates` returns."""
+        rows = [{**row, "node_ids": tuple(row["node_ids"])} for row in self.candidates]
+        frame = pd.DataFrame(rows, columns=list(CANDIDATE_COLUMNS))
+        return frame.astype({
+            "context_length": "int64",
+            "stage_count": "int64",
+            "parallel_lanes": "int64",
+            "feasible": "bool",
+            "min_remaining_bytes": "Int64",
+            "total_remaining_bytes": "Int64",
+            "estimated_decode_network_ms_per_token": "Int64",
+            "decode_tpot_target_met": "boolean",
+            "selected": "bool",
+            "reason": "string",
+        })
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "title": self.title,
+            "generated_at": self.generated_at,
+            "tool_version": self.tool_version,
+            "source": self.source,
+            "model": self.model,
+            "planning": self.planning,
+            "request": self.request,
+            "nodes": list(self.nodes),
+            "ok": self.ok,
+            "plan": self.plan,
+            "error": self.error,
+            "summary": self.summary,
+            "stages": list(self.stages),
+            "quorum": self.quorum,
+            "candidates": list(self.candidates),
+            "failure_what_if": list(self.failure_what_if),
+            "warnings": list(self.warnings),
+        }
+
+
+def _plain(value: Any) -> Any:
+    """pandas/numpy scalars and NA as JSON-ready Python values."""
+    if isinstance(value, (tuple, list)):
+        return [_plain(item) for item in value]
+    if value is None or value is pd.NA:
+        return None
+    try:
+        if pd.isna(value):
+            return None
+    except (TypeError, ValueError):
+        pass
+    if hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+def _model_section(source: ReportSource, request: PlanningInput,
+                   model_name: str | None) -> dict[str, Any]:
+    kind, reference, kv_cache_type, architecture = "numbers", None, None, None
+    label = model_name
+    if isinstance(source, FleetDocument):
+        choice = source.model
+        spec = choice.spec(source.base_dir)
+        if spec is not None:
+            kv_cache_type, architecture = spec.kv_cache_type, spec.architecture
+        if choice.preset is not None:
+            kind, reference = "preset", choice.preset
+        elif choice.gguf is not None:
+            kind, reference = "gguf", choice.gguf
+        if label is None:
+            label = choice.name or (spec.name if spec is not None else choice.label)
+    weights = layer_weights(request) if request.layer_count else ()
+    return {
+        "name": label if label is not None else "custom model",
+        "kind": kind,
+        "reference": reference,
+        "kv_cache_type": kv_cache_type,
+        "architecture": architecture,
+        "native_context_length": request.native_context_length,
+        "layer_count": request.layer_count,
+        "model_weight_bytes": request.model_weight_bytes,
+        "kv_bytes_per_token": request.kv_bytes_per_token,
+        "exact_layer_weights": request.layer_weight_bytes is not None,
+        "largest_layer_weight_bytes": max(weights) if weights else 0,
+        "kv_bytes_per_layer_token": (
+            kv_bytes_per_layer_token(request) if request.layer_count else 0),
+        "context_floor": context_floor(request),
+    }
+
+
+def _node_rows(request: PlanningInput, plan: Plan | None) -> tuple[dict[str, Any], ...]:
+    stage_of = {stage.node_id: stage.stage_id for stage in plan.stages} if plan else {}
+    rows = []
+    for node in request.nodes:
+        rows.append({
+            "node_id": node.node_id,
+            "detected_vram_bytes": node.detected_vram_bytes,
+            "max_vram_bytes": node.max_vram_bytes,
+            "capped_vram_bytes": node.capped_vram_bytes,
+            "capped_away_bytes": node.detected_vram_bytes - node.capped_vram_bytes,
+            "runtime_headroom_bytes": node.runtime_headroom_bytes,
+            "usable_vram_bytes": node.usable_bytes,
+            "stage_transfer_latency_ms": node.stage_transfer_latency_ms,
+            "stage_id": stage_of.get(node.node_id),
+        })
+    return tuple(rows)
+
+
+def _warnings(request: PlanningInput) -> tuple[dict[str, Any], ...]:
+    found: list[dict[str, Any]] = []
+    with_latency = [n.node_id for n in request.nodes if n.stage_transfer_latency_ms is not None]
+    without = [n.node_id for n in request.nodes if n.stage_transfer_latency_ms is None]
+    if with_latency and without:
+        found.append({
+            "code": "PartialLatency",
+            "message": (f"stage-transfer latency is given for {len(with_latency)} of "
+                        f"{len(request.nodes)} nodes; a node without one adds nothing to "
+                        "the estimated decode TPOT, so estimates involving "
+                        f"{', '.join(without)} may be too low"),
+            "node_ids": without,
+        })
+    for node in request.nodes:
+        if node.usable_bytes == 0:
+            found.append({
+                "code": "NoUsableMemory",
+                "message": (f"node {node.node_id} has 0 usable bytes (VRAM "
+                            f"{format_bytes(node.capped_vram_bytes)} after the cap, headroom "
+                            f"{format_bytes(node.runtime_headroom_bytes)}); it can never "
+                            "hold a stage"),
+                "node_ids": [node.node_id],
+            })
+    if request.target_decode_tpot_ms is not None and not with_latency:
+        found.append({
+            "code": "TargetWithoutLatency",
+            "message": (f"a decode TPOT target of {request.target_decode_tpot_ms} ms is set "
+                        "but no node has a stage-transfer latency, so it cannot be checked"),
+            "node_ids": [],
+        })
+    return tuple(found)
+
+
+def _summary(plan: Plan) -> str:
+    text = (f"{plan.stage_count} stage{'s' if plan.stage_count != 1 else ''}, context "
+            f"{plan.context_length:,}, {plan.parallel_lanes} lanes")
+    if plan.estimated_decode_network_ms_per_token is not None:
+        text += f", estimated decode network {plan.estimated_decode_network_ms_per_token} ms"
+        if plan.decode_tpot_target_met is not None:
+            text += " (target met)" if plan.decode_tpot_target_met else " (target missed)"
+    return text
+
+
+def _try_plan(request: PlanningInput) -> tuple[Plan | None, PlanError | None]:
+    try:
+        return plan_topology(request), None
+    except PlanError as error:
+        return None, error
+
+
+def _error_dict(error: PlanError) -> dict[str, Any]:
+    return {"code": error.code, "message": error.message,
+            "details": {key: _plain(value) for key, value in error.details.items()}}
+
+
+def _without(request: PlanningInput, node_id: str) -> PlanningInput:
+    return replace(request, nodes=tuple(n for n in request.nodes if n.node_id != node_id))
+
+
+def _what_if(request: PlanningInput, plan: Plan) -> tuple[dict[str, Any], ...]:
+    """For each node: the plan the other nodes give, or why there is none.
+
+    Losing a node the plan does not use leaves the plan as it is, as long as planning
+    stays in the same mode: every node set still available was available before and
+    ranked no better, and the chosen set remains. Losing the only node with a latency
+    switches latency-aware planning off, which changes the rules, so that is re-planned.
+    """
+    rows = []
+    planned = set(plan.node_ids)
+    with_latency = sum(n.stage_transfer_latency_ms is not None for n in request.nodes)
+    for node in request.nodes:
+        row: dict[str, Any] = {"lost_node_id": node.node_id,
+                               "in_plan": node.node_id in planned}
+        same_mode = node.stage_transfer_latency_ms is None or with_latency > 1
+        if node.node_id not in planned and same_mode:
+            row.update(ok=True, plan=plan.to_dict(), error=None, summary="plan unchanged",
+                       unchanged=True)
+        elif len(request.nodes) == 1:
+            row.update(ok=False, plan=None, unchanged=False, summary="no nodes would be left",
+                       error={"code": "MissingNodes", "message": "no nodes would be left",
+                              "details": {}})
+        else:
+            fallback, error = _try_plan(_without(request, node.node_id))
+            if fallback is not None:
+                same = fallback == plan
+                row.update(ok=True, plan=fallback.to_dict(), error=None, unchanged=same,
+                           summary="plan unchanged" if same else _summary(fallback))
+            else:
+                assert error is not None
+                row.update(ok=False, plan=None, error=_error_dict(error), unchanged=False,
+                           summary=f"no plan: {error.message}")
+        rows.append(row)
+    return tuple(rows)
+
+
+def candidate_records(frame: pd.DataFrame) -> tuple[dict[str, Any], ...]:
+    """The rows of a :func:`planner.candidates` table as JSON-ready dicts."""
+    return tuple({key: _plain(value) for key, value in record.items()}
+                 for record in frame.to_dict(orient="records"))
+
+
+def _candidate_rows(request: PlanningInput) -> tuple[dict[str, Any], ...]:
+    try:
+        frame = candidates(request)
+    except PlanError:
+        return ()
+    return candidate_records(frame)
+
+
+def build_report(
+    source: ReportSource,
+    *,
+    model_name: str | None = None,
+    title: str | None = None,
+    now: datetime | None = None,
+    include_candidates: bool = True,
+    include_what_if: bool = True,
+) -> ReportContent:
+    """Plan ``source`` (a :class:`~planner.fleetfile.FleetDocument`, a
+    :class:`~planner.planning.PlanningInput` or a SPEC request dict) and gather the report.
+
+    A request the planner refuses (no valid topology, an override out of range) still
+    gives a report, whose ``error`` says why. ``include_candidates`` and
+    ``include_what_if`` may leave out the two costly sections (they are then empty).
+    A malformed request or a model that cannot be resolved raises
+    (:class:`~planner.errors.InvalidInput`, :class:`~planner.fleetfile.FleetFileError`).
+    """
+    if isinstance(source, FleetDocument):
+        request = source.to_request()
+        default_title = source.title
+        origin = source.source
+    else:
+        request = as_planning_input(source)
+        default_title = model_name or "Topology report"
+        origin = None
+    plan, error = _try_plan(request)
+    moment = (now or datetime.now(UTC)).astimezone(UTC).replace(microsecond=0)
+    stages: tuple[dict[str, Any], ...] = ()
+    quorum = None
+    if plan is not None:
+        usage = stage_usage(request, plan)
+        stages = tuple({key: _plain(value) for key, value in record.items()}
+                       for record in usage.to_dict(orient="records"))
+        needed = quorum_requirement(plan.stage_count)
+        quorum = {
+            "planned_stages": plan.stage_count,
+            "quorum_requirement": needed,
+            "tolerated_failures": plan.stage_count - needed,
+        }
+    return ReportContent(
+        title=title or default_title,
+        generated_at=moment.isoformat().replace("+00:00", "Z"),
+        tool_version=planner.__version__,
+        source=origin,
+        model=_model_section(source, request, model_name),
+        planning={
+            "minimum_nodes": request.minimum_nodes,
+            "context_length_override": request.context_length_override,
+            "parallel_lanes_override": request.parallel_lanes_override,
+            "target_decode_tpot_ms": request.target_decode_tpot_ms,
+            "latency_aware": request.has_latency,
+        },
+        request=request.to_dict(),
+        nodes=_node_rows(request, plan),
+        plan=plan.to_dict() if plan is not None else None,
+        error=_error_dict(error) if error is not None else None,
+        summary=_summary(plan) if plan is not None else f"no plan: {error}",
+        stages=stages,
+        quorum=quorum,
+        candidates=_candidate_rows(request) if include_candidates else (),
+        # Without a plan there is nothing to lose: fewer nodes never fit where more did not.
+        failure_what_if=(_what_if(request, plan)
+                         if plan is not None and include_what_if else ()),
+        warnings=_warnings(request),
+    )

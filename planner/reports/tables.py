@@ -1,0 +1,222 @@
+"""The report's tables as plain text cells, shared by every text renderer.
+
+Cells are unescaped text: each renderer escapes them for its own format, so HTML,
+Markdown and the command line all show the same rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from planner.reports.content import ReportContent
+from planner.units import format_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TextTable:
+    """Column headers and rows of text cells; ``align`` is ``"l"`` or ``"r"`` per column."""
+
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    align: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"headers": list(self.headers), "rows": [list(r) for r in self.rows],
+                "align": list(self.align)}
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> TextTable:
+    return TextTable(tuple(headers), tuple(tuple(r) for r in rows), tuple(align))
+
+
+def size(value: int | None) -> str:
+    return "—" if value is None else format_bytes(value)
+
+
+def _optional(value: Any, unit: str = "") -> str:
+    return "—" if value is None else f"{value}{unit}"
+
+
+def _met(value: bool | None) -> str:
+    return "—" if value is None else ("yes" if value else "no")
+
+
+def model_rows(content: ReportContent) -> list[tuple[str, str]]:
+    """``(label, value)`` pairs describing the model."""
+    model = content.model
+    source = {"preset": f"preset {model['reference']}", "gguf": f"GGUF file {model['reference']}",
+              "numbers": "numbers given directly"}[model["kind"]]
+    rows = [
+        ("model", model["name"]),
+        ("from", source),
+    ]
+    if model["architecture"]:
+        rows.append(("architecture", model["architecture"]))
+    if model["kv_cache_type"]:
+        rows.append(("KV cache type", model["kv_cache_type"]))
+    rows += [
+        ("native context", f"{model['native_context_length']:,} tokens"),
+        ("context floor", f"{model['context_floor']:,} tokens"),
+        ("layers", f"{model['layer_count']:,}"),
+        ("weights", f"{size(model['model_weight_bytes'])} "
+                    f"({model['model_weight_bytes']:,} B)"),
+        ("per-layer weights", "exact, per layer" if model["exact_layer_weights"]
+         else f"even split, {size(model['largest_layer_weight_bytes'])} per layer"),
+        ("KV cache per token", f"{size(model['kv_bytes_per_token'])} "
+                               f"({model['kv_bytes_per_token']:,} B, all layers)"),
+    ]
+    return rows
+
+
+def planning_rows(content: ReportContent) -> list[tuple[str, str]]:
+    planning = content.planning
+    return [
+        ("minimum nodes", str(planning["minimum_nodes"])),
+        ("context override", _optional(planning["context_length_override"])),
+        ("parallel lanes override", _optional(planning["parallel_lanes_override"])),
+        ("decode TPOT target", _optional(planning["target_decode_tpot_ms"], " ms")),
+        ("latency-aware planning", "on" if planning["latency_aware"] else
+         "off (no node has a latency)"),
+    ]
+
+
+def node_table(content: ReportContent) -> TextTable:
+    """Each node's usable bytes, step by step: detected -> cap -> headroom -> usable."""
+    rows = []
+    for node in content.nodes:
+        cap = node["max_vram_bytes"]
+        rows.append((
+            node["node_id"],
+            size(node["detected_vram_bytes"]),
+            "none" if cap is None else size(cap),
+            size(node["capped_vram_bytes"]),
+            size(node["runtime_headroom_bytes"]),
+            size(node["usable_vram_bytes"]),
+            _optional(node["stage_transfer_latency_ms"], " ms"),
+            node["stage_id"] or "unused",
+        ))
+    return _table(("node", "detected VRAM", "max VRAM cap", "after cap", "− headroom",
+                   "= usable", "latency", "stage"), rows, "lrrrrrrl")
+
+
+def stage_table(content: ReportContent) -> TextTable:
+    rows = []
+    for stage in content.stages:
+        rows.append((
+            stage["stage_id"],
+            stage["node_id"],
+            f"{stage['layer_start']}–{stage['layer_end'] - 1}",
+            str(stage["layer_count"]),
+            size(stage["parameter_bytes"]),
+            size(stage["kv_cache_bytes"]),
+            size(stage["used_bytes"]),
+            size(stage["usable_vram_bytes"]),
+            size(stage["remaining_bytes"]),
+        ))
+    return _table(("stage", "node", "layers", "count", "weights", "KV cache", "used",
+                   "usable", "remaining"), rows, "llrrrrrrr")
+
+
+def plan_facts(content: ReportContent) -> list[tuple[str, str]]:
+    plan = content.plan
+    if plan is None:
+        return []
+    return [
+        ("context length", f"{plan['context_length']:,} tokens"),
+        ("parallel lanes", str(plan["parallel_lanes"])),
+        ("stages", str(len(plan["stages"]))),
+        ("estimated decode network time",
+         _optional(plan["estimated_decode_network_ms_per_token"], " ms per token")),
+        ("TPOT target met", _met(plan["decode_tpot_target_met"])),
+    ]
+
+
+def quorum_text(content: ReportContent) -> str:
+    quorum = content.quorum
+    if quorum is None:
+        return "There is no plan, so no startup quorum."
+    stages, needed = quorum["planned_stages"], quorum["quorum_requirement"]
+    tolerated = quorum["tolerated_failures"]
+    return (f"The coordinator needs {needed} of {stages} planned stages to accept its claim "
+            f"before loading (quorum = {stages} // 2 + 1), so startup tolerates {tolerated} "
+            f"stage failure{'s' if tolerated != 1 else ''}.")
+
+
+def what_if_table(content: ReportContent) -> TextTable:
+    rows = []
+    for row in content.failure_what_if:
+        if row["ok"]:
+            plan = row["plan"]
+            outcome = "plan unchanged" if row["unchanged"] else "new plan"
+            detail = (f"{len(plan['stages'])} stages, context {plan['context_length']:,}, "
+                      f"{plan['parallel_lanes']} lanes: "
+                      + ", ".join(stage["node_id"] for stage in plan["stages"]))
+        else:
+            outcome = f"no plan ({row['error']['code']})"
+            detail = row["error"]["message"]
+        rows.append((row["lost_node_id"], "yes" if row["in_plan"] else "no", outcome, detail))
+    return _table(("lost node", "in plan", "outcome", "plan of the remaining nodes, or why "
+                   "none"), rows, "llll")
+
+
+def candidate_table(content: ReportContent) -> TextTable:
+    return candidate_rows_table(content.candidates)
+
+
+def candidate_rows_table(records: Sequence[dict[str, Any]]) -> TextTable:
+    """Candidate records (see :func:`~planner.reports.content.candidate_records`)."""
+    rows = []
+    for row in records:
+        rows.append((
+            f"{row['context_length']:,}",
+            str(row["stage_count"]),
+            str(row["parallel_lanes"]),
+            "yes" if row["feasible"] else "no",
+            ", ".join(row["node_ids"]),
+            size(row["min_remaining_bytes"]),
+            size(row["total_remaining_bytes"]),
+            _optional(row["estimated_decode_network_ms_per_token"], " ms"),
+            _met(row["decode_tpot_target_met"]),
+            "selected" if row["selected"] else "",
+            row["reason"] or "",
+        ))
+    return _table(("context", "stages", "lanes", "fits", "nodes", "min remaining",
+                   "total remaining", "est. TPOT", "target met", "", "why not"),
+                  rows, "rrrllrrrlll")
+
+
+def warning_lines(content: ReportContent) -> list[str]:
+    return [warning["message"] for warning in content.warnings]
+
+
+def result_text(content: ReportContent) -> str:
+    if content.plan is not None:
+        return f"Plan found: {content.summary}."
+    error = content.error or {}
+    return f"No plan ({error.get('code')}): {error.get('message')}"
+
+
+_CONTROL = {code: "?" for code in (*range(32), 127)}
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with control characters (newlines, escape sequences) shown as ``?``."""
+    return text.translate(_CONTROL)
+
+
+def text_table(table: TextTable) -> str:
+    """A fixed-width rendering for terminals."""
+    rows = [tuple(terminal_safe(cell) for cell in row) for row in table.rows]
+    widths = [len(h) for h in table.headers]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [cell.rjust(w) if a == "r" else cell.ljust(w)
+                 for cell, w, a in zip(cells, widths, table.align, strict=True)]
+        return "  ".join(parts).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(table.headers), rule, *(line(row) for row in rows)])

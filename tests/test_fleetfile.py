@@ -1,0 +1,516 @@
+"""Fleet files: reading, writing, node count expansion, errors that point at the problem."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import DATA
+from gguf import GGUFWriter
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+import planner
+from planner.fleetfile import (
+    FleetDocument,
+    FleetFileError,
+    ModelChoice,
+    expanded_node_ids,
+    fleet_to_json,
+    fleet_to_toml,
+    load_fleet,
+    parse_fleet_json,
+    parse_fleet_toml,
+    save_fleet,
+)
+from planner.planning import NodeBudget
+
+FLEETS = Path(__file__).resolve().parent.parent / "data" / "fleets"
+GIB = 1024**3
+SEED_CASES = {case["name"]: case for case in
+              json.loads((DATA / "planner_seed_scenarios.json").read_text())}
+DESIGN_FLEETS = ("qwen480b-4x70", "qwen480b-4x80", "qwen480b-5x80", "qwen480b-10x80",
+                 "qwen480b-two-studios", "qwen480b-4x80-latency10-tpot33")
+
+NUMBERS = """
+[model]
+native_context_length = 65536
+layer_count = 40
+model_weight_bytes = "40 GiB"
+kv_bytes_per_token = 65536
+"""
+
+
+def write_tiny_gguf(path: Path, layers: int = 4) -> Path:
+    """A small but real llama GGUF file (F32 tensors), as llama.cpp would read it."""
+    writer = GGUFWriter(path, "llama")
+    writer.add_string("general.name", "Tiny Test Llama")
+    for key, value in (("llama.block_count", layers), ("llama.context_length", 8192),
+                       ("llama.embedding_length", 64), ("llama.attention.head_count", 4),
+                       ("llama.attention.head_count_kv", 2)):
+        writer.add_uint32(key, value)
+    writer.add_tensor("token_embd.weight", np.zeros((32, 64), dtype=np.float32))
+    for layer in range(layers):
+        writer.add_tensor(f"blk.{layer}.attn_q.weight", np.zeros((64, 64), dtype=np.float32))
+        writer.add_tensor(f"blk.{layer}.ffn_up.weight", np.zeros((128, 64), dtype=np.float32))
+    writer.add_tensor("output.weight", np.zeros((32, 64), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def fleet_error(text: str, source: str = "fleet.toml") -> FleetFileError:
+    with pytest.raises(FleetFileError) as caught:
+        parse_fleet_toml(text, source)
+    return caught.value
+
+
+# -- the shipped fleets -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", DESIGN_FLEETS)
+def test_design_fleets_are_the_design_scenarios(name: str) -> None:
+    document = load_fleet(FLEETS / f"{name}.toml")
+    case = SEED_CASES[name]
+    assert document.to_request().to_dict() == case["input"]
+    expected = case["expected"]
+    if expected["ok"]:
+        plan = planner.plan_topology(document.to_request()).to_dict()
+        assert plan["context_length"] == expected["context_length"]
+        assert [(s["node_id"], s["layer_start"], s["layer_end"]) for s in plan["stages"]] == [
+            (s["node_id"], s["layer_start"], s["layer_end"]) for s in expected["stages"]]
+    else:
+        with pytest.raises(planner.PlanError) as caught:
+            planner.plan_topology(document.to_request())
+        assert caught.value.code == expected["error"]
+
+
+def test_two_studios_numbers_are_exact() -> None:
+    nodes = {n.node_id: n for n in load_fleet(FLEETS / "qwen480b-two-studios.toml").nodes}
+    assert nodes["studio-james"].detected_vram_bytes == 115448725504
+    assert nodes["studio-james"].max_vram_bytes == 115448725504
+    assert nodes["studio-mic"].detected_vram_bytes == 239143780352
+    assert nodes["studio-mic"].max_vram_bytes == 239143780352
+
+
+@pytest.mark.parametrize("path", sorted(FLEETS.glob("*.toml")), ids=lambda p: p.stem)
+def test_every_shipped_fleet_loads_resolves_and_survives_a_save(path: Path,
+                                                                tmp_path: Path) -> None:
+    document = load_fleet(path)
+    request = document.to_request()
+    assert len(request.nodes) >= 2
+    again = load_fleet(save_fleet(document, tmp_path / path.name))
+    assert again == document
+    assert again.to_request() == request
+
+
+def test_mixed_fleets_use_presets_and_find_a_plan() -> None:
+    mixed = [p for p in FLEETS.glob("*.toml") if not p.stem.startswith("qwen480b")]
+    assert len(mixed) >= 3
+    for path in mixed:
+        document = load_fleet(path)
+        assert document.model.preset is not None
+        planner.plan_topology(document.to_request())
+
+
+# -- node count expansion ---------------------------------------------------------------
+
+
+def test_count_expands_to_numbered_ids() -> None:
+    document = parse_fleet_toml(NUMBERS + """
+[[nodes]]
+id = "gpu"
+count = 3
+vram = "80 GiB"
+headroom = "2 GiB"
+latency_ms = 5
+""")
+    assert [n.node_id for n in document.nodes] == ["gpu-00", "gpu-01", "gpu-02"]
+    assert {(n.detected_vram_bytes, n.runtime_headroom_bytes, n.stage_transfer_latency_ms)
+            for n in document.nodes} == {(80 * GIB, 2 * GIB, 5)}
+
+
+@pytest.mark.parametrize(("count", "first", "last"), [
+    (1, "g-00", "g-00"), (10, "g-00", "g-09"), (100, "g-00", "g-99"),
+    (101, "g-000", "g-100"), (1001, "g-0000", "g-1000"),
+])
+def test_expansion_pads_to_the_widest_number(count: int, first: str, last: str) -> None:
+    ids = expanded_node_ids("g", count)
+    assert (len(ids), ids[0], ids[-1]) == (count, first, last)
+    assert len({len(i) for i in ids}) == 1
+
+
+def test_expansion_collision_names_both_entries_and_the_line() -> None:
+    text = NUMBERS + """
+[[nodes]]
+id = "gpu"
+count = 3
+vram = "80 GiB"
+
+[[nodes]]
+id = "gpu-01"
+vram = "24 GiB"
+"""
+    error = fleet_error(text)
+    assert error.code == "DuplicateNodeId"
+    assert error.field == "nodes[1].id"
+    assert error.node_id == "gpu-01"
+    assert "nodes[0]" in error.message and "count = 3" in error.message
+    assert error.line == text.splitlines().index('id = "gpu-01"') + 1
+    assert str(error).startswith(f"fleet.toml:{error.line}: nodes[1].id (node 'gpu-01')")
+
+
+def test_two_counted_entries_that_overlap_are_refused() -> None:
+    error = fleet_error(NUMBERS + """
+[[nodes]]
+id = "a"
+count = 2
+vram = 1024
+[[nodes]]
+id = "a"
+count = 3
+vram = 2048
+""")
+    assert error.code == "DuplicateNodeId" and error.node_id == "a-00"
+
+
+# -- errors name the file, the line, the field and the node -----------------------------
+
+
+def test_syntax_error_carries_the_line() -> None:
+    text = NUMBERS + '\n[[nodes]]\nid = "a"\nvram = = "80 GiB"\n'
+    error = fleet_error(text, "/srv/fleets/bad.toml")
+    assert error.code == "InvalidToml"
+    assert error.line == len(text.splitlines())
+    assert str(error).startswith(f"/srv/fleets/bad.toml:{error.line}: not valid TOML")
+
+
+@pytest.mark.parametrize(("entry", "field", "words"), [
+    ('vram = "80 GiX"', "nodes[1].vram", "unknown unit"),
+    ("vram = 80.5", "nodes[1].vram", "GiB"),
+    ('vram = "80 GiB"\nmax_vram = -1', "nodes[1].max_vram", "negative"),
+    ('vram = "80 GiB"\nlatency_ms = -3', "nodes[1].latency_ms", "at least 0"),
+    ('vram = "80 GiB"\nlatency_ms = "fast"', "nodes[1].latency_ms", "whole number"),
+    ('vram = "80 GiB"\ncount = 0', "nodes[1].count", "at least 1"),
+    ('vram = "80 GiB"\nvram_gb = 80', "nodes[1].vram_gb", "unknown field"),
+    ('headroom = "1 GiB"', "nodes[1].vram", "is required"),
+])
+def test_node_errors_name_the_field_node_and_line(entry: str, field: str, words: str) -> None:
+    text = NUMBERS + f'\n[[nodes]]\nid = "ok"\nvram = 1\n\n[[nodes]]\nid = "box-b"\n{entry}\n'
+    error = fleet_error(text)
+    assert error.field == field
+    assert error.node_id == "box-b"
+    assert words in error.message
+    assert error.line is not None
+    line_text = text.splitlines()[error.line - 1]
+    key = field.rsplit(".", 1)[1]
+    assert line_text.startswith(key) or line_text == "[[nodes]]"
+    assert "fleet.toml:" in str(error) and "box-b" in str(error)
+
+
+@pytest.mark.parametrize(("text", "code", "field"), [
+    ('[model]\npreset = "x"\nlayer_count = 3\n', "InvalidField", "model"),
+    ("[model]\n", "MissingField", "model"),
+    ('name = "no model"\n', "MissingField", "model"),
+    ("[model]\nlayer_count = 40\n", "MissingField", "model.native_context_length"),
+    (NUMBERS + 'kv_cache_type = "q8_0"\n', "InvalidField", "model.kv_cache_type"),
+    (NUMBERS + "layer_weight_bytes = [1, 2]\n", "InvalidField", "model.layer_weight_bytes"),
+    (NUMBERS + 'colour = "red"\n', "UnknownField", "model.colour"),
+    (NUMBERS + "[planning]\nminimum_nodes = -1\n", "InvalidField", "planning.minimum_nodes"),
+    (NUMBERS + "[planning]\ncontext_length = 1\n", "UnknownField", "planning.context_length"),
+    ('owner = "me"\n' + NUMBERS, "UnknownField", "owner"),
+])
+def test_model_and_planning_errors(text: str, code: str, field: str) -> None:
+    error = fleet_error(text)
+    assert (error.code, error.field) == (code, field)
+    assert error.path == "fleet.toml"
+
+
+def test_error_line_points_at_the_model_key() -> None:
+    text = NUMBERS.replace('"40 GiB"', '"forty"')
+    error = fleet_error(text)
+    assert error.field == "model.model_weight_bytes"
+    assert text.splitlines()[error.line - 1].startswith("model_weight_bytes")
+
+
+def test_missing_file_and_wrong_extension(tmp_path: Path) -> None:
+    with pytest.raises(FleetFileError) as missing:
+        load_fleet(tmp_path / "absent.toml")
+    assert missing.value.code == "FileNotFound" and "absent.toml" in str(missing.value)
+    (tmp_path / "fleet.yaml").write_text("nodes: []")
+    with pytest.raises(FleetFileError) as wrong:
+        load_fleet(tmp_path / "fleet.yaml")
+    assert wrong.value.code == "UnsupportedFormat"
+
+
+# -- JSON in the SPEC's raw names -------------------------------------------------------
+
+
+def test_json_request_loads_with_its_model_name(tmp_path: Path) -> None:
+    request = SEED_CASES["qwen480b-5x80"]["input"]
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps({"model_name": "Qwen3-Coder-480B-A35B", **request}))
+    document = load_fleet(path)
+    assert document.model.name == "Qwen3-Coder-480B-A35B"
+    assert document.to_request().to_dict() == request
+    assert document.source == str(path)
+
+
+def test_json_errors_name_line_field_and_node() -> None:
+    broken = '{\n  "layer_count": 40,\n  "nodes": [\n}\n'
+    with pytest.raises(FleetFileError) as syntax:
+        parse_fleet_json(broken, "req.json")
+    assert syntax.value.code == "InvalidJson" and syntax.value.line == 4
+    request = json.loads(json.dumps(SEED_CASES["small-2x23"]["input"]))
+    request["nodes"][1]["detected_vram_bytes"] = -5
+    with pytest.raises(FleetFileError) as field:
+        parse_fleet_json(json.dumps(request), "req.json")
+    assert field.value.field == "nodes[1].detected_vram_bytes"
+    assert field.value.node_id == "b-01"
+    request["nodes"][1]["detected_vram_bytes"] = 5
+    request["colour"] = "red"
+    with pytest.raises(FleetFileError) as unknown:
+        parse_fleet_json(json.dumps(request), "req.json")
+    assert (unknown.value.code, unknown.value.field) == ("UnknownField", "colour")
+
+
+def test_preset_model_saved_as_json_is_resolved_to_numbers(tmp_path: Path) -> None:
+    document = parse_fleet_toml(
+        '[model]\npreset = "qwen3-coder-480b-a35b"\n[[nodes]]\nid = "a"\nvram = "80 GiB"\n')
+    path = save_fleet(document, tmp_path / "fleet.json")
+    data = json.loads(path.read_text())
+    assert data["model_name"] == "qwen3-coder-480b-a35b"
+    again = load_fleet(path)
+    assert again.model.numbers is not None
+    assert again.to_request() == document.to_request()
+
+
+# -- models: presets and GGUF files -----------------------------------------------------
+
+
+def test_preset_resolves_through_the_model_catalogue() -> None:
+    from planner.models import load_preset
+
+    choice = ModelChoice(preset="qwen3-coder-480b-a35b", kv_cache_type="f16")
+    fields = choice.resolve()
+    expected = load_preset("qwen3-coder-480b-a35b", kv_cache_type="f16").planning_fields()
+    assert fields["layer_count"] == expected["layer_count"]
+    assert fields["kv_bytes_per_token"] == expected["kv_bytes_per_token"]
+    assert set(fields) == {"native_context_length", "layer_count", "model_weight_bytes",
+                           "kv_bytes_per_token", "layer_weight_bytes"}
+
+
+def test_unknown_preset_names_the_file_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.toml"
+    path.write_text('[model]\npreset = "no-such-model"\n[[nodes]]\nid = "a"\nvram = 1\n')
+    document = load_fleet(path)
+    with pytest.raises(FleetFileError) as caught:
+        document.to_request()
+    assert caught.value.code == "ModelUnavailable"
+    assert caught.value.field == "model.preset"
+    assert caught.value.path == str(path)
+    assert "no-such-model" in str(caught.value)
+
+
+def test_relative_gguf_path_starts_at_the_fleet_files_folder(tmp_path: Path) -> None:
+    from planner.models import from_gguf
+
+    folder = tmp_path / "fleets"
+    folder.mkdir()
+    write_tiny_gguf(folder / "tiny.gguf")
+    path = folder / "fleet.toml"
+    path.write_text('[model]\ngguf = "tiny.gguf"\nkv_cache_type = "q8_0"\n'
+                    '[[nodes]]\nid = "a"\nvram = "1 GiB"\n')
+    request = load_fleet(path).to_request()
+    spec = from_gguf(folder / "tiny.gguf", kv_cache_type="q8_0")
+    assert request.layer_count == spec.layer_count == 4
+    assert request.kv_bytes_per_token == spec.kv_bytes_per_token
+    assert request.model_weight_bytes == spec.model_weight_bytes
+
+
+def test_saving_elsewhere_keeps_a_relative_gguf_path_pointing_at_the_file(
+        tmp_path: Path) -> None:
+    (tmp_path / "models").mkdir()
+    (tmp_path / "out").mkdir()
+    write_tiny_gguf(tmp_path / "models" / "tiny.gguf")
+    source = tmp_path / "models" / "fleet.toml"
+    source.write_text('[model]\ngguf = "tiny.gguf"\n[[nodes]]\nid = "a"\nvram = "1 GiB"\n')
+    moved = load_fleet(save_fleet(load_fleet(source), tmp_path / "out" / "fleet.toml"))
+    assert moved.model.gguf == "../models/tiny.gguf"
+    assert moved.to_request() == load_fleet(source).to_request()
+
+
+def test_missing_gguf_file_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.toml"
+    path.write_text('[model]\ngguf = "gone.gguf"\n[[nodes]]\nid = "a"\nvram = 1\n')
+    with pytest.raises(FleetFileError) as caught:
+        load_fleet(path).to_request()
+    assert caught.value.code == "ModelUnavailable"
+    assert str(tmp_path / "gone.gguf") in str(caught.value)
+
+
+# -- atomic saves -----------------------------------------------------------------------
+
+
+def _small_document(vram: int) -> FleetDocument:
+    return parse_fleet_toml(NUMBERS + f'[[nodes]]\nid = "a"\nvram = {vram}\n')
+
+
+def test_a_crash_mid_save_leaves_the_old_file_whole(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    path = save_fleet(_small_document(1000), tmp_path / "fleet.toml")
+    before = path.read_text()
+
+    def crash(*_: Any) -> None:
+        raise KeyboardInterrupt  # the process dies after writing, before the rename
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        save_fleet(_small_document(2000), path)
+    monkeypatch.undo()
+    assert path.read_text() == before
+    assert load_fleet(path) == _small_document(1000)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.toml"]
+
+
+def test_a_failed_write_reports_and_leaves_no_temporary_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = save_fleet(_small_document(1000), tmp_path / "fleet.toml")
+
+    def disk_full(_: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(FleetFileError) as caught:
+        save_fleet(_small_document(2000), path)
+    assert caught.value.code == "WriteFailed" and "No space left" in str(caught.value)
+    assert load_fleet(path) == _small_document(1000)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.toml"]
+
+
+def test_saved_file_is_an_ordinary_readable_file(tmp_path: Path) -> None:
+    path = save_fleet(_small_document(1000), tmp_path / "fleet.toml")
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
+# -- round trips ------------------------------------------------------------------------
+
+_ids = st.text(min_size=1, max_size=10).filter(lambda text: bool(text.strip()))
+_sizes = st.integers(min_value=0, max_value=2**53)
+_optional = st.none() | st.integers(min_value=0, max_value=10**6)
+
+
+@st.composite
+def _node_entries(draw: st.DrawFn) -> list[NodeBudget]:
+    detected = draw(_sizes)
+    budget = {
+        "detected_vram_bytes": detected,
+        "max_vram_bytes": draw(st.none() | _sizes),
+        "runtime_headroom_bytes": draw(st.sampled_from([0, GIB]) | _sizes),
+        "stage_transfer_latency_ms": draw(_optional),
+    }
+    base = draw(_ids)
+    if draw(st.booleans()):
+        ids = expanded_node_ids(base, draw(st.integers(min_value=1, max_value=4)))
+    else:
+        ids = [base]
+    return [NodeBudget(node_id=node_id, **budget) for node_id in ids]
+
+
+@st.composite
+def _models(draw: st.DrawFn, numbers_only: bool = False) -> ModelChoice:
+    name = draw(st.none() | _ids)
+    kind = "numbers" if numbers_only else draw(st.sampled_from(["preset", "gguf", "numbers"]))
+    if kind == "numbers":
+        layers = draw(st.integers(min_value=0, max_value=4096))
+        numbers: dict[str, Any] = {
+            "native_context_length": draw(st.integers(min_value=0, max_value=2**31)),
+            "layer_count": layers,
+            "model_weight_bytes": draw(_sizes),
+            "kv_bytes_per_token": draw(_sizes),
+        }
+        if 0 < layers <= 6 and draw(st.booleans()):
+            numbers["layer_weight_bytes"] = tuple(draw(_sizes) for _ in range(layers))
+        return ModelChoice(numbers=numbers, name=name)
+    kv = draw(st.none() | st.sampled_from(["f16", "q8_0", "q4_0"]))
+    if kind == "preset":
+        return ModelChoice(preset=draw(_ids), kv_cache_type=kv, name=name)
+    return ModelChoice(gguf=draw(_ids), kv_cache_type=kv, name=name)
+
+
+@st.composite
+def _documents(draw: st.DrawFn, numbers_only: bool = False) -> FleetDocument:
+    nodes = [node for entry in draw(st.lists(_node_entries(), max_size=5)) for node in entry]
+    ids = [node.node_id for node in nodes]
+    assume(len(ids) == len(set(ids)))
+    return FleetDocument(
+        model=draw(_models(numbers_only)),
+        nodes=tuple(nodes),
+        minimum_nodes=draw(st.integers(min_value=0, max_value=100)),
+        context_length_override=draw(st.none() | st.integers(min_value=0, max_value=2**31)),
+        parallel_lanes_override=draw(st.none() | st.integers(min_value=0, max_value=4096)),
+        target_decode_tpot_ms=draw(_optional),
+        name=draw(st.none() | _ids),
+    )
+
+
+@given(_documents())
+def test_toml_text_round_trips(document: FleetDocument) -> None:
+    assert parse_fleet_toml(fleet_to_toml(document)) == document
+
+
+@given(_documents())
+def test_save_then_load_gives_an_equal_document(tmp_path_factory: pytest.TempPathFactory,
+                                                document: FleetDocument) -> None:
+    path = tmp_path_factory.mktemp("fleet") / "fleet.toml"
+    assert load_fleet(save_fleet(document, path)) == document
+
+
+@given(_documents(numbers_only=True))
+def test_json_round_trips_for_models_given_by_numbers(document: FleetDocument) -> None:
+    assert parse_fleet_json(fleet_to_json(document)) == document
+
+
+@given(_documents())
+def test_plain_data_round_trips(document: FleetDocument) -> None:
+    assert FleetDocument.from_dict(json.loads(json.dumps(document.to_dict()))) == document
+
+
+def test_identical_numbered_nodes_are_written_back_as_one_counted_entry() -> None:
+    document = parse_fleet_toml(NUMBERS + '[[nodes]]\nid = "gpu"\ncount = 12\nvram = "80 GiB"\n'
+                                '[[nodes]]\nid = "mac"\nvram = 115448725504\n')
+    text = fleet_to_toml(document)
+    assert text.count("[[nodes]]") == 2
+    assert 'count = 12' in text and 'vram = "80 GiB"' in text
+    assert parse_fleet_toml(text) == document
+
+
+@pytest.mark.parametrize(("size", "written"), [
+    (80 * GIB, '"80 GiB"'), (315_680_000_000, '"315.68 GB"'), (1536 * 1024**2, '"1.5 GiB"'),
+    (24 * 10**9, '"24 GB"'), (115_448_725_504, "115448725504"), (0, "0"), (1000, "1000"),
+    (2**53 - 1, str(2**53 - 1)),
+])
+def test_sizes_are_written_in_exact_human_units(size: int, written: str) -> None:
+    assert f"\nvram = {written}\n" in fleet_to_toml(_small_document(size))
+
+
+@given(_sizes)
+def test_written_sizes_read_back_exactly(size: int) -> None:
+    from planner.units import parse_bytes
+
+    written = fleet_to_toml(_small_document(size)).rsplit("vram = ", 1)[1].splitlines()[0]
+    assert parse_bytes(json.loads(written)) == size
+
+
+def test_source_is_not_part_of_equality(tmp_path: Path) -> None:
+    document = _small_document(5)
+    loaded = load_fleet(save_fleet(document, tmp_path / "x.toml"))
+    assert loaded.source == str(tmp_path / "x.toml")
+    assert loaded == document == dataclasses.replace(loaded, source=None)

@@ -1,0 +1,123 @@
+"""The HTML report in a real headless Chromium: it opens offline, draws every chart and
+logs no console errors; a hostile node id runs no script.
+
+Chromium comes from $PLANNER_CHROMIUM or ``chromium`` on PATH. Without it the test is
+skipped locally and fails on CI (CI=true), where it must run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from planner.fleetfile import load_fleet, parse_fleet_toml
+from planner.reports import write_report
+from planner.reports.html import FIGURE_IDS
+
+pytestmark = pytest.mark.browser
+
+FLEETS = Path(__file__).resolve().parent.parent / "data" / "fleets"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+def _chromium() -> str | None:
+    return os.environ.get("PLANNER_CHROMIUM") or shutil.which("chromium")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    executable = _chromium()
+    if not executable:
+        message = "no Chromium: set PLANNER_CHROMIUM or install chromium"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+def _open(browser: Any, path: Path) -> tuple[Any, list[str], list[str]]:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    dialogs: list[str] = []
+    page.on("console", lambda message: errors.append(message.text)
+            if message.type == "error" else None)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("requestfailed", lambda request: errors.append(f"request failed {request.url}"))
+
+    def dismiss(dialog: Any) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", dismiss)
+    page.goto(path.as_uri(), wait_until="load")
+    selector = ", ".join(f"#{div_id} .main-svg" for div_id in FIGURE_IDS)
+    page.wait_for_function(
+        f"document.querySelectorAll({selector!r}).length >= {len(FIGURE_IDS)}", timeout=30_000)
+    return page, errors, dialogs
+
+
+def _drawn(page: Any, div_id: str, selector: str) -> int:
+    return int(page.evaluate(
+        "([id, sel]) => document.getElementById(id).querySelectorAll(sel).length",
+        [div_id, selector]))
+
+
+def test_report_draws_every_chart_without_console_errors(browser: Any, tmp_path: Path) -> None:
+    document = load_fleet(FLEETS / "qwen480b-5x80.toml")
+    path = write_report(document, tmp_path / "report.html")
+    page, errors, dialogs = _open(browser, path)
+    try:
+        for div_id in FIGURE_IDS:
+            assert _drawn(page, div_id, ".main-svg") >= 1, div_id
+        # Five nodes: every memory segment trace draws one bar per node.
+        assert _drawn(page, "memory-figure", ".bars .point path") >= len(document.nodes)
+        assert _drawn(page, "layers-figure", ".bars .point path") == len(document.nodes)
+        assert _drawn(page, "candidates-figure", ".scatterlayer .point") >= 1
+        assert page.title() == document.title
+    finally:
+        page.close()
+    assert errors == []
+    assert dialogs == []
+
+
+def test_hostile_node_id_is_text_in_the_browser(browser: Any, tmp_path: Path) -> None:
+    evil = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+    document = parse_fleet_toml(f"""
+name = "{evil}"
+[model]
+native_context_length = 65536
+layer_count = 40
+model_weight_bytes = "40 GiB"
+kv_bytes_per_token = 65536
+[[nodes]]
+id = "{evil}"
+vram = "48 GiB"
+[[nodes]]
+id = "plain"
+vram = "24 GiB"
+""")
+    path = write_report(document, tmp_path / "evil.html")
+    page, errors, dialogs = _open(browser, path)
+    try:
+        first_cell = page.inner_text("#nodes-table tbody tr td")
+        assert first_cell == evil
+        assert page.inner_text("#title") == evil
+        assert page.evaluate("document.querySelectorAll('img').length") == 0
+    finally:
+        page.close()
+    assert dialogs == []
+    assert errors == []
