@@ -94,6 +94,16 @@ class _Group:
         return [i for i, lat in enumerate(self.latencies) if lat <= threshold]
 
 
+@dataclass(frozen=True, slots=True)
+class _Steps:
+    """One stage taken by a node of each group, over a batch's renumbered states."""
+
+    following: np.ndarray
+    remaining: np.ndarray
+    local: np.ndarray
+    """Batch number of each state, by its number in the whole state space."""
+
+
 class ContextSearch:
     """Exact best node sets for every stage count at one context length."""
 
@@ -240,29 +250,48 @@ class ContextSearch:
         rows = sum(min(len(group.nodes), most_stages) + 1 for group in self.groups)
         return rows * batch * (most_stages + 1) * self.width * 8
 
+    def _reachable(self, starts: Sequence[int], depths: Sequence[int]) -> np.ndarray:
+        """States some walk from ``starts`` can be in, in stage order over the groups."""
+        reach = np.zeros(max(starts) + 1, dtype=bool)
+        reach[[self.dead, self.goal, *starts]] = True
+        for g, depth in enumerate(depths):
+            front = np.nonzero(reach)[0]
+            for _ in range(depth):
+                front = self.next_state[g, front]
+                reach[front] = True
+        return np.nonzero(reach)[0]
+
     def _best_sets_batch(self, queries: Sequence[tuple[int, int, int]]) -> list[NodeSetChoice]:
-        most_stages = max(k for k, _, _ in queries)
-        size = (most_stages + 1) * self.width
         q = len(queries)
+        most_stages = max(k for k, _, _ in queries)
         lat_limit = np.array([t for _, t, _ in queries], dtype=np.int64)
         rem_limit = np.array([r for _, _, r in queries], dtype=np.int64)
+        avails = np.array([
+            (group.latencies[None, :] <= lat_limit[:, None]).sum(axis=1)
+            for group in self.groups
+        ], dtype=np.int64).reshape(len(self.groups), q)
+        depths = [min(int(avail.max(initial=0)), most_stages) for avail in avails]
+        # Only the states a walk of this batch can reach take part, renumbered densely
+        # (the dead state stays 0).
+        states = self._reachable([self.start(k) for k, _, _ in queries], depths)
+        local = np.zeros(max(states) + 1, dtype=np.int64)
+        local[states] = np.arange(len(states))
+        steps = _Steps(local[self.next_state[:, states]], self.step_remaining[:, states],
+                       local)
+        size = len(states)
         value = np.full((q, size), _NEG, dtype=np.int64)
-        value[:, self.goal] = 0
+        value[:, local[self.goal]] = 0
         # tables[g][c] = best total usable taking at most c nodes of group g, then onwards.
         tables: list[np.ndarray] = [np.empty(0)] * len(self.groups)
-        avails = np.zeros((len(self.groups), q), dtype=np.int64)
         for g in reversed(range(len(self.groups))):
-            group = self.groups[g]
-            avail = (group.latencies[None, :] <= lat_limit[:, None]).sum(axis=1)
-            avails[g] = avail
-            depth = min(int(avail.max(initial=0)), most_stages)
+            group, avail, depth = self.groups[g], avails[g], depths[g]
             table = np.empty((depth + 1, q, size), dtype=np.int64)
             table[0] = value
             state = np.arange(size)
             low = np.full(size, _INF, dtype=np.int64)
             for j in range(1, depth + 1):
-                low = np.minimum(low, self.step_remaining[g, state])
-                state = self.next_state[g, state]
+                low = np.minimum(low, steps.remaining[g, state])
+                state = steps.following[g, state]
                 after = value[:, state]
                 usable = (after > _NEG) & (low[None, :] >= rem_limit[:, None])
                 usable &= (avail >= j)[:, None]
@@ -274,14 +303,14 @@ class ContextSearch:
             tables[g] = table  # (depth + 1, q, size)
             value = table[depth]
         return [
-            self._read_back(i, k, t, r, value[i], tables, avails[:, i])
+            self._read_back(i, k, t, r, value[i], tables, avails[:, i], steps)
             for i, (k, t, r) in enumerate(queries)
         ]
 
     def _read_back(self, query: int, stage_count: int, lat_limit: int, rem_limit: int,
                    first_values: np.ndarray, tables: list[np.ndarray],
-                   avail: np.ndarray) -> NodeSetChoice:
-        state = self.start(stage_count)
+                   avail: np.ndarray, steps: _Steps) -> NodeSetChoice:
+        state = int(steps.local[self.start(stage_count)])
         target = int(first_values[state])
         if target <= _NEG:
             raise AssertionError("read back asked for a shape with no fitting set")
@@ -294,8 +323,8 @@ class ContextSearch:
                 taken = used if g == group_index else 0
                 if taken >= avail[g]:
                     continue
-                following = int(self.next_state[g, state])
-                if following == self.dead or self.step_remaining[g, state] < rem_limit:
+                following = int(steps.following[g, state])
+                if following == self.dead or steps.remaining[g, state] < rem_limit:
                     continue
                 group = self.groups[g]
                 table = tables[g]
