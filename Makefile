@@ -5,6 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PORT ?= 8888
 APP_PORT ?= 8866
+# Jupyter refuses to start as root unless told to; containers often run as root.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: help install lab app test lint bench clean
 
@@ -25,7 +27,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab --ServerApp.port=$(PORT) notebooks/workbench.ipynb
+	$(BIN)/jupyter lab $(ROOT_FLAG) --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) notebooks/workbench.ipynb
 
 app: $(STAMP)
 	$(BIN)/voila --port=$(APP_PORT) --Voila.ip=127.0.0.1 notebooks/workbench.ipynb
