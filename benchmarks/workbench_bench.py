@@ -1,0 +1,81 @@
+"""How long the workbench takes to replan and redraw after one edit, on 64-node fleets.
+
+The target is 200 ms from a changed value to updated figures and tables. ``run()`` edits
+one node's VRAM back and forth and reports the time of each full update (``evaluate`` plus
+``PlanView.show``), and of planning alone, for a uniform and a mixed fleet.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from planner.workbench.app import Workbench
+from planner.workbench.evaluation import evaluate
+from planner.workbench.state import ModelFields, NodeRow, WorkbenchState
+
+BUDGET_SECONDS = 0.2
+EDITS = 10
+
+_QWEN_480B = ModelFields(layer_count=62, native_context_length=262_144,
+                         model_weight_bytes="315.68 GB", kv_bytes_per_token="131072",
+                         name="Qwen3-Coder-480B-A35B")
+
+
+def uniform_fleet() -> WorkbenchState:
+    """64 nodes of 80 GiB."""
+    rows = tuple(NodeRow(f"gpu-{i:02d}", "80 GiB") for i in range(64))
+    return WorkbenchState(model=_QWEN_480B, nodes=rows, name="64 x 80 GiB")
+
+
+def mixed_fleet() -> WorkbenchState:
+    """64 nodes of four sizes, some capped, with headroom and latencies."""
+    sizes = ("80 GiB", "48 GiB", "141 GiB", "24 GiB")
+    rows = tuple(
+        NodeRow(f"node-{i:02d}", sizes[i % 4],
+                max_vram="72 GiB" if i % 7 == 0 else "",
+                headroom="2 GiB" if i % 3 == 0 else "0",
+                latency_ms=str(2 + i % 9))
+        for i in range(64))
+    return WorkbenchState(model=_QWEN_480B, nodes=rows, name="64 mixed nodes")
+
+
+def _measure(state: WorkbenchState) -> dict[str, Any]:
+    workbench = Workbench(state)
+    row = workbench.fleet_editor.row_editors[0]
+    original = row.vram.value
+    full: list[float] = []
+    planning: list[float] = []
+    for edit in range(EDITS):
+        value = "60 GiB" if edit % 2 == 0 else original
+        started = time.perf_counter()
+        row.vram.value = value  # one edit: read state, evaluate once, redraw
+        full.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        evaluate(workbench.state)
+        planning.append(time.perf_counter() - started)
+    median = statistics.median(full)
+    return {
+        "edit": f"one node's VRAM, {state.name}",
+        "nodes": len(state.nodes),
+        "edits": EDITS,
+        "milliseconds": round(median * 1000, 1),
+        "max_milliseconds": round(max(full) * 1000, 1),
+        "planning_milliseconds": round(statistics.median(planning) * 1000, 1),
+        "budget_milliseconds": BUDGET_SECONDS * 1000,
+        "within_budget": median <= BUDGET_SECONDS,
+        "plan": workbench.evaluation.summary(),
+    }
+
+
+def run() -> list[dict[str, Any]]:
+    """One row per fleet: ``edit``, ``nodes``, ``milliseconds`` (median time from a changed
+    value to redrawn figures and tables), ``max_milliseconds``, ``planning_milliseconds``
+    (:func:`evaluate` alone), ``within_budget`` and the resulting ``plan``."""
+    return [_measure(uniform_fleet()), _measure(mixed_fleet())]
+
+
+if __name__ == "__main__":
+    for result in run():
+        print(result)

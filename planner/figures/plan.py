@@ -1,0 +1,315 @@
+"""Plotly figures of a planning request, its plan and its candidate shapes.
+
+Each function returns a plain ``plotly.graph_objects.Figure`` with a fixed set of traces
+(possibly empty), whatever the input: the workbench relies on that to update a live
+figure in place, trace by trace, instead of rebuilding it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from planner.planning import Plan, PlanningInput, stage_usage
+from planner.units import format_bytes
+
+GIB = 1024**3
+
+MEMORY_SEGMENTS: tuple[tuple[str, str], ...] = (
+    ("weights", "#4c72b0"),
+    ("KV cache", "#dd8452"),
+    ("free", "#55a868"),
+    ("headroom", "#8172b3"),
+    ("capped away", "#c7c7c7"),
+)
+"""Memory figure traces, bottom to top: (trace name, colour)."""
+
+CANDIDATE_TRACES: tuple[str, ...] = ("feasible", "infeasible", "selected")
+"""Candidates figure traces, in order."""
+
+_FONT = {"family": "system-ui, -apple-system, Segoe UI, sans-serif", "size": 12}
+
+
+def _axis(**extra: Any) -> dict[str, Any]:
+    return {"gridcolor": "#e8e8e8", "zerolinecolor": "#cccccc", "linecolor": "#bbbbbb",
+            "automargin": True, **extra}
+
+
+def _base_layout(title: str, **extra: Any) -> dict[str, Any]:
+    # Plain colours rather than a named template: applying a template costs more than
+    # building the rest of the figure, and the workbench rebuilds figures on every edit.
+    return {
+        "title": {"text": title, "x": 0.01, "xanchor": "left"},
+        "plot_bgcolor": "white",
+        "paper_bgcolor": "white",
+        "font": _FONT,
+        "margin": {"l": 70, "r": 20, "t": 50, "b": 60},
+        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 1.0,
+                   "xanchor": "right"},
+        **extra,
+    }
+
+
+def _gib(values: Sequence[int]) -> list[float]:
+    return [value / GIB for value in values]
+
+
+def memory_by_node(request: PlanningInput, plan: Plan | None) -> pd.DataFrame:
+    """Per-node memory split, one row per node: the numbers behind :func:`memory_figure`.
+
+    Nodes of the plan come first in stage order, then the unused nodes in fleet order.
+    Columns: ``node_id``, ``stage_id`` (empty when unused), ``weights``, ``kv_cache``,
+    ``free``, ``headroom``, ``capped_away``, ``detected_vram_bytes`` (all bytes). For every
+    row the five parts add up to the detected VRAM; ``headroom`` is the part of the capped
+    VRAM the headroom actually reserves (all of it when the headroom exceeds it).
+    """
+    return pd.DataFrame(_memory_rows(request, plan), columns=list(_MEMORY_COLUMNS))
+
+
+_MEMORY_COLUMNS = ("node_id", "stage_id", "weights", "kv_cache", "free", "headroom",
+                   "capped_away", "detected_vram_bytes")
+
+
+def _memory_rows(request: PlanningInput, plan: Plan | None) -> list[dict[str, Any]]:
+    used: dict[str, dict[str, Any]] = {}
+    if plan is not None:
+        for row in stage_usage(request, plan).to_dict("records"):
+            used[str(row["node_id"])] = {
+                "stage_id": str(row["stage_id"]),
+                "weights": int(row["parameter_bytes"]),
+                "kv_cache": int(row["kv_cache_bytes"]),
+                "free": int(row["remaining_bytes"]),
+            }
+    nodes = {node.node_id: node for node in request.nodes}
+    order = list(used) + [node_id for node_id in nodes if node_id not in used]
+    rows = []
+    for node_id in order:
+        node = nodes[node_id]
+        usable = node.usable_bytes
+        stage = used.get(node_id, {"stage_id": "", "weights": 0, "kv_cache": 0,
+                                   "free": usable})
+        rows.append({
+            "node_id": node_id,
+            **stage,
+            "headroom": node.capped_vram_bytes - usable,
+            "capped_away": node.detected_vram_bytes - node.capped_vram_bytes,
+            "detected_vram_bytes": node.detected_vram_bytes,
+        })
+    return rows
+
+
+def memory_figure(request: PlanningInput, plan: Plan | None) -> go.Figure:
+    """Stacked bars per node: weights, KV cache, free, headroom and capped-away memory.
+
+    Each bar reaches the node's detected VRAM. Nodes the plan does not use are shown
+    after the plan's nodes, labelled "unused"; with ``plan=None`` every node is unused.
+    Bar heights are in GiB; hovering shows exact sizes.
+    """
+    rows = _memory_rows(request, plan)
+    labels = [f"{row['node_id']}<br>{row['stage_id'] or 'unused'}" for row in rows]
+    columns = ("weights", "kv_cache", "free", "headroom", "capped_away")
+    traces = []
+    for (name, colour), column in zip(MEMORY_SEGMENTS, columns, strict=True):
+        values = [row[column] for row in rows]
+        traces.append({
+            "type": "bar",
+            "name": name,
+            "x": labels,
+            "y": _gib(values),
+            "marker": {"color": colour},
+            "customdata": [format_bytes(v) for v in values],
+            "hovertemplate": f"%{{x}}<br>{name}: %{{customdata}}<extra></extra>",
+        })
+    # One Figure from plain data: validating it once is much cheaper than trace by trace.
+    return go.Figure({"data": traces, "layout": _base_layout(
+        "Memory per node (stacked to detected VRAM)",
+        barmode="stack",
+        yaxis=_axis(title={"text": "GiB"}, rangemode="tozero"),
+        xaxis=_axis(title={"text": "node"}, type="category"),
+        height=380,
+    )})
+
+
+def layer_ranges_figure(request: PlanningInput, plan: Plan | None) -> go.Figure:
+    """One horizontal bar per stage covering its layers ``[layer_start, layer_end)``.
+
+    The x axis is the model's layers, 0 to ``layer_count``; stage 0 is at the top.
+    With ``plan=None`` the single trace is empty and the figure says there is no plan.
+    """
+    stages = plan.stages if plan is not None else ()
+    labels = [f"{s.stage_id} · {s.node_id}" for s in stages]
+    bars = {
+        "type": "bar",
+        "name": "layers",
+        "orientation": "h",
+        "y": labels,
+        "x": [s.layer_count for s in stages],
+        "base": [s.layer_start for s in stages],
+        "text": [f"{s.layer_start}–{s.layer_end - 1} ({s.layer_count})" for s in stages],
+        "textposition": "inside",
+        "insidetextanchor": "middle",
+        "customdata": [[s.layer_start, s.layer_end, format_bytes(s.parameter_bytes)]
+                       for s in stages],
+        "hovertemplate": ("%{y}<br>layers %{customdata[0]} to %{customdata[1]} (exclusive)"
+                          "<br>weights %{customdata[2]}<extra></extra>"),
+        "marker": {"color": "#4c72b0"},
+    }
+    layout = _base_layout(
+        f"Layer ranges along the model ({request.layer_count} layers)",
+        showlegend=False,
+        xaxis=_axis(title={"text": "layer"}, range=[0, max(request.layer_count, 1)]),
+        yaxis=_axis(autorange="reversed", type="category"),
+        height=max(220, 90 + 28 * len(stages)),
+    )
+    if plan is None:
+        layout["annotations"] = [{"text": "no plan", "showarrow": False,
+                                  "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
+                                  "font": {"size": 16, "color": "#888"}}]
+    return go.Figure({"data": [bars], "layout": layout})
+
+
+SHAPE_COLUMNS = (
+    "context_length", "stage_count", "feasible", "node_ids", "min_remaining_bytes",
+    "estimated_decode_network_ms_per_token", "decode_tpot_target_met", "selected",
+    "selected_lanes", "reason",
+)
+
+
+def candidate_shapes(candidates: pd.DataFrame) -> pd.DataFrame:
+    """The candidates table folded to one row per (context, stage count), in its order.
+
+    Lanes never change whether a shape fits, its node set or its memory, so the rows of
+    one shape differ only in ``parallel_lanes``. Columns: ``context_length``,
+    ``stage_count``, ``feasible``, ``node_ids``, ``min_remaining_bytes``,
+    ``estimated_decode_network_ms_per_token``, ``decode_tpot_target_met``, ``selected``,
+    ``selected_lanes`` (the lanes of the selected row, 0 when none) and ``reason``.
+    """
+    if candidates.empty:
+        return pd.DataFrame(columns=list(SHAPE_COLUMNS))
+    key = ["context_length", "stage_count"]
+    shapes = candidates.drop_duplicates(key).drop(columns=["parallel_lanes", "selected"])
+    chosen = candidates.loc[candidates["selected"], [*key, "parallel_lanes"]]
+    chosen = chosen.drop_duplicates(key).rename(columns={"parallel_lanes": "selected_lanes"})
+    shapes = shapes.merge(chosen, on=key, how="left")
+    shapes["selected"] = shapes["selected_lanes"].notna()
+    shapes["selected_lanes"] = shapes["selected_lanes"].fillna(0).astype("int64")
+    return shapes.loc[:, list(SHAPE_COLUMNS)].reset_index(drop=True)
+
+
+def _known(value: Any) -> bool:
+    return value is not None and not pd.isna(value)
+
+
+def _hover(shape: dict[str, Any]) -> str:
+    lines = [f"context {shape['context_length']:,}", f"{shape['stage_count']} stages"]
+    if shape["feasible"]:
+        estimate = shape["estimated_decode_network_ms_per_token"]
+        lines.append(f"estimated TPOT {int(estimate)} ms" if _known(estimate)
+                     else "estimated TPOT unknown")
+        met = shape["decode_tpot_target_met"]
+        if _known(met):
+            lines.append("target met" if bool(met) else "target missed")
+        lines.append(f"smallest margin {format_bytes(int(shape['min_remaining_bytes']))}")
+        nodes = ", ".join(shape["node_ids"])
+        lines.append(f"nodes {nodes if len(nodes) <= 80 else nodes[:77] + '...'}")
+    else:
+        lines.append(f"does not fit: {shape['reason']}")
+    return "<br>".join(lines)
+
+
+def candidates_figure(candidates: pd.DataFrame) -> go.Figure:
+    """Context length against stage count, coloured by estimated decode TPOT.
+
+    ``candidates`` is the table of :func:`planner.candidates`. Lanes are folded together
+    (they never change whether a shape fits). Feasible shapes are dots coloured by the
+    estimated network TPOT (a hollow dot when the TPOT target is missed), infeasible ones
+    grey crosses, and the selected shape a star. Traces: ``feasible``, ``infeasible``,
+    ``selected``, always in that order.
+    """
+    shapes = candidate_shapes(candidates)
+    records = shapes.to_dict("records")
+    feasible = [r for r in records if r["feasible"]]
+    infeasible = [r for r in records if not r["feasible"]]
+    selected = [r for r in records if r["selected"]]
+    estimates = [
+        float(r["estimated_decode_network_ms_per_token"])
+        if _known(r["estimated_decode_network_ms_per_token"]) else None
+        for r in feasible
+    ]
+    has_estimates = any(v is not None for v in estimates)
+    missed = [_known(r["decode_tpot_target_met"]) and not bool(r["decode_tpot_target_met"])
+              for r in feasible]
+    marker: dict[str, Any] = {
+        "size": 11,
+        "symbol": ["circle-open" if m else "circle" for m in missed],
+        "line": {"width": 2},
+    }
+    if has_estimates:
+        marker.update(
+            color=[v if v is not None else float("nan") for v in estimates],
+            colorscale="Viridis",
+            showscale=True,
+            colorbar={"title": {"text": "TPOT ms"}, "thickness": 12},
+        )
+    else:
+        marker["color"] = "#4c72b0"
+    traces = [
+        {
+            "type": "scatter",
+            "name": "feasible",
+            "mode": "markers",
+            "x": [int(r["stage_count"]) for r in feasible],
+            "y": [int(r["context_length"]) for r in feasible],
+            "marker": marker,
+            "hovertext": [_hover(r) for r in feasible],
+            "hoverinfo": "text",
+        },
+        {
+            "type": "scatter",
+            "name": "infeasible",
+            "mode": "markers",
+            "x": [int(r["stage_count"]) for r in infeasible],
+            "y": [int(r["context_length"]) for r in infeasible],
+            "marker": {"size": 8, "symbol": "x-thin-open", "color": "#b0b0b0",
+                       "line": {"width": 1.5, "color": "#b0b0b0"}},
+            "hovertext": [_hover(r) for r in infeasible],
+            "hoverinfo": "text",
+        },
+        {
+            "type": "scatter",
+            "name": "selected",
+            "mode": "markers+text",
+            "x": [int(r["stage_count"]) for r in selected],
+            "y": [int(r["context_length"]) for r in selected],
+            "marker": {"size": 22, "symbol": "star", "color": "rgba(0,0,0,0)",
+                       "line": {"width": 2.5, "color": "#c44e52"}},
+            "text": [f"selected, {r['selected_lanes']} lanes" for r in selected],
+            "textposition": "top center",
+            "textfont": {"color": "#c44e52"},
+            "hovertext": [_hover(r) for r in selected],
+            "hoverinfo": "text",
+        },
+    ]
+    contexts = sorted({int(r["context_length"]) for r in records})
+    counts = [int(r["stage_count"]) for r in records] or [1]
+    # Room on both sides so the selected star's label is not cut off at the edge.
+    stage_range = [min(counts) - 0.8, max(counts) + 0.8]
+    logs = [math.log10(c) for c in contexts] or [0.0]
+    context_range = [min(logs) - 0.12, max(logs) + 0.22]
+    title = "Candidates: context vs stage count"
+    title += ", coloured by estimated TPOT" if has_estimates else " (no latencies: TPOT unknown)"
+    return go.Figure({"data": traces, "layout": _base_layout(
+        title,
+        xaxis=_axis(title={"text": "stages"}, range=stage_range,
+                    dtick=1 if max(counts) - min(counts) <= 20 else None),
+        yaxis=_axis(title={"text": "context length (tokens)"}, type="log",
+                    tickvals=contexts, ticktext=[f"{c:,}" for c in contexts],
+                    range=context_range),
+        legend={"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0.0,
+                "xanchor": "left"},
+        height=380,
+    )})

@@ -1,0 +1,374 @@
+"""The workbench: edit a model and a fleet, and watch the plan change.
+
+:class:`Workbench` is an ipywidgets ``VBox``: display it in JupyterLab or serve its
+notebook with Voila. Every edit makes one new :class:`~planner.workbench.state.WorkbenchState`,
+evaluates it once and redraws. Problems (bad sizes, duplicate ids, no valid topology, a
+fleet file that cannot be read) are shown as messages, never as tracebacks.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from html import escape
+from pathlib import Path
+from typing import Any, ParamSpec
+
+import ipywidgets as widgets
+
+from planner.errors import PlanError
+from planner.fleetfile import FleetFileError, load_fleet, save_fleet
+from planner.models import GpuModel, ModelError
+from planner.workbench.catalog import (
+    ModelSource,
+    gguf_source,
+    gpu_catalog,
+    model_source,
+    preset_names,
+    preset_source,
+)
+from planner.workbench.editor import (
+    CUSTOM_MODEL,
+    FleetEditor,
+    ModelEditor,
+    OptionsEditor,
+    button,
+    text_input,
+)
+from planner.workbench.evaluation import Evaluation, evaluate
+from planner.workbench.state import (
+    DEFAULT_FLEET_DIR,
+    DEFAULT_FLEET_FILE,
+    Problem,
+    WorkbenchInputError,
+    WorkbenchState,
+)
+from planner.workbench.view import STYLE, PlanView
+
+DEFAULT_REPORT_DIR = DEFAULT_FLEET_DIR.parents[1] / "reports"
+FLEET_SUFFIXES = (".toml", ".json")
+
+# Errors a person can cause from the workbench; each is shown as a message.
+_USER_ERRORS = (WorkbenchInputError, PlanError, FleetFileError, ModelError, OSError)
+
+P = ParamSpec("P")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "fleet"
+
+
+class Workbench(widgets.VBox):
+    """Model, fleet and options editors over a live plan, figures and tables.
+
+    ``fleet_dir`` is where fleet files are listed, loaded and saved (``data/fleets`` by
+    default); ``report_dir`` where "Export report" writes by default.
+    """
+
+    def __init__(self, state: WorkbenchState | None = None, *,
+                 fleet_dir: str | Path | None = None,
+                 report_dir: str | Path | None = None) -> None:
+        self._quiet = 0
+        self.evaluations = 0
+        """How many times the workbench has planned (one per edit)."""
+        self._state = state if state is not None else WorkbenchState.design_default()
+        self._evaluation: Evaluation | None = None
+        self.fleet_dir = Path(fleet_dir) if fleet_dir is not None else DEFAULT_FLEET_DIR
+        self.report_dir = Path(report_dir) if report_dir is not None else DEFAULT_REPORT_DIR
+        startup: list[str] = []
+        presets = self._optional(preset_names, startup, "model presets")
+        catalog: tuple[GpuModel, ...] = self._optional(gpu_catalog, startup, "GPU catalog")
+
+        self.title = widgets.HTML()
+        self.title.add_class("wb-title")
+        self.model_editor = ModelEditor(
+            presets, on_preset=self._guard(self._preset_changed),
+            on_kv_cache_type=self._guard(self._kv_cache_type_changed),
+            on_numbers=self._guard(self._numbers_changed))
+        self.fleet_editor = FleetEditor(
+            self._state.nodes, catalog, self._fleet_files(),
+            on_edit=self._guard(self._edited), on_duplicate=self._guard(self.duplicate_node),
+            on_remove=self._guard(self.remove_node))
+        self.fleet_editor.add_button.on_click(self._guard(lambda _b: self.add_node()))
+        self.fleet_editor.add_gpus_button.on_click(self._guard(lambda _b: self._add_gpus()))
+        self.fleet_editor.load_button.on_click(self._guard(lambda _b: self._load_chosen()))
+        self.fleet_editor.save_button.on_click(self._guard(
+            lambda _b: self.save_fleet(self.fleet_editor.save_name.value)))
+        self.options_editor = OptionsEditor(self._state.options,
+                                            on_edit=self._guard(self._edited))
+        self.report_path = text_input("", "wb-report-path", width="320px",
+                                      placeholder="report .html, .md or .json",
+                                      description="report file")
+        self.export_button = button("Export report", "wb-export-report",
+                                    tooltip="write a report of this plan")
+        self.export_button.on_click(self._guard(
+            lambda _b: self.export_report(self.report_path.value or None)))
+        self.message = widgets.HTML()
+        self.message.add_class("wb-message")
+        self.view = PlanView()
+
+        left = widgets.VBox([
+            widgets.HTML("<h3>Model</h3>"), self.model_editor,
+            widgets.HTML("<h3>Planning</h3>"), self.options_editor,
+            widgets.HBox([self.report_path, self.export_button]),
+        ], layout=widgets.Layout(min_width="560px", flex="1 1 560px"))
+        right = widgets.VBox([widgets.HTML("<h3>Fleet</h3>"), self.fleet_editor],
+                             layout=widgets.Layout(min_width="560px", flex="1 1 640px"))
+        super().__init__([
+            widgets.HTML(STYLE), self.title,
+            widgets.HBox([left, right], layout=widgets.Layout(flex_flow="row wrap")),
+            self.message, self.view,
+        ])
+        self.add_class("wb-root")
+        self._load_editors()
+        if startup:
+            self._say(" ".join(startup), error=True)
+        self.refresh()
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def from_fleet(cls, path: str | Path, **options: Any) -> Workbench:
+        """A workbench on the fleet file at ``path``."""
+        document = load_fleet(path)
+        return cls(WorkbenchState.from_document(document), **options)
+
+    @classmethod
+    def default(cls, **options: Any) -> Workbench:
+        """The design's Qwen3-Coder-480B on 5 x 80 GiB (``data/fleets/qwen480b-5x80.toml``)."""
+        try:
+            return cls.from_fleet(DEFAULT_FLEET_FILE, **options)
+        except (FleetFileError, ModelError, PlanError) as error:
+            workbench = cls(WorkbenchState.design_default(), **options)
+            workbench._say(f"Default fleet file not loaded ({error}); using the design's "
+                           "numbers.", error=True)
+            return workbench
+
+    @staticmethod
+    def _optional(load: Callable[[], Any], notes: list[str], what: str) -> Any:
+        try:
+            return load()
+        except ModelError as error:
+            notes.append(f"The {what} could not be read: {error}.")
+            return ()
+
+    # -- plumbing -----------------------------------------------------------------------
+    @contextmanager
+    def _quietly(self) -> Iterator[None]:
+        """Set widget values without treating them as edits."""
+        self._quiet += 1
+        try:
+            yield
+        finally:
+            self._quiet -= 1
+
+    def _guard(self, handler: Callable[P, None]) -> Callable[P, None]:
+        """Ignore callbacks while quiet; show any error as a message, not a traceback."""
+
+        @functools.wraps(handler)
+        def guarded(*args: P.args, **kwargs: P.kwargs) -> None:
+            if self._quiet:
+                return
+            try:
+                handler(*args, **kwargs)
+            except _USER_ERRORS as error:
+                self._say(Problem.from_exception(error), error=True)
+            except Exception as error:  # a bug must still not put a traceback on the page
+                self._say(f"Unexpected error: {type(error).__name__}: {error}", error=True)
+
+        return guarded
+
+    def _say(self, text: str | Problem, *, error: bool = False) -> None:
+        if isinstance(text, Problem):
+            text = f"{text.code}: {text.message}"
+        css = "wb-error-box" if error else "wb-message-box"
+        self.message.value = f"<div class='{css}'>{escape(text)}</div>"
+
+    def _fleet_files(self) -> list[str]:
+        if not self.fleet_dir.is_dir():
+            return []
+        return sorted(p.name for p in self.fleet_dir.iterdir()
+                      if p.suffix in FLEET_SUFFIXES and p.is_file())
+
+    # -- state ----------------------------------------------------------------------------
+    @property
+    def state(self) -> WorkbenchState:
+        return self._state
+
+    @property
+    def evaluation(self) -> Evaluation:
+        assert self._evaluation is not None
+        return self._evaluation
+
+    def set_state(self, state: WorkbenchState) -> None:
+        """Show ``state`` in every editor and plan it."""
+        self._state = state
+        self._load_editors()
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Plan the current state once and redraw."""
+        self._evaluation = evaluate(self._state)
+        self.evaluations += 1
+        self.view.show(self._evaluation)
+
+    def _load_editors(self) -> None:
+        state = self._state
+        with self._quietly():
+            self._load_model_editor()
+            self.fleet_editor.set_rows(state.nodes)
+            self.options_editor.set_options(state.options)
+            source = Path(state.source) if state.source is not None else None
+            if source is not None and source.resolve().parent == self.fleet_dir.resolve():
+                self.fleet_editor.set_fleet_files(self._fleet_files(), source.name)
+        self.title.value = f"<h2 style='margin:4px 0'>{escape(state.name or 'Workbench')}</h2>"
+
+    def _load_model_editor(self, source: ModelSource | None = None) -> None:
+        model = self._state.model
+        if source is None:
+            try:
+                source = model_source(model, self._base_dir())
+            except ModelError as error:
+                self._say(Problem.from_exception(error), error=True)
+        with self._quietly():
+            self.model_editor.set_model(model, source.kv_cache_types if source else (),
+                                        source.description if source else "")
+
+    def _base_dir(self) -> Path | None:
+        return Path(self._state.source).parent if self._state.source else None
+
+    # -- edits ----------------------------------------------------------------------------
+    def _edited(self) -> None:
+        self._state = replace(self._state, nodes=self.fleet_editor.rows(),
+                              options=self.options_editor.options())
+        self.refresh()
+
+    def _numbers_changed(self) -> None:
+        before = self._state.model
+        self._state = self._state.with_model_numbers(**self.model_editor.numbers())
+        if (before.preset, before.gguf) != (self._state.model.preset, self._state.model.gguf):
+            self._load_model_editor()
+        self.refresh()
+
+    def _preset_changed(self) -> None:
+        choice = self.model_editor.preset.value
+        model = self._state.model
+        try:
+            if choice == CUSTOM_MODEL:
+                self._state = self._state.with_model(
+                    replace(model, preset=None, gguf=None, kv_cache_type=None))
+                source = None
+            elif choice.startswith("gguf:"):
+                source = gguf_source(choice[len("gguf:"):], self._base_dir())
+                self._state = self._state.with_model(source.fields)
+            else:
+                source = preset_source(choice)
+                self._state = self._state.with_model(source.fields)
+        except ModelError:
+            self._load_model_editor()
+            raise
+        self._load_model_editor(source)
+        self.refresh()
+
+    def _kv_cache_type_changed(self) -> None:
+        model = self._state.model
+        kv_cache_type = self.model_editor.kv_cache_type.value
+        if kv_cache_type is None or kv_cache_type == model.kv_cache_type:
+            return
+        if model.preset is not None:
+            source = preset_source(model.preset, kv_cache_type)
+        elif model.gguf is not None:
+            source = gguf_source(model.gguf, self._base_dir(), kv_cache_type, model.name)
+        else:
+            return
+        self._state = self._state.with_model(replace(source.fields, name=model.name))
+        self._load_model_editor(source)
+        self.refresh()
+
+    def _restructure(self, state: WorkbenchState) -> None:
+        self._state = state
+        with self._quietly():
+            self.fleet_editor.set_rows(state.nodes)
+        self.refresh()
+
+    def add_node(self) -> None:
+        """Add a node like the last one."""
+        self._restructure(self._state.add_node())
+
+    def duplicate_node(self, index: int) -> None:
+        self._restructure(self._state.duplicate_node(index))
+
+    def remove_node(self, index: int) -> None:
+        self._restructure(self._state.remove_node(index))
+
+    def add_gpus(self, gpu: GpuModel, count: int) -> None:
+        """Add ``count`` nodes of a catalog GPU."""
+        self._restructure(self._state.add_gpus(gpu.name, gpu.memory_bytes, count))
+
+    def _add_gpus(self) -> None:
+        gpu = self.fleet_editor.chosen_gpu()
+        if gpu is None:
+            self._say("The GPU catalog is empty.", error=True)
+            return
+        self.add_gpus(gpu, int(self.fleet_editor.gpu_count.value))
+
+    # -- files ----------------------------------------------------------------------------
+    def _load_chosen(self) -> None:
+        name = self.fleet_editor.file_choice.value
+        if not name:
+            self._say(f"No fleet files in {self.fleet_dir}.", error=True)
+            return
+        self.load_fleet(self.fleet_dir / name)
+
+    def load_fleet(self, path: str | Path) -> None:
+        """Replace the model, fleet and options with those of a fleet file."""
+        state = WorkbenchState.from_document(load_fleet(path))
+        self.set_state(state)
+        self._say(f"Loaded {path}.")
+
+    def _fleet_path(self, name: str) -> Path:
+        name = name.strip()
+        if not name:
+            raise WorkbenchInputError("file name", "give a name such as my-fleet.toml",
+                                      label="fleet file name")
+        if "/" in name or "\\" in name or name.startswith("."):
+            raise WorkbenchInputError(
+                "file name", f"give a plain file name; fleets are saved in {self.fleet_dir}",
+                value=name, label="fleet file name")
+        path = self.fleet_dir / name
+        if path.suffix == "":
+            path = path.with_suffix(".toml")
+        if path.suffix not in FLEET_SUFFIXES:
+            raise WorkbenchInputError("file name", "must end in .toml or .json", value=name,
+                                      label="fleet file name")
+        return path
+
+    def save_fleet(self, name: str) -> Path:
+        """Save the model, fleet and options as ``name`` in the fleet folder."""
+        path = self._fleet_path(name)
+        written = save_fleet(self._state.to_document(), path)
+        self._state = replace(self._state, source=str(written))
+        with self._quietly():
+            self.fleet_editor.set_fleet_files(self._fleet_files(), written.name)
+        self._say(f"Saved {written}.")
+        return written
+
+    def export_report(self, path: str | Path | None = None) -> Path | None:
+        """Write a report of the current plan (``reports/<fleet>.html`` by default)."""
+        try:
+            from planner.reports import write_report
+        except ImportError as error:
+            self._say(f"Reports are not available: {error}.", error=True)
+            return None
+        if path is None:
+            self.report_dir.mkdir(parents=True, exist_ok=True)
+            path = self.report_dir / f"{_slug(self._state.name or 'workbench')}.html"
+        try:
+            subject: Any = self._state.to_document()
+        except (FleetFileError, ModelError):
+            subject = self._state.to_request()
+        written = write_report(subject, path)
+        self._say(f"Report written to {written}.")
+        return written

@@ -1,0 +1,86 @@
+"""Model presets, GGUF models and the GPU catalog, as the workbench offers them.
+
+Thin and cached: presets and the catalog are files that do not change while the
+workbench runs, and reading them on every edit would cost more than planning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from planner.models import (
+    GpuModel,
+    ModelSpec,
+    describe_model,
+    from_gguf,
+    list_presets,
+    load_gpu_catalog,
+    load_preset,
+)
+from planner.workbench.state import ModelFields
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSource:
+    """A model read from a preset or a GGUF file, ready for the editor."""
+
+    fields: ModelFields
+    kv_cache_types: tuple[str, ...]
+    description: str
+
+
+@lru_cache(maxsize=1)
+def preset_names() -> tuple[str, ...]:
+    return tuple(list_presets())
+
+
+@lru_cache(maxsize=1)
+def gpu_catalog() -> tuple[GpuModel, ...]:
+    return tuple(load_gpu_catalog())
+
+
+@lru_cache(maxsize=64)
+def _preset(name: str, kv_cache_type: str | None) -> ModelSpec:
+    return load_preset(name, kv_cache_type=kv_cache_type)
+
+
+@lru_cache(maxsize=16)
+def _gguf(path: Path, kv_cache_type: str | None) -> ModelSpec:
+    spec = from_gguf(path)
+    return spec if kv_cache_type is None else spec.with_kv_cache_type(kv_cache_type)
+
+
+def _source(spec: ModelSpec, *, preset: str | None = None, gguf: str | None = None,
+            name: str | None = None) -> ModelSource:
+    fields = ModelFields.from_planning_fields(
+        spec.planning_fields(), name=name or spec.name, preset=preset, gguf=gguf,
+        kv_cache_type=spec.kv_cache_type)
+    return ModelSource(fields, tuple(spec.kv_bytes_per_token_by_type), describe_model(spec))
+
+
+def preset_source(name: str, kv_cache_type: str | None = None) -> ModelSource:
+    """A preset at a KV cache type (its own default when ``None``).
+
+    Raises :class:`planner.models.ModelError` for an unknown preset or cache type.
+    """
+    return _source(_preset(name, kv_cache_type), preset=name)
+
+
+def gguf_source(path: str, base_dir: Path | None, kv_cache_type: str | None = None,
+                name: str | None = None) -> ModelSource:
+    """A GGUF file (relative paths start at ``base_dir``) at a KV cache type."""
+    resolved = Path(path).expanduser()
+    if not resolved.is_absolute() and base_dir is not None:
+        resolved = base_dir / resolved
+    return _source(_gguf(resolved.resolve(), kv_cache_type), gguf=path, name=name)
+
+
+def model_source(model: ModelFields, base_dir: Path | None) -> ModelSource | None:
+    """Where ``model``'s numbers came from, re-read; ``None`` for numbers typed by hand."""
+    if model.preset is not None:
+        return preset_source(model.preset, model.kv_cache_type)
+    if model.gguf is not None:
+        return gguf_source(model.gguf, base_dir, model.kv_cache_type, model.name)
+    return None

@@ -1,0 +1,344 @@
+"""Input widgets: the model, the fleet rows and the planning options.
+
+Plain ipywidgets (no front-end extension needed), so they work in JupyterLab and Voila.
+Sizes are ``Text`` inputs read with :func:`planner.units.parse_bytes`; counts are bounded
+integer inputs. Text inputs report a value when the person presses Enter or leaves the
+field, not on every keystroke, so a half-typed size never replans.
+
+The editors hold no planning logic. Each calls the callback it was given when a person
+edits it; the :class:`~planner.workbench.app.Workbench` reads the values back, and sets
+them without triggering callbacks while it is itself updating the editors.
+
+Every input carries a stable CSS class (``wb-...``) so a page can be driven from a browser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from html import escape
+from typing import Any
+
+import ipywidgets as widgets
+
+from planner.models import GpuModel
+from planner.units import format_bytes
+from planner.workbench.state import ModelFields, NodeRow, PlanOptions
+
+CUSTOM_MODEL = ""
+"""Preset dropdown value for numbers typed by hand."""
+
+_MAX_LAYERS = 4096
+_MAX_CONTEXT = 2**31
+
+
+def _layout(width: str) -> widgets.Layout:
+    return widgets.Layout(width=width)
+
+
+def text_input(value: str, css_class: str, *, width: str, placeholder: str = "",
+               description: str = "", tooltip: str = "") -> widgets.Text:
+    box = widgets.Text(value=value, placeholder=placeholder, description=description,
+                       continuous_update=False, layout=_layout(width), tooltip=tooltip,
+                       style={"description_width": "initial"})
+    box.add_class(css_class)
+    return box
+
+
+def int_input(value: int, css_class: str, *, minimum: int, maximum: int, width: str,
+              description: str = "", tooltip: str = "") -> widgets.BoundedIntText:
+    box = widgets.BoundedIntText(value=value, min=minimum, max=maximum,
+                                 description=description, continuous_update=False,
+                                 layout=_layout(width), tooltip=tooltip,
+                                 style={"description_width": "initial"})
+    box.add_class(css_class)
+    return box
+
+
+def button(label: str, css_class: str, *, tooltip: str = "", width: str = "auto",
+           style: str = "") -> widgets.Button:
+    widget = widgets.Button(description=label, tooltip=tooltip or label,
+                            layout=_layout(width), button_style=style)
+    widget.add_class(css_class)
+    return widget
+
+
+def _observe_value(widget: widgets.Widget, callback: Callable[[], None]) -> None:
+    widget.observe(lambda _change: callback(), names="value")
+
+
+# -- the fleet --------------------------------------------------------------------------
+
+_ROW_COLUMNS = (
+    ("node id", "150px"),
+    ("VRAM", "110px"),
+    ("max VRAM", "110px"),
+    ("headroom", "100px"),
+    ("latency", "90px"),
+)
+
+
+class NodeRowEditor(widgets.HBox):
+    """One node: id, VRAM, max VRAM, headroom, latency, and duplicate/remove buttons."""
+
+    def __init__(self, row: NodeRow, on_edit: Callable[[], None],
+                 on_duplicate: Callable[[NodeRowEditor], None],
+                 on_remove: Callable[[NodeRowEditor], None]) -> None:
+        widths = [width for _, width in _ROW_COLUMNS]
+        self.node_id = text_input(row.node_id, "wb-node-id", width=widths[0],
+                                  placeholder="node id")
+        self.vram = text_input(row.vram, "wb-node-vram", width=widths[1],
+                               placeholder="80 GiB", tooltip="detected VRAM")
+        self.max_vram = text_input(row.max_vram, "wb-node-max-vram", width=widths[2],
+                                   placeholder="no cap", tooltip="--max-vram cap")
+        self.headroom = text_input(row.headroom, "wb-node-headroom", width=widths[3],
+                                   placeholder="0", tooltip="runtime headroom")
+        self.latency = text_input(row.latency_ms, "wb-node-latency", width=widths[4],
+                                  placeholder="unknown", tooltip="stage-transfer latency, ms")
+        self.duplicate_button = button("copy", "wb-node-duplicate",
+                                       tooltip="duplicate this node", width="52px")
+        self.remove_button = button("✕", "wb-node-remove", tooltip="remove this node",
+                                    width="36px")
+        for widget in self.inputs:
+            _observe_value(widget, on_edit)
+        self.duplicate_button.on_click(lambda _b: on_duplicate(self))
+        self.remove_button.on_click(lambda _b: on_remove(self))
+        super().__init__([*self.inputs, self.duplicate_button, self.remove_button])
+        self.add_class("wb-node-row")
+
+    @property
+    def inputs(self) -> tuple[widgets.Text, ...]:
+        return (self.node_id, self.vram, self.max_vram, self.headroom, self.latency)
+
+    def row(self) -> NodeRow:
+        return NodeRow(self.node_id.value, self.vram.value, self.max_vram.value,
+                       self.headroom.value, self.latency.value)
+
+    def set_row(self, row: NodeRow) -> None:
+        self.node_id.value = row.node_id
+        self.vram.value = row.vram
+        self.max_vram.value = row.max_vram
+        self.headroom.value = row.headroom
+        self.latency.value = row.latency_ms
+
+
+class FleetEditor(widgets.VBox):
+    """The fleet: a row per node, add/duplicate/remove, GPUs from a catalog, fleet files.
+
+    ``on_edit()`` is called when a value in a row changes, ``on_duplicate(index)`` and
+    ``on_remove(index)`` for a row's buttons. The add, catalog and file buttons are
+    attributes for the owner to wire.
+    """
+
+    def __init__(self, rows: Sequence[NodeRow], catalog: Sequence[GpuModel],
+                 fleet_files: Sequence[str], *, on_edit: Callable[[], None],
+                 on_duplicate: Callable[[int], None], on_remove: Callable[[int], None]) -> None:
+        self._on_edit = on_edit
+        self._on_duplicate = on_duplicate
+        self._on_remove = on_remove
+        self.row_editors: list[NodeRowEditor] = []
+        header = widgets.HBox([
+            widgets.HTML(f"<b>{escape(label)}</b>", layout=_layout(width))
+            for label, width in _ROW_COLUMNS
+        ])
+        self.rows_box = widgets.VBox(layout=widgets.Layout(max_height="340px",
+                                                           overflow="auto"))
+        self.rows_box.add_class("wb-node-rows")
+        self.count_label = widgets.HTML()
+        self.count_label.add_class("wb-node-count")
+        self.add_button = button("Add node", "wb-add-node", tooltip="add a node like the last")
+        self.gpu_choice = widgets.Dropdown(
+            options=[(f"{gpu.name} ({format_bytes(gpu.memory_bytes)})", index)
+                     for index, gpu in enumerate(catalog)],
+            layout=_layout("300px"))
+        self.gpu_choice.add_class("wb-gpu-choice")
+        self.gpu_count = int_input(1, "wb-gpu-count", minimum=1, maximum=1024, width="70px")
+        self.add_gpus_button = button("Add GPUs", "wb-add-gpus",
+                                      tooltip="add this many nodes of the chosen GPU")
+        self.catalog = tuple(catalog)
+        self.file_choice = widgets.Dropdown(options=list(fleet_files), layout=_layout("280px"))
+        self.file_choice.add_class("wb-fleet-file")
+        self.load_button = button("Load", "wb-load-fleet", tooltip="load the chosen fleet file",
+                                  width="64px")
+        self.save_name = text_input("", "wb-save-name", width="180px",
+                                    placeholder="my-fleet.toml")
+        self.save_button = button("Save", "wb-save-fleet",
+                                  tooltip="save the fleet under data/fleets", width="64px")
+        super().__init__([
+            widgets.HBox([widgets.HTML("<b>Fleet file</b>", layout=_layout("80px")),
+                          self.file_choice, self.load_button,
+                          widgets.HTML("&nbsp;save as", layout=_layout("60px")),
+                          self.save_name, self.save_button]),
+            header,
+            self.rows_box,
+            widgets.HBox([self.add_button, self.count_label]),
+            widgets.HBox([widgets.HTML("<b>From catalog</b>", layout=_layout("100px")),
+                          self.gpu_choice, widgets.HTML("&nbsp;×", layout=_layout("20px")),
+                          self.gpu_count, self.add_gpus_button]),
+        ])
+        self.add_class("wb-fleet-editor")
+        self.set_rows(rows)
+
+    def _duplicate(self, editor: NodeRowEditor) -> None:
+        self._on_duplicate(self.row_editors.index(editor))
+
+    def _remove(self, editor: NodeRowEditor) -> None:
+        self._on_remove(self.row_editors.index(editor))
+
+    def rows(self) -> tuple[NodeRow, ...]:
+        return tuple(editor.row() for editor in self.row_editors)
+
+    def set_rows(self, rows: Sequence[NodeRow]) -> None:
+        """Show ``rows``, reusing the row widgets already on screen."""
+        while len(self.row_editors) < len(rows):
+            self.row_editors.append(NodeRowEditor(rows[len(self.row_editors)], self._on_edit,
+                                                  self._duplicate, self._remove))
+        del self.row_editors[len(rows):]
+        for editor, row in zip(self.row_editors, rows, strict=True):
+            if editor.row() != row:
+                editor.set_row(row)
+        if tuple(self.rows_box.children) != tuple(self.row_editors):
+            self.rows_box.children = tuple(self.row_editors)
+        self.count_label.value = (f"&nbsp;{len(rows)} node{'s' if len(rows) != 1 else ''}")
+
+    def set_fleet_files(self, names: Sequence[str], selected: str | None = None) -> None:
+        self.file_choice.options = list(names)
+        if selected in names:
+            self.file_choice.value = selected
+
+    def chosen_gpu(self) -> GpuModel | None:
+        index = self.gpu_choice.value
+        return self.catalog[index] if index is not None else None
+
+
+# -- the model --------------------------------------------------------------------------
+
+
+class ModelEditor(widgets.VBox):
+    """A preset (or GGUF model) with its KV cache type, or the model's numbers by hand.
+
+    ``on_preset()`` is called when the preset changes, ``on_kv_cache_type()`` when the cache
+    type does, ``on_numbers()`` when a number is typed.
+    """
+
+    def __init__(self, presets: Sequence[str], *, on_preset: Callable[[], None],
+                 on_kv_cache_type: Callable[[], None], on_numbers: Callable[[], None]) -> None:
+        self._presets = tuple(presets)
+        self.preset = widgets.Dropdown(options=self._preset_options(None),
+                                       value=CUSTOM_MODEL, description="Model",
+                                       layout=_layout("340px"))
+        self.preset.add_class("wb-model-preset")
+        self.kv_cache_type = widgets.Dropdown(options=[], description="KV cache",
+                                              disabled=True, layout=_layout("200px"))
+        self.kv_cache_type.add_class("wb-kv-cache-type")
+        self.layer_count = int_input(1, "wb-layer-count", minimum=0, maximum=_MAX_LAYERS,
+                                     width="150px", description="layers")
+        self.native_context_length = int_input(
+            1, "wb-native-context", minimum=0, maximum=_MAX_CONTEXT, width="230px",
+            description="native context")
+        self.model_weight_bytes = text_input("", "wb-model-weights", width="230px",
+                                             description="weights", placeholder="315.68 GB")
+        self.kv_bytes_per_token = text_input("", "wb-kv-bytes", width="230px",
+                                             description="KV bytes / token",
+                                             placeholder="128 KiB")
+        self.details = widgets.HTML()
+        self.details.add_class("wb-model-details")
+        _observe_value(self.preset, on_preset)
+        _observe_value(self.kv_cache_type, on_kv_cache_type)
+        for widget in self.number_inputs:
+            _observe_value(widget, on_numbers)
+        super().__init__([
+            widgets.HBox([self.preset, self.kv_cache_type]),
+            widgets.HBox([self.layer_count, self.native_context_length]),
+            widgets.HBox([self.model_weight_bytes, self.kv_bytes_per_token]),
+            self.details,
+        ])
+        self.add_class("wb-model-editor")
+
+    @property
+    def number_inputs(self) -> tuple[widgets.Widget, ...]:
+        return (self.layer_count, self.native_context_length, self.model_weight_bytes,
+                self.kv_bytes_per_token)
+
+    def _preset_options(self, gguf: str | None) -> list[tuple[str, str]]:
+        options = [("numbers typed by hand", CUSTOM_MODEL)]
+        if gguf is not None:
+            options.append((f"GGUF: {gguf}", f"gguf:{gguf}"))
+        return options + [(name, name) for name in self._presets]
+
+    def numbers(self) -> dict[str, Any]:
+        return {
+            "layer_count": int(self.layer_count.value),
+            "native_context_length": int(self.native_context_length.value),
+            "model_weight_bytes": self.model_weight_bytes.value,
+            "kv_bytes_per_token": self.kv_bytes_per_token.value,
+        }
+
+    def set_model(self, model: ModelFields, kv_cache_types: Sequence[str],
+                  description: str) -> None:
+        self.preset.options = self._preset_options(model.gguf)
+        if model.preset is not None and model.preset in self._presets:
+            self.preset.value = model.preset
+        elif model.gguf is not None:
+            self.preset.value = f"gguf:{model.gguf}"
+        else:
+            self.preset.value = CUSTOM_MODEL
+        self.kv_cache_type.options = list(kv_cache_types)
+        if model.kv_cache_type in kv_cache_types:
+            self.kv_cache_type.value = model.kv_cache_type
+        self.kv_cache_type.disabled = len(kv_cache_types) < 2
+        self.layer_count.value = model.layer_count
+        self.native_context_length.value = model.native_context_length
+        self.model_weight_bytes.value = model.model_weight_bytes
+        self.kv_bytes_per_token.value = model.kv_bytes_per_token
+        weights = ("exact per-layer weights" if model.layer_weight_bytes is not None
+                   else "weights split evenly over the layers")
+        body = (f"<details><summary>{escape(model.label)}: {weights}</summary>"
+                f"<pre style='font-size:11px;white-space:pre-wrap'>{escape(description)}"
+                "</pre></details>") if description else (
+                f"<span style='color:#555'>{escape(model.label)}: {weights}</span>")
+        self.details.value = body
+
+
+# -- the planning options ---------------------------------------------------------------
+
+
+class OptionsEditor(widgets.HBox):
+    """Minimum nodes, context override, lanes override and TPOT target."""
+
+    def __init__(self, options: PlanOptions, *, on_edit: Callable[[], None]) -> None:
+        self.minimum_nodes = int_input(options.minimum_nodes, "wb-minimum-nodes", minimum=0,
+                                       maximum=100_000, width="150px",
+                                       description="minimum nodes")
+        self.context_length_override = text_input(
+            options.context_length_override, "wb-context-override", width="200px",
+            description="context", placeholder="auto")
+        self.parallel_lanes_override = text_input(
+            options.parallel_lanes_override, "wb-lanes-override", width="150px",
+            description="lanes", placeholder="auto")
+        self.target_decode_tpot_ms = text_input(
+            options.target_decode_tpot_ms, "wb-tpot-target", width="200px",
+            description="TPOT target (ms)", placeholder="none")
+        for widget in self.children_inputs:
+            _observe_value(widget, on_edit)
+        super().__init__(list(self.children_inputs),
+                         layout=widgets.Layout(flex_flow="row wrap"))
+        self.add_class("wb-options-editor")
+
+    @property
+    def children_inputs(self) -> tuple[widgets.Widget, ...]:
+        return (self.minimum_nodes, self.context_length_override,
+                self.parallel_lanes_override, self.target_decode_tpot_ms)
+
+    def options(self) -> PlanOptions:
+        return PlanOptions(
+            minimum_nodes=int(self.minimum_nodes.value),
+            context_length_override=self.context_length_override.value,
+            parallel_lanes_override=self.parallel_lanes_override.value,
+            target_decode_tpot_ms=self.target_decode_tpot_ms.value,
+        )
+
+    def set_options(self, options: PlanOptions) -> None:
+        self.minimum_nodes.value = options.minimum_nodes
+        self.context_length_override.value = options.context_length_override
+        self.parallel_lanes_override.value = options.parallel_lanes_override
+        self.target_decode_tpot_ms.value = options.target_decode_tpot_ms

@@ -1,0 +1,218 @@
+"""What a workbench state plans to: :func:`evaluate` and its :class:`Evaluation`.
+
+One evaluation per edit: the request, the candidate shapes, the plan, the stage and node
+tables, warnings about the fleet, the node that limits the plan and why the other nodes
+are unused. Bad input never raises here; it becomes the evaluation's :class:`Problem`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from planner.errors import PlanError
+from planner.planning import (
+    Plan,
+    PlanningInput,
+    candidates,
+    node_budgets,
+    plan_topology,
+    stage_usage,
+)
+from planner.units import format_bytes
+from planner.workbench.state import Problem, WorkbenchInputError, WorkbenchState
+
+
+@dataclass(frozen=True, slots=True)
+class LimitingNode:
+    """The stage with the least room left, and what stops a higher context."""
+
+    node_id: str
+    stage_id: str
+    remaining_bytes: int
+    usable_bytes: int
+    context_limit: str | None
+    """Why the next higher context does not fit (or was not chosen); None at native."""
+
+    def describe(self) -> str:
+        text = (f"{self.node_id} ({self.stage_id}) limits the plan: "
+                f"{format_bytes(self.remaining_bytes)} of its "
+                f"{format_bytes(self.usable_bytes)} usable left")
+        return text + (f". {self.context_limit}" if self.context_limit else "")
+
+
+@dataclass(frozen=True, slots=True)
+class UnusedNode:
+    node_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """What a :class:`WorkbenchState` plans to, or the problem that stops it."""
+
+    state: WorkbenchState
+    request: PlanningInput | None = None
+    plan: Plan | None = None
+    candidates: pd.DataFrame | None = None
+    stages: pd.DataFrame | None = None
+    budgets: pd.DataFrame | None = None
+    problem: Problem | None = None
+    warnings: tuple[str, ...] = ()
+    limiting: LimitingNode | None = None
+    unused: tuple[UnusedNode, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.plan is not None
+
+    def summary(self) -> str:
+        """One line: the chosen shape, or the problem."""
+        if self.plan is None:
+            return "No plan" if self.problem is None else f"No plan: {self.problem.code}"
+        plan = self.plan
+        estimate = plan.estimated_decode_network_ms_per_token
+        parts = [
+            f"{plan.stage_count} stage{'s' if plan.stage_count != 1 else ''}",
+            f"context {plan.context_length:,}",
+            f"{plan.parallel_lanes} lane{'s' if plan.parallel_lanes != 1 else ''}",
+            f"estimated TPOT {estimate} ms" if estimate is not None
+            else "estimated TPOT unknown",
+        ]
+        if plan.decode_tpot_target_met is not None:
+            parts.append("target met" if plan.decode_tpot_target_met else "target missed")
+        return " · ".join(parts)
+
+
+def fleet_warnings(request: PlanningInput) -> tuple[str, ...]:
+    """Things about a fleet worth a second look, even when it plans."""
+    warnings: list[str] = []
+    with_latency = [n.node_id for n in request.nodes if n.stage_transfer_latency_ms is not None]
+    without = [n.node_id for n in request.nodes if n.stage_transfer_latency_ms is None]
+    if with_latency and without:
+        shown = ", ".join(without[:6]) + (" ..." if len(without) > 6 else "")
+        warnings.append(
+            f"latency is set on {len(with_latency)} of {len(request.nodes)} nodes; "
+            f"nodes without one ({shown}) add nothing to the TPOT estimate, which may "
+            "understate it")
+    if request.target_decode_tpot_ms is not None and not with_latency:
+        warnings.append("a TPOT target is set but no node has a latency, so whether it "
+                        "is met is unknown")
+    for node in request.nodes:
+        if node.usable_bytes == 0:
+            warnings.append(
+                f"node {node.node_id} has 0 usable bytes: its headroom "
+                f"{format_bytes(node.runtime_headroom_bytes)} is at least its "
+                f"{'capped ' if node.max_vram_bytes is not None else ''}VRAM "
+                f"{format_bytes(node.capped_vram_bytes)}; it can hold no layer")
+        elif node.max_vram_bytes is not None and node.max_vram_bytes > node.detected_vram_bytes:
+            warnings.append(
+                f"node {node.node_id}: max VRAM {format_bytes(node.max_vram_bytes)} is above "
+                f"its detected VRAM {format_bytes(node.detected_vram_bytes)}, so the cap "
+                "has no effect")
+    return tuple(warnings)
+
+
+def _context_limit(plan: Plan, table: pd.DataFrame) -> str | None:
+    higher = sorted({int(c) for c in table["context_length"] if c > plan.context_length})
+    if not higher:
+        return None
+    context = higher[0]
+    rows = table[table["context_length"] == context]
+    feasible = rows[rows["feasible"]]
+    if feasible.empty:
+        most = rows[rows["stage_count"] == rows["stage_count"].max()].iloc[0]
+        return f"Context {context:,} does not fit: {most['reason']}"
+    best = feasible.sort_values("stage_count").iloc[0]
+    estimate = best["estimated_decode_network_ms_per_token"]
+    met = best["decode_tpot_target_met"]
+    why = f"context {context:,} fits with {int(best['stage_count'])} stages"
+    if not pd.isna(met) and not bool(met):
+        return f"{why.capitalize()} but misses the TPOT target ({int(estimate)} ms)"
+    if not pd.isna(estimate):
+        mine = plan.estimated_decode_network_ms_per_token
+        return (f"{why.capitalize()} but its estimated TPOT is {int(estimate)} ms "
+                f"against {mine} ms")
+    return f"{why.capitalize()} but was not chosen"
+
+
+def limiting_node(request: PlanningInput, plan: Plan, stages: pd.DataFrame,
+                  table: pd.DataFrame | None) -> LimitingNode:
+    """The stage with the smallest remaining bytes (first such stage on ties)."""
+    row = stages.loc[stages["remaining_bytes"].idxmin()]
+    return LimitingNode(
+        node_id=str(row["node_id"]),
+        stage_id=str(row["stage_id"]),
+        remaining_bytes=int(row["remaining_bytes"]),
+        usable_bytes=int(row["usable_vram_bytes"]),
+        context_limit=_context_limit(plan, table) if table is not None else None,
+    )
+
+
+def unused_nodes(request: PlanningInput, plan: Plan | None) -> tuple[UnusedNode, ...]:
+    """Each node the plan leaves out, with the reason in words."""
+    chosen = set(plan.node_ids) if plan is not None else set()
+    members = [n for n in request.nodes if n.node_id in chosen]
+    smallest = min((n.usable_bytes for n in members), default=0)
+    latencies = [n.stage_transfer_latency_ms for n in members
+                 if n.stage_transfer_latency_ms is not None]
+    slowest = max(latencies, default=None)
+    result = []
+    for node in request.nodes:
+        if node.node_id in chosen:
+            continue
+        if node.usable_bytes == 0:
+            reason = "no usable memory (headroom covers all of its VRAM)"
+        elif plan is None:
+            reason = "no plan"
+        elif (slowest is not None and node.stage_transfer_latency_ms is not None
+              and node.stage_transfer_latency_ms > slowest):
+            reason = (f"its latency {node.stage_transfer_latency_ms} ms is above the plan's "
+                      f"slowest link ({slowest} ms)")
+        elif node.usable_bytes < smallest:
+            reason = (f"smaller than the chosen nodes ({format_bytes(node.usable_bytes)} "
+                      f"usable, the chosen have at least {format_bytes(smallest)})")
+        else:
+            reason = (f"not needed: {plan.stage_count} stage"
+                      f"{'s' if plan.stage_count != 1 else ''} suffice, and the chosen set "
+                      "leaves more room or comes first by node id")
+        result.append(UnusedNode(node.node_id, reason))
+    return tuple(result)
+
+
+def evaluate(state: WorkbenchState) -> Evaluation:
+    """Plan ``state`` once: request, candidates, plan, tables, warnings and diagnosis.
+
+    Never raises for bad input; the problem is in :attr:`Evaluation.problem`.
+    """
+    try:
+        request = state.to_request()
+    except (WorkbenchInputError, PlanError) as error:
+        return Evaluation(state=state, problem=Problem.from_exception(error))
+    warnings = fleet_warnings(request)
+    budgets = node_budgets(request)
+    try:
+        table = candidates(request)
+    except PlanError as error:
+        return Evaluation(state=state, request=request, budgets=budgets,
+                          problem=Problem.from_exception(error), warnings=warnings,
+                          unused=unused_nodes(request, None))
+    try:
+        plan = plan_topology(request)
+    except PlanError as error:
+        return Evaluation(state=state, request=request, candidates=table, budgets=budgets,
+                          problem=Problem.from_exception(error), warnings=warnings,
+                          unused=unused_nodes(request, None))
+    stages = stage_usage(request, plan)
+    return Evaluation(
+        state=state,
+        request=request,
+        plan=plan,
+        candidates=table,
+        stages=stages,
+        budgets=budgets,
+        warnings=warnings,
+        limiting=limiting_node(request, plan, stages, table),
+        unused=unused_nodes(request, plan),
+    )

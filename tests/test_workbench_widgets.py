@@ -1,0 +1,345 @@
+"""The workbench widgets without a browser: set ``.value`` on the inputs, as the page would,
+and check the summary, the tables, the figures and the messages that follow."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from planner.fleetfile import load_fleet
+from planner.workbench import NodeRow, PlanOptions, Workbench, WorkbenchState
+from planner.workbench.editor import CUSTOM_MODEL
+
+GIB = 1024**3
+
+
+def five_by_80() -> WorkbenchState:
+    state = WorkbenchState.design_default()
+    return replace(state, nodes=tuple(NodeRow(f"gpu-{i:02d}", "80 GiB") for i in range(5)),
+                   options=PlanOptions(), source=None)
+
+
+@pytest.fixture
+def bench(tmp_path: Path) -> Workbench:
+    fleets = tmp_path / "fleets"
+    fleets.mkdir()
+    return Workbench(five_by_80(), fleet_dir=fleets, report_dir=tmp_path / "reports")
+
+
+def rows(bench: Workbench) -> list:
+    return bench.fleet_editor.row_editors
+
+
+def visible(widget: object) -> bool:
+    return widget.layout.display != "none"  # type: ignore[attr-defined]
+
+
+def memory_labels(bench: Workbench) -> list[str]:
+    return list(bench.view.memory.data[0].x)
+
+
+def test_starts_planned(bench: Workbench) -> None:
+    assert "Plan: 5 stages · context 262,144 · 4 lanes" in bench.view.summary.value
+    assert not visible(bench.view.problem)
+    assert bench.view.stage_table.value.count("<tr class=''>") == 5
+    assert memory_labels(bench) == [f"gpu-{i:02d}<br>stage-{i}" for i in range(5)]
+    assert "Limiting node" in bench.view.diagnosis.value
+    assert bench.evaluations == 1
+
+
+def test_default_workbench_loads_the_design_fleet() -> None:
+    bench = Workbench.default()
+    assert bench.state.name == "Qwen 480B on 5 x 80 GiB"
+    assert bench.fleet_editor.file_choice.value == "qwen480b-5x80.toml"
+    assert bench.evaluation.summary().startswith("5 stages · context 262,144 · 4 lanes")
+    assert bench.message.value == ""
+
+
+def test_shrinking_a_node_adds_a_stage(bench: Workbench) -> None:
+    bench.add_node()
+    rows(bench)[5].vram.value = "8 GiB"
+    assert bench.evaluation.plan.stage_count == 5  # the small spare is not needed yet
+    before = bench.evaluations
+    rows(bench)[0].vram.value = "8 GiB"
+    assert bench.evaluations == before + 1  # one edit, one plan
+    assert "Plan: 6 stages · context 262,144" in bench.view.summary.value
+    assert bench.view.stage_table.value.count("<tr class=''>") == 6
+    assert len(bench.view.layers.data[0].x) == 6
+    assert sum(bench.view.layers.data[0].x) == 62
+    assert memory_labels(bench)[4:] == ["gpu-00<br>stage-4", "gpu-05<br>stage-5"]
+    selected = bench.view.candidates.data[2]
+    assert (tuple(selected.x), tuple(selected.y)) == ((6,), (262_144,))
+
+
+def test_memory_figure_follows_an_edit(bench: Workbench) -> None:
+    weights_before = list(bench.view.memory.data[0].y)
+    rows(bench)[0].max_vram.value = "40 GiB"
+    labels = memory_labels(bench)
+    assert labels[-1] == "gpu-00<br>stage-4"  # the capped node now comes last
+    capped_away = bench.view.memory.data[4]
+    assert capped_away.y[-1] == pytest.approx(40.0)
+    assert list(capped_away.y[:-1]) == [0, 0, 0, 0]
+    assert list(bench.view.memory.data[0].y) == weights_before  # 15, 15, 15, 15, 2 layers
+    rows(bench)[0].max_vram.value = "8 GiB"
+    assert bench.view.memory.data[0].y[-1] == pytest.approx(0.0)  # gpu-00 is unused now
+    assert memory_labels(bench)[-1] == "gpu-00<br>unused"
+
+
+def test_bad_size_shows_an_inline_error_and_recovers(bench: Workbench) -> None:
+    rows(bench)[1].vram.value = "80 GQ"
+    assert visible(bench.view.problem)
+    assert "InvalidInput" in bench.view.problem.value
+    assert "node &#x27;gpu-01&#x27; VRAM: unknown unit &#x27;GQ&#x27;" in bench.view.problem.value
+    assert "No plan: InvalidInput" in bench.view.summary.value
+    assert not visible(bench.view.results)
+    rows(bench)[1].vram.value = "80 GiB"
+    assert not visible(bench.view.problem)
+    assert visible(bench.view.results)
+    assert "5 stages" in bench.view.summary.value
+
+
+@pytest.mark.parametrize(("field", "value", "shown"), [
+    ("headroom", "-2 GiB", "headroom: cannot be negative"),
+    ("latency", "-3", "latency: cannot be negative"),
+    ("node_id", "gpu-00", "rows 1 and 2 both use this id"),
+    ("max_vram", "lots", "max VRAM: cannot read"),
+])
+def test_row_errors(bench: Workbench, field: str, value: str, shown: str) -> None:
+    getattr(rows(bench)[1], field).value = value
+    assert bench.evaluation.problem is not None
+    assert shown in bench.evaluation.problem.message
+    assert "Traceback" not in bench.view.problem.value
+
+
+def test_no_valid_topology_is_explained(bench: Workbench) -> None:
+    bench.remove_node(4)
+    for row in rows(bench):
+        row.vram.value = "70 GiB"
+    assert "NoValidTopology" in bench.view.problem.value
+    assert "minimum context 65,536" in bench.view.problem.value
+    assert visible(bench.view.results)  # the candidates still show why
+    assert "no stages" in bench.view.stage_table.value
+    assert all(label.endswith("unused") for label in memory_labels(bench))
+    assert len(bench.view.candidates.data[0].x) == 0  # nothing feasible
+    assert bench.view.layers.layout.annotations[0].text == "no plan"
+
+
+def test_options(bench: Workbench) -> None:
+    options = bench.options_editor
+    options.context_length_override.value = "65536"
+    assert bench.evaluation.plan.context_length == 65_536
+    options.parallel_lanes_override.value = "2"
+    assert bench.evaluation.plan.parallel_lanes == 2
+    options.parallel_lanes_override.value = "0"
+    assert "ZeroParallelLanes" in bench.view.problem.value
+    options.parallel_lanes_override.value = ""
+    options.context_length_override.value = "999999"
+    assert "ContextExceedsNative" in bench.view.problem.value
+    options.context_length_override.value = ""
+    options.minimum_nodes.value = 6
+    assert "NoValidTopology" in bench.view.problem.value
+    options.minimum_nodes.value = 1
+    assert bench.evaluation.ok
+
+
+def test_latency_and_tpot_target(bench: Workbench) -> None:
+    rows(bench)[0].latency.value = "10"
+    assert "latency is set on 1 of 5 nodes" in bench.view.warnings.value
+    assert visible(bench.view.warnings)
+    for row in rows(bench)[1:]:
+        row.latency.value = "10 ms"
+    assert not visible(bench.view.warnings)
+    # With latencies, the lower estimate wins before the higher context.
+    assert "4 stages · context 65,536 · 4 lanes · estimated TPOT 40 ms" in (
+        bench.view.summary.value)
+    assert "estimated TPOT is 50 ms against 40 ms" in bench.view.diagnosis.value
+    bench.options_editor.target_decode_tpot_ms.value = "45"
+    assert "estimated TPOT 40 ms · target met" in bench.view.summary.value
+    assert "misses the TPOT target (50 ms)" in bench.view.diagnosis.value
+    bench.options_editor.target_decode_tpot_ms.value = "30"
+    assert "target missed" in bench.view.summary.value
+    marker = bench.view.candidates.data[0].marker
+    assert marker.colorscale is not None and "circle-open" in marker.symbol
+
+
+def test_unused_nodes_and_zero_usable_warning(bench: Workbench) -> None:
+    bench.add_node()
+    rows(bench)[5].headroom.value = "80 GiB"
+    assert "node gpu-05 has 0 usable bytes" in bench.view.warnings.value
+    assert "Unused nodes</b> (1)" in bench.view.diagnosis.value
+    assert "no usable memory" in bench.view.diagnosis.value
+
+
+def test_row_buttons(bench: Workbench) -> None:
+    rows(bench)[2].duplicate_button.click()
+    ids = [row.node_id.value for row in rows(bench)]
+    assert ids == ["gpu-00", "gpu-01", "gpu-02", "gpu-05", "gpu-03", "gpu-04"]
+    assert bench.state.nodes[3] == NodeRow("gpu-05", "80 GiB")
+    assert "6 nodes" in bench.fleet_editor.count_label.value
+    rows(bench)[0].remove_button.click()
+    assert [r.node_id for r in bench.state.nodes] == ["gpu-01", "gpu-02", "gpu-05", "gpu-03",
+                                                      "gpu-04"]
+    assert len(bench.fleet_editor.rows_box.children) == 5
+    bench.fleet_editor.add_button.click()
+    assert bench.state.nodes[-1].node_id == "gpu-06"
+    assert bench.evaluation.plan.stage_count == 5
+
+
+def test_edits_after_a_structural_change_reach_the_right_row(bench: Workbench) -> None:
+    rows(bench)[0].remove_button.click()
+    rows(bench)[0].vram.value = "8 GiB"
+    assert bench.state.nodes[0] == NodeRow("gpu-01", "8 GiB")
+
+
+def test_add_gpus_from_the_catalog(bench: Workbench) -> None:
+    editor = bench.fleet_editor
+    h200 = next(i for i, gpu in enumerate(editor.catalog) if "H200" in gpu.name)
+    editor.gpu_choice.value = h200
+    editor.gpu_count.value = 3
+    editor.add_gpus_button.click()
+    added = bench.state.nodes[5:]
+    assert [row.node_id for row in added] == ["h200-141gb-00", "h200-141gb-01",
+                                              "h200-141gb-02"]
+    assert {row.vram for row in added} == {"141 GiB"}
+    # Three 141 GiB nodes beat five 80 GiB ones: fewer stages at native context.
+    assert bench.evaluation.plan.stage_count == 3
+
+
+def test_choosing_a_preset_and_kv_cache_type(bench: Workbench) -> None:
+    editor = bench.model_editor
+    editor.preset.value = "qwen3-coder-480b-a35b"
+    assert bench.state.model.preset == "qwen3-coder-480b-a35b"
+    assert editor.kv_cache_type.value == "q8_0" and not editor.kv_cache_type.disabled
+    assert editor.kv_bytes_per_token.value == "131072"
+    assert editor.layer_count.value == 62
+    editor.kv_cache_type.value = "f16"
+    assert editor.kv_bytes_per_token.value == "253952"
+    assert bench.evaluation.request.kv_bytes_per_token == 253_952
+    assert "f16" in editor.details.value
+    # Typing a number makes the model custom again.
+    editor.native_context_length.value = 131_072
+    assert editor.preset.value == CUSTOM_MODEL
+    assert editor.kv_cache_type.disabled
+    assert bench.state.model.preset is None
+    assert bench.evaluation.plan.context_length == 131_072
+    editor.preset.value = "llama-3.1-70b"
+    assert bench.evaluation.request.layer_count == editor.layer_count.value == 80
+    assert bench.evaluation.ok
+
+
+def test_model_number_errors(bench: Workbench) -> None:
+    bench.model_editor.model_weight_bytes.value = "300 GQ"
+    assert "model weight bytes: unknown unit" in bench.view.problem.value
+    bench.model_editor.model_weight_bytes.value = "300 GB"
+    bench.model_editor.layer_count.value = 0
+    assert "MissingLayers" in bench.view.problem.value
+
+
+def test_one_plan_per_edit(bench: Workbench) -> None:
+    before = bench.evaluations
+    bench.model_editor.preset.value = "qwen3-coder-480b-a35b"
+    bench.model_editor.kv_cache_type.value = "f16"
+    bench.model_editor.layer_count.value = 61
+    bench.options_editor.minimum_nodes.value = 2
+    bench.fleet_editor.add_button.click()
+    assert bench.evaluations == before + 5
+
+
+def test_save_and_load_fleet_files(bench: Workbench, tmp_path: Path) -> None:
+    rows(bench)[0].latency.value = "7"
+    bench.options_editor.target_decode_tpot_ms.value = "60"
+    bench.fleet_editor.save_name.value = "mine"
+    bench.fleet_editor.save_button.click()
+    saved = bench.fleet_dir / "mine.toml"
+    assert saved.is_file()
+    assert "Saved" in bench.message.value
+    assert bench.fleet_editor.file_choice.value == "mine.toml"
+    assert load_fleet(saved).to_request() == bench.evaluation.request
+
+    rows(bench)[0].vram.value = "8 GiB"
+    bench.fleet_editor.load_button.click()
+    assert bench.state.nodes[0] == NodeRow("gpu-00", "80 GiB", "", "0", "7")
+    assert bench.options_editor.target_decode_tpot_ms.value == "60"
+    assert bench.evaluation.request == load_fleet(saved).to_request()
+    assert "Loaded" in bench.message.value
+
+
+@pytest.mark.parametrize(("name", "shown"), [
+    ("", "give a name"), ("../escape.toml", "plain file name"), ("fleet.yaml", ".toml or .json"),
+])
+def test_bad_save_names_are_messages(bench: Workbench, name: str, shown: str) -> None:
+    bench.fleet_editor.save_name.value = name
+    bench.fleet_editor.save_button.click()
+    assert "wb-error-box" in bench.message.value and shown in bench.message.value
+    assert list(bench.fleet_dir.iterdir()) == []
+
+
+def test_saving_a_bad_fleet_is_a_message(bench: Workbench) -> None:
+    rows(bench)[0].vram.value = "80 GQ"
+    bench.fleet_editor.save_name.value = "bad.toml"
+    bench.fleet_editor.save_button.click()
+    assert "InvalidInput" in bench.message.value
+    assert not (bench.fleet_dir / "bad.toml").exists()
+
+
+def test_loading_a_broken_file_is_a_message(bench: Workbench) -> None:
+    (bench.fleet_dir / "broken.toml").write_text("[model\n")
+    bench.fleet_editor.set_fleet_files(["broken.toml"], "broken.toml")
+    bench.fleet_editor.load_button.click()
+    assert "InvalidToml" in bench.message.value
+    assert bench.evaluation.ok  # the fleet on screen is untouched
+
+
+def test_export_report(bench: Workbench, tmp_path: Path) -> None:
+    bench.export_button.click()
+    written = tmp_path / "reports" / "qwen-480b-on-5-x-80-gib.html"
+    assert written.is_file(), bench.message.value
+    assert "Report written" in bench.message.value
+    bench.report_path.value = str(tmp_path / "plan.md")
+    bench.export_button.click()
+    assert "5" in (tmp_path / "plan.md").read_text()
+    bench.report_path.value = str(tmp_path / "plan.txt")
+    bench.export_button.click()
+    assert "UnsupportedFormat" in bench.message.value
+
+
+def write_tiny_gguf(path: Path, layers: int = 2) -> None:
+    """A two-layer llama GGUF file with zero weights."""
+    import numpy as np
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(path, "llama")
+    writer.add_string("general.name", "Tiny Llama")
+    for key, value in (("block_count", layers), ("context_length", 8192),
+                       ("embedding_length", 256), ("attention.head_count", 8),
+                       ("attention.head_count_kv", 4)):
+        writer.add_uint32(f"llama.{key}", value)
+    writer.add_tensor("token_embd.weight", np.zeros((100, 256), dtype=np.float16))
+    for layer in range(layers):
+        writer.add_tensor(f"blk.{layer}.attn_q.weight", np.zeros((256, 256), dtype=np.float16))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def test_a_gguf_model_from_a_fleet_file(tmp_path: Path) -> None:
+    write_tiny_gguf(tmp_path / "tiny.gguf")
+    fleet = tmp_path / "tiny.toml"
+    fleet.write_text('[model]\ngguf = "tiny.gguf"\nkv_cache_type = "f16"\n\n'
+                     '[[nodes]]\nid = "laptop"\nvram = "1 GiB"\n')
+    bench = Workbench.from_fleet(fleet, fleet_dir=tmp_path)
+    editor = bench.model_editor
+    assert editor.preset.value == "gguf:tiny.gguf"
+    assert editor.kv_cache_type.value == "f16" and not editor.kv_cache_type.disabled
+    assert editor.layer_count.value == 2 and editor.native_context_length.value == 8192
+    f16 = bench.evaluation.request.kv_bytes_per_token
+    assert bench.evaluation.plan.context_length == 8192
+    editor.kv_cache_type.value = "q8_0"
+    assert bench.state.model.gguf == "tiny.gguf"
+    assert bench.evaluation.request.kv_bytes_per_token < f16
+    saved = bench.save_fleet("copy.toml")
+    assert 'gguf = "tiny.gguf"' in saved.read_text()
+    assert load_fleet(saved).to_request() == bench.evaluation.request
