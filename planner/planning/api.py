@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -27,12 +26,6 @@ from planner.planning.search import ContextSearch, NodeSetChoice
 from planner.units import format_bytes
 
 Request = PlanningInput | Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class _Shape:
-    choice: NodeSetChoice
-    parallel_lanes: int
 
 
 def _target_met(request: PlanningInput, estimate: int | None) -> bool | None:
@@ -212,12 +205,15 @@ def candidates(request: Request) -> pd.DataFrame:
     lanes = lane_candidates(req)
     counts = list(node_count_range(req))
     rows: list[dict[str, Any]] = []
+    best_by_shape: dict[tuple[int, int], NodeSetChoice] = {}
     for context in context_candidates(req):
         search = ContextSearch(req, context)
         best = search.best_for_counts(counts)
         costs = layer_bytes(req, context)
         for count in counts:
             choice = best.get(count)
+            if choice is not None:
+                best_by_shape[(context, count)] = choice
             reason = "" if choice is not None else _infeasible_reason(req, count, costs)
             for lane in lanes:
                 rows.append(_row(req, context, count, lane, choice, reason))
@@ -234,19 +230,33 @@ def candidates(request: Request) -> pd.DataFrame:
         "selected": "bool",
         "reason": "string",
     })
-    try:
-        plan = plan_topology(req)
-    except PlanError as error:
-        if error.code != "NoValidTopology":
-            raise
-        return frame
-    chosen = (
-        (frame["context_length"] == plan.context_length)
-        & (frame["stage_count"] == plan.stage_count)
-        & (frame["parallel_lanes"] == plan.parallel_lanes)
-    )
-    frame.loc[chosen, "selected"] = True
+    selected = _select_from_table(req, best_by_shape)
+    if selected is not None:
+        chosen = (
+            (frame["context_length"] == selected.context_length)
+            & (frame["stage_count"] == selected.stage_count)
+            & (frame["parallel_lanes"] == lanes[0])
+        )
+        frame.loc[chosen, "selected"] = True
     return frame
+
+
+def _select_from_table(request: PlanningInput,
+                       best_by_shape: dict[tuple[int, int], NodeSetChoice]) -> NodeSetChoice | None:
+    """SPEC section 6 over every shape's best set, already known (the candidates table)."""
+    if not best_by_shape:
+        return None
+    if not request.has_latency:
+        # Shapes are in the planner's order: highest context, then fewest nodes.
+        return next(iter(best_by_shape.values()))
+    target = request.target_decode_tpot_ms
+
+    def rank(choice: NodeSetChoice) -> tuple[object, ...]:
+        estimate = choice.estimate_or_zero
+        missed = target is not None and estimate > target
+        return (missed, estimate, -choice.context_length, *_set_order(choice))
+
+    return min(best_by_shape.values(), key=rank)
 
 
 def _row(request: PlanningInput, context: int, count: int, lanes: int,
