@@ -170,6 +170,27 @@ CANDIDATE_COLUMNS = (
 )
 
 
+CANDIDATE_DTYPES = {
+    "context_length": "int64",
+    "stage_count": "int64",
+    "parallel_lanes": "int64",
+    "feasible": "bool",
+    "min_remaining_bytes": "Int64",
+    "total_remaining_bytes": "Int64",
+    "estimated_decode_network_ms_per_token": "Int64",
+    "decode_tpot_target_met": "boolean",
+    "selected": "bool",
+    "reason": "string",
+}
+
+
+def candidate_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Candidate rows (dicts with :data:`CANDIDATE_COLUMNS`) as the typed DataFrame
+    :func:`candidates` returns; ``node_ids`` become tuples."""
+    rows = [{**row, "node_ids": tuple(row["node_ids"])} for row in rows]
+    return pd.DataFrame(rows, columns=list(CANDIDATE_COLUMNS)).astype(CANDIDATE_DTYPES)
+
+
 def candidates(request: Request) -> pd.DataFrame:
     """Every shape the planner considers, one row each, in the order it tries them.
 
@@ -217,19 +238,7 @@ def candidates(request: Request) -> pd.DataFrame:
             reason = "" if choice is not None else _infeasible_reason(req, count, costs)
             for lane in lanes:
                 rows.append(_row(req, context, count, lane, choice, reason))
-    frame = pd.DataFrame(rows, columns=list(CANDIDATE_COLUMNS))
-    frame = frame.astype({
-        "context_length": "int64",
-        "stage_count": "int64",
-        "parallel_lanes": "int64",
-        "feasible": "bool",
-        "min_remaining_bytes": "Int64",
-        "total_remaining_bytes": "Int64",
-        "estimated_decode_network_ms_per_token": "Int64",
-        "decode_tpot_target_met": "boolean",
-        "selected": "bool",
-        "reason": "string",
-    })
+    frame = candidate_frame(rows)
     selected = _select_from_table(req, best_by_shape)
     if selected is not None:
         chosen = (

@@ -20,7 +20,6 @@ from planner.errors import PlanError
 from planner.fence import quorum_requirement
 from planner.fleetfile import FleetDocument
 from planner.planning import (
-    CANDIDATE_COLUMNS,
     Plan,
     PlanningInput,
     as_planning_input,
@@ -28,6 +27,7 @@ from planner.planning import (
     plan_topology,
     stage_usage,
 )
+from planner.planning.api import candidate_frame
 from planner.planning.rules import context_floor, kv_bytes_per_layer_token, layer_weights
 from planner.units import format_bytes
 
@@ -73,20 +73,7 @@ class ReportContent:
 
     def candidates_frame(self) -> pd.DataFrame:
         """The candidate rows as the DataFrame :func:`planner.candidates` returns."""
-        rows = [{**row, "node_ids": tuple(row["node_ids"])} for row in self.candidates]
-        frame = pd.DataFrame(rows, columns=list(CANDIDATE_COLUMNS))
-        return frame.astype({
-            "context_length": "int64",
-            "stage_count": "int64",
-            "parallel_lanes": "int64",
-            "feasible": "bool",
-            "min_remaining_bytes": "Int64",
-            "total_remaining_bytes": "Int64",
-            "estimated_decode_network_ms_per_token": "Int64",
-            "decode_tpot_target_met": "boolean",
-            "selected": "bool",
-            "reason": "string",
-        })
+        return candidate_frame(self.candidates)
 
     def to_dict(self) -> dict[str, Any]:
         return {
