@@ -9,15 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 
-class PlanError(ValueError):
-    """Planning failed or the request was refused.
-
-    ``code`` is one of the SPEC section 2 names (``MissingNativeContext``,
-    ``MissingLayers``, ``MissingModelWeights``, ``MissingKvBytesPerToken``,
-    ``MissingNodes``, ``ContextExceedsNative``, ``ContextBelowMinimum``,
-    ``ZeroParallelLanes``, ``NoValidTopology``) or ``InvalidInput`` for
-    malformed requests.
-    """
+class CodedError(ValueError):
+    """Base of the package's errors: a stable ``code``, a ``message`` a person can act
+    on, and the values behind it in ``details``."""
 
     def __init__(self, code: str, message: str, **details: Any) -> None:
         super().__init__(message)
@@ -30,6 +24,17 @@ class PlanError(ValueError):
 
     def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message, **self.details}
+
+
+class PlanError(CodedError):
+    """Planning failed or the request was refused.
+
+    ``code`` is one of the SPEC section 2 names (``MissingNativeContext``,
+    ``MissingLayers``, ``MissingModelWeights``, ``MissingKvBytesPerToken``,
+    ``MissingNodes``, ``ContextExceedsNative``, ``ContextBelowMinimum``,
+    ``ZeroParallelLanes``, ``NoValidTopology``) or ``InvalidInput`` for
+    malformed requests.
+    """
 
 
 class InvalidInput(PlanError):

@@ -10,22 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from planner.errors import CodedError
 
-class FenceError(ValueError):
-    """Base class: ``code`` is stable, ``message`` names what to fix."""
+
+class FenceError(CodedError):
+    """Base class: each subclass has its stable ``code``; ``message`` names what to fix."""
 
     code = "FenceError"
 
     def __init__(self, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.message = message
-        self.details: dict[str, Any] = details
-
-    def __str__(self) -> str:
-        return f"{self.code}: {self.message}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, **self.details}
+        super().__init__(type(self).code, message, **details)
 
 
 class InvalidFenceInput(FenceError):

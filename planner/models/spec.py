@@ -20,10 +20,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from planner.errors import CodedError
 from planner.units import format_bytes
 
 
-class ModelError(ValueError):
+class ModelError(CodedError):
     """Model metadata could not be read, derived or found.
 
     ``code`` is stable: ``NotGguf``, ``TruncatedGguf``, ``InvalidGguf``,
@@ -32,18 +33,6 @@ class ModelError(ValueError):
     ``UnknownPreset``, ``InvalidPreset``, ``MissingDataDir``, ``InvalidGpuCatalog`` or
     ``InvalidModelSpec``. ``details`` holds the file, key or value behind the message.
     """
-
-    def __init__(self, code: str, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.details: dict[str, Any] = details
-
-    def __str__(self) -> str:
-        return f"{self.code}: {self.message}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, **self.details}
 
 
 def _invalid(field_name: str, problem: str, value: Any) -> ModelError:
