@@ -28,13 +28,13 @@ def _reference_outcome(request: dict[str, Any]) -> dict[str, Any]:
         return {"error": error.code}
 
 
-@settings(max_examples=400)
+@settings(max_examples=1500)
 @given(requests())
 def test_plan_matches_exhaustive_reference(request: dict[str, Any]) -> None:
     assert _planner_outcome(request) == _reference_outcome(request)
 
 
-@settings(max_examples=150)
+@settings(max_examples=500)
 @given(requests(max_nodes=8))
 def test_candidates_match_exhaustive_reference(request: dict[str, Any]) -> None:
     try:
