@@ -139,3 +139,27 @@ IDENTICAL = st.builds(
 def test_identical_real_sized_nodes_match_reference(request: dict[str, Any]) -> None:
     assert _planner_outcome(request) == _reference_outcome(request)
 
+
+
+def _qwen_fleet(sizes_gib: list[int], latencies: list[int | None]) -> dict[str, Any]:
+    return {
+        "native_context_length": 262144, "layer_count": 62,
+        "model_weight_bytes": 315_680_000_000, "kv_bytes_per_token": 131072,
+        "minimum_nodes": 2, "target_decode_tpot_ms": 60,
+        "nodes": [{"node_id": f"node-{i:02d}", "detected_vram_bytes": size * 2**30,
+                   "stage_transfer_latency_ms": latency}
+                  for i, (size, latency) in enumerate(zip(sizes_gib, latencies, strict=True))],
+    }
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_real_sized_mixed_fleets_of_fourteen_nodes_match_reference(seed: int) -> None:
+    rnd = random.Random(seed)
+    sizes = [rnd.choice((24, 32, 48)) for _ in range(14)]
+    latencies = [rnd.choice((None, 2, 5, 8)) for _ in range(14)]
+    request = _qwen_fleet(sizes, latencies)
+    assert _planner_outcome(request) == _reference_outcome(request)
+    frame = planner.candidates(request)
+    for (context, count), best in ref.table(request).items():
+        row = frame[(frame["context_length"] == context) & (frame["stage_count"] == count)]
+        assert set(row["node_ids"]) == {best.node_ids if best else ()}
