@@ -1,0 +1,170 @@
+"""The fence explorer widgets, driven from code as a person would drive them."""
+
+from __future__ import annotations
+
+from html import unescape
+
+import pytest
+
+from planner.fence import (
+    SCENARIO_LIST,
+    CoordinatorClaim,
+    LoadClaimRef,
+    decide_claim,
+    decide_load,
+    quorum_requirement,
+    run_scenario,
+)
+from planner.fence.checker import DEFAULT_CONFIGS, CheckReport, check_defaults
+from planner.figures.fence import SEQUENCE_TRACES
+from planner.workbench.fence_explorer import (
+    CLAIM_PRESETS,
+    LOAD_PRESETS,
+    ClaimExplorer,
+    CounterexampleStepper,
+    LoadExplorer,
+    QuorumExplorer,
+    ScenarioStepper,
+)
+
+KEY = {"model_id": "qwen3-coder-480b", "package_ref": "hf://Qwen/Qwen3-Coder-480B-GGUF",
+       "manifest_sha256": "sha256:5be1c0a4"}
+
+
+def test_claim_presets_decide_as_the_fence_does() -> None:
+    explorer = ClaimExplorer()
+    outcomes = set()
+    for index, preset in enumerate(CLAIM_PRESETS):
+        explorer.preset.value = index
+        stored = None if preset.stored is None else CoordinatorClaim(
+            **{**preset.incoming, **preset.stored})
+        expected = decide_claim(stored, CoordinatorClaim(**preset.incoming),
+                                preset.now_unix_ms)
+        decision = explorer.decision
+        assert decision is not None
+        assert (decision.accepted, decision.reason, decision.supersedes_term) == (
+            expected.accepted, expected.reason, expected.supersedes_term), preset.title
+        assert expected.message in unescape(explorer.verdict.value)
+        outcomes.add(explorer.path[-1])
+    assert outcomes == {"accept_first", "accept_renewal", "supersede", "reject_stale",
+                        "reject_conflict", "reject_shape"}
+
+
+def test_editing_a_claim_moves_the_decision_to_another_branch() -> None:
+    explorer = ClaimExplorer()
+    explorer.preset.value = 1  # same epoch again
+    assert explorer.path[-1] == "accept_renewal"
+    explorer.incoming["coordinator_term"].value = 9
+    assert explorer.decision is not None and explorer.decision.reason == "StaleTerm"
+    assert explorer.path[-1] == "reject_stale"
+    assert "term < current term? --yes--> Reject: StaleTerm" in unescape(
+        explorer.path_label.value)
+    assert "StaleTerm" in explorer.figure.layout.title.text
+    explorer.incoming["coordinator_term"].value = 12
+    assert explorer.decision.supersedes_term == 10
+    assert explorer.path[-1] == "supersede"
+    explorer.has_stored.value = False
+    assert explorer.path[-1] == "accept_first"
+    explorer.set_values(incoming={"topology_hash": ""})
+    assert explorer.decision.reason == "MissingHashes"
+
+
+def test_a_claim_at_the_lease_instant_is_expired() -> None:
+    explorer = ClaimExplorer()
+    explorer.set_values(has_stored=False, incoming={"lease_until_unix_ms": 5_000},
+                        now_unix_ms=5_000)
+    assert explorer.decision is not None and explorer.decision.reason == "ExpiredLease"
+    explorer.now.value = 4_999
+    assert explorer.decision.accepted
+
+
+def test_load_presets_decide_as_the_fence_does() -> None:
+    explorer = LoadExplorer()
+    outcomes = set()
+    for index, preset in enumerate(LOAD_PRESETS):
+        explorer.preset.value = index
+        stored = None if preset.stored is None else CoordinatorClaim(**KEY, **preset.stored)
+        expected = decide_load(stored, LoadClaimRef(**KEY, **preset.load), preset.now_unix_ms)
+        decision = explorer.decision
+        assert decision is not None
+        assert (decision.accepted, decision.reason, decision.unfenced) == (
+            expected.accepted, expected.reason, expected.unfenced), preset.title
+        outcomes.add(explorer.path[-1])
+    assert outcomes == {"start", "start_unfenced", "reject_fields", "reject_missing",
+                        "reject_mismatch", "reject_expired"}
+    explorer.preset.value = 0
+    explorer.now.value = explorer.stored["lease_until_unix_ms"].value + 1
+    assert explorer.decision is not None and explorer.decision.reason == "ExpiredLease"
+
+
+def test_quorum_sliders() -> None:
+    explorer = QuorumExplorer(planned_stages=3, accepts=2)
+    assert explorer.reached and "may load" in explorer.verdict.value
+    explorer.planned.value = 4
+    assert explorer.quorum == 3 and not explorer.reached
+    assert "must not load" in explorer.verdict.value
+    assert "need 3 accepts" in explorer.figure.layout.title.text
+    explorer.accepts.value = 3
+    assert explorer.reached
+    explorer.planned.value = 2  # accepts is clamped to 2 and the view follows
+    assert explorer.accepts.value == 2 and explorer.accepts.max == 2
+    assert explorer.reached and "2 accepted" in explorer.figure.layout.title.text
+    for planned in range(1, 10):
+        explorer.planned.value = planned
+        explorer.accepts.value = quorum_requirement(planned) - 1
+        assert not explorer.reached
+        explorer.accepts.value = quorum_requirement(planned)
+        assert explorer.reached
+
+
+def test_scenario_stepper_runs_every_scenario() -> None:
+    stepper = ScenarioStepper(1)
+    for scenario in SCENARIO_LIST:
+        stepper.choice.value = scenario.number
+        assert stepper.result is not None
+        assert stepper.result.scenario.number == scenario.number
+        assert len(stepper.events) == len(run_scenario(scenario.number).events_frame())
+        assert stepper.step.max == len(stepper.events) - 1 and stepper.step.value == 0
+        assert scenario.title in stepper.header.value
+        assert "✘" not in stepper.outcome.value
+        assert [t.name for t in stepper.figure.data] == list(SEQUENCE_TRACES)
+
+
+def test_scenario_stepper_moves_through_events() -> None:
+    stepper = ScenarioStepper(5)
+    stepper.next.click()
+    stepper.next.click()
+    assert stepper.step.value == 2
+    event = stepper.current_event
+    assert event is not None and f"#{event['seq']}" in stepper.current.value
+    current = next(t for t in stepper.figure.data if t.name == "current")
+    assert list(current.x) == [event["seq"]]
+    stepper.previous.click()
+    assert stepper.step.value == 1
+    for _ in range(3):
+        stepper.previous.click()
+    assert stepper.step.value == 0
+    stepper.everything.click()
+    assert stepper.step.value == stepper.step.max
+    last = stepper.current_event
+    assert last is not None and int(last["seq"]) == int(stepper.events["seq"].iloc[-1])
+
+
+@pytest.fixture(scope="module")
+def small_report() -> CheckReport:
+    chosen = [n for n in DEFAULT_CONFIGS if n.name in ("different-plans", "three-terms")]
+    return check_defaults(chosen)
+
+
+def test_counterexample_stepper(small_report: CheckReport) -> None:
+    stepper = CounterexampleStepper(small_report)
+    names = [value for _, value in stepper.choice.options]
+    assert names == ["single_majority_belief", "majorities_overlap"]
+    for name in names:
+        stepper.choice.value = name
+        example = small_report.verdict(name).counterexample
+        assert example is not None and stepper.counterexample == example
+        assert len(stepper.events) == len(example.events_frame())
+        assert example.explanation in unescape(stepper.header.value)
+        assert f"{len(example.steps)} steps" in stepper.header.value
+        assert "violated:" in stepper.trace.value
