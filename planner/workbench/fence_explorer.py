@@ -151,6 +151,15 @@ CLAIM_PRESETS: tuple[ClaimPreset, ...] = (
 )
 
 
+def _claim_inputs(values: dict[str, Any], names: Sequence[str]) -> dict[str, widgets.Widget]:
+    """One input per claim field: terms are never negative, times may be."""
+    return {
+        name: (_integer(name, values[name], 0 if name == "coordinator_term" else -_MAX_INT)
+               if name in _INT_FIELDS else _text(name, values[name]))
+        for name in names
+    }
+
+
 class ClaimExplorer(widgets.VBox):
     """Edit a claim and see which branch of the claim decision decides it."""
 
@@ -161,16 +170,8 @@ class ClaimExplorer(widgets.VBox):
             style={"description_width": "80px"})
         self.has_stored = widgets.Checkbox(description="the stage already holds a claim for "
                                            "this model", value=False, indent=False)
-        self.stored = {
-            name: (_integer(name, _STORED[name], 0 if name == "coordinator_term" else -_MAX_INT)
-                   if name in _INT_FIELDS else _text(name, _STORED[name]))
-            for name in STORED_FIELDS
-        }
-        self.incoming = {
-            name: (_integer(name, _INCOMING[name], 0 if name == "coordinator_term" else -_MAX_INT)
-                   if name in _INT_FIELDS else _text(name, _INCOMING[name]))
-            for name in CLAIM_FIELDS
-        }
+        self.stored = _claim_inputs(_STORED, STORED_FIELDS)
+        self.incoming = _claim_inputs(_INCOMING, CLAIM_FIELDS)
         self.now = _integer("stage clock (ms)", _NOW)
         self.verdict = widgets.HTML()
         self.path_label = widgets.HTML()
@@ -295,11 +296,7 @@ class LoadExplorer(widgets.VBox):
             style={"description_width": "80px"})
         self.has_stored = widgets.Checkbox(description="the stage holds a claim for this "
                                            "model", value=True, indent=False)
-        self.stored = {
-            name: (_integer(name, _STORED[name], 0 if name == "coordinator_term" else -_MAX_INT)
-                   if name in _INT_FIELDS else _text(name, _STORED[name]))
-            for name in STORED_FIELDS
-        }
+        self.stored = _claim_inputs(_STORED, STORED_FIELDS)
         self.load = {
             name: (_integer(name, _LOAD[name], 0) if name in _INT_FIELDS
                    else _text(name, _LOAD[name]))
