@@ -160,7 +160,40 @@ def _claim_inputs(values: dict[str, Any], names: Sequence[str]) -> dict[str, wid
     }
 
 
-class ClaimExplorer(widgets.VBox):
+class _FenceExplorer(widgets.VBox):
+    """A stored claim, an incoming message and the stage's clock, judged on every edit."""
+
+    has_stored: widgets.Checkbox
+    stored: dict[str, widgets.Widget]
+    now: widgets.Widget
+    _loading: bool
+
+    def refresh(self) -> None:
+        raise NotImplementedError
+
+    def _set_fields(self, stored: Mapping[str, Any] | None, inputs: dict[str, widgets.Widget],
+                    values: Mapping[str, Any] | None, has_stored: bool | None,
+                    now_unix_ms: int | None) -> None:
+        self._loading = True
+        try:
+            if has_stored is not None:
+                self.has_stored.value = has_stored
+            for name, value in (stored or {}).items():
+                self.stored[name].value = value
+            for name, value in (values or {}).items():
+                inputs[name].value = value
+            if now_unix_ms is not None:
+                self.now.value = now_unix_ms
+        finally:
+            self._loading = False
+        self.refresh()
+
+    def _changed(self) -> None:
+        if not self._loading:
+            self.refresh()
+
+
+class ClaimExplorer(_FenceExplorer):
     """Edit a claim and see which branch of the claim decision decides it."""
 
     def __init__(self) -> None:
@@ -209,23 +242,7 @@ class ClaimExplorer(widgets.VBox):
                    incoming: Mapping[str, Any] | None = None,
                    has_stored: bool | None = None, now_unix_ms: int | None = None) -> None:
         """Set any fields at once (one refresh), as a person would by editing them."""
-        self._loading = True
-        try:
-            if has_stored is not None:
-                self.has_stored.value = has_stored
-            for name, value in (stored or {}).items():
-                self.stored[name].value = value
-            for name, value in (incoming or {}).items():
-                self.incoming[name].value = value
-            if now_unix_ms is not None:
-                self.now.value = now_unix_ms
-        finally:
-            self._loading = False
-        self.refresh()
-
-    def _changed(self) -> None:
-        if not self._loading:
-            self.refresh()
+        self._set_fields(stored, self.incoming, incoming, has_stored, now_unix_ms)
 
     def claims(self) -> tuple[CoordinatorClaim | None, CoordinatorClaim]:
         incoming = CoordinatorClaim(**{n: w.value for n, w in self.incoming.items()})
@@ -286,7 +303,7 @@ LOAD_PRESETS: tuple[LoadPreset, ...] = (
 )
 
 
-class LoadExplorer(widgets.VBox):
+class LoadExplorer(_FenceExplorer):
     """Edit a ``LoadStage`` and see which branch of the load fence decides it."""
 
     def __init__(self) -> None:
@@ -333,23 +350,8 @@ class LoadExplorer(widgets.VBox):
     def set_values(self, *, stored: Mapping[str, Any] | None = None,
                    load: Mapping[str, Any] | None = None, has_stored: bool | None = None,
                    now_unix_ms: int | None = None) -> None:
-        self._loading = True
-        try:
-            if has_stored is not None:
-                self.has_stored.value = has_stored
-            for name, value in (stored or {}).items():
-                self.stored[name].value = value
-            for name, value in (load or {}).items():
-                self.load[name].value = value
-            if now_unix_ms is not None:
-                self.now.value = now_unix_ms
-        finally:
-            self._loading = False
-        self.refresh()
-
-    def _changed(self) -> None:
-        if not self._loading:
-            self.refresh()
+        """Set any fields at once (one refresh), as a person would by editing them."""
+        self._set_fields(stored, self.load, load, has_stored, now_unix_ms)
 
     def refresh(self) -> None:
         key = {name: _INCOMING[name] for name in ("model_id", "package_ref", "manifest_sha256")}
