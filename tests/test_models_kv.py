@@ -1,6 +1,6 @@
 """KV bytes per token: cache-type rows, layouts, and llama.cpp's per-architecture rules.
 
-Every expected number is worked out by hand in the test from the brief's formula:
+Every expected number is worked out by hand in the test from llama.cpp's allocation formula:
 ``row(t, n) = n / block(t) * block_bytes(t)`` summed over K and V of each cached layer.
 """
 
@@ -61,7 +61,7 @@ def test_unknown_cache_type_lists_the_known_ones() -> None:
     assert "q8_0" in str(caught.value) and "f16" in str(caught.value)
 
 
-def test_qwen3_coder_480b_formula_from_the_brief() -> None:
+def test_qwen3_coder_480b_from_the_formula() -> None:
     layout = full_attention_layout(layers=62, kv_heads=8, key_length=128, value_length=128)
     assert layout.bytes_per_token("q8_0") == 2 * 1024 * 34 // 32 * 62 == 134_912
     assert layout.bytes_per_token("f16") == 62 * 2 * 1024 * 2 == 253_952

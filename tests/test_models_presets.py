@@ -1,6 +1,6 @@
 """Presets of published models and the GPU catalog, checked against their own cited facts.
 
-The KV figures are recomputed here from each file's architecture facts with the brief's
+The KV figures are recomputed here from each file's architecture facts with llama.cpp's
 formula, independently of planner.models.kv_cache.
 """
 
