@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, ClassVar, Self
 
 from planner.fence.errors import InvalidFenceInput
 
@@ -126,11 +126,12 @@ class CoordinatorClaim:
 
 
 @dataclass(frozen=True, slots=True)
-class LoadClaimRef:
-    """The claim a ``LoadStage`` request says it is authorised by.
+class GenerationRef:
+    """One split generation of one model artifact, as a load, a stop or running work
+    names it: the artifact key, topology and run, and the coordinator and term.
 
-    ``coordinator_term == 0`` with no coordinator id (``None`` or ``""``) is an
-    unfenced local or legacy load.
+    ``coordinator_term == 0`` with no coordinator id (``None`` or ``""``) is unfenced
+    local or legacy work.
     """
 
     model_id: str
@@ -141,12 +142,14 @@ class LoadClaimRef:
     coordinator_id: str | None
     coordinator_term: int
 
+    kind: ClassVar[str] = "generation"
+    """How error messages name the value (``load.coordinator_term``)."""
+
     def __post_init__(self) -> None:
-        where = "load"
         for name in ("model_id", "package_ref", "manifest_sha256", "topology_id", "run_id"):
-            require_str(getattr(self, name), name, where)
-        require_str(self.coordinator_id, "coordinator_id", where, optional=True)
-        require_int(self.coordinator_term, "coordinator_term", where, minimum=0)
+            require_str(getattr(self, name), name, self.kind)
+        require_str(self.coordinator_id, "coordinator_id", self.kind, optional=True)
+        require_int(self.coordinator_term, "coordinator_term", self.kind, minimum=0)
 
     @property
     def key(self) -> ClaimKey:
@@ -158,19 +161,19 @@ class LoadClaimRef:
 
     @property
     def is_unfenced(self) -> bool:
-        """Term 0 and no coordinator id: the load bypasses the fence."""
+        """Term 0 and no coordinator id: outside the fence."""
         return self.coordinator_term == 0 and not self.has_coordinator
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> LoadClaimRef:
-        return cls(**fields_from_dict(cls, data, "load"))
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        return cls(**fields_from_dict(cls, data, cls.kind))
 
     @classmethod
-    def for_claim(cls, claim: CoordinatorClaim) -> LoadClaimRef:
-        """The load a coordinator sends after its claim reached quorum."""
+    def for_claim(cls, claim: CoordinatorClaim) -> Self:
+        """The generation a claim names (what its coordinator loads or stops)."""
         return cls(
             model_id=claim.model_id,
             package_ref=claim.package_ref,
@@ -180,6 +183,18 @@ class LoadClaimRef:
             coordinator_id=claim.coordinator_id,
             coordinator_term=claim.coordinator_term,
         )
+
+    @classmethod
+    def of(cls, other: GenerationRef) -> Self:
+        """The same generation as another kind of reference."""
+        return cls(**{f.name: getattr(other, f.name) for f in fields(GenerationRef)})
+
+
+@dataclass(frozen=True, slots=True)
+class LoadClaimRef(GenerationRef):
+    """The claim a ``LoadStage`` request says it is authorised by."""
+
+    kind: ClassVar[str] = "load"
 
 
 def same_claim_epoch(a: CoordinatorClaim, b: CoordinatorClaim) -> bool:

@@ -18,9 +18,9 @@ Rules beyond the fence itself:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields, replace
-from typing import Any
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
 
 from planner.fence.claims import (
     COORDINATOR_MISMATCH,
@@ -30,13 +30,11 @@ from planner.fence.claims import (
     ClaimDecision,
     ClaimKey,
     CoordinatorClaim,
+    GenerationRef,
     LoadClaimRef,
     LoadDecision,
     decide_claim,
     decide_load,
-    fields_from_dict,
-    require_int,
-    require_str,
 )
 from planner.fence.errors import InvalidFenceInput
 
@@ -45,31 +43,18 @@ STOP_REASONS: tuple[str, ...] = (MISSING_TERM, MISSING_COORDINATOR_ID, STALE_TER
 
 
 @dataclass(frozen=True, slots=True)
-class StageWork:
+class StageWork(GenerationRef):
     """One stage process for a model artifact, authorised by a load (running or preparing).
 
     An empty coordinator id is stored as ``None``: both mean "no coordinator".
     """
 
-    model_id: str
-    package_ref: str
-    manifest_sha256: str
-    topology_id: str
-    run_id: str
-    coordinator_id: str | None
-    coordinator_term: int
+    kind: ClassVar[str] = "work"
 
     def __post_init__(self) -> None:
-        for name in ("model_id", "package_ref", "manifest_sha256", "topology_id", "run_id"):
-            require_str(getattr(self, name), name, "work")
-        require_str(self.coordinator_id, "coordinator_id", "work", optional=True)
-        require_int(self.coordinator_term, "coordinator_term", "work", minimum=0)
+        GenerationRef.__post_init__(self)
         if self.coordinator_id == "":
             object.__setattr__(self, "coordinator_id", None)
-
-    @property
-    def key(self) -> ClaimKey:
-        return (self.model_id, self.package_ref, self.manifest_sha256)
 
     @property
     def sort_key(self) -> tuple[str, str, str, int, str, str, str]:
@@ -78,14 +63,11 @@ class StageWork:
 
     @property
     def fenced(self) -> bool:
-        return not (self.coordinator_term == 0 and not self.coordinator_id)
+        return not self.is_unfenced
 
     @classmethod
     def from_load(cls, load: LoadClaimRef) -> StageWork:
-        return cls(**{f.name: getattr(load, f.name) for f in fields(cls)})
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return cls.of(load)
 
     def describe(self) -> str:
         if not self.fenced:
@@ -95,41 +77,10 @@ class StageWork:
 
 
 @dataclass(frozen=True, slots=True)
-class StopRequest:
+class StopRequest(GenerationRef):
     """``StopStage``: stop the work of one split generation of a model artifact."""
 
-    model_id: str
-    package_ref: str
-    manifest_sha256: str
-    topology_id: str
-    run_id: str
-    coordinator_id: str | None
-    coordinator_term: int
-
-    def __post_init__(self) -> None:
-        for name in ("model_id", "package_ref", "manifest_sha256", "topology_id", "run_id"):
-            require_str(getattr(self, name), name, "stop")
-        require_str(self.coordinator_id, "coordinator_id", "stop", optional=True)
-        require_int(self.coordinator_term, "coordinator_term", "stop", minimum=0)
-
-    @property
-    def key(self) -> ClaimKey:
-        return (self.model_id, self.package_ref, self.manifest_sha256)
-
-    @property
-    def is_unfenced(self) -> bool:
-        return self.coordinator_term == 0 and not self.coordinator_id
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> StopRequest:
-        return cls(**fields_from_dict(cls, data, "stop"))
-
-    @classmethod
-    def for_claim(cls, claim: CoordinatorClaim) -> StopRequest:
-        return cls(**LoadClaimRef.for_claim(claim).to_dict())
+    kind: ClassVar[str] = "stop"
 
     def matches(self, work: StageWork) -> bool:
         """The work this stop targets: same key and generation, or same unfenced run."""
