@@ -24,8 +24,8 @@ import plotly.graph_objects as go
 from planner.fence.checker import MUST_HOLD, CheckReport
 from planner.fence.claims import ClaimDecision, LoadDecision, quorum_requirement
 from planner.fence.errors import InvalidFenceInput
+from planner.figures.style import axis, base_layout
 
-_FONT = {"family": "system-ui, -apple-system, Segoe UI, sans-serif", "size": 12}
 ACCEPT_COLOUR = "#2e8b57"
 REJECT_COLOUR = "#c44e52"
 PATH_COLOUR = "#4c72b0"
@@ -51,22 +51,9 @@ RECEIPT_KINDS = frozenset({"claim", "load", "stop", "receive", "ignored"})
 _SPECIAL_LANES = ("network", "clock")
 
 
-def _axis(**extra: Any) -> dict[str, Any]:
-    return {"gridcolor": "#e8e8e8", "zerolinecolor": "#cccccc", "linecolor": "#bbbbbb",
-            "automargin": True, **extra}
-
-
 def _layout(title: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "title": {"text": title, "x": 0.01, "xanchor": "left"},
-        "plot_bgcolor": "white",
-        "paper_bgcolor": "white",
-        "font": _FONT,
-        "margin": {"l": 80, "r": 20, "t": 60, "b": 50},
-        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 1.0,
-                   "xanchor": "right"},
-        **extra,
-    }
+    # Sequence charts carry lane names on the left and a title line above.
+    return base_layout(title, **{"margin": {"l": 80, "r": 20, "t": 60, "b": 50}, **extra})
 
 
 # --- decision flowcharts -------------------------------------------------------------------
@@ -311,8 +298,8 @@ def quorum_figure(planned_stages: int, accepts: int, *, max_planned: int = 9) ->
     return go.Figure({"data": [bars, got], "layout": _layout(
         f"{planned_stages} planned stages need {quorum} accepts "
         f"({planned_stages} // 2 + 1); {accepts} accepted: {verdict}",
-        xaxis=_axis(title={"text": "planned stages"}, dtick=1),
-        yaxis=_axis(title={"text": "accepts"}, rangemode="tozero",
+        xaxis=axis(title={"text": "planned stages"}, dtick=1),
+        yaxis=axis(title={"text": "accepts"}, rangemode="tozero",
                     range=[0, top // 2 + 2]),
         height=360,
     )})
@@ -506,9 +493,9 @@ def sequence_figure(
     span = [float(x_values.min()) - 0.5, float(x_values.max()) + 0.5]
     return go.Figure({"data": traces, "layout": _layout(
         title,
-        xaxis=_axis(title={"text": "event order" if x == "seq" else "time (ms)"},
+        xaxis=axis(title={"text": "event order" if x == "seq" else "time (ms)"},
                     range=span, zeroline=False),
-        yaxis=_axis(tickvals=list(lane_y.values()), ticktext=list(lane_y),
+        yaxis=axis(tickvals=list(lane_y.values()), ticktext=list(lane_y),
                     range=[-len(order) + 0.5, 0.5], showgrid=True, zeroline=False),
         height=max(260, 120 + 55 * len(order)),
         hovermode="closest",
@@ -558,9 +545,9 @@ def accepted_terms_figure(
     })
     return go.Figure({"data": traces, "layout": _layout(
         title,
-        xaxis=_axis(title={"text": "event order" if x == "seq" else "time (ms)"},
+        xaxis=axis(title={"text": "event order" if x == "seq" else "time (ms)"},
                     zeroline=False),
-        yaxis=_axis(title={"text": "term"}, dtick=1, rangemode="tozero"),
+        yaxis=axis(title={"text": "term"}, dtick=1, rangemode="tozero"),
         height=320,
     )})
 
@@ -590,7 +577,7 @@ def check_report_figure(report: CheckReport) -> go.Figure:
     }
     return go.Figure({"data": [bars], "layout": _layout(
         f"Model checker: {report.states_explored:,} states explored",
-        xaxis=_axis(title={"text": "states explored"}),
-        yaxis=_axis(autorange="reversed", type="category"),
+        xaxis=axis(title={"text": "states explored"}),
+        yaxis=axis(autorange="reversed", type="category"),
         height=max(240, 90 + 36 * len(names)), showlegend=False,
     )})

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
+from planner.figures.style import axis, base_layout
 from planner.planning import Plan, PlanningInput, stage_usage
 from planner.units import format_bytes
 
@@ -31,27 +32,8 @@ MEMORY_SEGMENTS: tuple[tuple[str, str], ...] = (
 CANDIDATE_TRACES: tuple[str, ...] = ("feasible", "infeasible", "selected")
 """Candidates figure traces, in order."""
 
-_FONT = {"family": "system-ui, -apple-system, Segoe UI, sans-serif", "size": 12}
 
 
-def _axis(**extra: Any) -> dict[str, Any]:
-    return {"gridcolor": "#e8e8e8", "zerolinecolor": "#cccccc", "linecolor": "#bbbbbb",
-            "automargin": True, **extra}
-
-
-def _base_layout(title: str, **extra: Any) -> dict[str, Any]:
-    # Plain colours rather than a named template: applying a template costs more than
-    # building the rest of the figure, and the workbench rebuilds figures on every edit.
-    return {
-        "title": {"text": title, "x": 0.01, "xanchor": "left"},
-        "plot_bgcolor": "white",
-        "paper_bgcolor": "white",
-        "font": _FONT,
-        "margin": {"l": 70, "r": 20, "t": 50, "b": 60},
-        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 1.0,
-                   "xanchor": "right"},
-        **extra,
-    }
 
 
 def _gib(values: Sequence[int]) -> list[float]:
@@ -125,11 +107,11 @@ def memory_figure(request: PlanningInput, plan: Plan | None) -> go.Figure:
             "hovertemplate": f"%{{x}}<br>{name}: %{{customdata}}<extra></extra>",
         })
     # One Figure from plain data: validating it once is much cheaper than trace by trace.
-    return go.Figure({"data": traces, "layout": _base_layout(
+    return go.Figure({"data": traces, "layout": base_layout(
         "Memory per node (stacked to detected VRAM)",
         barmode="stack",
-        yaxis=_axis(title={"text": "GiB"}, rangemode="tozero"),
-        xaxis=_axis(title={"text": "node"}, type="category"),
+        yaxis=axis(title={"text": "GiB"}, rangemode="tozero"),
+        xaxis=axis(title={"text": "node"}, type="category"),
         height=380,
     )})
 
@@ -158,11 +140,11 @@ def layer_ranges_figure(request: PlanningInput, plan: Plan | None) -> go.Figure:
                           "<br>weights %{customdata[2]}<extra></extra>"),
         "marker": {"color": "#4c72b0"},
     }
-    layout = _base_layout(
+    layout = base_layout(
         f"Layer ranges along the model ({request.layer_count} layers)",
         showlegend=False,
-        xaxis=_axis(title={"text": "layer"}, range=[0, max(request.layer_count, 1)]),
-        yaxis=_axis(autorange="reversed", type="category"),
+        xaxis=axis(title={"text": "layer"}, range=[0, max(request.layer_count, 1)]),
+        yaxis=axis(autorange="reversed", type="category"),
         height=max(220, 90 + 28 * len(stages)),
     )
     if plan is None:
@@ -302,11 +284,11 @@ def candidates_figure(candidates: pd.DataFrame) -> go.Figure:
     context_range = [min(logs) - 0.12, max(logs) + 0.22]
     title = "Candidates: context vs stage count"
     title += ", coloured by estimated TPOT" if has_estimates else " (no latencies: TPOT unknown)"
-    return go.Figure({"data": traces, "layout": _base_layout(
+    return go.Figure({"data": traces, "layout": base_layout(
         title,
-        xaxis=_axis(title={"text": "stages"}, range=stage_range,
+        xaxis=axis(title={"text": "stages"}, range=stage_range,
                     dtick=1 if max(counts) - min(counts) <= 20 else None),
-        yaxis=_axis(title={"text": "context length (tokens)"}, type="log",
+        yaxis=axis(title={"text": "context length (tokens)"}, type="log",
                     tickvals=contexts, ticktext=[f"{c:,}" for c in contexts],
                     range=context_range),
         legend={"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0.0,

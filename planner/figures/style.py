@@ -1,0 +1,28 @@
+"""The look every figure shares: white background, light grid, one font."""
+
+from __future__ import annotations
+
+from typing import Any
+
+FONT = {"family": "system-ui, -apple-system, Segoe UI, sans-serif", "size": 12}
+
+
+def axis(**extra: Any) -> dict[str, Any]:
+    return {"gridcolor": "#e8e8e8", "zerolinecolor": "#cccccc", "linecolor": "#bbbbbb",
+            "automargin": True, **extra}
+
+
+def base_layout(title: str, **extra: Any) -> dict[str, Any]:
+    """Layout with the shared look; ``extra`` adds to or overrides it (e.g. ``margin``)."""
+    # Plain colours rather than a named template: applying a template costs more than
+    # building the rest of the figure, and the workbench rebuilds figures on every edit.
+    return {
+        "title": {"text": title, "x": 0.01, "xanchor": "left"},
+        "plot_bgcolor": "white",
+        "paper_bgcolor": "white",
+        "font": FONT,
+        "margin": {"l": 70, "r": 20, "t": 50, "b": 60},
+        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 1.0,
+                   "xanchor": "right"},
+        **extra,
+    }
