@@ -81,7 +81,7 @@ def test_no_valid_topology_exits_1_and_says_why() -> None:
 def test_plan_warns_about_partial_latency(tmp_path: Path) -> None:
     result = run("plan", FLEETS / "qwen235b-partial-latency.toml")
     assert result.returncode == 0
-    assert "warning: stage-transfer latency is given for 2 of 3 nodes" in result.stderr
+    assert "warning: latency is set on 2 of 3 nodes" in result.stderr
 
 
 # -- bad input --------------------------------------------------------------------------

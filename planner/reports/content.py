@@ -29,7 +29,7 @@ from planner.planning import (
 )
 from planner.planning.api import candidate_frame
 from planner.planning.rules import context_floor, kv_bytes_per_layer_token, layer_weights
-from planner.units import format_bytes
+from planner.planning.warnings import fleet_warnings
 
 ReportSource = FleetDocument | PlanningInput | Mapping[str, Any]
 
@@ -166,36 +166,7 @@ def _node_rows(request: PlanningInput, plan: Plan | None) -> tuple[dict[str, Any
 
 
 def _warnings(request: PlanningInput) -> tuple[dict[str, Any], ...]:
-    found: list[dict[str, Any]] = []
-    with_latency = [n.node_id for n in request.nodes if n.stage_transfer_latency_ms is not None]
-    without = [n.node_id for n in request.nodes if n.stage_transfer_latency_ms is None]
-    if with_latency and without:
-        found.append({
-            "code": "PartialLatency",
-            "message": (f"stage-transfer latency is given for {len(with_latency)} of "
-                        f"{len(request.nodes)} nodes; a node without one adds nothing to "
-                        "the estimated decode TPOT, so estimates involving "
-                        f"{', '.join(without)} may be too low"),
-            "node_ids": without,
-        })
-    for node in request.nodes:
-        if node.usable_bytes == 0:
-            found.append({
-                "code": "NoUsableMemory",
-                "message": (f"node {node.node_id} has 0 usable bytes (VRAM "
-                            f"{format_bytes(node.capped_vram_bytes)} after the cap, headroom "
-                            f"{format_bytes(node.runtime_headroom_bytes)}); it can never "
-                            "hold a stage"),
-                "node_ids": [node.node_id],
-            })
-    if request.target_decode_tpot_ms is not None and not with_latency:
-        found.append({
-            "code": "TargetWithoutLatency",
-            "message": (f"a decode TPOT target of {request.target_decode_tpot_ms} ms is set "
-                        "but no node has a stage-transfer latency, so it cannot be checked"),
-            "node_ids": [],
-        })
-    return tuple(found)
+    return tuple(warning.to_dict() for warning in fleet_warnings(request))
 
 
 def _summary(plan: Plan) -> str:

@@ -20,6 +20,7 @@ from planner.planning import (
     plan_topology,
     stage_usage,
 )
+from planner.planning.warnings import fleet_warnings as core_fleet_warnings
 from planner.units import format_bytes
 from planner.workbench.state import Problem, WorkbenchInputError, WorkbenchState
 
@@ -86,32 +87,8 @@ class Evaluation:
 
 
 def fleet_warnings(request: PlanningInput) -> tuple[str, ...]:
-    """Things about a fleet worth a second look, even when it plans."""
-    warnings: list[str] = []
-    with_latency = [n.node_id for n in request.nodes if n.stage_transfer_latency_ms is not None]
-    without = [n.node_id for n in request.nodes if n.stage_transfer_latency_ms is None]
-    if with_latency and without:
-        shown = ", ".join(without[:6]) + (" ..." if len(without) > 6 else "")
-        warnings.append(
-            f"latency is set on {len(with_latency)} of {len(request.nodes)} nodes; "
-            f"nodes without one ({shown}) add nothing to the TPOT estimate, which may "
-            "understate it")
-    if request.target_decode_tpot_ms is not None and not with_latency:
-        warnings.append("a TPOT target is set but no node has a latency, so whether it "
-                        "is met is unknown")
-    for node in request.nodes:
-        if node.usable_bytes == 0:
-            warnings.append(
-                f"node {node.node_id} has 0 usable bytes: its headroom "
-                f"{format_bytes(node.runtime_headroom_bytes)} is at least its "
-                f"{'capped ' if node.max_vram_bytes is not None else ''}VRAM "
-                f"{format_bytes(node.capped_vram_bytes)}; it can hold no layer")
-        elif node.max_vram_bytes is not None and node.max_vram_bytes > node.detected_vram_bytes:
-            warnings.append(
-                f"node {node.node_id}: max VRAM {format_bytes(node.max_vram_bytes)} is above "
-                f"its detected VRAM {format_bytes(node.detected_vram_bytes)}, so the cap "
-                "has no effect")
-    return tuple(warnings)
+    """The messages of :func:`planner.planning.warnings.fleet_warnings`."""
+    return tuple(warning.message for warning in core_fleet_warnings(request))
 
 
 def _context_limit(plan: Plan, table: pd.DataFrame) -> str | None:
