@@ -50,6 +50,13 @@ def _set_order(choice: NodeSetChoice) -> tuple[int, int, tuple[str, ...]]:
     return (-choice.min_remaining_bytes, -choice.total_remaining_bytes, choice.node_ids)
 
 
+def _shape_rank(request: PlanningInput, estimate: int, context: int) -> tuple[bool, int, int]:
+    """SPEC section 6, latency-aware: target met (unknown counts as met), lower estimate
+    (unknown counts as 0), higher context; lanes are always the most allowed."""
+    target = request.target_decode_tpot_ms
+    return (target is not None and estimate > target, estimate, -context)
+
+
 def _select(request: PlanningInput) -> NodeSetChoice | None:
     counts = node_count_range(request)
     if not request.has_latency:
@@ -64,15 +71,12 @@ def _select(request: PlanningInput) -> NodeSetChoice | None:
 
     # Latency-aware: rank every fitting shape by target met, estimate, context; ties
     # between stage counts go to the SPEC section 5 rules, which need the sets themselves.
-    target = request.target_decode_tpot_ms
     ranked: list[tuple[tuple[bool, int, int], ContextSearch, int]] = []
     for context in context_candidates(request):
         search = ContextSearch(request, context)
         for count, latency in search.min_max_latency().items():
             if count in counts:
-                estimate = count * latency
-                missed = target is not None and estimate > target
-                ranked.append(((missed, estimate, -context), search, count))
+                ranked.append((_shape_rank(request, count * latency, context), search, count))
     if not ranked:
         return None
     best_key = min(key for key, _, _ in ranked)
@@ -258,14 +262,9 @@ def _select_from_table(request: PlanningInput,
     if not request.has_latency:
         # Shapes are in the planner's order: highest context, then fewest nodes.
         return next(iter(best_by_shape.values()))
-    target = request.target_decode_tpot_ms
-
-    def rank(choice: NodeSetChoice) -> tuple[object, ...]:
-        estimate = choice.estimate_or_zero
-        missed = target is not None and estimate > target
-        return (missed, estimate, -choice.context_length, *_set_order(choice))
-
-    return min(best_by_shape.values(), key=rank)
+    return min(best_by_shape.values(), key=lambda choice: (
+        *_shape_rank(request, choice.estimate_or_zero, choice.context_length),
+        *_set_order(choice)))
 
 
 def _row(request: PlanningInput, context: int, count: int, lanes: int,
