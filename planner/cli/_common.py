@@ -1,0 +1,47 @@
+"""What every ``planner`` command shares: exit codes, the user-error type, loading a
+fleet file into a request, and printing a planning error."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import planner
+from planner.errors import CodedError, PlanError
+from planner.fleetfile import FleetDocument, load_fleet
+from planner.reports.tables import terminal_safe
+
+EXIT_OK = 0
+EXIT_NO_TOPOLOGY = 1
+EXIT_BAD_INPUT = 2
+
+FORMATTER = argparse.RawDescriptionHelpFormatter
+
+
+class UserError(CodedError):
+    """A problem with the command line the user can fix, printed as ``planner: <message>``."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_BAD_INPUT) -> None:
+        super().__init__("CommandLineError", message)
+        self.exit_code = exit_code
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def exit_code(error: PlanError) -> int:
+    """1 when no topology exists, 2 for every input problem."""
+    return EXIT_NO_TOPOLOGY if error.code == "NoValidTopology" else EXIT_BAD_INPUT
+
+
+def load_request(path: str) -> tuple[FleetDocument, planner.PlanningInput]:
+    """The fleet file at ``path`` and the planning request it describes."""
+    document = load_fleet(path)
+    try:
+        return document, document.to_request()
+    except planner.InvalidInput as error:
+        raise UserError(f"{path}: {error.message}") from None
+
+
+def say_error(source: str, error: PlanError) -> None:
+    print(terminal_safe(f"planner: {source}: {error.code}: {error.message}"), file=sys.stderr)

@@ -1,0 +1,71 @@
+"""``planner candidates FLEET``: every shape the planner tries, as a table or CSV."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import sys
+from typing import Any
+
+import planner
+from planner.cli._common import (
+    EXIT_NO_TOPOLOGY,
+    EXIT_OK,
+    FORMATTER,
+    exit_code,
+    load_request,
+    say_error,
+)
+from planner.errors import PlanError
+from planner.reports.content import candidate_records
+from planner.reports.tables import candidate_rows_table, terminal_safe, text_table
+
+NAME = "candidates"
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        NAME, help="list every shape the planner considers", formatter_class=FORMATTER,
+        description="List every (context, stage count, lanes) shape the planner tries, in "
+                    "order, with the best node set for each or why none fits.",
+        epilog=("examples:\n"
+                "  planner candidates data/fleets/qwen480b-10x80.toml\n"
+                "  planner candidates data/fleets/qwen480b-10x80.toml --csv > shapes.csv\n\n"
+                "exit codes: 0 a shape is selected, 1 no valid topology, 2 bad input"))
+    parser.add_argument("fleet", metavar="FLEET", help="fleet file (.toml or .json)")
+    parser.add_argument("--csv", action="store_true",
+                        help="print CSV (node ids joined with ';') instead of a table")
+    parser.set_defaults(handler=run)
+
+
+def _csv_cell(value: Any) -> Any:
+    if isinstance(value, list):
+        return ";".join(value)
+    if value is None:
+        return ""
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    _, request = load_request(args.fleet)
+    try:
+        frame = planner.candidates(request)
+    except PlanError as error:
+        say_error(args.fleet, error)
+        return exit_code(error)
+    records = candidate_records(frame)
+    if args.csv:
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(planner.CANDIDATE_COLUMNS)
+        for record in records:
+            writer.writerow([_csv_cell(record[column]) for column in planner.CANDIDATE_COLUMNS])
+        sys.stdout.write(buffer.getvalue())
+    else:
+        print(text_table(candidate_rows_table(records)))
+    if not any(record["selected"] for record in records):
+        print(f"planner: {terminal_safe(args.fleet)}: NoValidTopology: no candidate shape "
+              "fits (see the reasons above)", file=sys.stderr)
+        return EXIT_NO_TOPOLOGY
+    return EXIT_OK

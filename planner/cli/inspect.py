@@ -1,0 +1,45 @@
+"""``planner inspect MODEL.gguf``: the numbers the planner reads from a GGUF file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from planner.cli._common import EXIT_OK, FORMATTER, UserError
+
+NAME = "inspect"
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        NAME, help="show what the planner reads from a GGUF file",
+        formatter_class=FORMATTER,
+        description="Read a GGUF model file's metadata and print the numbers the planner "
+                    "uses: layers, native context, weight bytes, KV bytes per token.",
+        epilog=("examples:\n"
+                "  planner inspect models/Qwen3-Coder-480B-A35B-Q4_K_M-00001-of-00006.gguf\n"
+                "  planner inspect model.gguf --kv-cache-type q8_0\n\n"
+                "exit codes: 0 read, 2 bad input"))
+    parser.add_argument("model", metavar="MODEL.gguf", help="GGUF file (first shard)")
+    parser.add_argument("--kv-cache-type", default="f16",
+                        help="KV cache type to size the cache for (default f16)")
+    parser.add_argument("--json", action="store_true", help="print the model spec as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from planner import models
+
+    path = Path(args.model)
+    if not path.is_file():
+        raise UserError(f"{args.model}: no such file")
+    try:
+        spec = models.from_gguf(path, kv_cache_type=args.kv_cache_type)
+    except models.ModelError as error:
+        raise UserError(f"{args.model}: {error}") from None
+    if args.json:
+        print(json.dumps(spec.to_dict(), indent=2))
+    else:
+        print(models.describe_model(spec))
+    return EXIT_OK

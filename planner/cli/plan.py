@@ -1,0 +1,70 @@
+"""``planner plan FLEET``: the plan for a fleet file, as a table or as SPEC section 7 JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import planner
+from planner.cli._common import (
+    EXIT_OK,
+    FORMATTER,
+    exit_code,
+    load_request,
+    say_error,
+)
+from planner.errors import PlanError
+from planner.reports.content import build_report
+from planner.reports.tables import stage_table, terminal_safe, text_table
+
+NAME = "plan"
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        NAME, help="print the plan for a fleet file", formatter_class=FORMATTER,
+        description="Plan a fleet file (.toml, or .json in the SPEC's field names) and "
+                    "print the stages as a table.",
+        epilog=("examples:\n"
+                "  planner plan data/fleets/qwen480b-5x80.toml\n"
+                "  planner plan data/fleets/qwen480b-5x80.toml --json   # SPEC section 7\n\n"
+                "exit codes: 0 plan found, 1 no valid topology, 2 bad input"))
+    parser.add_argument("fleet", metavar="FLEET", help="fleet file (.toml or .json)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the plan as JSON with the SPEC's field names")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    document, request = load_request(args.fleet)
+    try:
+        plan = planner.plan_topology(request)
+    except PlanError as error:
+        if args.json:
+            print(json.dumps({"error": error.to_dict()}, indent=2))
+        say_error(args.fleet, error)
+        return exit_code(error)
+    if args.json:
+        print(json.dumps(plan.to_dict(), indent=2))
+        return EXIT_OK
+    content = build_report(document, include_candidates=False, include_what_if=False)
+    print(terminal_safe(f"{document.title}: {document.model.label}"))
+    print(f"context {plan.context_length:,} tokens, {plan.parallel_lanes} parallel lanes, "
+          f"{plan.stage_count} stage{'s' if plan.stage_count != 1 else ''}")
+    estimate = plan.estimated_decode_network_ms_per_token
+    if estimate is not None:
+        met = plan.decode_tpot_target_met
+        target = ("" if met is None else
+                  f" (target {request.target_decode_tpot_ms} ms {'met' if met else 'missed'})")
+        print(f"estimated decode network time {estimate} ms per token{target}")
+    print()
+    print(text_table(stage_table(content)))
+    if content.quorum is not None:
+        quorum = content.quorum
+        print(f"\nstartup quorum: {quorum['quorum_requirement']} of "
+              f"{quorum['planned_stages']} stages must accept; tolerates "
+              f"{quorum['tolerated_failures']} stage failure(s)")
+    for warning in content.warnings:
+        print(terminal_safe(f"warning: {warning['message']}"), file=sys.stderr)
+    return EXIT_OK
