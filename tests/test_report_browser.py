@@ -121,3 +121,66 @@ vram = "24 GiB"
         page.close()
     assert dialogs == []
     assert errors == []
+
+
+def test_markup_in_node_ids_draws_as_text_in_the_charts(browser: Any, tmp_path: Path) -> None:
+    link = '<a href="https://evil.example/x">CLICKME</a>'
+    style = '<span style="font-size:90px;fill:red">BIG</span>'
+    document = parse_fleet_toml(f"""
+[model]
+native_context_length = 65536
+layer_count = 40
+model_weight_bytes = "40 GiB"
+kv_bytes_per_token = 65536
+[[nodes]]
+id = '{link}'
+vram = "48 GiB"
+[[nodes]]
+id = '{style}'
+vram = "48 GiB"
+""")
+    path = write_report(document, tmp_path / "markup.html")
+    page, errors, dialogs = _open(browser, path)
+    try:
+        for div_id in ("memory-figure", "layers-figure"):
+            assert page.evaluate(
+                "id => document.getElementById(id).querySelectorAll('svg a').length",
+                div_id) == 0, div_id
+            ticks = page.evaluate(
+                "id => Array.from(document.getElementById(id).querySelectorAll("
+                "'.xtick text, .ytick text')).map(t => t.textContent)", div_id)
+            joined = " ".join(ticks)
+            assert link in joined or style in joined, ticks
+        big = page.evaluate("Array.from(document.querySelectorAll('svg tspan, svg text'))"
+                            ".filter(t => (t.getAttribute('style') || '').includes('90px'))"
+                            ".length")
+        assert big == 0
+    finally:
+        page.close()
+    assert errors == []
+    assert dialogs == []
+
+
+def test_candidates_table_fits_its_page_and_names_every_column(
+        browser: Any, tmp_path: Path) -> None:
+    document = load_fleet(FLEETS / "qwen480b-10x80.toml")
+    path = write_report(document, tmp_path / "report.html")
+    page, errors, _ = _open(browser, path)
+    try:
+        widths = page.evaluate(
+            "() => { const t = document.getElementById('candidates-table');"
+            " return [t.scrollWidth, t.parentElement.clientWidth]; }")
+        assert widths[0] <= widths[1], widths
+        headers = page.evaluate("Array.from(document.querySelectorAll("
+                                "'#candidates-table th')).map(h => h.textContent.trim())")
+        assert all(headers) and "selected" in headers, headers
+        # The last column's reasons are visible whole, not clipped by the scroll box.
+        clipped = page.evaluate(
+            "() => { const box = document.querySelector('#candidates .scroll')"
+            ".getBoundingClientRect(); return Array.from(document.querySelectorAll("
+            "'#candidates-table td:last-child')).filter(td => td.textContent &&"
+            " td.getBoundingClientRect().right > box.right + 1).length; }")
+        assert clipped == 0
+    finally:
+        page.close()
+    assert errors == []

@@ -19,7 +19,12 @@ from planner.cli._common import (
 )
 from planner.errors import PlanError
 from planner.reports.content import candidate_records
-from planner.reports.tables import candidate_rows_table, terminal_safe, text_table
+from planner.reports.tables import (
+    candidate_rows_table,
+    spreadsheet_safe,
+    terminal_safe,
+    text_table,
+)
 
 NAME = "candidates"
 
@@ -41,9 +46,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def _csv_cell(value: Any) -> Any:
     if isinstance(value, list):
-        return ";".join(value)
+        value = ";".join(value)
     if value is None:
         return ""
+    if isinstance(value, str):
+        return spreadsheet_safe(value)
     return value
 
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from planner.cli._common import EXIT_OK, FORMATTER, UserError
+from planner.reports.tables import terminal_lines
 
 NAME = "inspect"
 
@@ -41,5 +42,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(spec.to_dict(), indent=2))
     else:
-        print(models.describe_model(spec))
+        print(terminal_lines(models.describe_model(spec)))
     return EXIT_OK

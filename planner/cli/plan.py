@@ -49,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(plan.to_dict(), indent=2))
         return EXIT_OK
     content = build_report(document, include_candidates=False, include_what_if=False)
-    print(terminal_safe(f"{document.title}: {document.model.label}"))
+    # The model's own name whichever way the file gives it (preset, GGUF or numbers), as
+    # the reports show it.
+    print(terminal_safe(f"{document.title}: {content.model['name']}"))
     print(f"context {plan.context_length:,} tokens, {plan.parallel_lanes} parallel lanes, "
           f"{plan.stage_count} stage{'s' if plan.stage_count != 1 else ''}")
     estimate = plan.estimated_decode_network_ms_per_token

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from planner.figures.style import axis, base_layout
+from planner.figures.style import axis, base_layout, plotly_text
 from planner.planning import Plan, PlanningInput, stage_usage
 from planner.units import format_bytes
 
@@ -92,7 +92,8 @@ def memory_figure(request: PlanningInput, plan: Plan | None) -> go.Figure:
     Bar heights are in GiB; hovering shows exact sizes.
     """
     rows = _memory_rows(request, plan)
-    labels = [f"{row['node_id']}<br>{row['stage_id'] or 'unused'}" for row in rows]
+    labels = [f"{plotly_text(row['node_id'])}<br>{plotly_text(row['stage_id'] or 'unused')}"
+              for row in rows]
     columns = ("weights", "kv_cache", "free", "headroom", "capped_away")
     traces = []
     for (name, colour), column in zip(MEMORY_SEGMENTS, columns, strict=True):
@@ -123,7 +124,7 @@ def layer_ranges_figure(request: PlanningInput, plan: Plan | None) -> go.Figure:
     With ``plan=None`` the single trace is empty and the figure says there is no plan.
     """
     stages = plan.stages if plan is not None else ()
-    labels = [f"{s.stage_id} · {s.node_id}" for s in stages]
+    labels = [plotly_text(f"{s.stage_id} · {s.node_id}") for s in stages]
     bars = {
         "type": "bar",
         "name": "layers",
@@ -197,9 +198,9 @@ def _hover(shape: dict[str, Any]) -> str:
             lines.append("target met" if bool(met) else "target missed")
         lines.append(f"smallest margin {format_bytes(int(shape['min_remaining_bytes']))}")
         nodes = ", ".join(shape["node_ids"])
-        lines.append(f"nodes {nodes if len(nodes) <= 80 else nodes[:77] + '...'}")
+        lines.append(plotly_text(f"nodes {nodes if len(nodes) <= 80 else nodes[:77] + '...'}"))
     else:
-        lines.append(f"does not fit: {shape['reason']}")
+        lines.append(plotly_text(f"does not fit: {shape['reason']}"))
     return "<br>".join(lines)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from html import escape
 from typing import Any
 
 FONT = {"family": "system-ui, -apple-system, Segoe UI, sans-serif", "size": 12}
@@ -26,3 +27,13 @@ def base_layout(title: str, **extra: Any) -> dict[str, Any]:
                    "xanchor": "right"},
         **extra,
     }
+
+
+def plotly_text(text: str) -> str:
+    """A user's string (a node id, a reason) as literal text in a plotly label.
+
+    Plotly reads a subset of HTML in every text it draws (tick labels, hover text,
+    annotations): ``<a href>`` becomes a live link and ``<span style>`` restyles the chart.
+    Escaped, the string is drawn exactly as typed.
+    """
+    return escape(text, quote=False)

@@ -37,7 +37,8 @@ h2 { border-bottom: 1px solid #ddd; padding-bottom: .2rem; margin-top: 2rem; }
 .result.ok { background: #e9f5ec; border: 1px solid #8fc79c; }
 .result.none { background: #fbeaea; border: 1px solid #d88f8f; }
 table { border-collapse: collapse; margin: .5rem 0 1rem; font-size: .9rem; }
-th, td { border: 1px solid #ddd; padding: .25rem .55rem; vertical-align: top; }
+th, td { border: 1px solid #ddd; padding: .25rem .55rem; vertical-align: top;
+         overflow-wrap: anywhere; }
 th { background: #f5f5f5; text-align: left; }
 td.r, th.r { text-align: right; white-space: nowrap; }
 table.facts th { width: 14rem; }
@@ -45,7 +46,8 @@ tr.selected td { background: #fff4d6; font-weight: 600; }
 .scroll { max-height: 32rem; overflow: auto; }
 ul.warnings li { color: #8a4b00; }
 .figure { margin: 1rem 0; }
-#candidates-table td:last-child { min-width: 20rem; }
+#candidates-table { width: 100%; }
+#candidates-table td:last-child { min-width: 12rem; }
 """
 
 

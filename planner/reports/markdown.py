@@ -26,13 +26,21 @@ _INLINE = re.compile(r"([\\`*_\[\]|~!])")
 # Block markers only count at the start of a line and (but for ">") before a space.
 _LINE_START = re.compile(r"^(\s*)(>|[#+\-](?=\s|$)|\d{1,9}(?=[.)](?:\s|$)))")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+# GitHub's autolinker turns bare "scheme://", "www." and e-mail addresses into links: an
+# escaped ":" or "." stops the first two; an invisible word joiner after "@" the third.
+_URL_SCHEME = re.compile(r"(?<=[A-Za-z0-9]):(?=//)")
+_WWW = re.compile(r"(?i)(?<![A-Za-z0-9])(www)\.")
+_EMAIL_AT = "@\u2060"
 
 
 def md_text(text: str) -> str:
-    """``text`` as literal Markdown: no markup, HTML or table syntax survives."""
+    """``text`` as literal Markdown: no markup, HTML, table syntax or autolink survives."""
     text = _CONTROL.sub(" ", text)
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     text = _INLINE.sub(r"\\\1", text)
+    text = _URL_SCHEME.sub(r"\\:", text)
+    text = _WWW.sub(r"\1\\.", text)
+    text = text.replace("@", _EMAIL_AT)
     # A leading "# ", "- ", "1. " would make a heading or a list even inside a list item.
     match = _LINE_START.match(text)
     if match:

@@ -6,6 +6,7 @@ Markdown and the command line all show the same rows.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -179,11 +180,11 @@ def candidate_rows_table(records: Sequence[dict[str, Any]]) -> TextTable:
             size(row["total_remaining_bytes"]),
             _optional(row["estimated_decode_network_ms_per_token"], " ms"),
             _met(row["decode_tpot_target_met"]),
-            "selected" if row["selected"] else "",
+            "yes" if row["selected"] else "no",
             row["reason"] or "",
         ))
     return _table(("context", "stages", "lanes", "fits", "nodes", "min remaining",
-                   "total remaining", "est. TPOT", "target met", "", "why not"),
+                   "total remaining", "est. TPOT", "target met", "selected", "why not"),
                   rows, "rrrllrrrlll")
 
 
@@ -198,12 +199,38 @@ def result_text(content: ReportContent) -> str:
     return f"No plan ({error.get('code')}): {error.get('message')}"
 
 
-_CONTROL = {code: "?" for code in (*range(32), 127)}
+# C0, DEL and C1 controls start terminal escape sequences (C1 U+009B is a one-character
+# CSI); the bidirectional overrides and isolates reorder what follows them on screen.
+_BIDI = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+_CONTROL = {code: "?" for code in (*range(32), *range(127, 160), *_BIDI)}
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def terminal_safe(text: str) -> str:
-    """``text`` with control characters (newlines, escape sequences) shown as ``?``."""
-    return text.translate(_CONTROL)
+    """``text`` with control characters shown as ``?``: C0 and C1 controls (newlines,
+    escape sequences), bidirectional overrides, and lone surrogates (which no terminal
+    encoding can print)."""
+    return _SURROGATE.sub("?", text.translate(_CONTROL))
+
+
+def terminal_lines(text: str) -> str:
+    """Like :func:`terminal_safe`, but keeping the line breaks of multi-line text."""
+    return "\n".join(terminal_safe(line) for line in text.split("\n"))
+
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(text: str) -> str:
+    """``text`` for a CSV cell: terminal-safe, and never read as a formula.
+
+    Spreadsheets run a cell that starts with ``=``, ``+``, ``-`` or ``@`` (or a tab or
+    carriage return before one) as a formula, e.g. ``=HYPERLINK(...)``; a leading ``'``
+    makes it text, as the OWASP guidance on CSV injection recommends.
+    """
+    if text.startswith(_FORMULA_START):
+        text = "'" + text
+    return terminal_safe(text)
 
 
 def text_table(table: TextTable) -> str:
