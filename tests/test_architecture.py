@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 CORE = ["planner", "planner.planning", "planner.fence", "planner.models", "planner.units",
-        "planner.fleetfile", "planner.reports.content"]
+        "planner.fleetfile", "planner.reports.content", "planner.availability"]
 
 
 def test_core_imports_no_widgets_or_plotting() -> None:

@@ -4,7 +4,8 @@ Read from ``data/gpus.toml``: one ``[[gpu]]`` table per accelerator with ``name`
 ``vendor``, ``memory_bytes`` and ``note``. Apple machines list the Metal working-set budget
 (the GPU's share of unified memory), not the total RAM; they also give
 ``unified_memory_bytes`` and ``working_set_fraction``, and the budget must equal their
-product.
+product. ``annual_failure_rate`` (failures per node-year) and ``repair_hours`` (mean
+time to repair) are optional; the file says where each figure comes from.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from planner.models.presets import data_dir
 from planner.models.spec import ModelError
 
 GPU_FIELDS = ("name", "vendor", "memory_bytes", "note", "unified_memory_bytes",
-              "working_set_fraction")
+              "working_set_fraction", "annual_failure_rate", "repair_hours")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,9 @@ class GpuModel:
     memory_bytes: int
     vendor: str
     note: str
+    # Failures per node-year and mean hours to repair (``planner.availability``).
+    annual_failure_rate: float | None = None
+    repair_hours: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,8 +74,14 @@ def _gpu(entry: Any, where: str) -> GpuModel:
         if budget != memory:
             raise _bad(where, "memory_bytes",
                        f"must be unified_memory_bytes x working_set_fraction = {budget}", memory)
+    for key in ("annual_failure_rate", "repair_hours"):
+        value = entry.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or not 0 <= value < float("inf")):
+            raise _bad(where, key, "must be a finite number >= 0", value)
     return GpuModel(name=entry["name"], memory_bytes=memory, vendor=entry["vendor"],
-                    note=entry["note"])
+                    note=entry["note"], annual_failure_rate=entry.get("annual_failure_rate"),
+                    repair_hours=entry.get("repair_hours"))
 
 
 def load_gpu_catalog() -> list[GpuModel]:

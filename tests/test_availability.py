@@ -1,0 +1,234 @@
+"""Exact availability against brute force over every failure subset."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import replace
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from planner_strategies import requests
+
+from planner.availability import (
+    AvailabilityError,
+    NodeReliability,
+    fleet_availability,
+)
+from planner.errors import PlanError
+from planner.planning import NodeBudget, PlanningInput, plan_topology
+
+GIB = 2**30
+
+
+def _budget(node: NodeBudget) -> tuple:
+    return (node.detected_vram_bytes, node.max_vram_bytes or -1, node.runtime_headroom_bytes,
+            -1 if node.stage_transfer_latency_ms is None else node.stage_transfer_latency_ms)
+
+
+def _plan_outcome(request: PlanningInput, survivors: tuple[NodeBudget, ...],
+                  min_context: int | None, min_lanes: int) -> tuple[int, bool]:
+    if not survivors:
+        return 0, False
+    try:
+        plan = plan_topology(replace(request, nodes=survivors))
+    except PlanError as error:
+        assert error.code == "NoValidTopology"
+        return 0, False
+    good = ((min_context is None or plan.context_length >= min_context)
+            and plan.parallel_lanes >= min_lanes
+            and plan.decode_tpot_target_met is not False)
+    return plan.context_length, good
+
+
+def brute_force(request: PlanningInput, down: dict[str, float], min_context: int | None,
+                min_lanes: int, *, sample_check: int = 24
+                ) -> tuple[Fraction, dict[int, Fraction]]:
+    """Sum over all 2^n subsets of down nodes, with each subset's own probability.
+
+    Up to 6 nodes every subset is planned with its own node ids. Beyond that a plan per
+    subset is too slow for a unit test: subsets with the same multiset of node budgets
+    share one plan, and ``sample_check`` subsets are planned by their own ids as well to
+    show that sharing is sound.
+    """
+    up = Fraction(0)
+    contexts: dict[int, Fraction] = {}
+    nodes = request.nodes
+    share = len(nodes) > 6
+    memo: dict[tuple, tuple[int, bool]] = {}
+    checked = 0
+    for pattern in itertools.product((False, True), repeat=len(nodes)):
+        weight = Fraction(1)
+        for node, is_down in zip(nodes, pattern, strict=True):
+            u = Fraction(down[node.node_id])
+            weight *= u if is_down else 1 - u
+        if weight == 0:
+            continue
+        survivors = tuple(n for n, is_down in zip(nodes, pattern, strict=True) if not is_down)
+        if share:
+            key = tuple(sorted(_budget(n) for n in survivors))
+            if key not in memo:
+                memo[key] = _plan_outcome(request, survivors, min_context, min_lanes)
+            elif checked < sample_check:
+                checked += 1
+                assert _plan_outcome(request, survivors, min_context, min_lanes) == memo[key]
+            context, good = memo[key]
+        else:
+            context, good = _plan_outcome(request, survivors, min_context, min_lanes)
+        contexts[context] = contexts.get(context, Fraction(0)) + weight
+        if good:
+            up += weight
+    return up, contexts
+
+
+U_POOL = (0.0, 0.01, 0.2, 0.5, 0.9, 1.0)
+
+
+def _meets_everything(request: PlanningInput) -> bool:
+    try:
+        plan_topology(request)
+    except PlanError as error:
+        return error.code == "NoValidTopology"
+    return True
+
+
+@st.composite
+def fleets_with_failures(draw: st.DrawFn, max_nodes: int = 12
+                         ) -> tuple[PlanningInput, dict[str, float], int | None]:
+    request = PlanningInput.from_dict(draw(requests(max_nodes=max_nodes, max_layers=5)))
+    # A small pool of down probabilities, so that equal nodes often share one.
+    pool = draw(st.lists(st.sampled_from(U_POOL), min_size=1, max_size=2, unique=True))
+    down = {node.node_id: draw(st.sampled_from(pool)) for node in request.nodes}
+    min_context = draw(st.sampled_from((None, 512, 16384, 65536)))
+    return request, down, min_context
+
+
+@settings(max_examples=25)
+@given(fleets_with_failures())
+def test_exact_availability_matches_every_failure_subset(case) -> None:
+    request, down, min_context = case
+    if not _meets_everything(request):
+        with pytest.raises(PlanError):
+            fleet_availability(request, down=down)
+        return
+    truth, contexts = brute_force(request, down, min_context, 1)
+    result = fleet_availability(request, down=down, min_context=min_context)
+    assert result.exact
+    assert result.availability == pytest.approx(float(truth), abs=1e-12)
+    assert set(result.context_distribution) == set(contexts)
+    for context, probability in contexts.items():
+        assert result.context_distribution[context] == pytest.approx(float(probability),
+                                                                      abs=1e-12)
+    # Enumerating in probability order gives an interval that holds the truth.
+    bounded = fleet_availability(request, down=down, min_context=min_context,
+                                 exact_states=0, tolerance=0.02)
+    assert not bounded.exact
+    assert bounded.availability_lower <= truth <= bounded.availability_upper
+    assert bounded.availability_upper - bounded.availability_lower <= 0.02 + 1e-15
+    assert bounded.unexplored_mass < 0.02
+
+
+def test_down_probability_is_repair_over_cycle() -> None:
+    reliability = NodeReliability(annual_failure_rate=0.119, repair_hours=72)
+    assert reliability.down_probability == 72 / (8760 / 0.119 + 72)
+    assert NodeReliability(annual_failure_rate=0, repair_hours=72).down_probability == 0
+    for bad in (-1, float("nan"), float("inf"), "2", True):
+        with pytest.raises(AvailabilityError) as error:
+            NodeReliability(annual_failure_rate=bad)
+        assert error.value.code == "InvalidReliability"
+
+
+def _uniform_fleet(count: int, *, layers: int = 6, per_node_layers: int = 2) -> PlanningInput:
+    # Each node holds `per_node_layers` layers at the floor context, so the model needs
+    # layers / per_node_layers nodes.
+    layer = 4 * GIB
+    return PlanningInput(
+        native_context_length=4096, layer_count=layers, model_weight_bytes=layers * layer,
+        kv_bytes_per_token=layers, minimum_nodes=1,
+        nodes=tuple(NodeBudget(f"gpu-{i:03d}", per_node_layers * layer + 2**20)
+                    for i in range(count)))
+
+
+def test_large_fleet_interval_holds_the_binomial_tail() -> None:
+    # 200 equal nodes, 3 needed: up exactly when at most 197 are down.
+    request = _uniform_fleet(200)
+    u = 0.3
+    result = fleet_availability(request, down={n.node_id: u for n in request.nodes},
+                                tolerance=1e-12, exact_states=100)
+    assert not result.exact
+    truth = sum(Fraction(math.comb(200, d)) * Fraction(u) ** d * (1 - Fraction(u)) ** (200 - d)
+                for d in range(198))
+    assert result.availability_lower <= truth <= result.availability_upper
+    assert result.availability_upper - result.availability_lower < 1e-12
+    # Only the likely states were planned, not all 201.
+    assert result.states_evaluated < 120
+
+
+def test_states_cap_still_gives_a_sound_interval() -> None:
+    request = _uniform_fleet(12)
+    down = {n.node_id: 0.5 for n in request.nodes}
+    exact = fleet_availability(request, down=down)
+    capped = fleet_availability(request, down=down, exact_states=0, max_states=3,
+                                tolerance=0)
+    assert capped.states_evaluated == 3
+    assert capped.availability_lower <= exact.availability <= capped.availability_upper
+    assert capped.availability_upper - capped.availability_lower > 0.1
+
+
+def test_request_errors_are_not_down_states() -> None:
+    request = replace(_uniform_fleet(3), context_length_override=10**6)
+    with pytest.raises(PlanError) as error:
+        fleet_availability(request)
+    assert error.value.code == "ContextExceedsNative"
+    with pytest.raises(AvailabilityError) as bad:
+        fleet_availability(_uniform_fleet(3), down={"gpu-000": 1.5, "gpu-001": 0,
+                                                    "gpu-002": 0})
+    assert bad.value.code == "InvalidReliability"
+
+
+def test_spares_of_one_kind_are_the_fewest_that_reach_the_target() -> None:
+    from planner.availability import SpareKind, spares_for
+
+    request = _uniform_fleet(3)  # needs all 3 nodes
+    reliability = NodeReliability(annual_failure_rate=2.0, repair_hours=200)
+    kind = SpareKind("gpu", request.nodes[0], reliability)
+    result = spares_for(request, 0.999, [kind], reliability=reliability)
+    found = result.spare_count
+    assert result.availability.availability >= 0.999
+    assert all(node.node_id.startswith("spare-gpu-") for node in result.nodes)
+    fewer = fleet_availability(
+        replace(request, nodes=(*request.nodes, *kind.nodes(found - 1, set()))),
+        reliability)
+    assert fewer.availability < 0.999
+    with pytest.raises(AvailabilityError) as error:
+        spares_for(request, 0.999, [kind], reliability=reliability, max_spares=found - 1)
+    assert error.value.code == "SparesUnreachable"
+
+
+def test_cheapest_spare_mix_beats_fewest_nodes_on_price() -> None:
+    from planner.availability import SpareKind, spares_for
+
+    request = _uniform_fleet(3)
+    own = NodeReliability(annual_failure_rate=2.0, repair_hours=200)
+    flaky = NodeReliability(annual_failure_rate=4.0, repair_hours=400)
+    steady = NodeReliability(annual_failure_rate=0.1, repair_hours=24)
+    cheap = SpareKind("cheap", request.nodes[0], flaky, price_per_hour=1.0)
+    dear = SpareKind("dear", request.nodes[0], steady, price_per_hour=2.5)
+    assert fleet_availability(request, own).availability < 0.9
+    result = spares_for(request, 0.999, [cheap, dear], reliability=own)
+    assert result.availability.availability >= 0.999
+    assert result.spare_count >= 2
+    # Every mix that costs less falls short.
+    for n_cheap in range(0, 6):
+        for n_dear in range(0, 3):
+            cost = n_cheap * 1.0 + n_dear * 10.0
+            if cost >= result.cost_per_hour:
+                continue
+            fleet = replace(request, nodes=(*request.nodes, *cheap.nodes(n_cheap, set()),
+                                            *dear.nodes(n_dear, set())))
+            rel = {**{n.node_id: own for n in request.nodes},
+                   **{n.node_id: flaky for n in fleet.nodes if "cheap" in n.node_id},
+                   **{n.node_id: steady for n in fleet.nodes if "dear" in n.node_id}}
+            assert fleet_availability(fleet, rel).availability < 0.999
