@@ -48,7 +48,7 @@ from planner.figures.fence import (
     quorum_figure,
     sequence_figure,
 )
-from planner.workbench.view import sync_figure
+from planner.workbench.chart import Chart
 
 STYLE = """
 <style>
@@ -160,7 +160,17 @@ def _claim_inputs(values: dict[str, Any], names: Sequence[str]) -> dict[str, wid
     }
 
 
-class _FenceExplorer(widgets.VBox):
+class _ChartHolder:
+    """A widget with one :class:`Chart`; ``figure`` is the figure it shows."""
+
+    chart: Chart
+
+    @property
+    def figure(self) -> go.Figure:
+        return self.chart.figure
+
+
+class _FenceExplorer(_ChartHolder, widgets.VBox):
     """A stored claim, an incoming message and the stage's clock, judged on every edit."""
 
     has_stored: widgets.Checkbox
@@ -208,7 +218,7 @@ class ClaimExplorer(_FenceExplorer):
         self.now = _integer("stage clock (ms)", _NOW)
         self.verdict = widgets.HTML()
         self.path_label = widgets.HTML()
-        self.figure = go.FigureWidget()
+        self.chart = Chart()
         self.decision: ClaimDecision | None = None
         self.path: tuple[str, ...] = ()
         self._loading = False
@@ -224,7 +234,7 @@ class ClaimExplorer(_FenceExplorer):
         super().__init__([
             widgets.HTML(STYLE), self.preset,
             widgets.HBox([widgets.VBox([stored_title, stored_box]), incoming_box]),
-            self.verdict, self.path_label, self.figure,
+            self.verdict, self.path_label, self.chart,
         ])
         self.add_class("fx-root")
         self.preset.observe(lambda change: self.load_preset(change["new"]), names="value")
@@ -268,7 +278,7 @@ class ClaimExplorer(_FenceExplorer):
         self.verdict.value = _verdict_html(decision.accepted, decision.message, notes)
         branch = _path_text(self.path, CLAIM_FLOW_NODES, CLAIM_FLOW_EDGES)
         self.path_label.value = f"<div class='fx-note'>branch: {escape(branch)}</div>"
-        sync_figure(self.figure, claim_flowchart_figure(decision))
+        self.chart.show(claim_flowchart_figure(decision))
 
 
 # --- loads ------------------------------------------------------------------------------------
@@ -322,7 +332,7 @@ class LoadExplorer(_FenceExplorer):
         self.now = _integer("stage clock (ms)", _NOW)
         self.verdict = widgets.HTML()
         self.path_label = widgets.HTML()
-        self.figure = go.FigureWidget()
+        self.chart = Chart()
         self.decision: LoadDecision | None = None
         self.path: tuple[str, ...] = ()
         self._loading = False
@@ -334,7 +344,7 @@ class LoadExplorer(_FenceExplorer):
                 widgets.VBox([widgets.HTML("<b>incoming LoadStage</b> (same model)"),
                               *self.load.values(), self.now]),
             ]),
-            self.verdict, self.path_label, self.figure,
+            self.verdict, self.path_label, self.chart,
         ])
         self.add_class("fx-root")
         self.preset.observe(lambda change: self.load_preset(change["new"]), names="value")
@@ -365,13 +375,13 @@ class LoadExplorer(_FenceExplorer):
         self.verdict.value = _verdict_html(decision.accepted, decision.message)
         branch = _path_text(self.path, LOAD_FLOW_NODES, LOAD_FLOW_EDGES)
         self.path_label.value = f"<div class='fx-note'>branch: {escape(branch)}</div>"
-        sync_figure(self.figure, load_flowchart_figure(decision))
+        self.chart.show(load_flowchart_figure(decision))
 
 
 # --- quorum -----------------------------------------------------------------------------------
 
 
-class QuorumExplorer(widgets.VBox):
+class QuorumExplorer(_ChartHolder, widgets.VBox):
     """Sliders for planned stages and accepts; says whether the coordinator may load."""
 
     def __init__(self, planned_stages: int = 3, accepts: int = 2, max_planned: int = 9) -> None:
@@ -385,9 +395,9 @@ class QuorumExplorer(widgets.VBox):
                                          style={"description_width": "120px"},
                                          layout=widgets.Layout(width="460px"))
         self.verdict = widgets.HTML()
-        self.figure = go.FigureWidget()
+        self.chart = Chart()
         super().__init__([widgets.HTML(STYLE), self.planned, self.accepts, self.verdict,
-                          self.figure])
+                          self.chart])
         self.add_class("fx-root")
         self.planned.observe(lambda _c: self._planned_changed(), names="value")
         self.accepts.observe(lambda _c: self.refresh(), names="value")
@@ -418,14 +428,14 @@ class QuorumExplorer(widgets.VBox):
                 f"{2 * self.quorum - planned} stage(s), so two coordinators cannot both "
                 f"collect a quorum of the same planned stages with the same term.")
         self.verdict.value = _verdict_html(self.reached, headline, [note])
-        sync_figure(self.figure, quorum_figure(planned, accepts,
+        self.chart.show(quorum_figure(planned, accepts,
                                                max_planned=self.max_planned))
 
 
 # --- stepping through runs --------------------------------------------------------------------
 
 
-class EventStepper(widgets.VBox):
+class EventStepper(_ChartHolder, widgets.VBox):
     """Step through an event log on a sequence chart, one event at a time."""
 
     def __init__(self, events: pd.DataFrame | None = None, *, title: str = "",
@@ -440,13 +450,13 @@ class EventStepper(widgets.VBox):
         self.everything = widgets.Button(description="show all",
                                          layout=widgets.Layout(width="110px"))
         self.current = widgets.HTML()
-        self.figure = go.FigureWidget()
+        self.chart = Chart()
         self.events = pd.DataFrame()
         self.title = title
         super().__init__([
             widgets.HTML(STYLE), self.header,
             widgets.HBox([self.previous, self.step, self.next, self.everything]),
-            self.current, self.figure,
+            self.current, self.chart,
         ])
         self.add_class("fx-root")
         self.previous.on_click(lambda _b: self.move(-1))
@@ -483,12 +493,12 @@ class EventStepper(widgets.VBox):
         event = self.current_event
         if event is None:
             self.current.value = "<div class='fx-event'>no events</div>"
-            sync_figure(self.figure, sequence_figure(self.events, title=self.title)
+            self.chart.show(sequence_figure(self.events, title=self.title)
                         if not self.events.empty else go.Figure())
             return
         seq = int(event["seq"])
         self.current.value = (f"<div class='fx-event'>{escape(_event_line(event))}</div>")
-        sync_figure(self.figure, sequence_figure(
+        self.chart.show(sequence_figure(
             self.events, title=f"{self.title} (event {self.step.value + 1} of "
             f"{len(self.events)})", upto=seq))
 

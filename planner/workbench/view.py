@@ -1,13 +1,11 @@
 """Output widgets: the plan summary, problems, warnings, figures and tables.
 
-:class:`PlanView` shows one :class:`~planner.workbench.evaluation.Evaluation`. Figures are
-plotly ``FigureWidget`` objects updated in place inside ``batch_update()``, so an edit sends
-one small change to the browser instead of a new figure.
+:class:`PlanView` shows one :class:`~planner.workbench.evaluation.Evaluation`. Each figure
+is a :class:`~planner.workbench.chart.Chart`, redrawn only when its figure changed.
 """
 
 from __future__ import annotations
 
-from copy import deepcopy
 from html import escape
 
 import ipywidgets as widgets
@@ -21,6 +19,7 @@ from planner.figures import (
     memory_figure,
 )
 from planner.units import format_bytes
+from planner.workbench.chart import Chart
 from planner.workbench.evaluation import Evaluation
 
 STYLE = """
@@ -108,43 +107,6 @@ def candidates_table_html(candidates: pd.DataFrame) -> str:
     return _table(headers, rows)
 
 
-def sync_figure(widget: go.FigureWidget, figure: go.Figure) -> None:
-    """Make ``widget`` show ``figure``, in one batched update when the traces line up."""
-    same_traces = len(widget.data) == len(figure.data) and all(
-        a.type == b.type for a, b in zip(widget.data, figure.data, strict=True))
-    if not same_traces:
-        widget.data = ()
-        widget.add_traces(list(figure.data))
-        widget.layout = figure.layout
-        _store_state(widget)
-        return
-    with widget.batch_update():
-        for target, source in zip(widget.data, figure.data, strict=True):
-            wanted = source.to_plotly_json()
-            for key in target.to_plotly_json():
-                if key not in wanted and key not in ("uid", "type"):
-                    wanted[key] = None
-            target.update(wanted, overwrite=True)
-        # The template stays as the widget got it: re-applying one is the slowest part
-        # of a plotly update, and the figures never change it.
-        wanted_layout = figure.layout.to_plotly_json()
-        wanted_layout.pop("template", None)
-        for key in widget.layout.to_plotly_json():
-            if key not in wanted_layout and key != "template":
-                wanted_layout[key] = None
-        widget.layout.update(wanted_layout, overwrite=True)
-    _store_state(widget)
-
-
-def _store_state(widget: go.FigureWidget) -> None:
-    # Updates reach views already on screen as messages; a view created later (a widget
-    # nested in a box is drawn after its cell ran, or again when a page reloads) starts
-    # from the synced ``_widget_data`` and ``_widget_layout``, which plotly itself only
-    # refreshes when the figure is displayed on its own.
-    widget._widget_data = deepcopy(widget._data)
-    widget._widget_layout = deepcopy(widget._layout_obj._props)
-
-
 class PlanView(widgets.VBox):
     """Everything the workbench shows about one evaluation."""
 
@@ -157,13 +119,9 @@ class PlanView(widgets.VBox):
         self.warnings.add_class("wb-warnings")
         self.diagnosis = widgets.HTML()
         self.diagnosis.add_class("wb-diagnosis")
-        self._shown: dict[int, dict] = {}
-        self.memory = go.FigureWidget()
-        self.memory.add_class("wb-memory-figure")
-        self.layers = go.FigureWidget()
-        self.layers.add_class("wb-layers-figure")
-        self.candidates = go.FigureWidget()
-        self.candidates.add_class("wb-candidates-figure")
+        self.memory_chart = Chart(css_class="wb-memory-figure")
+        self.layers_chart = Chart(css_class="wb-layers-figure")
+        self.candidates_chart = Chart(css_class="wb-candidates-figure")
         self.stage_table = widgets.HTML()
         self.stage_table.add_class("wb-stage-table")
         self.candidates_table = widgets.HTML(
@@ -171,15 +129,30 @@ class PlanView(widgets.VBox):
         self.candidates_table.add_class("wb-candidates-table")
         self.results = widgets.VBox([
             widgets.HTML("<h3>Stages</h3>"), self.stage_table,
-            widgets.HBox([self.memory, self.layers],
+            widgets.HBox([self.memory_chart, self.layers_chart],
                          layout=widgets.Layout(flex_flow="row wrap")),
             widgets.HTML("<h3>Candidates</h3>"),
-            widgets.HBox([self.candidates, self.candidates_table],
+            widgets.HBox([self.candidates_chart, self.candidates_table],
                          layout=widgets.Layout(flex_flow="row wrap")),
         ])
         super().__init__([self.summary, self.problem, self.warnings, self.diagnosis,
                           self.results])
         self.add_class("wb-plan-view")
+
+    @property
+    def memory(self) -> go.Figure:
+        """The memory-per-node figure on screen."""
+        return self.memory_chart.figure
+
+    @property
+    def layers(self) -> go.Figure:
+        """The layer-ranges figure on screen."""
+        return self.layers_chart.figure
+
+    @property
+    def candidates(self) -> go.Figure:
+        """The candidates figure on screen."""
+        return self.candidates_chart.figure
 
     @staticmethod
     def _show(widget: widgets.Widget, visible: bool) -> None:
@@ -220,16 +193,7 @@ class PlanView(widgets.VBox):
         table = evaluation.candidates
         self.candidates_table.value = (candidates_table_html(table) if table is not None
                                        else "<i>no candidates</i>")
-        self._draw(self.memory, memory_figure(request, plan))
-        self._draw(self.layers, layer_ranges_figure(request, plan))
-        self._draw(self.candidates, candidates_figure(
+        self.memory_chart.show(memory_figure(request, plan))
+        self.layers_chart.show(layer_ranges_figure(request, plan))
+        self.candidates_chart.show(candidates_figure(
             table if table is not None else pd.DataFrame()))
-
-    def _draw(self, widget: go.FigureWidget, figure: go.Figure) -> None:
-        # Many edits leave some figures as they were (the layer ranges when only a spare
-        # node changes); sending nothing then saves time and keeps the viewer's zoom.
-        shown = figure.to_plotly_json()
-        if self._shown.get(id(widget)) == shown:
-            return
-        sync_figure(widget, figure)
-        self._shown[id(widget)] = shown
