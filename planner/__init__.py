@@ -5,7 +5,7 @@ is pure Python with no widget or plotting imports; the workbench, figures, repor
 command line sit on top of it.
 """
 
-from planner.errors import InvalidInput, PlanError
+from planner.errors import CodedError, InvalidInput, PlanError
 from planner.planning import (
     CANDIDATE_COLUMNS,
     NodeBudget,
@@ -23,6 +23,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CANDIDATE_COLUMNS",
+    "CodedError",
     "InvalidInput",
     "NodeBudget",
     "Plan",

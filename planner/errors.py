@@ -1,19 +1,42 @@
-"""Exceptions raised by the planner core.
+"""The package's one error hierarchy.
 
-Every error carries a stable ``code`` (the SPEC's name for it) and a message a
-person can act on. ``details`` holds the numbers behind the message as plain data.
+Every error the package raises is a :class:`CodedError`: a stable ``code`` (the SPEC's
+name where the SPEC names it), a ``message`` a person can act on, and the values behind
+the message in ``details``. Each class lists the codes it may carry in ``codes``; a
+code belongs to exactly one class (the README's error table lists them all), so
+``error.code`` alone tells what went wrong.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
+
+from planner._validate import shown
+
+
+def _rebuild(cls: type[CodedError], args: tuple[Any, ...], state: dict[str, Any]) -> CodedError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
 
 
 class CodedError(ValueError):
     """Base of the package's errors: a stable ``code``, a ``message`` a person can act
-    on, and the values behind it in ``details``."""
+    on, and the values behind it in ``details``.
+
+    ``codes`` are the codes this class (not its subclasses) may carry; a class without
+    codes is only a base to catch.
+    """
+
+    codes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, code: str, message: str, **details: Any) -> None:
+        if code not in type(self).codes:
+            # A code outside the table would break the promise that a code names one
+            # kind of failure; this is a programming error, found by the tests.
+            raise TypeError(f"{type(self).__name__} has no code {code!r}; "
+                            f"its codes are {', '.join(type(self).codes) or 'none'}")
         super().__init__(message)
         self.code = code
         self.message = message
@@ -22,19 +45,32 @@ class CodedError(ValueError):
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Subclasses take other constructor arguments; rebuild from the attributes so
+        # errors cross process boundaries (the checker's worker pool) intact.
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
+
     def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message, **self.details}
 
 
 class PlanError(CodedError):
-    """Planning failed or the request was refused.
+    """Planning failed or the request was refused (SPEC section 2).
 
-    ``code`` is one of the SPEC section 2 names (``MissingNativeContext``,
-    ``MissingLayers``, ``MissingModelWeights``, ``MissingKvBytesPerToken``,
-    ``MissingNodes``, ``ContextExceedsNative``, ``ContextBelowMinimum``,
-    ``ZeroParallelLanes``, ``NoValidTopology``) or ``InvalidInput`` for
-    malformed requests.
+    Malformed requests raise the subclass :class:`InvalidInput`.
     """
+
+    codes = (
+        "MissingNativeContext",
+        "MissingLayers",
+        "MissingModelWeights",
+        "MissingKvBytesPerToken",
+        "MissingNodes",
+        "ContextExceedsNative",
+        "ContextBelowMinimum",
+        "ZeroParallelLanes",
+        "NoValidTopology",
+    )
 
 
 class InvalidInput(PlanError):
@@ -44,6 +80,8 @@ class InvalidInput(PlanError):
     ``node_id`` the node it belongs to (when it belongs to one) and ``value`` what was given.
     """
 
+    codes = ("InvalidInput",)
+
     def __init__(
         self,
         field: str,
@@ -52,11 +90,11 @@ class InvalidInput(PlanError):
         value: Any = None,
         node_id: str | None = None,
     ) -> None:
-        where = f"{field} of node {node_id!r}" if node_id is not None else field
-        shown = f" (got {value!r})" if value is not None else ""
+        where = f"{field} of node {shown(node_id)}" if node_id is not None else field
+        got = f" (got {shown(value)})" if value is not None else ""
         super().__init__(
             "InvalidInput",
-            f"{where}: {problem}{shown}",
+            f"{where}: {problem}{got}",
             field=field,
             node_id=node_id,
             value=value,

@@ -58,7 +58,8 @@ from typing import Any
 
 import tomli_w
 
-from planner.errors import InvalidInput
+from planner._validate import shown
+from planner.errors import CodedError, InvalidInput
 from planner.planning import NodeBudget, PlanningInput
 from planner.planning.inputs import MAX_BYTES, MAX_CONTEXT, MAX_LAYERS
 from planner.units import UnitError, parse_bytes
@@ -95,15 +96,26 @@ _LIMITS = {
 }
 
 
-class FleetFileError(ValueError):
+class FleetFileError(CodedError):
     """A fleet file (or fleet document) that cannot be read, written or resolved.
 
-    ``code`` is stable: ``FileNotFound``, ``UnsupportedFormat``, ``InvalidToml``,
-    ``InvalidJson``, ``UnknownField``, ``MissingField``, ``InvalidField``,
-    ``DuplicateNodeId``, ``ModelUnavailable`` or ``WriteFailed``. ``path`` is the file,
-    ``line`` the 1-based line when known, ``field`` the dotted field (``nodes[2].vram``;
-    the index is the entry in the file) and ``node_id`` the node it belongs to.
+    ``path`` is the file, ``line`` the 1-based line when known, ``field`` the dotted
+    field (``nodes[2].vram``; the index is the entry in the file) and ``node_id`` the
+    node it belongs to.
     """
+
+    codes = (
+        "FileNotFound",
+        "UnsupportedFormat",
+        "InvalidToml",
+        "InvalidJson",
+        "UnknownField",
+        "MissingField",
+        "InvalidField",
+        "DuplicateNodeId",
+        "ModelUnavailable",
+        "WriteFailed",
+    )
 
     def __init__(
         self,
@@ -115,13 +127,11 @@ class FleetFileError(ValueError):
         field: str | None = None,
         node_id: str | None = None,
     ) -> None:
-        self.code = code
-        self.message = message
+        super().__init__(code, message, path=path, line=line, field=field, node_id=node_id)
         self.path = path
         self.line = line
         self.field = field
         self.node_id = node_id
-        super().__init__(self._render())
 
     def _render(self) -> str:
         where = ""
@@ -133,10 +143,10 @@ class FleetFileError(ValueError):
         if self.field is not None:
             subject = self.field
             if self.node_id is not None:
-                subject += f" (node {self.node_id!r})"
+                subject += f" (node {shown(self.node_id)})"
             subject += ": "
         elif self.node_id is not None:
-            subject = f"node {self.node_id!r}: "
+            subject = f"node {shown(self.node_id)}: "
         return f"{where}{subject}{self.message}"
 
     def __str__(self) -> str:
@@ -152,16 +162,6 @@ class FleetFileError(ValueError):
             field=self.field,
             node_id=self.node_id,
         )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "code": self.code,
-            "message": self.message,
-            "path": self.path,
-            "line": self.line,
-            "field": self.field,
-            "node_id": self.node_id,
-        }
 
 
 # -- small validators -------------------------------------------------------------------
@@ -190,7 +190,7 @@ def _as_size(value: Any, field_name: str, *, node_id: str | None = None) -> int:
     try:
         size = parse_bytes(value)
     except UnitError as error:
-        raise FleetFileError("InvalidField", str(error), field=field_name,
+        raise FleetFileError("InvalidField", error.message, field=field_name,
                              node_id=node_id) from None
     if size > _MAX_BYTES:
         raise FleetFileError("InvalidField", f"is larger than {_MAX_BYTES:,} bytes",

@@ -13,16 +13,21 @@ from __future__ import annotations
 import re
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
+from planner.errors import CodedError
+
 _BINARY = {"kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4, "pib": 1024**5}
 _DECIMAL = {"kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4, "pb": 1000**5}
 _UNITS: dict[str, int] = {"": 1, "b": 1, **_BINARY, **_DECIMAL}
 _PATTERN = re.compile(r"^\s*([0-9][0-9_,]*(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
-class UnitError(ValueError):
+class UnitError(CodedError):
     """A size string that cannot be read as bytes."""
 
-    code = "InvalidSize"
+    codes = ("InvalidSize",)
+
+    def __init__(self, message: str) -> None:
+        super().__init__("InvalidSize", message)
 
 
 def parse_bytes(text: str | int) -> int:

@@ -54,7 +54,7 @@ def test_bad_sizes_name_the_field_and_node(text: str, problem: str) -> None:
     error = caught.value
     assert problem in error.message
     assert error.message.startswith("node 'a' VRAM: ")
-    assert (error.field, error.node_id, error.code) == ("nodes[0].vram", "a", "InvalidInput")
+    assert (error.field, error.node_id, error.code) == ("nodes[0].vram", "a", "InvalidEditorValue")
 
 
 def test_optional_size_blank_is_none() -> None:
@@ -273,11 +273,11 @@ def test_bad_size_gives_a_problem_not_an_exception() -> None:
     state = fleet("80 GiB", "80 GQ")
     evaluation = evaluate(state)
     assert not evaluation.ok and evaluation.request is None
-    assert evaluation.problem.code == "InvalidInput"
+    assert evaluation.problem.code == "InvalidEditorValue"
     assert evaluation.problem.field == "nodes[1].vram"
     assert evaluation.problem.node_id == "gpu-01"
     assert "'GQ'" in evaluation.problem.message
-    assert evaluation.summary() == "No plan: InvalidInput"
+    assert evaluation.summary() == "No plan: InvalidEditorValue"
 
 
 def test_no_valid_topology_keeps_the_candidates() -> None:
@@ -305,7 +305,7 @@ def test_model_problems() -> None:
     assert evaluate(state).problem.code == "MissingLayers"
     state = fleet("80 GiB").with_model_numbers(kv_bytes_per_token="12 XB")
     problem = evaluate(state).problem
-    assert (problem.code, problem.field) == ("InvalidInput", "kv_bytes_per_token")
+    assert (problem.code, problem.field) == ("InvalidEditorValue", "kv_bytes_per_token")
 
 
 def test_empty_fleet_is_a_problem() -> None:

@@ -90,9 +90,9 @@ def test_memory_figure_follows_an_edit(bench: Workbench) -> None:
 def test_bad_size_shows_an_inline_error_and_recovers(bench: Workbench) -> None:
     rows(bench)[1].vram.value = "80 GQ"
     assert visible(bench.view.problem)
-    assert "InvalidInput" in bench.view.problem.value
+    assert "InvalidEditorValue" in bench.view.problem.value
     assert "node &#x27;gpu-01&#x27; VRAM: unknown unit &#x27;GQ&#x27;" in bench.view.problem.value
-    assert "No plan: InvalidInput" in bench.view.summary.value
+    assert "No plan: InvalidEditorValue" in bench.view.summary.value
     assert not visible(bench.view.results)
     rows(bench)[1].vram.value = "80 GiB"
     assert not visible(bench.view.problem)
@@ -280,7 +280,7 @@ def test_saving_a_bad_fleet_is_a_message(bench: Workbench) -> None:
     rows(bench)[0].vram.value = "80 GQ"
     bench.fleet_editor.save_name.value = "bad.toml"
     bench.fleet_editor.save_button.click()
-    assert "InvalidInput" in bench.message.value
+    assert "InvalidEditorValue" in bench.message.value
     assert not (bench.fleet_dir / "bad.toml").exists()
 
 

@@ -1,7 +1,8 @@
 """The ``planner`` command: one module per subcommand.
 
 Exit codes: 0 a plan was found (or the command succeeded), 1 no valid topology, 2 bad
-input (the message names the file, line or field). User errors never print a traceback.
+input (the message names the file, line or field) and any other failure. Nothing prints
+a traceback: an error the package does not name is reported in one line, exit code 2.
 
 A subcommand is a module with ``NAME``, ``add_parser(subparsers)`` (which sets
 ``handler=run``) and ``run(args) -> int``; listing it in :data:`COMMANDS` adds it.
@@ -10,11 +11,14 @@ A subcommand is a module with ``NAME``, ``add_parser(subparsers)`` (which sets
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
 
 import planner
+from planner._validate import clipped, shown
 from planner.cli import candidates, inspect, plan, presets, report
 from planner.cli._common import (
     EXIT_BAD_INPUT,
@@ -24,8 +28,7 @@ from planner.cli._common import (
     UserError,
     exit_code,
 )
-from planner.errors import PlanError
-from planner.fleetfile import FleetFileError
+from planner.errors import CodedError
 from planner.reports.tables import terminal_safe
 
 COMMANDS: tuple[ModuleType, ...] = (plan, candidates, report, inspect, presets)
@@ -55,19 +58,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     args = build_parser().parse_args(argv)
     try:
-        return int(args.handler(args))
-    except UserError as error:
-        print(terminal_safe(f"planner: {error}"), file=sys.stderr)
-        return error.exit_code
-    except FleetFileError as error:
-        print(terminal_safe(f"planner: {error}"), file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except PlanError as error:
-        print(terminal_safe(f"planner: {error}"), file=sys.stderr)
+        code = int(args.handler(args))
+        # Output that cannot be written (a full disk, a closed pipe) fails here, inside
+        # the handlers below, rather than at interpreter exit with a traceback.
+        sys.stdout.flush()
+        return code
+    except CodedError as error:
+        _say(str(error))
         return exit_code(error)
     except BrokenPipeError:
         # Output piped into e.g. `head`: the reader left, which is not an error.
-        sys.stderr.close()
+        _discard_stdout()
         return EXIT_OK
     except KeyboardInterrupt:
         return 130
+    except RecursionError:
+        _say("input nested too deeply to read")
+        return EXIT_BAD_INPUT
+    except OSError as error:
+        _discard_stdout()
+        where = f": {shown(error.filename)}" if error.filename is not None else ""
+        _say(f"{error.strerror or type(error).__name__}{where}")
+        return EXIT_BAD_INPUT
+    except Exception as error:  # the last resort: one line, never a traceback
+        _say(f"unexpected error: {type(error).__name__}: {clipped(str(error))}")
+        return EXIT_BAD_INPUT
+
+
+def _say(message: str) -> None:
+    # When stderr itself is gone, the exit code is all that is left to say it.
+    with contextlib.suppress(OSError, ValueError):
+        print(terminal_safe(f"planner: {message}"), file=sys.stderr)
+
+
+def _discard_stdout() -> None:
+    # Unwritten output would be flushed again at exit and fail again; drop it.
+    try:
+        devnull = open(os.devnull, "w")  # noqa: SIM115 - replaces stdout until exit
+        os.dup2(devnull.fileno(), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass

@@ -21,6 +21,8 @@ FORMATTER = argparse.RawDescriptionHelpFormatter
 class UserError(CodedError):
     """A problem with the command line the user can fix, printed as ``planner: <message>``."""
 
+    codes = ("CommandLineError",)
+
     def __init__(self, message: str, exit_code: int = EXIT_BAD_INPUT) -> None:
         super().__init__("CommandLineError", message)
         self.exit_code = exit_code
@@ -29,8 +31,10 @@ class UserError(CodedError):
         return self.message
 
 
-def exit_code(error: PlanError) -> int:
-    """1 when no topology exists, 2 for every input problem."""
+def exit_code(error: CodedError) -> int:
+    """1 when no topology exists, the :class:`UserError`'s own code, else 2."""
+    if isinstance(error, UserError):
+        return error.exit_code
     return EXIT_NO_TOPOLOGY if error.code == "NoValidTopology" else EXIT_BAD_INPUT
 
 

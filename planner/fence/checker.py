@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
+from planner._validate import shown
 from planner.fence.claims import (
     ClaimDecision,
     CoordinatorClaim,
@@ -103,11 +104,11 @@ class CheckConfigError(FenceError):
     ``field`` names the offending field, ``value`` what was given.
     """
 
-    code = "InvalidCheckConfig"
+    codes = ("InvalidCheckConfig",)
 
     def __init__(self, field_name: str, problem: str, value: Any = None) -> None:
-        shown = f" (got {value!r})" if value is not None else ""
-        super().__init__(f"{field_name}: {problem}{shown}", field=field_name, value=value)
+        got = f" (got {shown(value)})" if value is not None else ""
+        super().__init__(f"{field_name}: {problem}{got}", field=field_name, value=value)
         self.field = field_name
         self.value = value
 

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from planner._validate import shown
 from planner.errors import CodedError
 
 
 class FenceError(CodedError):
-    """Base class: each subclass has its stable ``code``; ``message`` names what to fix."""
-
-    code = "FenceError"
+    """Base class: each subclass has one stable code; ``message`` names what to fix."""
 
     def __init__(self, message: str, **details: Any) -> None:
-        super().__init__(type(self).code, message, **details)
+        super().__init__(type(self).codes[0] if type(self).codes else "", message, **details)
 
 
 class InvalidFenceInput(FenceError):
@@ -28,12 +27,12 @@ class InvalidFenceInput(FenceError):
     ``field`` is the offending field (``coordinator_term``), ``value`` what was given.
     """
 
-    code = "InvalidFenceInput"
+    codes = ("InvalidFenceInput",)
 
     def __init__(self, field: str, problem: str, *, value: Any = None, where: str = "") -> None:
         place = f"{where}.{field}" if where else field
-        shown = f" (got {value!r})" if value is not None else ""
-        super().__init__(f"{place}: {problem}{shown}", field=place, value=value)
+        got = f" (got {shown(value)})" if value is not None else ""
+        super().__init__(f"{place}: {problem}{got}", field=place, value=value)
         self.field = place
         self.value = value
 
@@ -41,10 +40,10 @@ class InvalidFenceInput(FenceError):
 class SimulationError(FenceError):
     """The simulation was configured inconsistently (unknown node, event in the past, ...)."""
 
-    code = "InvalidSimulation"
+    codes = ("InvalidSimulation",)
 
 
 class UnknownScenario(FenceError):
     """A scenario name or number that is not one of the design's scenarios 1-10."""
 
-    code = "UnknownScenario"
+    codes = ("UnknownScenario",)

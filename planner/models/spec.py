@@ -34,6 +34,24 @@ class ModelError(CodedError):
     ``InvalidModelSpec``. ``details`` holds the file, key or value behind the message.
     """
 
+    codes = (
+        "NotGguf",
+        "TruncatedGguf",
+        "InvalidGguf",
+        "UnsupportedGgufVersion",
+        "GgufNotFound",
+        "MissingGgufShard",
+        "MissingGgufKey",
+        "UnsupportedArchitecture",
+        "UnknownKvCacheType",
+        "IncompatibleKvCacheType",
+        "UnknownPreset",
+        "InvalidPreset",
+        "MissingDataDir",
+        "InvalidGpuCatalog",
+        "InvalidModelSpec",
+    )
+
 
 def _invalid(field_name: str, problem: str, value: Any) -> ModelError:
     return ModelError(

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from planner._validate import shown
+from planner.errors import CodedError
 from planner.planning import NodeBudget, PlanningInput
 from planner.units import UnitError, format_bytes, parse_bytes
 
@@ -32,25 +34,24 @@ _DESIGN_MODEL = {
 }
 
 
-class WorkbenchInputError(ValueError):
+class WorkbenchInputError(CodedError):
     """A value in the editor that cannot be read.
 
-    ``code`` is ``InvalidInput``; ``field`` names the request field (``nodes[2].vram``,
-    ``model_weight_bytes``), ``node_id`` the node the value belongs to and ``value`` what
-    was typed.
+    ``field`` names the request field (``nodes[2].vram``, ``model_weight_bytes``),
+    ``node_id`` the node the value belongs to and ``value`` what was typed.
     """
 
-    code = "InvalidInput"
+    codes = ("InvalidEditorValue",)
 
     def __init__(self, field_name: str, problem: str, *, value: str | None = None,
                  node_id: str | None = None, label: str | None = None) -> None:
+        where = label or field_name
+        got = f" (got {shown(value)})" if value is not None else ""
+        super().__init__("InvalidEditorValue", f"{where}: {problem}{got}", field=field_name,
+                         node_id=node_id, value=value)
         self.field = field_name
         self.node_id = node_id
         self.value = value
-        where = label or field_name
-        shown = f" (got {value!r})" if value is not None else ""
-        self.message = f"{where}: {problem}{shown}"
-        super().__init__(self.message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +122,7 @@ def parse_size(text: str, field_name: str, *, label: str, node_id: str | None = 
     try:
         return parse_bytes(stripped)
     except UnitError as error:
-        raise WorkbenchInputError(field_name, str(error), node_id=node_id,
+        raise WorkbenchInputError(field_name, error.message, node_id=node_id,
                                   label=label) from None
 
 

@@ -1,0 +1,133 @@
+"""Checks of plain values shared by every boundary of the package.
+
+Each check takes the value and a ``fail`` function that builds the caller's own error
+from a problem text and the offending value (``InvalidInput`` for a planning request,
+``FleetFileError`` for a fleet file, ``InvalidFenceInput`` for the fence, ...), so every
+boundary refuses the same things with the same words and raises its own coded error.
+
+Integer fields accept any integral type (Python ``int``, numpy integers, anything with
+``__index__``) and return a Python ``int``; ``bool`` and floats are refused, even
+``40.0``. This module imports nothing from the package, so anything may use it.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+Fail = Callable[[str, Any], Exception]
+"""Builds the caller's error from a problem text and the value that was given."""
+
+MAX_SHOWN = 80
+"""At most this many characters of a bad value are quoted in a message."""
+
+NOT_AN_INTEGER = "must be an integer (a whole number)"
+FLOAT_INTEGER = "a whole number written as a float; give an integer"
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` cut to :data:`MAX_SHOWN` characters, and safe for any value.
+
+    An integer too long to print (Python refuses more than 4,300 digits) is described
+    by its number of digits; a value whose ``repr`` fails is named by its type.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        digits = _digit_count(value)
+        if digits > 40:
+            sign = "a negative" if value < 0 else "an"
+            return f"{sign} integer of {digits:,} digits"
+    try:
+        text = repr(value)
+    except Exception:  # any repr may fail; the message must not
+        return f"a {type(value).__name__}"
+    if len(text) > MAX_SHOWN:
+        return text[: MAX_SHOWN - 4] + " ..."
+    return text
+
+
+def clipped(message: str, limit: int = 2 * MAX_SHOWN) -> str:
+    """``message`` cut to ``limit`` characters, for text that is not the package's own."""
+    return message if len(message) <= limit else message[: limit - 4] + " ..."
+
+
+def _digit_count(value: int) -> int:
+    magnitude = abs(value)
+    if magnitude < 10**40:
+        return len(str(magnitude))
+    # From the bit length, the digit count is e + 1 or e + 2; one comparison decides,
+    # without printing the number.
+    e = int((magnitude.bit_length() - 1) * 0.30102999566398120)
+    return e + 2 if magnitude >= 10 ** (e + 1) else e + 1
+
+
+def is_integral(value: Any) -> bool:
+    """True for ``int``, numpy integers and other ``__index__`` types; not for bools."""
+    if isinstance(value, bool) or _is_numpy_bool(value):
+        return False
+    return hasattr(type(value), "__index__")
+
+
+def _is_numpy_bool(value: Any) -> bool:
+    dtype = getattr(value, "dtype", None)
+    return getattr(dtype, "kind", None) == "b"
+
+
+def integer(
+    value: Any,
+    fail: Fail,
+    *,
+    minimum: int | None = 0,
+    maximum: int | None = None,
+) -> int:
+    """``value`` as a Python ``int`` within ``[minimum, maximum]`` (a bound of ``None`` is
+    open), or the error ``fail`` builds, with the problem in the SPEC's words."""
+    if not is_integral(value):
+        is_float = isinstance(value, float) or type(value).__name__.startswith("float")
+        whole = is_float and _float_is_integer(value)
+        raise fail(FLOAT_INTEGER if whole else NOT_AN_INTEGER, value)
+    try:
+        number = operator.index(value)
+    except Exception:  # a broken __index__ is a bad value like any other
+        raise fail(NOT_AN_INTEGER, value) from None
+    if minimum is not None and number < minimum:
+        raise fail(f"must be at least {minimum:,}", number)
+    if maximum is not None and number > maximum:
+        raise fail(f"must be at most {maximum:,}", number)
+    return number
+
+
+def optional_integer(
+    value: Any,
+    fail: Fail,
+    *,
+    minimum: int | None = 0,
+    maximum: int | None = None,
+) -> int | None:
+    """Like :func:`integer`, with ``None`` allowed (and returned)."""
+    if value is None:
+        return None
+    return integer(value, fail, minimum=minimum, maximum=maximum)
+
+
+def _float_is_integer(value: Any) -> bool:
+    try:
+        return bool(float(value).is_integer())
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def text(value: Any, fail: Fail) -> str:
+    """``value`` when it is a string with something besides spaces in it."""
+    if not isinstance(value, str) or not value.strip():
+        raise fail("must be a non-empty string", value)
+    return value
+
+
+def known_keys(data: Mapping[str, Any], allowed: Iterable[str],
+               fail: Callable[[str, str], Exception]) -> None:
+    """Refuse the first key of ``data`` not in ``allowed``: ``fail(key, problem)``."""
+    names = tuple(allowed)
+    for key in data:
+        if key not in names:
+            raise fail(str(key), f"unknown field; expected one of {', '.join(names)}")
