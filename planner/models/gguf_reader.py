@@ -17,7 +17,9 @@ Where the weights are counted:
 
 from __future__ import annotations
 
+import mmap
 import re
+import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -27,6 +29,7 @@ from typing import Any
 
 from planner.models.kv_cache import check_cache_type, layout_from_gguf
 from planner.models.spec import ModelError, ModelSpec
+from planner.planning.inputs import MAX_LAYERS
 from planner.units import format_bytes
 
 GGUF_MAGIC = b"GGUF"
@@ -36,6 +39,128 @@ INPUT_TENSOR_PREFIXES = ("token_embd", "position_embd", "token_types", "per_laye
 # Parse failures of the gguf reader that mean it ran off the end of the file.
 _CORRUPT_MARKERS = ("magic", "version", "unknown/unhandled", "is not a valid", "duplicate",
                     "alignment")
+
+
+# GGUF value types (the spec's gguf_type) and the bytes of each scalar one.
+_SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_STRING, _ARRAY = 8, 9
+_READABLE_VERSIONS = (2, 3)
+# Real files nest arrays at most once or twice; deeper nesting is a hostile file, and
+# the gguf reader would recurse once per level.
+MAX_ARRAY_DEPTH = 8
+# ggml tensors have at most 4 dimensions.
+MAX_TENSOR_DIMS = 8
+# The smallest encodings: a key/value (empty key, a u8) and a tensor entry (empty name,
+# no dimensions, type, offset); any count above size // these cannot be in the file.
+_MIN_KV_BYTES = 8 + 4 + 1
+_MIN_TENSOR_BYTES = 8 + 4 + 4 + 8
+
+
+class _LayoutWalk:
+    """A bounds-checked walk over a GGUF header, before the gguf reader sees the file.
+
+    Every count and length is checked against the bytes left in the file before it is
+    used, and array nesting is bounded, so a hostile header is refused in time linear in
+    the file's header, without allocating what it declares.
+    """
+
+    def __init__(self, path: Path, data: mmap.mmap | bytes, order: str) -> None:
+        self.path = path
+        self.data = data
+        self.size = len(data)
+        self.order = order
+
+    def fail(self, code: str, problem: str, **details: Any) -> ModelError:
+        return ModelError(code, f"{self.path}: {problem}", file=str(self.path), **details)
+
+    def need(self, offset: int, count: int, what: str) -> None:
+        if count > self.size - offset:
+            raise self.fail(
+                "TruncatedGguf",
+                f"{what} needs {count:,} bytes at offset {offset:,}, but the file has "
+                f"{max(0, self.size - offset):,} left (truncated download, or a corrupt "
+                f"length field)", offset=offset)
+
+    def unsigned(self, offset: int, width: int, what: str) -> int:
+        self.need(offset, width, what)
+        code = "I" if width == 4 else "Q"
+        return int(struct.unpack_from(self.order + code, self.data, offset)[0])
+
+    def count(self, offset: int, count: int, item_bytes: int, what: str) -> None:
+        """Refuse ``count`` items of at least ``item_bytes`` each that cannot fit."""
+        left = max(0, self.size - offset)
+        if count > left // item_bytes:
+            raise self.fail(
+                "TruncatedGguf",
+                f"{what} declares {count:,} items, but the {left:,} bytes left in the file "
+                f"hold at most {left // item_bytes:,} (a corrupt length field)", offset=offset)
+
+    def string(self, offset: int, what: str) -> int:
+        length = self.unsigned(offset, 8, what)
+        self.need(offset + 8, length, what)
+        return offset + 8 + length
+
+    def value(self, offset: int, kind: int, what: str, depth: int = 0) -> int:
+        if kind in _SCALAR_BYTES:
+            self.need(offset, _SCALAR_BYTES[kind], what)
+            return offset + _SCALAR_BYTES[kind]
+        if kind == _STRING:
+            return self.string(offset, what)
+        if kind != _ARRAY:
+            raise self.fail("InvalidGguf", f"{what} has unknown value type {kind}")
+        if depth >= MAX_ARRAY_DEPTH:
+            raise self.fail("InvalidGguf", f"{what} nests arrays more than "
+                            f"{MAX_ARRAY_DEPTH} deep")
+        item_kind = self.unsigned(offset, 4, what)
+        length = self.unsigned(offset + 4, 8, what)
+        offset += 12
+        if item_kind in _SCALAR_BYTES:
+            self.count(offset, length, _SCALAR_BYTES[item_kind], what)
+            return offset + length * _SCALAR_BYTES[item_kind]
+        if item_kind not in (_STRING, _ARRAY):
+            raise self.fail("InvalidGguf", f"{what} is an array of unknown type {item_kind}")
+        # A string takes at least its 8-byte length, an array its 12-byte type and length.
+        self.count(offset, length, 8 if item_kind == _STRING else 12, what)
+        for _ in range(length):
+            offset = self.value(offset, item_kind, what, depth + 1)
+        return offset
+
+    def walk(self) -> None:
+        tensor_count = self.unsigned(8, 8, "the tensor count")
+        kv_count = self.unsigned(16, 8, "the metadata count")
+        self.count(24, kv_count, _MIN_KV_BYTES, "the metadata table")
+        offset = 24
+        for index in range(kv_count):
+            end = self.string(offset, f"metadata key {index}")
+            key = bytes(self.data[offset + 8:end][:200]).decode("utf-8", "replace")
+            what = f"GGUF key {key!r}"
+            kind = self.unsigned(end, 4, what)
+            offset = self.value(end + 4, kind, what)
+        self.count(offset, tensor_count, _MIN_TENSOR_BYTES, "the tensor table")
+        for index in range(tensor_count):
+            what = f"tensor {index}"
+            offset = self.string(offset, what)
+            dims = self.unsigned(offset, 4, what)
+            if dims > MAX_TENSOR_DIMS:
+                raise self.fail("InvalidGguf", f"{what} declares {dims:,} dimensions "
+                                f"(ggml tensors have at most 4)")
+            offset += 4 + 8 * dims + 4 + 8
+            self.need(offset, 0, what)
+
+
+def _check_layout(path: Path) -> None:
+    """Refuse a header whose counts or lengths do not fit in the file (see _LayoutWalk)."""
+    with path.open("rb") as handle:
+        head = handle.read(8)
+        if len(head) < 8:
+            raise ModelError("TruncatedGguf", f"{path}: the file ends inside the GGUF "
+                             "version", file=str(path))
+        little = struct.unpack("<I", head[4:8])[0]
+        order = ">" if little & 0xFFFF == 0 else "<"
+        if struct.unpack(order + "I", head[4:8])[0] not in _READABLE_VERSIONS:
+            return  # the reader names the unsupported version
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            _LayoutWalk(path, data, order).walk()
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +221,7 @@ def read_header(path: Path) -> GgufHeader:
 def _read_header_cached(path: Path, size: int, mtime_ns: int) -> GgufHeader:
     from gguf import GGUFReader
 
+    _check_layout(path)
     try:
         reader = GGUFReader(path, "r")
     except (ValueError, IndexError, KeyError, OverflowError, TypeError) as exc:
@@ -204,6 +330,14 @@ def _positive(metadata: Mapping[str, Any], key: str, where: Path) -> int:
     return value
 
 
+def _check_layer_count(layer_count: int, key: str, where: Path) -> None:
+    """A block count is used to size per-layer tables: bound it before that."""
+    if layer_count > MAX_LAYERS:
+        raise ModelError("InvalidGguf", f"{where}: GGUF key {key!r} declares "
+                         f"{layer_count:,} layers; the planner handles at most "
+                         f"{MAX_LAYERS:,}", file=str(where), key=key)
+
+
 def layer_weights(tensors: Iterable[TensorEntry], layer_count: int,
                   where: Path) -> tuple[tuple[int, ...], int, int]:
     """Per-layer bytes with the non-block tensors folded in, plus the bytes moved to the
@@ -245,6 +379,7 @@ def from_gguf(path: str | Path, kv_cache_type: str = "f16") -> ModelSpec:
                          f"name (got {architecture!r})", file=str(where),
                          key="general.architecture")
     layer_count = _positive(metadata, f"{architecture}.block_count", where)
+    _check_layer_count(layer_count, f"{architecture}.block_count", where)
     native_context = _positive(metadata, f"{architecture}.context_length", where)
     layout = layout_from_gguf(architecture, metadata, layer_count, str(where))
     table = layout.table()
