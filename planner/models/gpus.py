@@ -14,6 +14,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 from planner.models.presets import data_dir
@@ -84,9 +85,9 @@ def _gpu(entry: Any, where: str) -> GpuModel:
                     repair_hours=entry.get("repair_hours"))
 
 
-def load_gpu_catalog() -> list[GpuModel]:
-    """Every accelerator in ``data/gpus.toml``, in file order."""
-    path = data_dir() / "gpus.toml"
+def load_gpu_catalog(path: str | Path | None = None) -> list[GpuModel]:
+    """Every accelerator in ``path`` (default ``data/gpus.toml``), in file order."""
+    path = data_dir() / "gpus.toml" if path is None else Path(path)
     where = str(path)
     if not path.is_file():
         raise ModelError("MissingDataDir", f"GPU catalog {path} does not exist", path=where)

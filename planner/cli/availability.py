@@ -1,0 +1,112 @@
+"""``planner availability FLEET``: how often the fleet's plan meets its targets when nodes
+fail and are repaired."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from planner.availability import AvailabilityError, fleet_availability, fleet_reliability
+from planner.cli._common import (
+    EXIT_NO_TOPOLOGY,
+    EXIT_OK,
+    FORMATTER,
+    UserError,
+    load_request,
+)
+from planner.models import ModelError, load_gpu_catalog
+from planner.planning.rules import context_floor
+from planner.reports.tables import TextTable, terminal_safe, text_table
+
+NAME = "availability"
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        NAME, help="how often the fleet can run the model when nodes fail",
+        formatter_class=FORMATTER,
+        description=(
+            "Each node is down a share u = repair_hours / (8760 / annual_failure_rate + "
+            "repair_hours) of the time, independently. Print the probability that the "
+            "surviving nodes have a plan meeting the targets, and the context the plan "
+            "gets. Failure rates and repair times come from the node's own fleet-file "
+            "entry, else --afr / --repair-hours, else the catalog entry with the node's "
+            "memory, else the defaults."),
+        epilog=("examples:\n"
+                "  planner availability data/fleets/qwen480b-5x80.toml\n"
+                "  planner availability data/fleets/qwen480b-5x80.toml --min-context 131072 "
+                "--json\n\n"
+                "exit codes: 0 computed, 1 no valid topology even with every node up, "
+                "2 bad input"))
+    parser.add_argument("fleet", metavar="FLEET", help="fleet file (.toml or .json)")
+    parser.add_argument("--catalog", metavar="FILE",
+                        help="GPU catalog with failure figures (default data/gpus.toml)")
+    parser.add_argument("--min-context", type=int, metavar="N",
+                        help="context the plan must reach (default the SPEC floor, "
+                             "min(native, 65536))")
+    parser.add_argument("--min-lanes", type=int, default=1, metavar="N",
+                        help="parallel lanes the plan must reach (default 1)")
+    parser.add_argument("--afr", type=float, metavar="F",
+                        help="failures per node-year for nodes without their own")
+    parser.add_argument("--repair-hours", type=float, metavar="H",
+                        help="mean hours to repair for nodes without their own")
+    parser.add_argument("--tolerance", type=float, default=1e-9, metavar="T",
+                        help="large fleets: stop when the unexplored probability is below "
+                             "T (default 1e-9)")
+    parser.add_argument("--json", action="store_true",
+                        help="print availability, availability_lower, availability_upper, "
+                             "states_evaluated and context_distribution as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    document, request = load_request(args.fleet)
+    for name in ("min_context", "min_lanes"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UserError(f"--{name.replace('_', '-')} must be at least 1 (got {value})")
+    try:
+        catalog = load_gpu_catalog(args.catalog)
+        reliability = fleet_reliability(
+            request.nodes, catalog=catalog, overrides=document_overrides(document),
+            annual_failure_rate=args.afr, repair_hours=args.repair_hours)
+        min_context = args.min_context or context_floor(request)
+        result = fleet_availability(request, reliability, min_context=min_context,
+                                    min_lanes=args.min_lanes, tolerance=args.tolerance)
+    except AvailabilityError as error:
+        raise UserError(f"{args.fleet}: {error.message}") from None
+    except ModelError as error:
+        raise UserError(f"{args.catalog or 'catalog'}: {error.message}") from None
+    if result.context_distribution.get(0, 0.0) == 1.0 and request.nodes:
+        message = "no valid topology even with every node up; see 'planner plan'"
+        if args.json:
+            print(json.dumps({"error": {"code": "NoValidTopology", "message": message}}))
+        print(terminal_safe(f"planner: {args.fleet}: {message}"), file=sys.stderr)
+        return EXIT_NO_TOPOLOGY
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return EXIT_OK
+    print(terminal_safe(f"{document.title}: {len(request.nodes)} nodes, targets context >= "
+                        f"{min_context:,}, lanes >= {args.min_lanes}"))
+    if result.exact:
+        print(f"availability {result.availability:.6%} (exact, {result.states_evaluated:,} "
+              "failure states)")
+    else:
+        print(f"availability between {result.availability_lower:.6%} and "
+              f"{result.availability_upper:.6%} ({result.states_evaluated:,} most likely "
+              "failure states evaluated)")
+    downtime = (1 - result.estimate) * 8760
+    print(f"expected time below the targets: {downtime:,.1f} hours a year")
+    rows = [["no plan" if context == 0 else f"{context:,}", f"{probability:.6%}"]
+            for context, probability in sorted(result.context_distribution.items(),
+                                               reverse=True)]
+    print()
+    print(text_table(TextTable(("context", "probability"), tuple(map(tuple, rows)),
+                               ("r", "r"))))
+    return EXIT_OK
+
+
+def document_overrides(document: object) -> dict:
+    """Per-node failure figures the fleet file gives (none before the file carries them)."""
+    return dict(getattr(document, "reliability", None) or {})
