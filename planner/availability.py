@@ -71,6 +71,8 @@ class AvailabilityError(CodedError):
     reaches the target).
     """
 
+    codes = ("InvalidReliability", "InvalidTarget", "SparesUnreachable")
+
 
 def _positive_number(value: Any, name: str, node_id: str | None, *, allow_zero: bool) -> float:
     where = f"{name} of node {node_id!r}" if node_id is not None else name
