@@ -322,13 +322,44 @@ class MetadataReader:
         return [value] * self.layer_count
 
 
-def layout_from_gguf(architecture: str, metadata: Mapping[str, Any], layer_count: int,
-                     where: str) -> KvLayout:
-    """The KV layout llama.cpp builds for a GGUF model.
+# Architectures whose ``{arch}.attention.sliding_window_pattern`` counts from a
+# full-attention first layer (llama.cpp's load_swa_pattern(ml, n, dense_first=true)).
+DENSE_FIRST_PATTERN = frozenset({"smallthinker"})
 
-    ``metadata`` maps full GGUF keys (``qwen3moe.attention.head_count_kv``) to values;
-    ``where`` names the file in error messages.
-    """
+
+def _file_pattern(meta: MetadataReader, architecture: str,
+                  layer_count: int) -> list[bool] | None:
+    """``{arch}.attention.sliding_window_pattern``: a per-layer array of flags (true =
+    sliding window) or a period, as llama.cpp's load_swa_pattern reads it."""
+    name = "attention.sliding_window_pattern"
+    value = meta.metadata.get(meta.key(name))
+    if value is None:
+        return None
+    if isinstance(value, list):
+        if len(value) != layer_count:
+            raise meta.bad(name, f"has {len(value)} entries for {layer_count} layers", value)
+        if not all(isinstance(entry, bool) or entry in (0, 1) for entry in value):
+            raise meta.bad(name, "must hold one true/false flag per layer", value)
+        return [bool(entry) for entry in value]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise meta.bad(name, "must be a non-negative integer or an array of flags", value)
+    return _pattern(layer_count, value, architecture in DENSE_FIRST_PATTERN)
+
+
+@dataclass(frozen=True, slots=True)
+class LayerCaches:
+    """Per layer of a GGUF model: what it caches per cell and whether it is windowed."""
+
+    layers: tuple[LayerCache | None, ...]
+    """None for a layer llama.cpp gives no cache (multi-token-prediction blocks)."""
+    sliding: tuple[bool, ...]
+    sliding_window: int
+    notes: tuple[str, ...]
+
+
+def layer_caches_from_gguf(architecture: str, metadata: Mapping[str, Any], layer_count: int,
+                           where: str) -> LayerCaches:
+    """Each layer's cache as llama.cpp builds it for a GGUF model."""
     if architecture not in SUPPORTED_ARCHITECTURES:
         raise ModelError(
             "UnsupportedArchitecture",
@@ -385,7 +416,6 @@ def layout_from_gguf(architecture: str, metadata: Mapping[str, Any], layer_count
                 f"the last {nextn} block(s) are multi-token-prediction layers: llama.cpp "
                 f"loads their weights but never runs them and gives them no KV cache"
             )
-    layers = layers[:kv_layer_count]
 
     window = meta.optional_int("attention.sliding_window")
     rule = SLIDING_WINDOW_ARCHITECTURES.get(architecture)
@@ -395,16 +425,39 @@ def layout_from_gguf(architecture: str, metadata: Mapping[str, Any], layer_count
             sliding = rule(layer_count, window)
         except KeyError as exc:
             raise meta.missing(str(exc.args[0])) from None
+        if sliding is not None:
+            pattern = _file_pattern(meta, architecture, layer_count)
+            if pattern is not None:
+                sliding = (pattern, sliding[1])
     elif window:
         notes.append(
             f"the file sets a {window}-token sliding window, which llama.cpp does not apply "
             f"to {architecture}: every layer keeps a full-context cache"
         )
-    if sliding is not None:
-        is_window, window_size = sliding
-        layout = sliding_window_layout(layers, is_window[:kv_layer_count], window_size)
+    is_window, window_size = sliding if sliding is not None else ([False] * layer_count, 0)
+    per_layer: list[LayerCache | None] = [
+        layer if index < kv_layer_count else None for index, layer in enumerate(layers)]
+    flags = tuple(bool(flag) and index < kv_layer_count
+                  for index, flag in enumerate(is_window))
+    return LayerCaches(tuple(per_layer), flags, window_size if any(flags) else 0,
+                       tuple(notes))
+
+
+def layout_from_gguf(architecture: str, metadata: Mapping[str, Any], layer_count: int,
+                     where: str) -> KvLayout:
+    """The KV layout llama.cpp builds for a GGUF model.
+
+    ``metadata`` maps full GGUF keys (``qwen3moe.attention.head_count_kv``) to values;
+    ``where`` names the file in error messages.
+    """
+    caches = layer_caches_from_gguf(architecture, metadata, layer_count, where)
+    kept = [(layer, flag) for layer, flag in zip(caches.layers, caches.sliding, strict=True)
+            if layer is not None]
+    if caches.sliding_window:
+        layout = sliding_window_layout([layer for layer, _ in kept],
+                                       [flag for _, flag in kept], caches.sliding_window)
     else:
-        layout = KvLayout(context_layers=tuple(layers))
+        layout = KvLayout(context_layers=tuple(layer for layer, _ in kept))
     if not layout.context_layers or layout.bytes_per_token("f32") == 0:
         raise ModelError(
             "UnsupportedArchitecture",
@@ -415,5 +468,5 @@ def layout_from_gguf(architecture: str, metadata: Mapping[str, Any], layer_count
         context_layers=layout.context_layers,
         window_layers=layout.window_layers,
         sliding_window=layout.sliding_window,
-        notes=tuple(notes) + layout.notes,
+        notes=caches.notes + layout.notes,
     )
