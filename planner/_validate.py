@@ -82,6 +82,8 @@ def integer(
 ) -> int:
     """``value`` as a Python ``int`` within ``[minimum, maximum]`` (a bound of ``None`` is
     open), or the error ``fail`` builds, with the problem in the SPEC's words."""
+    if value is None:
+        raise fail("is required", None)
     if not is_integral(value):
         is_float = isinstance(value, float) or type(value).__name__.startswith("float")
         whole = is_float and _float_is_integer(value)

@@ -58,7 +58,7 @@ from typing import Any
 
 import tomli_w
 
-from planner._validate import shown
+from planner._validate import Fail, integer, known_keys, shown, text
 from planner.errors import CodedError, InvalidInput
 from planner.planning import NodeBudget, PlanningInput
 from planner.planning.inputs import MAX_BYTES, MAX_CONTEXT, MAX_LAYERS
@@ -167,18 +167,16 @@ class FleetFileError(CodedError):
 # -- small validators -------------------------------------------------------------------
 
 
+def _bad(field_name: str, node_id: str | None = None) -> Fail:
+    def fail(problem: str, value: Any) -> FleetFileError:
+        got = f" (got {shown(value)})" if value is not None else ""
+        return FleetFileError("InvalidField", problem + got, field=field_name, node_id=node_id)
+    return fail
+
+
 def _as_int(value: Any, field_name: str, *, minimum: int = 0, maximum: int = _MAX_BYTES,
             node_id: str | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise FleetFileError("InvalidField", f"must be a whole number (got {value!r})",
-                             field=field_name, node_id=node_id)
-    if value < minimum:
-        raise FleetFileError("InvalidField", f"must be at least {minimum} (got {value})",
-                             field=field_name, node_id=node_id)
-    if value > maximum:
-        raise FleetFileError("InvalidField", f"must be at most {maximum:,} (got {value:,})",
-                             field=field_name, node_id=node_id)
-    return value
+    return integer(value, _bad(field_name, node_id), minimum=minimum, maximum=maximum)
 
 
 def _as_size(value: Any, field_name: str, *, node_id: str | None = None) -> int:
@@ -199,20 +197,13 @@ def _as_size(value: Any, field_name: str, *, node_id: str | None = None) -> int:
 
 
 def _as_text(value: Any, field_name: str, *, node_id: str | None = None) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise FleetFileError("InvalidField", f"must be a non-empty string (got {value!r})",
-                             field=field_name, node_id=node_id)
-    return value
+    return text(value, _bad(field_name, node_id))
 
 
 def _reject_unknown(table: Mapping[str, Any], allowed: Sequence[str], prefix: str,
                     *, node_id: str | None = None) -> None:
-    for key in table:
-        if key not in allowed:
-            raise FleetFileError(
-                "UnknownField",
-                f"unknown field; expected one of {', '.join(allowed)}",
-                field=f"{prefix}{key}", node_id=node_id)
+    known_keys(table, allowed, lambda key, problem: FleetFileError(
+        "UnknownField", problem, field=f"{prefix}{key}", node_id=node_id))
 
 
 # -- the model --------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
-from planner._validate import shown
+from planner._validate import Fail, integer, shown
 from planner.fence.claims import (
     ClaimDecision,
     CoordinatorClaim,
@@ -129,11 +129,8 @@ def unix_ms_tick(unix_ms: int) -> int:
     return (unix_ms - START_UNIX_MS) // TICK_MS
 
 
-def _check_int_field(name: str, value: Any, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise CheckConfigError(name, "must be an integer", value)
-    if not low <= value <= high:
-        raise CheckConfigError(name, f"must be between {low} and {high}", value)
+def _config_error(name: str) -> Fail:
+    return lambda problem, value: CheckConfigError(name, problem, value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,12 +155,14 @@ class CheckConfig:
     planned: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self) -> None:
-        _check_int_field("stages", self.stages, 1, MAX_STAGES)
-        _check_int_field("coordinators", self.coordinators, 1, MAX_COORDINATORS)
-        _check_int_field("max_term", self.max_term, 1, MAX_TERM)
-        _check_int_field("clock_bound", self.clock_bound, 0, MAX_CLOCK_BOUND)
-        _check_int_field("lease_ticks", self.lease_ticks, 1, MAX_CLOCK_BOUND + 1)
-        _check_int_field("skew_ticks", self.skew_ticks, 1, MAX_CLOCK_BOUND)
+        for name, low, high in (("stages", 1, MAX_STAGES),
+                                ("coordinators", 1, MAX_COORDINATORS),
+                                ("max_term", 1, MAX_TERM),
+                                ("clock_bound", 0, MAX_CLOCK_BOUND),
+                                ("lease_ticks", 1, MAX_CLOCK_BOUND + 1),
+                                ("skew_ticks", 1, MAX_CLOCK_BOUND)):
+            object.__setattr__(self, name, integer(getattr(self, name), _config_error(name),
+                                                   minimum=low, maximum=high))
         for name in ("skew", "message_loss", "stops"):
             if not isinstance(getattr(self, name), bool):
                 raise CheckConfigError(name, "must be true or false", getattr(self, name))
@@ -173,19 +172,18 @@ class CheckConfig:
             raise CheckConfigError(
                 "planned", f"must be a tuple with one stage tuple per coordinator "
                 f"({self.coordinators})", self.planned)
+        planned = []
         for index, stages in enumerate(self.planned):
             where = f"planned[{index}]"
             if not isinstance(stages, tuple) or not stages:
                 raise CheckConfigError(where, "must be a non-empty tuple of stage indexes",
                                        stages)
-            for stage in stages:
-                if isinstance(stage, bool) or not isinstance(stage, int):
-                    raise CheckConfigError(where, "stage indexes must be integers", stage)
-                if not 0 <= stage < self.stages:
-                    raise CheckConfigError(
-                        where, f"stage index must be between 0 and {self.stages - 1}", stage)
-            if len(set(stages)) != len(stages):
+            indexes = tuple(integer(stage, _config_error(where), minimum=0,
+                                    maximum=self.stages - 1) for stage in stages)
+            if len(set(indexes)) != len(indexes):
                 raise CheckConfigError(where, "lists a stage twice", stages)
+            planned.append(indexes)
+        object.__setattr__(self, "planned", tuple(planned))
 
     def planned_stages(self, coordinator: int) -> tuple[int, ...]:
         if self.planned is None:
@@ -1169,7 +1167,8 @@ def check(
     model = FenceModel(config, Rules(claim_rule, load_rule, stop_rule))
     chosen = PROPERTIES if properties is None else tuple(property_named(n) for n in properties)
     if max_states is not None:
-        _check_int_field("max_states", max_states, 1, 10**9)
+        max_states = integer(max_states, _config_error("max_states"), minimum=1,
+                             maximum=10**9)
 
     parents: dict[ModelState, tuple[ModelState, Action] | None] = {}
     frontier: list[ModelState] = []
@@ -1412,7 +1411,7 @@ def check_defaults(
     ``workers`` above 1 checks configurations in that many processes at once.
     """
     chosen = DEFAULT_CONFIGS if configs is None else tuple(configs)
-    _check_int_field("workers", workers, 1, 64)
+    workers = integer(workers, _config_error("workers"), minimum=1, maximum=64)
     if workers == 1 or len(chosen) < 2:
         results = [_check_named(named) for named in chosen]
     else:

@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Self
 
-from planner.fence.errors import InvalidFenceInput
+from planner._validate import integer
+from planner.fence.errors import InvalidFenceInput, bad_input
 
 ClaimKey = tuple[str, str, str]
 
@@ -60,6 +61,10 @@ LOAD_REASONS: tuple[str, ...] = (
 )
 
 
+MAX_FENCE_INT = 2**63 - 1
+"""Terms and times are what a 64-bit store holds; anything larger is refused."""
+
+
 def require_str(value: Any, name: str, where: str, *, optional: bool = False) -> None:
     if value is None and optional:
         return
@@ -68,11 +73,9 @@ def require_str(value: Any, name: str, where: str, *, optional: bool = False) ->
         raise InvalidFenceInput(name, expected, value=value, where=where)
 
 
-def require_int(value: Any, name: str, where: str, *, minimum: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidFenceInput(name, "must be an integer", value=value, where=where)
-    if minimum is not None and value < minimum:
-        raise InvalidFenceInput(name, f"must be at least {minimum}", value=value, where=where)
+def fence_int(value: Any, name: str, where: str, *, minimum: int | None = None) -> int:
+    """``value`` as an ``int`` within what the fence stores (terms, milliseconds)."""
+    return integer(value, bad_input(name, where), minimum=minimum, maximum=MAX_FENCE_INT)
 
 
 def fields_from_dict(cls: type, data: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -110,8 +113,11 @@ class CoordinatorClaim:
         for name in ("model_id", "package_ref", "manifest_sha256", "topology_id", "run_id",
                      "coordinator_id", "participant_set_hash", "topology_hash"):
             require_str(getattr(self, name), name, where)
-        require_int(self.coordinator_term, "coordinator_term", where, minimum=0)
-        require_int(self.lease_until_unix_ms, "lease_until_unix_ms", where)
+        object.__setattr__(self, "coordinator_term",
+                           fence_int(self.coordinator_term, "coordinator_term", where,
+                                     minimum=0))
+        object.__setattr__(self, "lease_until_unix_ms",
+                           fence_int(self.lease_until_unix_ms, "lease_until_unix_ms", where))
 
     @property
     def key(self) -> ClaimKey:
@@ -149,7 +155,9 @@ class GenerationRef:
         for name in ("model_id", "package_ref", "manifest_sha256", "topology_id", "run_id"):
             require_str(getattr(self, name), name, self.kind)
         require_str(self.coordinator_id, "coordinator_id", self.kind, optional=True)
-        require_int(self.coordinator_term, "coordinator_term", self.kind, minimum=0)
+        object.__setattr__(self, "coordinator_term",
+                           fence_int(self.coordinator_term, "coordinator_term", self.kind,
+                                     minimum=0))
 
     @property
     def key(self) -> ClaimKey:
@@ -350,8 +358,8 @@ class LoadDecision:
         }
 
 
-def _check_now(now_unix_ms: Any) -> None:
-    require_int(now_unix_ms, "now_unix_ms", "clock")
+def _check_now(now_unix_ms: Any) -> int:
+    return fence_int(now_unix_ms, "now_unix_ms", "clock")
 
 
 def _claim_shape_reason(claim: CoordinatorClaim, now_unix_ms: int) -> str | None:
@@ -386,7 +394,7 @@ def decide_claim(
     current: CoordinatorClaim | None, claim: CoordinatorClaim, now_unix_ms: int
 ) -> ClaimDecision:
     """Judge ``claim`` against the stored claim for its key, on the stage's clock."""
-    _check_now(now_unix_ms)
+    now_unix_ms = _check_now(now_unix_ms)
     _check_current_key(current, claim.key)
     shape = _claim_shape_reason(claim, now_unix_ms)
     if shape is not None:
@@ -406,7 +414,7 @@ def decide_load(
     current: CoordinatorClaim | None, load: LoadClaimRef, now_unix_ms: int
 ) -> LoadDecision:
     """Judge ``load`` against the stored claim for its key, on the stage's clock."""
-    _check_now(now_unix_ms)
+    now_unix_ms = _check_now(now_unix_ms)
     _check_current_key(current, load.key)
 
     def reject(reason: str) -> LoadDecision:

@@ -28,8 +28,8 @@ from planner.fence.claims import (
     CoordinatorClaim,
     LoadClaimRef,
     LoadDecision,
+    fence_int,
     quorum_requirement,
-    require_int,
     require_str,
 )
 from planner.fence.errors import InvalidFenceInput
@@ -171,8 +171,10 @@ class CoordinatorPolicy:
     def __post_init__(self) -> None:
         for name in ("lease_ms", "claim_timeout_ms", "load_timeout_ms", "retry_interval_ms",
                      "max_attempts"):
-            require_int(getattr(self, name), name, "policy", minimum=1)
-        require_int(self.max_renewals, "max_renewals", "policy", minimum=0)
+            object.__setattr__(self, name,
+                               fence_int(getattr(self, name), name, "policy", minimum=1))
+        object.__setattr__(self, "max_renewals",
+                           fence_int(self.max_renewals, "max_renewals", "policy", minimum=0))
 
 
 class CoordinatorPhase(StrEnum):
@@ -269,7 +271,7 @@ class Coordinator:
             raise InvalidFenceInput("phase", f"coordinator {self.node_id} is down",
                                     where="coordinator")
         chosen = self.next_term() if term is None else term
-        require_int(chosen, "term", "coordinator", minimum=1)
+        chosen = fence_int(chosen, "term", "coordinator", minimum=1)
         self.attempts = 1
         self.renewals = 0
         return self._begin_round(now_unix_ms, chosen, renewal=False)

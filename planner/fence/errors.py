@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner._validate import shown
+from planner._validate import Fail, shown
 from planner.errors import CodedError
 
 
@@ -35,6 +35,11 @@ class InvalidFenceInput(FenceError):
         super().__init__(f"{place}: {problem}{got}", field=place, value=value)
         self.field = place
         self.value = value
+
+
+def bad_input(field: str, where: str = "") -> Fail:
+    """The :data:`planner._validate.Fail` that raises :class:`InvalidFenceInput`."""
+    return lambda problem, value: InvalidFenceInput(field, problem, value=value, where=where)
 
 
 class SimulationError(FenceError):

@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from planner.fence.claims import LoadClaimRef, require_int
+from planner.fence.claims import LoadClaimRef, fence_int
 from planner.fence.coordinator import (
     Action,
     Coordinator,
@@ -102,8 +102,10 @@ class NetworkConfig:
     drop_probability: float = 0.0
 
     def __post_init__(self) -> None:
-        require_int(self.base_delay_ms, "base_delay_ms", "network", minimum=0)
-        require_int(self.jitter_ms, "jitter_ms", "network", minimum=0)
+        object.__setattr__(self, "base_delay_ms",
+                           fence_int(self.base_delay_ms, "base_delay_ms", "network", minimum=0))
+        object.__setattr__(self, "jitter_ms",
+                           fence_int(self.jitter_ms, "jitter_ms", "network", minimum=0))
         if not 0.0 <= float(self.drop_probability) <= 1.0:
             raise SimulationError(
                 f"network.drop_probability must be within [0, 1] (got {self.drop_probability})"
@@ -173,8 +175,8 @@ class Simulation:
         prepare_ms: int = 1_000,
         durable_fence: bool = False,
     ) -> None:
-        require_int(seed, "seed", "simulation")
-        require_int(prepare_ms, "prepare_ms", "simulation", minimum=0)
+        seed = fence_int(seed, "seed", "simulation")
+        prepare_ms = fence_int(prepare_ms, "prepare_ms", "simulation", minimum=0)
         self.seed = seed
         self.network = network or NetworkConfig()
         self.prepare_ms = prepare_ms
@@ -199,7 +201,7 @@ class Simulation:
 
     def add_stage(self, node_id: str, *, clock_offset_ms: int = 0) -> None:
         self._check_new_node(node_id)
-        require_int(clock_offset_ms, "clock_offset_ms", node_id)
+        clock_offset_ms = fence_int(clock_offset_ms, "clock_offset_ms", node_id)
         self._stages[node_id] = _Stage(node_id, clock_offset_ms, runtime=StageRuntime(node_id))
 
     def add_coordinator(
@@ -211,7 +213,7 @@ class Simulation:
         clock_offset_ms: int = 0,
     ) -> Coordinator:
         self._check_new_node(node_id)
-        require_int(clock_offset_ms, "clock_offset_ms", node_id)
+        clock_offset_ms = fence_int(clock_offset_ms, "clock_offset_ms", node_id)
         unknown = [s for s in plan.stage_nodes if s not in self._stages]
         if unknown:
             raise SimulationError(
@@ -272,7 +274,7 @@ class Simulation:
     # -- scheduling --------------------------------------------------------------------
 
     def _schedule(self, at_ms: int, action: Callable[[], None]) -> None:
-        require_int(at_ms, "at_ms", "schedule", minimum=0)
+        at_ms = fence_int(at_ms, "at_ms", "schedule", minimum=0)
         if at_ms < self.now_ms:
             raise SimulationError(f"cannot schedule at {at_ms} ms: the simulation is already "
                                   f"at {self.now_ms} ms")

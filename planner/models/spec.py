@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from planner._validate import Fail, integer, shown, text
 from planner.errors import CodedError
 from planner.units import format_bytes
 
@@ -55,23 +56,13 @@ class ModelError(CodedError):
 
 def _invalid(field_name: str, problem: str, value: Any) -> ModelError:
     return ModelError(
-        "InvalidModelSpec", f"{field_name}: {problem} (got {value!r})", field=field_name,
+        "InvalidModelSpec", f"{field_name}: {problem} (got {shown(value)})", field=field_name,
         value=value,
     )
 
 
-def _positive_int(value: Any, field_name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _invalid(field_name, "must be an integer", value)
-    if value <= 0:
-        raise _invalid(field_name, "must be positive", value)
-    return value
-
-
-def _text(value: Any, field_name: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise _invalid(field_name, "must be a non-empty string", value)
-    return value
+def _fail(field_name: str) -> Fail:
+    return lambda problem, value: _invalid(field_name, problem, value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,13 +87,11 @@ class ModelSpec:
     notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        _text(self.name, "name")
-        _text(self.architecture, "architecture")
-        _text(self.source, "source")
-        _positive_int(self.layer_count, "layer_count")
-        _positive_int(self.native_context_length, "native_context_length")
-        _positive_int(self.model_weight_bytes, "model_weight_bytes")
-        _positive_int(self.kv_bytes_per_token, "kv_bytes_per_token")
+        for name in ("name", "architecture", "source"):
+            text(getattr(self, name), _fail(name))
+        for name in ("layer_count", "native_context_length", "model_weight_bytes",
+                     "kv_bytes_per_token"):
+            object.__setattr__(self, name, integer(getattr(self, name), _fail(name), minimum=1))
         if self.layer_weight_bytes is not None:
             if not isinstance(self.layer_weight_bytes, tuple):
                 raise _invalid("layer_weight_bytes", "must be a tuple or None",
@@ -114,10 +103,9 @@ class ModelSpec:
                     f"{len(self.layer_weight_bytes)}",
                     len(self.layer_weight_bytes),
                 )
-            for index, size in enumerate(self.layer_weight_bytes):
-                if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-                    raise _invalid(f"layer_weight_bytes[{index}]",
-                                   "must be a non-negative integer", size)
+            object.__setattr__(self, "layer_weight_bytes", tuple(
+                integer(size, _fail(f"layer_weight_bytes[{index}]"))
+                for index, size in enumerate(self.layer_weight_bytes)))
             total = sum(self.layer_weight_bytes)
             if total != self.model_weight_bytes:
                 raise _invalid(
@@ -130,15 +118,18 @@ class ModelSpec:
             raise _invalid("kv_cache_table", "must be a non-empty tuple of (type, bytes)",
                            self.kv_cache_table)
         seen: set[str] = set()
+        entries = []
         for entry in self.kv_cache_table:
             if not (isinstance(entry, tuple) and len(entry) == 2):
                 raise _invalid("kv_cache_table", "entries must be (type, bytes) pairs", entry)
             cache_type, size = entry
-            _text(cache_type, "kv_cache_table type")
-            _positive_int(size, f"kv_cache_table[{cache_type}]")
+            text(cache_type, _fail("kv_cache_table type"))
+            entries.append((cache_type, integer(size, _fail(f"kv_cache_table[{cache_type}]"),
+                                                minimum=1)))
             if cache_type in seen:
                 raise _invalid("kv_cache_table", "lists a cache type twice", cache_type)
             seen.add(cache_type)
+        object.__setattr__(self, "kv_cache_table", tuple(entries))
         table = dict(self.kv_cache_table)
         if self.kv_cache_type not in table:
             raise _invalid("kv_cache_type", f"is not in the table ({', '.join(table)})",

@@ -8,10 +8,11 @@ raised by the planner, not here, because they are well-formed requests it cannot
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from planner._validate import Fail, integer, known_keys, optional_integer, text
 from planner.errors import InvalidInput
 
 # Beyond 8 PiB a number of bytes is almost surely a unit mistake; refusing it also keeps
@@ -19,47 +20,31 @@ from planner.errors import InvalidInput
 MAX_BYTES = 2**53
 MAX_LAYERS = 4096
 MAX_CONTEXT = 2**31
+MAX_LATENCY_MS = 10**9
+MAX_MINIMUM_NODES = 100_000
+MAX_LANES = 4096
+
+_INT_LIMITS = {
+    "native_context_length": MAX_CONTEXT,
+    "layer_count": MAX_LAYERS,
+    "model_weight_bytes": MAX_BYTES,
+    "kv_bytes_per_token": MAX_BYTES,
+    "minimum_nodes": MAX_MINIMUM_NODES,
+}
+_OPTIONAL_INT_LIMITS = {
+    "context_length_override": MAX_CONTEXT,
+    "parallel_lanes_override": MAX_LANES,
+    "target_decode_tpot_ms": MAX_LATENCY_MS,
+}
 
 
-def _check_int(
-    value: Any,
-    field_name: str,
-    *,
-    node_id: str | None = None,
-    minimum: int = 0,
-    maximum: int | None = None,
-    optional: bool = False,
-) -> int | None:
-    if value is None:
-        if optional:
-            return None
-        raise InvalidInput(field_name, "is required", node_id=node_id)
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
-            kind = "a whole number written as a float; give an integer"
-        else:
-            kind = "must be an integer"
-        raise InvalidInput(field_name, kind, value=value, node_id=node_id)
-    if value < minimum:
-        raise InvalidInput(
-            field_name, f"must be at least {minimum}", value=value, node_id=node_id
-        )
-    if maximum is not None and value > maximum:
-        raise InvalidInput(
-            field_name, f"must be at most {maximum:,}", value=value, node_id=node_id
-        )
-    return value
+def _bad(field_name: str, node_id: str | None = None) -> Fail:
+    return lambda problem, value: InvalidInput(field_name, problem, value=value,
+                                               node_id=node_id)
 
 
-def _reject_unknown(data: Mapping[str, Any], allowed: Sequence[str], where: str,
-                    node_id: str | None = None) -> None:
-    for key in data:
-        if key not in allowed:
-            raise InvalidInput(
-                f"{where}{key}",
-                f"unknown field; expected one of {', '.join(allowed)}",
-                node_id=node_id,
-            )
+def _unknown(where: str, node_id: str | None = None) -> Callable[[str, str], InvalidInput]:
+    return lambda key, problem: InvalidInput(f"{where}{key}", problem, node_id=node_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +58,10 @@ class NodeBudget:
     stage_transfer_latency_ms: int | None = None
 
     def __post_init__(self) -> None:
-        _validate_node_fields(self.node_id, self.detected_vram_bytes, self.max_vram_bytes,
+        values = _node_fields(self.node_id, self.detected_vram_bytes, self.max_vram_bytes,
                               self.runtime_headroom_bytes, self.stage_transfer_latency_ms, "")
+        for name, value in zip(_NODE_FIELDS, values, strict=True):
+            object.__setattr__(self, name, value)
 
     @property
     def capped_vram_bytes(self) -> int:
@@ -98,7 +85,7 @@ class NodeBudget:
             raise InvalidInput(where.rstrip(".") or "node", "must be an object", value=data)
         node_id = data.get("node_id")
         shown_id = node_id if isinstance(node_id, str) else None
-        _reject_unknown(data, _NODE_FIELDS, where, shown_id)
+        known_keys(data, _NODE_FIELDS, _unknown(where, shown_id))
         if "node_id" not in data:
             raise InvalidInput(f"{where}node_id", "is required")
         if "detected_vram_bytes" not in data:
@@ -106,20 +93,21 @@ class NodeBudget:
         fields = {name: data.get(name) for name in _NODE_FIELDS}
         if fields["runtime_headroom_bytes"] is None:
             fields["runtime_headroom_bytes"] = 0
-        _validate_node_fields(*fields.values(), where)
-        return cls(**fields)
+        return cls(*_node_fields(*fields.values(), where))
 
 
-def _validate_node_fields(node_id: Any, detected: Any, max_vram: Any, headroom: Any,
-                          latency: Any, where: str) -> None:
-    if not isinstance(node_id, str) or not node_id.strip():
-        raise InvalidInput(f"{where}node_id", "must be a non-empty string", value=node_id)
-    _check_int(detected, f"{where}detected_vram_bytes", node_id=node_id, maximum=MAX_BYTES)
-    _check_int(max_vram, f"{where}max_vram_bytes", node_id=node_id, maximum=MAX_BYTES,
-               optional=True)
-    _check_int(headroom, f"{where}runtime_headroom_bytes", node_id=node_id, maximum=MAX_BYTES)
-    _check_int(latency, f"{where}stage_transfer_latency_ms", node_id=node_id,
-               maximum=10**9, optional=True)
+def _node_fields(node_id: Any, detected: Any, max_vram: Any, headroom: Any, latency: Any,
+                 where: str) -> tuple[str, int, int | None, int, int | None]:
+    text(node_id, _bad(f"{where}node_id"))
+    return (
+        node_id,
+        integer(detected, _bad(f"{where}detected_vram_bytes", node_id), maximum=MAX_BYTES),
+        optional_integer(max_vram, _bad(f"{where}max_vram_bytes", node_id),
+                         maximum=MAX_BYTES),
+        integer(headroom, _bad(f"{where}runtime_headroom_bytes", node_id), maximum=MAX_BYTES),
+        optional_integer(latency, _bad(f"{where}stage_transfer_latency_ms", node_id),
+                         maximum=MAX_LATENCY_MS),
+    )
 
 
 _NODE_FIELDS = (
@@ -150,17 +138,12 @@ class PlanningInput:
     target_decode_tpot_ms: int | None = None
 
     def __post_init__(self) -> None:
-        _check_int(self.native_context_length, "native_context_length", maximum=MAX_CONTEXT)
-        _check_int(self.layer_count, "layer_count", maximum=MAX_LAYERS)
-        _check_int(self.model_weight_bytes, "model_weight_bytes", maximum=MAX_BYTES)
-        _check_int(self.kv_bytes_per_token, "kv_bytes_per_token", maximum=MAX_BYTES)
-        _check_int(self.minimum_nodes, "minimum_nodes", maximum=100_000)
-        _check_int(self.context_length_override, "context_length_override",
-                   maximum=MAX_CONTEXT, optional=True)
-        _check_int(self.parallel_lanes_override, "parallel_lanes_override",
-                   maximum=4096, optional=True)
-        _check_int(self.target_decode_tpot_ms, "target_decode_tpot_ms", maximum=10**9,
-                   optional=True)
+        for name, maximum in _INT_LIMITS.items():
+            object.__setattr__(self, name, integer(getattr(self, name), _bad(name),
+                                                   maximum=maximum))
+        for name, maximum in _OPTIONAL_INT_LIMITS.items():
+            object.__setattr__(self, name, optional_integer(getattr(self, name), _bad(name),
+                                                            maximum=maximum))
         nodes = self.nodes
         if isinstance(nodes, (str, bytes, Mapping)) or not isinstance(nodes, Sequence):
             raise InvalidInput("nodes", "must be a list of nodes", value=type(nodes).__name__)
@@ -182,9 +165,9 @@ class PlanningInput:
             if isinstance(weights, (str, bytes, Mapping)) or not isinstance(weights, Sequence):
                 raise InvalidInput("layer_weight_bytes", "must be a list of integers or null",
                                    value=weights)
-            weights = tuple(weights)
-            for index, value in enumerate(weights):
-                _check_int(value, f"layer_weight_bytes[{index}]", maximum=MAX_BYTES)
+            weights = tuple(integer(value, _bad(f"layer_weight_bytes[{index}]"),
+                                    maximum=MAX_BYTES)
+                            for index, value in enumerate(weights))
             if self.layer_count > 0 and len(weights) != self.layer_count:
                 raise InvalidInput(
                     "layer_weight_bytes",
@@ -227,7 +210,7 @@ class PlanningInput:
         if not isinstance(data, Mapping):
             raise InvalidInput("request", "must be an object with the SPEC's fields",
                                value=type(data).__name__)
-        _reject_unknown(data, _REQUEST_FIELDS, "")
+        known_keys(data, _REQUEST_FIELDS, _unknown(""))
         for name in ("native_context_length", "layer_count", "model_weight_bytes",
                      "kv_bytes_per_token", "nodes"):
             if name not in data:
