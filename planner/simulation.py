@@ -1,0 +1,300 @@
+"""A simulated year of failures and repairs, re-planned at every change.
+
+Every node alternates between up and down: up for an exponential time with rate
+``annual_failure_rate / 8760`` per hour, then down for an exponential time with mean
+``repair_hours`` (the rates of the node's kind, or its own). At each change the
+coordinator plans the surviving nodes. The timeline records hours below the targets
+(down), hours at a lower context than the whole fleet gets (reduced), and every new plan,
+which the coordinator claims under a new term.
+
+Claim traffic: the fleet's nodes are stages of one :class:`planner.fence.simulator.Simulation`
+for the whole timeline. Failed nodes are crashed there and restarted on repair; each new
+plan is claimed by a coordinator with the next term, which sends its claims and loads,
+and the stages shut down the older term's work as they accept the newer claim
+(SPEC sections 8-9). The messages of each term are counted from the fence's event log.
+
+Same seed, same timeline: all randomness comes from one ``numpy`` generator seeded with
+``seed``, drawn node by node in fleet order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from planner.availability import (
+    HOURS_PER_YEAR,
+    MeetsTargets,
+    NodeReliability,
+    Outcome,
+    plan_survivors,
+    targets_check,
+)
+from planner.fence.coordinator import CoordinatorPolicy, SplitPlan
+from planner.fence.simulator import NetworkConfig, Simulation
+from planner.planning import PlanningInput
+from planner.planning.inputs import as_planning_input
+
+MS_PER_HOUR = 3_600_000
+# How long after a re-plan the fence exchange is followed: claims, replies and loads
+# settle within seconds at the simulator's default network delays.
+SETTLE_MS = 60_000
+
+TIMELINE_COLUMNS = ("start_hours", "end_hours", "up_nodes", "context_length",
+                    "meets_targets", "reduced_context", "term")
+TERM_COLUMNS = ("term", "start_hours", "stage_count", "node_ids", "claim_messages",
+                "load_messages", "stop_messages", "replies", "stages_accepted",
+                "shutdowns")
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatedYear:
+    """The timeline of one simulated horizon.
+
+    ``timeline``: one row per interval between changes (:data:`TIMELINE_COLUMNS`);
+    ``terms``: one row per coordinator term with the fence messages it caused
+    (:data:`TERM_COLUMNS`); ``failures``: node failures within the horizon.
+    """
+
+    horizon_hours: float
+    seed: int
+    timeline: pd.DataFrame
+    terms: pd.DataFrame
+    failures: int
+    full_context_length: int
+
+    @property
+    def hours_down(self) -> float:
+        frame = self.timeline
+        return float((frame["end_hours"] - frame["start_hours"])[~frame["meets_targets"]].sum())
+
+    @property
+    def hours_reduced_context(self) -> float:
+        frame = self.timeline
+        mask = frame["reduced_context"]
+        return float((frame["end_hours"] - frame["start_hours"])[mask].sum())
+
+    @property
+    def availability(self) -> float:
+        return 1 - self.hours_down / self.horizon_hours
+
+    @property
+    def replans(self) -> int:
+        """New plans after the first one (each a new coordinator term)."""
+        return max(0, len(self.terms) - 1)
+
+    def summary(self) -> dict[str, Any]:
+        """The numbers a sweep reports for one simulated horizon."""
+        return {
+            "horizon_hours": self.horizon_hours,
+            "hours_down": self.hours_down,
+            "hours_reduced_context": self.hours_reduced_context,
+            "simulated_availability": self.availability,
+            "failures": self.failures,
+            "replans": self.replans,
+            "claim_messages": int(self.terms["claim_messages"].sum()) if len(self.terms) else 0,
+        }
+
+
+def _node_timelines(rng: np.random.Generator, reliability: NodeReliability,
+                    horizon: float) -> list[tuple[float, bool]]:
+    """(time, up after the change) for one node, starting up at time 0."""
+    changes: list[tuple[float, bool]] = []
+    rate = reliability.failures_per_hour
+    if rate == 0:
+        return changes
+    now = 0.0
+    while True:
+        now += rng.exponential(1 / rate)
+        if now >= horizon:
+            return changes
+        changes.append((now, False))
+        now += rng.exponential(reliability.repair_hours) if reliability.repair_hours else 0.0
+        if now >= horizon:
+            return changes
+        changes.append((now, True))
+
+
+class _Fence:
+    """The fleet's stages in one fence simulation; each new plan is a new term."""
+
+    def __init__(self, node_ids: list[str], horizon_hours: float, seed: int) -> None:
+        self.sim = Simulation(seed=seed, network=NetworkConfig())
+        for node_id in node_ids:
+            self.sim.add_stage(node_id)
+        # One lease for the whole horizon: the counted traffic is what re-planning
+        # causes, not periodic renewals.
+        lease = math.ceil(horizon_hours * MS_PER_HOUR) + 2 * SETTLE_MS + 1
+        self.policy = CoordinatorPolicy(lease_ms=lease, max_renewals=0)
+        self.term = 0
+
+    def at(self, hours: float) -> int:
+        return max(self.sim.now_ms, int(hours * MS_PER_HOUR))
+
+    def crash(self, hours: float, node_id: str) -> None:
+        self.sim.crash(self.at(hours), node_id)
+
+    def restart(self, hours: float, node_id: str) -> None:
+        self.sim.restart(self.at(hours), node_id)
+
+    def claim(self, hours: float, outcome: Outcome) -> dict[str, Any]:
+        assert outcome.plan is not None
+        self.term += 1
+        term = self.term
+        plan = SplitPlan.from_stages(outcome.plan.stages, model_id="model",
+                                     package_ref="package", manifest_sha256="manifest",
+                                     topology_id=f"topology-{term}", run_id=f"run-{term}")
+        name = f"coordinator-term-{term}"
+        self.sim.add_coordinator(name, plan, policy=self.policy)
+        start = self.at(hours)
+        first = len(self.sim.events)
+        self.sim.start_coordinator(start, name, term=term)
+        self.sim.run(until_ms=start + SETTLE_MS)
+        events = self.sim.events[first:]
+        sent = [e for e in events if e.kind == "send"]
+        return {
+            "term": term,
+            "start_hours": hours,
+            "stage_count": outcome.plan.stage_count,
+            "node_ids": ",".join(outcome.plan.node_ids),
+            "claim_messages": sum(e.message == "ClaimCoordinator" for e in sent),
+            "load_messages": sum(e.message == "LoadStage" for e in sent),
+            "stop_messages": sum(e.message == "StopStage" for e in sent),
+            "replies": sum(e.message not in ("ClaimCoordinator", "LoadStage", "StopStage")
+                           for e in sent),
+            "stages_accepted": sum(e.kind == "claim" and bool(e.accepted) for e in events),
+            "shutdowns": sum(e.kind == "shutdown" for e in events),
+        }
+
+
+def simulate(
+    request: PlanningInput | Mapping[str, Any],
+    reliability: Mapping[str, NodeReliability] | NodeReliability | None = None,
+    *,
+    horizon_hours: float = HOURS_PER_YEAR,
+    seed: int = 0,
+    meets: MeetsTargets | None = None,
+    min_context: int | None = None,
+    min_lanes: int = 1,
+    fence: bool = True,
+) -> SimulatedYear:
+    """Simulate failures and repairs over ``horizon_hours`` and re-plan at every change.
+
+    ``reliability`` as in :func:`planner.availability.fleet_availability`. With ``fence``
+    off, terms are still counted but no fence messages are simulated (zeros).
+    """
+    req = as_planning_input(request)
+    if isinstance(horizon_hours, bool) or not isinstance(horizon_hours, int | float) or not (
+            0 < horizon_hours < math.inf):
+        from planner.availability import AvailabilityError
+
+        raise AvailabilityError("InvalidTarget", f"horizon_hours must be a positive number "
+                                f"(got {horizon_hours!r})", field="horizon_hours",
+                                value=horizon_hours)
+    check = meets or targets_check(min_context=min_context, min_lanes=min_lanes)
+    if isinstance(reliability, NodeReliability) or reliability is None:
+        shared = reliability or NodeReliability()
+        per_node = {node.node_id: shared for node in req.nodes}
+    else:
+        per_node = {node.node_id: reliability.get(node.node_id, NodeReliability())
+                    for node in req.nodes}
+    rng = np.random.default_rng(seed)
+    changes: list[tuple[float, int, str, bool]] = []
+    for order, node in enumerate(req.nodes):
+        for when, up in _node_timelines(rng, per_node[node.node_id], float(horizon_hours)):
+            changes.append((when, order, node.node_id, up))
+    changes.sort()
+    failures = sum(1 for change in changes if not change[3])
+
+    memo: dict[frozenset[str], Outcome] = {}
+
+    def outcome_of(up: set[str]) -> Outcome:
+        key = frozenset(up)
+        if key not in memo:
+            memo[key] = plan_survivors(req, [n for n in req.nodes if n.node_id in up], check)
+        return memo[key]
+
+    up = {node.node_id for node in req.nodes}
+    full = outcome_of(up)
+    fence_sim = _Fence([n.node_id for n in req.nodes], float(horizon_hours), seed) if (
+        fence and req.nodes) else None
+    terms: list[dict[str, Any]] = []
+    running: tuple[Any, ...] | None = None
+
+    def adopt(hours: float, outcome: Outcome) -> int | None:
+        nonlocal running
+        if outcome.plan is None:
+            running = None
+            return None
+        layout = tuple((s.node_id, s.layer_start, s.layer_end) for s in outcome.plan.stages)
+        if layout != running:
+            running = layout
+            if fence_sim is not None:
+                terms.append(fence_sim.claim(hours, outcome))
+            else:
+                terms.append({"term": len(terms) + 1, "start_hours": hours,
+                              "stage_count": outcome.plan.stage_count,
+                              "node_ids": ",".join(outcome.plan.node_ids),
+                              **dict.fromkeys(TERM_COLUMNS[4:], 0)})
+        return terms[-1]["term"] if terms else None
+
+    rows: list[dict[str, Any]] = []
+    start = 0.0
+    current = full
+    term = adopt(0.0, full)
+    index = 0
+    while index <= len(changes):
+        end = changes[index][0] if index < len(changes) else float(horizon_hours)
+        if end > start:
+            rows.append({"start_hours": start, "end_hours": end, "up_nodes": len(up),
+                         "context_length": current.context_length,
+                         "meets_targets": current.meets_targets,
+                         "reduced_context": current.meets_targets
+                         and current.context_length < full.context_length,
+                         "term": term})
+        if index == len(changes):
+            break
+        # Apply every change at this instant before re-planning.
+        while index < len(changes) and changes[index][0] == end:
+            _, _, node_id, node_up = changes[index]
+            if node_up:
+                up.add(node_id)
+                if fence_sim is not None:
+                    fence_sim.restart(end, node_id)
+            else:
+                up.discard(node_id)
+                if fence_sim is not None:
+                    fence_sim.crash(end, node_id)
+            index += 1
+        current = outcome_of(up)
+        term = adopt(end, current)
+        start = end
+    timeline = pd.DataFrame(rows, columns=list(TIMELINE_COLUMNS)).astype(
+        {"up_nodes": "int64", "context_length": "int64", "meets_targets": "bool",
+         "reduced_context": "bool", "term": "Int64"})
+    term_frame = pd.DataFrame(terms, columns=list(TERM_COLUMNS))
+    return SimulatedYear(float(horizon_hours), seed, timeline, term_frame, failures,
+                         full.context_length)
+
+
+def simulate_many(request: PlanningInput | Mapping[str, Any],
+                  reliability: Mapping[str, NodeReliability] | NodeReliability | None = None,
+                  *, runs: int, horizon_hours: float = HOURS_PER_YEAR, seed: int = 0,
+                  **targets: Any) -> pd.DataFrame:
+    """``runs`` independent horizons (seeds ``seed .. seed + runs - 1``), one summary row
+    each, without the fence exchange (for estimates that need many runs)."""
+    rows = []
+    for offset in range(runs):
+        year = simulate(request, reliability, horizon_hours=horizon_hours,
+                        seed=seed + offset, fence=False, **targets)
+        rows.append({"seed": seed + offset, **year.summary()})
+    return pd.DataFrame(rows)
+
+
+__all__ = ["TERM_COLUMNS", "TIMELINE_COLUMNS", "SimulatedYear", "simulate",
+           "simulate_many"]
