@@ -151,6 +151,11 @@ def catalog_reliability(catalog: Sequence[Any], memory_bytes: int) -> NodeReliab
     return NodeReliability(annual_failure_rate=afr, repair_hours=repair)
 
 
+def document_overrides(document: Any) -> dict[str, ReliabilityOverride]:
+    """The per-node failure figures a fleet document gives, by node id."""
+    return dict(getattr(document, "reliability", None) or {})
+
+
 def fleet_reliability(
     nodes: Sequence[NodeBudget],
     *,

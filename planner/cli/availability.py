@@ -7,7 +7,12 @@ import argparse
 import json
 import sys
 
-from planner.availability import AvailabilityError, fleet_availability, fleet_reliability
+from planner.availability import (
+    AvailabilityError,
+    document_overrides,
+    fleet_availability,
+    fleet_reliability,
+)
 from planner.cli._common import (
     EXIT_NO_TOPOLOGY,
     EXIT_OK,
@@ -105,8 +110,3 @@ def run(args: argparse.Namespace) -> int:
     print(text_table(TextTable(("context", "probability"), tuple(map(tuple, rows)),
                                ("r", "r"))))
     return EXIT_OK
-
-
-def document_overrides(document: object) -> dict:
-    """Per-node failure figures the fleet file gives (none before the file carries them)."""
-    return dict(getattr(document, "reliability", None) or {})

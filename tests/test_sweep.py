@@ -1,0 +1,119 @@
+"""Sweeps: the same results in this process, on local processes and on a Dask
+LocalCluster, and a sweep whose worker dies resumes from what it saved."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from planner.availability import NodeReliability, fleet_availability
+from planner.fleetfile import load_fleet
+from planner.sweep import SweepError, check_grid, grid_from_axes, load_grid, sweep
+
+FLEETS = Path(__file__).resolve().parents[1] / "data" / "fleets"
+FIVE = str(FLEETS / "qwen480b-5x80.toml")
+FOUR = str(FLEETS / "qwen480b-4x80.toml")
+
+
+def _grid() -> pd.DataFrame:
+    return grid_from_axes({"fleet": [FIVE, FOUR], "annual_failure_rate": [0.119, 2.0],
+                           "min_context": [65536, 262144]}, {"repair_hours": 100})
+
+
+def test_results_are_the_same_on_every_executor() -> None:
+    from distributed import Client
+
+    from planner.sweep_dask import local_cluster
+
+    grid = _grid()
+    inline = sweep(grid, "availability", executor="inline")
+    processes = sweep(grid, "availability", executor="processes", workers=2, batch_size=1)
+    with local_cluster(2, processes=False) as cluster, Client(cluster) as client:
+        on_dask = sweep(grid, "availability", scheduler=client, batch_size=3)
+    pd.testing.assert_frame_equal(inline, processes)
+    pd.testing.assert_frame_equal(inline, on_dask)
+    # And they are the library's numbers, row by row.
+    row = inline.iloc[5]
+    request = load_fleet(row["fleet"]).to_request()
+    expected = fleet_availability(request, NodeReliability(row["annual_failure_rate"], 100),
+                                  min_context=int(row["min_context"]))
+    assert row["availability"] == expected.availability
+    assert list(inline["scenario"]) == list(range(len(grid)))
+    assert inline["error_code"].isna().all()
+
+
+def test_a_worker_that_dies_loses_no_finished_results(tmp_path: Path) -> None:
+    grid = grid_from_axes({"annual_failure_rate": [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4],
+                           "repair_hours": [24, 200]}, {"fleet": FIVE})
+    output = tmp_path / "out.parquet"
+    killed: list[int] = []
+
+    def kill_a_worker(done: int, total: int) -> None:
+        # Runs in this process as batches finish: the pool's workers are our children.
+        if done >= 2 and not killed:
+            worker = multiprocessing.active_children()[0]
+            killed.append(done)
+            os.kill(worker.pid, signal.SIGKILL)
+
+    with pytest.raises(SweepError) as error:
+        sweep(grid, "availability", executor="processes", workers=2, batch_size=1,
+              output=output, progress=kill_a_worker)
+    assert error.value.code == "SweepInterrupted"
+    assert "running the same sweep again resumes" in error.value.message
+    saved = error.value.details["finished"]
+    assert 2 <= saved < len(grid)
+    assert not output.exists()
+
+    starts: list[int] = []
+    resumed = sweep(grid, "availability", executor="processes", workers=2, batch_size=1,
+                    output=output, progress=lambda done, total: starts.append(done))
+    assert starts[0] == saved  # the saved scenarios were not evaluated again
+    assert output.exists() and not (tmp_path / "out.parquet.parts").exists()
+    whole = sweep(grid, "availability", executor="inline")
+    pd.testing.assert_frame_equal(resumed, whole)
+    pd.testing.assert_frame_equal(pd.read_parquet(output), whole)
+
+
+def test_plan_sweep_over_models_with_errors_in_rows(tmp_path: Path) -> None:
+    grid = grid_from_axes({"model": ["qwen3-coder-480b-a35b", "no-such-model",
+                                     "llama-3.1-70b"]}, {"fleet": FIVE})
+    results = sweep(grid, "plan", output=tmp_path / "plans.csv")
+    assert list(results["error_code"].fillna("")) == ["", "ModelUnavailable", ""]
+    assert results.loc[0, "context_length"] == 262144
+    assert pd.isna(results.loc[1, "context_length"])
+    written = pd.read_csv(tmp_path / "plans.csv")
+    assert list(written.columns) == list(results.columns)
+    assert written.loc[2, "stage_count"] == results.loc[2, "stage_count"]
+
+
+def test_grid_files_and_bad_grids(tmp_path: Path) -> None:
+    path = tmp_path / "grid.toml"
+    path.write_text('evaluate = "availability"\n[axes]\nannual_failure_rate = [0.1, 0.5]\n'
+                    f'[fixed]\nfleet = "{os.path.relpath(FIVE, tmp_path)}"\n')
+    # Relative fleet paths start at the grid file's folder.
+    grid, evaluation = load_grid(path)
+    assert evaluation == "availability" and len(grid) == 2
+    assert Path(grid.loc[0, "fleet"]).resolve() == Path(FIVE).resolve()
+    for bad, words in [({"flet": [FIVE]}, "unknown grid column 'flet'"),
+                       ({"min_context": [-5]}, "column 'min_context'"),
+                       ({"annual_failure_rate": ["often"]}, "row 0")]:
+        with pytest.raises(SweepError) as error:
+            check_grid(pd.DataFrame(bad))
+        assert error.value.code == "InvalidGrid" and words in error.value.message
+    with pytest.raises(SweepError, match="evaluate must be one of"):
+        sweep(_grid(), "guess")
+
+
+def test_notebook_progress_bar_follows_the_sweep() -> None:
+    from planner.workbench.progress import ProgressBar
+
+    bar = ProgressBar(display_now=False)
+    grid = grid_from_axes({"repair_hours": [24, 72, 168]}, {"fleet": FIVE})
+    sweep(grid, "plan", progress=bar)
+    assert (bar.bar.value, bar.bar.max) == (3, 3)
+    assert bar.label.value == "3 of 3 scenarios" and bar.bar.bar_style == "success"
