@@ -7,7 +7,7 @@ import sys
 
 CORE = ["planner", "planner.planning", "planner.fence", "planner.models", "planner.units",
         "planner.fleetfile", "planner.reports.content", "planner.availability",
-        "planner.simulation", "planner.sweep"]
+        "planner.simulation", "planner.sweep", "planner.performance", "planner.sizing"]
 
 
 def test_core_imports_no_widgets_or_plotting() -> None:

@@ -411,6 +411,9 @@ def from_gguf(path: str | Path, kv_cache_type: str = "f16") -> ModelSpec:
         match = SHARD_NAME.match(where.name)
         name = match["prefix"] if match else where.stem
     table_dict = dict(table)
+    active_bytes, active_note = _active_weight_bytes(metadata, architecture, tensors, total)
+    notes.append(active_note)
+    hidden = metadata.get(f"{architecture}.embedding_length")
     return ModelSpec(
         name=name,
         architecture=architecture,
@@ -423,4 +426,24 @@ def from_gguf(path: str | Path, kv_cache_type: str = "f16") -> ModelSpec:
         kv_cache_table=table,
         source=str(where),
         notes=tuple(notes),
+        hidden_size=hidden if _is_count(hidden) else None,
+        active_weight_bytes=active_bytes,
     )
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _active_weight_bytes(metadata: Mapping[str, Any], architecture: str,
+                         tensors: list[TensorEntry], total: int) -> tuple[int, str]:
+    """Weight bytes one decode step reads: every tensor, except that of the stacked expert
+    tensors (``*_exps``) only ``expert_used_count / expert_count`` is read."""
+    count = metadata.get(f"{architecture}.expert_count")
+    used = metadata.get(f"{architecture}.expert_used_count")
+    expert_bytes = sum(t.n_bytes for t in tensors if "_exps" in t.name)
+    if not (_is_count(count) and _is_count(used)) or expert_bytes == 0 or used >= count:
+        return total, "decode reads every weight (no routed experts)"
+    share = total - expert_bytes + -(-expert_bytes * used // count)
+    return share, (f"decode reads {share:,} of {total:,} weight bytes: {used} of {count} "
+                   "experts per token")

@@ -1,15 +1,39 @@
-"""A catalog of common accelerators and the memory a model may use on each.
+"""A catalog of accelerators: memory, and what sizing and the speed estimate need.
 
-Read from ``data/gpus.toml``: one ``[[gpu]]`` table per accelerator with ``name``,
-``vendor``, ``memory_bytes`` and ``note``. Apple machines list the Metal working-set budget
-(the GPU's share of unified memory), not the total RAM; they also give
-``unified_memory_bytes`` and ``working_set_fraction``, and the budget must equal their
-product. ``annual_failure_rate`` (failures per node-year) and ``repair_hours`` (mean
-time to repair) are optional; the file says where each figure comes from.
+Read from ``data/gpus.toml`` or a catalog file of the same format: one ``[[gpu]]`` table
+per accelerator kind. Every entry has ``name``, ``vendor``, ``memory_bytes`` and ``note``.
+Apple machines list the Metal working-set budget (the GPU's share of unified memory), not
+the total RAM; they also give ``unified_memory_bytes`` and ``working_set_fraction``, and
+the budget must equal their product.
+
+Optional fields: ``annual_failure_rate`` (failures per node-year) and ``repair_hours``
+(mean time to repair), used by :mod:`planner.availability` (the file says where each
+figure comes from); and, used by :mod:`planner.performance` and :mod:`planner.sizing`:
+
+``id``
+    The kind's id, used for node ids (``<id>-00``, ``<id>-01``, ...). Default: derived
+    from the name (``"NVIDIA H100 80GB"`` -> ``"h100-80gb"``).
+``price_per_hour``, ``price_source``, ``price_date``
+    Indicative on-demand price in USD per GPU-hour, where it was listed and when
+    (``YYYY-MM-DD``). The three go together.
+``memory_bandwidth_bytes_per_s``, ``memory_bandwidth_source``
+    The vendor's peak memory bandwidth and where it is stated. They go together.
+``headroom_bytes``
+    Runtime headroom of a node of this kind (its ``runtime_headroom_bytes``), default 0.
+``stage_transfer_latency_ms``
+    Stage-transfer latency of a node of this kind, unknown when absent.
+``max_count``
+    How many of this kind can be had; unlimited when absent.
+
+Every problem raises :class:`~planner.models.ModelError` with code ``InvalidGpuCatalog``
+naming the file, the entry and the field; a catalog file that does not exist raises
+``GpuCatalogNotFound``.
 """
 
 from __future__ import annotations
 
+import datetime
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -21,11 +45,30 @@ from planner.models.presets import data_dir
 from planner.models.spec import ModelError
 
 GPU_FIELDS = ("name", "vendor", "memory_bytes", "note", "unified_memory_bytes",
-              "working_set_fraction", "annual_failure_rate", "repair_hours")
+              "working_set_fraction", "annual_failure_rate", "repair_hours", "id", "price_per_hour", "price_source", "price_date",
+              "memory_bandwidth_bytes_per_s", "memory_bandwidth_source", "headroom_bytes",
+              "stage_transfer_latency_ms", "max_count")
+
+_KIND_ID = re.compile(r"^[a-z0-9]+(?:[-_.][a-z0-9]+)*$")
+_VENDOR_WORDS = {"nvidia", "amd", "apple", "intel", "geforce", "radeon"}
+# The same bounds a planning request enforces on the node fields these become.
+_MAX_BYTES = 2**53
+_MAX_LATENCY_MS = 10**9
+_MAX_COUNT = 10_000
+
+
+def kind_id(name: str) -> str:
+    """A node id prefix from a GPU's name: ``"NVIDIA H100 80GB"`` -> ``"h100-80gb"``."""
+    words = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-").split("-")
+    kept = [w for w in words if w and w not in _VENDOR_WORDS] or words
+    return "-".join(kept)[:24].strip("-") or "gpu"
 
 
 @dataclass(frozen=True, slots=True)
 class GpuModel:
+    """One accelerator kind of the catalog (the optional fields are ``None`` when the
+    catalog does not give them)."""
+
     name: str
     memory_bytes: int
     vendor: str
@@ -33,9 +76,28 @@ class GpuModel:
     # Failures per node-year and mean hours to repair (``planner.availability``).
     annual_failure_rate: float | None = None
     repair_hours: float | None = None
+    id: str | None = None
+    price_per_hour: float | None = None
+    price_source: str | None = None
+    price_date: str | None = None
+    memory_bandwidth_bytes_per_s: int | None = None
+    memory_bandwidth_source: str | None = None
+    headroom_bytes: int | None = None
+    stage_transfer_latency_ms: int | None = None
+    max_count: int | None = None
+
+    @property
+    def kind(self) -> str:
+        """The kind's id: ``id`` when given, else derived from the name."""
+        return self.id if self.id is not None else kind_id(self.name)
+
+    @property
+    def usable_bytes(self) -> int:
+        """Usable bytes of one node of this kind (SPEC section 3 with its headroom)."""
+        return max(0, self.memory_bytes - (self.headroom_bytes or 0))
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {key: value for key, value in asdict(self).items() if value is not None}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GpuModel:
@@ -48,6 +110,53 @@ def _bad(where: str, field_name: str, problem: str, value: Any = None) -> ModelE
                       file=where, field=field_name)
 
 
+def _int(entry: Mapping[str, Any], key: str, where: str, *, minimum: int,
+         maximum: int) -> int | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not (
+            minimum <= value <= maximum):
+        raise _bad(where, key, f"must be an integer from {minimum} to {maximum:,}", value)
+    return value
+
+
+def _text(entry: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise _bad(where, key, "must be a non-empty string", value)
+    return value
+
+
+def _together(entry: Mapping[str, Any], keys: tuple[str, ...], where: str) -> None:
+    present = [key in entry for key in keys]
+    if any(present) and not all(present):
+        missing = [key for key, there in zip(keys, present, strict=True) if not there]
+        raise _bad(where, missing[0], f"is missing; {', '.join(keys)} go together")
+
+
+def _price(entry: Mapping[str, Any], where: str) -> tuple[float | None, str | None]:
+    _together(entry, ("price_per_hour", "price_source", "price_date"), where)
+    price = entry.get("price_per_hour")
+    if price is None:
+        return None, None
+    if isinstance(price, bool) or not isinstance(price, int | float) or not (
+            0 < price < 1_000_000):
+        raise _bad(where, "price_per_hour", "must be a positive number of USD per hour",
+                   price)
+    date = entry["price_date"]
+    if isinstance(date, datetime.date) and not isinstance(date, datetime.datetime):
+        return float(price), date.isoformat()
+    if isinstance(date, str):
+        try:
+            return float(price), datetime.date.fromisoformat(date).isoformat()
+        except ValueError:
+            pass
+    raise _bad(where, "price_date", "must be a date written YYYY-MM-DD", date)
+
+
 def _gpu(entry: Any, where: str) -> GpuModel:
     if not isinstance(entry, Mapping):
         raise _bad(where, "entry", "must be a table", entry)
@@ -58,7 +167,8 @@ def _gpu(entry: Any, where: str) -> GpuModel:
         if not isinstance(entry.get(key), str) or not entry[key].strip():
             raise _bad(where, key, "must be a non-empty string", entry.get(key))
     memory = entry.get("memory_bytes")
-    if isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0:
+    if isinstance(memory, bool) or not isinstance(memory, int) or not (
+            0 < memory <= _MAX_BYTES):
         raise _bad(where, "memory_bytes", "must be a positive integer", memory)
     unified = entry.get("unified_memory_bytes")
     fraction = entry.get("working_set_fraction")
@@ -80,30 +190,71 @@ def _gpu(entry: Any, where: str) -> GpuModel:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
                                   or not 0 <= value < float("inf")):
             raise _bad(where, key, "must be a finite number >= 0", value)
-    return GpuModel(name=entry["name"], memory_bytes=memory, vendor=entry["vendor"],
-                    note=entry["note"], annual_failure_rate=entry.get("annual_failure_rate"),
-                    repair_hours=entry.get("repair_hours"))
+    kind = _text(entry, "id", where)
+    if kind is not None and not _KIND_ID.match(kind):
+        raise _bad(where, "id", "must be lower-case letters and digits joined by - _ or .",
+                   kind)
+    price, price_date = _price(entry, where)
+    _together(entry, ("memory_bandwidth_bytes_per_s", "memory_bandwidth_source"), where)
+    return GpuModel(
+        name=entry["name"], memory_bytes=memory, vendor=entry["vendor"], note=entry["note"],
+        annual_failure_rate=entry.get("annual_failure_rate"),
+        repair_hours=entry.get("repair_hours"), id=kind, price_per_hour=price, price_source=_text(entry, "price_source", where),
+        price_date=price_date,
+        memory_bandwidth_bytes_per_s=_int(entry, "memory_bandwidth_bytes_per_s", where,
+                                          minimum=1, maximum=_MAX_BYTES),
+        memory_bandwidth_source=_text(entry, "memory_bandwidth_source", where),
+        headroom_bytes=_int(entry, "headroom_bytes", where, minimum=0, maximum=_MAX_BYTES),
+        stage_transfer_latency_ms=_int(entry, "stage_transfer_latency_ms", where, minimum=0,
+                                       maximum=_MAX_LATENCY_MS),
+        max_count=_int(entry, "max_count", where, minimum=0, maximum=_MAX_COUNT),
+    )
 
 
-def load_gpu_catalog(path: str | Path | None = None) -> list[GpuModel]:
-    """Every accelerator in ``path`` (default ``data/gpus.toml``), in file order."""
-    path = data_dir() / "gpus.toml" if path is None else Path(path)
+def _read(path: Path, shipped: bool) -> Any:
     where = str(path)
     if not path.is_file():
-        raise ModelError("MissingDataDir", f"GPU catalog {path} does not exist", path=where)
+        code = "MissingDataDir" if shipped else "GpuCatalogNotFound"
+        raise ModelError(code, f"GPU catalog {path} does not exist", path=where, file=where)
     try:
         with path.open("rb") as handle:
-            raw = tomllib.load(handle)
+            return tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         raise ModelError("InvalidGpuCatalog", f"{where}: not valid TOML: {exc}",
                          file=where) from None
-    entries = raw.get("gpu")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelError("InvalidGpuCatalog", f"{where}: cannot be read: {exc}",
+                         file=where) from None
+
+
+def parse_gpu_catalog(raw: Any, where: str) -> list[GpuModel]:
+    """The entries of a catalog document (the parsed TOML), checked as a whole: names and
+    kind ids are unique (case-insensitively)."""
+    entries = raw.get("gpu") if isinstance(raw, Mapping) else None
     if not isinstance(entries, list) or not entries:
         raise _bad(where, "gpu", "must be a non-empty array of [[gpu]] tables")
+    if isinstance(raw, Mapping):
+        for key in raw:
+            if key != "gpu":
+                raise _bad(where, key, "is not a known table; a catalog holds [[gpu]] tables")
     catalog = [_gpu(entry, f"{where} [[gpu]] #{index + 1}")
                for index, entry in enumerate(entries)]
-    folded = [gpu.name.casefold() for gpu in catalog]
-    duplicates = sorted({gpu.name for gpu in catalog if folded.count(gpu.name.casefold()) > 1})
-    if duplicates:
-        raise _bad(where, "name", f"appears more than once: {', '.join(duplicates)}")
+    for label, key in (("name", lambda gpu: gpu.name.casefold()),
+                       ("id", lambda gpu: gpu.kind)):
+        folded = [key(gpu) for gpu in catalog]
+        duplicates = sorted({gpu.name for gpu in catalog if folded.count(key(gpu)) > 1})
+        if duplicates:
+            what = "name" if label == "name" else "kind id"
+            raise _bad(where, label, f"{what} appears more than once: {', '.join(duplicates)}")
     return catalog
+
+
+def load_gpu_catalog(path: str | Path | None = None) -> list[GpuModel]:
+    """Every accelerator kind of a catalog file, in file order.
+
+    ``path`` is a catalog file in the format of ``data/gpus.toml``; ``None`` reads the
+    shipped one.
+    """
+    shipped = path is None
+    resolved = data_dir() / "gpus.toml" if path is None else Path(path).expanduser()
+    return parse_gpu_catalog(_read(resolved, shipped), str(resolved))

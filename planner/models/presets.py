@@ -17,6 +17,7 @@ File layout::
     source = "<url>"
     layer_count = 80                     # blocks in the GGUF
     native_context_length = 131072
+    hidden_size = 8192                   # optional: embedding width (hidden_size)
 
     [attention]
     kind = "full"                        # or "mla" or "sliding_window"
@@ -35,6 +36,11 @@ File layout::
     [[weights.parts]]                    # estimate = sum(ceil(parameters * bits / 8))
     parameters = 70553706496
     bits_per_weight = 8.5
+
+    [experts]                            # mixture of experts only
+    total_parameters = 671_000_000_000   # as the model card states them
+    active_parameters = 37_000_000_000
+    source = "<model card>"
 
     [kv]
     default_cache_type = "f16"
@@ -223,6 +229,22 @@ def _weights(weights: _Table) -> tuple[int, str]:
     return size, note
 
 
+def _active_weights(root: _Table, weight_bytes: int) -> tuple[int, str]:
+    """Weight bytes one decode step reads: all of them for a dense model; for a mixture of
+    experts the stated active share, ``ceil(bytes x active / total parameters)``."""
+    if not root.has("experts"):
+        return weight_bytes, "decode reads every weight (dense model)"
+    experts = root.table("experts")
+    experts.only("total_parameters", "active_parameters", "source")
+    total = experts.positive("total_parameters")
+    active = experts.positive("active_parameters")
+    if active > total:
+        raise experts.error("active_parameters", f"exceeds total_parameters {total:,}", active)
+    share = -(-weight_bytes * active // total)
+    return share, (f"decode reads {active:,} of {total:,} parameters (mixture of experts), "
+                   f"{share:,} weight bytes: {experts.text('source')}")
+
+
 def _kv(kv: _Table, layout: KvLayout) -> tuple[str, tuple[tuple[str, int], ...], list[str]]:
     kv.only("default_cache_type", "stated")
     default = kv.text("default_cache_type")
@@ -262,15 +284,16 @@ def _parse(path: Path) -> tuple[str, ModelSpec]:
         raise ModelError("InvalidPreset", f"{where}: not valid TOML: {exc}",
                          file=where) from None
     root = _Table(raw, where)
-    root.only("id", "name", "architecture", "config", "attention", "weights", "kv")
+    root.only("id", "name", "architecture", "config", "attention", "weights", "experts", "kv")
     preset_id = root.text("id")
     if preset_id != path.stem:
         raise root.error("id", f"must match the file name {path.stem!r}", preset_id)
     config = root.table("config")
-    config.only("source", "layer_count", "native_context_length")
+    config.only("source", "layer_count", "native_context_length", "hidden_size")
     layer_count = config.positive("layer_count")
     layout = _layout(root.table("attention"), layer_count)
     weight_bytes, weight_note = _weights(root.table("weights"))
+    active_bytes, active_note = _active_weights(root, weight_bytes)
     default, table, kv_notes = _kv(root.table("kv"), layout)
     spec = ModelSpec(
         name=root.text("name"),
@@ -284,7 +307,9 @@ def _parse(path: Path) -> tuple[str, ModelSpec]:
         kv_cache_table=table,
         source=f"preset {preset_id} (models/{path.name}); architecture: "
                f"{config.text('source')}",
-        notes=(weight_note, *kv_notes, *layout.notes),
+        notes=(weight_note, active_note, *kv_notes, *layout.notes),
+        hidden_size=config.positive("hidden_size") if config.has("hidden_size") else None,
+        active_weight_bytes=active_bytes,
     )
     return preset_id, spec
 

@@ -11,7 +11,11 @@ Invariants (checked on construction):
 - every count and size is a positive integer;
 - ``layer_weight_bytes``, when given, has one entry per layer and adds up to
   ``model_weight_bytes``;
-- ``kv_bytes_per_token`` is the table's entry for ``kv_cache_type``.
+- ``kv_bytes_per_token`` is the table's entry for ``kv_cache_type``;
+- ``hidden_size`` (the embedding width, for the activations a pipeline hop carries) and
+  ``active_weight_bytes`` (the weight bytes one decode step reads: all of them for a dense
+  model, the shared weights plus the active experts' share for a mixture of experts), when
+  known, are positive; ``active_weight_bytes`` is at most ``model_weight_bytes``.
 """
 
 from __future__ import annotations
@@ -85,6 +89,8 @@ class ModelSpec:
     kv_cache_table: tuple[tuple[str, int], ...]
     source: str
     notes: tuple[str, ...] = ()
+    hidden_size: int | None = None
+    active_weight_bytes: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("name", "architecture", "source"):
@@ -143,6 +149,14 @@ class ModelSpec:
             )
         if not isinstance(self.notes, tuple) or not all(isinstance(n, str) for n in self.notes):
             raise _invalid("notes", "must be a tuple of strings", self.notes)
+        for name in ("hidden_size", "active_weight_bytes"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name,
+                                   integer(getattr(self, name), _fail(name), minimum=1))
+        active = self.active_weight_bytes
+        if active is not None and active > self.model_weight_bytes:
+            raise _invalid("active_weight_bytes",
+                           f"exceeds model_weight_bytes {self.model_weight_bytes:,}", active)
 
     @property
     def kv_bytes_per_token_by_type(self) -> dict[str, int]:
@@ -190,6 +204,8 @@ class ModelSpec:
             "kv_bytes_per_token_by_type": self.kv_bytes_per_token_by_type,
             "source": self.source,
             "notes": list(self.notes),
+            "hidden_size": self.hidden_size,
+            "active_weight_bytes": self.active_weight_bytes,
         }
 
     @classmethod
@@ -199,7 +215,7 @@ class ModelSpec:
         required = ("name", "architecture", "layer_count", "native_context_length",
                     "model_weight_bytes", "kv_bytes_per_token", "kv_cache_type",
                     "kv_bytes_per_token_by_type", "source")
-        optional = ("layer_weight_bytes", "notes")
+        optional = ("layer_weight_bytes", "notes", "hidden_size", "active_weight_bytes")
         for key in required:
             if key not in data:
                 raise _invalid(key, "is required", None)
@@ -228,6 +244,8 @@ class ModelSpec:
             kv_cache_table=tuple((str(k), v) for k, v in table.items()),
             source=data["source"],
             notes=tuple(notes),
+            hidden_size=data.get("hidden_size"),
+            active_weight_bytes=data.get("active_weight_bytes"),
         )
 
 

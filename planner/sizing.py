@@ -1,0 +1,755 @@
+"""The cheapest fleets that meet a model's targets (pure: no widgets, no plotting).
+
+A **fleet** is a count per catalog kind; its nodes are named ``<kind>-00``,
+``<kind>-01``, ... (:func:`fleet_nodes`), each with the kind's memory, ``headroom_bytes``
+and ``stage_transfer_latency_ms``. A fleet **meets the targets** when
+:func:`planner.plan_topology` on it (with the model, ``minimum_nodes``, the TPOT target as
+``target_decode_tpot_ms`` and any overrides) returns a plan with
+
+- ``context_length >= minimum_context`` (default: the SPEC floor,
+  ``min(native_context_length, 65_536)``),
+- ``parallel_lanes >= minimum_lanes`` (default 1),
+- with a TPOT target, ``estimated_tpot_ms <= target_decode_tpot_ms`` (the
+  :mod:`planner.performance` estimate of that plan),
+
+and, for ``failures_tolerated`` f > 0, so does the plan of every fleet left after removing
+any f of its nodes. Nodes of one kind are interchangeable, so "any f nodes" is every
+vector of per-kind removals adding up to f.
+
+:func:`size_fleet` returns the fleets that meet the targets at the lowest price per hour
+(ties: fewer nodes, then higher context, then catalog order), exactly, among every fleet
+with at most ``max_count`` of each kind (a kind without ``max_count``: at most
+``layer_count + f``, since a plan uses at most one node per layer and f more are spares).
+
+How it stays exact and fast: a best-first search over count vectors, kind by kind, whose
+priority is the cost so far plus a lower bound on the cost still needed. The bound is the
+fractional-knapsack (linear programming) minimum over the kinds left of covering what
+every fitting plan needs at the lowest admissible context ``c0`` (the smallest context
+candidate at or above the minimum): the layers, as each node holds at most its longest run
+of consecutive layers at ``c0``, and the bytes, with f nodes' worth more of each for the
+spares. Both needs only grow with the context, so no fleet meeting the targets is pruned;
+leaves leave the queue in cost order and each is planned exactly (with every f-node
+removal), so the first fleets found are the cheapest. Plans are cached per count vector,
+which the removals share.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import pandas as pd
+
+from planner.errors import CodedError, PlanError
+from planner.fleetfile import expanded_node_ids
+from planner.models.gpus import GpuModel
+from planner.models.spec import ModelSpec
+from planner.performance import (
+    DEFAULT_BANDWIDTH_EFFICIENCY,
+    DEFAULT_LINK_BANDWIDTH_BYTES_PER_S,
+    ESTIMATE_NOTE,
+    ModelTraffic,
+    NodeSpeed,
+    PerformanceError,
+    PlanEstimate,
+    cost_per_million_tokens,
+    estimate_plan,
+)
+from planner.planning.api import plan_topology
+from planner.planning.inputs import NodeBudget, PlanningInput
+from planner.planning.plan import Plan
+from planner.planning.rules import (
+    check_request,
+    context_candidates,
+    context_floor,
+    lane_candidates,
+    layer_bytes,
+    layer_weights,
+)
+from planner.units import format_bytes
+
+_MICRO = 1_000_000  # prices are summed in micro-USD so that equal costs compare equal
+_MAX_TOP = 1000
+_MAX_FAILURES = 16
+
+
+class SizingError(CodedError):
+    """Sizing could not run or found nothing.
+
+    ``code`` is stable: ``InvalidTargets`` (a target out of range; ``field`` names it),
+    ``UnknownKind`` (a kind asked for is not in the catalog), ``UnpricedKind`` (a kind asked
+    for has no ``price_per_hour``), ``EmptyCatalog`` (no priced kind to size with),
+    ``AmbiguousKindIds`` (two kinds whose node ids would interleave, such as ``a`` and
+    ``a-1``) or ``NoFleetMeetsTargets`` (nothing within the counts available meets the
+    targets; the message says why).
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class SizingTargets:
+    """What a fleet must achieve. ``minimum_context`` ``None`` is the SPEC floor."""
+
+    minimum_context: int | None = None
+    minimum_lanes: int = 1
+    minimum_nodes: int = 1
+    target_decode_tpot_ms: int | None = None
+    failures_tolerated: int = 0
+
+    def __post_init__(self) -> None:
+        _whole(self.minimum_context, "minimum_context", 1, 2**31, optional=True)
+        _whole(self.minimum_lanes, "minimum_lanes", 1, 4096)
+        _whole(self.minimum_nodes, "minimum_nodes", 0, 100_000)
+        _whole(self.target_decode_tpot_ms, "target_decode_tpot_ms", 1, 10**9, optional=True)
+        _whole(self.failures_tolerated, "failures_tolerated", 0, _MAX_FAILURES)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"minimum_context": self.minimum_context, "minimum_lanes": self.minimum_lanes,
+                "minimum_nodes": self.minimum_nodes,
+                "target_decode_tpot_ms": self.target_decode_tpot_ms,
+                "failures_tolerated": self.failures_tolerated}
+
+
+def _whole(value: Any, name: str, low: int, high: int, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise SizingError("InvalidTargets",
+                          f"{name} must be an integer from {low} to {high:,} (got {value!r})",
+                          field=name, value=value)
+
+
+@dataclass(frozen=True, slots=True)
+class SizedFleet:
+    """One fleet that meets the targets, with its plan and the estimate of that plan."""
+
+    counts: tuple[tuple[str, int], ...]
+    node_ids: tuple[str, ...]
+    cost_per_hour_usd: float
+    plan: Plan
+    estimate: PlanEstimate | None
+    failures_tolerated: int
+
+    @property
+    def node_count(self) -> int:
+        return len(self.node_ids)
+
+    @property
+    def counts_by_kind(self) -> dict[str, int]:
+        return dict(self.counts)
+
+    @property
+    def estimated_tpot_ms(self) -> float | None:
+        return None if self.estimate is None else self.estimate.estimated_tpot_ms
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return None if self.estimate is None else self.estimate.tokens_per_s
+
+    @property
+    def cost_per_million_tokens_usd(self) -> float | None:
+        if self.estimate is None:
+            return None
+        return cost_per_million_tokens(self.cost_per_hour_usd, self.estimate.tokens_per_s)
+
+    @property
+    def label(self) -> str:
+        """``"2 x h100-80gb + 1 x l40s"``."""
+        return " + ".join(f"{count} x {kind}" for kind, count in self.counts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form ``planner size --json`` prints (estimates marked as such by the
+        document around it)."""
+        return {
+            "counts": self.counts_by_kind,
+            "nodes": list(self.node_ids),
+            "cost_per_hour": self.cost_per_hour_usd,
+            "context_length": self.plan.context_length,
+            "stage_count": self.plan.stage_count,
+            "parallel_lanes": self.plan.parallel_lanes,
+            "estimated_tpot_ms": self.estimated_tpot_ms,
+            "tokens_per_s": self.tokens_per_s,
+            "cost_per_million_tokens": self.cost_per_million_tokens_usd,
+            "failures_tolerated": self.failures_tolerated,
+        }
+
+
+SIZING_COLUMNS = ("fleet", "node_count", "node_ids", "cost_per_hour_usd", "context_length",
+                  "stage_count", "parallel_lanes", "estimated_tpot_ms", "tokens_per_s",
+                  "cost_per_million_tokens_usd", "failures_tolerated")
+
+
+def fleets_frame(fleets: Sequence[SizedFleet], kinds: Sequence[str] = ()) -> pd.DataFrame:
+    """Fleets as a table: :data:`SIZING_COLUMNS`, then a ``count_<kind>`` column for each
+    of ``kinds`` and each kind the fleets use. Speeds and token costs are estimates."""
+    used = list(dict.fromkeys([*kinds, *(k for f in fleets for k, _ in f.counts)]))
+    rows = []
+    for fleet in fleets:
+        counts = fleet.counts_by_kind
+        rows.append({
+            "fleet": fleet.label, "node_count": fleet.node_count, "node_ids": fleet.node_ids,
+            "cost_per_hour_usd": fleet.cost_per_hour_usd,
+            "context_length": fleet.plan.context_length,
+            "stage_count": fleet.plan.stage_count,
+            "parallel_lanes": fleet.plan.parallel_lanes,
+            "estimated_tpot_ms": fleet.estimated_tpot_ms,
+            "tokens_per_s": fleet.tokens_per_s,
+            "cost_per_million_tokens_usd": fleet.cost_per_million_tokens_usd,
+            "failures_tolerated": fleet.failures_tolerated,
+            **{f"count_{kind}": counts.get(kind, 0) for kind in used},
+        })
+    columns = [*SIZING_COLUMNS, *(f"count_{kind}" for kind in used)]
+    frame = pd.DataFrame(rows, columns=columns)
+    return frame.astype({
+        "fleet": "string", "node_count": "int64", "cost_per_hour_usd": "float64",
+        "context_length": "int64", "stage_count": "int64", "parallel_lanes": "int64",
+        "estimated_tpot_ms": "Float64", "tokens_per_s": "Float64",
+        "cost_per_million_tokens_usd": "Float64", "failures_tolerated": "int64",
+        **{f"count_{kind}": "int64" for kind in used},
+    })
+
+
+@dataclass(frozen=True, slots=True)
+class SizingResult:
+    """The cheapest fleets (cheapest first) and the Pareto front."""
+
+    fleets: tuple[SizedFleet, ...]
+    pareto: tuple[SizedFleet, ...]
+    targets: SizingTargets
+    minimum_context: int
+    kinds: tuple[str, ...]
+    skipped_kinds: tuple[str, ...]
+    plans_evaluated: int
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def cheapest(self) -> SizedFleet:
+        return self.fleets[0]
+
+    def frame(self) -> pd.DataFrame:
+        return fleets_frame(self.fleets)
+
+    def pareto_frame(self) -> pd.DataFrame:
+        return fleets_frame(self.pareto)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "fleets": [fleet.to_dict() for fleet in self.fleets],
+            "pareto": [fleet.to_dict() for fleet in self.pareto],
+            "targets": {**self.targets.to_dict(), "minimum_context": self.minimum_context},
+            "kinds": list(self.kinds),
+            "skipped_kinds": list(self.skipped_kinds),
+            "notes": [ESTIMATE_NOTE, *self.notes],
+        }
+
+
+def fleet_nodes(kinds: Sequence[GpuModel], counts: Sequence[int]) -> tuple[NodeBudget, ...]:
+    """The nodes of a fleet: ``counts[i]`` nodes of ``kinds[i]``, named ``<kind>-00`` ..."""
+    nodes = []
+    for gpu, count in zip(kinds, counts, strict=True):
+        if count:
+            for node_id in expanded_node_ids(gpu.kind, count):
+                nodes.append(NodeBudget(node_id, gpu.memory_bytes, None,
+                                        gpu.headroom_bytes or 0,
+                                        gpu.stage_transfer_latency_ms))
+    return tuple(nodes)
+
+
+def select_kinds(catalog: Sequence[GpuModel], names: Iterable[str] | None = None
+                 ) -> tuple[list[GpuModel], list[str]]:
+    """The kinds to size with (by kind id or name, case-insensitive; all priced kinds when
+    ``names`` is ``None``) and the ids of the unpriced kinds left out."""
+    if names is None:
+        chosen = list(catalog)
+        skipped = [gpu.kind for gpu in chosen if gpu.price_per_hour is None]
+        return [gpu for gpu in chosen if gpu.price_per_hour is not None], skipped
+    picked: list[GpuModel] = []
+    for name in names:
+        wanted = name.strip().casefold()
+        match = [gpu for gpu in catalog if wanted in (gpu.kind.casefold(), gpu.name.casefold())]
+        if not match:
+            known = ", ".join(gpu.kind for gpu in catalog)
+            raise SizingError("UnknownKind", f"no catalog kind {name!r}; known: {known}",
+                              kind=name)
+        gpu = match[0]
+        if gpu.price_per_hour is None:
+            raise SizingError("UnpricedKind", f"kind {gpu.kind} has no price_per_hour; add "
+                              "one to the catalog to size with it", kind=gpu.kind)
+        if gpu not in picked:
+            picked.append(gpu)
+    return picked, []
+
+
+def _check_kind_ids(kinds: Sequence[GpuModel]) -> None:
+    # Removing "any f nodes" is checked per kind count; that relies on node ids of
+    # different kinds comparing the same way whatever their numbers, which fails when one
+    # kind id continues another's with "-<digit>" ("a-05" < "a-1-00" < "a-15").
+    for first, second in itertools.permutations(kinds, 2):
+        rest = second.kind[len(first.kind):]
+        if second.kind.startswith(first.kind) and len(rest) > 1 and rest[0] == "-" and (
+                rest[1].isdigit()):
+            raise SizingError(
+                "AmbiguousKindIds",
+                f"kind ids {first.kind!r} and {second.kind!r} give node ids that interleave; "
+                "give one of them another id in the catalog", kinds=[first.kind, second.kind])
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    plan: Plan | None
+    estimate: PlanEstimate | None
+
+
+class _Search:
+    """One sizing question: the model, the kinds, the targets and the plan cache."""
+
+    def __init__(self, model: Mapping[str, Any], traffic: ModelTraffic | None,
+                 kinds: Sequence[GpuModel], targets: SizingTargets,
+                 planning: Mapping[str, Any], minimum_context: int, options: Mapping[str, Any]
+                 ) -> None:
+        self.model = dict(model)
+        self.traffic = traffic
+        self.kinds = list(kinds)
+        self.targets = targets
+        self.planning = dict(planning)
+        self.minimum_context = minimum_context
+        self.options = dict(options)
+        self.f = targets.failures_tolerated
+        self.layer_count = int(model["layer_count"])
+        self.bounds = [gpu.max_count if gpu.max_count is not None
+                       else self.layer_count + self.f for gpu in self.kinds]
+        self.prices = [int(Decimal(str(gpu.price_per_hour)) * _MICRO) for gpu in self.kinds]
+        self.speeds = {gpu.kind: gpu for gpu in self.kinds}
+        self.cache: dict[tuple[int, ...], _Outcome] = {}
+        self.plans_evaluated = 0
+
+    # -- exact evaluation ------------------------------------------------------------
+
+    def request(self, counts: Sequence[int]) -> PlanningInput:
+        return PlanningInput.from_dict({**self.model, **self.planning,
+                                        "nodes": list(fleet_nodes(self.kinds, counts))})
+
+    def outcome(self, counts: tuple[int, ...]) -> _Outcome:
+        known = self.cache.get(counts)
+        if known is not None:
+            return known
+        result = _Outcome(None, None)
+        if sum(counts):
+            request = self.request(counts)
+            self.plans_evaluated += 1
+            try:
+                plan = plan_topology(request)
+            except PlanError as error:
+                if error.code != "NoValidTopology":
+                    raise
+                plan = None
+            if plan is not None:
+                result = _Outcome(plan, self.estimate(request, plan))
+        self.cache[counts] = result
+        return result
+
+    def fleet_meets(self, counts: tuple[int, ...]) -> bool:
+        """This fleet's own plan meets the targets (no removals)."""
+        outcome = self.outcome(counts)
+        return outcome.plan is not None and self.plan_meets(outcome.plan, outcome.estimate)
+
+    def estimate(self, request: PlanningInput, plan: Plan) -> PlanEstimate | None:
+        if self.traffic is None:
+            return None
+        speeds = {}
+        for node in request.nodes:
+            gpu = self.speeds[node.node_id.rsplit("-", 1)[0]]
+            speeds[node.node_id] = NodeSpeed(node.node_id, gpu.memory_bandwidth_bytes_per_s,
+                                             gpu.price_per_hour, gpu.kind)
+        try:
+            return estimate_plan(request, plan, self.traffic, speeds,
+                                 paid_node_ids=[node.node_id for node in request.nodes],
+                                 **self.options)
+        except PerformanceError as error:
+            if error.code != "MissingNodeSpeed":
+                raise
+            return None
+
+    def plan_meets(self, plan: Plan, estimate: PlanEstimate | None) -> bool:
+        if plan.context_length < self.minimum_context:
+            return False
+        if plan.parallel_lanes < self.targets.minimum_lanes:
+            return False
+        target = self.targets.target_decode_tpot_ms
+        return target is None or (estimate is not None and estimate.estimated_tpot_ms <= target)
+
+    def removals(self, counts: tuple[int, ...]) -> Iterable[tuple[int, ...]]:
+        """Every per-kind removal vector adding up to f (largest kinds first)."""
+        order = sorted((i for i, n in enumerate(counts) if n),
+                       key=lambda i: -self.kinds[i].usable_bytes)
+
+        def walk(position: int, left: int, taken: dict[int, int]) -> Iterable[tuple[int, ...]]:
+            if left == 0:
+                yield tuple(taken.get(i, 0) for i in range(len(counts)))
+                return
+            if position == len(order):
+                return
+            index = order[position]
+            for amount in range(min(left, counts[index]), -1, -1):
+                taken[index] = amount
+                yield from walk(position + 1, left - amount, taken)
+            taken.pop(index, None)
+
+        return walk(0, self.f, {})
+
+    def meets(self, counts: tuple[int, ...]) -> bool:
+        """The fleet meets the targets, and so does every fleet left after losing f."""
+        if not self.fleet_meets(counts):
+            return False
+        if self.f == 0:
+            return True
+        if sum(counts) <= self.f:
+            return False
+        for removed in self.removals(counts):
+            left = tuple(n - r for n, r in zip(counts, removed, strict=True))
+            if not self.fleet_meets(left):
+                return False
+        return True
+
+    def sized(self, counts: tuple[int, ...]) -> SizedFleet:
+        outcome = self.outcome(counts)
+        assert outcome.plan is not None
+        nodes = fleet_nodes(self.kinds, counts)
+        return SizedFleet(
+            counts=tuple((gpu.kind, n) for gpu, n in zip(self.kinds, counts, strict=True) if n),
+            node_ids=tuple(node.node_id for node in nodes),
+            cost_per_hour_usd=self.cost(counts) / _MICRO,
+            plan=outcome.plan, estimate=outcome.estimate, failures_tolerated=self.f)
+
+    def cost(self, counts: Sequence[int]) -> int:
+        return sum(p * n for p, n in zip(self.prices, counts, strict=True))
+
+
+class _Needs:
+    """What every plan meeting the targets needs at context ``c0``, per node kind: the
+    most layers one node holds and its usable bytes; and the totals to cover."""
+
+    def __init__(self, search: _Search, costs: tuple[int, ...], min_bandwidth_ms: float | None
+                 ) -> None:
+        self.layers_needed = len(costs)
+        self.bytes_needed = sum(costs)
+        self.caps = [_longest_run(gpu.usable_bytes, costs) for gpu in search.kinds]
+        self.usable = [gpu.usable_bytes if cap else 0
+                       for gpu, cap in zip(search.kinds, self.caps, strict=True)]
+        self.min_bandwidth_ms = min_bandwidth_ms
+        f = search.f
+        holding = [i for i, cap in enumerate(self.caps) if cap]
+        # The f spares hold at least as much as the smallest node that holds a layer.
+        self.layers_total = self.layers_needed + f * min((self.caps[i] for i in holding),
+                                                         default=0)
+        self.bytes_total = self.bytes_needed + f * min((self.usable[i] for i in holding),
+                                                       default=0)
+
+    def necessary(self, search: _Search, counts: Sequence[int]) -> bool:
+        """Conditions every fleet meeting the targets satisfies, also after losing its f
+        largest nodes: enough layers, bytes and holding nodes; and with a TPOT target, the
+        fastest kind present reading the whole model within it."""
+        f = search.f
+        caps = sorted(itertools.chain.from_iterable(
+            [self.caps[i]] * n for i, n in enumerate(counts)), reverse=True)
+        usable = sorted(itertools.chain.from_iterable(
+            [self.usable[i]] * n for i, n in enumerate(counts)), reverse=True)
+        if sum(caps[f:]) < self.layers_needed or sum(usable[f:]) < self.bytes_needed:
+            return False
+        holding = sum(1 for cap in caps[f:] if cap)
+        if holding < max(search.targets.minimum_nodes, 1):
+            return False
+        target = search.targets.target_decode_tpot_ms
+        if target is not None and self.min_bandwidth_ms is not None:
+            fastest = max((search.kinds[i].memory_bandwidth_bytes_per_s or 0)
+                          for i, n in enumerate(counts) if n)
+            if fastest and self.min_bandwidth_ms / fastest > target * (1 + 1e-9):
+                return False
+        return True
+
+
+def _longest_run(budget: int, costs: Sequence[int]) -> int:
+    """The most consecutive layers whose bytes add up to at most ``budget``."""
+    best = start = total = 0
+    for end, cost in enumerate(costs):
+        total += cost
+        while total > budget and start <= end:
+            total -= costs[start]
+            start += 1
+        best = max(best, end - start + 1)
+    return best
+
+
+class _Bound:
+    """Fractional-knapsack lower bounds on the cost of covering ``need`` units with the
+    kinds from position ``d`` on (each kind at most its count bound)."""
+
+    def __init__(self, prices: Sequence[int], amounts: Sequence[int], bounds: Sequence[int]
+                 ) -> None:
+        kinds = len(prices)
+        self.tables: list[tuple[list[int], list[float], list[float]]] = []
+        for start in range(kinds + 1):
+            useful = sorted((i for i in range(start, kinds) if amounts[i] > 0 and bounds[i]),
+                            key=lambda i: prices[i] / amounts[i])
+            reach, spend, rate = [0], [0.0], []
+            for i in useful:
+                reach.append(reach[-1] + amounts[i] * bounds[i])
+                spend.append(spend[-1] + prices[i] * bounds[i])
+                rate.append(prices[i] / amounts[i])
+            self.tables.append((reach, spend, rate))
+
+    def __call__(self, start: int, need: int) -> float | None:
+        """``None`` when the kinds left cannot cover ``need`` at all."""
+        if need <= 0:
+            return 0.0
+        reach, spend, rate = self.tables[start]
+        if need > reach[-1]:
+            return None
+        index = bisect_left(reach, need) - 1
+        return spend[index] + (need - reach[index]) * rate[index]
+
+
+def _model_fields(model: ModelSpec | Mapping[str, Any]) -> tuple[dict[str, Any],
+                                                                  ModelTraffic | None]:
+    if isinstance(model, ModelSpec):
+        return model.planning_fields(), ModelTraffic.from_spec(model)
+    fields = {key: model[key] for key in ("native_context_length", "layer_count",
+                                          "model_weight_bytes", "kv_bytes_per_token")
+              if key in model}
+    if model.get("layer_weight_bytes") is not None:
+        fields["layer_weight_bytes"] = list(model["layer_weight_bytes"])
+    return fields, None
+
+
+def size_fleet(
+    model: ModelSpec | Mapping[str, Any],
+    catalog: Sequence[GpuModel],
+    targets: SizingTargets | None = None,
+    *,
+    top: int = 5,
+    kinds: Iterable[str] | None = None,
+    traffic: ModelTraffic | None = None,
+    context_length_override: int | None = None,
+    parallel_lanes_override: int | None = None,
+    pareto: bool = True,
+    bandwidth_efficiency: float = DEFAULT_BANDWIDTH_EFFICIENCY,
+    link_bandwidth_bytes_per_s: int = DEFAULT_LINK_BANDWIDTH_BYTES_PER_S,
+) -> SizingResult:
+    """The ``top`` cheapest fleets of ``catalog`` kinds that meet ``targets`` for ``model``.
+
+    ``model`` is a :class:`~planner.models.ModelSpec` (its decode traffic comes with it) or
+    the SPEC's model fields (give ``traffic`` for speed estimates). ``kinds`` limits the
+    kinds used (ids or names); by default every kind with a price. The overrides are the
+    SPEC's, as a fleet file's ``[planning]`` gives them.
+
+    ``pareto``: also the Pareto front over (cost per hour, context, estimated TPOT) among
+    the ``top`` cheapest fleets at each context candidate from the minimum up (each of
+    them is exact for its context; the front is exact in cost and context).
+
+    Raises :class:`SizingError` (``NoFleetMeetsTargets`` with the reason when nothing
+    within the counts available meets the targets).
+    """
+    targets = targets or SizingTargets()
+    _whole(top, "top", 1, _MAX_TOP)
+    fields, spec_traffic = _model_fields(model)
+    traffic = traffic or spec_traffic
+    chosen, skipped = select_kinds(catalog, kinds)
+    if not chosen:
+        raise SizingError("EmptyCatalog", "no catalog kind has a price_per_hour to size with")
+    _check_kind_ids(chosen)
+    planning = {
+        "minimum_nodes": targets.minimum_nodes,
+        "target_decode_tpot_ms": targets.target_decode_tpot_ms,
+        "context_length_override": context_length_override,
+        "parallel_lanes_override": parallel_lanes_override,
+    }
+    probe = PlanningInput.from_dict({**fields, **planning, "nodes": [
+        {"node_id": "probe", "detected_vram_bytes": 1}]})
+    try:
+        check_request(probe)
+    except PlanError as error:
+        raise SizingError("InvalidTargets", error.message, field="model",
+                          planning_code=error.code) from None
+    floor = context_floor(probe)
+    minimum_context = targets.minimum_context or floor
+    if minimum_context > probe.native_context_length:
+        raise SizingError(
+            "InvalidTargets",
+            f"minimum_context {minimum_context:,} exceeds the model's native context "
+            f"{probe.native_context_length:,}", field="minimum_context", value=minimum_context)
+    options = {"bandwidth_efficiency": bandwidth_efficiency,
+               "link_bandwidth_bytes_per_s": link_bandwidth_bytes_per_s}
+    search = _Search(fields, traffic, chosen, targets, planning, minimum_context, options)
+    fleets = _cheapest(search, probe, minimum_context, top)
+    front: tuple[SizedFleet, ...] = ()
+    if pareto:
+        pool = list(fleets)
+        for context in context_candidates(probe):
+            if context > max(minimum_context, fleets[0].plan.context_length):
+                level = _Search(fields, traffic, chosen, targets, planning, context, options)
+                level.cache = search.cache  # same fleets, same plans
+                try:
+                    pool.extend(_cheapest(level, probe, context, top))
+                except SizingError:
+                    continue
+                search.plans_evaluated += level.plans_evaluated
+        front = pareto_front(pool)
+    notes = []
+    if skipped:
+        notes.append(f"left out for want of a price: {', '.join(skipped)}")
+    return SizingResult(tuple(fleets), front, targets, minimum_context,
+                        tuple(gpu.kind for gpu in chosen), tuple(skipped),
+                        search.plans_evaluated, tuple(notes))
+
+
+def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
+              top: int) -> list[SizedFleet]:
+    candidates = [c for c in context_candidates(probe) if c >= minimum_context]
+    lanes = lane_candidates(probe)[0]
+    if not candidates:
+        tried = ", ".join(f"{c:,}" for c in context_candidates(probe))
+        raise _nothing(search, f"the planner tries no context of at least "
+                       f"{minimum_context:,} (it tries {tried})")
+    if lanes < search.targets.minimum_lanes:
+        raise _nothing(search, f"the planner plans at most {lanes} parallel lanes")
+    c0 = min(candidates)
+    costs = layer_bytes(probe, c0)
+    min_bandwidth_ms = None
+    if search.targets.target_decode_tpot_ms is not None and search.traffic is not None:
+        weights = layer_weights(probe)
+        read = (sum(weights) * search.traffic.active_weight_bytes
+                / search.traffic.model_weight_bytes
+                + (sum(costs) - sum(weights)))
+        min_bandwidth_ms = read / search.options["bandwidth_efficiency"] * 1000
+    needs = _Needs(search, costs, min_bandwidth_ms)
+    layer_bound = _Bound(search.prices, needs.caps, search.bounds)
+    byte_bound = _Bound(search.prices, needs.usable, search.bounds)
+    kinds = len(search.kinds)
+
+    def lower(start: int, layers: int, held: int) -> float | None:
+        by_layers = layer_bound(start, needs.layers_total - layers)
+        by_bytes = byte_bound(start, needs.bytes_total - held)
+        if by_layers is None or by_bytes is None:
+            return None
+        return max(by_layers, by_bytes)
+
+    found: list[tuple[tuple[int, int, int, tuple[int, ...]], tuple[int, ...]]] = []
+    threshold = float("inf")
+    start_bound = lower(0, 0, 0)
+    if start_bound is None:
+        raise _nothing(search, _short_of(search, needs, c0))
+    queue: list[tuple[float, int, tuple[int, ...], int, int, int]] = [
+        (start_bound, 0, (), 0, 0, 0)]
+    order = itertools.count(1)
+    while queue:
+        bound, _, counts, cost, layers, held = heapq.heappop(queue)
+        if bound > threshold:
+            break
+        depth = len(counts)
+        if depth == kinds:
+            if needs.necessary(search, counts) and search.meets(counts):
+                outcome = search.outcome(counts)
+                assert outcome.plan is not None
+                key = (cost, sum(counts), -outcome.plan.context_length, counts)
+                found.append((key, counts))
+                if len(found) >= top:
+                    found.sort()
+                    del found[top:]
+                    threshold = found[-1][0][0]
+            continue
+        price, cap, usable = search.prices[depth], needs.caps[depth], needs.usable[depth]
+        for amount in range(search.bounds[depth] + 1):
+            child_cost = cost + price * amount
+            if child_cost > threshold:
+                break
+            rest = lower(depth + 1, layers + cap * amount, held + usable * amount)
+            if rest is None:
+                continue
+            child_bound = child_cost + rest
+            if child_bound <= threshold * (1 + 1e-12):
+                heapq.heappush(queue, (child_bound, next(order), (*counts, amount),
+                                       child_cost, layers + cap * amount,
+                                       held + usable * amount))
+    if not found:
+        raise _nothing(search, _why_not(search, needs, c0))
+    found.sort()
+    return [search.sized(counts) for _, counts in found[:top]]
+
+
+def _nothing(search: _Search, why: str) -> SizingError:
+    f = search.f
+    spares = f" and survives the loss of any {f} node{'s' if f > 1 else ''}" if f else ""
+    return SizingError("NoFleetMeetsTargets",
+                       f"no fleet within the counts available reaches context "
+                       f"{search.minimum_context:,}{spares}: {why}",
+                       minimum_context=search.minimum_context, failures_tolerated=f)
+
+
+def _largest(search: _Search) -> tuple[int, ...]:
+    return tuple(search.bounds)
+
+
+def _short_of(search: _Search, needs: _Needs, c0: int) -> str:
+    """How far the largest fleet allowed falls short, in layers and bytes at ``c0``."""
+    counts = _largest(search)
+    caps = sorted(itertools.chain.from_iterable(
+        [needs.caps[i]] * n for i, n in enumerate(counts)), reverse=True)[search.f:]
+    held = min(sum(caps), needs.layers_needed)
+    lost = f" after losing its {search.f} largest" if search.f else ""
+    best = max(range(len(search.kinds)), key=lambda i: needs.caps[i] * search.bounds[i])
+    gpu = search.kinds[best]
+    kind = (f"; the largest kind, {gpu.kind}, holds {needs.caps[best]} layers a node "
+            f"(at most {search.bounds[best]} nodes)")
+    return (f"every kind at its most ({sum(counts)} nodes) holds {held} of "
+            f"{needs.layers_needed} layers at {c0:,}{lost} "
+            f"({format_bytes(needs.bytes_needed)} needed){kind}")
+
+
+def _why_not(search: _Search, needs: _Needs, c0: int) -> str:
+    counts = _largest(search)
+    if not needs.necessary(search, counts):
+        return _short_of(search, needs, c0)
+    outcome = search.outcome(counts)
+    if outcome.plan is None:
+        return (f"the largest fleet allowed ({sum(counts)} nodes) has no plan that fits "
+                f"at {c0:,}")
+    parts = [f"the largest fleet allowed ({sum(counts)} nodes) plans context "
+             f"{outcome.plan.context_length:,} with {outcome.plan.parallel_lanes} lanes"]
+    target = search.targets.target_decode_tpot_ms
+    if target is not None:
+        tpot = outcome.estimate.estimated_tpot_ms if outcome.estimate else None
+        parts.append("no TPOT estimate (a kind has no memory bandwidth)" if tpot is None
+                     else f"estimated TPOT {tpot:,.1f} ms against the target {target} ms")
+    if search.fleet_meets(counts) and search.f:
+        parts.append(f"but some removal of {search.f} nodes leaves a fleet that misses "
+                     "the targets")
+    return ", ".join(parts)
+
+
+def pareto_front(fleets: Iterable[SizedFleet]) -> tuple[SizedFleet, ...]:
+    """The fleets no other fleet beats on all of cost per hour (lower), context (higher)
+    and estimated TPOT (lower; unknown counts as worst), cheapest first; duplicates once."""
+    unique: dict[tuple[tuple[str, int], ...], SizedFleet] = {}
+    for fleet in fleets:
+        unique.setdefault(fleet.counts, fleet)
+    items = list(unique.values())
+
+    def point(fleet: SizedFleet) -> tuple[float, int, float]:
+        tpot = fleet.estimated_tpot_ms
+        return (fleet.cost_per_hour_usd, -fleet.plan.context_length,
+                float("inf") if tpot is None else tpot)
+
+    front = []
+    for fleet in items:
+        mine = point(fleet)
+        dominated = any(
+            all(a <= b for a, b in zip(point(other), mine, strict=True))
+            and point(other) != mine for other in items)
+        if not dominated:
+            front.append(fleet)
+    return tuple(sorted(front, key=lambda f: (f.cost_per_hour_usd, f.node_count,
+                                              -f.plan.context_length, f.counts)))

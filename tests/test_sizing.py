@@ -1,0 +1,247 @@
+"""Cheapest fleets: exact against brute force over every count vector, re-checked with
+plan_topology and every f-node removal."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner import plan_topology
+from planner.errors import PlanError
+from planner.models import GpuModel, load_gpu_catalog, load_preset
+from planner.performance import ModelTraffic, node_speeds, try_estimate
+from planner.planning import as_planning_input
+from planner.planning.rules import context_floor
+from planner.sizing import (
+    SizingError,
+    SizingTargets,
+    fleet_nodes,
+    pareto_front,
+    size_fleet,
+)
+
+UNIT = 10**6  # bytes of one layer's weights
+
+
+def _kind(kind: str, units: int, price: float, bandwidth: int = 10**9,
+          latency: int | None = None, max_count: int | None = None,
+          headroom: int | None = None) -> GpuModel:
+    return GpuModel(name=kind.upper(), memory_bytes=units * UNIT, vendor="V", note="n",
+                    id=kind, price_per_hour=price, price_source="test",
+                    price_date="2026-01-01", memory_bandwidth_bytes_per_s=bandwidth,
+                    memory_bandwidth_source="test", headroom_bytes=headroom,
+                    stage_transfer_latency_ms=latency, max_count=max_count)
+
+
+def _model(layers: int, kv: int, native: int = 131072) -> dict[str, Any]:
+    return {"native_context_length": native, "layer_count": layers,
+            "model_weight_bytes": layers * UNIT, "kv_bytes_per_token": kv}
+
+
+def _meets(model: dict[str, Any], traffic: ModelTraffic, kinds: list[GpuModel],
+           node_ids: list[str], targets: SizingTargets) -> tuple[bool, Any]:
+    """The definition, written plainly: plan the fleet of exactly these nodes."""
+    all_nodes = {n.node_id: n for n in fleet_nodes(kinds, [k.max_count or 0 for k in kinds])}
+    request = as_planning_input({
+        **model, "minimum_nodes": targets.minimum_nodes,
+        "target_decode_tpot_ms": targets.target_decode_tpot_ms,
+        "nodes": [all_nodes[n].to_dict() for n in node_ids]})
+    if not node_ids:
+        return False, None
+    try:
+        plan = plan_topology(request)
+    except PlanError:
+        return False, None
+    minimum = targets.minimum_context or context_floor(request)
+    if plan.context_length < minimum or plan.parallel_lanes < targets.minimum_lanes:
+        return False, plan
+    if targets.target_decode_tpot_ms is not None:
+        estimate, _ = try_estimate(request, plan, traffic, kinds)
+        if estimate is None or estimate.estimated_tpot_ms > targets.target_decode_tpot_ms:
+            return False, plan
+    return True, plan
+
+
+def _brute_force(model: dict[str, Any], traffic: ModelTraffic, kinds: list[GpuModel],
+                 targets: SizingTargets) -> list[tuple[tuple[float, int, int], tuple[int, ...]]]:
+    f = targets.failures_tolerated
+    seen: dict[tuple[str, ...], tuple[bool, Any]] = {}
+
+    def meets(ids: list[str]) -> tuple[bool, Any]:
+        if tuple(ids) not in seen:
+            seen[tuple(ids)] = _meets(model, traffic, kinds, ids, targets)
+        return seen[tuple(ids)]
+
+    found = []
+    for counts in itertools.product(*(range(k.max_count + 1) for k in kinds)):
+        ids = [n.node_id for n in fleet_nodes(kinds, counts)]
+        ok, plan = meets(ids)
+        if not ok:
+            continue
+        # Every f of the actual nodes, not per-kind counts: checks the symmetry too.
+        if f and (len(ids) <= f or not all(
+                meets([i for i in ids if i not in gone])[0]
+                for gone in itertools.combinations(ids, f))):
+            continue
+        cost = round(sum(k.price_per_hour * n for k, n in zip(kinds, counts, strict=True)), 6)
+        found.append(((cost, len(ids), -plan.context_length), counts))
+    return sorted(found)
+
+
+@st.composite
+def questions(draw: st.DrawFn) -> tuple[dict[str, Any], list[GpuModel], SizingTargets]:
+    layers = draw(st.integers(2, 6))
+    # 1, 3 or 5 B of KV a layer and token: 6.6%, 20% or 33% of a layer's weights at
+    # 65,536 tokens and twice that at 131,072, so that the higher context costs room.
+    model = _model(layers, layers * draw(st.sampled_from((1, 3, 5))))
+    count = draw(st.integers(1, 3))
+    kinds = []
+    for index in range(count):
+        kinds.append(_kind(
+            f"k{index}", draw(st.sampled_from((1, 2, 3, 5, 8, 8))),
+            draw(st.sampled_from((1.0, 1.5, 2.0, 3.0))),
+            bandwidth=draw(st.sampled_from((10**9, 2 * 10**9))),
+            latency=draw(st.sampled_from((None, None, 0, 3))),
+            max_count=draw(st.sampled_from((0, 2, 3, 3)))))
+    targets = SizingTargets(
+        minimum_context=draw(st.sampled_from((None, 131072))),
+        minimum_nodes=draw(st.integers(0, 2)),
+        target_decode_tpot_ms=draw(st.sampled_from((None, None, 5, 8))),
+        failures_tolerated=draw(st.integers(0, 2)))
+    return model, kinds, targets
+
+
+@pytest.mark.slow
+@settings(max_examples=100)
+@given(questions())
+def test_size_fleet_matches_brute_force(question: tuple) -> None:
+    model, kinds, targets = question
+    traffic = ModelTraffic.dense(model["model_weight_bytes"], hidden_size=16)
+    expected = _brute_force(model, traffic, kinds, targets)
+    try:
+        result = size_fleet(model, kinds, targets, top=3, traffic=traffic, pareto=False)
+    except SizingError as error:
+        assert error.code == "NoFleetMeetsTargets", error
+        assert expected == []
+        return
+    got = [tuple(f.counts_by_kind.get(k.kind, 0) for k in kinds) for f in result.fleets]
+    assert got == [counts for _, counts in expected[:3]]
+    for fleet, (key, _) in zip(result.fleets, expected, strict=False):
+        assert fleet.cost_per_hour_usd == pytest.approx(key[0])
+        # Re-check: the fleet plans as reported and survives every f-node removal.
+        ok, plan = _meets(model, traffic, kinds, list(fleet.node_ids), targets)
+        assert ok and plan == fleet.plan
+        for gone in itertools.combinations(fleet.node_ids, targets.failures_tolerated):
+            left = [i for i in fleet.node_ids if i not in gone]
+            assert _meets(model, traffic, kinds, left, targets)[0]
+
+
+def test_cheapest_is_cheaper_kind_mix_and_ties_prefer_fewer_nodes() -> None:
+    model = _model(4, 1)
+    # Two "small" nodes (2 layers each) cost the same as one "big" (4 layers): fewer wins.
+    kinds = [_kind("small", 3, 1.0, max_count=4), _kind("big", 5, 2.0, max_count=2)]
+    result = size_fleet(model, kinds, top=3, traffic=ModelTraffic.dense(4 * UNIT, 16))
+    assert result.cheapest.counts == (("big", 1),)
+    assert result.fleets[1].counts == (("small", 2),)
+    assert result.cheapest.cost_per_hour_usd == 2.0
+    frame = result.frame()
+    assert list(frame["fleet"])[:2] == ["1 x big", "2 x small"]
+    assert {"cost_per_hour_usd", "estimated_tpot_ms", "tokens_per_s",
+            "cost_per_million_tokens_usd", "count_big", "count_small"} <= set(frame.columns)
+
+
+def test_failures_tolerated_adds_spares() -> None:
+    model = _model(4, 1)
+    kinds = [_kind("small", 3, 1.0, max_count=6)]
+    assert size_fleet(model, kinds).cheapest.node_count == 2
+    tolerant = size_fleet(model, kinds, SizingTargets(failures_tolerated=2))
+    assert tolerant.cheapest.node_count == 4
+    assert tolerant.cheapest.to_dict()["failures_tolerated"] == 2
+
+
+def test_json_keys_are_the_documented_ones() -> None:
+    model = _model(4, 1)
+    result = size_fleet(model, [_kind("big", 5, 2.0, max_count=2)],
+                        traffic=ModelTraffic.dense(4 * UNIT, 16))
+    assert list(result.cheapest.to_dict()) == [
+        "counts", "nodes", "cost_per_hour", "context_length", "stage_count",
+        "parallel_lanes", "estimated_tpot_ms", "tokens_per_s", "cost_per_million_tokens",
+        "failures_tolerated"]
+    assert result.cheapest.to_dict()["nodes"] == ["big-00"]
+
+
+def test_no_fleet_says_how_far_the_largest_gets() -> None:
+    spec = load_preset("qwen3-coder-480b-a35b")
+    catalog = [gpu for gpu in load_gpu_catalog() if gpu.kind == "h100-80gb"]
+    limited = [GpuModel(**{**catalog[0].to_dict(), "max_count": 3})]
+    with pytest.raises(SizingError) as caught:
+        size_fleet(spec, limited, SizingTargets(minimum_context=65536))
+    assert caught.value.code == "NoFleetMeetsTargets"
+    message = caught.value.message
+    assert "of 62 layers at 65,536" in message and "h100-80gb" in message
+
+
+@pytest.mark.parametrize(("targets", "field"), [
+    ({"minimum_lanes": 0}, "minimum_lanes"),
+    ({"failures_tolerated": -1}, "failures_tolerated"),
+    ({"minimum_context": 1.5}, "minimum_context"),
+    ({"target_decode_tpot_ms": True}, "target_decode_tpot_ms"),
+])
+def test_bad_targets_name_the_field(targets: dict, field: str) -> None:
+    with pytest.raises(SizingError) as caught:
+        SizingTargets(**targets)
+    assert caught.value.code == "InvalidTargets"
+    assert caught.value.details["field"] == field
+
+
+def test_context_above_native_and_unknown_kinds_are_refused() -> None:
+    model = _model(4, 1, native=4096)
+    kinds = [_kind("big", 5, 2.0, max_count=2)]
+    with pytest.raises(SizingError) as caught:
+        size_fleet(model, kinds, SizingTargets(minimum_context=8192))
+    assert caught.value.code == "InvalidTargets"
+    with pytest.raises(SizingError) as caught:
+        size_fleet(model, kinds, kinds=["nope"])
+    assert caught.value.code == "UnknownKind"
+    unpriced = GpuModel("U", 5 * UNIT, "V", "n", id="u")
+    with pytest.raises(SizingError) as caught:
+        size_fleet(model, [unpriced], kinds=["u"])
+    assert caught.value.code == "UnpricedKind"
+    with pytest.raises(SizingError) as caught:
+        size_fleet(model, [unpriced])
+    assert caught.value.code == "EmptyCatalog"
+    with pytest.raises(SizingError) as caught:
+        size_fleet(model, [_kind("a", 5, 1.0), _kind("a-1", 5, 1.0)])
+    assert caught.value.code == "AmbiguousKindIds"
+
+
+def test_pareto_front_keeps_only_undominated_fleets() -> None:
+    model = _model(4, 16)  # a layer: 1.26 UNIT at 65,536 tokens, 1.52 at 131,072
+    kinds = [_kind("small", 3, 1.0, max_count=8), _kind("fast", 9, 4.0, bandwidth=10**10,
+                                                         max_count=2)]
+    result = size_fleet(model, kinds, top=3, traffic=ModelTraffic.dense(4 * UNIT, 16))
+    front = result.pareto
+    assert front and front[0].cost_per_hour_usd == result.cheapest.cost_per_hour_usd
+    points = [(f.cost_per_hour_usd, -f.plan.context_length, f.estimated_tpot_ms)
+              for f in front]
+    for a in points:
+        assert not any(b != a and all(x <= y for x, y in zip(b, a, strict=True))
+                       for b in points)
+    assert pareto_front([*front, *front]) == front
+
+
+def test_presets_size_with_the_shipped_catalog() -> None:
+    catalog = load_gpu_catalog()
+    spec = load_preset("llama-3.1-70b")
+    result = size_fleet(spec, catalog, SizingTargets(failures_tolerated=1),
+                        kinds=["h100-80gb", "a100-80gb", "l40s"], top=3)
+    cheapest = result.cheapest
+    assert cheapest.failures_tolerated == 1
+    assert cheapest.estimated_tpot_ms is not None and cheapest.estimated_tpot_ms > 0
+    speeds = node_speeds(fleet_nodes([g for g in catalog if g.kind in dict(cheapest.counts)],
+                                     [n for _, n in cheapest.counts]), catalog)
+    assert set(speeds) == set(cheapest.node_ids)
