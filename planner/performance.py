@@ -84,6 +84,8 @@ class PerformanceError(CodedError):
     bandwidth; ``node_id`` names it).
     """
 
+    codes = ("InvalidPerformanceInput", "MissingNodeSpeed")
+
 
 @dataclass(frozen=True, slots=True)
 class ModelTraffic:

@@ -89,6 +89,9 @@ class SizingError(CodedError):
     targets; the message says why).
     """
 
+    codes = ("InvalidTargets", "UnknownKind", "UnpricedKind", "EmptyCatalog",
+             "AmbiguousKindIds", "NoFleetMeetsTargets")
+
 
 @dataclass(frozen=True, slots=True)
 class SizingTargets:

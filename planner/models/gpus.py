@@ -45,7 +45,8 @@ from planner.models.presets import data_dir
 from planner.models.spec import ModelError
 
 GPU_FIELDS = ("name", "vendor", "memory_bytes", "note", "unified_memory_bytes",
-              "working_set_fraction", "annual_failure_rate", "repair_hours", "id", "price_per_hour", "price_source", "price_date",
+              "working_set_fraction", "annual_failure_rate", "repair_hours", "id",
+              "price_per_hour", "price_source", "price_date",
               "memory_bandwidth_bytes_per_s", "memory_bandwidth_source", "headroom_bytes",
               "stage_transfer_latency_ms", "max_count")
 
@@ -199,7 +200,8 @@ def _gpu(entry: Any, where: str) -> GpuModel:
     return GpuModel(
         name=entry["name"], memory_bytes=memory, vendor=entry["vendor"], note=entry["note"],
         annual_failure_rate=entry.get("annual_failure_rate"),
-        repair_hours=entry.get("repair_hours"), id=kind, price_per_hour=price, price_source=_text(entry, "price_source", where),
+        repair_hours=entry.get("repair_hours"), id=kind, price_per_hour=price,
+        price_source=_text(entry, "price_source", where),
         price_date=price_date,
         memory_bandwidth_bytes_per_s=_int(entry, "memory_bandwidth_bytes_per_s", where,
                                           minimum=1, maximum=_MAX_BYTES),

@@ -35,8 +35,9 @@ class ModelError(CodedError):
     ``code`` is stable: ``NotGguf``, ``TruncatedGguf``, ``InvalidGguf``,
     ``UnsupportedGgufVersion``, ``GgufNotFound``, ``MissingGgufShard``, ``MissingGgufKey``,
     ``UnsupportedArchitecture``, ``UnknownKvCacheType``, ``IncompatibleKvCacheType``,
-    ``UnknownPreset``, ``InvalidPreset``, ``MissingDataDir``, ``InvalidGpuCatalog`` or
-    ``InvalidModelSpec``. ``details`` holds the file, key or value behind the message.
+    ``UnknownPreset``, ``InvalidPreset``, ``MissingDataDir``, ``InvalidGpuCatalog``,
+    ``GpuCatalogNotFound`` or ``InvalidModelSpec``. ``details`` holds the file, key or
+    value behind the message.
     """
 
     codes = (
@@ -54,6 +55,7 @@ class ModelError(CodedError):
         "InvalidPreset",
         "MissingDataDir",
         "InvalidGpuCatalog",
+        "GpuCatalogNotFound",
         "InvalidModelSpec",
     )
 
