@@ -627,3 +627,59 @@ def spares_for(
         f"the best found is {best_lower:.6g} after {evaluated} fleets evaluated. Raise "
         "max_spares, lower the target, or use more reliable nodes",
         target=goal, best_availability=best_lower, candidates_evaluated=evaluated)
+
+
+SPARE_TARGETS = (0.99, 0.999, 0.9999)
+
+
+def fleet_spare_kind(request: PlanningInput,
+                     reliability: Mapping[str, NodeReliability] | NodeReliability | None = None
+                     ) -> SpareKind:
+    """The fleet's most common kind of node (ties: more usable memory) as a spare."""
+    if not request.nodes:
+        raise AvailabilityError("SparesUnreachable", "the fleet has no nodes to copy as spares",
+                                field="nodes")
+    groups: dict[tuple[Any, ...], list[NodeBudget]] = {}
+    for node in request.nodes:
+        groups.setdefault(_budget_key(node), []).append(node)
+    members = max(groups.values(), key=lambda nodes: (len(nodes), nodes[0].usable_bytes))
+    first = members[0]
+    if isinstance(reliability, Mapping):
+        own = reliability.get(first.node_id, NodeReliability())
+    else:
+        own = reliability or NodeReliability()
+    name = first.node_id.rsplit("-", 1)[0] if "-" in first.node_id else first.node_id
+    return SpareKind(name, first, own)
+
+
+def spares_table(request: PlanningInput | Mapping[str, Any],
+                 reliability: Mapping[str, NodeReliability] | NodeReliability | None = None,
+                 *, targets: Sequence[float] = SPARE_TARGETS, kinds: Sequence[SpareKind] | None
+                 = None, **options: Any) -> pd.DataFrame:
+    """Spares needed for each availability target (default 99 %, 99.9 %, 99.99 %), of the
+    fleet's most common kind unless ``kinds`` are given. Columns: ``target``,
+    ``spare_count`` (NA when unreachable within the limit), ``spares`` (``kind x count``),
+    ``availability_lower`` with them, ``cost_per_hour``. ``options`` go to
+    :func:`spares_for`."""
+    req = as_planning_input(request)
+    choices = list(kinds) if kinds else [fleet_spare_kind(req, reliability)]
+    rows = []
+    for target in targets:
+        try:
+            found = spares_for(req, target, choices, reliability=reliability, **options)
+        except AvailabilityError as error:
+            if error.code != "SparesUnreachable":
+                raise
+            rows.append({"target": target, "spare_count": None, "spares": "unreachable",
+                         "availability_lower": error.details.get("best_availability"),
+                         "cost_per_hour": None})
+            continue
+        rows.append({"target": target, "spare_count": found.spare_count,
+                     "spares": ", ".join(f"{name} x {count}" for name, count
+                                         in found.counts.items()) or "none",
+                     "availability_lower": found.availability.availability_lower,
+                     "cost_per_hour": found.cost_per_hour})
+    return pd.DataFrame(rows, columns=["target", "spare_count", "spares", "availability_lower",
+                                       "cost_per_hour"]).astype(
+        {"target": "float64", "spare_count": "Int64", "spares": "string",
+         "availability_lower": "Float64", "cost_per_hour": "Float64"})
