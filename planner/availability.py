@@ -40,6 +40,7 @@ import pandas as pd
 from planner.errors import CodedError, PlanError
 from planner.planning import NodeBudget, Plan, PlanningInput, plan_topology
 from planner.planning.inputs import as_planning_input
+from planner.sizing import SizingTargets, fleet_nodes, select_kinds
 
 HOURS_PER_YEAR = 8760
 
@@ -216,9 +217,19 @@ def plan_survivors(request: PlanningInput, survivors: Sequence[NodeBudget],
     return Outcome(plan.context_length, meets(plan), plan)
 
 
-def targets_check(*, min_context: int | None = None, min_lanes: int = 1) -> MeetsTargets:
+def targets_check(*, min_context: int | None = None, min_lanes: int = 1,
+                  targets: SizingTargets | None = None) -> MeetsTargets:
     """A plan meets the targets when its context and lanes reach the minimums and the
-    TPOT target, when the request has one, is not known to be missed."""
+    TPOT target, when the request has one, is not known to be missed.
+
+    ``targets`` (the sizing targets) gives the minimums instead; its TPOT target is
+    applied to the request by :func:`with_targets`. A fleet file's nodes carry no memory
+    bandwidth, so the TPOT judged here is the SPEC's network estimate
+    (``decode_tpot_target_met``), not the :mod:`planner.performance` estimate sizing uses.
+    """
+    if targets is not None:
+        min_context = targets.minimum_context if min_context is None else min_context
+        min_lanes = max(min_lanes, targets.minimum_lanes)
 
     def meets(plan: Plan) -> bool:
         if min_context is not None and plan.context_length < min_context:
@@ -228,6 +239,18 @@ def targets_check(*, min_context: int | None = None, min_lanes: int = 1) -> Meet
         return plan.decode_tpot_target_met is not False
 
     return meets
+
+
+def with_targets(request: PlanningInput, targets: SizingTargets | None) -> PlanningInput:
+    """The request with the targets' ``minimum_nodes`` and TPOT target, when given."""
+    if targets is None:
+        return request
+    changes: dict[str, Any] = {}
+    if targets.minimum_nodes > request.minimum_nodes:
+        changes["minimum_nodes"] = targets.minimum_nodes
+    if targets.target_decode_tpot_ms is not None:
+        changes["target_decode_tpot_ms"] = targets.target_decode_tpot_ms
+    return replace(request, **changes) if changes else request
 
 
 # -- the fleet as kinds of interchangeable nodes ----------------------------------------
@@ -405,6 +428,7 @@ def fleet_availability(
     reliability: Mapping[str, NodeReliability] | NodeReliability | None = None,
     *,
     meets: MeetsTargets | None = None,
+    targets: SizingTargets | None = None,
     min_context: int | None = None,
     min_lanes: int = 1,
     tolerance: float = DEFAULT_TOLERANCE,
@@ -417,7 +441,8 @@ def fleet_availability(
     ``reliability`` gives each node's failure rate and repair time (one value for all, a
     mapping by node id, or ``None`` for the defaults); ``down`` gives the down
     probabilities directly instead. ``meets`` decides whether a plan meets the targets
-    (default: :func:`targets_check` with ``min_context`` and ``min_lanes``). When the
+    (default: :func:`targets_check` with ``targets`` (:class:`planner.sizing.SizingTargets`)
+    or ``min_context`` and ``min_lanes``). When the
     fleet has at most ``exact_states`` failure states all are evaluated; otherwise
     states are evaluated in decreasing probability until the unexplored mass is below
     ``tolerance`` or ``max_states`` were evaluated.
@@ -425,12 +450,13 @@ def fleet_availability(
     Request errors other than "nothing fits" (SPEC section 2, checks 1-8) raise as in
     :func:`~planner.planning.plan_topology`.
     """
-    req = as_planning_input(request)
+    req = with_targets(as_planning_input(request), targets)
     if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or not (
             0 <= tolerance < 1):
         raise AvailabilityError("InvalidTarget", f"tolerance must be in [0, 1) (got {tolerance!r})",
                                 field="tolerance", value=tolerance)
-    check = meets or targets_check(min_context=min_context, min_lanes=min_lanes)
+    check = meets or targets_check(min_context=min_context, min_lanes=min_lanes,
+                                   targets=targets)
     probabilities = dict(down) if down is not None else down_probabilities(req.nodes,
                                                                            reliability)
     for node_id, u in probabilities.items():
@@ -517,6 +543,23 @@ class SpareKind:
         return made
 
 
+def catalog_spare_kinds(catalog: Sequence[Any], kinds: Sequence[str] | None = None
+                        ) -> list[SpareKind]:
+    """Catalog kinds as spares, with their budget as sizing builds it
+    (:func:`planner.sizing.fleet_nodes`), failure figures and price; by default every
+    priced kind (``kinds``: ids or names)."""
+    chosen, _ = select_kinds(catalog, kinds)
+    spares = []
+    for gpu in chosen:
+        (budget,) = fleet_nodes([gpu], [1])
+        figures = NodeReliability(
+            annual_failure_rate=(DEFAULT_ANNUAL_FAILURE_RATE if gpu.annual_failure_rate is None
+                                 else gpu.annual_failure_rate),
+            repair_hours=DEFAULT_REPAIR_HOURS if gpu.repair_hours is None else gpu.repair_hours)
+        spares.append(SpareKind(gpu.kind, budget, figures, gpu.price_per_hour))
+    return spares
+
+
 @dataclass(frozen=True, slots=True)
 class SparesResult:
     """The fewest (or cheapest) spares that reach ``target``: ``counts`` per spare kind,
@@ -557,6 +600,7 @@ def spares_for(
     *,
     reliability: Mapping[str, NodeReliability] | NodeReliability | None = None,
     meets: MeetsTargets | None = None,
+    targets: SizingTargets | None = None,
     min_context: int | None = None,
     min_lanes: int = 1,
     max_spares: int = 16,
@@ -573,13 +617,14 @@ def spares_for(
     ``max_spares`` nodes (or within ``max_candidates`` evaluations) reaches it.
     """
     goal = _check_target(target)
-    req = as_planning_input(request)
+    req = with_targets(as_planning_input(request), targets)
     if not kinds:
         raise AvailabilityError("SparesUnreachable", "no spare kinds to choose from",
                                 field="kinds")
     base = down_probabilities(req.nodes, reliability)
     taken = {node.node_id for node in req.nodes}
-    check = meets or targets_check(min_context=min_context, min_lanes=min_lanes)
+    check = meets or targets_check(min_context=min_context, min_lanes=min_lanes,
+                                   targets=targets)
 
     def evaluate(counts: tuple[int, ...]) -> tuple[AvailabilityResult, list[NodeBudget]]:
         extra: list[NodeBudget] = []

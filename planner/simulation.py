@@ -34,11 +34,13 @@ from planner.availability import (
     Outcome,
     plan_survivors,
     targets_check,
+    with_targets,
 )
 from planner.fence.coordinator import CoordinatorPolicy, SplitPlan
 from planner.fence.simulator import NetworkConfig, Simulation
 from planner.planning import PlanningInput
 from planner.planning.inputs import as_planning_input
+from planner.sizing import SizingTargets
 
 MS_PER_HOUR = 3_600_000
 # How long after a re-plan the fence exchange is followed: claims, replies and loads
@@ -179,16 +181,18 @@ def simulate(
     horizon_hours: float = HOURS_PER_YEAR,
     seed: int = 0,
     meets: MeetsTargets | None = None,
+    targets: SizingTargets | None = None,
     min_context: int | None = None,
     min_lanes: int = 1,
     fence: bool = True,
 ) -> SimulatedYear:
     """Simulate failures and repairs over ``horizon_hours`` and re-plan at every change.
 
-    ``reliability`` as in :func:`planner.availability.fleet_availability`. With ``fence``
+    ``reliability`` and the targets as in :func:`planner.availability.fleet_availability`.
+    With ``fence``
     off, terms are still counted but no fence messages are simulated (zeros).
     """
-    req = as_planning_input(request)
+    req = with_targets(as_planning_input(request), targets)
     if isinstance(horizon_hours, bool) or not isinstance(horizon_hours, int | float) or not (
             0 < horizon_hours < math.inf):
         from planner.availability import AvailabilityError
@@ -196,7 +200,8 @@ def simulate(
         raise AvailabilityError("InvalidTarget", f"horizon_hours must be a positive number "
                                 f"(got {horizon_hours!r})", field="horizon_hours",
                                 value=horizon_hours)
-    check = meets or targets_check(min_context=min_context, min_lanes=min_lanes)
+    check = meets or targets_check(min_context=min_context, min_lanes=min_lanes,
+                                   targets=targets)
     if isinstance(reliability, NodeReliability) or reliability is None:
         shared = reliability or NodeReliability()
         per_node = {node.node_id: shared for node in req.nodes}

@@ -12,8 +12,13 @@ A grid row is one scenario. Its columns (all optional unless the evaluation need
 ``repair_hours``         mean hours to repair for every node (availability, simulation)
 ``catalog``              a GPU catalog file (failure figures; default ``data/gpus.toml``)
 ``seed``, ``horizon_hours``  the simulated timeline (simulation)
+``failures_tolerated``  nodes the sized fleet must survive losing (size)
+``price_scale``          multiplies every catalog price (size)
+``kinds``                catalog kinds to size with, comma-separated (size)
 
-Evaluations (:data:`EVALUATIONS`): ``plan`` (the plan of the fleet), ``availability``
+Evaluations (:data:`EVALUATIONS`): ``plan`` (the plan of the fleet), ``size`` (the
+cheapest fleet of catalog kinds for ``model``, or the fleet file's model,
+:func:`planner.sizing.size_fleet`), ``availability``
 (:func:`planner.availability.fleet_availability`) and ``simulation``
 (:func:`planner.simulation.simulate`). Each adds its columns (:data:`RESULT_COLUMNS`) and
 ``error_code`` / ``error_message`` for a scenario that could not be evaluated (a bad
@@ -59,6 +64,7 @@ from planner.errors import CodedError
 from planner.fleetfile import FleetDocument, ModelChoice, load_fleet
 from planner.planning import plan_topology
 from planner.planning.rules import context_floor
+from planner.sizing import SizingTargets, size_fleet
 
 
 class SweepError(CodedError):
@@ -74,15 +80,19 @@ class SweepError(CodedError):
 
 GRID_COLUMNS = ("fleet", "model", "kv_cache_type", "min_context", "min_lanes",
                 "target_tpot_ms", "annual_failure_rate", "repair_hours", "catalog", "seed",
-                "horizon_hours")
-_INT_COLUMNS = ("min_context", "min_lanes", "target_tpot_ms", "seed")
-_NUMBER_COLUMNS = ("annual_failure_rate", "repair_hours", "horizon_hours")
-_TEXT_COLUMNS = ("fleet", "model", "kv_cache_type", "catalog")
+                "horizon_hours", "failures_tolerated", "price_scale", "kinds")
+_INT_COLUMNS = ("min_context", "min_lanes", "target_tpot_ms", "seed", "failures_tolerated")
+_NUMBER_COLUMNS = ("annual_failure_rate", "repair_hours", "horizon_hours", "price_scale")
+_TEXT_COLUMNS = ("fleet", "model", "kv_cache_type", "catalog", "kinds")
 
 RESULT_COLUMNS: dict[str, dict[str, str]] = {
     "plan": {"node_count": "Int64", "context_length": "Int64", "stage_count": "Int64",
              "parallel_lanes": "Int64", "estimated_decode_network_ms_per_token": "Int64",
              "meets_targets": "boolean"},
+    "size": {"sized_fleet": "string", "node_count": "Int64", "cost_per_hour_usd": "Float64",
+             "context_length": "Int64", "stage_count": "Int64", "parallel_lanes": "Int64",
+             "estimated_tpot_ms": "Float64", "tokens_per_s": "Float64",
+             "cost_per_million_tokens_usd": "Float64", "plans_evaluated": "Int64"},
     "availability": {"node_count": "Int64", "availability": "Float64",
                      "availability_lower": "Float64", "availability_upper": "Float64",
                      "states_evaluated": "Int64", "expected_hours_down_per_year": "Float64",
@@ -287,6 +297,42 @@ def _evaluate_simulation(row: Mapping[str, Any], document: FleetDocument) -> dic
     return {"node_count": len(request.nodes), **year.summary()}
 
 
+def _evaluate_size(row: Mapping[str, Any], documents: Mapping[str, FleetDocument]
+                   ) -> dict[str, Any]:
+    from planner.models import load_preset
+
+    if "model" in row:
+        model = load_preset(row["model"], kv_cache_type=row.get("kv_cache_type"))
+        planning: dict[str, Any] = {}
+    else:
+        document = _document(row, documents)
+        model = document.model.spec(document.base_dir) or document.model.resolve(
+            document.base_dir)
+        planning = {"context_length_override": document.context_length_override,
+                    "parallel_lanes_override": document.parallel_lanes_override}
+    catalog = list(_catalog(row.get("catalog")))
+    scale = row.get("price_scale")
+    if scale is not None:
+        catalog = [gpu if gpu.price_per_hour is None else
+                   replace(gpu, price_per_hour=gpu.price_per_hour * scale) for gpu in catalog]
+    targets = SizingTargets(
+        minimum_context=int(row["min_context"]) if "min_context" in row else None,
+        minimum_lanes=int(row.get("min_lanes", 1)),
+        target_decode_tpot_ms=int(row["target_tpot_ms"]) if "target_tpot_ms" in row else None,
+        failures_tolerated=int(row.get("failures_tolerated", 0)))
+    kinds = [k for k in row["kinds"].split(",") if k.strip()] if "kinds" in row else None
+    result = size_fleet(model, catalog, targets, top=1, kinds=kinds, pareto=False,
+                        **planning)
+    best = result.fleets[0]
+    return {"sized_fleet": best.label, "node_count": best.node_count,
+            "cost_per_hour_usd": best.cost_per_hour_usd,
+            "context_length": best.plan.context_length, "stage_count": best.plan.stage_count,
+            "parallel_lanes": best.plan.parallel_lanes,
+            "estimated_tpot_ms": best.estimated_tpot_ms, "tokens_per_s": best.tokens_per_s,
+            "cost_per_million_tokens_usd": best.cost_per_million_tokens_usd,
+            "plans_evaluated": result.plans_evaluated}
+
+
 _EVALUATORS: dict[str, Callable[[Mapping[str, Any], FleetDocument], dict[str, Any]]] = {
     "plan": _evaluate_plan,
     "availability": _evaluate_availability,
@@ -309,8 +355,11 @@ def evaluate_scenario(evaluation: str, row: Mapping[str, Any],
     """One scenario's result columns; a coded error becomes ``error_code`` and
     ``error_message`` instead of stopping the sweep."""
     try:
-        return {**_EVALUATORS[evaluation](row, _document(row, documents)),
-                "error_code": None, "error_message": None}
+        if evaluation == "size":
+            values = _evaluate_size(row, documents)
+        else:
+            values = _EVALUATORS[evaluation](row, _document(row, documents))
+        return {**values, "error_code": None, "error_message": None}
     except CodedError as error:
         return {"error_code": error.code, "error_message": error.message}
 

@@ -232,3 +232,48 @@ def test_cheapest_spare_mix_beats_fewest_nodes_on_price() -> None:
                    **{n.node_id: flaky for n in fleet.nodes if "cheap" in n.node_id},
                    **{n.node_id: steady for n in fleet.nodes if "dear" in n.node_id}}
             assert fleet_availability(fleet, rel).availability < 0.999
+
+
+def test_sizing_targets_set_context_lanes_and_tpot() -> None:
+    from pathlib import Path
+
+    from planner.fleetfile import load_fleet
+    from planner.sizing import SizingTargets
+
+    fleets = Path(__file__).resolve().parents[1] / "data" / "fleets"
+    five = load_fleet(fleets / "qwen480b-5x80.toml").to_request()
+    flaky = NodeReliability(annual_failure_rate=3.0, repair_hours=300)
+    by_targets = fleet_availability(five, flaky, targets=SizingTargets(minimum_context=262144))
+    by_keywords = fleet_availability(five, flaky, min_context=262144)
+    assert by_targets == by_keywords
+    assert fleet_availability(five, flaky, targets=SizingTargets(minimum_lanes=5)
+                              ).availability == 0
+    # 4 stages x 10 ms: a 33 ms TPOT target is missed, a 50 ms one met.
+    latency = load_fleet(fleets / "qwen480b-4x80-latency10-tpot33.toml").to_request()
+    assert fleet_availability(latency, flaky).availability == 0
+    met = fleet_availability(latency, flaky, targets=SizingTargets(target_decode_tpot_ms=50))
+    assert met.availability == met.context_distribution[65536] > 0.5
+
+
+def test_cheapest_catalog_spares_cost_no_more_than_any_single_kind() -> None:
+    from pathlib import Path
+
+    from planner.availability import catalog_spare_kinds, spares_for
+    from planner.fleetfile import load_fleet
+    from planner.models import load_gpu_catalog
+
+    five = load_fleet(Path(__file__).resolve().parents[1] / "data" / "fleets"
+                      / "qwen480b-5x80.toml").to_request()
+    flaky = NodeReliability(annual_failure_rate=3.0, repair_hours=300)
+    kinds = [k for k in catalog_spare_kinds(load_gpu_catalog())
+             if k.budget.detected_vram_bytes >= 80 * GIB]
+    assert kinds and all(k.price_per_hour is not None for k in kinds)
+    mix = spares_for(five, 0.9999, kinds, reliability=flaky, min_context=65536, max_spares=3)
+    assert mix.availability.availability >= 0.9999
+    for kind in kinds:
+        try:
+            alone = spares_for(five, 0.9999, [kind], reliability=flaky, min_context=65536,
+                               max_spares=3)
+        except AvailabilityError:
+            continue
+        assert mix.cost_per_hour <= alone.cost_per_hour + 1e-9

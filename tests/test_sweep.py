@@ -117,3 +117,19 @@ def test_notebook_progress_bar_follows_the_sweep() -> None:
     sweep(grid, "plan", progress=bar)
     assert (bar.bar.value, bar.bar.max) == (3, 3)
     assert bar.label.value == "3 of 3 scenarios" and bar.bar.bar_style == "success"
+
+
+def test_size_sweep_over_prices_and_failures() -> None:
+    from planner.models import load_gpu_catalog, load_preset
+    from planner.sizing import SizingTargets, size_fleet
+
+    grid = grid_from_axes({"failures_tolerated": [0, 1], "price_scale": [1.0, 3.0]},
+                          {"model": "llama-3.1-70b"})
+    results = sweep(grid, "size")
+    assert results["error_code"].isna().all()
+    direct = size_fleet(load_preset("llama-3.1-70b"), load_gpu_catalog(),
+                        SizingTargets(failures_tolerated=1), top=1, pareto=False).fleets[0]
+    row = results.iloc[2]
+    assert row["sized_fleet"] == direct.label
+    assert row["cost_per_hour_usd"] == direct.cost_per_hour_usd
+    assert results.iloc[3]["cost_per_hour_usd"] == pytest.approx(3 * direct.cost_per_hour_usd)
