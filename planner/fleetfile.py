@@ -27,9 +27,13 @@ A fleet file is TOML (or JSON in the SPEC's raw field names). The TOML form::
     vram = "80 GiB"              # detected VRAM
     max_vram = "72 GiB"          # optional cap
     headroom = "2 GiB"           # optional runtime headroom, default 0
-    latency_ms = 10              # optional stage-transfer latency
+    latency_ms = 10              # optional stage-transfer latency: 0.5, "5 ms", "500 us"
 
-Sizes are ``planner.units`` strings (``"80 GiB"``, ``"24 GB"``) or whole bytes.
+Sizes are ``planner.units`` strings with a unit (``"80 GiB"``, ``"24 GB"``,
+``"115448725504 B"``); a bare number is refused there (``vram = 24`` could be GiB or
+bytes), except for keys whose name says bytes (``model_weight_bytes``,
+``kv_bytes_per_token``, ``layer_weight_bytes``) and for ``0``. Latencies are milliseconds
+to the microsecond; context lengths are tokens or ``"128k"`` (k = 1024 tokens).
 
 Node count expansion: an entry with ``count = N`` stands for N nodes whose ids are
 ``{id}-{i}`` for ``i`` in ``0 .. N-1``, with ``i`` zero-padded to
@@ -62,7 +66,13 @@ from planner._validate import Fail, integer, known_keys, shown, text
 from planner.errors import CodedError, InvalidInput
 from planner.planning import NodeBudget, PlanningInput
 from planner.planning.inputs import MAX_BYTES, MAX_CONTEXT, MAX_LAYERS
-from planner.units import UnitError, parse_bytes
+from planner.units import (
+    SIZE_FORMS,
+    UnitError,
+    parse_bytes,
+    parse_context,
+    parse_latency_ms,
+)
 
 MODEL_NUMBER_FIELDS = (
     "native_context_length",
@@ -179,14 +189,14 @@ def _as_int(value: Any, field_name: str, *, minimum: int = 0, maximum: int = _MA
     return integer(value, _bad(field_name, node_id), minimum=minimum, maximum=maximum)
 
 
-def _as_size(value: Any, field_name: str, *, node_id: str | None = None) -> int:
+def _as_size(value: Any, field_name: str, *, node_id: str | None = None,
+             bare_bytes: bool = False) -> int:
+    """A size; a bare number only where the key's name says bytes (``*_bytes``)."""
     if isinstance(value, float):
-        raise FleetFileError(
-            "InvalidField",
-            f"sizes are whole bytes or a string with a unit such as \"80 GiB\" (got {value!r})",
-            field=field_name, node_id=node_id)
+        raise FleetFileError("InvalidField", f"{SIZE_FORMS} (got {shown(value)})",
+                             field=field_name, node_id=node_id)
     try:
-        size = parse_bytes(value)
+        size = parse_bytes(value, bare_bytes=bare_bytes)
     except UnitError as error:
         raise FleetFileError("InvalidField", error.message, field=field_name,
                              node_id=node_id) from None
@@ -194,6 +204,24 @@ def _as_size(value: Any, field_name: str, *, node_id: str | None = None) -> int:
         raise FleetFileError("InvalidField", f"is larger than {_MAX_BYTES:,} bytes",
                              field=field_name, node_id=node_id)
     return size
+
+
+def _as_context(value: Any, field_name: str) -> int:
+    """A context length: whole tokens or text such as ``"128k"`` (k = 1024)."""
+    try:
+        tokens = parse_context(value)
+    except UnitError as error:
+        raise FleetFileError("InvalidField", error.message, field=field_name) from None
+    return _as_int(tokens, field_name, maximum=_LIMITS[field_name.rpartition(".")[2]])
+
+
+def _as_latency(value: Any, field_name: str, node_id: str) -> int | float:
+    """A latency in ms: ``5``, ``0.5``, ``"5 ms"``, ``"500 us"`` (to the microsecond)."""
+    try:
+        return parse_latency_ms(value)
+    except UnitError as error:
+        raise FleetFileError("InvalidField", error.message, field=field_name,
+                             node_id=node_id) from None
 
 
 def _as_text(value: Any, field_name: str, *, node_id: str | None = None) -> str:
@@ -226,7 +254,9 @@ def _normalise_numbers(numbers: Mapping[str, Any], prefix: str = "model.") -> di
                 field=f"{prefix}{name}")
         value = numbers[name]
         if name in _MODEL_BYTE_FIELDS:
-            result[name] = _as_size(value, f"{prefix}{name}")
+            result[name] = _as_size(value, f"{prefix}{name}", bare_bytes=True)
+        elif name == "native_context_length":
+            result[name] = _as_context(value, f"{prefix}{name}")
         else:
             result[name] = _as_int(value, f"{prefix}{name}", maximum=_LIMITS[name])
     weights = numbers.get("layer_weight_bytes")
@@ -235,7 +265,7 @@ def _normalise_numbers(numbers: Mapping[str, Any], prefix: str = "model.") -> di
             raise FleetFileError("InvalidField", "must be a list of sizes, one per layer",
                                  field=f"{prefix}layer_weight_bytes")
         result["layer_weight_bytes"] = tuple(
-            _as_size(value, f"{prefix}layer_weight_bytes[{index}]")
+            _as_size(value, f"{prefix}layer_weight_bytes[{index}]", bare_bytes=True)
             for index, value in enumerate(weights))
         if len(result["layer_weight_bytes"]) != result["layer_count"]:
             raise FleetFileError(
@@ -644,7 +674,9 @@ def _document_from_toml(data: Mapping[str, Any]) -> FleetDocument:
     _reject_unknown(planning, _PLANNING_KEYS, "planning.")
     options: dict[str, Any] = {}
     for key in _PLANNING_KEYS:
-        if key in planning:
+        if key == "context_length_override" and key in planning:
+            options[key] = _as_context(planning[key], f"planning.{key}")
+        elif key in planning:
             options[key] = _as_int(planning[key], f"planning.{key}", maximum=_LIMITS[key])
     raw_nodes = data.get("nodes", [])
     if not isinstance(raw_nodes, list):
@@ -700,8 +732,7 @@ def _nodes_from_toml(entries: list[Any]) -> tuple[NodeBudget, ...]:
                     if "max_vram" in entry else None)
         headroom = (_as_size(entry["headroom"], f"{prefix}headroom", node_id=base_id)
                     if "headroom" in entry else 0)
-        latency = (_as_int(entry["latency_ms"], f"{prefix}latency_ms", maximum=10**9,
-                           node_id=base_id)
+        latency = (_as_latency(entry["latency_ms"], f"{prefix}latency_ms", base_id)
                    if "latency_ms" in entry else None)
         if "count" in entry:
             count = _as_int(entry["count"], f"{prefix}count", minimum=1, maximum=_MAX_COUNT,
@@ -724,8 +755,8 @@ def _nodes_from_toml(entries: list[Any]) -> tuple[NodeBudget, ...]:
     return tuple(nodes)
 
 
-def _size_text(value: int) -> int | str:
-    """A size as the shortest exact human string, or whole bytes when none reads well."""
+def _size_text(value: int) -> str:
+    """A size as the shortest exact human string, or ``"N B"`` when none reads well."""
     best: str | None = None
     units = (("PiB", 1024**5), ("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2),
              ("KiB", 1024), ("PB", 1000**5), ("TB", 1000**4), ("GB", 1000**3),
@@ -742,7 +773,7 @@ def _size_text(value: int) -> int | str:
         if best is None or len(candidate) < len(best):
             best = candidate
     if best is None or parse_bytes(best) != value:
-        return value
+        return f"{value} B"
     return best
 
 

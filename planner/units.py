@@ -1,72 +1,224 @@
-"""Byte sizes in human units.
+"""Sizes, latencies and context lengths as people write them.
 
-``parse_bytes`` accepts binary units (``KiB``, ``MiB``, ``GiB``, ``TiB``, ``PiB``: powers
-of 1024) and decimal units (``kB``/``KB``, ``MB``, ``GB``, ``TB``, ``PB``: powers of 1000),
-an optional space, and plain integers meaning bytes. Unit letters are case-insensitive
-(``gib`` is GiB, ``gb`` is GB); the ``i`` is what makes a unit binary, so the meaning is
-never ambiguous. ``format_bytes`` prints the largest binary unit that keeps the number
-at or above 1.
+One parser per kind of value, shared by fleet files, the Python API and the workbench:
+
+- :func:`parse_bytes` reads a size: a number and a unit. Binary units (``KiB``, ``MiB``,
+  ``GiB``, ``TiB``, ``PiB``) are powers of 1024, decimal units (``kB``/``KB``, ``MB``,
+  ``GB``, ``TB``, ``PB``) powers of 1000, ``B`` is bytes. The unit's first letter and its
+  ``i`` may be in either case, but the byte symbol is an upper-case ``B``: a lower-case
+  ``b`` is a bit (``80 Gb`` is 10 GB), so it is refused rather than guessed. A number
+  without a unit is refused too (``24`` could mean 24 GiB or 24 bytes), except where the
+  caller's field names its unit (``model_weight_bytes``) and for ``0``. Digits may be
+  grouped with ``_`` or with ``,`` in groups of three (``1,024``); any other comma
+  (``1,5``) is refused, since a decimal comma would be read a thousand times off.
+- :func:`parse_latency_ms` reads a stage-transfer latency in milliseconds: ``5``,
+  ``0.5``, ``"5 ms"``, ``"0.25ms"`` or ``"500 us"``, to the microsecond (three decimals).
+- :func:`parse_context` reads a context length in tokens: ``131072``, ``"131,072"`` or
+  ``"128k"``. In a context ``k`` means 1024 and ``M`` means 1024 * 1024 tokens (the
+  way context windows are quoted: ``128k`` is 131,072), never 1000.
+
+Every parser runs in time linear in its input, and an error quotes at most about
+80 characters of the value (:func:`quoted`).
 """
 
 from __future__ import annotations
 
+import math
+import operator
 import re
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
 
+from planner._validate import MAX_SHOWN, shown
 from planner.errors import CodedError
 
-_BINARY = {"kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4, "pib": 1024**5}
-_DECIMAL = {"kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4, "pb": 1000**5}
-_UNITS: dict[str, int] = {"": 1, "b": 1, **_BINARY, **_DECIMAL}
-_PATTERN = re.compile(r"^\s*([0-9][0-9_,]*(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+_BINARY = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
+_DECIMAL = {"k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4, "p": 1000**5}
+_KNOWN_UNITS = "B, KiB, MiB, GiB, TiB, PiB, kB, MB, GB, TB, PB"
+SIZE_FORMS = ("write a number and a unit: '80 GiB' (1024-based), '24 GB' (1000-based), "
+              "'512 MiB', '1.5 TiB', or '1024 B' for bytes")
+LATENCY_FORMS = "write milliseconds: '5', '0.5', '5 ms', '0.25 ms' or '500 us'"
+CONTEXT_FORMS = "write tokens: '131072', '131,072' or '128k' (k = 1024 tokens)"
+# Digits kept from one number: far beyond any real value, small enough that reading a
+# hostile string never costs more than its length.
+_MAX_DIGITS = 24
+# Latencies are counted in whole microseconds, so sums and comparisons are exact.
+LATENCY_DECIMALS = 3
+MAX_LATENCY_MS = 10**9
+
+# Each pattern is a plain sequence of single-choice repetitions (no nested or adjacent
+# quantifiers over the same characters), so matching is linear in the input.
+_PLAIN = re.compile(r"[0-9]+(?:_[0-9]+)*(?:\.[0-9]+)?")
+_GROUPED = re.compile(r"[1-9][0-9]{0,2}(?:,[0-9]{3})+(?:\.[0-9]+)?")
+_NUMBER_CHARS = frozenset("0123456789_,.")
+_BLANKS = " \t"
 
 
 class UnitError(CodedError):
-    """A size string that cannot be read as bytes."""
+    """A size that cannot be read as bytes.
+
+    ``value`` is what was given, cut to about 80 characters when it is long.
+    """
 
     codes = ("InvalidSize",)
 
-    def __init__(self, message: str) -> None:
-        super().__init__("InvalidSize", message)
+    def __init__(self, message: str, *, value: Any = None) -> None:
+        super().__init__(self.codes[0], message, value=_shortened(value))
+        self.value = _shortened(value)
 
 
-def parse_bytes(text: str | int) -> int:
-    """Parse ``"80 GiB"``, ``"24GB"``, ``"512 MiB"``, ``"1.5 TiB"`` or ``1024`` into bytes.
+class LatencyError(UnitError):
+    """A latency that cannot be read as milliseconds."""
 
-    A fractional size in a unit is rounded to the nearest byte; bytes themselves must be whole.
+    codes = ("InvalidLatency",)
+
+
+class ContextError(UnitError):
+    """A context length that cannot be read as tokens."""
+
+    codes = ("InvalidContext",)
+
+
+def quoted(value: Any) -> str:
+    """``value`` as an error quotes it: :func:`planner._validate.shown`, plus the length
+    of a long string, so a cut value is not mistaken for the whole."""
+    text = shown(value)
+    if isinstance(value, str) and len(value) > MAX_SHOWN:
+        return f"{text} ({len(value):,} characters)"
+    return text
+
+
+def _shortened(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > MAX_SHOWN:
+        return value[: MAX_SHOWN - 4] + " ..."
+    return value
+
+
+def _split(text: str) -> tuple[str, str, str]:
+    """``(stripped, number, unit)``: the leading number characters and the rest."""
+    stripped = text.strip(_BLANKS)
+    end = 0
+    while end < len(stripped) and stripped[end] in _NUMBER_CHARS:
+        end += 1
+    rest = end
+    while rest < len(stripped) and stripped[rest] in _BLANKS:
+        rest += 1
+    return stripped, stripped[:end], stripped[rest:]
+
+
+def _number(number: str, text: str, error: type[UnitError], forms: str) -> Decimal:
+    """The value of a number written with ``_`` or thousands commas (see the module)."""
+    if "," in number:
+        if _GROUPED.fullmatch(number) is None:
+            raise error(f"{quoted(text)} has a comma that is not a thousands separator "
+                        "(groups of three digits, as in '1,024'); write a decimal point, "
+                        f"as in '1.5', or no comma; {forms}", value=text)
+        digits = number.replace(",", "")
+    elif _PLAIN.fullmatch(number) is not None:
+        digits = number.replace("_", "")
+    else:
+        raise error(f"cannot read {quoted(text)}; {forms}", value=text)
+    whole, _, fraction = digits.partition(".")
+    if len(whole.lstrip("0")) > _MAX_DIGITS or len(fraction) > _MAX_DIGITS:
+        raise error(f"{quoted(text)} has too many digits; {forms}", value=text)
+    return Decimal(digits)
+
+
+def _refuse_non_string(value: Any, error: type[UnitError], forms: str, kind: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, str):
+        raise error(f"not {kind}: {quoted(value)}; {forms}", value=value)
+
+
+def _refuse_negative(stripped: str, text: str, error: type[UnitError], kind: str,
+                     forms: str) -> None:
+    if stripped.startswith("-"):
+        raise error(f"cannot be negative (got {quoted(text)}); {forms}", value=text)
+    if not stripped:
+        raise error(f"{kind} is empty; {forms}", value=text)
+
+
+def _size_factor(unit: str, text: str, number: str) -> int:
+    if unit == "B":
+        return 1
+    lowered = unit.lower()
+    prefix = lowered[:1]
+    binary = len(unit) == 3 and lowered[1] == "i"
+    if (len(unit) == 2 or binary) and prefix in _DECIMAL and unit[-1] in "bB":
+        if unit[-1] == "b":
+            raise UnitError(
+                f"{quoted(text)}: {unit!r} is in bits (a lower-case b); sizes are bytes, "
+                f"so write an upper-case B: '{number} {_symbol(prefix, binary)}'",
+                value=text)
+        return _BINARY[prefix] if binary else _DECIMAL[prefix]
+    if unit == "b":
+        raise UnitError(f"{quoted(text)}: 'b' is bits; write '{number} B' for bytes",
+                        value=text)
+    raise UnitError(f"unknown unit {quoted(unit)} in {quoted(text)}; use one of "
+                    f"{_KNOWN_UNITS}; {SIZE_FORMS}", value=text)
+
+
+def _symbol(prefix: str, binary: bool) -> str:
+    if binary:
+        return f"{prefix.upper()}iB"
+    return "kB" if prefix == "k" else f"{prefix.upper()}B"
+
+
+def _integral(value: Any) -> int | None:
+    """``value`` as an ``int`` when it is an integer of any integral type (numpy's too),
+    never a ``bool``; else ``None``."""
+    if isinstance(value, (bool, float)) or not hasattr(value, "__index__"):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def parse_bytes(text: str | int, *, bare_bytes: bool = False) -> int:
+    """Read a size (``"80 GiB"``, ``"24GB"``, ``"512 MiB"``, ``"1.5 TiB"``) as bytes.
+
+    A number without a unit (an ``int``, or text without a unit) is refused unless it is
+    zero or ``bare_bytes`` says the field's name carries the unit
+    (``model_weight_bytes``); then it is bytes. A fractional size in
+    a unit is rounded to the nearest byte; bytes themselves must be whole.
 
     >>> parse_bytes("80 GiB")
     85899345920
     >>> parse_bytes("24GB")
     24000000000
     """
-    if isinstance(text, bool):
-        raise UnitError(f"not a size: {text!r}")
-    if isinstance(text, int):
+    integer = _integral(text)
+    if integer is not None:
+        text = integer
         if text < 0:
-            raise UnitError(f"a size cannot be negative: {text}")
+            raise UnitError(f"cannot be negative (got {quoted(text)})", value=text)
+        if text and not bare_bytes:
+            raise UnitError(_bare_message(str(text)), value=text)
         return text
-    if not isinstance(text, str):
-        raise UnitError(f"not a size: {text!r}")
-    match = _PATTERN.match(text)
-    if match is None:
-        raise UnitError(
-            f"cannot read {text!r} as a size; write e.g. '80 GiB', '24 GB' or '512 MiB'"
-        )
-    number_text, unit_text = match.groups()
-    unit = unit_text.lower()
-    if unit not in _UNITS:
-        known = ", ".join(["B", "KiB", "MiB", "GiB", "TiB", "PiB", "kB", "MB", "GB", "TB", "PB"])
-        raise UnitError(f"unknown unit {unit_text!r} in {text!r}; use one of {known}")
-    try:
-        number = Decimal(number_text.replace("_", "").replace(",", ""))
-    except InvalidOperation as exc:  # pragma: no cover - the pattern already guards this
-        raise UnitError(f"cannot read {text!r} as a size") from exc
-    value = number * _UNITS[unit]
-    if _UNITS[unit] == 1 and value != value.to_integral_value():
-        raise UnitError(f"{text!r} is not a whole number of bytes")
+    _refuse_non_string(text, UnitError, SIZE_FORMS, "a size")
+    stripped, number, unit = _split(text)
+    _refuse_negative(stripped, text, UnitError, "a size", SIZE_FORMS)
+    if not number:
+        raise UnitError(f"cannot read {quoted(text)} as a size; {SIZE_FORMS}", value=text)
+    if unit and not (unit.isascii() and unit.isalpha()):
+        raise UnitError(f"cannot read {quoted(text)} as a size; {SIZE_FORMS}", value=text)
+    value = _number(number, text, UnitError, SIZE_FORMS)
+    if not unit:
+        if value and not bare_bytes:
+            raise UnitError(_bare_message(number), value=text)
+        factor = 1
+    else:
+        factor = _size_factor(unit, text, number)
+    scaled = value * factor
+    if factor == 1 and scaled != scaled.to_integral_value():
+        raise UnitError(f"{quoted(text)} is not a whole number of bytes", value=text)
     # "1.3 GiB" is not a whole number of bytes; the nearest byte is what anyone means.
-    return int(value.to_integral_value(rounding=ROUND_HALF_UP))
+    return int(scaled.to_integral_value(rounding=ROUND_HALF_UP))
+
+
+def _bare_message(number: str) -> str:
+    return (f"{number} has no unit, so it could be GiB, GB or bytes; write "
+            f"'{number} GiB', '{number} GB' or '{number} B'")
 
 
 def format_bytes(value: int, *, precision: int = 2) -> str:
@@ -86,3 +238,123 @@ def format_bytes(value: int, *, precision: int = 2) -> str:
             text = f"{scaled:.{precision}f}".rstrip("0").rstrip(".")
             return f"{text} {name}"
     return f"{value} B"
+
+
+# -- latency ----------------------------------------------------------------------------
+
+
+def _exact_ms(value: Decimal, text: Any) -> int | float:
+    """A latency as an ``int`` when whole, else the ``float`` of its microseconds."""
+    if value > MAX_LATENCY_MS:
+        raise LatencyError(f"a latency must be at most {MAX_LATENCY_MS:,} ms "
+                           f"(got {quoted(text)})", value=text)
+    micro = value * 1000
+    if micro != micro.to_integral_value():
+        raise LatencyError(f"{quoted(text)}: latency is counted to the microsecond, so "
+                           f"give at most {LATENCY_DECIMALS} decimals of a millisecond",
+                           value=text)
+    if value == value.to_integral_value():
+        return int(value)
+    return float(value)
+
+
+def parse_latency_ms(value: str | int | float) -> int | float:
+    """Read a stage-transfer latency in milliseconds.
+
+    Numbers are milliseconds (``5``, ``0.5``); text may add ``ms`` or give ``us``/``µs``
+    (``"5 ms"``, ``"500 us"``). The result is an ``int`` when whole, else a ``float`` with
+    at most three decimals (whole microseconds, see :func:`latency_microseconds`).
+
+    >>> parse_latency_ms("0.5 ms")
+    0.5
+    >>> parse_latency_ms("5ms")
+    5
+    """
+    integer = _integral(value)
+    if integer is not None:
+        value = integer
+        if value < 0:
+            raise LatencyError(f"cannot be negative (got {quoted(value)})",
+                               value=value)
+        return _exact_ms(Decimal(value), value)
+    if isinstance(value, float):
+        if not math.isfinite(value) or value < 0:
+            raise LatencyError(f"a latency must be a finite number of ms, at least 0 "
+                               f"(got {quoted(value)})", value=value)
+        # repr is the shortest text that reads back as this float: 0.1, not 0.1000...0555.
+        return _exact_ms(Decimal(repr(float(value))), value)
+    _refuse_non_string(value, LatencyError, LATENCY_FORMS, "a latency")
+    stripped, number, unit = _split(value)
+    _refuse_negative(stripped, value, LatencyError, "a latency", LATENCY_FORMS)
+    if not number or unit.lower() not in ("", "ms", "us", "µs"):
+        raise LatencyError(f"cannot read {quoted(value)} as a latency; {LATENCY_FORMS}",
+                           value=value)
+    amount = _number(number, value, LatencyError, LATENCY_FORMS)
+    if unit.lower() in ("us", "µs"):
+        amount = amount / 1000
+    return _exact_ms(amount, value)
+
+
+def latency_microseconds(latency_ms: int | float) -> int:
+    """A latency read by :func:`parse_latency_ms` as whole microseconds, exactly."""
+    if isinstance(latency_ms, int):
+        return latency_ms * 1000
+    return int(Decimal(repr(float(latency_ms))) * 1000)
+
+
+def ms_from_microseconds(micro: int) -> int | float:
+    """Whole microseconds back as milliseconds: an ``int`` when whole, else a ``float``."""
+    whole, rest = divmod(micro, 1000)
+    return whole if rest == 0 else float(Decimal(micro) / 1000)
+
+
+# -- context ----------------------------------------------------------------------------
+
+_CONTEXT_FACTORS = {"": 1, "k": 1024, "m": 1024**2}
+
+
+def parse_context(value: str | int) -> int:
+    """Read a context length in tokens: ``131072``, ``"131,072"``, ``"128k"``, ``"1M"``.
+
+    ``k`` is 1024 tokens and ``M`` 1024 * 1024, as context windows are quoted.
+
+    >>> parse_context("128k")
+    131072
+    """
+    integer = _integral(value)
+    if integer is not None:
+        value = integer
+        if value < 0:
+            raise ContextError(f"cannot be negative (got {quoted(value)})",
+                               value=value)
+        return value
+    _refuse_non_string(value, ContextError, CONTEXT_FORMS, "a context length")
+    stripped, number, unit = _split(value)
+    _refuse_negative(stripped, value, ContextError, "a context length",
+                     CONTEXT_FORMS)
+    factor = _CONTEXT_FACTORS.get(unit.lower()) if unit.isascii() else None
+    if not number or factor is None:
+        raise ContextError(f"cannot read {quoted(value)} as a context length; "
+                           f"{CONTEXT_FORMS}", value=value)
+    tokens = _number(number, value, ContextError, CONTEXT_FORMS) * factor
+    if tokens != tokens.to_integral_value():
+        raise ContextError(f"{quoted(value)} is not a whole number of tokens; "
+                           f"{CONTEXT_FORMS}", value=value)
+    return int(tokens)
+
+
+__all__ = [
+    "CONTEXT_FORMS",
+    "LATENCY_FORMS",
+    "SIZE_FORMS",
+    "ContextError",
+    "LatencyError",
+    "UnitError",
+    "format_bytes",
+    "latency_microseconds",
+    "ms_from_microseconds",
+    "parse_bytes",
+    "parse_context",
+    "parse_latency_ms",
+    "quoted",
+]

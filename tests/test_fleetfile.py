@@ -172,11 +172,11 @@ def test_two_counted_entries_that_overlap_are_refused() -> None:
 [[nodes]]
 id = "a"
 count = 2
-vram = 1024
+vram = "1024 B"
 [[nodes]]
 id = "a"
 count = 3
-vram = 2048
+vram = "2 KiB"
 """)
     assert error.code == "DuplicateNodeId" and error.node_id == "a-00"
 
@@ -196,14 +196,19 @@ def test_syntax_error_carries_the_line() -> None:
     ('vram = "80 GiX"', "nodes[1].vram", "unknown unit"),
     ("vram = 80.5", "nodes[1].vram", "GiB"),
     ('vram = "80 GiB"\nmax_vram = -1', "nodes[1].max_vram", "negative"),
-    ('vram = "80 GiB"\nlatency_ms = -3', "nodes[1].latency_ms", "at least 0"),
-    ('vram = "80 GiB"\nlatency_ms = "fast"', "nodes[1].latency_ms", "whole number"),
+    ('vram = "80 GiB"\nlatency_ms = -3', "nodes[1].latency_ms", "negative"),
+    ('vram = "80 GiB"\nlatency_ms = "fast"', "nodes[1].latency_ms", "'5 ms'"),
+    ('vram = "80 GiB"\nlatency_ms = 0.0005', "nodes[1].latency_ms", "microsecond"),
+    ("vram = 24", "nodes[1].vram", "'24 GiB'"),
+    ('vram = "80 Gb"', "nodes[1].vram", "bits"),
+    ('vram = "1,5 TiB"', "nodes[1].vram", "thousands separator"),
+    ('vram = "80\\nGiB"', "nodes[1].vram", "'80 GiB'"),
     ('vram = "80 GiB"\ncount = 0', "nodes[1].count", "at least 1"),
     ('vram = "80 GiB"\nvram_gb = 80', "nodes[1].vram_gb", "unknown field"),
     ('headroom = "1 GiB"', "nodes[1].vram", "is required"),
 ])
 def test_node_errors_name_the_field_node_and_line(entry: str, field: str, words: str) -> None:
-    text = NUMBERS + f'\n[[nodes]]\nid = "ok"\nvram = 1\n\n[[nodes]]\nid = "box-b"\n{entry}\n'
+    text = NUMBERS + f'\n[[nodes]]\nid = "ok"\nvram = "1 B"\n\n[[nodes]]\nid = "box-b"\n{entry}\n'
     error = fleet_error(text)
     assert error.field == field
     assert error.node_id == "box-b"
@@ -309,7 +314,7 @@ def test_preset_resolves_through_the_model_catalogue() -> None:
 
 def test_unknown_preset_names_the_file_and_field(tmp_path: Path) -> None:
     path = tmp_path / "fleet.toml"
-    path.write_text('[model]\npreset = "no-such-model"\n[[nodes]]\nid = "a"\nvram = 1\n')
+    path.write_text('[model]\npreset = "no-such-model"\n[[nodes]]\nid = "a"\nvram = "1 B"\n')
     document = load_fleet(path)
     with pytest.raises(FleetFileError) as caught:
         document.to_request()
@@ -349,7 +354,7 @@ def test_saving_elsewhere_keeps_a_relative_gguf_path_pointing_at_the_file(
 
 def test_missing_gguf_file_is_named(tmp_path: Path) -> None:
     path = tmp_path / "fleet.toml"
-    path.write_text('[model]\ngguf = "gone.gguf"\n[[nodes]]\nid = "a"\nvram = 1\n')
+    path.write_text('[model]\ngguf = "gone.gguf"\n[[nodes]]\nid = "a"\nvram = "1 B"\n')
     with pytest.raises(FleetFileError) as caught:
         load_fleet(path).to_request()
     assert caught.value.code == "ModelUnavailable"
@@ -360,7 +365,7 @@ def test_missing_gguf_file_is_named(tmp_path: Path) -> None:
 
 
 def _small_document(vram: int) -> FleetDocument:
-    return parse_fleet_toml(NUMBERS + f'[[nodes]]\nid = "a"\nvram = {vram}\n')
+    return parse_fleet_toml(NUMBERS + f'[[nodes]]\nid = "a"\nvram = "{vram} B"\n')
 
 
 def test_a_crash_mid_save_leaves_the_old_file_whole(tmp_path: Path,
@@ -485,7 +490,7 @@ def test_plain_data_round_trips(document: FleetDocument) -> None:
 
 def test_identical_numbered_nodes_are_written_back_as_one_counted_entry() -> None:
     document = parse_fleet_toml(NUMBERS + '[[nodes]]\nid = "gpu"\ncount = 12\nvram = "80 GiB"\n'
-                                '[[nodes]]\nid = "mac"\nvram = 115448725504\n')
+                                '[[nodes]]\nid = "mac"\nvram = "115448725504 B"\n')
     text = fleet_to_toml(document)
     assert text.count("[[nodes]]") == 2
     assert 'count = 12' in text and 'vram = "80 GiB"' in text
@@ -494,8 +499,8 @@ def test_identical_numbered_nodes_are_written_back_as_one_counted_entry() -> Non
 
 @pytest.mark.parametrize(("size", "written"), [
     (80 * GIB, '"80 GiB"'), (315_680_000_000, '"315.68 GB"'), (1536 * 1024**2, '"1.5 GiB"'),
-    (24 * 10**9, '"24 GB"'), (115_448_725_504, "115448725504"), (0, "0"), (1000, "1000"),
-    (2**53 - 1, str(2**53 - 1)),
+    (24 * 10**9, '"24 GB"'), (115_448_725_504, '"115448725504 B"'), (0, '"0 B"'),
+    (1000, '"1000 B"'), (2**53 - 1, f'"{2**53 - 1} B"'),
 ])
 def test_sizes_are_written_in_exact_human_units(size: int, written: str) -> None:
     assert f"\nvram = {written}\n" in fleet_to_toml(_small_document(size))

@@ -1,18 +1,32 @@
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.units import UnitError, format_bytes, parse_bytes
+from planner.errors import CodedError
+from planner.units import (
+    ContextError,
+    LatencyError,
+    UnitError,
+    format_bytes,
+    latency_microseconds,
+    ms_from_microseconds,
+    parse_bytes,
+    parse_context,
+    parse_latency_ms,
+    quoted,
+)
 
 
 @pytest.mark.parametrize(("text", "expected"), [
     ("80 GiB", 80 * 2**30),
     ("80GiB", 80 * 2**30),
-    ("80 gib", 80 * 2**30),
+    ("80 GIB", 80 * 2**30),
+    ("80 giB", 80 * 2**30),
     ("24GB", 24 * 10**9),
-    ("24 gb", 24 * 10**9),
+    ("24 gB", 24 * 10**9),
     ("512 MiB", 512 * 2**20),
     ("1.5 TiB", 3 * 2**39),
     ("1.3 GiB", 1_395_864_371),
@@ -21,26 +35,91 @@ from planner.units import UnitError, format_bytes, parse_bytes
     ("2 KB", 2000),
     ("3 KiB", 3072),
     ("1 PiB", 2**50),
-    ("1,024", 1024),
+    ("1,024 B", 1024),
+    ("1,500.5 GB", 1_500_500_000_000),
     ("1_000 B", 1000),
-    ("  7 ", 7),
-    (4096, 4096),
+    ("  7 B\t", 7),
+    ("0", 0),
+    (0, 0),
 ])
 def test_parse_bytes(text: str | int, expected: int) -> None:
     assert parse_bytes(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "GiB", "80 GQ", "-5 GiB", "1.5 B", "2.5", "abc",
-                                  "80 Gib extra", True, None, 1.5, -1])
+@pytest.mark.parametrize(("text", "expected"), [(4096, 4096), ("1,024", 1024), ("7", 7),
+                                                (np.int64(40), 40)])
+def test_bare_numbers_are_bytes_where_the_field_says_so(text: object, expected: int) -> None:
+    assert parse_bytes(text, bare_bytes=True) == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", [24, "24", " 24 ", "2.5", np.int64(24)])
+def test_a_bare_number_is_refused_with_the_forms_it_could_mean(value: object) -> None:
+    with pytest.raises(UnitError) as caught:
+        parse_bytes(value)  # type: ignore[arg-type]
+    message = caught.value.message
+    number = str(value).strip()
+    assert f"'{number} GiB'" in message and f"'{number} B'" in message
+    assert "no unit" in message
+
+
+@pytest.mark.parametrize("text", ["", "GiB", "80 GQ", "-5 GiB", "1.5 B", "abc",
+                                  "80 GiB extra", True, None, 1.5, -1, "1e3 GiB", ".5 GiB",
+                                  "1__0 B", "1_ GiB", "١٢ GiB", "80 GiB\n", "80\u00a0GiB"])
 def test_parse_bytes_refuses(text: object) -> None:
     with pytest.raises(UnitError) as caught:
         parse_bytes(text)  # type: ignore[arg-type]
-    assert str(caught.value)
+    assert caught.value.code == "InvalidSize"
+    assert isinstance(caught.value, CodedError)
+    assert caught.value.message
+
+
+@pytest.mark.parametrize("text", ["1,5 TiB", "0,5 GiB", "8,0,,, GiB", "1,5", "12,34 GB",
+                                  "1,0000 GB", ",5 GiB", "0,500 GB"])
+def test_a_comma_that_is_not_a_thousands_separator_is_refused(text: str) -> None:
+    with pytest.raises(UnitError, match="not a thousands separator") as caught:
+        parse_bytes(text, bare_bytes=True)
+    assert "'80 GiB'" in caught.value.message  # the accepted forms
+
+
+@pytest.mark.parametrize(("text", "suggested"), [("80 Gb", "80 GB"), ("80 gb", "80 GB"),
+                                                 ("80 Gib", "80 GiB"), ("80 gib", "80 GiB"),
+                                                 ("2 kb", "2 kB"), ("8 b", "8 B")])
+def test_a_lower_case_b_is_bits_and_is_refused(text: str, suggested: str) -> None:
+    with pytest.raises(UnitError, match="bits") as caught:
+        parse_bytes(text)
+    assert f"'{suggested}'" in caught.value.message
+
+
+@pytest.mark.parametrize("text", ["80\nGiB", "80\rGiB", "80\x00GiB", "8\n0 GiB"])
+def test_a_line_break_or_control_character_inside_a_size_is_refused(text: str) -> None:
+    with pytest.raises(UnitError, match="cannot read"):
+        parse_bytes(text)
 
 
 def test_unknown_unit_message_lists_the_units() -> None:
     with pytest.raises(UnitError, match=r"unknown unit 'GQ'.*GiB.*GB"):
         parse_bytes("80 GQ")
+
+
+def test_a_long_bad_value_is_quoted_short() -> None:
+    text = "1" + " " * 60_000 + "!"
+    with pytest.raises(UnitError) as caught:
+        parse_bytes(text)
+    assert len(caught.value.message) < 400
+    assert "60,002 characters" in caught.value.message
+    assert len(str(caught.value.details["value"])) <= 80
+
+
+def test_too_many_digits_are_refused() -> None:
+    with pytest.raises(UnitError, match="too many digits"):
+        parse_bytes("9" * 5000 + " GiB")
+
+
+def test_quoted_keeps_short_values_and_cuts_long_ones() -> None:
+    assert quoted("80 GiB") == "'80 GiB'"
+    long = quoted("x" * 1000)
+    assert len(long) <= 110 and "1,000 characters" in long
+    assert len(quoted(list(range(1000)))) <= 80
 
 
 @pytest.mark.parametrize(("value", "expected"), [
@@ -63,3 +142,66 @@ def test_whole_numbers_of_any_unit_parse_exactly(number: int, unit: str) -> None
     factor = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
               "kB": 10**3, "MB": 10**6, "GB": 10**9}[unit]
     assert parse_bytes(f"{number} {unit}") == number * factor
+
+
+# -- latency ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (5, 5), (0, 0), (5.0, 5), (0.5, 0.5), ("0.5", 0.5), ("5 ms", 5), ("5ms", 5),
+    (" 0.25 MS ", 0.25), ("500 us", 0.5), ("1500 µs", 1.5), ("1,000 ms", 1000),
+    (0.001, 0.001), (np.int64(7), 7), (np.float64(0.5), 0.5),
+])
+def test_parse_latency_ms(value: object, expected: int | float) -> None:
+    parsed = parse_latency_ms(value)  # type: ignore[arg-type]
+    assert parsed == expected
+    assert type(parsed) is type(expected)
+
+
+@pytest.mark.parametrize("value", [-1, -0.5, "-5 ms", "1.0005", 0.0001, float("nan"),
+                                   float("inf"), "5 s", "ms", "", True, None, 2 * 10**9,
+                                   "5\nms", "0,5 ms", [5]])
+def test_parse_latency_refuses(value: object) -> None:
+    with pytest.raises(LatencyError) as caught:
+        parse_latency_ms(value)  # type: ignore[arg-type]
+    assert caught.value.code == "InvalidLatency"
+
+
+def test_latency_errors_show_the_accepted_forms() -> None:
+    with pytest.raises(LatencyError, match=r"'0\.5'.*'5 ms'"):
+        parse_latency_ms("fast")
+
+
+@given(st.integers(0, 10**12))
+def test_microseconds_round_trip_exactly(micro: int) -> None:
+    ms = ms_from_microseconds(micro)
+    assert latency_microseconds(ms) == micro
+    assert parse_latency_ms(ms) == ms
+    assert parse_latency_ms(f"{micro} us") == ms
+
+
+def test_fractional_latencies_sum_exactly_in_microseconds() -> None:
+    # 10 stages at 0.7 ms is 7 ms exactly; in floats 10 * 0.7 is 7.000000000000001.
+    assert 10 * latency_microseconds(parse_latency_ms("0.7")) == 7000
+    assert ms_from_microseconds(7000) == 7
+
+
+# -- context ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("128k", 131_072), ("128K", 131_072), (" 128 k ", 131_072), ("64k", 65_536),
+    ("1M", 1_048_576), ("1.5k", 1536), ("131072", 131_072), ("131,072", 131_072),
+    ("65_536", 65_536), (262_144, 262_144), (np.int32(512), 512),
+])
+def test_parse_context(value: object, expected: int) -> None:
+    assert parse_context(value) == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", ["0.3k", "128kb", "128 KiB", "-1", "x", 1.5, True, "",
+                                   "1,5k", "128k\n"])
+def test_parse_context_refuses(value: object) -> None:
+    with pytest.raises(ContextError) as caught:
+        parse_context(value)  # type: ignore[arg-type]
+    assert caught.value.code == "InvalidContext"
+    assert "128k" in caught.value.message

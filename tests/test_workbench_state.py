@@ -34,7 +34,7 @@ def fleet(*vram: str, **options: str | int) -> WorkbenchState:
 
 
 @pytest.mark.parametrize(("text", "expected"), [
-    ("80 GiB", 80 * GIB), ("80GiB", 80 * GIB), (" 24 GB ", 24 * 10**9), ("1024", 1024),
+    ("80 GiB", 80 * GIB), ("80GiB", 80 * GIB), (" 24 GB ", 24 * 10**9), ("1024 B", 1024),
     ("1.5 KiB", 1536), ("315.68 GB", 315_680_000_000),
 ])
 def test_sizes_read_with_units(text: str, expected: int) -> None:
@@ -47,6 +47,9 @@ def test_sizes_read_with_units(text: str, expected: int) -> None:
     ("eighty", "cannot read 'eighty'"),
     ("", "is required"),
     ("1.5 B", "not a whole number of bytes"),
+    ("24", "'24 GiB'"),
+    ("80 Gb", "bits"),
+    ("0,5 GiB", "thousands separator"),
 ])
 def test_bad_sizes_name_the_field_and_node(text: str, problem: str) -> None:
     with pytest.raises(WorkbenchInputError) as caught:
@@ -77,7 +80,7 @@ def test_bad_whole_numbers(text: str, problem: str) -> None:
 
 @pytest.mark.parametrize(("value", "text"), [
     (80 * GIB, "80 GiB"), (315_680_000_000, "315.68 GB"), (24 * 10**9, "24 GB"),
-    (1536, "1.5 KiB"), (0, "0"), (1000, "1000"), (115_448_725_504, "115448725504"),
+    (1536, "1.5 KiB"), (0, "0"), (1000, "1000 B"), (115_448_725_504, "115448725504 B"),
 ])
 def test_exact_size_text_reads_back_exactly(value: int, text: str) -> None:
     assert exact_size_text(value) == text

@@ -23,15 +23,17 @@ from planner.planning.rules import (
     walk_stages,
 )
 from planner.planning.search import ContextSearch, NodeSetChoice
-from planner.units import format_bytes
+from planner.planning.tables import milliseconds_dtype
+from planner.units import format_bytes, latency_microseconds
 
 Request = PlanningInput | Mapping[str, Any]
 
 
-def _target_met(request: PlanningInput, estimate: int | None) -> bool | None:
+def _target_met(request: PlanningInput, estimate: int | float | None) -> bool | None:
     if estimate is None or request.target_decode_tpot_ms is None:
         return None
-    return estimate <= request.target_decode_tpot_ms
+    # In microseconds: a fractional estimate compares exactly.
+    return latency_microseconds(estimate) <= request.target_decode_tpot_ms * 1000
 
 
 def _to_plan(request: PlanningInput, choice: NodeSetChoice, lanes: int) -> Plan:
@@ -50,11 +52,13 @@ def _set_order(choice: NodeSetChoice) -> tuple[int, int, tuple[str, ...]]:
     return (-choice.min_remaining_bytes, -choice.total_remaining_bytes, choice.node_ids)
 
 
-def _shape_rank(request: PlanningInput, estimate: int, context: int) -> tuple[bool, int, int]:
+def _shape_rank(request: PlanningInput, estimate_us: int,
+                context: int) -> tuple[bool, int, int]:
     """SPEC section 6, latency-aware: target met (unknown counts as met), lower estimate
-    (unknown counts as 0), higher context; lanes are always the most allowed."""
+    (unknown counts as 0; in whole microseconds, so exact), higher context; lanes are
+    always the most allowed."""
     target = request.target_decode_tpot_ms
-    return (target is not None and estimate > target, estimate, -context)
+    return (target is not None and estimate_us > target * 1000, estimate_us, -context)
 
 
 def _select(request: PlanningInput) -> NodeSetChoice | None:
@@ -192,7 +196,9 @@ def candidate_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """Candidate rows (dicts with :data:`CANDIDATE_COLUMNS`) as the typed DataFrame
     :func:`candidates` returns; ``node_ids`` become tuples."""
     rows = [{**row, "node_ids": tuple(row["node_ids"])} for row in rows]
-    return pd.DataFrame(rows, columns=list(CANDIDATE_COLUMNS)).astype(CANDIDATE_DTYPES)
+    frame = pd.DataFrame(rows, columns=list(CANDIDATE_COLUMNS))
+    estimate = "estimated_decode_network_ms_per_token"
+    return frame.astype({**CANDIDATE_DTYPES, estimate: milliseconds_dtype(frame[estimate])})
 
 
 def candidates(request: Request) -> pd.DataFrame:
@@ -213,7 +219,7 @@ def candidates(request: Request) -> pd.DataFrame:
         infeasible.
     ``min_remaining_bytes``, ``total_remaining_bytes`` (Int64, bytes)
         Smallest and summed usable bytes left over across the set's stages.
-    ``estimated_decode_network_ms_per_token`` (Int64, ms)
+    ``estimated_decode_network_ms_per_token`` (Int64 ms; Float64 once a latency is fractional)
         ``stage_count * max(latency)`` over the set's nodes with a latency; NA if none.
     ``decode_tpot_target_met`` (boolean)
         Estimate within ``target_decode_tpot_ms``; NA when either is unknown.
@@ -263,7 +269,7 @@ def _select_from_table(request: PlanningInput,
         # Shapes are in the planner's order: highest context, then fewest nodes.
         return next(iter(best_by_shape.values()))
     return min(best_by_shape.values(), key=lambda choice: (
-        *_shape_rank(request, choice.estimate_or_zero, choice.context_length),
+        *_shape_rank(request, choice.estimate_us_or_zero, choice.context_length),
         *_set_order(choice)))
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from planner._validate import Fail, integer, known_keys, optional_integer, text
 from planner.errors import InvalidInput
+from planner.units import LatencyError, latency_microseconds, parse_latency_ms
 
 # Beyond 8 PiB a number of bytes is almost surely a unit mistake; refusing it also keeps
 # every sum the search makes exact in 64-bit integers.
@@ -55,13 +56,21 @@ class NodeBudget:
     detected_vram_bytes: int
     max_vram_bytes: int | None = None
     runtime_headroom_bytes: int = 0
-    stage_transfer_latency_ms: int | None = None
+    stage_transfer_latency_ms: int | float | None = None
+    """Milliseconds, to the microsecond: an ``int`` when whole (``5.0`` becomes ``5``),
+    else a ``float`` with at most three decimals (``0.25``)."""
 
     def __post_init__(self) -> None:
         values = _node_fields(self.node_id, self.detected_vram_bytes, self.max_vram_bytes,
                               self.runtime_headroom_bytes, self.stage_transfer_latency_ms, "")
         for name, value in zip(_NODE_FIELDS, values, strict=True):
             object.__setattr__(self, name, value)
+
+    @property
+    def latency_us(self) -> int | None:
+        """The stage-transfer latency in whole microseconds (exact), or None."""
+        latency = self.stage_transfer_latency_ms
+        return None if latency is None else latency_microseconds(latency)
 
     @property
     def capped_vram_bytes(self) -> int:
@@ -97,7 +106,7 @@ class NodeBudget:
 
 
 def _node_fields(node_id: Any, detected: Any, max_vram: Any, headroom: Any, latency: Any,
-                 where: str) -> tuple[str, int, int | None, int, int | None]:
+                 where: str) -> tuple[str, int, int | None, int, int | float | None]:
     text(node_id, _bad(f"{where}node_id"))
     return (
         node_id,
@@ -105,9 +114,27 @@ def _node_fields(node_id: Any, detected: Any, max_vram: Any, headroom: Any, late
         optional_integer(max_vram, _bad(f"{where}max_vram_bytes", node_id),
                          maximum=MAX_BYTES),
         integer(headroom, _bad(f"{where}runtime_headroom_bytes", node_id), maximum=MAX_BYTES),
-        optional_integer(latency, _bad(f"{where}stage_transfer_latency_ms", node_id),
-                         maximum=MAX_LATENCY_MS),
+        _latency(latency, f"{where}stage_transfer_latency_ms", node_id),
     )
+
+
+def _latency(value: Any, field_name: str, node_id: str) -> int | float | None:
+    """A latency is a number of milliseconds (any integral type or a float, not text or
+    bool), to three decimals: SPEC section 1 extended to sub-millisecond links. Whole
+    values plan exactly as the SPEC's integers do (``5.0`` is ``5``)."""
+    if value is None:
+        return None
+    fail = _bad(field_name, node_id)
+    if isinstance(value, (str, bytes, bool)):
+        raise fail("must be a number of milliseconds", value)
+    if not isinstance(value, float):
+        return optional_integer(value, fail, maximum=MAX_LATENCY_MS)
+    if value < 0:
+        raise fail("must be at least 0", value)
+    try:
+        return parse_latency_ms(value)
+    except LatencyError as error:
+        raise InvalidInput(field_name, error.message, node_id=node_id) from None
 
 
 _NODE_FIELDS = (

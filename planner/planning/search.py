@@ -32,6 +32,7 @@ import numpy as np
 
 from planner.planning.inputs import NodeBudget, PlanningInput
 from planner.planning.rules import layer_bytes, stage_order, walk_stages
+from planner.units import latency_microseconds, ms_from_microseconds
 
 _INF = np.int64(2**62)
 _NEG = np.int64(-(2**62))
@@ -51,7 +52,7 @@ class NodeSetChoice:
     """In stage order."""
     spans: tuple[int, ...]
     remaining_bytes: tuple[int, ...]
-    estimated_decode_network_ms_per_token: int | None
+    estimated_decode_network_ms_per_token: int | float | None
 
     @property
     def node_ids(self) -> tuple[str, ...]:
@@ -66,17 +67,21 @@ class NodeSetChoice:
         return sum(self.remaining_bytes)
 
     @property
-    def estimate_or_zero(self) -> int:
-        return self.estimated_decode_network_ms_per_token or 0
+    def estimate_us_or_zero(self) -> int:
+        """The estimate in whole microseconds (exact), unknown as 0."""
+        return latency_microseconds(self.estimated_decode_network_ms_per_token or 0)
 
 
-def estimate_ms(nodes: Iterable[NodeBudget]) -> int | None:
-    """``k * max(latency of the nodes that have one)``, or None when none has one."""
+def estimate_ms(nodes: Iterable[NodeBudget]) -> int | float | None:
+    """``k * max(latency of the nodes that have one)``, or None when none has one.
+
+    Worked in whole microseconds, so fractional latencies give the exact product
+    (10 x 0.7 ms is 7 ms, not 7.000000000000001)."""
     nodes = list(nodes)
-    known = [n.stage_transfer_latency_ms for n in nodes if n.stage_transfer_latency_ms is not None]
+    known = [n.latency_us for n in nodes if n.latency_us is not None]
     if not known:
         return None
-    return len(nodes) * max(known)
+    return ms_from_microseconds(len(nodes) * max(known))
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +129,8 @@ class ContextSearch:
         groups = []
         for usable in sorted(by_usable, reverse=True):
             members = tuple(sorted(by_usable[usable], key=lambda n: n.node_id))
-            lat = np.array([n.stage_transfer_latency_ms or 0 for n in members], dtype=np.int64)
+            # Microseconds: whole numbers even for fractional latencies.
+            lat = np.array([n.latency_us or 0 for n in members], dtype=np.int64)
             groups.append(_Group(usable, members, lat, np.sort(lat)))
         self.groups: tuple[_Group, ...] = tuple(groups)
 
@@ -179,7 +185,8 @@ class ContextSearch:
 
     # -- program 1: smallest possible maximum latency, every stage count ------------------
     def min_max_latency(self) -> dict[int, int]:
-        """For each stage count that some node set fits, the smallest max latency."""
+        """For each stage count that some node set fits, the smallest max latency, in
+        microseconds."""
         size = self.state_count
         value = np.full(size, _INF, dtype=np.int64)
         value[self.goal] = 0

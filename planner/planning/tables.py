@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import pandas as pd
 
 from planner.planning.inputs import PlanningInput
 from planner.planning.plan import Plan
 from planner.planning.rules import kv_bytes_per_layer_token, layer_weights
+
+
+def milliseconds_dtype(values: Iterable[Any]) -> str:
+    """``Int64`` for a column of whole milliseconds (the SPEC's integers), ``Float64``
+    once a latency or estimate is fractional; missing values are NA in either."""
+    for value in values:
+        if value is not None and not pd.isna(value) and not float(value).is_integer():
+            return "Float64"
+    return "Int64"
 
 
 def node_budgets(request: PlanningInput) -> pd.DataFrame:
@@ -15,7 +27,7 @@ def node_budgets(request: PlanningInput) -> pd.DataFrame:
     Columns: ``node_id``, ``detected_vram_bytes``, ``max_vram_bytes`` (Int64, NA when
     uncapped), ``capped_away_bytes`` (detected VRAM the cap removes),
     ``runtime_headroom_bytes``, ``usable_vram_bytes``, ``stage_transfer_latency_ms``
-    (Int64, NA when unknown).
+    (Int64, Float64 once one is fractional; NA when unknown).
     """
     rows = []
     for node in request.nodes:
@@ -39,7 +51,7 @@ def node_budgets(request: PlanningInput) -> pd.DataFrame:
         "capped_away_bytes": "int64",
         "runtime_headroom_bytes": "int64",
         "usable_vram_bytes": "int64",
-        "stage_transfer_latency_ms": "Int64",
+        "stage_transfer_latency_ms": milliseconds_dtype(frame["stage_transfer_latency_ms"]),
     })
 
 

@@ -18,7 +18,13 @@ from typing import Any
 from planner._validate import shown
 from planner.errors import CodedError
 from planner.planning import NodeBudget, PlanningInput
-from planner.units import UnitError, format_bytes, parse_bytes
+from planner.units import (
+    UnitError,
+    format_bytes,
+    parse_bytes,
+    parse_context,
+    parse_latency_ms,
+)
 
 DEFAULT_FLEET_DIR = Path(__file__).resolve().parents[2] / "data" / "fleets"
 DEFAULT_FLEET_FILE = DEFAULT_FLEET_DIR / "qwen480b-5x80.toml"
@@ -88,9 +94,9 @@ _DECIMAL_UNITS = (("PB", 1000**5), ("TB", 1000**4), ("GB", 1000**3), ("MB", 1000
 
 def exact_size_text(value: int) -> str:
     """``value`` as a size that reads back exactly: ``"80 GiB"``, ``"315.68 GB"``, or
-    whole bytes when no unit gives a short exact figure."""
+    ``"N B"`` when no unit gives a short exact figure (``"0"`` for nothing)."""
     if value < 1024:
-        return str(value)
+        return f"{value} B" if value else "0"
     for precision in (0, 1, 2, 3):
         text = format_bytes(value, precision=precision)
         try:
@@ -103,13 +109,14 @@ def exact_size_text(value: int) -> str:
             text = f"{value / factor:.3f}".rstrip("0").rstrip(".")
             if parse_bytes(f"{text} {unit}") == value:
                 return f"{text} {unit}"
-    return str(value)
+    return f"{value} B"
 
 
 def parse_size(text: str, field_name: str, *, label: str, node_id: str | None = None,
-               optional: bool = False) -> int | None:
-    """A size typed as ``"80 GiB"``, ``"24 GB"`` or whole bytes; blank is ``None`` when
-    ``optional``."""
+               optional: bool = False, bare_bytes: bool = False) -> int | None:
+    """A size typed as ``"80 GiB"``, ``"24 GB"`` or ``"1024 B"``; blank is ``None`` when
+    ``optional``. A bare number is bytes only with ``bare_bytes`` (a box labelled in
+    bytes); elsewhere it is refused with the units it could mean."""
     stripped = text.strip()
     if not stripped:
         if optional:
@@ -120,10 +127,34 @@ def parse_size(text: str, field_name: str, *, label: str, node_id: str | None = 
         raise WorkbenchInputError(field_name, "cannot be negative", value=text,
                                   node_id=node_id, label=label)
     try:
-        return parse_bytes(stripped)
+        return parse_bytes(stripped, bare_bytes=bare_bytes)
     except UnitError as error:
         raise WorkbenchInputError(field_name, error.message, node_id=node_id,
                                   label=label) from None
+
+
+def parse_latency(text: str, field_name: str, *, label: str,
+                  node_id: str | None = None) -> int | float | None:
+    """An optional latency (blank is ``None``) read as fleet files read it: ``5``,
+    ``0.5``, ``"5 ms"``, ``"500 us"``."""
+    if not text.strip():
+        return None
+    try:
+        return parse_latency_ms(text.strip())
+    except UnitError as error:
+        raise WorkbenchInputError(field_name, error.message, node_id=node_id,
+                                  label=label) from None
+
+
+def parse_context_text(text: str, field_name: str, *, label: str) -> int | None:
+    """An optional context length (blank is ``None``): ``131072``, ``"131,072"`` or
+    ``"128k"`` (k = 1024 tokens)."""
+    if not text.strip():
+        return None
+    try:
+        return parse_context(text.strip())
+    except UnitError as error:
+        raise WorkbenchInputError(field_name, error.message, label=label) from None
 
 
 _WHOLE = re.compile(r"^\s*(-?[0-9][0-9_,]*)\s*([a-zA-Z]*)\s*$")
@@ -140,7 +171,11 @@ def parse_whole(text: str, field_name: str, *, label: str, unit: str = "",
         suffix = f", optionally followed by {unit!r}" if unit else ""
         raise WorkbenchInputError(field_name, f"must be a whole number{suffix}",
                                   value=text, node_id=node_id, label=label)
-    number = int(match.group(1).replace("_", "").replace(",", ""))
+    digits = match.group(1).replace("_", "").replace(",", "")
+    if len(digits.lstrip("-0")) > 18:
+        raise WorkbenchInputError(field_name, "has too many digits", value=text,
+                                  node_id=node_id, label=label)
+    number = int(digits)
     if number < minimum:
         problem = "cannot be negative" if minimum == 0 else f"must be at least {minimum}"
         raise WorkbenchInputError(field_name, problem, value=text, node_id=node_id,
@@ -175,8 +210,8 @@ class NodeRow:
                          node_id=node_id, optional=True)
         headroom = parse_size(self.headroom, f"{where}.headroom",
                               label=f"{label} headroom", node_id=node_id, optional=True)
-        latency = parse_whole(self.latency_ms, f"{where}.latency_ms",
-                              label=f"{label} latency", unit="ms", node_id=node_id)
+        latency = parse_latency(self.latency_ms, f"{where}.latency_ms",
+                                label=f"{label} latency", node_id=node_id)
         assert detected is not None
         return NodeBudget(node_id, detected, cap, headroom or 0, latency)
 
@@ -230,9 +265,9 @@ class ModelFields:
     def planning_fields(self) -> dict[str, Any]:
         """The five SPEC model fields. Raises :class:`WorkbenchInputError`."""
         weights = parse_size(self.model_weight_bytes, "model_weight_bytes",
-                             label="model weight bytes")
+                             label="model weight bytes", bare_bytes=True)
         kv = parse_size(self.kv_bytes_per_token, "kv_bytes_per_token",
-                        label="KV bytes per token")
+                        label="KV bytes per token", bare_bytes=True)
         return {
             "native_context_length": self.native_context_length,
             "layer_count": self.layer_count,
@@ -271,7 +306,7 @@ class PlanOptions:
                                       value=str(self.minimum_nodes), label="minimum nodes")
         return {
             "minimum_nodes": self.minimum_nodes,
-            "context_length_override": parse_whole(
+            "context_length_override": parse_context_text(
                 self.context_length_override, "context_length_override",
                 label="context override"),
             "parallel_lanes_override": parse_whole(
