@@ -107,6 +107,10 @@ def main() -> int:
         print("|---|---:|---:|")
         for row in workbench_bench.run():
             print(f"| {row['edit']} | {row['nodes']} | {row['milliseconds']:.0f} |")
+    import sweep_bench
+
+    print()
+    sweep_bench.print_tables()
     if mismatches:
         print(f"{mismatches} plan(s) differ from the exhaustive reference", file=sys.stderr)
         return 1
