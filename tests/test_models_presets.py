@@ -19,6 +19,7 @@ from planner.models import (
     ModelSpec,
     data_dir,
     list_presets,
+    load_backend_overheads,
     load_gpu_catalog,
     load_preset,
 )
@@ -275,17 +276,39 @@ bits_per_weight = 8.5
 def test_gpu_catalog_covers_common_accelerators() -> None:
     catalog = {gpu.name: gpu for gpu in load_gpu_catalog()}
     for name, memory in [
-        ("NVIDIA H100 80GB", 80 * 2**30),
-        ("NVIDIA H200 141GB", 141 * 2**30),
+        # Data-centre parts: the total the driver reports (nvidia-smi, rocm-smi).
+        ("NVIDIA H100 80GB", 81_559 * 2**20),
+        ("NVIDIA H200 141GB", 143_771 * 2**20),
         ("NVIDIA A100 40GB", 40 * 2**30),
         ("NVIDIA A100 80GB", 80 * 2**30),
-        ("NVIDIA L40S", 48 * 2**30),
+        ("NVIDIA L40S", 46_068 * 2**20),
         ("NVIDIA GeForce RTX 3090", 24 * 2**30),
         ("NVIDIA GeForce RTX 4090", 24 * 2**30),
         ("NVIDIA GeForce RTX 5090", 32 * 2**30),
-        ("AMD Instinct MI300X", 192 * 2**30),
+        ("AMD Instinct MI300X", 205_822_885_888),
     ]:
         assert catalog[name].memory_bytes == memory, name
+    assert "HBM2e" in catalog["NVIDIA H100 80GB"].note  # the PCIe card's memory
+
+
+def test_llamacpp_backend_overheads_per_gpu_kind(tmp_path: Path) -> None:
+    defaults = load_backend_overheads()
+    assert defaults["cuda"] == 457 * 2**20 and defaults["metal"] == 512 * 2**20
+    assert defaults["rpc"] == 0
+    catalog = {gpu.name: gpu for gpu in load_gpu_catalog()}
+    assert catalog["NVIDIA H100 80GB"].llamacpp_overhead(defaults) == 457 * 2**20
+    assert catalog["Apple M2 Ultra 192GB"].llamacpp_overhead(defaults) == 512 * 2**20
+    own = tmp_path / "gpus.toml"
+    own.write_text('[[gpu]]\nname = "X"\nvendor = "V"\nmemory_bytes = 1024\nnote = "n"\n'
+                   'backend = "cuda"\nllamacpp_overhead_bytes = 300\n'
+                   '[llamacpp.backend_overhead_bytes]\ncuda = 7\n')
+    assert load_gpu_catalog(own)[0].llamacpp_overhead(load_backend_overheads(own)) == 300
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[gpu]]\nname = "X"\nvendor = "V"\nmemory_bytes = 1024\nnote = "n"\n'
+                   'backend = "cudda"\n')
+    with pytest.raises(ModelError) as caught:
+        load_gpu_catalog(bad)
+    assert caught.value.details["field"] == "backend"
 
 
 def test_apple_entries_use_the_metal_working_set_not_total_ram() -> None:

@@ -202,8 +202,8 @@ def test_add_gpus_from_the_catalog(bench: Workbench) -> None:
     added = bench.state.nodes[5:]
     assert [row.node_id for row in added] == ["h200-141gb-00", "h200-141gb-01",
                                               "h200-141gb-02"]
-    assert {row.vram for row in added} == {"141 GiB"}
-    # Three 141 GiB nodes beat five 80 GiB ones: fewer stages at native context.
+    assert {row.vram for row in added} == {"143771 MiB"}  # as the driver reports it
+    # Three 141 GB nodes beat five 80 GiB ones: fewer stages at native context.
     assert bench.evaluation.plan.stage_count == 3
 
 

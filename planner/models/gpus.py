@@ -48,7 +48,9 @@ GPU_FIELDS = ("name", "vendor", "memory_bytes", "note", "unified_memory_bytes",
               "working_set_fraction", "annual_failure_rate", "repair_hours", "id",
               "price_per_hour", "price_source", "price_date",
               "memory_bandwidth_bytes_per_s", "memory_bandwidth_source", "headroom_bytes",
-              "stage_transfer_latency_ms", "max_count")
+              "stage_transfer_latency_ms", "max_count", "backend", "llamacpp_overhead_bytes")
+# llama.cpp backends a GPU kind can run (planner.memory's fixed overhead per device).
+BACKENDS = ("cuda", "rocm", "metal", "vulkan", "sycl", "cpu", "rpc")
 
 _KIND_ID = re.compile(r"^[a-z0-9]+(?:[-_.][a-z0-9]+)*$")
 _VENDOR_WORDS = {"nvidia", "amd", "apple", "intel", "geforce", "radeon"}
@@ -86,6 +88,16 @@ class GpuModel:
     headroom_bytes: int | None = None
     stage_transfer_latency_ms: int | None = None
     max_count: int | None = None
+    # The llama.cpp backend it runs, and its own fixed overhead (planner.memory).
+    backend: str | None = None
+    llamacpp_overhead_bytes: int | None = None
+
+    def llamacpp_overhead(self, defaults: Mapping[str, int]) -> int:
+        """Bytes llama.cpp's backend takes on this GPU beyond its logged buffers: the
+        kind's own figure, else its backend's default from ``defaults``."""
+        if self.llamacpp_overhead_bytes is not None:
+            return self.llamacpp_overhead_bytes
+        return defaults.get(self.backend or "", 0)
 
     @property
     def kind(self) -> str:
@@ -210,7 +222,17 @@ def _gpu(entry: Any, where: str) -> GpuModel:
         stage_transfer_latency_ms=_int(entry, "stage_transfer_latency_ms", where, minimum=0,
                                        maximum=_MAX_LATENCY_MS),
         max_count=_int(entry, "max_count", where, minimum=0, maximum=_MAX_COUNT),
+        backend=_backend(entry, where),
+        llamacpp_overhead_bytes=_int(entry, "llamacpp_overhead_bytes", where, minimum=0,
+                                     maximum=_MAX_BYTES),
     )
+
+
+def _backend(entry: Mapping[str, Any], where: str) -> str | None:
+    backend = entry.get("backend")
+    if backend is not None and backend not in BACKENDS:
+        raise _bad(where, "backend", f"must be one of {', '.join(BACKENDS)}", backend)
+    return backend
 
 
 def _read(path: Path, shipped: bool) -> Any:
@@ -237,8 +259,10 @@ def parse_gpu_catalog(raw: Any, where: str) -> list[GpuModel]:
         raise _bad(where, "gpu", "must be a non-empty array of [[gpu]] tables")
     if isinstance(raw, Mapping):
         for key in raw:
-            if key != "gpu":
-                raise _bad(where, key, "is not a known table; a catalog holds [[gpu]] tables")
+            if key not in ("gpu", "llamacpp"):
+                raise _bad(where, key, "is not a known table; a catalog holds [[gpu]] tables "
+                           "and [llamacpp.backend_overhead_bytes]")
+        _overheads(raw, where)
     catalog = [_gpu(entry, f"{where} [[gpu]] #{index + 1}")
                for index, entry in enumerate(entries)]
     for label, key in (("name", lambda gpu: gpu.name.casefold()),
@@ -249,6 +273,32 @@ def parse_gpu_catalog(raw: Any, where: str) -> list[GpuModel]:
             what = "name" if label == "name" else "kind id"
             raise _bad(where, label, f"{what} appears more than once: {', '.join(duplicates)}")
     return catalog
+
+
+def _overheads(raw: Mapping[str, Any], where: str) -> dict[str, int]:
+    section = raw.get("llamacpp", {})
+    if not isinstance(section, Mapping) or set(section) - {"backend_overhead_bytes"}:
+        raise _bad(where, "llamacpp", "may hold only a backend_overhead_bytes table")
+    table = section.get("backend_overhead_bytes", {})
+    if not isinstance(table, Mapping):
+        raise _bad(where, "llamacpp.backend_overhead_bytes", "must be a table", table)
+    for name, value in table.items():
+        field_name = f"llamacpp.backend_overhead_bytes.{name}"
+        if name not in BACKENDS:
+            raise _bad(where, field_name, f"is not a backend; expected {', '.join(BACKENDS)}")
+        if isinstance(value, bool) or not isinstance(value, int) or not (
+                0 <= value <= _MAX_BYTES):
+            raise _bad(where, field_name, "must be an integer >= 0", value)
+    return dict(table)
+
+
+def load_backend_overheads(path: str | Path | None = None) -> dict[str, int]:
+    """``[llamacpp.backend_overhead_bytes]`` of a catalog file (default the shipped one):
+    llama.cpp's fixed overhead per device for each backend."""
+    shipped = path is None
+    resolved = data_dir() / "gpus.toml" if path is None else Path(path).expanduser()
+    raw = _read(resolved, shipped)
+    return _overheads(raw if isinstance(raw, Mapping) else {}, str(resolved))
 
 
 def load_gpu_catalog(path: str | Path | None = None) -> list[GpuModel]:

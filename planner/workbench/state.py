@@ -109,6 +109,9 @@ def exact_size_text(value: int) -> str:
             text = f"{value / factor:.3f}".rstrip("0").rstrip(".")
             if parse_bytes(f"{text} {unit}") == value:
                 return f"{text} {unit}"
+    # Drivers report memory in whole MiB (nvidia-smi's 81,559 MiB for an H100).
+    if value % 2**20 == 0:
+        return f"{value // 2**20} MiB"
     return f"{value} B"
 
 
