@@ -133,3 +133,26 @@ def test_size_sweep_over_prices_and_failures() -> None:
     assert row["sized_fleet"] == direct.label
     assert row["cost_per_hour_usd"] == direct.cost_per_hour_usd
     assert results.iloc[3]["cost_per_hour_usd"] == pytest.approx(3 * direct.cost_per_hour_usd)
+
+
+@pytest.mark.slow
+def test_a_dask_worker_killed_mid_sweep_is_replaced_and_nothing_is_lost(tmp_path: Path) -> None:
+    from distributed import Client
+
+    from planner.sweep_dask import local_cluster
+
+    grid = grid_from_axes({"annual_failure_rate": [0.05, 0.1, 0.2, 0.4, 0.8, 1.6],
+                           "repair_hours": [24, 200]}, {"fleet": FIVE})
+    killed: list[int] = []
+    with local_cluster(2) as cluster, Client(cluster) as client:
+        pids = list(client.run(os.getpid).values())
+
+        def kill_a_worker(done: int, total: int) -> None:
+            if done >= 2 and not killed:
+                killed.append(done)
+                os.kill(pids[0], signal.SIGKILL)
+
+        results = sweep(grid, "availability", scheduler=client, batch_size=1,
+                        output=tmp_path / "out.parquet", progress=kill_a_worker)
+    assert killed
+    pd.testing.assert_frame_equal(results, sweep(grid, "availability", executor="inline"))
