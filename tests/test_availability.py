@@ -114,7 +114,7 @@ def test_exact_availability_matches_every_failure_subset(case) -> None:
             fleet_availability(request, down=down)
         return
     truth, contexts = brute_force(request, down, min_context, 1)
-    result = fleet_availability(request, down=down, min_context=min_context)
+    result = fleet_availability(request, down=down, min_context=min_context, exact_states=4096)
     assert result.exact
     assert result.availability == pytest.approx(float(truth), abs=1e-12)
     assert set(result.context_distribution) == set(contexts)
