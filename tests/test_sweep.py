@@ -156,3 +156,19 @@ def test_a_dask_worker_killed_mid_sweep_is_replaced_and_nothing_is_lost(tmp_path
                         output=tmp_path / "out.parquet", progress=kill_a_worker)
     assert killed
     pd.testing.assert_frame_equal(results, sweep(grid, "availability", executor="inline"))
+
+
+def test_simulation_sweep_reports_each_seeded_year() -> None:
+    from planner.simulation import simulate
+
+    grid = grid_from_axes({"seed": [1, 2]}, {"fleet": FIVE, "annual_failure_rate": 3.0,
+                                              "repair_hours": 300, "horizon_hours": 8760})
+    results = sweep(grid, "simulation")
+    request = load_fleet(FIVE).to_request()
+    for row in results.itertuples(index=False):
+        year = simulate(request, NodeReliability(3.0, 300), seed=row.seed, min_context=65536)
+        expected = year.summary()
+        assert row.hours_down == expected["hours_down"]
+        assert row.replans == expected["replans"] > 0
+        assert row.claim_messages == expected["claim_messages"]
+        assert row.simulated_availability == expected["simulated_availability"]
