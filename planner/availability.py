@@ -129,19 +129,28 @@ class NodeReliability:
 
 @dataclass(frozen=True, slots=True)
 class ReliabilityOverride:
-    """A node's own failure rate or repair time (from its fleet-file entry); ``None``
-    keeps the fleet-wide or catalog value."""
+    """A node's own failure figures (from its fleet-file entry): its failure rate and
+    repair time, and ``gpu``, the catalog kind (id or name) whose figures it takes.
+    ``None`` keeps the fleet-wide or catalog value."""
 
     annual_failure_rate: float | None = None
     repair_hours: float | None = None
+    gpu: str | None = None
+
+
+def _catalog_figures(gpu: Any) -> NodeReliability | None:
+    if gpu.annual_failure_rate is None or gpu.repair_hours is None:
+        return None
+    return NodeReliability(annual_failure_rate=gpu.annual_failure_rate,
+                           repair_hours=gpu.repair_hours)
 
 
 def catalog_reliability(catalog: Sequence[Any], memory_bytes: int) -> NodeReliability | None:
     """The catalog's failure figures for a node of that memory size.
 
-    Fleet-file nodes name their memory, not their accelerator, so the kind is the catalog
+    A node that does not name its kind (``gpu``) is matched by memory: the catalog
     entries with exactly that ``memory_bytes``; it counts only when they agree on both
-    figures (H100 80GB and A100 80GB, say) and give them.
+    figures and give them.
     """
     figures = {(gpu.annual_failure_rate, gpu.repair_hours) for gpu in catalog
                if gpu.memory_bytes == memory_bytes}
@@ -153,9 +162,26 @@ def catalog_reliability(catalog: Sequence[Any], memory_bytes: int) -> NodeReliab
     return NodeReliability(annual_failure_rate=afr, repair_hours=repair)
 
 
+def catalog_kind(catalog: Sequence[Any], name: str) -> Any:
+    """The catalog entry whose kind id or name is ``name`` (case-insensitive)."""
+    wanted = name.strip().casefold()
+    for gpu in catalog:
+        if wanted in (gpu.kind.casefold(), gpu.name.casefold()):
+            return gpu
+    known = ", ".join(gpu.kind for gpu in catalog)
+    raise AvailabilityError("InvalidReliability", f"gpu {name!r} is not in the catalog; known "
+                            f"kinds: {known}", field="gpu", value=name)
+
+
 def document_overrides(document: Any) -> dict[str, ReliabilityOverride]:
     """The per-node failure figures a fleet document gives, by node id."""
     return dict(getattr(document, "reliability", None) or {})
+
+
+def _shipped_catalog() -> list[Any]:
+    from planner.models import load_gpu_catalog
+
+    return load_gpu_catalog()
 
 
 def fleet_reliability(
@@ -168,18 +194,23 @@ def fleet_reliability(
 ) -> dict[str, NodeReliability]:
     """Each node's failure rate and repair time, field by field, from the first that
     gives it: the node's own override, the fleet-wide value (``annual_failure_rate``,
-    ``repair_hours``), the catalog kind with the node's detected memory, the defaults."""
+    ``repair_hours``), its catalog kind (the one it names as ``gpu``, else the one with
+    its detected memory), the defaults."""
     overrides = overrides or {}
     result: dict[str, NodeReliability] = {}
     for node in nodes:
         own = overrides.get(node.node_id, ReliabilityOverride())
-        kind = catalog_reliability(catalog, node.detected_vram_bytes) if catalog else None
-        base = kind or NodeReliability()
-        afr = next(v for v in (own.annual_failure_rate, annual_failure_rate,
-                               base.annual_failure_rate) if v is not None)
-        repair = next(v for v in (own.repair_hours, repair_hours, base.repair_hours)
-                      if v is not None)
         try:
+            kind = None
+            if own.gpu is not None:
+                kind = _catalog_figures(catalog_kind(catalog or _shipped_catalog(), own.gpu))
+            elif catalog:
+                kind = catalog_reliability(catalog, node.detected_vram_bytes)
+            base = kind or NodeReliability()
+            afr = next(v for v in (own.annual_failure_rate, annual_failure_rate,
+                                   base.annual_failure_rate) if v is not None)
+            repair = next(v for v in (own.repair_hours, repair_hours, base.repair_hours)
+                          if v is not None)
             result[node.node_id] = NodeReliability(annual_failure_rate=afr,
                                                    repair_hours=repair)
         except AvailabilityError as error:

@@ -277,3 +277,28 @@ def test_cheapest_catalog_spares_cost_no_more_than_any_single_kind() -> None:
         except AvailabilityError:
             continue
         assert mix.cost_per_hour <= alone.cost_per_hour + 1e-9
+
+
+def test_node_figures_come_from_own_then_fleet_then_catalog_then_defaults() -> None:
+    from planner.availability import ReliabilityOverride, fleet_reliability
+    from planner.models import load_gpu_catalog
+
+    catalog = load_gpu_catalog()
+    h100 = next(gpu for gpu in catalog if gpu.name == "NVIDIA H100 80GB")
+    rtx = next(gpu for gpu in catalog if gpu.name == "NVIDIA GeForce RTX 4090")
+    nodes = [NodeBudget("own", 80 * GIB), NodeBudget("named", 1 * GIB),
+             NodeBudget("by-memory", rtx.memory_bytes), NodeBudget("unknown", 7 * GIB)]
+    overrides = {"own": ReliabilityOverride(annual_failure_rate=0.5, gpu=h100.kind),
+                 "named": ReliabilityOverride(gpu=h100.name)}
+    plain = fleet_reliability(nodes, catalog=catalog, overrides=overrides)
+    assert plain["own"] == NodeReliability(0.5, h100.repair_hours)
+    assert plain["named"] == NodeReliability(h100.annual_failure_rate, h100.repair_hours)
+    assert plain["by-memory"] == NodeReliability(rtx.annual_failure_rate, rtx.repair_hours)
+    assert plain["unknown"] == NodeReliability()
+    fleet_wide = fleet_reliability(nodes, catalog=catalog, overrides=overrides,
+                                   repair_hours=10)
+    assert fleet_wide["own"] == NodeReliability(0.5, 10)
+    assert fleet_wide["by-memory"] == NodeReliability(rtx.annual_failure_rate, 10)
+    with pytest.raises(AvailabilityError, match="not in the catalog"):
+        fleet_reliability(nodes, catalog=catalog,
+                          overrides={"own": ReliabilityOverride(gpu="TPU v9")})
