@@ -588,7 +588,10 @@ def _group_nodes(nodes: Sequence[NodeBudget]) -> list[tuple[NodeBudget, str, int
 # -- TOML -------------------------------------------------------------------------------
 
 
-_TABLE_HEADER = re.compile(r"^\s*(\[\[?)\s*([A-Za-z0-9_\-\.\"' ]+?)\s*\]\]?\s*(#.*)?$")
+# Linear-time patterns only: no two adjacent parts may match the same characters, or a
+# long line of spaces makes the match cubic. The table name is checked after the match.
+_TABLE_HEADER = re.compile(r"^[ \t]*(\[\[?)([^\]\n]*)\]\]?[ \t]*(#.*)?$")
+_TABLE_NAME = re.compile(r"[A-Za-z0-9_\-\.\"' ]+")
 _KEY_LINE = re.compile(r"^\s*(\"[^\"]*\"|'[^']*'|[A-Za-z0-9_\-]+)\s*=")
 
 
@@ -605,7 +608,7 @@ class _KeyLines:
         counters: dict[str, int] = {}
         for number, raw in enumerate(text.splitlines(), start=1):
             header = _TABLE_HEADER.match(raw)
-            if header:
+            if header and _TABLE_NAME.fullmatch(header.group(2).strip()):
                 name = header.group(2).strip().strip("\"'")
                 if header.group(1) == "[[":
                     counters[name] = counters.get(name, -1) + 1

@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -519,3 +522,26 @@ def test_source_is_not_part_of_equality(tmp_path: Path) -> None:
     loaded = load_fleet(save_fleet(document, tmp_path / "x.toml"))
     assert loaded.source == str(tmp_path / "x.toml")
     assert loaded == document == dataclasses.replace(loaded, source=None)
+
+
+def test_a_long_line_of_spaces_does_not_stall_the_line_finder() -> None:
+    # A multi-line string holding "[", thousands of spaces and "x" once made the table
+    # header pattern backtrack cubically (minutes for a 6 KB file). Run it in a child
+    # process so a regression fails at the timeout instead of hanging the suite.
+    script = textwrap.dedent('''
+        from planner.fleetfile import FleetFileError, parse_fleet_toml
+        text = (
+            'name = """\\n[' + " " * 6000 + 'x\\n"""\\n'
+            '[model]\\nnative_context_length = 65536\\nlayer_count = 40\\n'
+            'model_weight_bytes = "40 GiB"\\nkv_bytes_per_token = 65536\\n'
+            '[[nodes]]\\nid = "a"\\nvram = "lots"\\n'
+        )
+        try:
+            parse_fleet_toml(text, "fleet.toml")
+        except FleetFileError as error:
+            print(error.line, text.splitlines()[error.line - 1])
+    ''')
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split(None, 1) == ["11", 'vram = "lots"\n']
