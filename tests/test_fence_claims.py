@@ -23,7 +23,21 @@ from planner.fence import (
     quorum_requirement,
     same_claim_epoch,
 )
-from planner.fence.claims import CLAIM_REASONS
+from planner.fence.claims import (
+    CLAIM_REASONS,
+    CLAIM_RULES,
+    LOAD_RULES,
+    RULE_CLAIM_EXISTS,
+    RULE_FENCED_FIELDS,
+    RULE_FIRST_CLAIM,
+    RULE_LEASE,
+    RULE_MATCH,
+    RULE_NEWER_TERM,
+    RULE_SAME_EPOCH,
+    RULE_SHAPE,
+    RULE_STALE_TERM,
+    RULE_UNFENCED,
+)
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "fence_examples.json").read_text())
 NOW = 1_000_000
@@ -294,6 +308,62 @@ def test_malformed_input_is_refused_naming_the_field(build: Any, field: str) -> 
         build()
     assert info.value.field == field
     assert field in str(info.value)
+
+
+def test_stale_term_reports_both_terms_and_the_current_claim() -> None:
+    # SPEC section 8: "lower term -> StaleTerm (reports both terms and the current claim)".
+    stored = make_claim(coordinator_term=11)
+    data = decide_claim(stored, make_claim(coordinator_term=10), NOW).to_dict()
+    assert data["reason"] == "StaleTerm"
+    assert (data["claim_term"], data["current_term"]) == (10, 11)
+    assert data["current"] == stored.to_dict()
+
+
+def test_term_mismatch_reports_the_load_term_and_the_claim_term() -> None:
+    # SPEC section 8: "term differs -> TermMismatch{load_term, claim_term}".
+    stored = make_claim(coordinator_term=11)
+    data = decide_load(stored, make_load(stored, coordinator_term=12), NOW).to_dict()
+    assert data["reason"] == "TermMismatch"
+    assert (data["load_term"], data["claim_term"]) == (12, 11)
+    older = decide_load(stored, make_load(stored, coordinator_term=3), NOW).to_dict()
+    assert (older["load_term"], older["claim_term"]) == (3, 11)
+    # With no stored claim there is no claim term to report.
+    missing = decide_load(None, make_load(stored), NOW).to_dict()
+    assert (missing["reason"], missing["load_term"], missing["claim_term"]) == (
+        "MissingClaim", 11, None)
+
+
+def test_decisions_name_the_rule_that_decided() -> None:
+    stored = make_claim(coordinator_term=11)
+    cases = [
+        (decide_claim(None, make_claim(model_id=""), NOW), RULE_SHAPE),
+        (decide_claim(stored, make_claim(lease_until_unix_ms=NOW), NOW), RULE_SHAPE),
+        (decide_claim(None, stored, NOW), RULE_FIRST_CLAIM),
+        (decide_claim(stored, make_claim(coordinator_term=10), NOW), RULE_STALE_TERM),
+        (decide_claim(stored, make_claim(coordinator_term=12), NOW), RULE_NEWER_TERM),
+        (decide_claim(stored, replace(stored, lease_until_unix_ms=NOW + 1), NOW),
+         RULE_SAME_EPOCH),
+        (decide_claim(stored, replace(stored, run_id="other"), NOW), RULE_SAME_EPOCH),
+    ]
+    for decision, rule in cases:
+        assert decision.rule == rule, decision.message
+        assert decision.to_dict()["rule"] == rule
+    assert {rule for _, rule in cases} == set(CLAIM_RULES)
+    loads = [
+        (decide_load(None, make_load(coordinator_id=None, coordinator_term=0), NOW),
+         RULE_UNFENCED),
+        (decide_load(stored, make_load(stored, coordinator_term=0), NOW), RULE_FENCED_FIELDS),
+        (decide_load(stored, make_load(stored, coordinator_id=""), NOW), RULE_FENCED_FIELDS),
+        (decide_load(None, make_load(stored), NOW), RULE_CLAIM_EXISTS),
+        (decide_load(stored, make_load(stored, coordinator_term=3), NOW), RULE_MATCH),
+        (decide_load(stored, make_load(stored, run_id="x"), NOW), RULE_MATCH),
+        (decide_load(stored, make_load(stored), stored.lease_until_unix_ms + 1), RULE_LEASE),
+        (decide_load(stored, make_load(stored), NOW), RULE_LEASE),
+    ]
+    for decision, rule in loads:
+        assert decision.rule == rule, decision.message
+        assert decision.to_dict()["rule"] == rule
+    assert {rule for _, rule in loads} == set(LOAD_RULES)
 
 
 def test_decisions_serialise_with_a_message() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -121,6 +122,19 @@ def test_every_load_decision_walks_the_flowchart_to_a_matching_outcome() -> None
             "reject_fields"} <= set(reached)
 
 
+def test_a_decision_that_names_no_rule_is_refused_by_the_flowchart() -> None:
+    # Decisions built by hand (a deliberately broken rule in the checker) carry no
+    # rule; the chart says so instead of guessing the branch from the reason.
+    made = next(d for d in CLAIM_DECISIONS if d.reason == "StaleTerm")
+    bare = ClaimDecision(made.accepted, made.reason, None, made.current, made.claim)
+    with pytest.raises(InvalidFenceInput) as raised:
+        claim_decision_path(bare)
+    assert raised.value.field == "rule"
+    impossible = replace(made, accepted=True)
+    with pytest.raises(InvalidFenceInput, match="never accepts"):
+        claim_decision_path(impossible)
+
+
 def _fills(figure: go.Figure) -> list[str]:
     return [shape.fillcolor for shape in figure.layout.shapes]
 
@@ -149,7 +163,7 @@ def test_load_flowchart_highlights_the_path_taken() -> None:
     fills = dict(zip(names, _fills(figure), strict=True))
     assert fills["reject_expired"] == REJECT_COLOUR
     assert "ExpiredLease" in figure.layout.title.text
-    unfenced = LoadDecision(True, None, True)
+    unfenced = LoadDecision(True, None, True, rule="unfenced")
     assert "unfenced" in load_flowchart_figure(unfenced).layout.title.text
 
 

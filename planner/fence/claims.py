@@ -50,6 +50,24 @@ CLAIM_REASONS: tuple[str, ...] = (
     STALE_TERM,
     CONFLICTING_SAME_TERM,
 )
+# The checks that can decide, in the order SPEC section 8 applies them. A decision
+# names the one that decided in its ``rule``, so a drawing of the rules (or a log)
+# shows the branch taken without re-deriving it from the reason.
+RULE_SHAPE = "shape"
+RULE_FIRST_CLAIM = "first_claim"
+RULE_STALE_TERM = "stale_term"
+RULE_NEWER_TERM = "newer_term"
+RULE_SAME_EPOCH = "same_epoch"
+CLAIM_RULES: tuple[str, ...] = (RULE_SHAPE, RULE_FIRST_CLAIM, RULE_STALE_TERM, RULE_NEWER_TERM,
+                                RULE_SAME_EPOCH)
+RULE_UNFENCED = "unfenced"
+RULE_FENCED_FIELDS = "fenced_fields"
+RULE_CLAIM_EXISTS = "claim_exists"
+RULE_MATCH = "match"
+RULE_LEASE = "lease"
+LOAD_RULES: tuple[str, ...] = (RULE_UNFENCED, RULE_FENCED_FIELDS, RULE_CLAIM_EXISTS,
+                               RULE_MATCH, RULE_LEASE)
+
 LOAD_REASONS: tuple[str, ...] = (
     MISSING_TERM,
     MISSING_COORDINATOR_ID,
@@ -234,7 +252,8 @@ class ClaimDecision:
     ``current`` is the stored claim the request was judged against (``None`` when
     there was none, and for shape rejections, which never consult the store).
     ``claim`` and ``now_unix_ms`` are the request and the stage's clock, kept so the
-    decision can explain itself.
+    decision can explain itself. ``rule`` is the check that decided (one of
+    :data:`CLAIM_RULES`; ``None`` for a decision not made by :func:`decide_claim`).
     """
 
     accepted: bool
@@ -243,10 +262,16 @@ class ClaimDecision:
     current: CoordinatorClaim | None
     claim: CoordinatorClaim | None = None
     now_unix_ms: int | None = None
+    rule: str | None = None
 
     @property
     def current_term(self) -> int | None:
         return None if self.current is None else self.current.coordinator_term
+
+    @property
+    def claim_term(self) -> int | None:
+        """The term of the claim that was judged."""
+        return None if self.claim is None else self.claim.coordinator_term
 
     @property
     def message(self) -> str:
@@ -261,10 +286,14 @@ class ClaimDecision:
         return _claim_rejection_message(self.reason, claim, self.current, self.now_unix_ms)
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain data; ``claim_term`` and ``current_term`` are both terms (SPEC section 8:
+        a ``StaleTerm`` reports both terms and the current claim)."""
         return {
             "accepted": self.accepted,
             "reason": self.reason,
+            "rule": self.rule,
             "supersedes_term": self.supersedes_term,
+            "claim_term": self.claim_term,
             "current_term": self.current_term,
             "current": None if self.current is None else self.current.to_dict(),
             "message": self.message,
@@ -305,6 +334,8 @@ class LoadDecision:
 
     ``current`` is the stored claim the load was checked against, ``load`` and
     ``now_unix_ms`` the request and the stage's clock (kept for the message).
+    ``rule`` is the check that decided (one of :data:`LOAD_RULES`; ``None`` for a
+    decision not made by :func:`decide_load`).
     """
 
     accepted: bool
@@ -313,10 +344,21 @@ class LoadDecision:
     current: CoordinatorClaim | None = None
     load: LoadClaimRef | None = None
     now_unix_ms: int | None = None
+    rule: str | None = None
 
     @property
     def current_term(self) -> int | None:
         return None if self.current is None else self.current.coordinator_term
+
+    @property
+    def load_term(self) -> int | None:
+        """The term the load carries."""
+        return None if self.load is None else self.load.coordinator_term
+
+    @property
+    def claim_term(self) -> int | None:
+        """The term of the stored claim the load was checked against."""
+        return self.current_term
 
     @property
     def message(self) -> str:
@@ -349,10 +391,15 @@ class LoadDecision:
         return f"rejected: {reason}"
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain data; ``load_term`` and ``claim_term`` are the two terms a
+        ``TermMismatch`` compares (SPEC section 8)."""
         return {
             "accepted": self.accepted,
             "reason": self.reason,
+            "rule": self.rule,
             "unfenced": self.unfenced,
+            "load_term": self.load_term,
+            "claim_term": self.claim_term,
             "current_term": self.current_term,
             "message": self.message,
         }
@@ -396,18 +443,24 @@ def decide_claim(
     """Judge ``claim`` against the stored claim for its key, on the stage's clock."""
     now_unix_ms = _check_now(now_unix_ms)
     _check_current_key(current, claim.key)
+
+    def decided(accepted: bool, reason: str | None, rule: str, *,
+                supersedes: int | None = None, against: CoordinatorClaim | None = current
+                ) -> ClaimDecision:
+        return ClaimDecision(accepted, reason, supersedes, against, claim, now_unix_ms, rule)
+
     shape = _claim_shape_reason(claim, now_unix_ms)
     if shape is not None:
-        return ClaimDecision(False, shape, None, None, claim, now_unix_ms)
+        return decided(False, shape, RULE_SHAPE, against=None)
     if current is None:
-        return ClaimDecision(True, None, None, None, claim, now_unix_ms)
+        return decided(True, None, RULE_FIRST_CLAIM)
     if claim.coordinator_term < current.coordinator_term:
-        return ClaimDecision(False, STALE_TERM, None, current, claim, now_unix_ms)
+        return decided(False, STALE_TERM, RULE_STALE_TERM)
     if claim.coordinator_term == current.coordinator_term:
         if same_claim_epoch(current, claim):
-            return ClaimDecision(True, None, None, current, claim, now_unix_ms)
-        return ClaimDecision(False, CONFLICTING_SAME_TERM, None, current, claim, now_unix_ms)
-    return ClaimDecision(True, None, current.coordinator_term, current, claim, now_unix_ms)
+            return decided(True, None, RULE_SAME_EPOCH)
+        return decided(False, CONFLICTING_SAME_TERM, RULE_SAME_EPOCH)
+    return decided(True, None, RULE_NEWER_TERM, supersedes=current.coordinator_term)
 
 
 def decide_load(
@@ -417,27 +470,28 @@ def decide_load(
     now_unix_ms = _check_now(now_unix_ms)
     _check_current_key(current, load.key)
 
-    def reject(reason: str) -> LoadDecision:
-        return LoadDecision(False, reason, False, current, load, now_unix_ms)
+    def decided(reason: str | None, rule: str) -> LoadDecision:
+        return LoadDecision(reason is None, reason, rule == RULE_UNFENCED, current, load,
+                            now_unix_ms, rule)
 
     if load.is_unfenced:
-        return LoadDecision(True, None, True, current, load, now_unix_ms)
+        return decided(None, RULE_UNFENCED)
     if load.coordinator_term == 0:
-        return reject(MISSING_TERM)
+        return decided(MISSING_TERM, RULE_FENCED_FIELDS)
     if not load.has_coordinator:
-        return reject(MISSING_COORDINATOR_ID)
+        return decided(MISSING_COORDINATOR_ID, RULE_FENCED_FIELDS)
     if current is None:
-        return reject(MISSING_CLAIM)
+        return decided(MISSING_CLAIM, RULE_CLAIM_EXISTS)
     if load.coordinator_term != current.coordinator_term:
-        return reject(TERM_MISMATCH)
+        return decided(TERM_MISMATCH, RULE_MATCH)
     if load.coordinator_id != current.coordinator_id:
-        return reject(COORDINATOR_MISMATCH)
+        return decided(COORDINATOR_MISMATCH, RULE_MATCH)
     if load.topology_id != current.topology_id or load.run_id != current.run_id:
-        return reject(TOPOLOGY_RUN_MISMATCH)
+        return decided(TOPOLOGY_RUN_MISMATCH, RULE_MATCH)
     # A load at the lease instant itself is still inside the lease; a claim is not.
     if current.lease_until_unix_ms < now_unix_ms:
-        return reject(EXPIRED_LEASE)
-    return LoadDecision(True, None, False, current, load, now_unix_ms)
+        return decided(EXPIRED_LEASE, RULE_LEASE)
+    return decided(None, RULE_LEASE)
 
 
 class ClaimFence:

@@ -22,7 +22,21 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from planner.fence.checker import MUST_HOLD, CheckReport
-from planner.fence.claims import ClaimDecision, LoadDecision, quorum_requirement
+from planner.fence.claims import (
+    RULE_CLAIM_EXISTS,
+    RULE_FENCED_FIELDS,
+    RULE_FIRST_CLAIM,
+    RULE_LEASE,
+    RULE_MATCH,
+    RULE_NEWER_TERM,
+    RULE_SAME_EPOCH,
+    RULE_SHAPE,
+    RULE_STALE_TERM,
+    RULE_UNFENCED,
+    ClaimDecision,
+    LoadDecision,
+    quorum_requirement,
+)
 from planner.fence.errors import InvalidFenceInput
 from planner.figures.style import axis, base_layout
 
@@ -117,44 +131,55 @@ LOAD_FLOW_EDGES: tuple[tuple[str, str, str], ...] = (
     ("lease", "start", "valid"),
 )
 
-_SHAPE_REASONS = frozenset({
-    "MissingModelId", "MissingPackageRef", "MissingManifestSha256", "MissingTopologyRun",
-    "MissingCoordinatorId", "MissingTerm", "MissingHashes", "ExpiredLease",
-})
+# Where each rule of the fence sits on its flowchart: the boxes up to and including
+# the question that decided, then the outcome box (rejected, accepted). The rule is the
+# decision's own ``rule`` field; the drawing never re-derives it from the reason.
+# ``None``: that rule never decides that way.
+_RulePaths = dict[str, tuple[tuple[str, ...], str | None, str | None]]
+_CLAIM_RULE_PATHS: _RulePaths = {
+    RULE_SHAPE: (("claim", "shape"), "reject_shape", None),
+    RULE_FIRST_CLAIM: (("claim", "shape", "existing"), None, "accept_first"),
+    RULE_STALE_TERM: (("claim", "shape", "existing", "stale"), "reject_stale", None),
+    RULE_NEWER_TERM: (("claim", "shape", "existing", "stale", "same_term"), None,
+                      "supersede"),
+    RULE_SAME_EPOCH: (("claim", "shape", "existing", "stale", "same_term", "same_epoch"),
+                      "reject_conflict", "accept_renewal"),
+}
+_LOAD_RULE_PATHS: _RulePaths = {
+    RULE_UNFENCED: (("load", "unfenced"), None, "start_unfenced"),
+    RULE_FENCED_FIELDS: (("load", "unfenced", "fenced_fields"), "reject_fields", None),
+    RULE_CLAIM_EXISTS: (("load", "unfenced", "fenced_fields", "claim_exists"),
+                        "reject_missing", None),
+    RULE_MATCH: (("load", "unfenced", "fenced_fields", "claim_exists", "match"),
+                 "reject_mismatch", None),
+    RULE_LEASE: (("load", "unfenced", "fenced_fields", "claim_exists", "match", "lease"),
+                 "reject_expired", "start"),
+}
+
+
+def _rule_path(paths: _RulePaths, rule: str | None, accepted: bool, kind: str
+               ) -> tuple[str, ...]:
+    if rule is None or rule not in paths:
+        raise InvalidFenceInput("rule", f"a {kind} decision must name the rule that decided "
+                                f"(one of {', '.join(paths)}); decisions made by the fence "
+                                "always do", value=rule)
+    asked, rejected, accepted_box = paths[rule]
+    outcome = accepted_box if accepted else rejected
+    if outcome is None:
+        verdict = "accepts" if accepted else "rejects"
+        raise InvalidFenceInput("rule", f"the {rule} rule never {verdict} a {kind}",
+                                value=rule)
+    return (*asked, outcome)
 
 
 def claim_decision_path(decision: ClaimDecision) -> tuple[str, ...]:
     """The flowchart nodes a claim decision passes through, first to last."""
-    reason = decision.reason
-    if not decision.accepted and reason in _SHAPE_REASONS:
-        return ("claim", "shape", "reject_shape")
-    if decision.current is None:
-        return ("claim", "shape", "existing", "accept_first")
-    checked = ("claim", "shape", "existing", "stale")
-    if reason == "StaleTerm":
-        return (*checked, "reject_stale")
-    if decision.supersedes_term is not None:
-        return (*checked, "same_term", "supersede")
-    if reason == "ConflictingSameTerm":
-        return (*checked, "same_term", "same_epoch", "reject_conflict")
-    return (*checked, "same_term", "same_epoch", "accept_renewal")
+    return _rule_path(_CLAIM_RULE_PATHS, decision.rule, decision.accepted, "claim")
 
 
 def load_decision_path(decision: LoadDecision) -> tuple[str, ...]:
     """The flowchart nodes a load decision passes through, first to last."""
-    if decision.unfenced:
-        return ("load", "unfenced", "start_unfenced")
-    reason = decision.reason
-    if reason in ("MissingTerm", "MissingCoordinatorId"):
-        return ("load", "unfenced", "fenced_fields", "reject_fields")
-    checked = ("load", "unfenced", "fenced_fields", "claim_exists")
-    if reason == "MissingClaim":
-        return (*checked, "reject_missing")
-    if reason in ("TermMismatch", "CoordinatorMismatch", "TopologyRunMismatch"):
-        return (*checked, "match", "reject_mismatch")
-    if reason == "ExpiredLease":
-        return (*checked, "match", "lease", "reject_expired")
-    return (*checked, "match", "lease", "start")
+    return _rule_path(_LOAD_RULE_PATHS, decision.rule, decision.accepted, "load")
 
 
 _BOX_HALF_WIDTH = 1.1
