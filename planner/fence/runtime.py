@@ -204,9 +204,6 @@ class StageRuntime:
         claim = self.claim_for(key)
         return 0 if claim is None else claim.coordinator_term
 
-    def claims_by_key(self) -> dict[ClaimKey, CoordinatorClaim]:
-        return {claim.key: claim for claim in self.claims}
-
     def accept_claim(
         self, claim: CoordinatorClaim, now_unix_ms: int
     ) -> tuple[StageRuntime, ClaimOutcome]:

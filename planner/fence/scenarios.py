@@ -170,9 +170,6 @@ class ScenarioResult:
         """The run as readable lines, one per event (for a step-through)."""
         return [event.describe() for event in self.events]
 
-    def running_works(self, stage: str) -> tuple[StageWork, ...]:
-        return self.stages[stage].running
-
 
 Check = Callable[[Simulation, EventLog], list[Expectation]]
 

@@ -43,7 +43,7 @@ from planner.fence.messages import (
     StopReply,
     StopStage,
 )
-from planner.fence.runtime import StageRuntime, StageWork, StopRequest
+from planner.fence.runtime import StageRuntime, StageWork
 
 EVENT_COLUMNS: tuple[str, ...] = (
     "seq", "time_ms", "node", "clock_ms", "kind", "message", "peer", "term", "accepted",
@@ -320,10 +320,6 @@ class Simulation:
         """A load that arrives at the stage from its own host, not over the mesh."""
         self.stage(stage_id)
         self._schedule(at_ms, lambda: self._local(stage_id, LoadStage(load)))
-
-    def local_stop(self, at_ms: int, stage_id: str, request: StopRequest) -> None:
-        self.stage(stage_id)
-        self._schedule(at_ms, lambda: self._local(stage_id, StopStage(request)))
 
     def send(self, at_ms: int, src: str, dst: str, message: Message) -> None:
         """Put an arbitrary message on the network (a replayed, forged or delayed request)."""
