@@ -7,15 +7,14 @@ from html import unescape
 import pytest
 
 from planner.fence import (
-    SCENARIO_LIST,
     CoordinatorClaim,
     LoadClaimRef,
     decide_claim,
     decide_load,
     quorum_requirement,
-    run_scenario,
 )
 from planner.fence.checker import DEFAULT_CONFIGS, CheckReport, check_defaults
+from planner.fence.scenarios import SCENARIO_LIST, run_scenario
 from planner.figures.fence import SEQUENCE_TRACES
 from planner.workbench.fence_explorer import (
     CLAIM_PRESETS,

@@ -20,9 +20,9 @@ from planner.fence import (
     LoadClaimRef,
     LoadDecision,
     quorum_requirement,
-    run_scenario,
 )
 from planner.fence.checker import DEFAULT_CONFIGS, check_defaults
+from planner.fence.scenarios import run_scenario
 from planner.figures.fence import (
     ACCEPT_COLOUR,
     ARROW_COLUMNS,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner.fence import UnknownScenario
+from planner.fence.errors import UnknownScenario
 from planner.fence.scenarios import (
     MODEL_KEY,
     SCENARIO_LIST,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner.fence import CoordinatorClaim, InvalidFenceInput, LoadClaimRef, SimulationError
+from planner.fence import CoordinatorClaim, InvalidFenceInput, LoadClaimRef
 from planner.fence.claims import decide_claim, decide_load
 from planner.fence.coordinator import (
     Coordinator,
@@ -15,6 +15,7 @@ from planner.fence.coordinator import (
     SetTimer,
     SplitPlan,
 )
+from planner.fence.errors import SimulationError
 from planner.fence.messages import ClaimCoordinator, LoadStage, StopStage
 from planner.fence.simulator import EVENT_COLUMNS, MessageRule, NetworkConfig, Simulation
 
