@@ -255,13 +255,13 @@ def test_load_messages_name_the_numbers() -> None:
 # -- helpers ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("planned", "quorum"), [(0, 1), (1, 1), (2, 2), (3, 2), (4, 3),
-                                                 (5, 3), (10, 6)])
+@pytest.mark.parametrize(("planned", "quorum"), [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3),
+                                                 (10, 6)])
 def test_quorum_requirement(planned: int, quorum: int) -> None:
     assert quorum_requirement(planned) == quorum
 
 
-@pytest.mark.parametrize("bad", [-1, 2.0, True, "3", None])
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True, "3", None])
 def test_quorum_requirement_refuses_bad_counts(bad: Any) -> None:
     with pytest.raises(InvalidFenceInput) as info:
         quorum_requirement(bad)

@@ -376,7 +376,7 @@ def test_configuration_errors_name_the_problem() -> None:
         sim.crash(10, "ghost")
     with pytest.raises(SimulationError, match="two groups"):
         sim.partition(0, {"s1", "s2"}, {"s2"})
-    with pytest.raises(SimulationError, match="drop_probability"):
+    with pytest.raises(InvalidFenceInput, match="drop_probability"):
         NetworkConfig(drop_probability=1.5)
     sim.add_coordinator("c1", plan())
     sim.start_coordinator(100, "c1")

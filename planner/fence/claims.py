@@ -409,6 +409,17 @@ def _check_now(now_unix_ms: Any) -> int:
     return fence_int(now_unix_ms, "now_unix_ms", "clock")
 
 
+def require_instance(value: Any, kind: type, name: str, *, optional: bool = False) -> None:
+    """Refuse anything but a ``kind`` (or ``None`` when ``optional``), naming the field:
+    a dict or a tuple where a claim belongs would otherwise fail deep inside a rule."""
+    if value is None and optional:
+        return
+    if not isinstance(value, kind):
+        expected = f"must be a {kind.__name__}" + (" or None" if optional else "")
+        raise InvalidFenceInput(name, f"{expected}, not {type(value).__name__}",
+                                value=value)
+
+
 def _claim_shape_reason(claim: CoordinatorClaim, now_unix_ms: int) -> str | None:
     if not claim.model_id:
         return MISSING_MODEL_ID
@@ -441,6 +452,8 @@ def decide_claim(
     current: CoordinatorClaim | None, claim: CoordinatorClaim, now_unix_ms: int
 ) -> ClaimDecision:
     """Judge ``claim`` against the stored claim for its key, on the stage's clock."""
+    require_instance(current, CoordinatorClaim, "current", optional=True)
+    require_instance(claim, CoordinatorClaim, "claim")
     now_unix_ms = _check_now(now_unix_ms)
     _check_current_key(current, claim.key)
 
@@ -467,6 +480,8 @@ def decide_load(
     current: CoordinatorClaim | None, load: LoadClaimRef, now_unix_ms: int
 ) -> LoadDecision:
     """Judge ``load`` against the stored claim for its key, on the stage's clock."""
+    require_instance(current, CoordinatorClaim, "current", optional=True)
+    require_instance(load, LoadClaimRef, "load")
     now_unix_ms = _check_now(now_unix_ms)
     _check_current_key(current, load.key)
 
@@ -501,7 +516,11 @@ class ClaimFence:
 
     def __init__(self, claims: Mapping[ClaimKey, CoordinatorClaim] | None = None) -> None:
         self._claims: dict[ClaimKey, CoordinatorClaim] = {}
+        if claims is not None and not isinstance(claims, Mapping):
+            raise InvalidFenceInput("claims", "must map claim keys to claims, not "
+                                    f"{type(claims).__name__}", value=claims)
         for key, claim in (claims or {}).items():
+            require_instance(claim, CoordinatorClaim, f"claims[{key!r}]")
             if claim.key != key:
                 raise InvalidFenceInput("claims", f"claim stored under {key!r} is for "
                                         f"{claim.key!r}")
@@ -532,6 +551,7 @@ def quorum_requirement(planned_stages: int) -> int:
     """Accepts a coordinator needs before loading: a majority of the planned stages."""
     if isinstance(planned_stages, bool) or not isinstance(planned_stages, int):
         raise InvalidFenceInput("planned_stages", "must be an integer", value=planned_stages)
-    if planned_stages < 0:
-        raise InvalidFenceInput("planned_stages", "cannot be negative", value=planned_stages)
+    if planned_stages < 1:
+        raise InvalidFenceInput("planned_stages", "a split plans at least one stage",
+                                value=planned_stages)
     return planned_stages // 2 + 1

@@ -49,6 +49,30 @@ class _StageLike(Protocol):
     layer_end: int
 
 
+def _layer_ranges(value: Any) -> tuple[tuple[int, int], ...]:
+    """``(start, end)`` pairs of whole layers, each stage's ``[start, end)`` starting where
+    the one before ended."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise InvalidFenceInput("layer_ranges", "must be a list of (start, end) pairs",
+                                value=value, where="plan")
+    ranges: list[tuple[int, int]] = []
+    for index, pair in enumerate(value):
+        name = f"layer_ranges[{index}]"
+        if isinstance(pair, str | bytes) or not isinstance(pair, Sequence) or len(pair) != 2:
+            raise InvalidFenceInput(name, "must be a (start, end) pair", value=pair,
+                                    where="plan")
+        start = fence_int(pair[0], f"{name}[0]", "plan", minimum=0)
+        end = fence_int(pair[1], f"{name}[1]", "plan", minimum=0)
+        if end <= start:
+            raise InvalidFenceInput(name, "must end after it starts (end is exclusive)",
+                                    value=tuple(pair), where="plan")
+        if ranges and start != ranges[-1][1]:
+            raise InvalidFenceInput(name, f"must start at layer {ranges[-1][1]}, where the "
+                                    "stage before ends", value=tuple(pair), where="plan")
+        ranges.append((start, end))
+    return tuple(ranges)
+
+
 @dataclass(frozen=True, slots=True)
 class SplitPlan:
     """One split generation a coordinator wants to own: the artifact and its stages.
@@ -72,6 +96,11 @@ class SplitPlan:
     def __post_init__(self) -> None:
         for name in ("model_id", "package_ref", "manifest_sha256", "topology_id", "run_id"):
             require_str(getattr(self, name), name, "plan")
+        if isinstance(self.stage_nodes, str | bytes) or not isinstance(
+                self.stage_nodes, Iterable):
+            # A string is iterable: "abc" would otherwise become the stages a, b and c.
+            raise InvalidFenceInput("stage_nodes", "must be a list of node ids",
+                                    value=self.stage_nodes, where="plan")
         nodes = tuple(self.stage_nodes)
         object.__setattr__(self, "stage_nodes", nodes)
         if not nodes:
@@ -84,7 +113,7 @@ class SplitPlan:
         if len(set(nodes)) != len(nodes):
             raise InvalidFenceInput("stage_nodes", "a node can hold only one stage",
                                     value=list(nodes), where="plan")
-        ranges = tuple((int(a), int(b)) for a, b in self.layer_ranges)
+        ranges = _layer_ranges(self.layer_ranges)
         object.__setattr__(self, "layer_ranges", ranges)
         if ranges and len(ranges) != len(nodes):
             raise InvalidFenceInput("layer_ranges", f"needs one range per stage ({len(nodes)})",

@@ -82,5 +82,6 @@ class StopReply:
 
 Message = (ClaimCoordinator | ClaimReply | LoadStage | LoadReply | StageReady | StopStage
            | StopReply)
-MESSAGE_NAMES: tuple[str, ...] = ("ClaimCoordinator", "ClaimReply", "LoadStage", "LoadReply",
-                                  "StageReady", "StopStage", "StopReply")
+MESSAGE_TYPES: tuple[type[Message], ...] = (ClaimCoordinator, ClaimReply, LoadStage,
+                                            LoadReply, StageReady, StopStage, StopReply)
+MESSAGE_NAMES: tuple[str, ...] = tuple(kind.name for kind in MESSAGE_TYPES)

@@ -35,6 +35,7 @@ from planner.fence.claims import (
     LoadDecision,
     decide_claim,
     decide_load,
+    require_instance,
 )
 from planner.fence.errors import InvalidFenceInput
 
@@ -131,6 +132,9 @@ def decide_stop(current: CoordinatorClaim | None, request: StopRequest) -> StopD
     A stop needs no live lease (stopping is always safe for its own generation) but a
     stop older than the accepted term must not reach newer work.
     """
+
+    require_instance(current, CoordinatorClaim, "current", optional=True)
+    require_instance(request, StopRequest, "request")
 
     def reject(reason: str) -> StopDecision:
         return StopDecision(False, reason, current, request)

@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from planner.fence.claims import LoadClaimRef, fence_int
+from planner.fence.claims import LoadClaimRef, fence_int, require_str
 from planner.fence.coordinator import (
     Action,
     Coordinator,
@@ -32,8 +32,10 @@ from planner.fence.coordinator import (
     SetTimer,
     SplitPlan,
 )
-from planner.fence.errors import SimulationError
+from planner.fence.errors import InvalidFenceInput, SimulationError
 from planner.fence.messages import (
+    MESSAGE_NAMES,
+    MESSAGE_TYPES,
     ClaimCoordinator,
     ClaimReply,
     LoadReply,
@@ -106,10 +108,13 @@ class NetworkConfig:
                            fence_int(self.base_delay_ms, "base_delay_ms", "network", minimum=0))
         object.__setattr__(self, "jitter_ms",
                            fence_int(self.jitter_ms, "jitter_ms", "network", minimum=0))
-        if not 0.0 <= float(self.drop_probability) <= 1.0:
-            raise SimulationError(
-                f"network.drop_probability must be within [0, 1] (got {self.drop_probability})"
-            )
+        chance = self.drop_probability
+        if isinstance(chance, bool) or not isinstance(chance, int | float):
+            raise InvalidFenceInput("drop_probability", "must be a number between 0 and 1",
+                                    value=chance, where="network")
+        if not 0.0 <= chance <= 1.0:  # also refuses NaN
+            raise InvalidFenceInput("drop_probability", "must be between 0 and 1",
+                                    value=chance, where="network")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +132,26 @@ class MessageRule:
     drop: bool = False
     times: int | None = 1
     label: str = ""
+
+    def __post_init__(self) -> None:
+        where = "rule"
+        for name in ("src", "dst"):
+            require_str(getattr(self, name), name, where, optional=True)
+        if self.message is not None and self.message not in MESSAGE_NAMES:
+            raise InvalidFenceInput("message", f"must be one of {', '.join(MESSAGE_NAMES)} "
+                                    "or None", value=self.message, where=where)
+        if self.term is not None:
+            object.__setattr__(self, "term", fence_int(self.term, "term", where, minimum=0))
+        object.__setattr__(self, "extra_delay_ms",
+                           fence_int(self.extra_delay_ms, "extra_delay_ms", where, minimum=0))
+        if not isinstance(self.drop, bool):
+            raise InvalidFenceInput("drop", "must be true or false", value=self.drop,
+                                    where=where)
+        if self.times is not None:
+            # None means every message; a count below 1 would never apply (or, negative,
+            # never run out).
+            object.__setattr__(self, "times", fence_int(self.times, "times", where, minimum=1))
+        require_str(self.label, "label", where)
 
     def matches(self, src: str, dst: str, message: Message) -> bool:
         return ((self.src is None or self.src == src)
@@ -325,6 +350,10 @@ class Simulation:
         """Put an arbitrary message on the network (a replayed, forged or delayed request)."""
         self._node(src)
         self._node(dst)
+        if not isinstance(message, MESSAGE_TYPES):
+            raise InvalidFenceInput("message", "must be one of the stage-control messages "
+                                    f"({', '.join(MESSAGE_NAMES)}), not "
+                                    f"{type(message).__name__}", value=message, where="send")
         self._schedule(at_ms, lambda: self._transmit(src, dst, message))
 
     def partition(self, at_ms: int, *groups: Iterable[str]) -> None:
@@ -366,6 +395,8 @@ class Simulation:
 
     def run(self, until_ms: int | None = None) -> list[SimEvent]:
         """Process events in time order until none is left (or ``until_ms``)."""
+        if until_ms is not None:
+            until_ms = fence_int(until_ms, "until_ms", "run", minimum=0)
         while self._queue:
             at_ms, _, action = self._queue[0]
             if until_ms is not None and at_ms > until_ms:
