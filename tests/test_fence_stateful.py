@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import timedelta
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -137,9 +139,11 @@ class StageMachine(RuleBasedStateMachine):
                 assert work.coordinator_term == self.stage.accepted_term(work.key)
 
 
+# One example is a run of up to 60 steps (about 0.2 s here); the deadline leaves room for
+# a loaded machine without letting a slow step pass unnoticed.
 StageMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=60,
-                                          deadline=None)
-TestStageRuntime = StageMachine.TestCase
+                                          deadline=timedelta(seconds=5))
+TestStageRuntime = pytest.mark.slow(StageMachine.TestCase)
 
 
 def test_a_fence_forgotten_on_restart_no_longer_protects_the_term() -> None:
