@@ -8,13 +8,15 @@ APP_PORT ?= 8866
 # Jupyter refuses to start as root unless told to; containers often run as root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help install lab app test lint bench clean
+.PHONY: help install lab app test test-fast lint bench fence-check clean
 
 help:
 	@echo "make lab    JupyterLab on notebooks/workbench.ipynb"
 	@echo "make app    the workbench as a standalone Voila page"
 	@echo "make test   ruff + pytest (notebooks and browser test included)"
+	@echo "make test-fast  ruff + pytest without the slow, notebook and browser tests"
 	@echo "make bench  planner benchmarks"
+	@echo "make fence-check  rerun the fence model checker and save data/fence_check.json"
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
@@ -38,8 +40,15 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest
 
+test-fast: lint
+	$(BIN)/python -m pytest -m "not slow and not notebook and not browser"
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
+
+# The fencing notebook shows these saved results; a slow test recomputes and compares them.
+fence-check: $(STAMP)
+	$(BIN)/python -m planner.fence.checker --workers 2
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -8,9 +8,11 @@ checker's own transition code, and the violation is re-derived from that replay.
 from __future__ import annotations
 
 import itertools
+import json
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +26,7 @@ from planner.fence import (
     StopRequest,
     decide_claim,
     decide_load,
+    decide_stop,
     quorum_requirement,
 )
 from planner.fence.checker import (
@@ -40,6 +43,7 @@ from planner.fence.checker import (
     MUST_HOLD,
     MUST_HOLD_NAMES,
     PROPERTY_NAMES,
+    REPORT_FILE,
     SEND_LOAD,
     SEND_STOP,
     START_UNIX_MS,
@@ -47,23 +51,29 @@ from planner.fence.checker import (
     TICK_MS,
     CheckConfig,
     CheckConfigError,
+    CheckProgress,
     CheckReport,
     Counterexample,
     FenceModel,
     NamedConfig,
+    StaleCheckResults,
+    StateBudgetExceeded,
     check,
     check_defaults,
     coordinator_id,
+    load_report,
     property_named,
     reachable_states,
     replay,
     stage_id,
+    write_report,
 )
 
 
 @pytest.fixture(scope="module")
 def report() -> CheckReport:
-    return check_defaults(workers=2)
+    # The saved results; test_saved_results_are_what_the_checker_computes recomputes them.
+    return load_report()
 
 
 def _named(name: str) -> NamedConfig:
@@ -91,6 +101,7 @@ def replay_through_runtime(
     example: Counterexample,
     *,
     claim_rule: Callable[..., ClaimDecision] | None = None,
+    stop_rule: Callable[..., StopDecision] = decide_stop,
 ) -> Replayed:
     """Apply each step to StageRuntime values and check it against what was recorded.
 
@@ -173,12 +184,18 @@ def replay_through_runtime(
                          step.stage_now_unix_ms))
             elif step.kind == DELIVER_STOP:
                 assert step.stop is not None
-                held_term = runtime.accepted_term(step.stop.key)
-                runtime, stop_outcome = runtime.stop(step.stop)
-                assert (stop_outcome.decision.accepted, stop_outcome.decision.reason) == (
-                    step.accepted, step.reason)
-                if step.stop.coordinator_term < held_term and stop_outcome.stopped:
-                    result.stale_stops_that_stopped.append(where)
+                key = step.stop.key
+                held_term = runtime.accepted_term(key)
+                decision_s = stop_rule(runtime.claim_for(key), step.stop)
+                assert (decision_s.accepted, decision_s.reason) == (step.accepted, step.reason)
+                if decision_s.accepted:
+                    # The model's StopStage ends whatever the stage runs for the model.
+                    ended = tuple(w for w in runtime.running if w.key == key)
+                    assert ended == (() if step.ended is None else (step.ended,))
+                    runtime = replace(runtime, running=tuple(
+                        w for w in runtime.running if w.key != key))
+                    if step.stop.coordinator_term < held_term and ended:
+                        result.stale_stops_that_stopped.append(where)
             result.stages[where] = runtime
     return result
 
@@ -227,6 +244,8 @@ def violated_by_replay(name: str, config: CheckConfig, replayed: Replayed) -> bo
             later.coordinator_term < earlier.coordinator_term
             for claims in replayed.accepted_claims.values()
             for earlier, later in itertools.pairwise(claims))
+    if name == "stale_stop_stops_nothing":
+        return bool(replayed.stale_stops_that_stopped)
     if name == "load_matches_claim_within_lease":
         return any(stage_now > lease
                    for _, _, _, lease, stage_now in replayed.accepted_loads)
@@ -234,6 +253,33 @@ def violated_by_replay(name: str, config: CheckConfig, replayed: Replayed) -> bo
 
 
 # --- the default configurations --------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_saved_results_are_what_the_checker_computes(report: CheckReport) -> None:
+    # The fencing notebook shows the saved report; it must be today's checker's answer.
+    computed = check_defaults(workers=2)
+    assert computed.to_dict() == report.to_dict(), (
+        f"data/{REPORT_FILE} is stale: regenerate it with `make fence-check`")
+    assert computed == report
+
+
+def test_saved_results_round_trip_and_refuse_stale_files(report: CheckReport,
+                                                        tmp_path: Path) -> None:
+    assert CheckReport.from_dict(report.to_dict()) == report
+    saved = write_report(report, tmp_path / REPORT_FILE)
+    assert load_report(saved) == report
+    data = json.loads(saved.read_text())
+    data["runs"][0]["config"]["max_term"] += 1
+    saved.write_text(json.dumps(data))
+    with pytest.raises(StaleCheckResults) as raised:
+        load_report(saved)
+    assert raised.value.code == "StaleCheckResults" and "make fence-check" in str(raised.value)
+    saved.write_text("{")
+    with pytest.raises(StaleCheckResults):
+        load_report(saved)
+    with pytest.raises(StaleCheckResults, match="no saved checker report"):
+        load_report(tmp_path / "missing.json")
 
 
 def test_defaults_explore_a_meaningful_number_of_states(report: CheckReport) -> None:
@@ -414,16 +460,28 @@ def test_a_fence_without_same_term_conflicts_is_caught() -> None:
     assert not result.result("one_majority_per_term").holds
 
 
-def test_a_stop_rule_that_ignores_terms_cannot_reach_newer_work() -> None:
-    # Superseding already shut the older work down, and a stop only matches its own
-    # generation: even a stop rule that accepts everything stops nothing newer.
-    def accept_every_stop(current: CoordinatorClaim | None,
-                          request: StopRequest) -> StopDecision:
-        return StopDecision(True, None, current, request)
+def accept_every_stop(current: CoordinatorClaim | None, request: StopRequest) -> StopDecision:
+    return StopDecision(True, None, current, request)
 
-    result = check(_named("two-terms").config, stop_rule=accept_every_stop,
-                   properties=["stale_stop_stops_nothing"])
-    assert result.result("stale_stop_stops_nothing").holds
+
+def test_a_stop_rule_that_ignores_terms_is_caught() -> None:
+    config = CheckConfig(stages=1, coordinators=2, max_term=2, clock_bound=0)
+    name = "stale_stop_stops_nothing"
+    verdict = check(config, stop_rule=accept_every_stop, properties=[name]).result(name)
+    assert not verdict.holds and not verdict.as_expected
+    example = verdict.counterexample
+    assert example is not None
+    last = example.steps[-1]
+    assert last.kind == DELIVER_STOP and last.accepted and last.ended is not None
+    assert last.term is not None and last.term < last.ended.coordinator_term
+    assert "stale term-1 stop" in example.explanation
+    replayed = replay_through_runtime(config, example, stop_rule=accept_every_stop)
+    assert violated_by_replay(name, config, replayed)
+    # Under the real rule the last step is a rejection, so the trace does not replay.
+    with pytest.raises(CheckConfigError) as raised:
+        replay(config, example)
+    assert raised.value.field == f"steps[{len(example.steps)}]"
+    assert check(config, properties=[name]).result(name).holds
 
 
 # --- the exploration itself -------------------------------------------------------------
@@ -465,10 +523,60 @@ def test_explicit_loss_adds_states_but_no_fence_states() -> None:
     assert verdicts == [(r.name, r.holds) for r in check(lossy).properties]
 
 
-def test_max_states_cuts_the_exploration_short() -> None:
-    result = check(_named("two-terms").config, max_states=500)
+def test_a_partial_check_stops_at_the_state_budget() -> None:
+    result = check(_named("two-terms").config, max_states=500, partial=True)
     assert not result.complete
     assert result.states_explored == 500
+
+
+def test_a_spent_state_budget_is_a_named_error_with_where_it_stopped() -> None:
+    heard: list[CheckProgress] = []
+    with pytest.raises(StateBudgetExceeded) as raised:
+        check(_named("two-terms").config, max_states=2_000, progress=heard.append,
+              progress_every=500)
+    error = raised.value
+    assert error.code == "CheckStateBudgetExceeded"
+    assert error.details["max_states"] == 2_000 and error.progress.states_explored == 2_000
+    assert "max_states" in error.message and "2,000 states" in error.message
+    assert {500, 1_000, 1_500, 2_000} <= {p.states_explored for p in heard}
+    assert all(a.states_explored <= b.states_explored for a, b in itertools.pairwise(heard))
+    assert heard[-1] == error.progress and not heard[-1].done
+
+
+def test_progress_is_reported_until_done() -> None:
+    heard: list[CheckProgress] = []
+    config = CheckConfig(stages=1, coordinators=1, max_term=2, clock_bound=1)
+    result = check(config, progress=heard.append, progress_every=20)
+    assert heard and heard[-1].done and not any(p.done for p in heard[:-1])
+    assert heard[-1].states_explored == result.states_explored
+    assert heard[-1].transitions == result.transitions
+    assert all(a.states_explored <= b.states_explored for a, b in itertools.pairwise(heard))
+    assert any(p.frontier > 0 for p in heard) and heard[-1].frontier == 0
+    assert 0 < heard[-1].budget_used < 1
+    by_name: list[tuple[str, CheckProgress]] = []
+    check_defaults([NamedConfig("small", "", config)],
+                   progress=lambda name, where: by_name.append((name, where)))
+    assert by_name[-1][0] == "small" and by_name[-1][1].done
+
+
+@pytest.mark.parametrize(
+    ("call", "field_name"),
+    [
+        (lambda: check(CheckConfig(), max_states=0), "max_states"),
+        (lambda: check(CheckConfig(), max_states=1.5), "max_states"),
+        (lambda: check(CheckConfig(), partial="yes"), "partial"),
+        (lambda: check(CheckConfig(), progress=5), "progress"),
+        (lambda: check(CheckConfig(), progress_every=0), "progress_every"),
+        (lambda: check_defaults([], max_states=-1), "max_states"),
+        (lambda: CheckConfig.from_dict(5), "config"),
+        (lambda: CheckConfig.from_dict(None), "config"),
+    ],
+)
+def test_check_refuses_bad_arguments_naming_them(call: Callable[[], object],
+                                                 field_name: str) -> None:
+    with pytest.raises(CheckConfigError) as raised:
+        call()
+    assert raised.value.field == field_name
 
 
 def test_skew_multiplies_initial_states() -> None:

@@ -21,7 +21,7 @@ from planner.fence import (
     LoadDecision,
     quorum_requirement,
 )
-from planner.fence.checker import DEFAULT_CONFIGS, check_defaults
+from planner.fence.checker import CheckReport, load_report
 from planner.fence.scenarios import run_scenario
 from planner.figures.fence import (
     ACCEPT_COLOUR,
@@ -269,8 +269,8 @@ def test_accepted_terms_follow_the_stages(scenario_logs: dict[int, pd.DataFrame]
 
 
 def test_counterexample_logs_draw_like_scenario_logs() -> None:
-    plans = next(named for named in DEFAULT_CONFIGS if named.name == "different-plans")
-    report = check_defaults([plans])
+    report = CheckReport(tuple(run for run in load_report().runs
+                               if run[0].name == "different-plans"))
     example = report.verdict("majorities_overlap").counterexample
     assert example is not None
     events = example.events_frame()

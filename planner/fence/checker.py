@@ -15,6 +15,8 @@ What the model contains:
   ``ClaimCoordinator`` to each stage it plans for; it counts the accepts that reach
   it, sends ``LoadStage`` to its planned stages once it holds a quorum (and its lease
   has not run out on its own clock), and may later send ``StopStage`` for that term.
+  A stop the stage accepts ends whatever the stage runs for the model, as the design's
+  ``StopStage`` does, so the stop rule alone keeps a stale stop from newer work.
 - A stage judges claims with ``decide_claim``, loads with ``decide_load`` and stops
   with ``decide_stop``: the real rules of :mod:`planner.fence`, unless replacements are
   passed in to show that the checker catches a broken rule. Accepting a newer term
@@ -34,15 +36,19 @@ Each stage also keeps, for the properties only, every claim it has ever accepted
 
 from __future__ import annotations
 
+import functools
 import itertools
+import json
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import pandas as pd
 
 from planner._validate import Fail, integer, shown
+from planner.errors import CodedError
 from planner.fence.claims import (
     ClaimDecision,
     CoordinatorClaim,
@@ -245,6 +251,7 @@ class CheckConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CheckConfig:
         known = tuple(cls.__dataclass_fields__)
+        data = _mapping(data, "config")
         for key in data:
             if key not in known:
                 raise CheckConfigError(str(key), f"unknown field; expected one of "
@@ -393,6 +400,22 @@ class TraceStep:
             "detail": self.detail,
             "text": self.text,
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TraceStep:
+        """The step :meth:`to_dict` wrote (``text`` is derived, so it is not read)."""
+        values = _mapping(data, "step")
+        known = [name for name in cls.__dataclass_fields__]
+        unknown = [key for key in values if key not in (*known, "text")]
+        if unknown:
+            raise CheckConfigError(f"step.{unknown[0]}", "unknown field")
+        kept = {name: values[name] for name in known if name in values}
+        for name, kind in (("claim", CoordinatorClaim), ("load", LoadClaimRef),
+                           ("stop", StopRequest), ("ended", StageWork)):
+            if kept.get(name) is not None:
+                kept[name] = kind.from_dict(kept[name])
+        kept["targets"] = tuple(kept.get("targets", ()))
+        return cls(**kept)
 
 
 @dataclass(frozen=True)
@@ -668,10 +691,12 @@ class FenceModel:
         decision = self.rules.decide_stop(held, request)
         ended: StageWork | None = None
         new_stage = stage
+        # The design's StopStage stops the stage for the model artifact, whatever term it
+        # runs: only the stop rule keeps a stale stop away from newer work. (The stage
+        # runtime also requires the stop's generation to match; the model leaves that
+        # second guard out so that the rule itself is what the checker judges.)
         if decision.accepted and stage.running is not None:
-            work = self.work(stage.running)
-            if request.matches(work):
-                ended, new_stage = work, stage._replace(running=None)
+            ended, new_stage = self.work(stage.running), stage._replace(running=None)
         after = state._replace(
             stages=_replaced(state.stages, index, new_stage),
             in_flight=_with_messages(state.in_flight, message, ()))
@@ -681,7 +706,8 @@ class FenceModel:
             if not decision.accepted:
                 detail = f"{where} rejects {who}'s term-{term} stop: {decision.message}"
             elif ended is not None:
-                detail = f"{where} stops its term-{term} stage for {who}"
+                detail = (f"{where} stops its running term-{ended.coordinator_term} stage "
+                          f"for {who}'s term-{term} stop")
             else:
                 detail = f"{where} accepts {who}'s term-{term} stop but runs nothing of it"
         return after, TraceStep(
@@ -1029,6 +1055,13 @@ class Counterexample:
             "steps": [step.to_dict() for step in self.steps],
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Counterexample:
+        values = _mapping(data, "counterexample")
+        return cls(values["property_name"], values["explanation"],
+                   tuple(values["clock_offsets_ms"]),
+                   tuple(TraceStep.from_dict(step) for step in values["steps"]))
+
     def events_frame(self) -> pd.DataFrame:
         """The trace as an event log (columns :data:`EVENT_COLUMNS`), times in ms from 0."""
         rows = [r for n, step in enumerate(self.steps, 1) for r in _event_rows(n, step)]
@@ -1074,13 +1107,20 @@ class PropertyResult:
             else self.counterexample.to_dict(),
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PropertyResult:
+        values = _mapping(data, "property result")
+        example = values.get("counterexample")
+        return cls(values["name"], values["title"], values["expectation"], values["holds"],
+                   None if example is None else Counterexample.from_dict(example))
+
 
 @dataclass(frozen=True)
 class CheckResult:
     """What one exploration found.
 
-    ``complete`` is False when ``max_states`` cut the exploration short; "holds" then
-    only means that no state explored breaks the property.
+    ``complete`` is False when the state budget cut a ``partial`` exploration short;
+    "holds" then only means that no state explored breaks the property.
     """
 
     config: CheckConfig
@@ -1123,6 +1163,13 @@ class CheckResult:
             "properties": [r.to_dict() for r in self.properties],
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CheckResult:
+        values = _mapping(data, "check result")
+        return cls(CheckConfig.from_dict(values["config"]), values["states_explored"],
+                   values["transitions"], values["max_depth"], values["complete"],
+                   tuple(PropertyResult.from_dict(r) for r in values["properties"]))
+
 
 # --- exploration -------------------------------------------------------------------------
 
@@ -1148,6 +1195,53 @@ def reachable_states(
     return seen
 
 
+DEFAULT_MAX_STATES = 1_000_000
+"""The states one check keeps before it gives up: at about half a kilobyte each (more for
+larger meshes) this bounds a check to roughly a gigabyte. The default configurations
+stay far below it; the largest configuration :class:`CheckConfig` accepts does not."""
+
+PROGRESS_EVERY = 10_000
+"""By default a progress report is made each time this many more states are known."""
+
+
+class CheckProgress(NamedTuple):
+    """Where an exploration is: states known so far, transitions taken, the depth of the
+    breadth-first level being explored, the states waiting in the next level, and the
+    budget."""
+
+    states_explored: int
+    transitions: int
+    depth: int
+    frontier: int
+    max_states: int
+    done: bool = False
+
+    @property
+    def budget_used(self) -> float:
+        """The share of the state budget used, between 0 and 1."""
+        return min(1.0, self.states_explored / self.max_states)
+
+
+ProgressCallback = Callable[[CheckProgress], None]
+
+
+class StateBudgetExceeded(FenceError):
+    """The configuration has more states than the check may keep (``max_states``)."""
+
+    codes = ("CheckStateBudgetExceeded",)
+
+    def __init__(self, config: CheckConfig, progress: CheckProgress) -> None:
+        super().__init__(
+            f"the model of {config.describe()} has more than {progress.max_states:,} states "
+            f"(stopped at depth {progress.depth} after {progress.transitions:,} "
+            "transitions); check a smaller configuration (fewer stages, coordinators, terms "
+            "or clock ticks; skew and message loss off), raise max_states, or pass "
+            "partial=True to judge only the states explored",
+            max_states=progress.max_states, states_explored=progress.states_explored,
+            depth=progress.depth, config=config.to_dict())
+        self.progress = progress
+
+
 def check(
     config: CheckConfig | None = None,
     *,
@@ -1155,20 +1249,33 @@ def check(
     load_rule: LoadRule = decide_load,
     stop_rule: StopRule = decide_stop,
     properties: Sequence[str] | None = None,
-    max_states: int | None = None,
+    max_states: int = DEFAULT_MAX_STATES,
+    partial: bool = False,
+    progress: ProgressCallback | None = None,
+    progress_every: int = PROGRESS_EVERY,
 ) -> CheckResult:
     """Explore every state of ``config`` breadth first and judge each property.
 
     ``claim_rule``, ``load_rule`` and ``stop_rule`` replace the stage's rules (to show
-    that a broken rule is caught); ``properties`` limits which properties are judged;
-    ``max_states`` stops the exploration early (the result is then not complete).
+    that a broken rule is caught); ``properties`` limits which properties are judged.
+
+    ``max_states`` is the state budget. When the model has more states,
+    :class:`StateBudgetExceeded` is raised, or with ``partial`` the states explored so
+    far are judged and the result says it is not complete. ``progress`` is called with
+    a :class:`CheckProgress` every ``progress_every`` new states, after each
+    breadth-first level, and once at the end (``done``).
     """
     config = config if config is not None else CheckConfig()
     model = FenceModel(config, Rules(claim_rule, load_rule, stop_rule))
     chosen = PROPERTIES if properties is None else tuple(property_named(n) for n in properties)
-    if max_states is not None:
-        max_states = integer(max_states, _config_error("max_states"), minimum=1,
+    max_states = integer(max_states, _config_error("max_states"), minimum=1, maximum=10**9)
+    progress_every = integer(progress_every, _config_error("progress_every"), minimum=1,
                              maximum=10**9)
+    if not isinstance(partial, bool):
+        raise CheckConfigError("partial", "must be true or false", partial)
+    if progress is not None and not callable(progress):
+        raise CheckConfigError("progress", "must be a function of one CheckProgress",
+                               progress)
 
     parents: dict[ModelState, tuple[ModelState, Action] | None] = {}
     frontier: list[ModelState] = []
@@ -1181,6 +1288,14 @@ def check(
     transitions = 0
     depth = 0
     complete = True
+    next_report = progress_every
+
+    def report(pending: int, done: bool = False) -> CheckProgress:
+        where = CheckProgress(len(parents), transitions, depth, pending, max_states, done)
+        if progress is not None:
+            progress(where)
+        return where
+
     while frontier:
         next_frontier: list[ModelState] = []
         for state in frontier:
@@ -1195,14 +1310,21 @@ def check(
                         found[prop.name] = (state, action, explanation)
                 if after in parents:
                     continue
-                if max_states is not None and len(parents) >= max_states:
+                if len(parents) >= max_states:
+                    if not partial:
+                        raise StateBudgetExceeded(config, report(len(next_frontier)))
                     complete = False
                     continue
                 parents[after] = (state, action)
                 next_frontier.append(after)
+                if len(parents) >= next_report:
+                    next_report += progress_every
+                    report(len(next_frontier))
         frontier = next_frontier
         if frontier:
             depth += 1
+            report(len(frontier))
+    report(0, done=True)
 
     results = []
     for prop in chosen:
@@ -1271,6 +1393,12 @@ def replay(
     return states
 
 
+def _mapping(data: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise CheckConfigError(what, "must be a mapping of field names", type(data).__name__)
+    return data
+
+
 # --- the default configurations ----------------------------------------------------------
 
 
@@ -1279,6 +1407,14 @@ class NamedConfig:
     name: str
     purpose: str
     config: CheckConfig
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "purpose": self.purpose, "config": self.config.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> NamedConfig:
+        values = _mapping(data, "named configuration")
+        return cls(values["name"], values["purpose"], CheckConfig.from_dict(values["config"]))
 
 
 DEFAULT_CONFIGS: tuple[NamedConfig, ...] = (
@@ -1333,6 +1469,20 @@ class CheckReport:
     """Results over several configurations, property by property."""
 
     runs: tuple[tuple[NamedConfig, CheckResult], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": REPORT_FORMAT,
+                "runs": [{**named.to_dict(), "result": result.to_dict()}
+                         for named, result in self.runs]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CheckReport:
+        values = _mapping(data, "check report")
+        if values.get("format") != REPORT_FORMAT:
+            raise CheckConfigError("format", f"a check report of format {REPORT_FORMAT} is "
+                                   "expected", values.get("format"))
+        return cls(tuple((NamedConfig.from_dict(run), CheckResult.from_dict(run["result"]))
+                         for run in values["runs"]))
 
     @property
     def states_explored(self) -> int:
@@ -1399,22 +1549,131 @@ class CheckReport:
         ])
 
 
-def _check_named(named: NamedConfig) -> CheckResult:
-    return check(named.config)
+def _check_named(named: NamedConfig, max_states: int = DEFAULT_MAX_STATES) -> CheckResult:
+    return check(named.config, max_states=max_states)
+
+
+DefaultsProgress = Callable[[str, CheckProgress], None]
+"""Told the configuration's name and where its exploration is."""
 
 
 def check_defaults(
-    configs: Sequence[NamedConfig] | None = None, *, workers: int = 1
+    configs: Sequence[NamedConfig] | None = None,
+    *,
+    workers: int = 1,
+    max_states: int = DEFAULT_MAX_STATES,
+    progress: DefaultsProgress | None = None,
 ) -> CheckReport:
     """Check every property on each configuration (the defaults unless given).
 
-    ``workers`` above 1 checks configurations in that many processes at once.
+    ``workers`` above 1 checks configurations in that many processes at once; each
+    configuration has the state budget ``max_states`` (see :func:`check`). ``progress``
+    hears ``(name, CheckProgress)`` as each configuration is explored (with several
+    workers, once per configuration when it is done).
     """
     chosen = DEFAULT_CONFIGS if configs is None else tuple(configs)
     workers = integer(workers, _config_error("workers"), minimum=1, maximum=64)
+    max_states = integer(max_states, _config_error("max_states"), minimum=1, maximum=10**9)
+    if progress is not None and not callable(progress):
+        raise CheckConfigError("progress", "must be a function of (name, CheckProgress)",
+                               progress)
+    results: list[CheckResult] = []
     if workers == 1 or len(chosen) < 2:
-        results = [_check_named(named) for named in chosen]
+        for named in chosen:
+            hear = None if progress is None else functools.partial(progress, named.name)
+            results.append(check(named.config, max_states=max_states, progress=hear))
     else:
         with ProcessPoolExecutor(max_workers=min(workers, len(chosen))) as pool:
-            results = list(pool.map(_check_named, chosen))
+            done = pool.map(functools.partial(_check_named, max_states=max_states), chosen)
+            for named, result in zip(chosen, done, strict=True):
+                results.append(result)
+                if progress is not None:
+                    progress(named.name, CheckProgress(
+                        result.states_explored, result.transitions, result.max_depth, 0,
+                        max_states, True))
     return CheckReport(tuple(zip(chosen, results, strict=True)))
+
+
+# --- results computed once -----------------------------------------------------------------
+
+REPORT_FORMAT = 1
+REPORT_FILE = "fence_check.json"
+"""The default configurations' report, in the data directory; ``make fence-check`` writes
+it and a slow test recomputes it, so readers (the fencing notebook) need not wait."""
+
+
+class StaleCheckResults(FenceError):
+    """The saved checker report is missing, unreadable or not for today's configurations."""
+
+    codes = ("StaleCheckResults",)
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"{path}: {problem}; regenerate it with `make fence-check`",
+                         path=str(path))
+        self.path = path
+
+
+def report_path() -> Path:
+    """Where the default configurations' report is kept (the data directory)."""
+    from planner.models.presets import data_dir  # the one place the data directory is found
+
+    return data_dir() / REPORT_FILE
+
+
+def write_report(report: CheckReport, path: Path | None = None) -> Path:
+    """Save ``report`` as JSON (at :func:`report_path` unless given); returns the path."""
+    target = report_path() if path is None else Path(path)
+    text = json.dumps(report.to_dict(), indent=1, ensure_ascii=False) + "\n"
+    temporary = target.with_name(f".{target.name}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    temporary.replace(target)
+    return target
+
+
+def load_report(path: Path | None = None) -> CheckReport:
+    """The saved report of the default configurations, refused when it is not for
+    today's :data:`DEFAULT_CONFIGS` (names, purposes and configurations)."""
+    source = report_path() if path is None else Path(path)
+    try:
+        data = json.loads(source.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise StaleCheckResults(source, "no saved checker report") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise StaleCheckResults(source, f"cannot be read ({error})") from None
+    try:
+        report = CheckReport.from_dict(data)
+    except (CodedError, KeyError, TypeError) as error:
+        raise StaleCheckResults(source, f"is not a checker report ({error})") from None
+    if tuple(named for named, _ in report.runs) != DEFAULT_CONFIGS:
+        raise StaleCheckResults(source, "was computed for other configurations than "
+                                "today's defaults")
+    if tuple(r.name for _, result in report.runs for r in result.properties) != (
+            PROPERTY_NAMES * len(report.runs)):
+        raise StaleCheckResults(source, "judges other properties than today's")
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m planner.fence.checker [PATH]``: check the defaults and save the report."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m planner.fence.checker",
+                                     description=main.__doc__)
+    parser.add_argument("path", nargs="?", type=Path, default=None,
+                        help=f"where to write (default: the data directory's {REPORT_FILE})")
+    parser.add_argument("--workers", type=int, default=1)
+    args = parser.parse_args(argv)
+
+    def hear(name: str, where: CheckProgress) -> None:
+        if where.done:
+            print(f"{name}: {where.states_explored:,} states, depth {where.depth}",
+                  flush=True)
+
+    report = check_defaults(workers=args.workers, progress=hear)
+    written = write_report(report, args.path)
+    print(f"wrote {written} ({report.states_explored:,} states)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
