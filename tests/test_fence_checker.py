@@ -414,6 +414,7 @@ def ignore_lease(
     return decision
 
 
+@pytest.mark.slow
 def test_a_fence_that_accepts_stale_terms_is_caught() -> None:
     config = CheckConfig(stages=1, coordinators=2, max_term=2, clock_bound=0)
     result = check(config, claim_rule=accept_stale_terms)
@@ -433,6 +434,7 @@ def test_a_fence_that_accepts_stale_terms_is_caught() -> None:
     assert real.result("no_load_below_accepted_term").holds
 
 
+@pytest.mark.slow
 def test_a_fence_that_ignores_the_lease_is_caught() -> None:
     config = _named("lease-expiry").config
     result = check(config, load_rule=ignore_lease,
@@ -445,6 +447,7 @@ def test_a_fence_that_ignores_the_lease_is_caught() -> None:
     assert len(states) == len(verdict.counterexample.steps) + 1
 
 
+@pytest.mark.slow
 def test_a_fence_without_same_term_conflicts_is_caught() -> None:
     def accept_conflicts(
         current: CoordinatorClaim | None, claim: CoordinatorClaim, now_unix_ms: int
@@ -509,6 +512,7 @@ def test_counterexamples_are_shortest() -> None:
     assert violated_within(start, len(example.steps))
 
 
+@pytest.mark.slow
 def test_explicit_loss_adds_states_but_no_fence_states() -> None:
     config = CheckConfig(stages=2, coordinators=1, max_term=2, clock_bound=1)
     lossy = replace(config, message_loss=True)
@@ -644,6 +648,7 @@ def test_config_round_trips_and_describes_itself() -> None:
         check_defaults(workers=0)
 
 
+@pytest.mark.slow
 def test_result_serialises() -> None:
     result = check(_named("different-plans").config)
     data = result.to_dict()
