@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import replace
+from datetime import timedelta
 from fractions import Fraction
 
 import pytest
@@ -105,7 +106,8 @@ def fleets_with_failures(draw: st.DrawFn, max_nodes: int = 12
     return request, down, min_context
 
 
-@settings(max_examples=25)
+# Each example plans every one of up to 2**12 failure subsets by brute force: seconds, not ms.
+@settings(max_examples=25, deadline=timedelta(seconds=60))
 @given(fleets_with_failures())
 def test_exact_availability_matches_every_failure_subset(case) -> None:
     request, down, min_context = case
