@@ -1,0 +1,133 @@
+"""``planner size MODEL``: the cheapest fleets of catalog GPUs that meet the targets."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from planner.cli._common import EXIT_NO_TOPOLOGY, EXIT_OK, FORMATTER, UserError
+from planner.fleetfile import load_fleet
+from planner.models import ModelSpec, from_gguf, load_gpu_catalog, load_preset
+from planner.performance import ESTIMATE_NOTE
+from planner.reports.sizing import answer_text, fleet_table
+from planner.reports.tables import spreadsheet_safe, terminal_safe, text_table
+from planner.sizing import SizingError, SizingTargets, size_fleet
+
+NAME = "size"
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        NAME, help="the cheapest fleets of catalog GPUs that meet a model's targets",
+        formatter_class=FORMATTER,
+        description=(
+            "Find the fleets (counts of catalog GPU kinds, nodes <kind>-00, <kind>-01, ...) "
+            "with the lowest price per hour whose plan reaches the minimum context and "
+            "lanes and, with --tpot, an estimated TPOT within it; with --tolerate F, also "
+            "after losing any F nodes. Exact within each kind's max_count. Speeds are "
+            "estimates from the catalog's memory bandwidth."),
+        epilog=("examples:\n"
+                "  planner size qwen3-coder-480b-a35b --tolerate 1\n"
+                "  planner size llama-3.1-70b --kinds h100-80gb,l40s --tpot 60 --json\n"
+                "  planner size data/fleets/qwen480b-5x80.toml --catalog my-gpus.toml --csv\n\n"
+                "exit codes: 0 fleets found, 1 no fleet meets the targets, 2 bad input"))
+    parser.add_argument("model", metavar="MODEL",
+                        help="a preset id, a GGUF file or a fleet file (its [model] and "
+                             "[planning] are used, its nodes ignored)")
+    parser.add_argument("--catalog", metavar="FILE",
+                        help="GPU catalog in the format of data/gpus.toml (default: that)")
+    parser.add_argument("--min-context", type=int, metavar="N",
+                        help="context the plan must reach (default the SPEC floor)")
+    parser.add_argument("--min-lanes", type=int, default=1, metavar="N",
+                        help="parallel lanes the plan must reach (default 1)")
+    parser.add_argument("--tolerate", type=int, default=0, metavar="F",
+                        help="nodes the fleet must be able to lose (default 0)")
+    parser.add_argument("--tpot", type=int, metavar="MS",
+                        help="estimated time per output token the plan must stay within")
+    parser.add_argument("--kinds", metavar="NAME,...",
+                        help="only these catalog kinds (ids or names, comma-separated)")
+    parser.add_argument("--top", type=int, default=5, metavar="K",
+                        help="how many fleets to list (default 5)")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true",
+                        help='print {"fleets": [...]}, cheapest first')
+    output.add_argument("--csv", action="store_true", help="print the fleets as CSV")
+    parser.set_defaults(handler=run)
+
+
+def _model(source: str) -> tuple[ModelSpec | dict[str, Any], str, dict[str, Any]]:
+    """The model, its display name and the fleet file's planning options."""
+    path = Path(source)
+    if path.suffix.lower() in (".toml", ".json"):
+        document = load_fleet(source)
+        spec = document.model.spec(document.base_dir)
+        planning = {"minimum_nodes": document.minimum_nodes,
+                    "target_decode_tpot_ms": document.target_decode_tpot_ms,
+                    "context_length_override": document.context_length_override,
+                    "parallel_lanes_override": document.parallel_lanes_override}
+        model = spec if spec is not None else document.model.resolve(document.base_dir)
+        return model, document.model.label, planning
+    if path.suffix.lower() == ".gguf":
+        spec = from_gguf(path)
+        return spec, spec.name, {}
+    spec = load_preset(source)
+    return spec, spec.name, {}
+
+
+def run(args: argparse.Namespace) -> int:
+    model, name, planning = _model(args.model)
+    catalog = load_gpu_catalog(args.catalog)
+    kinds = None if args.kinds is None else [k for k in args.kinds.split(",") if k.strip()]
+    if kinds is not None and not kinds:
+        raise UserError("--kinds names no kind")
+    tpot = args.tpot if args.tpot is not None else planning.get("target_decode_tpot_ms")
+    targets = SizingTargets(minimum_context=args.min_context, minimum_lanes=args.min_lanes,
+                            minimum_nodes=planning.get("minimum_nodes", 1),
+                            target_decode_tpot_ms=tpot, failures_tolerated=args.tolerate)
+    try:
+        result = size_fleet(model, catalog, targets, top=args.top, kinds=kinds,
+                            context_length_override=planning.get("context_length_override"),
+                            parallel_lanes_override=planning.get("parallel_lanes_override"),
+                            pareto=not (args.json or args.csv))
+    except SizingError as error:
+        if error.code != "NoFleetMeetsTargets":
+            raise
+        if args.json:
+            print(json.dumps({"fleets": [], "error": error.to_dict()}, indent=2))
+        print(terminal_safe(f"planner: {name}: {error.message}"), file=sys.stderr)
+        return EXIT_NO_TOPOLOGY
+    fleets = [fleet.to_dict() for fleet in result.fleets]
+    if args.json:
+        print(json.dumps({"fleets": fleets, "notes": [ESTIMATE_NOTE, *result.notes]},
+                         indent=2, ensure_ascii=False))
+        return EXIT_OK
+    if args.csv:
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        columns = [key for key in fleets[0] if key != "counts"]
+        writer.writerow(["fleet", *columns])
+        for fleet, record in zip(result.fleets, fleets, strict=True):
+            writer.writerow([spreadsheet_safe(fleet.label), *(
+                ";".join(record[c]) if c == "nodes" else
+                "" if record[c] is None else record[c] for c in columns)])
+        sys.stdout.write(buffer.getvalue())
+        return EXIT_OK
+    print(terminal_safe(f"{name}: context >= {result.minimum_context:,}, lanes >= "
+                        f"{targets.minimum_lanes}, tolerating {targets.failures_tolerated} "
+                        f"failed node(s)" + ("" if tpot is None else f", TPOT <= {tpot} ms")))
+    print(terminal_safe(answer_text(result)))
+    print()
+    print(text_table(fleet_table(result.fleets)))
+    if result.pareto:
+        print()
+        print("Pareto front over cost per hour, context and estimated TPOT:")
+        print(text_table(fleet_table(result.pareto)))
+    print()
+    for note in (ESTIMATE_NOTE, *result.notes):
+        print(terminal_safe(note))
+    return EXIT_OK

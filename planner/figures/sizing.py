@@ -1,0 +1,47 @@
+"""The sizing chart: cost per hour against context for the fleets found, coloured by the
+estimated TPOT, with the Pareto front drawn through."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from planner.figures.style import axis, base_layout, plotly_text
+from planner.sizing import SizedFleet, SizingResult
+
+
+def _hover(fleet: SizedFleet) -> str:
+    tpot = fleet.estimated_tpot_ms
+    speed = "no estimate" if tpot is None else (
+        f"estimated TPOT {tpot:,.1f} ms, {fleet.tokens_per_s:,.1f} tokens/s (estimate)")
+    return (f"{plotly_text(fleet.label)}<br>USD {fleet.cost_per_hour_usd:,.2f}/h, "
+            f"context {fleet.plan.context_length:,}, {fleet.plan.stage_count} stages<br>"
+            f"{speed}")
+
+
+def sizing_figure(result: SizingResult) -> go.Figure:
+    """Every fleet of ``result`` (cheapest and Pareto front) as a point: x the cost per
+    hour, y the plan's context, colour the estimated TPOT; the front joined by a line."""
+    fleets = list({f.counts: f for f in (*result.fleets, *result.pareto)}.values())
+    tpots = [f.estimated_tpot_ms for f in fleets]
+    known = [t for t in tpots if t is not None]
+    figure = go.Figure()
+    figure.add_trace(go.Scatter(
+        x=[f.cost_per_hour_usd for f in result.pareto],
+        y=[f.plan.context_length for f in result.pareto],
+        mode="lines", line={"color": "#999999", "dash": "dot", "shape": "hv"},
+        name="Pareto front", hoverinfo="skip"))
+    figure.add_trace(go.Scatter(
+        x=[f.cost_per_hour_usd for f in fleets],
+        y=[f.plan.context_length for f in fleets],
+        mode="markers", name="fleets",
+        marker={"size": 11, "line": {"width": 1, "color": "#333333"},
+                "color": [t if t is not None else (max(known) if known else 0) for t in tpots],
+                "colorscale": "Viridis", "reversescale": True, "showscale": bool(known),
+                "colorbar": {"title": {"text": "estimated<br>TPOT ms"}}},
+        text=[_hover(f) for f in fleets], hovertemplate="%{text}<extra></extra>"))
+    figure.update_layout(**base_layout(
+        "Cheapest fleets: cost per hour against context (speed is an estimate)",
+        xaxis=axis(title={"text": "cost per hour (USD)"}, rangemode="tozero"),
+        yaxis=axis(title={"text": "context length (tokens)"}, type="log"),
+        height=420))
+    return figure

@@ -1,0 +1,81 @@
+"""``planner size``, run as a real process."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+from test_cli import FIVE, assert_user_error, run
+
+from planner.models import load_gpu_catalog, load_preset
+from planner.sizing import SizingTargets, size_fleet
+
+KEYS = ["counts", "nodes", "cost_per_hour", "context_length", "stage_count",
+        "parallel_lanes", "estimated_tpot_ms", "tokens_per_s", "cost_per_million_tokens",
+        "failures_tolerated"]
+KINDS = "h100-80gb,a100-80gb,h200-141gb,instinct-mi300x"
+
+CARD = ('[[gpu]]\nname = "Card"\nvendor = "V"\nmemory_bytes = 85899345920\nnote = "n"\n'
+        'id = "card"\nprice_per_hour = 1.0\nprice_source = "quote"\nprice_date = 2026-11-30\n'
+        "max_count = 3\n")
+
+
+def test_json_lists_the_cheapest_fleets_with_the_documented_keys() -> None:
+    done = run("size", "qwen3-coder-480b-a35b", "--tolerate", "1", "--kinds", KINDS,
+               "--top", "3", "--json")
+    assert done.returncode == 0, done.stderr
+    fleets = json.loads(done.stdout)["fleets"]
+    assert len(fleets) == 3 and all(list(fleet) == KEYS for fleet in fleets)
+    costs = [fleet["cost_per_hour"] for fleet in fleets]
+    assert costs == sorted(costs)
+    expected = size_fleet(load_preset("qwen3-coder-480b-a35b"), load_gpu_catalog(),
+                          SizingTargets(failures_tolerated=1), kinds=KINDS.split(","),
+                          top=3, pareto=False)
+    assert fleets == [fleet.to_dict() for fleet in expected.fleets]
+    assert fleets[0]["failures_tolerated"] == 1
+
+
+def test_text_and_csv_say_it_is_an_estimate() -> None:
+    text = run("size", "llama-3.1-70b", "--kinds", KINDS, "--top", "2")
+    assert text.returncode == 0, text.stderr
+    assert "Cheapest:" in text.stdout and "estimate" in text.stdout
+    assert "Pareto front" in text.stdout
+    table = run("size", "llama-3.1-70b", "--kinds", KINDS, "--top", "2", "--csv")
+    rows = list(csv.reader(io.StringIO(table.stdout)))
+    assert rows[0] == ["fleet", *KEYS[1:]] and len(rows) == 3
+
+
+def test_a_fleet_file_gives_model_and_planning(tmp_path: Path) -> None:
+    catalog = tmp_path / "mine.toml"
+    catalog.write_text(CARD.replace("max_count = 3\n", ""))
+    done = run("size", FIVE, "--catalog", catalog, "--json")
+    assert done.returncode == 0, done.stderr
+    best = json.loads(done.stdout)["fleets"][0]
+    # 80 GiB cards (README's worked example): 4 plan 65,536, 5 the native 262,144.
+    assert best["counts"] == {"card": 4} and best["context_length"] == 65536
+    assert best["estimated_tpot_ms"] is None  # the user's card states no bandwidth
+    native = run("size", FIVE, "--catalog", catalog, "--min-context", "262144", "--json")
+    assert json.loads(native.stdout)["fleets"][0]["counts"] == {"card": 5}
+
+
+def test_no_fleet_exits_1_with_the_reason(tmp_path: Path) -> None:
+    catalog = tmp_path / "mine.toml"
+    catalog.write_text(CARD)
+    done = run("size", "qwen3-coder-480b-a35b", "--catalog", catalog)
+    assert_user_error(done, 1, "holds 48 of 62 layers at 65,536", "card")
+
+
+def test_bad_input_exits_2(tmp_path: Path) -> None:
+    assert_user_error(run("size", "no-such-model"), 2, "UnknownPreset")
+    assert_user_error(run("size", "llama-3.1-70b", "--tolerate", "-1"), 2,
+                      "failures_tolerated")
+    assert_user_error(run("size", "llama-3.1-70b", "--kinds", "tpu"), 2, "UnknownKind")
+    assert_user_error(run("size", "llama-3.1-70b", "--catalog", tmp_path / "none.toml"), 2,
+                      "GpuCatalogNotFound")
+    bad = tmp_path / "bad.toml"
+    bad.write_text(CARD.replace("price_date = 2026-11-30\n", ""))
+    assert_user_error(run("size", "llama-3.1-70b", "--catalog", bad), 2, "price_date")
+    assert_user_error(run("size", "llama-3.1-70b", "--min-context", "999999999"), 2,
+                      "native context")
