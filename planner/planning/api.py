@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -29,7 +29,7 @@ from planner.units import format_bytes, latency_microseconds
 Request = PlanningInput | Mapping[str, Any]
 
 
-def _target_met(request: PlanningInput, estimate: int | float | None) -> bool | None:
+def target_met(request: PlanningInput, estimate: int | float | None) -> bool | None:
     if estimate is None or request.target_decode_tpot_ms is None:
         return None
     # In microseconds: a fractional estimate compares exactly.
@@ -43,7 +43,7 @@ def _to_plan(request: PlanningInput, choice: NodeSetChoice, lanes: int) -> Plan:
         parallel_lanes=lanes,
         stages=build_stages(choice.nodes, choice.spans, layer_weights(request)),
         estimated_decode_network_ms_per_token=estimate,
-        decode_tpot_target_met=_target_met(request, estimate),
+        decode_tpot_target_met=target_met(request, estimate),
     )
 
 
@@ -52,8 +52,8 @@ def _set_order(choice: NodeSetChoice) -> tuple[int, int, tuple[str, ...]]:
     return (-choice.min_remaining_bytes, -choice.total_remaining_bytes, choice.node_ids)
 
 
-def _shape_rank(request: PlanningInput, estimate_us: int,
-                context: int) -> tuple[bool, int, int]:
+def shape_rank(request: PlanningInput, estimate_us: int,
+               context: int) -> tuple[bool, int, int]:
     """SPEC section 6, latency-aware: target met (unknown counts as met), lower estimate
     (unknown counts as 0; in whole microseconds, so exact), higher context; lanes are
     always the most allowed."""
@@ -61,33 +61,71 @@ def _shape_rank(request: PlanningInput, estimate_us: int,
     return (target is not None and estimate_us > target * 1000, estimate_us, -context)
 
 
-def _select(request: PlanningInput) -> NodeSetChoice | None:
-    counts = node_count_range(request)
+class Shapes:
+    """The search at each context, run at most once per context and stage count, so that
+    :func:`select_shape` and the candidates table share their results."""
+
+    def __init__(self, request: PlanningInput) -> None:
+        self.request = request
+        self.counts = node_count_range(request)
+        self._searches: dict[int, ContextSearch] = {}
+        self._fitting: dict[int, dict[int, int]] = {}
+        self._best: dict[tuple[int, int], NodeSetChoice] = {}
+
+    def _search(self, context: int) -> ContextSearch:
+        if context not in self._searches:
+            self._searches[context] = ContextSearch(self.request, context)
+        return self._searches[context]
+
+    def fitting(self, context: int) -> dict[int, int]:
+        """Stage count -> smallest max latency in microseconds (unknown as 0), for the
+        counts that fit."""
+        if context not in self._fitting:
+            found = self._search(context).min_max_latency()
+            self._fitting[context] = {k: v for k, v in found.items() if k in self.counts}
+        return self._fitting[context]
+
+    def best(self, context: int, counts: Iterable[int]) -> dict[int, NodeSetChoice]:
+        """The SPEC section 5 best set for each of ``counts`` that fits at ``context``."""
+        fitting = self.fitting(context)
+        wanted = [k for k in counts if k in fitting]
+        missing = [k for k in wanted if (context, k) not in self._best]
+        if missing:
+            for k, choice in self._search(context).best_for_counts(missing).items():
+                self._best[(context, k)] = choice
+        return {k: self._best[(context, k)] for k in wanted}
+
+
+def select_shape(request: PlanningInput, shapes: Shapes,
+                 contexts: Iterable[int] | None = None) -> NodeSetChoice | None:
+    """SPEC section 6: the chosen (context, stage count) and its node set, or None.
+
+    ``contexts`` (highest first) narrows the choice to those context lengths; by default
+    every context candidate takes part.
+    """
+    counts = shapes.counts
+    contexts = context_candidates(request) if contexts is None else tuple(contexts)
     if not request.has_latency:
         # Highest context first, then fewest nodes: the first shape that fits wins.
-        for context in context_candidates(request):
-            search = ContextSearch(request, context)
-            fitting = search.min_max_latency()
+        for context in contexts:
+            fitting = shapes.fitting(context)
             for count in counts:
                 if count in fitting:
-                    return search.best_for_counts([count])[count]
+                    return shapes.best(context, [count])[count]
         return None
-
-    # Latency-aware: rank every fitting shape by target met, estimate, context; ties
-    # between stage counts go to the SPEC section 5 rules, which need the sets themselves.
-    ranked: list[tuple[tuple[bool, int, int], ContextSearch, int]] = []
-    for context in context_candidates(request):
-        search = ContextSearch(request, context)
-        for count, latency in search.min_max_latency().items():
-            if count in counts:
-                ranked.append((_shape_rank(request, count * latency, context), search, count))
+    # Latency-aware: rank every fitting shape by target met, estimate, context (the
+    # estimate needs only the smallest max latency); ties between stage counts go to the
+    # SPEC section 5 rules, which need the sets themselves.
+    ranked = [
+        (shape_rank(request, count * latency, context), context, count)
+        for context in contexts
+        for count, latency in shapes.fitting(context).items()
+    ]
     if not ranked:
         return None
     best_key = min(key for key, _, _ in ranked)
-    finalists: list[NodeSetChoice] = []
-    for key, search, count in ranked:
-        if key == best_key:
-            finalists.append(search.best_for_counts([count])[count])
+    finalists = [shapes.best(context, [count])[count]
+                 for key, context, count in ranked if key == best_key]
     return min(finalists, key=_set_order)
 
 
@@ -107,7 +145,7 @@ def plan_topology(request: Request) -> Plan:
     """
     req = as_planning_input(request)
     check_request(req)
-    choice = _select(req)
+    choice = select_shape(req, Shapes(req))
     if choice is None:
         raise no_valid_topology(req)
     return _to_plan(req, choice, lane_candidates(req)[0])
@@ -236,20 +274,17 @@ def candidates(request: Request) -> pd.DataFrame:
     lanes = lane_candidates(req)
     counts = list(node_count_range(req))
     rows: list[dict[str, Any]] = []
-    best_by_shape: dict[tuple[int, int], NodeSetChoice] = {}
+    shapes = Shapes(req)
     for context in context_candidates(req):
-        search = ContextSearch(req, context)
-        best = search.best_for_counts(counts)
+        best = shapes.best(context, counts)
         costs = layer_bytes(req, context)
         for count in counts:
             choice = best.get(count)
-            if choice is not None:
-                best_by_shape[(context, count)] = choice
             reason = "" if choice is not None else _infeasible_reason(req, count, costs)
             for lane in lanes:
                 rows.append(_row(req, context, count, lane, choice, reason))
     frame = candidate_frame(rows)
-    selected = _select_from_table(req, best_by_shape)
+    selected = select_shape(req, shapes)
     if selected is not None:
         chosen = (
             (frame["context_length"] == selected.context_length)
@@ -258,19 +293,6 @@ def candidates(request: Request) -> pd.DataFrame:
         )
         frame.loc[chosen, "selected"] = True
     return frame
-
-
-def _select_from_table(request: PlanningInput,
-                       best_by_shape: dict[tuple[int, int], NodeSetChoice]) -> NodeSetChoice | None:
-    """SPEC section 6 over every shape's best set, already known (the candidates table)."""
-    if not best_by_shape:
-        return None
-    if not request.has_latency:
-        # Shapes are in the planner's order: highest context, then fewest nodes.
-        return next(iter(best_by_shape.values()))
-    return min(best_by_shape.values(), key=lambda choice: (
-        *_shape_rank(request, choice.estimate_us_or_zero, choice.context_length),
-        *_set_order(choice)))
 
 
 def _row(request: PlanningInput, context: int, count: int, lanes: int,
@@ -283,7 +305,7 @@ def _row(request: PlanningInput, context: int, count: int, lanes: int,
             "decode_tpot_target_met": pd.NA, "selected": False, "reason": reason,
         }
     estimate = choice.estimated_decode_network_ms_per_token
-    met = _target_met(request, estimate)
+    met = target_met(request, estimate)
     return {
         "context_length": context, "stage_count": count, "parallel_lanes": lanes,
         "feasible": True, "node_ids": choice.node_ids,

@@ -113,6 +113,8 @@ class Walk:
     failed_stage: int | None
     """Index of the stage that could not take a layer, or None."""
     next_layer: int
+    remaining_bytes: tuple[int, ...] = ()
+    """Usable bytes each walked stage has left after its layers (SPEC section 4)."""
 
 
 def walk_stages(usable: Sequence[int], costs: Sequence[int]) -> Walk:
@@ -123,6 +125,7 @@ def walk_stages(usable: Sequence[int], costs: Sequence[int]) -> Walk:
     prefix = [0, *accumulate(costs)]
     next_layer = 0
     spans: list[int] = []
+    remaining: list[int] = []
     for index, budget in enumerate(usable):
         assignable = (layer_count - next_layer) - (stage_count - 1 - index)
         span = 0
@@ -136,10 +139,11 @@ def walk_stages(usable: Sequence[int], costs: Sequence[int]) -> Walk:
                 high = middle - 1
         span = low
         if span == 0:
-            return Walk(False, tuple(spans), index, next_layer)
+            return Walk(False, tuple(spans), index, next_layer, tuple(remaining))
         spans.append(span)
+        remaining.append(budget - (prefix[next_layer + span] - prefix[next_layer]))
         next_layer += span
-    return Walk(next_layer == layer_count, tuple(spans), None, next_layer)
+    return Walk(next_layer == layer_count, tuple(spans), None, next_layer, tuple(remaining))
 
 
 def build_stages(ordered: Sequence[NodeBudget], spans: Sequence[int],

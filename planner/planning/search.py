@@ -356,17 +356,12 @@ class ContextSearch:
         walk = walk_stages([n.usable_bytes for n in ordered], self.costs)
         if not walk.fits:
             raise AssertionError("chosen node set does not fit")
-        remaining = []
-        start = 0
-        for node, span in zip(ordered, walk.spans, strict=True):
-            remaining.append(node.usable_bytes - (self.prefix[start + span] - self.prefix[start]))
-            start += span
         return NodeSetChoice(
             context_length=self.context_length,
             stage_count=len(ordered),
             nodes=ordered,
             spans=walk.spans,
-            remaining_bytes=tuple(remaining),
+            remaining_bytes=walk.remaining_bytes,
             estimated_decode_network_ms_per_token=estimate_ms(ordered),
         )
 

@@ -7,9 +7,15 @@ from typing import Any
 
 import pandas as pd
 
+from planner.errors import PlanError
 from planner.planning.inputs import PlanningInput
 from planner.planning.plan import Plan
-from planner.planning.rules import kv_bytes_per_layer_token, layer_weights
+from planner.planning.rules import (
+    kv_bytes_per_layer_token,
+    layer_bytes,
+    layer_weights,
+    walk_stages,
+)
 
 
 def milliseconds_dtype(values: Iterable[Any]) -> str:
@@ -62,12 +68,25 @@ def stage_usage(request: PlanningInput, plan: Plan) -> pd.DataFrame:
     (exclusive), ``layer_count``, ``parameter_bytes``, ``kv_cache_bytes`` (the stage's
     layers' KV cache at the plan's context), ``used_bytes``, ``usable_vram_bytes``,
     ``remaining_bytes``.
+
+    ``plan`` must be the plan of ``request`` (its stages are the SPEC section 4 walk
+    over its nodes); any other plan raises :class:`~planner.errors.PlanError`.
     """
     usable = request.usable_bytes
+    missing = [stage.node_id for stage in plan.stages if stage.node_id not in usable]
+    if missing:
+        raise PlanError("PlanMismatch",
+                        f"the plan's node {missing[0]!r} is not in the request's fleet")
+    walk = walk_stages([usable[stage.node_id] for stage in plan.stages],
+                       layer_bytes(request, plan.context_length))
+    if not walk.fits or walk.spans != tuple(stage.layer_count for stage in plan.stages):
+        raise PlanError("PlanMismatch",
+                        "the plan's layer ranges are not the stage walk of the request's "
+                        "nodes at its context; plan the request again")
     kv_per_layer = kv_bytes_per_layer_token(request) * plan.context_length
     weights = layer_weights(request)
     rows = []
-    for stage in plan.stages:
+    for stage, remaining in zip(plan.stages, walk.remaining_bytes, strict=True):
         parameter_bytes = sum(weights[stage.layer_start:stage.layer_end])
         kv = kv_per_layer * stage.layer_count
         rows.append({
@@ -81,7 +100,7 @@ def stage_usage(request: PlanningInput, plan: Plan) -> pd.DataFrame:
             "kv_cache_bytes": kv,
             "used_bytes": parameter_bytes + kv,
             "usable_vram_bytes": usable[stage.node_id],
-            "remaining_bytes": usable[stage.node_id] - parameter_bytes - kv,
+            "remaining_bytes": remaining,
         })
     columns = ["stage_id", "stage_index", "node_id", "layer_start", "layer_end", "layer_count",
                "parameter_bytes", "kv_cache_bytes", "used_bytes", "usable_vram_bytes",
