@@ -1,6 +1,8 @@
 """Hypothesis strategies for planning requests, weighted toward the hard cases:
 ties in usable bytes, identical nodes, latency on some nodes only, caps and headroom,
-exact per-layer weights and stage counts near the layer count."""
+exact per-layer weights and stage counts near the layer count, and the SPEC section 2
+refusals (zeros, no nodes, overrides out of range, wrong-length per-layer weights),
+one or several at once."""
 
 from __future__ import annotations
 
@@ -11,9 +13,82 @@ from hypothesis import strategies as st
 NATIVE_CHOICES = (512, 3000, 16384, 65536, 100_000, 131072, 262144)
 
 
+# Most fleets stay small enough for the exhaustive reference (2^nodes subsets); the
+# strategy reaches max_nodes and max_layers only now and then.
+SMALL_NODES = 9
+SMALL_LAYERS = 12
+
+
+def _size(draw: st.DrawFn, small: int, most: int) -> int:
+    if most > small and draw(st.integers(0, 7)) == 7:
+        return draw(st.integers(small + 1, most))
+    return draw(st.integers(1, min(small, most)))
+
+
 @st.composite
-def requests(draw: st.DrawFn, max_nodes: int = 9, max_layers: int = 12) -> dict[str, Any]:
-    layer_count = draw(st.integers(1, max_layers))
+def requests(draw: st.DrawFn, max_nodes: int = 11, max_layers: int = 32,
+             failures: bool = True) -> dict[str, Any]:
+    """A planning request; with ``failures``, about one in three is broken on purpose."""
+    request = draw(_valid_requests(max_nodes, max_layers))
+    if failures and draw(st.integers(0, 2)) == 2:
+        # Mostly one failure, so that each check is reached; sometimes several at once.
+        count = draw(st.sampled_from((1, 1, 1, 2, 3)))
+        breakers = draw(st.lists(st.sampled_from(sorted(BREAKERS)), min_size=count,
+                                 max_size=count, unique=True))
+        for name in breakers:
+            BREAKERS[name](draw, request)
+    return request
+
+
+def _zero(field: str) -> Any:
+    def breaker(draw: st.DrawFn, request: dict[str, Any]) -> None:
+        request[field] = 0
+    return breaker
+
+
+def _no_nodes(draw: st.DrawFn, request: dict[str, Any]) -> None:
+    request["nodes"] = []
+
+
+def _context_too_high(draw: st.DrawFn, request: dict[str, Any]) -> None:
+    request["context_length_override"] = request["native_context_length"] + draw(
+        st.sampled_from((1, 512, 2**20)))
+
+
+def _context_too_low(draw: st.DrawFn, request: dict[str, Any]) -> None:
+    floor = min(request["native_context_length"], 65536)
+    request["context_length_override"] = draw(st.sampled_from(
+        sorted({0, max(floor - 1, 0), floor // 2, 512 if floor > 512 else 0})))
+
+
+def _lanes_out_of_range(draw: st.DrawFn, request: dict[str, Any]) -> None:
+    # 0 is refused (ZeroParallelLanes); more than 8 lanes is allowed and must plan.
+    request["parallel_lanes_override"] = draw(st.sampled_from((0, 0, 0, 9, 4096)))
+
+
+def _wrong_weight_count(draw: st.DrawFn, request: dict[str, Any]) -> None:
+    count = request["layer_count"]
+    wrong = draw(st.sampled_from(sorted({0, 1, max(count - 1, 0), count + 1, 2 * count + 3}
+                                        - {count})))
+    request["layer_weight_bytes"] = [2**10] * wrong
+
+
+BREAKERS = {
+    "native_context_length": _zero("native_context_length"),
+    "layer_count": _zero("layer_count"),
+    "model_weight_bytes": _zero("model_weight_bytes"),
+    "kv_bytes_per_token": _zero("kv_bytes_per_token"),
+    "nodes": _no_nodes,
+    "context_too_high": _context_too_high,
+    "context_too_low": _context_too_low,
+    "lanes": _lanes_out_of_range,
+    "layer_weight_bytes": _wrong_weight_count,
+}
+
+
+@st.composite
+def _valid_requests(draw: st.DrawFn, max_nodes: int, max_layers: int) -> dict[str, Any]:
+    layer_count = _size(draw, SMALL_LAYERS, max_layers)
     native = draw(st.sampled_from(NATIVE_CHOICES))
     kv = draw(st.integers(1, 4 * layer_count))
     exact = draw(st.booleans())
@@ -34,7 +109,7 @@ def requests(draw: st.DrawFn, max_nodes: int = 9, max_layers: int = 12) -> dict[
     fractions = draw(st.lists(st.sampled_from(
         (0.1, 0.3, 1 / 3, 0.4, 0.5, 0.6, 0.6, 0.75, 1.0, 1.05, 1.3, 2.5)),
         min_size=1, max_size=3, unique=True))
-    node_count = draw(st.integers(1, max_nodes))
+    node_count = _size(draw, SMALL_NODES, max_nodes)
     latency_mode = draw(st.sampled_from(("none", "all", "some")))
     latency_pool = draw(st.lists(st.integers(0, 12), min_size=1, max_size=3))
     # On a lattice of whole layers (uniform weights), remaining bytes come in whole

@@ -57,7 +57,7 @@ def counts(req: dict[str, Any]) -> list[int]:
 def weights(req: dict[str, Any]) -> list[int]:
     layer_count = req["layer_count"]
     given = req.get("layer_weight_bytes")
-    if given is not None and len(given) == layer_count:
+    if given is not None:
         return list(given)
     return [ceil(req["model_weight_bytes"] / layer_count)] * layer_count
 
@@ -101,6 +101,11 @@ def best_set(req: dict[str, Any], context: int, k: int) -> Fitted | None:
 
 
 def check(req: dict[str, Any]) -> None:
+    # SPEC section 2: a per-layer list of the wrong length is malformed input, refused
+    # before the numbered checks (with no layers there is no length to compare against).
+    given = req.get("layer_weight_bytes")
+    if given is not None and req["layer_count"] > 0 and len(given) != req["layer_count"]:
+        raise ReferenceError_("InvalidInput")
     if req["native_context_length"] == 0:
         raise ReferenceError_("MissingNativeContext")
     if req["layer_count"] == 0:
@@ -118,6 +123,12 @@ def check(req: dict[str, Any]) -> None:
         raise ReferenceError_("ContextBelowMinimum")
     if req.get("parallel_lanes_override") == 0:
         raise ReferenceError_("ZeroParallelLanes")
+
+
+def target_met(req: dict[str, Any], f: Fitted) -> bool | None:
+    """SPEC section 6: the estimate within the target when both are known, else None."""
+    target = req.get("target_decode_tpot_ms")
+    return None if f.estimate is None or target is None else f.estimate <= target
 
 
 def table(req: dict[str, Any]) -> dict[tuple[int, int], Fitted | None]:
@@ -157,7 +168,7 @@ def plan(req: dict[str, Any]) -> dict[str, Any]:
                        "layer_start": start, "layer_end": start + span,
                        "parameter_bytes": sum(w[start:start + span])})
         start += span
-    met = None if chosen.estimate is None or target is None else chosen.estimate <= target
+    met = target_met(req, chosen)
     return {"context_length": chosen.context_length, "parallel_lanes": lane, "stages": stages,
             "estimated_decode_network_ms_per_token": chosen.estimate,
             "decode_tpot_target_met": met}

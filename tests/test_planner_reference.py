@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import pandas as pd
 import pytest
 import reference_planner as ref
 from hypothesis import example, given, settings
@@ -28,14 +29,43 @@ def _reference_outcome(request: dict[str, Any]) -> dict[str, Any]:
         return {"error": error.code}
 
 
-@settings(max_examples=1500)
+@settings(max_examples=1200)
 @given(requests())
 def test_plan_matches_exhaustive_reference(request: dict[str, Any]) -> None:
     assert _planner_outcome(request) == _reference_outcome(request)
 
 
+SPEC_CODES = ("InvalidInput", "MissingNativeContext", "MissingLayers", "MissingModelWeights",
+              "MissingKvBytesPerToken", "MissingNodes", "ContextExceedsNative",
+              "ContextBelowMinimum", "ZeroParallelLanes", "NoValidTopology")
+
+
+def test_random_requests_reach_every_refusal_and_the_larger_sizes() -> None:
+    # The differential test above only exercises the validation order if the strategy
+    # produces each refusal, several at once, and fleets beyond the small sizes.
+    seen: set[str] = set()
+    several = large = 0
+
+    @settings(max_examples=500, database=None, derandomize=True)
+    @given(requests())
+    def draw(request: dict[str, Any]) -> None:
+        nonlocal several, large
+        outcome = _reference_outcome(request)
+        assert _planner_outcome(request) == outcome
+        seen.add(outcome.get("error", "ok"))
+        broken = sum((request["native_context_length"] == 0, request["layer_count"] == 0,
+                      request["model_weight_bytes"] == 0, request["kv_bytes_per_token"] == 0,
+                      not request["nodes"], request["parallel_lanes_override"] == 0))
+        several += broken >= 2
+        large += len(request["nodes"]) > 9 and request["layer_count"] > 12
+
+    draw()
+    assert seen == {*SPEC_CODES, "ok"}
+    assert several > 0 and large > 0
+
+
 @settings(max_examples=500)
-@given(requests(max_nodes=8))
+@given(requests(max_nodes=8, max_layers=12))
 def test_candidates_match_exhaustive_reference(request: dict[str, Any]) -> None:
     try:
         ref.check(request)
@@ -63,7 +93,9 @@ def test_candidates_match_exhaustive_reference(request: dict[str, Any]) -> None:
             assert row.min_remaining_bytes == min(best.remaining)
             assert row.total_remaining_bytes == sum(best.remaining)
             estimate = row.estimated_decode_network_ms_per_token
-            assert (None if estimate is pd_na() else estimate) == best.estimate
+            assert (None if estimate is pd.NA else estimate) == best.estimate
+            met = row.decode_tpot_target_met
+            assert (None if met is pd.NA else bool(met)) is ref.target_met(request, best)
     outcome = _reference_outcome(request)
     selected = frame[frame["selected"]]
     if "error" in outcome:
@@ -74,12 +106,6 @@ def test_candidates_match_exhaustive_reference(request: dict[str, Any]) -> None:
         assert chosen["context_length"] == outcome["context_length"]
         assert chosen["parallel_lanes"] == outcome["parallel_lanes"]
         assert list(chosen["node_ids"]) == [s["node_id"] for s in outcome["stages"]]
-
-
-def pd_na() -> Any:
-    import pandas as pd
-
-    return pd.NA
 
 
 @settings(max_examples=200)
