@@ -70,6 +70,7 @@ class PlanError(CodedError):
         "ContextBelowMinimum",
         "ZeroParallelLanes",
         "NoValidTopology",
+        "PlanMismatch",
     )
 
 

@@ -16,7 +16,13 @@ from planner.cli._common import (
 )
 from planner.errors import PlanError
 from planner.reports.content import build_report
-from planner.reports.tables import stage_table, terminal_safe, text_table
+from planner.reports.tables import (
+    choice_table,
+    choice_text,
+    stage_table,
+    terminal_safe,
+    text_table,
+)
 
 NAME = "plan"
 
@@ -62,6 +68,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"estimated decode network time {estimate} ms per token{target}")
     print()
     print(text_table(stage_table(content)))
+    print()
+    print(terminal_safe(f"why this shape: {choice_text(content)}"))
+    if content.choice and content.choice["higher_contexts"]:
+        print(text_table(choice_table(content)))
     if content.quorum is not None:
         quorum = content.quorum
         print(f"\nstartup quorum: {quorum['quorum_requirement']} of "

@@ -1,18 +1,23 @@
 """Split-topology planning (SPEC sections 1-7). Pure: no widgets, no plotting."""
 
 from planner.planning.api import CANDIDATE_COLUMNS, candidates, plan_topology
+from planner.planning.explain import ChoiceExplanation, HigherContext, ShapeOption, explain_choice
 from planner.planning.inputs import NodeBudget, PlanningInput, as_planning_input
 from planner.planning.plan import Plan, Stage
 from planner.planning.tables import node_budgets, stage_usage
 
 __all__ = [
     "CANDIDATE_COLUMNS",
+    "ChoiceExplanation",
+    "HigherContext",
     "NodeBudget",
     "Plan",
     "PlanningInput",
+    "ShapeOption",
     "Stage",
     "as_planning_input",
     "candidates",
+    "explain_choice",
     "node_budgets",
     "plan_topology",
     "stage_usage",

@@ -24,6 +24,7 @@ from planner.planning import (
     PlanningInput,
     as_planning_input,
     candidates,
+    explain_choice,
     plan_topology,
     stage_usage,
 )
@@ -59,6 +60,8 @@ class ReportContent:
     candidates: tuple[dict[str, Any], ...]
     failure_what_if: tuple[dict[str, Any], ...]
     warnings: tuple[dict[str, Any], ...] = field(default=())
+    choice: dict[str, Any] | None = None
+    """Why the plan has its shape (:func:`planner.planning.explain_choice`), or None."""
 
     @property
     def ok(self) -> bool:
@@ -94,6 +97,7 @@ class ReportContent:
             "candidates": list(self.candidates),
             "failure_what_if": list(self.failure_what_if),
             "warnings": list(self.warnings),
+            "choice": self.choice,
         }
 
 
@@ -310,4 +314,5 @@ def build_report(
         failure_what_if=(_what_if(request, plan)
                          if plan is not None and include_what_if else ()),
         warnings=_warnings(request),
+        choice=explain_choice(request).to_dict() if plan is not None else None,
     )

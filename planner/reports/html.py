@@ -13,6 +13,8 @@ from planner.reports.content import ReportContent
 from planner.reports.tables import (
     TextTable,
     candidate_table,
+    choice_table,
+    choice_text,
     model_rows,
     node_table,
     plan_facts,
@@ -129,7 +131,10 @@ def render_html(content: ReportContent) -> str:
     ]
     if ok:
         parts += [_facts(plan_facts(content), table_id="plan-table"), "<h3>Stages</h3>",
-                  _table(stage_table(content), table_id="stages-table")]
+                  _table(stage_table(content), table_id="stages-table"),
+                  "<h3>Why this shape</h3>",
+                  f'<p id="choice">{escape(choice_text(content))}</p>',
+                  _table(choice_table(content), table_id="choice-table")]
     else:
         parts.append(f'<p id="no-plan">{escape(result_text(content))}</p>')
     parts += [

@@ -9,6 +9,8 @@ from planner.reports.content import ReportContent
 from planner.reports.tables import (
     TextTable,
     candidate_table,
+    choice_table,
+    choice_text,
     model_rows,
     node_table,
     plan_facts,
@@ -85,7 +87,9 @@ def render_markdown(content: ReportContent) -> str:
     lines += ["## Plan", ""]
     if content.plan is not None:
         lines += [*_pairs(plan_facts(content)), "", "### Stages", "",
-                  *_table(stage_table(content)), ""]
+                  *_table(stage_table(content)), "",
+                  "### Why this shape", "", md_text(choice_text(content)), "",
+                  *_table(choice_table(content)), ""]
     else:
         lines += [md_text(result_text(content)), ""]
 

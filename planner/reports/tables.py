@@ -188,6 +188,29 @@ def candidate_rows_table(records: Sequence[dict[str, Any]]) -> TextTable:
                   rows, "rrrllrrrlll")
 
 
+def choice_text(content: ReportContent) -> str:
+    """One sentence on why the plan has its shape; empty without a plan."""
+    return content.choice["summary"] if content.choice else ""
+
+
+def choice_table(content: ReportContent) -> TextTable:
+    """The chosen shape and the best shape at each higher context, with the rule that
+    ranked it lower (SPEC section 6)."""
+    headers = ("shape", "context", "stages", "lanes", "est. TPOT", "target met", "why not")
+    rows = []
+    if content.choice:
+        chosen = content.choice["chosen"]
+        options = [("chosen", chosen, "")]
+        options += [("higher context", item["option"], item["reason"])
+                    for item in content.choice["higher_contexts"]]
+        for label, option, reason in options:
+            rows.append((label, f"{option['context_length']:,}", str(option["stage_count"]),
+                         str(option["parallel_lanes"]),
+                         _optional(option["estimated_decode_network_ms_per_token"], " ms"),
+                         _met(option["decode_tpot_target_met"]), reason))
+    return _table(headers, rows, "lrrrrll")
+
+
 def warning_lines(content: ReportContent) -> list[str]:
     return [warning["message"] for warning in content.warnings]
 
