@@ -12,7 +12,7 @@ from planner.planning import explain_choice
 GIB = 2**30
 
 
-def _qwen(latency: int | None, target: int | None = None, count: int = 5) -> dict[str, Any]:
+def _qwen(latency: float | None, target: int | None = None, count: int = 5) -> dict[str, Any]:
     return {"native_context_length": 262144, "layer_count": 62,
             "model_weight_bytes": 315_680_000_000, "kv_bytes_per_token": 131072,
             "target_decode_tpot_ms": target,
@@ -59,6 +59,17 @@ def test_a_missed_target_is_the_rule_that_decides() -> None:
     assert explained.higher_contexts[0].reason == (
         "262,144 needs 5 stages: 25 ms misses the 22 ms target")
     assert explained.higher_contexts[0].option.decode_tpot_target_met is False
+
+
+def test_fractional_latencies_rank_and_read_in_milliseconds() -> None:
+    # 5.5 ms a node: 4 stages 22 ms, 5 stages 27.5 ms; a 22 ms target is met exactly.
+    explained = explain_choice(_qwen(5.5, target=22))
+    assert explained.chosen.estimated_decode_network_ms_per_token == 22
+    assert explained.chosen.decode_tpot_target_met is True
+    assert explained.higher_contexts[0].reason == (
+        "262,144 needs 5 stages: 27.5 ms misses the 22 ms target")
+    untargeted = explain_choice(_qwen(5.5))
+    assert untargeted.higher_contexts[0].reason == "262,144 needs 5 stages: 27.5 ms vs 22 ms"
 
 
 def test_without_latency_the_highest_context_wins_and_nothing_is_above() -> None:
