@@ -46,7 +46,7 @@ from typing import Any
 import pandas as pd
 
 from planner.errors import CodedError, PlanError
-from planner.fleetfile import expanded_node_ids
+from planner.fleet import expanded_node_ids
 from planner.models.gpus import GpuModel
 from planner.models.spec import ModelSpec
 from planner.performance import (

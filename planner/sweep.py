@@ -61,7 +61,7 @@ from planner.availability import (
     targets_check,
 )
 from planner.errors import CodedError
-from planner.fleetfile import FleetDocument, ModelChoice, load_fleet
+from planner.fleet import FleetDocument, ModelChoice, load_fleet
 from planner.planning import plan_topology
 from planner.planning.rules import context_floor
 from planner.sizing import SizingTargets, size_fleet

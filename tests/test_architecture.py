@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 CORE = ["planner", "planner.planning", "planner.fence", "planner.models", "planner.units",
-        "planner.fleetfile", "planner.reports.content", "planner.availability",
+        "planner.fleet", "planner.reports.content", "planner.availability",
         "planner.simulation", "planner.sweep", "planner.performance", "planner.sizing"]
 
 

@@ -239,7 +239,7 @@ def test_cheapest_spare_mix_beats_fewest_nodes_on_price() -> None:
 def test_sizing_targets_set_context_lanes_and_tpot() -> None:
     from pathlib import Path
 
-    from planner.fleetfile import load_fleet
+    from planner.fleet import load_fleet
     from planner.sizing import SizingTargets
 
     fleets = Path(__file__).resolve().parents[1] / "data" / "fleets"
@@ -261,7 +261,7 @@ def test_cheapest_catalog_spares_cost_no_more_than_any_single_kind() -> None:
     from pathlib import Path
 
     from planner.availability import catalog_spare_kinds, spares_for
-    from planner.fleetfile import load_fleet
+    from planner.fleet import load_fleet
     from planner.models import load_gpu_catalog
 
     five = load_fleet(Path(__file__).resolve().parents[1] / "data" / "fleets"

@@ -13,7 +13,7 @@ from planner.figures.availability import (
     context_distribution_figure,
     timeline_figure,
 )
-from planner.fleetfile import load_fleet
+from planner.fleet import load_fleet
 from planner.simulation import simulate
 from planner.workbench import Workbench
 from planner.workbench.availability_panel import AvailabilityPanel

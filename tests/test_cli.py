@@ -13,7 +13,7 @@ import pytest
 from test_fleetfile import write_tiny_gguf
 
 import planner
-from planner.fleetfile import load_fleet
+from planner.fleet import load_fleet
 
 ROOT = Path(__file__).resolve().parent.parent
 FLEETS = ROOT / "data" / "fleets"

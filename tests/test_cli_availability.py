@@ -7,7 +7,7 @@ import json
 from test_cli import FIVE, FOUR_BY_70, ROOT, assert_user_error, run
 
 from planner.availability import NodeReliability, fleet_availability
-from planner.fleetfile import load_fleet
+from planner.fleet import load_fleet
 
 
 def test_json_has_exactly_the_documented_keys_and_matches_the_library() -> None:

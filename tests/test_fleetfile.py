@@ -19,7 +19,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import planner
-from planner.fleetfile import (
+from planner.fleet import (
     FleetDocument,
     FleetFileError,
     ModelChoice,
@@ -529,7 +529,7 @@ def test_a_long_line_of_spaces_does_not_stall_the_line_finder() -> None:
     # header pattern backtrack cubically (minutes for a 6 KB file). Run it in a child
     # process so a regression fails at the timeout instead of hanging the suite.
     script = textwrap.dedent('''
-        from planner.fleetfile import FleetFileError, parse_fleet_toml
+        from planner.fleet import FleetFileError, parse_fleet_toml
         text = (
             'name = """\\n[' + " " * 6000 + 'x\\n"""\\n'
             '[model]\\nnative_context_length = 65536\\nlayer_count = 40\\n'

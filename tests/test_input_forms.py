@@ -7,7 +7,7 @@ import pytest
 
 from planner import candidates, plan_topology
 from planner.errors import InvalidInput
-from planner.fleetfile import FleetFileError, fleet_to_toml, parse_fleet_toml
+from planner.fleet import FleetFileError, fleet_to_toml, parse_fleet_toml
 from planner.planning import NodeBudget, PlanningInput
 from planner.planning.tables import node_budgets
 from planner.workbench.state import NodeRow, PlanOptions, WorkbenchInputError

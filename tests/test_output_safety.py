@@ -15,7 +15,7 @@ from gguf import GGUFWriter
 from test_fleetfile import write_tiny_gguf
 
 from planner.figures.plan import candidates_figure, layer_ranges_figure, memory_figure
-from planner.fleetfile import parse_fleet_toml
+from planner.fleet import parse_fleet_toml
 from planner.planning import candidates, plan_topology
 from planner.reports import build_report
 from planner.reports.markdown import md_text, render_markdown

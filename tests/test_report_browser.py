@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from planner.fleetfile import load_fleet, parse_fleet_toml
+from planner.fleet import load_fleet, parse_fleet_toml
 from planner.reports import write_report
 from planner.reports.html import FIGURE_IDS
 

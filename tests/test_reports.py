@@ -19,7 +19,7 @@ from planner_strategies import requests
 
 import planner
 from planner.fence import quorum_requirement
-from planner.fleetfile import FleetDocument, FleetFileError, load_fleet, parse_fleet_toml
+from planner.fleet import FleetDocument, FleetFileError, load_fleet, parse_fleet_toml
 from planner.planning import PlanningInput
 from planner.reports import build_report, render_report, write_report
 from planner.units import format_bytes

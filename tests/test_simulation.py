@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from planner.availability import NodeReliability, fleet_availability
-from planner.fleetfile import load_fleet
+from planner.fleet import load_fleet
 from planner.simulation import simulate, simulate_many
 
 FIVE = Path(__file__).resolve().parents[1] / "data" / "fleets" / "qwen480b-5x80.toml"

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from planner.availability import NodeReliability, fleet_availability
-from planner.fleetfile import load_fleet
+from planner.fleet import load_fleet
 from planner.sweep import SweepError, check_grid, grid_from_axes, load_grid, sweep
 
 FLEETS = Path(__file__).resolve().parents[1] / "data" / "fleets"

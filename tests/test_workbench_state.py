@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import planner
-from planner.fleetfile import load_fleet, save_fleet
+from planner.fleet import load_fleet, save_fleet
 from planner.workbench import (
     ModelFields,
     NodeRow,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.fleetfile import load_fleet
+from planner.fleet import load_fleet
 from planner.workbench import NodeRow, PlanOptions, Workbench, WorkbenchState
 from planner.workbench.editor import CUSTOM_MODEL
 

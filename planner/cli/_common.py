@@ -8,7 +8,7 @@ import sys
 
 import planner
 from planner.errors import CodedError, PlanError
-from planner.fleetfile import FleetDocument, load_fleet
+from planner.fleet import FleetDocument, load_fleet
 from planner.reports.tables import terminal_safe
 
 EXIT_OK = 0

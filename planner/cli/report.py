@@ -14,7 +14,7 @@ from planner.cli._common import (
     FORMATTER,
     UserError,
 )
-from planner.fleetfile import load_fleet, write_text_atomic
+from planner.fleet import load_fleet, write_text_atomic
 from planner.reports.content import build_report
 from planner.reports.tables import terminal_safe
 

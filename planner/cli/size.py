@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.cli._common import EXIT_NO_TOPOLOGY, EXIT_OK, FORMATTER, UserError
-from planner.fleetfile import load_fleet
+from planner.fleet import load_fleet
 from planner.models import ModelSpec, from_gguf, load_gpu_catalog, load_preset
 from planner.performance import ESTIMATE_NOTE
 from planner.reports.sizing import answer_text, fleet_table

@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from planner.fleetfile import FleetDocument, FleetFileError, write_text_atomic
+from planner.fleet import FleetDocument, FleetFileError, write_text_atomic
 from planner.planning import PlanningInput
 from planner.reports.content import ReportContent, build_report
 from planner.reports.jsonreport import render_json

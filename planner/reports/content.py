@@ -18,7 +18,7 @@ import pandas as pd
 import planner
 from planner.errors import PlanError
 from planner.fence import quorum_requirement
-from planner.fleetfile import FleetDocument
+from planner.fleet import FleetDocument
 from planner.planning import (
     Plan,
     PlanningInput,
@@ -258,14 +258,14 @@ def build_report(
     include_candidates: bool = True,
     include_what_if: bool = True,
 ) -> ReportContent:
-    """Plan ``source`` (a :class:`~planner.fleetfile.FleetDocument`, a
+    """Plan ``source`` (a :class:`~planner.fleet.FleetDocument`, a
     :class:`~planner.planning.PlanningInput` or a SPEC request dict) and gather the report.
 
     A request the planner refuses (no valid topology, an override out of range) still
     gives a report, whose ``error`` says why. ``include_candidates`` and
     ``include_what_if`` may leave out the two costly sections (they are then empty).
     A malformed request or a model that cannot be resolved raises
-    (:class:`~planner.errors.InvalidInput`, :class:`~planner.fleetfile.FleetFileError`).
+    (:class:`~planner.errors.InvalidInput`, :class:`~planner.fleet.FleetFileError`).
     """
     if isinstance(source, FleetDocument):
         request = source.to_request()

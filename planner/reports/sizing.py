@@ -10,7 +10,7 @@ from html import escape
 from pathlib import Path
 
 import planner
-from planner.fleetfile import FleetFileError, write_text_atomic
+from planner.fleet import FleetFileError, write_text_atomic
 from planner.performance import ESTIMATE_NOTE
 from planner.reports.tables import TextTable, terminal_safe
 from planner.sizing import SizedFleet, SizingResult

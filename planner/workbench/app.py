@@ -20,7 +20,7 @@ from typing import Any, ParamSpec
 import ipywidgets as widgets
 
 from planner.errors import PlanError
-from planner.fleetfile import FleetFileError, load_fleet, save_fleet
+from planner.fleet import FleetFileError, load_fleet, save_fleet
 from planner.models import GpuModel, ModelError
 from planner.workbench.catalog import (
     ModelSource,

@@ -373,7 +373,7 @@ class WorkbenchState:
 
     @classmethod
     def from_document(cls, document: Any) -> WorkbenchState:
-        """A state from a :class:`planner.fleetfile.FleetDocument` (resolving its model)."""
+        """A state from a :class:`planner.fleet.FleetDocument` (resolving its model)."""
         choice = document.model
         fields = choice.resolve(document.base_dir)
         model = ModelFields.from_planning_fields(
@@ -416,8 +416,8 @@ class WorkbenchState:
                              **self.options.planning_fields())
 
     def to_document(self) -> Any:
-        """The state as a :class:`planner.fleetfile.FleetDocument`, ready to save."""
-        from planner.fleetfile import FleetDocument, ModelChoice
+        """The state as a :class:`planner.fleet.FleetDocument`, ready to save."""
+        from planner.fleet import FleetDocument, ModelChoice
 
         model = self.model
         if model.preset is not None:

@@ -1,0 +1,145 @@
+"""The keys a fleet file may hold, their bounds, and the checks of their values.
+
+Every check raises :class:`~planner.fleet.errors.FleetFileError` naming the field
+(and the node), so the TOML form, the JSON form and the document types report a bad
+value the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from planner._validate import Fail, integer, known_keys, shown, text
+from planner.fleet.errors import FleetFileError
+from planner.planning.inputs import MAX_BYTES, MAX_CONTEXT, MAX_LAYERS
+from planner.units import SIZE_FORMS, UnitError, parse_bytes, parse_context, parse_latency_ms
+
+MODEL_NUMBER_FIELDS = (
+    "native_context_length",
+    "layer_count",
+    "model_weight_bytes",
+    "kv_bytes_per_token",
+    "layer_weight_bytes",
+)
+_REQUIRED_MODEL_NUMBERS = MODEL_NUMBER_FIELDS[:4]
+_MODEL_BYTE_FIELDS = ("model_weight_bytes", "kv_bytes_per_token")
+MODEL_KEYS = ("name", "preset", "gguf", "kv_cache_type", *MODEL_NUMBER_FIELDS)
+PLANNING_KEYS = (
+    "minimum_nodes",
+    "context_length_override",
+    "parallel_lanes_override",
+    "target_decode_tpot_ms",
+)
+NODE_KEYS = ("id", "count", "vram", "max_vram", "headroom", "latency_ms")
+TOP_KEYS = ("name", "model", "planning", "nodes")
+JSON_EXTRA_KEYS = ("model_name", "name")
+MAX_COUNT = 10_000
+# The same bounds the planning request enforces, so a file that reads always plans.
+LIMITS = {
+    "native_context_length": MAX_CONTEXT,
+    "layer_count": MAX_LAYERS,
+    "minimum_nodes": 100_000,
+    "context_length_override": MAX_CONTEXT,
+    "parallel_lanes_override": 4096,
+    "target_decode_tpot_ms": 10**9,
+}
+
+
+# -- small validators -------------------------------------------------------------------
+
+
+def bad(field_name: str, node_id: str | None = None) -> Fail:
+    def fail(problem: str, value: Any) -> FleetFileError:
+        got = f" (got {shown(value)})" if value is not None else ""
+        return FleetFileError("InvalidField", problem + got, field=field_name, node_id=node_id)
+    return fail
+
+
+def as_int(value: Any, field_name: str, *, minimum: int = 0, maximum: int = MAX_BYTES,
+            node_id: str | None = None) -> int:
+    return integer(value, bad(field_name, node_id), minimum=minimum, maximum=maximum)
+
+
+def as_size(value: Any, field_name: str, *, node_id: str | None = None,
+             bare_bytes: bool = False) -> int:
+    """A size; a bare number only where the key's name says bytes (``*_bytes``)."""
+    if isinstance(value, float):
+        raise FleetFileError("InvalidField", f"{SIZE_FORMS} (got {shown(value)})",
+                             field=field_name, node_id=node_id)
+    try:
+        size = parse_bytes(value, bare_bytes=bare_bytes)
+    except UnitError as error:
+        raise FleetFileError("InvalidField", error.message, field=field_name,
+                             node_id=node_id) from None
+    if size > MAX_BYTES:
+        raise FleetFileError("InvalidField", f"is larger than {MAX_BYTES:,} bytes",
+                             field=field_name, node_id=node_id)
+    return size
+
+
+def as_context(value: Any, field_name: str) -> int:
+    """A context length: whole tokens or text such as ``"128k"`` (k = 1024)."""
+    try:
+        tokens = parse_context(value)
+    except UnitError as error:
+        raise FleetFileError("InvalidField", error.message, field=field_name) from None
+    return as_int(tokens, field_name, maximum=LIMITS[field_name.rpartition(".")[2]])
+
+
+def as_latency(value: Any, field_name: str, node_id: str) -> int | float:
+    """A latency in ms: ``5``, ``0.5``, ``"5 ms"``, ``"500 us"`` (to the microsecond)."""
+    try:
+        return parse_latency_ms(value)
+    except UnitError as error:
+        raise FleetFileError("InvalidField", error.message, field=field_name,
+                             node_id=node_id) from None
+
+
+def as_text(value: Any, field_name: str, *, node_id: str | None = None) -> str:
+    return text(value, bad(field_name, node_id))
+
+
+def reject_unknown(table: Mapping[str, Any], allowed: Sequence[str], prefix: str,
+                    *, node_id: str | None = None) -> None:
+    known_keys(table, allowed, lambda key, problem: FleetFileError(
+        "UnknownField", problem, field=f"{prefix}{key}", node_id=node_id))
+
+
+def normalise_numbers(numbers: Mapping[str, Any], prefix: str = "model.") -> dict[str, Any]:
+    if not isinstance(numbers, Mapping):
+        raise FleetFileError("InvalidField", "must be a table of the model's numbers",
+                             field=prefix.rstrip("."))
+    reject_unknown(numbers, MODEL_NUMBER_FIELDS, prefix)
+    result: dict[str, Any] = {}
+    for name in _REQUIRED_MODEL_NUMBERS:
+        if name not in numbers or numbers[name] is None:
+            missing = ", ".join(n for n in _REQUIRED_MODEL_NUMBERS
+                                if n not in numbers or numbers[n] is None)
+            raise FleetFileError(
+                "MissingField",
+                f"is required with the model's numbers (missing: {missing}); "
+                "or give a preset or a gguf path instead",
+                field=f"{prefix}{name}")
+        value = numbers[name]
+        if name in _MODEL_BYTE_FIELDS:
+            result[name] = as_size(value, f"{prefix}{name}", bare_bytes=True)
+        elif name == "native_context_length":
+            result[name] = as_context(value, f"{prefix}{name}")
+        else:
+            result[name] = as_int(value, f"{prefix}{name}", maximum=LIMITS[name])
+    weights = numbers.get("layer_weight_bytes")
+    if weights is not None:
+        if isinstance(weights, (str, bytes, Mapping)) or not isinstance(weights, Sequence):
+            raise FleetFileError("InvalidField", "must be a list of sizes, one per layer",
+                                 field=f"{prefix}layer_weight_bytes")
+        result["layer_weight_bytes"] = tuple(
+            as_size(value, f"{prefix}layer_weight_bytes[{index}]", bare_bytes=True)
+            for index, value in enumerate(weights))
+        if len(result["layer_weight_bytes"]) != result["layer_count"]:
+            raise FleetFileError(
+                "InvalidField",
+                f"has {len(weights)} entries but layer_count is {result['layer_count']}; "
+                "give one weight per layer or leave it out",
+                field=f"{prefix}layer_weight_bytes")
+    return result

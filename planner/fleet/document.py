@@ -1,0 +1,283 @@
+"""The fleet document: which model to plan, the fleet's nodes and the planning options.
+
+:class:`FleetDocument` is what a fleet file holds, whatever its format; the TOML and
+JSON modules read and write it, :mod:`planner.fleet.files` loads and saves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from planner.errors import InvalidInput
+from planner.fleet._fields import LIMITS, as_int, as_text, normalise_numbers, reject_unknown
+from planner.fleet.errors import FleetFileError
+from planner.planning import NodeBudget, PlanningInput
+
+
+@dataclass(frozen=True, slots=True)
+class ModelChoice:
+    """Which model to plan: a preset name, a GGUF file, or the model's numbers.
+
+    Exactly one of ``preset``, ``gguf`` and ``numbers`` is set. ``numbers`` holds the
+    SPEC model fields (``native_context_length``, ``layer_count``, ``model_weight_bytes``,
+    ``kv_bytes_per_token`` and optionally ``layer_weight_bytes``, kept as a tuple).
+    ``kv_cache_type`` selects the KV cache type of a preset or GGUF model. ``name`` is an
+    optional display name.
+    """
+
+    preset: str | None = None
+    gguf: str | None = None
+    kv_cache_type: str | None = None
+    numbers: dict | None = None
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        given = [key for key, value in (("preset", self.preset), ("gguf", self.gguf),
+                                        ("numbers", self.numbers)) if value is not None]
+        if len(given) != 1:
+            shown = ", ".join(given) if given else "none"
+            raise FleetFileError(
+                "InvalidField" if given else "MissingField",
+                f"give exactly one of preset, gguf or the model's numbers (got {shown})",
+                field="model")
+        if self.preset is not None:
+            as_text(self.preset, "model.preset")
+        if self.gguf is not None:
+            as_text(self.gguf, "model.gguf")
+        if self.kv_cache_type is not None:
+            as_text(self.kv_cache_type, "model.kv_cache_type")
+            if self.numbers is not None:
+                raise FleetFileError(
+                    "InvalidField",
+                    "applies to a preset or gguf model; with the numbers, give the "
+                    "kv_bytes_per_token of the KV cache type you want",
+                    field="model.kv_cache_type")
+        if self.name is not None:
+            as_text(self.name, "model.name")
+        if self.numbers is not None:
+            object.__setattr__(self, "numbers", normalise_numbers(self.numbers))
+
+    @property
+    def label(self) -> str:
+        """A short human name for the model."""
+        if self.name is not None:
+            return self.name
+        if self.preset is not None:
+            return self.preset
+        if self.gguf is not None:
+            return Path(self.gguf).name
+        return "custom model"
+
+    def resolve(self, base_dir: Path | None = None) -> dict[str, Any]:
+        """The five SPEC model fields (``layer_weight_bytes`` ``None`` when unknown)."""
+        spec = self.spec(base_dir)
+        fields = dict(self.numbers) if spec is None else spec.planning_fields()
+        weights = fields.get("layer_weight_bytes")
+        return {
+            "native_context_length": fields["native_context_length"],
+            "layer_count": fields["layer_count"],
+            "model_weight_bytes": fields["model_weight_bytes"],
+            "kv_bytes_per_token": fields["kv_bytes_per_token"],
+            "layer_weight_bytes": tuple(weights) if weights is not None else None,
+        }
+
+    def gguf_path(self, base_dir: Path | None = None) -> Path | None:
+        """The GGUF file, with a relative path taken from ``base_dir``."""
+        if self.gguf is None:
+            return None
+        path = Path(self.gguf).expanduser()
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        return path
+
+    def spec(self, base_dir: Path | None = None) -> Any:
+        """The :class:`planner.models.ModelSpec` of a preset or GGUF model (``None`` for
+        numbers); raises :class:`FleetFileError` (``ModelUnavailable``) when it cannot be
+        loaded."""
+        if self.numbers is not None:
+            return None
+        # Imported here so reading and writing fleet files never needs the model tooling.
+        from planner import models
+
+        try:
+            if self.preset is not None:
+                return models.load_preset(self.preset, kv_cache_type=self.kv_cache_type)
+            path = self.gguf_path(base_dir)
+            assert path is not None
+            if not path.exists():
+                raise FleetFileError("ModelUnavailable", f"GGUF file {str(path)!r} not found",
+                                     field="model.gguf")
+            if self.kv_cache_type is None:
+                return models.from_gguf(path)
+            return models.from_gguf(path, kv_cache_type=self.kv_cache_type)
+        except models.ModelError as error:
+            where = "model.preset" if self.preset is not None else "model.gguf"
+            if "KvCacheType" in str(getattr(error, "code", "")):
+                where = "model.kv_cache_type"
+            raise FleetFileError("ModelUnavailable", str(error), field=where) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        numbers = None
+        if self.numbers is not None:
+            numbers = {key: (list(value) if key == "layer_weight_bytes" else value)
+                       for key, value in self.numbers.items()}
+        return {
+            "name": self.name,
+            "preset": self.preset,
+            "gguf": self.gguf,
+            "kv_cache_type": self.kv_cache_type,
+            "numbers": numbers,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ModelChoice:
+        if not isinstance(data, Mapping):
+            raise FleetFileError("InvalidField", "must be an object", field="model")
+        reject_unknown(data, ("name", "preset", "gguf", "kv_cache_type", "numbers"),
+                        "model.")
+        return cls(
+            preset=data.get("preset"),
+            gguf=data.get("gguf"),
+            kv_cache_type=data.get("kv_cache_type"),
+            numbers=data.get("numbers"),
+            name=data.get("name"),
+        )
+
+
+# -- the document -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FleetDocument:
+    """A model, a fleet and the planning options: everything a plan needs.
+
+    ``source`` is the file the document was read from (it does not take part in
+    equality); relative GGUF paths are taken from its folder.
+    """
+
+    model: ModelChoice
+    nodes: tuple[NodeBudget, ...]
+    minimum_nodes: int = 1
+    context_length_override: int | None = None
+    parallel_lanes_override: int | None = None
+    target_decode_tpot_ms: int | None = None
+    name: str | None = None
+    source: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, ModelChoice):
+            raise FleetFileError("InvalidField", "must be a ModelChoice", field="model")
+        nodes = self.nodes
+        if isinstance(nodes, (str, bytes, Mapping)) or not isinstance(nodes, Sequence):
+            raise FleetFileError("InvalidField", "must be a list of nodes", field="nodes")
+        nodes = tuple(nodes)
+        seen: set[str] = set()
+        for index, node in enumerate(nodes):
+            if not isinstance(node, NodeBudget):
+                raise FleetFileError("InvalidField", "must be a NodeBudget",
+                                     field=f"nodes[{index}]")
+            if node.node_id in seen:
+                raise FleetFileError("DuplicateNodeId", "duplicate node id",
+                                     field=f"nodes[{index}].node_id", node_id=node.node_id)
+            seen.add(node.node_id)
+        object.__setattr__(self, "nodes", nodes)
+        as_int(self.minimum_nodes, "planning.minimum_nodes", maximum=LIMITS["minimum_nodes"])
+        for key in ("context_length_override", "parallel_lanes_override",
+                    "target_decode_tpot_ms"):
+            value = getattr(self, key)
+            if value is not None:
+                as_int(value, f"planning.{key}", maximum=LIMITS[key])
+        if self.name is not None:
+            as_text(self.name, "name")
+
+    @property
+    def base_dir(self) -> Path | None:
+        """The folder relative paths in the document start from."""
+        if self.source is None or self.source.startswith("<"):
+            return None
+        return Path(self.source).parent
+
+    @property
+    def title(self) -> str:
+        """The fleet's name, else the file's stem, else the model's label."""
+        if self.name is not None:
+            return self.name
+        if self.base_dir is not None and self.source is not None:
+            return Path(self.source).stem
+        return self.model.label
+
+    def to_request(self) -> PlanningInput:
+        """The planning request (SPEC section 1) this document describes.
+
+        Raises :class:`FleetFileError` when the model cannot be resolved and
+        :class:`~planner.errors.InvalidInput` for a request the planner refuses as
+        malformed.
+        """
+        try:
+            model_fields = self.model.resolve(self.base_dir)
+        except FleetFileError as error:
+            raise error.located(self.source) from None
+        return PlanningInput(
+            **model_fields,
+            nodes=self.nodes,
+            minimum_nodes=self.minimum_nodes,
+            context_length_override=self.context_length_override,
+            parallel_lanes_override=self.parallel_lanes_override,
+            target_decode_tpot_ms=self.target_decode_tpot_ms,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "model": self.model.to_dict(),
+            "minimum_nodes": self.minimum_nodes,
+            "context_length_override": self.context_length_override,
+            "parallel_lanes_override": self.parallel_lanes_override,
+            "target_decode_tpot_ms": self.target_decode_tpot_ms,
+            "nodes": [node.to_dict() for node in self.nodes],
+            "source": self.source,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FleetDocument:
+        if not isinstance(data, Mapping):
+            raise FleetFileError("InvalidField", "must be an object", field="document")
+        reject_unknown(data, ("name", "model", "minimum_nodes", "context_length_override",
+                               "parallel_lanes_override", "target_decode_tpot_ms", "nodes",
+                               "source"), "")
+        if "model" not in data:
+            raise FleetFileError("MissingField", "is required", field="model")
+        raw_nodes = data.get("nodes", [])
+        if isinstance(raw_nodes, (str, bytes, Mapping)) or not isinstance(raw_nodes, Sequence):
+            raise FleetFileError("InvalidField", "must be a list of nodes", field="nodes")
+        nodes = []
+        for index, node in enumerate(raw_nodes):
+            try:
+                nodes.append(node if isinstance(node, NodeBudget)
+                             else NodeBudget.from_dict(node, index))
+            except InvalidInput as error:
+                raise FleetFileError("InvalidField", error.message.split(": ", 1)[-1],
+                                     field=error.field, node_id=error.node_id) from None
+        minimum = data.get("minimum_nodes", 1)
+        return cls(
+            model=ModelChoice.from_dict(data["model"]),
+            nodes=tuple(nodes),
+            minimum_nodes=1 if minimum is None else minimum,
+            context_length_override=data.get("context_length_override"),
+            parallel_lanes_override=data.get("parallel_lanes_override"),
+            target_decode_tpot_ms=data.get("target_decode_tpot_ms"),
+            name=data.get("name"),
+            source=data.get("source"),
+        )
+
+
+# -- node count expansion ---------------------------------------------------------------
+
+
+def expanded_node_ids(base_id: str, count: int) -> list[str]:
+    """Ids of ``count`` identical nodes: ``gpu`` x 3 -> ``gpu-00``, ``gpu-01``, ``gpu-02``."""
+    width = max(2, len(str(count - 1)))
+    return [f"{base_id}-{index:0{width}d}" for index in range(count)]

@@ -1,0 +1,106 @@
+"""Loading and saving fleet files, and writing any text file atomically."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from planner.fleet.document import FleetDocument
+from planner.fleet.errors import FleetFileError
+from planner.fleet.json import fleet_to_json, parse_fleet_json
+from planner.fleet.toml import fleet_to_toml, parse_fleet_toml
+
+
+def _format_of(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix in (".toml", ".json"):
+        return suffix[1:]
+    raise FleetFileError("UnsupportedFormat",
+                         f"a fleet file ends in .toml or .json (got {path.suffix or 'none'!r})",
+                         path=str(path))
+
+
+def load_fleet(path: str | Path) -> FleetDocument:
+    """Read a ``.toml`` fleet file or a ``.json`` planning request."""
+    file_path = Path(path)
+    kind = _format_of(file_path)
+    try:
+        text = file_path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise FleetFileError("FileNotFound", "no such file", path=str(file_path)) from None
+    except IsADirectoryError:
+        raise FleetFileError("FileNotFound", "is a folder, not a fleet file",
+                             path=str(file_path)) from None
+    except UnicodeDecodeError:
+        raise FleetFileError("InvalidToml" if kind == "toml" else "InvalidJson",
+                             "is not UTF-8 text", path=str(file_path)) from None
+    except OSError as error:
+        raise FleetFileError("FileNotFound", f"cannot be read: {error.strerror}",
+                             path=str(file_path)) from None
+    if kind == "toml":
+        return parse_fleet_toml(text, source=str(file_path))
+    return parse_fleet_json(text, source=str(file_path))
+
+
+def _rebased(document: FleetDocument, destination: Path) -> FleetDocument:
+    """Keep a relative GGUF path pointing at the same file from the new folder."""
+    gguf = document.model.gguf
+    base = document.base_dir
+    if gguf is None or base is None or Path(gguf).expanduser().is_absolute():
+        return document
+    target = (base / gguf).resolve()
+    new_base = destination.parent.resolve()
+    if base.resolve() == new_base:
+        return document
+    relative = os.path.relpath(target, new_base)
+    return replace(document, model=replace(document.model, gguf=Path(relative).as_posix()))
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` so that readers see the old file or the new, never half.
+
+    The text goes to a temporary file in the same folder (same file system), is flushed
+    to disk, then replaces ``path`` in one ``os.replace``.
+    """
+    destination = Path(path)
+    folder = destination.parent
+    if not folder.is_dir():
+        raise FleetFileError("WriteFailed", f"folder {str(folder)!r} does not exist",
+                             path=str(destination))
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".tmp",
+                                             dir=folder)
+    except OSError as error:
+        raise FleetFileError("WriteFailed", f"cannot be written: {error.strerror}",
+                             path=str(destination)) from None
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        # mkstemp creates the file private to its owner; these are ordinary files.
+        mode = destination.stat().st_mode & 0o777 if destination.exists() else 0o644
+        os.chmod(temporary, mode)
+        os.replace(temporary, destination)
+    except BaseException as error:
+        Path(temporary).unlink(missing_ok=True)
+        if isinstance(error, OSError):
+            raise FleetFileError("WriteFailed", f"cannot be written: {error.strerror}",
+                                 path=str(destination)) from None
+        raise
+    return destination
+
+
+def save_fleet(document: FleetDocument, path: str | Path) -> Path:
+    """Write ``document`` as ``.toml`` or ``.json`` (by extension), atomically.
+
+    An interrupted save leaves either the old file or the new one, never half of one.
+    A relative GGUF path is rewritten so it still names the same file from the new folder.
+    """
+    destination = Path(path)
+    kind = _format_of(destination)
+    document = _rebased(document, destination)
+    text = fleet_to_toml(document) if kind == "toml" else fleet_to_json(document)
+    return write_text_atomic(destination, text)

@@ -1,0 +1,77 @@
+"""The JSON form of a fleet file: a SPEC section 1 planning request, plus optional
+``model_name`` and ``name``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from planner.errors import InvalidInput
+from planner.fleet._fields import JSON_EXTRA_KEYS, as_text
+from planner.fleet.document import FleetDocument, ModelChoice
+from planner.fleet.errors import FleetFileError
+from planner.planning import PlanningInput
+
+
+def parse_fleet_json(text: str, source: str = "<string>") -> FleetDocument:
+    """Read a JSON planning request (SPEC section 1 names, plus optional ``model_name``
+    and ``name``)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise FleetFileError("InvalidJson", f"not valid JSON: {error.msg}", path=source,
+                             line=error.lineno) from None
+    try:
+        return replace(_document_from_json(data), source=source)
+    except FleetFileError as error:
+        raise error.located(source) from None
+
+
+def _document_from_json(data: Any) -> FleetDocument:
+    if not isinstance(data, Mapping):
+        raise FleetFileError("InvalidField", "the file must hold one JSON object "
+                             "(a planning request)", field="request")
+    extras = {key: data[key] for key in JSON_EXTRA_KEYS if key in data}
+    request_data = {key: value for key, value in data.items() if key not in JSON_EXTRA_KEYS}
+    try:
+        request = PlanningInput.from_dict(request_data)
+    except InvalidInput as error:
+        code = "UnknownField" if "unknown field" in error.message else "InvalidField"
+        problem = error.message.split(": ", 1)[-1]
+        raise FleetFileError(code, problem, field=error.field, node_id=error.node_id) from None
+    numbers = {
+        "native_context_length": request.native_context_length,
+        "layer_count": request.layer_count,
+        "model_weight_bytes": request.model_weight_bytes,
+        "kv_bytes_per_token": request.kv_bytes_per_token,
+    }
+    if request.layer_weight_bytes is not None:
+        numbers["layer_weight_bytes"] = request.layer_weight_bytes
+    model_name = extras.get("model_name")
+    if model_name is not None:
+        as_text(model_name, "model_name")
+    name = extras.get("name")
+    return FleetDocument(
+        model=ModelChoice(numbers=numbers, name=model_name),
+        nodes=request.nodes,
+        minimum_nodes=request.minimum_nodes,
+        context_length_override=request.context_length_override,
+        parallel_lanes_override=request.parallel_lanes_override,
+        target_decode_tpot_ms=request.target_decode_tpot_ms,
+        name=name,
+    )
+
+
+def fleet_to_json(document: FleetDocument) -> str:
+    """The JSON form: the resolved planning request plus ``model_name`` and ``name``."""
+    data: dict[str, Any] = {}
+    if document.name is not None:
+        data["name"] = document.name
+    if document.model.name is not None:
+        data["model_name"] = document.model.name
+    elif document.model.numbers is None:
+        data["model_name"] = document.model.label
+    data.update(document.to_request().to_dict())
+    return json.dumps(data, indent=2) + "\n"

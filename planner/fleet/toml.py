@@ -1,0 +1,323 @@
+"""The TOML form of a fleet file (see :mod:`planner.fleet` for the format)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from decimal import Decimal
+from typing import Any
+
+import tomli_w
+
+from planner.fleet._fields import (
+    LIMITS,
+    MAX_COUNT,
+    MODEL_KEYS,
+    MODEL_NUMBER_FIELDS,
+    NODE_KEYS,
+    PLANNING_KEYS,
+    TOP_KEYS,
+    as_context,
+    as_int,
+    as_latency,
+    as_size,
+    as_text,
+    normalise_numbers,
+    reject_unknown,
+)
+from planner.fleet.document import FleetDocument, ModelChoice, expanded_node_ids
+from planner.fleet.errors import FleetFileError
+from planner.planning import NodeBudget
+from planner.units import parse_bytes
+
+_NUMBERED = re.compile(r"^(.+)-(\d+)$", re.DOTALL)
+
+
+def _same_budget(a: NodeBudget, b: NodeBudget) -> bool:
+    return (a.detected_vram_bytes, a.max_vram_bytes, a.runtime_headroom_bytes,
+            a.stage_transfer_latency_ms) == (b.detected_vram_bytes, b.max_vram_bytes,
+                                             b.runtime_headroom_bytes,
+                                             b.stage_transfer_latency_ms)
+
+
+def _group_nodes(nodes: Sequence[NodeBudget]) -> list[tuple[NodeBudget, str, int | None]]:
+    """Runs of identical, numbered nodes as ``(first node, base id, count)`` entries.
+
+    A run is grouped only when ``count`` expansion gives back exactly its ids, so that
+    writing and reading a file is lossless.
+    """
+    groups: list[tuple[NodeBudget, str, int | None]] = []
+    index = 0
+    while index < len(nodes):
+        node = nodes[index]
+        match = _NUMBERED.match(node.node_id)
+        taken = 0
+        if match and int(match.group(2)) == 0 and match.group(1).strip():
+            base, width = match.group(1), len(match.group(2))
+            run = 0
+            while (index + run < len(nodes)
+                   and nodes[index + run].node_id == f"{base}-{run:0{width}d}"
+                   and _same_budget(nodes[index + run], node)):
+                run += 1
+            if width == 2:
+                taken = min(run, 100)
+            elif run > 10 ** (width - 1):
+                taken = min(run, 10**width)
+            if taken >= 2 and expanded_node_ids(base, taken) == [
+                    n.node_id for n in nodes[index:index + taken]]:
+                groups.append((node, base, taken))
+                index += taken
+                continue
+        groups.append((node, node.node_id, None))
+        index += 1
+    return groups
+
+
+
+
+# Linear-time patterns only: no two adjacent parts may match the same characters, or a
+# long line of spaces makes the match cubic. The table name is checked after the match.
+_TABLE_HEADER = re.compile(r"^[ \t]*(\[\[?)([^\]\n]*)\]\]?[ \t]*(#.*)?$")
+_TABLE_NAME = re.compile(r"[A-Za-z0-9_\-\.\"' ]+")
+_KEY_LINE = re.compile(r"^\s*(\"[^\"]*\"|'[^']*'|[A-Za-z0-9_\-]+)\s*=")
+
+
+class _KeyLines:
+    """Best-effort line numbers of tables and keys, for error messages.
+
+    TOML parsers do not report where a value came from; a line scan finds the table
+    headers and ``key =`` lines, which covers how fleet files are written.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.lines: dict[tuple[str, int | None, str | None], int] = {}
+        table: tuple[str, int | None] = ("", None)
+        counters: dict[str, int] = {}
+        for number, raw in enumerate(text.splitlines(), start=1):
+            header = _TABLE_HEADER.match(raw)
+            if header and _TABLE_NAME.fullmatch(header.group(2).strip()):
+                name = header.group(2).strip().strip("\"'")
+                if header.group(1) == "[[":
+                    counters[name] = counters.get(name, -1) + 1
+                    table = (name, counters[name])
+                else:
+                    table = (name, None)
+                self.lines.setdefault((*table, None), number)
+                continue
+            key = _KEY_LINE.match(raw)
+            if key:
+                self.lines.setdefault((*table, key.group(1).strip("\"'")), number)
+
+    def find(self, field_name: str | None) -> int | None:
+        if not field_name:
+            return None
+        match = re.match(r"^(nodes)\[(\d+)\](?:\.(\w+))?", field_name)
+        if match:
+            index = int(match.group(2))
+            return (self.lines.get(("nodes", index, match.group(3)))
+                    or self.lines.get(("nodes", index, None)))
+        head, _, rest = field_name.partition(".")
+        key = re.sub(r"\[\d+\]$", "", rest) if rest else None
+        if head in ("model", "planning"):
+            return self.lines.get((head, None, key)) or self.lines.get((head, None, None))
+        return self.lines.get(("", None, re.sub(r"\[\d+\]$", "", head)))
+
+
+def _toml_error_line(error: tomllib.TOMLDecodeError) -> int | None:
+    match = re.search(r"line (\d+)", str(error))
+    return int(match.group(1)) if match else None
+
+
+def parse_fleet_toml(text: str, source: str = "<string>") -> FleetDocument:
+    """Read a TOML fleet file's text. Errors name ``source``, the line and the field."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        message = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(error))
+        message = re.sub(r"\s*\(at end of document\)", " at the end of the file", message)
+        raise FleetFileError("InvalidToml", f"not valid TOML: {message}", path=source,
+                             line=_toml_error_line(error)) from None
+    lines = _KeyLines(text)
+    try:
+        document = _document_from_toml(data)
+    except FleetFileError as error:
+        raise error.located(source, lines.find(error.field)) from None
+    return replace(document, source=source)
+
+
+def _document_from_toml(data: Mapping[str, Any]) -> FleetDocument:
+    reject_unknown(data, TOP_KEYS, "")
+    name = data.get("name")
+    if name is not None:
+        as_text(name, "name")
+    model_table = data.get("model")
+    if model_table is None:
+        raise FleetFileError("MissingField",
+                             "a [model] table is required (a preset, a gguf path or the "
+                             "model's numbers)", field="model")
+    if not isinstance(model_table, Mapping):
+        raise FleetFileError("InvalidField", "must be a table", field="model")
+    model = _model_from_toml(model_table)
+    planning = data.get("planning", {})
+    if not isinstance(planning, Mapping):
+        raise FleetFileError("InvalidField", "must be a table", field="planning")
+    reject_unknown(planning, PLANNING_KEYS, "planning.")
+    options: dict[str, Any] = {}
+    for key in PLANNING_KEYS:
+        if key == "context_length_override" and key in planning:
+            options[key] = as_context(planning[key], f"planning.{key}")
+        elif key in planning:
+            options[key] = as_int(planning[key], f"planning.{key}", maximum=LIMITS[key])
+    raw_nodes = data.get("nodes", [])
+    if not isinstance(raw_nodes, list):
+        raise FleetFileError("InvalidField", "write each node as a [[nodes]] table",
+                             field="nodes")
+    return FleetDocument(model=model, nodes=_nodes_from_toml(raw_nodes), name=name, **options)
+
+
+def _model_from_toml(table: Mapping[str, Any]) -> ModelChoice:
+    reject_unknown(table, MODEL_KEYS, "model.")
+    numbers = {key: table[key] for key in MODEL_NUMBER_FIELDS if key in table}
+    kinds = [kind for kind, present in (("preset", "preset" in table),
+                                        ("gguf", "gguf" in table),
+                                        ("numbers", bool(numbers))) if present]
+    if len(kinds) != 1:
+        problem = ("none was given" if not kinds
+                   else f"both {' and '.join(kinds)} were given")
+        raise FleetFileError(
+            "MissingField" if not kinds else "InvalidField",
+            f"give exactly one of preset, gguf or the model's numbers; {problem}",
+            field="model")
+    for key in ("name", "preset", "gguf", "kv_cache_type"):
+        if key in table:
+            as_text(table[key], f"model.{key}")
+    return ModelChoice(
+        preset=table.get("preset"),
+        gguf=table.get("gguf"),
+        kv_cache_type=table.get("kv_cache_type"),
+        numbers=normalise_numbers(numbers) if numbers else None,
+        name=table.get("name"),
+    )
+
+
+def _nodes_from_toml(entries: list[Any]) -> tuple[NodeBudget, ...]:
+    nodes: list[NodeBudget] = []
+    owner: dict[str, tuple[int, str]] = {}
+    for index, entry in enumerate(entries):
+        prefix = f"nodes[{index}]."
+        if not isinstance(entry, Mapping):
+            raise FleetFileError("InvalidField", "write each node as a [[nodes]] table",
+                                 field=f"nodes[{index}]")
+        raw_id = entry.get("id")
+        shown_id = raw_id if isinstance(raw_id, str) else None
+        reject_unknown(entry, NODE_KEYS, prefix, node_id=shown_id)
+        if "id" not in entry:
+            raise FleetFileError("MissingField", "every node needs an id", field=f"{prefix}id")
+        base_id = as_text(raw_id, f"{prefix}id")
+        if "vram" not in entry:
+            raise FleetFileError("MissingField", "is required (the node's detected VRAM)",
+                                 field=f"{prefix}vram", node_id=base_id)
+        detected = as_size(entry["vram"], f"{prefix}vram", node_id=base_id)
+        max_vram = (as_size(entry["max_vram"], f"{prefix}max_vram", node_id=base_id)
+                    if "max_vram" in entry else None)
+        headroom = (as_size(entry["headroom"], f"{prefix}headroom", node_id=base_id)
+                    if "headroom" in entry else 0)
+        latency = (as_latency(entry["latency_ms"], f"{prefix}latency_ms", base_id)
+                   if "latency_ms" in entry else None)
+        if "count" in entry:
+            count = as_int(entry["count"], f"{prefix}count", minimum=1, maximum=MAX_COUNT,
+                            node_id=base_id)
+            ids = expanded_node_ids(base_id, count)
+            described = f"id = {base_id!r} with count = {count} ({ids[0]} .. {ids[-1]})"
+        else:
+            ids = [base_id]
+            described = f"id = {base_id!r}"
+        for node_id in ids:
+            if node_id in owner:
+                other_index, other = owner[node_id]
+                raise FleetFileError(
+                    "DuplicateNodeId",
+                    f"node id {node_id!r} from {described} is already used by "
+                    f"nodes[{other_index}] ({other}); give the nodes distinct ids",
+                    field=f"{prefix}id", node_id=node_id)
+            owner[node_id] = (index, described)
+            nodes.append(NodeBudget(node_id, detected, max_vram, headroom, latency))
+    return tuple(nodes)
+
+
+def _size_text(value: int) -> str:
+    """A size as the shortest exact human string, or ``"N B"`` when none reads well."""
+    best: str | None = None
+    units = (("PiB", 1024**5), ("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2),
+             ("KiB", 1024), ("PB", 1000**5), ("TB", 1000**4), ("GB", 1000**3),
+             ("MB", 1000**2))
+    for unit, factor in units:
+        if value < factor:
+            continue
+        number = Decimal(value) / Decimal(factor)
+        text = format(number.normalize(), "f")
+        decimals = len(text.partition(".")[2])
+        if decimals > 3 or len(text.replace(".", "")) > 7:
+            continue
+        candidate = f"{text} {unit}"
+        if best is None or len(candidate) < len(best):
+            best = candidate
+    if best is None or parse_bytes(best) != value:
+        return f"{value} B"
+    return best
+
+
+def _model_to_toml(model: ModelChoice) -> dict[str, Any]:
+    table: dict[str, Any] = {}
+    if model.name is not None:
+        table["name"] = model.name
+    if model.preset is not None:
+        table["preset"] = model.preset
+    if model.gguf is not None:
+        table["gguf"] = model.gguf
+    if model.kv_cache_type is not None:
+        table["kv_cache_type"] = model.kv_cache_type
+    if model.numbers is not None:
+        numbers = model.numbers
+        table["native_context_length"] = numbers["native_context_length"]
+        table["layer_count"] = numbers["layer_count"]
+        table["model_weight_bytes"] = _size_text(numbers["model_weight_bytes"])
+        table["kv_bytes_per_token"] = numbers["kv_bytes_per_token"]
+        if numbers.get("layer_weight_bytes") is not None:
+            table["layer_weight_bytes"] = list(numbers["layer_weight_bytes"])
+    return table
+
+
+def fleet_to_toml(document: FleetDocument) -> str:
+    """The TOML text of ``document``; :func:`parse_fleet_toml` reads it back equal."""
+    top: dict[str, Any] = {}
+    if document.name is not None:
+        top["name"] = document.name
+    planning: dict[str, Any] = {"minimum_nodes": document.minimum_nodes}
+    for key in PLANNING_KEYS[1:]:
+        value = getattr(document, key)
+        if value is not None:
+            planning[key] = value
+    # Each table is written by tomli_w (which handles quoting) under a header written
+    # here, so that nodes always come out as [[nodes]] tables, one per entry.
+    parts = ["# Fleet file for `planner` (see planner/fleet/__init__.py for the format).\n"
+             "# Sizes: whole bytes or strings such as \"80 GiB\" or \"24 GB\".\n"]
+    if top:
+        parts.append(tomli_w.dumps(top))
+    parts.append("[model]\n" + tomli_w.dumps(_model_to_toml(document.model)))
+    parts.append("[planning]\n" + tomli_w.dumps(planning))
+    for node, base_id, count in _group_nodes(document.nodes):
+        entry: dict[str, Any] = {"id": base_id}
+        if count is not None:
+            entry["count"] = count
+        entry["vram"] = _size_text(node.detected_vram_bytes)
+        if node.max_vram_bytes is not None:
+            entry["max_vram"] = _size_text(node.max_vram_bytes)
+        if node.runtime_headroom_bytes:
+            entry["headroom"] = _size_text(node.runtime_headroom_bytes)
+        if node.stage_transfer_latency_ms is not None:
+            entry["latency_ms"] = node.stage_transfer_latency_ms
+        parts.append("[[nodes]]\n" + tomli_w.dumps(entry))
+    return "\n".join(parts)
