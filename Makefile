@@ -48,7 +48,7 @@ bench: $(STAMP)
 
 # The fencing notebook shows these saved results; a slow test recomputes and compares them.
 fence-check: $(STAMP)
-	$(BIN)/python -m planner.fence.checker --workers 2
+	$(BIN)/python -m planner.fence.check --workers 2
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

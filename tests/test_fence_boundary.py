@@ -20,7 +20,7 @@ from planner.fence import (
     decide_stop,
     quorum_requirement,
 )
-from planner.fence.checker import CheckConfig, CheckConfigError
+from planner.fence.check import CheckConfig, CheckConfigError
 from planner.fence.coordinator import SplitPlan
 from planner.fence.messages import ClaimCoordinator
 from planner.fence.simulator import MessageRule, NetworkConfig, Simulation

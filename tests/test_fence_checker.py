@@ -29,45 +29,43 @@ from planner.fence import (
     decide_stop,
     quorum_requirement,
 )
-from planner.fence.checker import (
-    CAMPAIGN,
+from planner.fence.check import (
     DEFAULT_CONFIGS,
-    DELIVER_CLAIM,
-    DELIVER_LOAD,
-    DELIVER_REPLY,
-    DELIVER_STOP,
-    DROP,
-    EVENT_COLUMNS,
     KNOWN_TO_FAIL,
     KNOWN_TO_FAIL_NAMES,
     MUST_HOLD,
     MUST_HOLD_NAMES,
     PROPERTY_NAMES,
-    REPORT_FILE,
-    SEND_LOAD,
-    SEND_STOP,
-    START_UNIX_MS,
-    TICK,
-    TICK_MS,
     CheckConfig,
     CheckConfigError,
     CheckProgress,
     CheckReport,
     Counterexample,
-    FenceModel,
     NamedConfig,
     StaleCheckResults,
     StateBudgetExceeded,
     check,
     check_defaults,
-    coordinator_id,
     load_report,
     property_named,
-    reachable_states,
     replay,
-    stage_id,
     write_report,
 )
+from planner.fence.check.configuration import START_UNIX_MS, TICK_MS, coordinator_id, stage_id
+from planner.fence.check.exploration import reachable_states
+from planner.fence.check.model import (
+    CAMPAIGN,
+    DELIVER_CLAIM,
+    DELIVER_LOAD,
+    DELIVER_REPLY,
+    DELIVER_STOP,
+    DROP,
+    SEND_LOAD,
+    SEND_STOP,
+    TICK,
+    FenceModel,
+)
+from planner.fence.check.report import EVENT_COLUMNS, REPORT_FILE
 
 
 @pytest.fixture(scope="module")

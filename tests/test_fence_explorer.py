@@ -13,7 +13,7 @@ from planner.fence import (
     decide_load,
     quorum_requirement,
 )
-from planner.fence.checker import CheckReport, load_report
+from planner.fence.check import CheckReport, load_report
 from planner.fence.scenarios import SCENARIO_LIST, run_scenario
 from planner.figures.fence import SEQUENCE_TRACES
 from planner.workbench.fence_explorer import (

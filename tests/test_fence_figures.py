@@ -21,7 +21,7 @@ from planner.fence import (
     LoadDecision,
     quorum_requirement,
 )
-from planner.fence.checker import CheckReport, load_report
+from planner.fence.check import CheckReport, load_report
 from planner.fence.scenarios import run_scenario
 from planner.figures.fence import (
     ACCEPT_COLOUR,

@@ -10,7 +10,7 @@ from pathlib import Path
 import planner.fence
 
 HEAVY = ("pandas", "planner.fence.simulator", "planner.fence.scenarios",
-         "planner.fence.coordinator", "planner.fence.checker", "planner.fence.check")
+         "planner.fence.coordinator", "planner.fence.check")
 
 
 def test_importing_the_fence_loads_neither_pandas_nor_the_simulator() -> None:
@@ -48,3 +48,30 @@ def test_the_top_level_is_the_fence_and_the_stage_runtime() -> None:
     }
     for name in planner.fence.__all__:
         assert getattr(planner.fence, name) is not None
+
+
+CHECK_LAYERS = ("configuration", "model", "properties", "report", "exploration", "__main__")
+
+
+def test_the_checker_package_imports_in_one_direction() -> None:
+    # Each module of planner.fence.check may import only the modules listed before it, so
+    # the configuration and the model never depend on how results are searched or saved.
+    import ast
+
+    package = Path(planner.fence.__file__).parent / "check"
+    assert sorted(p.stem for p in package.glob("*.py")) == sorted((*CHECK_LAYERS, "__init__"))
+    for position, name in enumerate(CHECK_LAYERS):
+        tree = ast.parse((package / f"{name}.py").read_text())
+        imported = {node.module.rsplit(".", 1)[1] for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom) and node.module
+                    and node.module.startswith("planner.fence.check.")}
+        assert imported <= set(CHECK_LAYERS[:position]), (name, imported)
+
+
+def test_the_checker_loads_no_widget_or_plotting_library() -> None:
+    script = ("import sys, planner.fence.check, planner.fence.check.__main__\n"
+              "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in\n"
+              "    {'ipywidgets', 'plotly', 'anywidget', 'IPython', 'matplotlib'})))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == ""

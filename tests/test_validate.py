@@ -16,7 +16,7 @@ import planner
 from planner import _validate
 from planner.errors import InvalidInput
 from planner.fence import CoordinatorClaim, InvalidFenceInput, LoadClaimRef, decide_claim
-from planner.fence.checker import CheckConfig, CheckConfigError
+from planner.fence.check import CheckConfig, CheckConfigError
 from planner.models import ModelError, ModelSpec
 
 

@@ -12,7 +12,7 @@ The rest is imported on purpose, as submodules:
 - :mod:`planner.fence.simulator`: a deterministic mesh with delays, loss, partitions,
   crashes and skewed clocks (its event log is a pandas DataFrame);
 - :mod:`planner.fence.scenarios`: the design's scenarios 1-10 as ready-made runs;
-- :mod:`planner.fence.checker`: an explicit-state model checker of the rules.
+- :mod:`planner.fence.check`: an explicit-state model checker of the rules.
 """
 
 from planner.fence.claims import (

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import pandas as pd
 import plotly.graph_objects as go
 
-from planner.fence.checker import MUST_HOLD, CheckReport
+from planner.fence.check import MUST_HOLD, CheckReport
 from planner.fence.claims import (
     RULE_CLAIM_EXISTS,
     RULE_FENCED_FIELDS,

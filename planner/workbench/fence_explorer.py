@@ -26,7 +26,7 @@ import ipywidgets as widgets
 import pandas as pd
 import plotly.graph_objects as go
 
-from planner.fence.checker import KNOWN_TO_FAIL_NAMES, CheckReport, Counterexample
+from planner.fence.check import KNOWN_TO_FAIL_NAMES, CheckReport, Counterexample
 from planner.fence.claims import (
     ClaimDecision,
     ClaimFence,
