@@ -10,7 +10,6 @@ from itertools import accumulate
 from planner.errors import PlanError
 from planner.planning.inputs import NodeBudget, PlanningInput
 from planner.planning.plan import Stage
-from planner.units import format_bytes
 
 CONTEXT_FLOOR = 65_536
 CONTEXT_STEPS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
@@ -161,7 +160,3 @@ def build_stages(ordered: Sequence[NodeBudget], spans: Sequence[int],
         ))
         start += span
     return tuple(stages)
-
-
-def describe_bytes(value: int) -> str:
-    return f"{value:,} B ({format_bytes(value)})"

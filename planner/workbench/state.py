@@ -455,9 +455,6 @@ class WorkbenchState:
     def with_model(self, model: ModelFields) -> WorkbenchState:
         return replace(self, model=model)
 
-    def with_options(self, **changes: Any) -> WorkbenchState:
-        return replace(self, options=replace(self.options, **changes))
-
     def with_node(self, index: int, row: NodeRow) -> WorkbenchState:
         nodes = list(self.nodes)
         nodes[index] = row
