@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from planner.availability import NodeReliability, fleet_availability
 from planner.fleet import load_fleet
 from planner.workbench import NodeRow, PlanOptions, Workbench, WorkbenchState
 from planner.workbench.editor import CUSTOM_MODEL
@@ -343,3 +344,44 @@ def test_a_gguf_model_from_a_fleet_file(tmp_path: Path) -> None:
     saved = bench.save_fleet("copy.toml")
     assert 'gguf = "tiny.gguf"' in saved.read_text()
     assert load_fleet(saved).to_request() == bench.evaluation.request
+
+
+def test_panels_under_the_plan_are_made_when_opened(bench: Workbench) -> None:
+    from planner.workbench.availability_panel import AvailabilityPanel
+
+    assert bench.panels in bench.children
+    assert bench.panels.titles == ("Availability",)
+    assert bench.panels.selected_index is None
+    assert bench.panels.children[0].children == ()  # not made before it is opened
+    bench.panels.selected_index = 0  # as a click on its title does
+    (panel,) = bench.panels.children[0].children
+    assert isinstance(panel, AvailabilityPanel)
+    assert "Available" in panel.summary.value and panel.problem.value == ""
+    assert bench.panel("Availability") is panel  # made once
+    # It reads the fleet on screen: with a node shrunk the plan, and so the panel, changes.
+    before = panel.view.result
+    rows(bench)[0].vram.value = "40 GiB"
+    panel.compute()
+    request = bench.evaluation.request
+    assert request.nodes[0].detected_vram_bytes == 40 * GIB
+    expected = fleet_availability(request, NodeReliability(0.119, 72.0),
+                                  min_context=panel.view.min_context)
+    assert panel.view.result == expected != before
+    with pytest.raises(KeyError, match="no panel 'Nope'"):
+        bench.panel("Nope")
+
+
+def test_a_panel_can_be_added(bench: Workbench) -> None:
+    import ipywidgets as widgets
+
+    made: list[Workbench] = []
+
+    def factory(workbench: Workbench) -> widgets.Widget:
+        made.append(workbench)
+        return widgets.HTML("sized")
+
+    bench.add_panel("Size a fleet", factory)
+    assert bench.panels.titles == ("Availability", "Size a fleet")
+    assert made == []
+    assert bench.panel("Size a fleet").value == "sized"
+    assert made == [bench] and bench.panels.selected_index == 1

@@ -22,6 +22,7 @@ import ipywidgets as widgets
 from planner.errors import PlanError
 from planner.fleet import FleetFileError, load_fleet, save_fleet
 from planner.models import GpuModel, ModelError
+from planner.workbench.availability_panel import AvailabilityPanel
 from planner.workbench.catalog import (
     ModelSource,
     gguf_source,
@@ -55,6 +56,15 @@ FLEET_SUFFIXES = (".toml", ".json")
 _USER_ERRORS = (WorkbenchInputError, PlanError, FleetFileError, ModelError, OSError)
 
 P = ParamSpec("P")
+
+PanelFactory = Callable[["Workbench"], widgets.Widget]
+
+# The panels under the plan, in order: a title and what makes the panel from the
+# workbench. A panel is made the first time it is opened, so the page appears as fast
+# without them.
+PANELS: tuple[tuple[str, PanelFactory], ...] = (
+    ("Availability", AvailabilityPanel),
+)
 
 
 def _slug(text: str) -> str:
@@ -109,6 +119,11 @@ class Workbench(widgets.VBox):
         self.message = widgets.HTML()
         self.message.add_class("wb-message")
         self.view = PlanView()
+        self._panel_factories: list[PanelFactory] = []
+        self._panels: dict[int, widgets.Widget] = {}
+        self.panels = widgets.Accordion(selected_index=None)
+        self.panels.add_class("wb-panels")
+        self.panels.observe(self._guard(self._panel_opened), names="selected_index")
 
         left = widgets.VBox([
             widgets.HTML("<h3>Model</h3>"), self.model_editor,
@@ -120,9 +135,11 @@ class Workbench(widgets.VBox):
         super().__init__([
             widgets.HTML(STYLE), self.title,
             widgets.HBox([left, right], layout=widgets.Layout(flex_flow="row wrap")),
-            self.message, self.view,
+            self.message, self.view, self.panels,
         ])
         self.add_class("wb-root")
+        for title, factory in PANELS:
+            self.add_panel(title, factory)
         self._load_editors()
         if startup:
             self._say(" ".join(startup), error=True)
@@ -191,6 +208,35 @@ class Workbench(widgets.VBox):
             return []
         return sorted(p.name for p in self.fleet_dir.iterdir()
                       if p.suffix in FLEET_SUFFIXES and p.is_file())
+
+    # -- panels ---------------------------------------------------------------------------
+    def add_panel(self, title: str, factory: PanelFactory) -> None:
+        """Add a closed panel titled ``title``; ``factory(self)`` makes it when opened."""
+        self._panel_factories.append(factory)
+        box = widgets.VBox()
+        box.add_class("wb-panel")
+        self.panels.children = (*self.panels.children, box)
+        self.panels.titles = (*self.panels.titles[:len(self._panel_factories) - 1], title)
+
+    def panel(self, title: str) -> widgets.Widget:
+        """The panel titled ``title``, opened (and made, the first time)."""
+        try:
+            index = list(self.panels.titles).index(title)
+        except ValueError:
+            raise KeyError(f"no panel {title!r}; panels: {list(self.panels.titles)}") from None
+        self.panels.selected_index = index
+        return self._make_panel(index)
+
+    def _panel_opened(self, change: dict[str, Any]) -> None:
+        if change["new"] is not None:
+            self._make_panel(change["new"])
+
+    def _make_panel(self, index: int) -> widgets.Widget:
+        if index not in self._panels:
+            panel = self._panel_factories[index](self)
+            self._panels[index] = panel
+            self.panels.children[index].children = (panel,)
+        return self._panels[index]
 
     # -- state ----------------------------------------------------------------------------
     @property
