@@ -152,3 +152,10 @@ def test_a_big_endian_header_is_walked_in_its_byte_order(tmp_path: Path) -> None
     key = struct.pack(">Q", 1) + b"a" + struct.pack(">IIQ", ARRAY, U8, 10**9)
     path.write_bytes(head + key)
     assert read_error(path).code == "TruncatedGguf"
+
+
+def test_a_file_that_exists_but_cannot_be_read() -> None:
+    # /proc/self/mem is a regular file whose first page is not mapped: reading fails.
+    error = read_error(Path("/proc/self/mem"))
+    assert error.code == "UnreadableGguf"
+    assert error.message == "/proc/self/mem: cannot be read: Input/output error"

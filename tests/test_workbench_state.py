@@ -396,3 +396,14 @@ def test_state_and_evaluation_import_no_widgets_or_plotting() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == ""
+
+
+@pytest.mark.parametrize("huge", ["9" * 5000, "9" * 5000 + " ms", "0." + "9" * 5000, "1e5000"])
+def test_a_huge_latency_or_target_is_a_problem_not_an_exception(huge: str) -> None:
+    state = WorkbenchState.design_default()
+    timed = state.with_node(0, replace(state.nodes[0], latency_ms=huge))
+    problem = evaluate(timed).problem
+    assert problem is not None and problem.code == "InvalidEditorValue"
+    assert problem.field == "nodes[0].latency_ms" and len(problem.message) < 300
+    target = evaluate(replace(state, options=PlanOptions(target_decode_tpot_ms=huge))).problem
+    assert target is not None and target.field == "target_decode_tpot_ms"

@@ -212,9 +212,16 @@ def read_header(path: Path) -> GgufHeader:
     Parsing a large vocabulary takes seconds, so headers are cached per file path, size
     and modification time.
     """
-    _check_magic(path)
-    status = path.stat()
-    return _read_header_cached(path, status.st_size, status.st_mtime_ns)
+    try:
+        _check_magic(path)
+        status = path.stat()
+        return _read_header_cached(path, status.st_size, status.st_mtime_ns)
+    except OSError as error:
+        # No read permission, or a file that exists but cannot be read (/proc/self/mem,
+        # a failing disk): the user can act on the reason, not on a traceback.
+        reason = error.strerror or type(error).__name__
+        raise ModelError("UnreadableGguf", f"{path}: cannot be read: {reason}",
+                         file=str(path), reason=reason) from None
 
 
 @lru_cache(maxsize=32)

@@ -33,11 +33,11 @@ class ModelError(CodedError):
     """Model metadata could not be read, derived or found.
 
     ``code`` is stable: ``NotGguf``, ``TruncatedGguf``, ``InvalidGguf``,
-    ``UnsupportedGgufVersion``, ``GgufNotFound``, ``MissingGgufShard``, ``MissingGgufKey``,
-    ``UnsupportedArchitecture``, ``UnknownKvCacheType``, ``IncompatibleKvCacheType``,
-    ``UnknownPreset``, ``InvalidPreset``, ``MissingDataDir``, ``InvalidGpuCatalog``,
-    ``GpuCatalogNotFound`` or ``InvalidModelSpec``. ``details`` holds the file, key or
-    value behind the message.
+    ``UnsupportedGgufVersion``, ``GgufNotFound``, ``UnreadableGguf``, ``MissingGgufShard``,
+    ``MissingGgufKey``, ``UnsupportedArchitecture``, ``UnknownKvCacheType``,
+    ``IncompatibleKvCacheType``, ``UnknownPreset``, ``InvalidPreset``, ``MissingDataDir``,
+    ``InvalidGpuCatalog``, ``GpuCatalogNotFound`` or ``InvalidModelSpec``. ``details``
+    holds the file, key or value behind the message.
     """
 
     codes = (
@@ -46,6 +46,7 @@ class ModelError(CodedError):
         "InvalidGguf",
         "UnsupportedGgufVersion",
         "GgufNotFound",
+        "UnreadableGguf",
         "MissingGgufShard",
         "MissingGgufKey",
         "UnsupportedArchitecture",

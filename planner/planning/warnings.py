@@ -11,8 +11,9 @@ from planner.units import format_bytes
 
 @dataclass(frozen=True, slots=True)
 class FleetWarning:
-    """``code`` is stable (``PartialLatency``, ``TargetWithoutLatency``,
-    ``NoUsableMemory``, ``IneffectiveCap``); ``node_ids`` are the nodes it is about."""
+    """``code`` is stable (``LayerWeightsMismatch``, ``PartialLatency``,
+    ``TargetWithoutLatency``, ``NoUsableMemory``, ``IneffectiveCap``); ``node_ids`` are
+    the nodes it is about."""
 
     code: str
     message: str
@@ -25,6 +26,16 @@ class FleetWarning:
 def fleet_warnings(request: PlanningInput) -> tuple[FleetWarning, ...]:
     """Warnings for the workbench and the reports, in a fixed order."""
     found: list[FleetWarning] = []
+    weights = request.layer_weight_bytes
+    if weights is not None and sum(weights) != request.model_weight_bytes:
+        total, stated = format_bytes(sum(weights)), format_bytes(request.model_weight_bytes)
+        if total == stated:  # a difference the rounding hides
+            total, stated = f"{sum(weights):,} B", f"{request.model_weight_bytes:,} B"
+        # SPEC section 2: planned with the per-layer figures, so say which figure won.
+        found.append(FleetWarning(
+            "LayerWeightsMismatch",
+            f"the per-layer weights add up to {total} but the model weight is {stated}; "
+            "the plan uses the per-layer weights"))
     with_latency = [n.node_id for n in request.nodes if n.stage_transfer_latency_ms is not None]
     without = [n.node_id for n in request.nodes if n.stage_transfer_latency_ms is None]
     if with_latency and without:

@@ -1,0 +1,105 @@
+"""Hostile inputs at the command line: each one exits 2 with one line naming what is wrong
+(never 1, which means "no valid topology", and never a traceback)."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from test_fleetfile import write_tiny_gguf
+
+ROOT = Path(__file__).resolve().parent.parent
+GIB = 2**30
+_PR_CAPBSET_DROP = 24
+_CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH = 1, 2
+
+
+def run(*args: str | Path, cwd: Path = ROOT, stdout: int | None = None,
+        preexec_fn: Callable[[], None] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "planner.cli", *map(str, args)],
+                          stdout=subprocess.PIPE if stdout is None else stdout,
+                          stderr=subprocess.PIPE, text=True, cwd=cwd, timeout=60,
+                          preexec_fn=preexec_fn)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("planner: ")
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "unexpected error" not in result.stderr, result.stderr
+    for word in words:
+        assert word in result.stderr, result.stderr
+
+
+def _drop_file_capabilities() -> None:
+    # Root reads any file through these two capabilities; without them in the bounding
+    # set the child (still uid 0) is held to the file's mode bits like anyone else.
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (_CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH):
+        if libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+@pytest.fixture
+def as_unprivileged() -> Callable[[], None] | None:
+    """What runs the command so that a mode-000 file is unreadable to it."""
+    if os.geteuid() != 0:
+        return None
+    probe = subprocess.run([sys.executable, "-c", "pass"], preexec_fn=_drop_file_capabilities,
+                           capture_output=True, check=False)
+    if probe.returncode != 0:
+        pytest.skip("running as root without CAP_SETPCAP: a mode-000 file stays readable")
+    return _drop_file_capabilities
+
+
+@pytest.fixture
+def unreadable_gguf(tmp_path: Path) -> Path:
+    path = write_tiny_gguf(tmp_path / "locked.gguf")
+    path.chmod(0)
+    return path
+
+
+def test_an_unreadable_gguf_is_named(unreadable_gguf: Path,
+                                     as_unprivileged: Callable[[], None] | None) -> None:
+    result = run("inspect", unreadable_gguf, preexec_fn=as_unprivileged)
+    assert_one_line_error(result, "UnreadableGguf", "locked.gguf", "Permission denied")
+
+
+def test_an_unreadable_gguf_named_by_a_fleet_file(
+        unreadable_gguf: Path, as_unprivileged: Callable[[], None] | None) -> None:
+    fleet = unreadable_gguf.parent / "fleet.toml"
+    fleet.write_text('[model]\ngguf = "locked.gguf"\n\n[[nodes]]\nid = "a"\nvram = "80 GiB"\n')
+    result = run("plan", fleet, preexec_fn=as_unprivileged)
+    assert_one_line_error(result, "fleet.toml", "model.gguf", "UnreadableGguf",
+                          "Permission denied")
+
+
+def test_a_file_that_cannot_be_read_at_all() -> None:
+    assert_one_line_error(run("inspect", "/proc/self/mem"), "UnreadableGguf", "/proc/self/mem")
+
+
+def test_output_that_cannot_be_written_exits_2() -> None:
+    with open("/dev/full", "w") as full:
+        result = run("presets", stdout=full.fileno())
+    assert_one_line_error(result, "No space left on device")
+
+
+def test_plan_warns_when_layer_weights_disagree_with_the_model_weight(tmp_path: Path) -> None:
+    request = {
+        "native_context_length": 8192, "layer_count": 3, "model_weight_bytes": 40 * GIB,
+        "layer_weight_bytes": [1, 1, 1], "kv_bytes_per_token": 1024,
+        "nodes": [{"node_id": "a", "detected_vram_bytes": 80 * GIB}],
+    }
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps(request))
+    result = run("plan", path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ("warning: the per-layer weights add up to 3 B but the model "
+                             "weight is 40 GiB; the plan uses the per-layer weights\n")
