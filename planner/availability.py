@@ -38,6 +38,7 @@ from typing import Any
 import pandas as pd
 
 from planner.errors import CodedError, PlanError
+from planner.fleet.document import FleetDocument, ReliabilityOverride
 from planner.planning import NodeBudget, Plan, PlanningInput, plan_topology
 from planner.planning.inputs import as_planning_input
 from planner.sizing import SizingTargets, fleet_nodes, select_kinds
@@ -127,17 +128,6 @@ class NodeReliability:
                    repair_hours=data.get("repair_hours", DEFAULT_REPAIR_HOURS))
 
 
-@dataclass(frozen=True, slots=True)
-class ReliabilityOverride:
-    """A node's own failure figures (from its fleet-file entry): its failure rate and
-    repair time, and ``gpu``, the catalog kind (id or name) whose figures it takes.
-    ``None`` keeps the fleet-wide or catalog value."""
-
-    annual_failure_rate: float | None = None
-    repair_hours: float | None = None
-    gpu: str | None = None
-
-
 def _catalog_figures(gpu: Any) -> NodeReliability | None:
     if gpu.annual_failure_rate is None or gpu.repair_hours is None:
         return None
@@ -173,9 +163,9 @@ def catalog_kind(catalog: Sequence[Any], name: str) -> Any:
                             f"kinds: {known}", field="gpu", value=name)
 
 
-def document_overrides(document: Any) -> dict[str, ReliabilityOverride]:
+def document_overrides(document: FleetDocument) -> dict[str, ReliabilityOverride]:
     """The per-node failure figures a fleet document gives, by node id."""
-    return dict(getattr(document, "reliability", None) or {})
+    return dict(document.reliability)
 
 
 def _shipped_catalog() -> list[Any]:

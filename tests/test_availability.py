@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from dataclasses import replace
 from datetime import timedelta
@@ -304,3 +305,43 @@ def test_node_figures_come_from_own_then_fleet_then_catalog_then_defaults() -> N
     with pytest.raises(AvailabilityError, match="not in the catalog"):
         fleet_reliability(nodes, catalog=catalog,
                           overrides={"own": ReliabilityOverride(gpu="TPU v9")})
+
+
+def test_fleet_files_carry_each_nodes_failure_figures_both_ways() -> None:
+    from planner.availability import ReliabilityOverride, document_overrides
+    from planner.fleet import (
+        FleetDocument,
+        FleetFileError,
+        fleet_to_json,
+        fleet_to_toml,
+        parse_fleet_json,
+        parse_fleet_toml,
+    )
+
+    text = ('[model]\npreset = "llama-3.1-70b"\n'
+            '[[nodes]]\nid = "a"\ncount = 3\nvram = "80 GiB"\nannual_failure_rate = 0.5\n'
+            '[[nodes]]\nid = "a-03"\nvram = "80 GiB"\n'
+            '[[nodes]]\nid = "b"\nvram = "24 GiB"\nrepair_hours = 12\ngpu = "rtx-4090"\n')
+    document = parse_fleet_toml(text)
+    assert document_overrides(document) == {
+        **{f"a-0{i}": ReliabilityOverride(annual_failure_rate=0.5) for i in range(3)},
+        "b": ReliabilityOverride(repair_hours=12, gpu="rtx-4090")}
+    # a-03 has the others' budget and number but not their figures: it stays apart.
+    written = fleet_to_toml(document)
+    assert written.count("[[nodes]]") == 3
+    assert parse_fleet_toml(written) == document
+    assert FleetDocument.from_dict(document.to_dict()) == document
+    # JSON resolves the preset to its numbers; the figures are kept as they are.
+    assert parse_fleet_json(fleet_to_json(document)).reliability == document.reliability
+    for bad, field in [("annual_failure_rate = 0.5", "annual_failure_rate = -0.5"),
+                       ("repair_hours = 12", 'repair_hours = "12 h"'),
+                       ("gpu = \"rtx-4090\"", "gpu = 4090")]:
+        with pytest.raises(FleetFileError) as error:
+            parse_fleet_toml(text.replace(bad, field))
+        key = field.split(" = ")[0]
+        assert error.value.field.endswith(f".{key}") and error.value.node_id in ("a", "b")
+    raw = json.loads(fleet_to_json(document))
+    raw["nodes"][0]["annual_failure_rate"] = float("inf")
+    with pytest.raises(FleetFileError) as error:
+        parse_fleet_json(json.dumps(raw))
+    assert (error.value.field, error.value.node_id) == ("nodes[0].annual_failure_rate", "a-00")

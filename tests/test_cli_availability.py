@@ -52,3 +52,49 @@ def test_bad_input_and_no_topology() -> None:
     assert_user_error(run("availability", FIVE, "--catalog", "missing.toml"), 2,
                       "missing.toml")
     assert_user_error(run("availability", FOUR_BY_70), 1, "no valid topology")
+
+
+MIXED = """name = "Qwen 480B, two kinds of reliability"
+[model]
+preset = "qwen3-coder-480b-a35b"
+kv_cache_type = "q8_0"
+[[nodes]]
+id = "flaky"
+count = 3
+vram = "80 GiB"
+annual_failure_rate = 2.0
+repair_hours = 300
+[[nodes]]
+id = "steady"
+count = 2
+vram = "80 GiB"
+repair_hours = 24
+"""
+
+
+def test_fleet_file_nodes_override_the_fleet_wide_and_catalog_figures(tmp_path) -> None:
+    fleet = tmp_path / "mixed.toml"
+    fleet.write_text(MIXED)
+    done = run("availability", fleet, "--afr", "0.5", "--repair-hours", "100", "--json")
+    assert done.returncode == 0, done.stderr
+    request = load_fleet(fleet).to_request()
+    # A node's own figure wins, field by field; the rest come from --afr/--repair-hours.
+    own = {**{f"flaky-0{i}": NodeReliability(2.0, 300) for i in range(3)},
+           **{f"steady-0{i}": NodeReliability(0.5, 24) for i in range(2)}}
+    expected = fleet_availability(request, own, min_context=65536)
+    assert json.loads(done.stdout)["availability"] == expected.availability
+    fleet_wide = fleet_availability(request, NodeReliability(0.5, 100), min_context=65536)
+    assert expected.availability != fleet_wide.availability
+    # Without --afr the steady nodes take the catalog's 80 GiB figure (0.119 a year).
+    shipped = json.loads(run("availability", fleet, "--json").stdout)
+    own.update({f"steady-0{i}": NodeReliability(0.119, 24) for i in range(2)})
+    assert shipped["availability"] == fleet_availability(request, own,
+                                                         min_context=65536).availability
+
+
+def test_a_bad_node_figure_names_the_field_and_node(tmp_path) -> None:
+    fleet = tmp_path / "bad.toml"
+    fleet.write_text(MIXED.replace("repair_hours = 300", "repair_hours = -3"))
+    assert_user_error(run("availability", fleet), 2, "nodes[0].repair_hours", "flaky", "-3")
+    fleet.write_text(MIXED.replace("repair_hours = 24", 'gpu = "TPU v9"'))
+    assert_user_error(run("availability", fleet), 2, "steady-00", "TPU v9", "not in the catalog")

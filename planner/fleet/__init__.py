@@ -28,6 +28,9 @@ A fleet file is TOML (or JSON in the SPEC's raw field names). The TOML form::
     max_vram = "72 GiB"          # optional cap
     headroom = "2 GiB"           # optional runtime headroom, default 0
     latency_ms = 10              # optional stage-transfer latency: 0.5, "5 ms", "500 us"
+    annual_failure_rate = 0.2    # optional: failures per node-year (availability)
+    repair_hours = 48            # optional: mean hours to repair
+    gpu = "h100-80gb"            # optional: the catalog kind whose failure figures it takes
 
 Sizes are ``planner.units`` strings with a unit (``"80 GiB"``, ``"24 GB"``,
 ``"115448725504 B"``); a bare number is refused there (``vram = 24`` could be GiB or
@@ -47,7 +50,12 @@ The JSON form is a planning request as in SPEC section 1, optionally with
 so a preset or GGUF model is resolved to its numbers there.
 """
 
-from planner.fleet.document import FleetDocument, ModelChoice, expanded_node_ids
+from planner.fleet.document import (
+    FleetDocument,
+    ModelChoice,
+    ReliabilityOverride,
+    expanded_node_ids,
+)
 from planner.fleet.errors import FleetFileError
 from planner.fleet.files import load_fleet, save_fleet, write_text_atomic
 from planner.fleet.json import fleet_to_json, parse_fleet_json
@@ -57,6 +65,7 @@ __all__ = [
     "FleetDocument",
     "FleetFileError",
     "ModelChoice",
+    "ReliabilityOverride",
     "expanded_node_ids",
     "fleet_to_json",
     "fleet_to_toml",

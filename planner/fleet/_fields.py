@@ -7,6 +7,7 @@ value the same way.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -15,6 +16,9 @@ from planner.fleet.errors import FleetFileError
 from planner.planning.inputs import MAX_BYTES, MAX_CONTEXT, MAX_LAYERS
 from planner.units import SIZE_FORMS, UnitError, parse_bytes, parse_context, parse_latency_ms
 
+# A node's own failure figures (planner.availability): failures per node-year, mean hours
+# to repair, and the catalog kind (id or name) whose figures it takes.
+RELIABILITY_KEYS = ("annual_failure_rate", "repair_hours", "gpu")
 MODEL_NUMBER_FIELDS = (
     "native_context_length",
     "layer_count",
@@ -31,7 +35,8 @@ PLANNING_KEYS = (
     "parallel_lanes_override",
     "target_decode_tpot_ms",
 )
-NODE_KEYS = ("id", "count", "vram", "max_vram", "headroom", "latency_ms")
+NODE_KEYS = ("id", "count", "vram", "max_vram", "headroom", "latency_ms",
+             *RELIABILITY_KEYS)
 TOP_KEYS = ("name", "model", "planning", "nodes")
 JSON_EXTRA_KEYS = ("model_name", "name")
 MAX_COUNT = 10_000
@@ -94,6 +99,14 @@ def as_latency(value: Any, field_name: str, node_id: str) -> int | float:
     except UnitError as error:
         raise FleetFileError("InvalidField", error.message, field=field_name,
                              node_id=node_id) from None
+
+
+def as_rate(value: Any, field_name: str, *, node_id: str | None = None) -> float:
+    """A failure rate or repair time: a finite number of at least 0."""
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not math.isfinite(value) or value < 0):
+        raise bad(field_name, node_id)("must be a finite number of at least 0", value)
+    return float(value)
 
 
 def as_text(value: Any, field_name: str, *, node_id: str | None = None) -> str:

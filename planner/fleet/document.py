@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import InvalidInput
-from planner.fleet._fields import LIMITS, as_int, as_text, normalise_numbers, reject_unknown
+from planner.fleet._fields import (
+    LIMITS,
+    RELIABILITY_KEYS,
+    as_int,
+    as_rate,
+    as_text,
+    normalise_numbers,
+    reject_unknown,
+)
 from planner.fleet.errors import FleetFileError
 from planner.planning import NodeBudget, PlanningInput
 
@@ -147,6 +155,37 @@ class ModelChoice:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class ReliabilityOverride:
+    """A node's own failure figures (its fleet-file entry): ``annual_failure_rate``
+    (failures per node-year), ``repair_hours`` (mean hours to repair) and ``gpu``, the
+    catalog kind (id or name) whose figures it takes. ``None`` keeps the fleet-wide or
+    catalog value (:func:`planner.availability.fleet_reliability`)."""
+
+    annual_failure_rate: float | None = None
+    repair_hours: float | None = None
+    gpu: str | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("annual_failure_rate", "repair_hours"):
+            value = getattr(self, key)
+            if value is not None:
+                object.__setattr__(self, key, as_rate(value, key))
+        if self.gpu is not None:
+            as_text(self.gpu, "gpu")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {key: getattr(self, key) for key in RELIABILITY_KEYS
+                if getattr(self, key) is not None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReliabilityOverride:
+        if not isinstance(data, Mapping):
+            raise FleetFileError("InvalidField", "must be an object", field="reliability")
+        reject_unknown(data, RELIABILITY_KEYS, "")
+        return cls(**{key: data.get(key) for key in RELIABILITY_KEYS})
+
+
 # -- the document -----------------------------------------------------------------------
 
 
@@ -154,8 +193,10 @@ class ModelChoice:
 class FleetDocument:
     """A model, a fleet and the planning options: everything a plan needs.
 
-    ``source`` is the file the document was read from (it does not take part in
-    equality); relative GGUF paths are taken from its folder.
+    ``reliability`` holds the nodes' own failure figures by node id (nodes without
+    their own are left out; an id no node has is ignored). ``source`` is the file the
+    document was read from (it does not take part in equality); relative GGUF paths are
+    taken from its folder.
     """
 
     model: ModelChoice
@@ -165,6 +206,7 @@ class FleetDocument:
     parallel_lanes_override: int | None = None
     target_decode_tpot_ms: int | None = None
     name: str | None = None
+    reliability: Mapping[str, ReliabilityOverride] = field(default_factory=dict)
     source: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -192,6 +234,14 @@ class FleetDocument:
                 as_int(value, f"planning.{key}", maximum=LIMITS[key])
         if self.name is not None:
             as_text(self.name, "name")
+        if not isinstance(self.reliability, Mapping):
+            raise FleetFileError("InvalidField", "must map node ids to their failure figures",
+                                 field="reliability")
+        for node_id, own in self.reliability.items():
+            if not isinstance(own, ReliabilityOverride):
+                raise FleetFileError("InvalidField", "must be a ReliabilityOverride",
+                                     field=f"reliability.{node_id}", node_id=str(node_id))
+        object.__setattr__(self, "reliability", dict(self.reliability))
 
     @property
     def base_dir(self) -> Path | None:
@@ -238,6 +288,8 @@ class FleetDocument:
             "parallel_lanes_override": self.parallel_lanes_override,
             "target_decode_tpot_ms": self.target_decode_tpot_ms,
             "nodes": [node.to_dict() for node in self.nodes],
+            "reliability": {node_id: own.to_dict()
+                            for node_id, own in self.reliability.items()},
             "source": self.source,
         }
 
@@ -247,7 +299,7 @@ class FleetDocument:
             raise FleetFileError("InvalidField", "must be an object", field="document")
         reject_unknown(data, ("name", "model", "minimum_nodes", "context_length_override",
                                "parallel_lanes_override", "target_decode_tpot_ms", "nodes",
-                               "source"), "")
+                               "reliability", "source"), "")
         if "model" not in data:
             raise FleetFileError("MissingField", "is required", field="model")
         raw_nodes = data.get("nodes", [])
@@ -262,6 +314,10 @@ class FleetDocument:
                 raise FleetFileError("InvalidField", error.message.split(": ", 1)[-1],
                                      field=error.field, node_id=error.node_id) from None
         minimum = data.get("minimum_nodes", 1)
+        raw_reliability = data.get("reliability") or {}
+        if not isinstance(raw_reliability, Mapping):
+            raise FleetFileError("InvalidField", "must map node ids to their failure figures",
+                                 field="reliability")
         return cls(
             model=ModelChoice.from_dict(data["model"]),
             nodes=tuple(nodes),
@@ -270,6 +326,8 @@ class FleetDocument:
             parallel_lanes_override=data.get("parallel_lanes_override"),
             target_decode_tpot_ms=data.get("target_decode_tpot_ms"),
             name=data.get("name"),
+            reliability={node_id: ReliabilityOverride.from_dict(own)
+                         for node_id, own in raw_reliability.items()},
             source=data.get("source"),
         )
 

@@ -1,5 +1,6 @@
 """The JSON form of a fleet file: a SPEC section 1 planning request, plus optional
-``model_name`` and ``name``."""
+``model_name`` and ``name``, and a node's own failure figures (``annual_failure_rate``,
+``repair_hours``, ``gpu``) beside its SPEC fields."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from dataclasses import replace
 from typing import Any
 
 from planner.errors import InvalidInput
-from planner.fleet._fields import JSON_EXTRA_KEYS, as_text
-from planner.fleet.document import FleetDocument, ModelChoice
+from planner.fleet._fields import JSON_EXTRA_KEYS, RELIABILITY_KEYS, as_rate, as_text
+from planner.fleet.document import FleetDocument, ModelChoice, ReliabilityOverride
 from planner.fleet.errors import FleetFileError
 from planner.planning import PlanningInput
 
@@ -35,6 +36,18 @@ def _document_from_json(data: Any) -> FleetDocument:
                              "(a planning request)", field="request")
     extras = {key: data[key] for key in JSON_EXTRA_KEYS if key in data}
     request_data = {key: value for key, value in data.items() if key not in JSON_EXTRA_KEYS}
+    reliability: dict[str, ReliabilityOverride] = {}
+    if isinstance(request_data.get("nodes"), list):
+        nodes = []
+        for index, node in enumerate(request_data["nodes"]):
+            if isinstance(node, Mapping) and any(key in node for key in RELIABILITY_KEYS):
+                own = _reliability_from_json(node, index)
+                node = {key: value for key, value in node.items()
+                        if key not in RELIABILITY_KEYS}
+                if own is not None:
+                    reliability[node["node_id"]] = own
+            nodes.append(node)
+        request_data["nodes"] = nodes
     try:
         request = PlanningInput.from_dict(request_data)
     except InvalidInput as error:
@@ -61,7 +74,23 @@ def _document_from_json(data: Any) -> FleetDocument:
         parallel_lanes_override=request.parallel_lanes_override,
         target_decode_tpot_ms=request.target_decode_tpot_ms,
         name=name,
+        reliability=reliability,
     )
+
+
+def _reliability_from_json(node: Mapping[str, Any], index: int) -> ReliabilityOverride | None:
+    node_id = node.get("node_id")
+    shown_id = node_id if isinstance(node_id, str) else None
+    prefix = f"nodes[{index}]."
+    numbers = {key: as_rate(node[key], f"{prefix}{key}", node_id=shown_id)
+               for key in ("annual_failure_rate", "repair_hours") if node.get(key) is not None}
+    gpu = node.get("gpu")
+    if gpu is not None:
+        as_text(gpu, f"{prefix}gpu", node_id=shown_id)
+    # A node without a usable id is refused by the request check that follows.
+    if shown_id is None or (not numbers and gpu is None):
+        return None
+    return ReliabilityOverride(gpu=gpu, **numbers)
 
 
 def fleet_to_json(document: FleetDocument) -> str:
@@ -74,4 +103,8 @@ def fleet_to_json(document: FleetDocument) -> str:
     elif document.model.numbers is None:
         data["model_name"] = document.model.label
     data.update(document.to_request().to_dict())
+    for node in data["nodes"]:
+        own = document.reliability.get(node["node_id"])
+        if own is not None:
+            node.update(own.to_dict())
     return json.dumps(data, indent=2) + "\n"

@@ -18,16 +18,23 @@ from planner.fleet._fields import (
     MODEL_NUMBER_FIELDS,
     NODE_KEYS,
     PLANNING_KEYS,
+    RELIABILITY_KEYS,
     TOP_KEYS,
     as_context,
     as_int,
     as_latency,
+    as_rate,
     as_size,
     as_text,
     normalise_numbers,
     reject_unknown,
 )
-from planner.fleet.document import FleetDocument, ModelChoice, expanded_node_ids
+from planner.fleet.document import (
+    FleetDocument,
+    ModelChoice,
+    ReliabilityOverride,
+    expanded_node_ids,
+)
 from planner.fleet.errors import FleetFileError
 from planner.planning import NodeBudget
 from planner.units import parse_bytes
@@ -42,12 +49,15 @@ def _same_budget(a: NodeBudget, b: NodeBudget) -> bool:
                                              b.stage_transfer_latency_ms)
 
 
-def _group_nodes(nodes: Sequence[NodeBudget]) -> list[tuple[NodeBudget, str, int | None]]:
+def _group_nodes(nodes: Sequence[NodeBudget],
+                 reliability: Mapping[str, ReliabilityOverride] | None = None
+                 ) -> list[tuple[NodeBudget, str, int | None]]:
     """Runs of identical, numbered nodes as ``(first node, base id, count)`` entries.
 
-    A run is grouped only when ``count`` expansion gives back exactly its ids, so that
-    writing and reading a file is lossless.
+    A run is grouped only when ``count`` expansion gives back exactly its ids and its
+    nodes have the same failure figures, so that writing and reading a file is lossless.
     """
+    own = reliability or {}
     groups: list[tuple[NodeBudget, str, int | None]] = []
     index = 0
     while index < len(nodes):
@@ -59,7 +69,8 @@ def _group_nodes(nodes: Sequence[NodeBudget]) -> list[tuple[NodeBudget, str, int
             run = 0
             while (index + run < len(nodes)
                    and nodes[index + run].node_id == f"{base}-{run:0{width}d}"
-                   and _same_budget(nodes[index + run], node)):
+                   and _same_budget(nodes[index + run], node)
+                   and own.get(nodes[index + run].node_id) == own.get(node.node_id)):
                 run += 1
             if width == 2:
                 taken = min(run, 100)
@@ -174,7 +185,9 @@ def _document_from_toml(data: Mapping[str, Any]) -> FleetDocument:
     if not isinstance(raw_nodes, list):
         raise FleetFileError("InvalidField", "write each node as a [[nodes]] table",
                              field="nodes")
-    return FleetDocument(model=model, nodes=_nodes_from_toml(raw_nodes), name=name, **options)
+    nodes, reliability = _nodes_from_toml(raw_nodes)
+    return FleetDocument(model=model, nodes=nodes, name=name, reliability=reliability,
+                         **options)
 
 
 def _model_from_toml(table: Mapping[str, Any]) -> ModelChoice:
@@ -202,8 +215,20 @@ def _model_from_toml(table: Mapping[str, Any]) -> ModelChoice:
     )
 
 
-def _nodes_from_toml(entries: list[Any]) -> tuple[NodeBudget, ...]:
+def _reliability_from_toml(entry: Mapping[str, Any], prefix: str,
+                           node_id: str) -> ReliabilityOverride | None:
+    if not any(key in entry for key in RELIABILITY_KEYS):
+        return None
+    numbers = {key: as_rate(entry[key], f"{prefix}{key}", node_id=node_id)
+               for key in ("annual_failure_rate", "repair_hours") if key in entry}
+    gpu = as_text(entry["gpu"], f"{prefix}gpu", node_id=node_id) if "gpu" in entry else None
+    return ReliabilityOverride(gpu=gpu, **numbers)
+
+
+def _nodes_from_toml(entries: list[Any]
+                     ) -> tuple[tuple[NodeBudget, ...], dict[str, ReliabilityOverride]]:
     nodes: list[NodeBudget] = []
+    reliability: dict[str, ReliabilityOverride] = {}
     owner: dict[str, tuple[int, str]] = {}
     for index, entry in enumerate(entries):
         prefix = f"nodes[{index}]."
@@ -226,6 +251,7 @@ def _nodes_from_toml(entries: list[Any]) -> tuple[NodeBudget, ...]:
                     if "headroom" in entry else 0)
         latency = (as_latency(entry["latency_ms"], f"{prefix}latency_ms", base_id)
                    if "latency_ms" in entry else None)
+        own = _reliability_from_toml(entry, prefix, base_id)
         if "count" in entry:
             count = as_int(entry["count"], f"{prefix}count", minimum=1, maximum=MAX_COUNT,
                             node_id=base_id)
@@ -244,7 +270,9 @@ def _nodes_from_toml(entries: list[Any]) -> tuple[NodeBudget, ...]:
                     field=f"{prefix}id", node_id=node_id)
             owner[node_id] = (index, described)
             nodes.append(NodeBudget(node_id, detected, max_vram, headroom, latency))
-    return tuple(nodes)
+            if own is not None:
+                reliability[node_id] = own
+    return tuple(nodes), reliability
 
 
 def _size_text(value: int) -> str:
@@ -308,7 +336,7 @@ def fleet_to_toml(document: FleetDocument) -> str:
         parts.append(tomli_w.dumps(top))
     parts.append("[model]\n" + tomli_w.dumps(_model_to_toml(document.model)))
     parts.append("[planning]\n" + tomli_w.dumps(planning))
-    for node, base_id, count in _group_nodes(document.nodes):
+    for node, base_id, count in _group_nodes(document.nodes, document.reliability):
         entry: dict[str, Any] = {"id": base_id}
         if count is not None:
             entry["count"] = count
@@ -319,5 +347,8 @@ def fleet_to_toml(document: FleetDocument) -> str:
             entry["headroom"] = _size_text(node.runtime_headroom_bytes)
         if node.stage_transfer_latency_ms is not None:
             entry["latency_ms"] = node.stage_transfer_latency_ms
+        own = document.reliability.get(node.node_id)
+        if own is not None:
+            entry.update(own.to_dict())
         parts.append("[[nodes]]\n" + tomli_w.dumps(entry))
     return "\n".join(parts)
