@@ -1,46 +1,392 @@
-"""The core stays pure: importing it loads no widget or plotting library."""
+"""The code keeps the layout README.md's Layout table describes.
+
+Each row of that table names a package or module under ``planner/``, its layer, what it
+owns and what it may import: planner modules in backticks, then the libraries beyond
+Python's standard library. These tests read the table and the code's imports (every
+``import``, including those inside functions) and fail, naming the line to change, when
+the two disagree:
+
+- every package and top-level module under ``planner/`` has a row, and every row names
+  one that exists;
+- a module imports only what its row allows;
+- a ``core`` row allows no widget or plotting library and nothing from an ``edge`` row,
+  and importing the core loads none of them (nor an engine);
+- an engine is touched by its adapter module only: Dask by ``planner/sweep_dask.py``,
+  processes (llama.cpp's binaries) by ``planner/llamacpp.py``.
+"""
 
 from __future__ import annotations
 
+import ast
+import functools
+import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
-CORE = ["planner", "planner.planning", "planner.fence", "planner.models", "planner.units",
-        "planner.fleet", "planner.reports.content", "planner.availability",
-        "planner.simulation", "planner.sweep", "planner.performance", "planner.sizing"]
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "planner"
+README = ROOT / "README.md"
+LAYERS = ("core", "adapter", "edge")
+UI_LIBRARIES = frozenset({"ipywidgets", "plotly", "anywidget", "IPython", "matplotlib",
+                          "bokeh", "voila"})
+# engine import name -> the one module (relative to planner/) that may import it
+ENGINES = {"dask": "sweep_dask.py", "distributed": "sweep_dask.py",
+           "subprocess": "llamacpp.py", "planner.llamacpp": "llamacpp.py"}
+# os functions that start another program: only the llama.cpp adapter runs programs.
+PROCESS_STARTERS = frozenset({
+    "system", "popen", "fork", "forkpty", "posix_spawn", "posix_spawnp",
+    *(f"spawn{suffix}" for suffix in ("l", "le", "lp", "lpe", "v", "ve", "vp", "vpe")),
+    *(f"exec{suffix}" for suffix in ("l", "le", "lp", "lpe", "v", "ve", "vp", "vpe")),
+})
+# Not a core row, but the JSON and Markdown reports are built from it without plotting.
+PURE_EDGE_MODULES = ("planner.reports.content",)
 
 
-def test_core_imports_no_widgets_or_plotting() -> None:
+@dataclass(frozen=True)
+class Row:
+    path: str          # "planner/units.py" or "planner/fleet/"
+    layer: str
+    owns: str
+    units: frozenset[str]      # planner modules it may import, as "fleet", "fence.check"
+    libraries: frozenset[str]  # import names of libraries beyond the standard library
+    line: int                  # README.md line
+
+    @property
+    def unit(self) -> str:
+        return unit_name(self.path)
+
+
+@dataclass(frozen=True)
+class Import:
+    file: str     # relative to planner/, e.g. "fleet/toml.py"
+    line: int
+    name: str     # what the code names: "planner.fleet.document", "pandas", "os.system"
+    unit: str | None      # the planner unit it lands in ("fleet"), None for a library
+    library: str | None   # top-level import name of a non-standard library
+
+
+def unit_name(path: str) -> str:
+    """``planner/__init__.py`` -> ``planner``; ``planner/fence/check/`` -> ``fence.check``."""
+    relative = path.removeprefix("planner/")
+    if relative == "__init__.py":
+        return "planner"
+    return relative.removesuffix("/").removesuffix(".py").replace("/", ".")
+
+
+def layout_line(path: str, layer: str, owns: str, units: set[str] | frozenset[str],
+                libraries: set[str] | frozenset[str]) -> str:
+    allowed = ", ".join(f"`{unit}`" for unit in sorted(units))
+    if libraries:
+        allowed += ("; " if allowed else "") + ", ".join(sorted(libraries, key=str.lower))
+    return f"| `{path}` | {layer} | {owns} | {allowed or '—'} |"
+
+
+def layout_rows() -> dict[str, Row]:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    start = lines.index("## Layout")
+    rows: dict[str, Row] = {}
+    for number, text in enumerate(lines[start + 1:], start=start + 2):
+        if text.startswith("## "):
+            break
+        if not text.startswith("| `planner/"):
+            continue
+        cells = [cell.strip() for cell in text.strip().strip("|").split("|")]
+        assert len(cells) == 4, (
+            f"README.md:{number}: a Layout row has four cells (path, layer, owns, may "
+            f"import); got {len(cells)}: {text}")
+        path, layer, owns, allowed = cells
+        path = path.strip("`")
+        assert layer in LAYERS, f"README.md:{number}: layer {layer!r} is not one of {LAYERS}"
+        units = frozenset(re.findall(r"`([^`]+)`", allowed))
+        words = [word for word in re.split(r"[,;\s]+", re.sub(r"`[^`]+`", "", allowed))
+                 if word and word not in ("—", "-")]
+        for word in words:
+            assert word.isidentifier(), (
+                f"README.md:{number}: {word!r} in the may-import cell of `{path}` is not a "
+                "library's import name (planner modules go in backticks)")
+        assert path not in rows, f"README.md:{number}: `{path}` has two rows"
+        rows[path] = Row(path, layer, owns, units, frozenset(words), number)
+    assert rows, "README.md has no ## Layout table of planner/ rows"
+    return rows
+
+
+def required_paths() -> list[str]:
+    """Every package (at any depth) and every top-level module under planner/."""
+    paths = ["planner/__init__.py"]
+    paths += [f"planner/{path.name}" for path in sorted(PACKAGE.glob("*.py"))
+              if path.name != "__init__.py"]
+    paths += [f"planner/{init.parent.relative_to(PACKAGE).as_posix()}/"
+              for init in sorted(PACKAGE.rglob("*/__init__.py"))]
+    return paths
+
+
+def python_files() -> Iterator[Path]:
+    yield from sorted(PACKAGE.rglob("*.py"))
+
+
+def row_of(file: str, rows: dict[str, Row]) -> Row | None:
+    """The row a file (relative to planner/) belongs to: its own, or its deepest package's."""
+    if file == "__init__.py":
+        return rows.get("planner/__init__.py")
+    if "/" not in file:
+        return rows.get(f"planner/{file}")
+    packages = [path for path in rows if path.endswith("/")
+                and file.startswith(path.removeprefix("planner/"))]
+    return rows[max(packages, key=len)] if packages else None
+
+
+@functools.cache
+def _planner_file(dotted: str) -> str | None:
+    """The file (relative to planner/) a ``planner.…`` name lives in, or None."""
+    parts = dotted.split(".")[1:]
+    while True:
+        relative = "/".join(parts)
+        if (PACKAGE / relative / "__init__.py").exists():
+            return f"{relative}/__init__.py" if relative else "__init__.py"
+        if parts and (PACKAGE / f"{relative}.py").exists():
+            return f"{relative}.py"
+        if not parts:
+            return None
+        parts.pop()
+
+
+def _unit_of_file(target: str, rows: dict[str, Row]) -> str:
+    row = row_of(target, rows)
+    if row is not None:
+        return row.unit
+    if target == "__init__.py":
+        return "planner"
+    return target.split("/")[0].removesuffix(".py")
+
+
+def imports_of(path: Path, rows: dict[str, Row]) -> list[Import]:
+    return imports_in(path.read_text(encoding="utf-8"), path.relative_to(PACKAGE).as_posix(),
+                      rows)
+
+
+def imports_in(source: str, file: str, rows: dict[str, Row]) -> list[Import]:
+    """The imports of ``source``, the text of ``planner/<file>``."""
+    found: list[Import] = []
+    for line, name in _imported_names(source, file):
+        top = name.split(".")[0]
+        if top == "planner":
+            target = _planner_file(name)
+            found.append(Import(file, line, name,
+                                _unit_of_file(target, rows) if target else None, None))
+        elif top == "__future__" or top in sys.stdlib_module_names:
+            found.append(Import(file, line, name, None, None))
+        else:
+            found.append(Import(file, line, name, None, top))
+    return found
+
+
+@functools.cache
+def _imported_names(source: str, file: str) -> tuple[tuple[int, str], ...]:
+    module = ["planner", *file.removesuffix(".py").split("/")]
+    package = module[:-1]  # what a relative import starts from, for __init__ too
+    names: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source, file)):
+        if isinstance(node, ast.Import):
+            names += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package[:len(package) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                # ``from planner import models`` imports the module planner.models.
+                submodule = base.split(".")[0] == "planner" and _planner_file(
+                    candidate) not in (None, _planner_file(base))
+                starter = base == "os" and alias.name in PROCESS_STARTERS
+                names.append((node.lineno, candidate if submodule or starter else base))
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+              and node.value.id == "os" and node.attr in PROCESS_STARTERS):
+            names.append((node.lineno, f"os.{node.attr}"))
+    return tuple(names)
+
+
+def all_imports(rows: dict[str, Row]) -> list[Import]:
+    return [found for path in python_files() for found in imports_of(path, rows)]
+
+
+def _first_docstring_line(path: Path) -> str:
+    docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    return docstring.splitlines()[0].rstrip(".") if docstring else "WHAT IT OWNS"
+
+
+def _needs(relative: str, rows: dict[str, Row], own_unit: str) -> tuple[set[str], set[str]]:
+    """What the files of ``relative`` (``x.py`` or a package folder) import."""
+    units: set[str] = set()
+    libraries: set[str] = set()
+    for found in all_imports(rows):
+        if not (found.file == relative or found.file.startswith(relative + "/")):
+            continue
+        if found.unit is not None and found.unit != own_unit:
+            units.add(found.unit)
+        if found.library is not None:
+            libraries.add(found.library)
+    return units, libraries
+
+
+# -- the table lists the code ------------------------------------------------------------
+
+
+def test_layout_table_lists_every_package_and_module() -> None:
+    rows = layout_rows()
+    missing = [path for path in required_paths() if path not in rows]
+    suggestions = []
+    for path in missing:
+        relative = path.removeprefix("planner/").removesuffix("/")
+        source = PACKAGE / relative
+        source = source / "__init__.py" if source.is_dir() else source
+        units, libraries = _needs(relative, rows, unit_name(path))
+        layer = ("edge" if libraries & UI_LIBRARIES
+                 or any(rows[p].layer == "edge" for p in rows if rows[p].unit in units)
+                 else "adapter" if relative in ENGINES.values()
+                 else "core")
+        suggestions.append(layout_line(path, layer, _first_docstring_line(source),
+                                       units, libraries))
+    assert not missing, (
+        "README.md's Layout table has no row for " + ", ".join(missing) + ". Add (and "
+        "correct what it owns):\n" + "\n".join(suggestions))
+    stale = [f"README.md:{row.line}: `{row.path}`" for row in rows.values()
+             if row.path not in required_paths()]
+    assert not stale, ("These Layout rows name no package or module under planner/ "
+                       "(remove or rename them):\n" + "\n".join(stale))
+
+
+def test_may_import_names_only_rows_of_the_table() -> None:
+    rows = layout_rows()
+    known = {row.unit for row in rows.values()}
+    for row in rows.values():
+        unknown = sorted(row.units - known)
+        assert not unknown, (
+            f"README.md:{row.line}: the row of `{row.path}` allows "
+            + ", ".join(f"`{unit}`" for unit in unknown)
+            + ", which no Layout row names")
+
+
+def test_each_module_imports_only_what_its_row_allows() -> None:
+    rows = layout_rows()
+    problems: dict[str, list[Import]] = {}
+    for found in all_imports(rows):
+        row = row_of(found.file, rows)
+        if row is None:
+            continue  # reported by test_layout_table_lists_every_package_and_module
+        allowed = ((found.unit is None or found.unit == row.unit or found.unit in row.units)
+                   and (found.library is None or found.library in row.libraries))
+        if not allowed:
+            problems.setdefault(row.path, []).append(found)
+    messages = []
+    for path, found in problems.items():
+        row = rows[path]
+        units = set(row.units) | {f.unit for f in found if f.unit is not None}
+        libraries = set(row.libraries) | {f.library for f in found if f.library is not None}
+        where = "; ".join(f"planner/{f.file}:{f.line} imports {f.name}" for f in found)
+        messages.append(f"{where}. README.md:{row.line} does not allow it; if it belongs "
+                        f"there, make that line:\n"
+                        + layout_line(row.path, row.layer, row.owns, units, libraries))
+    assert not messages, "\n".join(messages)
+
+
+# -- the core stays pure -----------------------------------------------------------------
+
+
+def test_core_rows_allow_no_widgets_plotting_or_edge_modules() -> None:
+    rows = layout_rows()
+    edge = {row.unit for row in rows.values() if row.layer == "edge"}
+    for row in rows.values():
+        if row.layer != "core":
+            continue
+        wrong = sorted(row.units & edge) + sorted(row.libraries & UI_LIBRARIES)
+        assert not wrong, (
+            f"README.md:{row.line}: `{row.path}` is core, so it may not import "
+            + ", ".join(wrong) + " (move that code to an edge module)")
+
+
+def test_importing_the_core_loads_no_widgets_plotting_or_engine() -> None:
+    rows = layout_rows()
+    core = sorted({"planner" if row.unit == "planner" else f"planner.{row.unit}"
+                   for row in rows.values() if row.layer == "core"})
+    modules = [*core, *PURE_EDGE_MODULES]
+    forbidden = sorted(UI_LIBRARIES | {"dask", "distributed"})
     script = (
         "import importlib, sys\n"
-        f"for name in {CORE!r}: importlib.import_module(name)\n"
+        f"for name in {modules!r}: importlib.import_module(name)\n"
         "loaded = sorted(m for m in sys.modules\n"
-        "                if m.split('.')[0] in {'ipywidgets', 'plotly', 'anywidget', 'IPython'})\n"
+        f"                if m.split('.')[0] in {forbidden!r})\n"
         "print(','.join(loaded))\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          check=True)
-    assert done.stdout.strip() == ""
+                          check=True, cwd=ROOT)
+    assert done.stdout.strip() == "", (
+        f"importing {', '.join(modules)} loaded {done.stdout.strip()}")
 
 
-def test_dask_is_touched_by_its_adapter_only() -> None:
-    """``planner/sweep_dask.py`` is the one module that imports Dask; importing the
-    sweep core does not load it."""
-    import ast
-    from pathlib import Path
+# -- one adapter per engine --------------------------------------------------------------
 
-    package = Path(__file__).resolve().parents[1] / "planner"
-    importers = []
-    for path in package.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            if any(name.split(".")[0] in {"dask", "distributed"} for name in names):
-                importers.append(path.relative_to(package).as_posix())
-    assert sorted(set(importers)) == ["sweep_dask.py"]
-    script = ("import sys, planner.sweep\n"
-              "print(','.join(m for m in sys.modules if m.split('.')[0] in "
-              "{'dask', 'distributed'}))\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          check=True)
-    assert done.stdout.strip() == ""
+
+def test_each_engine_is_touched_by_its_adapter_only() -> None:
+    """Dask only in ``planner/sweep_dask.py``; processes (llama.cpp's binaries) only in
+    ``planner/llamacpp.py``, which no other module imports."""
+    found = all_imports(layout_rows())
+    assert engine_violations(found) == []
+    assert {f.file for f in found if f.library in ("dask", "distributed")} == {
+        "sweep_dask.py"}
+    if (PACKAGE / "llamacpp.py").exists():
+        assert any(f.name == "subprocess" for f in found if f.file == "llamacpp.py")
+
+
+def engine_violations(found: list[Import]) -> list[str]:
+    problems = []
+    for engine, adapter in ENGINES.items():
+        users = sorted({f"planner/{f.file}:{f.line}" for f in found
+                        if (f.name == engine or f.name.startswith(engine + "."))
+                        and f.file != adapter})
+        if users:
+            problems.append(f"{engine} is touched only by planner/{adapter}; also by "
+                            + ", ".join(users))
+    starters = sorted({f"planner/{f.file}:{f.line} ({f.name})" for f in found
+                       if f.name.startswith("os.") and f.file != "llamacpp.py"})
+    if starters:
+        problems.append("only planner/llamacpp.py starts programs; also " + ", ".join(starters))
+    return problems
+
+
+def test_an_engine_outside_its_adapter_is_reported() -> None:
+    rows = layout_rows()
+    source = "import subprocess\nfrom dask import delayed\nfrom os import execv\n"
+    assert engine_violations(imports_in(source, "llamacpp.py", rows)) == [
+        "dask is touched only by planner/sweep_dask.py; also by planner/llamacpp.py:2"]
+    assert engine_violations(imports_in(source, "fleet/files.py", rows)) == [
+        "dask is touched only by planner/sweep_dask.py; also by planner/fleet/files.py:2",
+        "subprocess is touched only by planner/llamacpp.py; also by planner/fleet/files.py:1",
+        "only planner/llamacpp.py starts programs; also planner/fleet/files.py:3 (os.execv)",
+    ]
+    assert engine_violations(imports_in("import planner.llamacpp\n", "launch.py", rows)) == [
+        "planner.llamacpp is touched only by planner/llamacpp.py; also by planner/launch.py:1"]
+
+
+# -- the checks above can fail -----------------------------------------------------------
+
+
+def test_the_import_reader_sees_lazy_relative_and_submodule_imports() -> None:
+    rows = layout_rows()
+    source = ("def f():\n    import plotly\n    from planner import workbench\n"
+              "    from . import toml\n    import os\n    os.system('true')\n"
+              "    from planner.planning import NodeBudget\n")
+    found = imports_in(source, "fleet/probe.py", rows)
+    assert {(f.line, f.name, f.unit, f.library) for f in found} == {
+        (2, "plotly", None, "plotly"),
+        (3, "planner.workbench", "workbench", None),
+        (4, "planner.fleet.toml", "fleet", None),
+        (5, "os", None, None),
+        (6, "os.system", None, None),
+        (7, "planner.planning", "planning", None),
+    }
+    fleet = rows["planner/fleet/"]
+    assert "plotly" not in fleet.libraries and "workbench" not in fleet.units
