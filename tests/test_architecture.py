@@ -286,7 +286,8 @@ def test_each_module_imports_only_what_its_row_allows() -> None:
         row = rows[path]
         units = set(row.units) | {f.unit for f in found if f.unit is not None}
         libraries = set(row.libraries) | {f.library for f in found if f.library is not None}
-        where = "; ".join(f"planner/{f.file}:{f.line} imports {f.name}" for f in found)
+        where = "; ".join(dict.fromkeys(f"planner/{f.file}:{f.line} imports {f.name}"
+                                        for f in found))
         messages.append(f"{where}. README.md:{row.line} does not allow it; if it belongs "
                         f"there, make that line:\n"
                         + layout_line(row.path, row.layer, row.owns, units, libraries))
