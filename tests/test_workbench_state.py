@@ -338,7 +338,23 @@ def test_limiting_node_explains_a_context_lost_to_tpot() -> None:
     evaluation = evaluate(state)
     assert evaluation.plan.context_length == 65_536  # 4 stages, 40 ms, beats 5 x 10 ms
     assert evaluation.limiting.context_limit == (
-        "Context 131,072 fits with 5 stages but misses the TPOT target (50 ms)")
+        "Context 131,072 fits but was not chosen: "
+        "131,072 needs 5 stages: 50 ms misses the 45 ms target")
+
+
+def test_a_context_lost_to_an_unknown_estimate_names_no_none() -> None:
+    # Latency on gpu-00 only, no TPOT target: 4 stages without it have no estimate (ranked
+    # as 0 ms) and beat the 5 stages at 131,072 that must include it (5 x 5 ms).
+    state = fleet(*["80 GiB"] * 5)
+    state = state.with_nodes([replace(row, latency_ms="5") if row.node_id == "gpu-00"
+                              else row for row in state.nodes])
+    evaluation = evaluate(state)
+    assert evaluation.plan.context_length == 65_536
+    assert evaluation.plan.estimated_decode_network_ms_per_token is None
+    assert evaluation.limiting.context_limit == (
+        "Context 131,072 fits but was not chosen: "
+        "131,072 needs 5 stages: 25 ms vs unknown (counts as 0 ms)")
+    assert "None" not in evaluation.limiting.describe()
 
 
 def test_warnings() -> None:

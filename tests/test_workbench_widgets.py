@@ -3,7 +3,9 @@ and check the summary, the tables, the figures and the messages that follow."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -155,14 +157,45 @@ def test_latency_and_tpot_target(bench: Workbench) -> None:
     # With latencies, the lower estimate wins before the higher context.
     assert "4 stages · context 65,536 · 4 lanes · estimated TPOT 40 ms" in (
         bench.view.summary.value)
-    assert "estimated TPOT is 50 ms against 40 ms" in bench.view.diagnosis.value
+    assert "131,072 needs 5 stages: 50 ms vs 40 ms" in bench.view.diagnosis.value
     bench.options_editor.target_decode_tpot_ms.value = "45"
     assert "estimated TPOT 40 ms · target met" in bench.view.summary.value
-    assert "misses the TPOT target (50 ms)" in bench.view.diagnosis.value
+    assert "131,072 needs 5 stages: 50 ms misses the 45 ms target" in (
+        bench.view.diagnosis.value)
     bench.options_editor.target_decode_tpot_ms.value = "30"
     assert "target missed" in bench.view.summary.value
     marker = bench.view.candidates.data[0].marker
     assert marker.colorscale is not None and "circle-open" in marker.symbol
+
+
+def shown_text(html: str) -> str:
+    """The text a browser shows for ``html``: table cells joined by " | ", rows by lines."""
+    html = re.sub(r"</t[dh]>", " | ", html)
+    html = re.sub(r"</(tr|div|li)>", "\n", html)
+    text = unescape(re.sub(r"<[^>]+>", "", html))
+    return "\n".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
+
+
+def test_the_latency_aware_choice_is_explained_on_screen(bench: Workbench) -> None:
+    # 5 x 80 GiB at 5 ms: 4 stages at 65,536 (20 ms) beat 5 stages at 262,144 (25 ms).
+    assert ("Why this shape: context 262,144 on 5 stages with 4 lanes: the highest context "
+            "that fits") in shown_text(bench.view.diagnosis.value)
+    for row in rows(bench):
+        row.latency.value = "5"
+    shown = shown_text(bench.view.diagnosis.value)
+    assert ("Why this shape: context 65,536 on 4 stages with 4 lanes, estimated TPOT 20 ms: "
+            "latency-aware planning ranks the estimate before the context") in shown
+    lines = shown.splitlines()
+    assert "shape | context | stages | est. TPOT | target | rule that decided |" in lines
+    assert "chosen | 65,536 | 4 | 20 ms | | |" in lines
+    rule = "the lower estimated TPOT ranks before the higher context"
+    assert f"higher context | 262,144 | 5 | 25 ms | | {rule} |" in lines
+    assert f"higher context | 131,072 | 5 | 25 ms | | {rule} |" in lines
+    bench.options_editor.target_decode_tpot_ms.value = "22"
+    lines = shown_text(bench.view.diagnosis.value).splitlines()
+    assert "chosen | 65,536 | 4 | 20 ms | met | |" in lines
+    assert ("higher context | 262,144 | 5 | 25 ms | missed | "
+            "meeting the TPOT target ranks first |") in lines
 
 
 def test_unused_nodes_and_zero_usable_warning(bench: Workbench) -> None:

@@ -27,6 +27,11 @@ from planner.units import latency_microseconds
 
 TARGET_MET = "target_met"
 LOWER_ESTIMATE = "lower_estimate"
+RULE_TEXT = {
+    TARGET_MET: "meeting the TPOT target ranks first",
+    LOWER_ESTIMATE: "the lower estimated TPOT ranks before the higher context",
+}
+"""Each rule of :class:`HigherContext` in words."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,11 @@ import pandas as pd
 
 from planner.errors import PlanError
 from planner.planning import (
+    ChoiceExplanation,
     Plan,
     PlanningInput,
     candidates,
+    explain_choice,
     node_budgets,
     plan_topology,
     stage_usage,
@@ -63,6 +65,8 @@ class Evaluation:
     warnings: tuple[str, ...] = ()
     limiting: LimitingNode | None = None
     unused: tuple[UnusedNode, ...] = ()
+    choice: ChoiceExplanation | None = None
+    """Why the plan has its shape (:func:`planner.explain_choice`); None without a plan."""
 
     @property
     def ok(self) -> bool:
@@ -91,31 +95,26 @@ def fleet_warnings(request: PlanningInput) -> tuple[str, ...]:
     return tuple(warning.message for warning in core_fleet_warnings(request))
 
 
-def _context_limit(plan: Plan, table: pd.DataFrame) -> str | None:
+def _context_limit(plan: Plan, table: pd.DataFrame,
+                   choice: ChoiceExplanation | None) -> str | None:
     higher = sorted({int(c) for c in table["context_length"] if c > plan.context_length})
     if not higher:
         return None
     context = higher[0]
     rows = table[table["context_length"] == context]
-    feasible = rows[rows["feasible"]]
-    if feasible.empty:
+    if not rows["feasible"].any():
         most = rows[rows["stage_count"] == rows["stage_count"].max()].iloc[0]
         return f"Context {context:,} does not fit: {most['reason']}"
-    best = feasible.sort_values("stage_count").iloc[0]
-    estimate = best["estimated_decode_network_ms_per_token"]
-    met = best["decode_tpot_target_met"]
-    why = f"context {context:,} fits with {int(best['stage_count'])} stages"
-    if not pd.isna(met) and not bool(met):
-        return f"{why.capitalize()} but misses the TPOT target ({int(estimate)} ms)"
-    if not pd.isna(estimate):
-        mine = plan.estimated_decode_network_ms_per_token
-        return (f"{why.capitalize()} but its estimated TPOT is {int(estimate)} ms "
-                f"against {mine} ms")
-    return f"{why.capitalize()} but was not chosen"
+    # It fits, so the SPEC section 6 ranking put it below the plan: say by which rule.
+    for item in choice.higher_contexts if choice is not None else ():
+        if item.option.context_length == context:
+            return f"Context {context:,} fits but was not chosen: {item.reason}"
+    return f"Context {context:,} fits but was not chosen"
 
 
 def limiting_node(request: PlanningInput, plan: Plan, stages: pd.DataFrame,
-                  table: pd.DataFrame | None) -> LimitingNode:
+                  table: pd.DataFrame | None,
+                  choice: ChoiceExplanation | None) -> LimitingNode:
     """The stage with the smallest remaining bytes (first such stage on ties)."""
     row = stages.loc[stages["remaining_bytes"].idxmin()]
     return LimitingNode(
@@ -123,7 +122,7 @@ def limiting_node(request: PlanningInput, plan: Plan, stages: pd.DataFrame,
         stage_id=str(row["stage_id"]),
         remaining_bytes=int(row["remaining_bytes"]),
         usable_bytes=int(row["usable_vram_bytes"]),
-        context_limit=_context_limit(plan, table) if table is not None else None,
+        context_limit=_context_limit(plan, table, choice) if table is not None else None,
     )
 
 
@@ -182,6 +181,7 @@ def evaluate(state: WorkbenchState) -> Evaluation:
                           problem=Problem.from_exception(error), warnings=warnings,
                           unused=unused_nodes(request, None))
     stages = stage_usage(request, plan)
+    choice = explain_choice(request)
     return Evaluation(
         state=state,
         request=request,
@@ -190,6 +190,7 @@ def evaluate(state: WorkbenchState) -> Evaluation:
         stages=stages,
         budgets=budgets,
         warnings=warnings,
-        limiting=limiting_node(request, plan, stages, table),
+        limiting=limiting_node(request, plan, stages, table, choice),
         unused=unused_nodes(request, plan),
+        choice=choice,
     )

@@ -18,6 +18,8 @@ from planner.figures import (
     layer_ranges_figure,
     memory_figure,
 )
+from planner.planning import ChoiceExplanation, ShapeOption
+from planner.planning.explain import RULE_TEXT
 from planner.units import format_bytes
 from planner.workbench.chart import Chart
 from planner.workbench.evaluation import Evaluation
@@ -107,6 +109,34 @@ def candidates_table_html(candidates: pd.DataFrame) -> str:
     return _table(headers, rows)
 
 
+def _estimate(option: ShapeOption) -> str:
+    estimate = option.estimated_decode_network_ms_per_token
+    return "unknown (0 ms)" if estimate is None else f"{estimate} ms"
+
+
+def choice_html(choice: ChoiceExplanation) -> str:
+    """Why the plan has its shape: the chosen shape, the best shape at each higher context
+    with its estimated TPOT, and the SPEC section 6 rule that ranked it lower."""
+    text = f"<div><b>Why this shape</b>: {escape(choice.summary)}</div>"
+    if not choice.higher_contexts:
+        return text
+    headers = [("shape", True), ("context", False), ("stages", False), ("est. TPOT", False),
+               ("target", True), ("rule that decided", True)]
+    options = [("chosen", choice.chosen, "")]
+    options += [("higher context", item.option, RULE_TEXT[item.rule])
+                for item in choice.higher_contexts]
+    rows = []
+    for label, option, rule in options:
+        met = option.decode_tpot_target_met
+        rows.append(("wb-selected" if label == "chosen" else "", [
+            _cell(label, text=True), _cell(f"{option.context_length:,}"),
+            _cell(option.stage_count), _cell(_estimate(option)),
+            _cell("" if met is None else ("met" if met else "missed"), text=True),
+            _cell(rule, text=True),
+        ]))
+    return text + _table(headers, rows)
+
+
 class PlanView(widgets.VBox):
     """Everything the workbench shows about one evaluation."""
 
@@ -175,6 +205,8 @@ class PlanView(widgets.VBox):
         if evaluation.limiting is not None:
             lines.append(f"<div><b>Limiting node</b>: {escape(evaluation.limiting.describe())}"
                          "</div>")
+        if evaluation.choice is not None:
+            lines.append(choice_html(evaluation.choice))
         if evaluation.unused:
             items = "".join(f"<li><b>{escape(u.node_id)}</b>: {escape(u.reason)}</li>"
                             for u in evaluation.unused)
