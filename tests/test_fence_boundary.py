@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 
 from planner.fence import (
@@ -14,15 +15,19 @@ from planner.fence import (
     CoordinatorClaim,
     FenceError,
     LoadClaimRef,
+    StageRuntime,
+    StageWork,
     StopRequest,
     decide_claim,
     decide_load,
     decide_stop,
     quorum_requirement,
+    same_claim_epoch,
 )
 from planner.fence.check import CheckConfig, CheckConfigError
 from planner.fence.coordinator import SplitPlan
 from planner.fence.messages import ClaimCoordinator
+from planner.fence.scenarios import run_scenario
 from planner.fence.simulator import MessageRule, NetworkConfig, Simulation
 
 NOW = 1_000
@@ -84,6 +89,28 @@ CASES: list[tuple[str, Callable[[], object], str]] = [
     ("send garbage", lambda: mesh().send(0, "s1", "s2", "hello"), "send.message"),  # type: ignore[arg-type]
     ("send a bare claim", lambda: mesh().send(0, "s1", "s2", claim()), "send.message"),  # type: ignore[arg-type]
     ("quorum of no stages", lambda: quorum_requirement(0), "planned_stages"),
+    ("quorum of 2.0 stages", lambda: quorum_requirement(2.0), "planned_stages"),  # type: ignore[arg-type]
+    ("fence judges no claim", lambda: ClaimFence().accept_claim(None, NOW),  # type: ignore[arg-type]
+     "claim"),
+    ("fence judges no load", lambda: ClaimFence().validate_load(None, NOW), "load"),  # type: ignore[arg-type]
+    ("epoch of no claim", lambda: same_claim_epoch(None, claim()), "a"),  # type: ignore[arg-type]
+    ("epoch against a dict", lambda: same_claim_epoch(claim(), claim().to_dict()), "b"),  # type: ignore[arg-type]
+    ("stage judges no claim", lambda: StageRuntime("s").accept_claim(None, NOW),  # type: ignore[arg-type]
+     "claim"),
+    ("stage loads nothing", lambda: StageRuntime("s").load(None, NOW), "load"),  # type: ignore[arg-type]
+    ("stage stops with a claim", lambda: StageRuntime("s").stop(claim()), "request"),  # type: ignore[arg-type]
+    ("stage named by a number", lambda: StageRuntime(5), "stage.node_id"),  # type: ignore[arg-type]
+    ("stage holds a string", lambda: StageRuntime("s", claims=("x",)), "stage.claims[0]"),  # type: ignore[arg-type]
+    ("stage runs a load", lambda: StageRuntime("s", running=(LoadClaimRef.for_claim(claim()),)),  # type: ignore[arg-type]
+     "stage.running[0]"),
+    ("stage prepares a dict", lambda: StageRuntime("s", preparing=({},)),  # type: ignore[arg-type]
+     "stage.preparing[0]"),
+    ("stage claims as a dict", lambda: StageRuntime("s", claims={"a": claim()}),  # type: ignore[arg-type]
+     "stage.claims"),
+    ("work from no load", lambda: StageWork.from_load(None), "load"),  # type: ignore[arg-type]
+    ("partition of a number", lambda: mesh().partition(0, 5), "partition.groups[0]"),  # type: ignore[arg-type]
+    ("partition of a string", lambda: mesh().partition(0, "s1"), "partition.groups[0]"),  # type: ignore[arg-type]
+    ("rule that is text", lambda: mesh().add_rule("drop everything"), "rule"),  # type: ignore[arg-type]
 ]
 
 
@@ -122,3 +149,11 @@ def test_well_formed_arguments_still_work() -> None:
     assert split(layer_ranges=[(0, 30), (30, 62)]).layer_ranges == ((0, 30), (30, 62))
     assert ClaimFence({claim().key: claim()}).claims() == {claim().key: claim()}
     assert decide_stop(None, StopRequest.for_claim(claim())).accepted
+
+
+def test_numpy_integers_count_as_integers_everywhere_in_the_fence() -> None:
+    # Values read from a DataFrame are numpy integers (SPEC section 2).
+    assert quorum_requirement(np.int64(3)) == 2 and type(quorum_requirement(np.int8(4))) is int
+    assert run_scenario(np.int64(1)).scenario.number == 1
+    with pytest.raises(FenceError):
+        quorum_requirement(np.bool_(True))  # type: ignore[arg-type]

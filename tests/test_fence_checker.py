@@ -64,8 +64,9 @@ from planner.fence.check.model import (
     SEND_STOP,
     TICK,
     FenceModel,
+    TraceStep,
 )
-from planner.fence.check.report import EVENT_COLUMNS, REPORT_FILE
+from planner.fence.check.report import EVENT_COLUMNS, REPORT_FILE, REPORT_FORMAT
 
 
 @pytest.fixture(scope="module")
@@ -572,6 +573,26 @@ def test_progress_is_reported_until_done() -> None:
         (lambda: check_defaults([], max_states=-1), "max_states"),
         (lambda: CheckConfig.from_dict(5), "config"),
         (lambda: CheckConfig.from_dict(None), "config"),
+        (lambda: check(5), "config"),  # type: ignore[arg-type]
+        (lambda: check(CheckConfig(), claim_rule=5), "claim_rule"),  # type: ignore[arg-type]
+        (lambda: check(CheckConfig(), stop_rule=None), "stop_rule"),  # type: ignore[arg-type]
+        (lambda: check(CheckConfig(), properties="term_never_decreases"), "properties"),
+        (lambda: reachable_states(5), "config"),  # type: ignore[arg-type]
+        (lambda: check_defaults(5), "configs"),  # type: ignore[arg-type]
+        (lambda: check_defaults([5]), "configs[0]"),  # type: ignore[list-item]
+        (lambda: replay(CheckConfig(), None), "counterexample"),  # type: ignore[arg-type]
+        (lambda: replay(5, None), "config"),  # type: ignore[arg-type]
+        (lambda: CheckReport.from_dict({"format": REPORT_FORMAT}), "report.runs"),
+        (lambda: CheckReport.from_dict({"format": REPORT_FORMAT, "runs": 5}), "report.runs"),
+        (lambda: CheckReport.from_dict({"format": REPORT_FORMAT, "runs": [{"name": "x"}]}),
+         "report.runs[0].purpose"),
+        (lambda: NamedConfig.from_dict({}), "configuration.name"),
+        (lambda: NamedConfig.from_dict({"name": "x", "purpose": "", "config": {},
+                                        "colour": 1}), "configuration.colour"),
+        (lambda: TraceStep.from_dict({"kind": "tick"}), "step.now_unix_ms"),
+        (lambda: TraceStep.from_dict({"kind": "tick", "now_unix_ms": 0, "targets": 5}),
+         "step.targets"),
+        (lambda: Counterexample.from_dict({"property_name": "x"}), "counterexample.explanation"),
     ],
 )
 def test_check_refuses_bad_arguments_naming_them(call: Callable[[], object],

@@ -213,6 +213,7 @@ class GenerationRef:
     @classmethod
     def of(cls, other: GenerationRef) -> Self:
         """The same generation as another kind of reference."""
+        require_instance(other, GenerationRef, "other")
         return cls(**{f.name: getattr(other, f.name) for f in fields(GenerationRef)})
 
 
@@ -225,6 +226,8 @@ class LoadClaimRef(GenerationRef):
 
 def same_claim_epoch(a: CoordinatorClaim, b: CoordinatorClaim) -> bool:
     """Same key, term, topology, run, coordinator and both hashes; the lease may differ."""
+    require_instance(a, CoordinatorClaim, "a")
+    require_instance(b, CoordinatorClaim, "b")
     return (
         a.key == b.key
         and a.coordinator_term == b.coordinator_term
@@ -527,12 +530,14 @@ class ClaimFence:
             self._claims[key] = claim
 
     def accept_claim(self, claim: CoordinatorClaim, now_unix_ms: int) -> ClaimDecision:
+        require_instance(claim, CoordinatorClaim, "claim")
         decision = decide_claim(self._claims.get(claim.key), claim, now_unix_ms)
         if decision.accepted:
             self._claims[claim.key] = claim
         return decision
 
     def validate_load(self, load: LoadClaimRef, now_unix_ms: int) -> LoadDecision:
+        require_instance(load, LoadClaimRef, "load")
         return decide_load(self._claims.get(load.key), load, now_unix_ms)
 
     def current_claim_for(
@@ -548,10 +553,8 @@ class ClaimFence:
 
 
 def quorum_requirement(planned_stages: int) -> int:
-    """Accepts a coordinator needs before loading: a majority of the planned stages."""
-    if isinstance(planned_stages, bool) or not isinstance(planned_stages, int):
-        raise InvalidFenceInput("planned_stages", "must be an integer", value=planned_stages)
-    if planned_stages < 1:
-        raise InvalidFenceInput("planned_stages", "a split plans at least one stage",
-                                value=planned_stages)
-    return planned_stages // 2 + 1
+    """Accepts a coordinator needs before loading: a majority of the planned stages (any
+    integral type, at least 1: a split plans at least one stage)."""
+    planned = integer(planned_stages, bad_input("planned_stages"), minimum=1,
+                      maximum=MAX_FENCE_INT)
+    return planned // 2 + 1

@@ -36,6 +36,7 @@ from planner.fence.claims import (
     decide_claim,
     decide_load,
     require_instance,
+    require_str,
 )
 from planner.fence.errors import InvalidFenceInput
 
@@ -68,6 +69,7 @@ class StageWork(GenerationRef):
 
     @classmethod
     def from_load(cls, load: LoadClaimRef) -> StageWork:
+        require_instance(load, LoadClaimRef, "load")
         return cls.of(load)
 
     def describe(self) -> str:
@@ -192,6 +194,16 @@ class StageRuntime:
     running: tuple[StageWork, ...] = ()
 
     def __post_init__(self) -> None:
+        require_str(self.node_id, "node_id", "stage")
+        for name, kind in (("claims", CoordinatorClaim), ("preparing", StageWork),
+                           ("running", StageWork)):
+            items = getattr(self, name)
+            if not isinstance(items, tuple | list):
+                raise InvalidFenceInput(name, f"must be a tuple of {kind.__name__}s, not "
+                                        f"{type(items).__name__}", value=items, where="stage")
+            for index, item in enumerate(items):
+                require_instance(item, kind, f"stage.{name}[{index}]")
+            object.__setattr__(self, name, tuple(items))
         keys = [claim.key for claim in self.claims]
         if len(set(keys)) != len(keys):
             raise InvalidFenceInput("claims", "a stage keeps at most one claim per key",
@@ -211,6 +223,7 @@ class StageRuntime:
     def accept_claim(
         self, claim: CoordinatorClaim, now_unix_ms: int
     ) -> tuple[StageRuntime, ClaimOutcome]:
+        require_instance(claim, CoordinatorClaim, "claim")
         decision = decide_claim(self.claim_for(claim.key), claim, now_unix_ms)
         if not decision.accepted:
             return self, ClaimOutcome(decision)
@@ -235,6 +248,7 @@ class StageRuntime:
         self, load: LoadClaimRef, now_unix_ms: int, *, prepare: bool = True
     ) -> tuple[StageRuntime, LoadOutcome]:
         """Validate a load; when accepted its work starts preparing (or runs at once)."""
+        require_instance(load, LoadClaimRef, "load")
         decision = decide_load(self.claim_for(load.key), load, now_unix_ms)
         if not decision.accepted:
             return self, LoadOutcome(decision)
@@ -260,6 +274,7 @@ class StageRuntime:
         return nxt, True
 
     def stop(self, request: StopRequest) -> tuple[StageRuntime, StopOutcome]:
+        require_instance(request, StopRequest, "request")
         decision = decide_stop(self.claim_for(request.key), request)
         if not decision.accepted:
             return self, StopOutcome(decision)

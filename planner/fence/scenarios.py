@@ -12,6 +12,7 @@ happened; nothing in them is a stored answer.
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from planner._validate import is_integral
 from planner.fence.claims import (
     CONFLICTING_SAME_TERM,
     EXPIRED_LEASE,
@@ -666,8 +668,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in SCENARIO_LIST}
 def get_scenario(name_or_number: str | int) -> Scenario:
     """A scenario by number (``3`` or ``"3"``) or name (``"too_many_stages_down"``)."""
     ref = name_or_number
-    if isinstance(ref, int) and not isinstance(ref, bool):
-        found = [s for s in SCENARIO_LIST if s.number == ref]
+    if is_integral(ref):  # numpy integers too (a number read from a DataFrame)
+        found = [s for s in SCENARIO_LIST if s.number == operator.index(ref)]
     elif isinstance(ref, str) and ref.strip().isdigit():
         found = [s for s in SCENARIO_LIST if s.number == int(ref)]
     elif isinstance(ref, str):

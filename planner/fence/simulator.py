@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from planner.fence.claims import LoadClaimRef, fence_int, require_str
+from planner.fence.claims import LoadClaimRef, fence_int, require_instance, require_str
 from planner.fence.coordinator import (
     Action,
     Coordinator,
@@ -251,6 +251,7 @@ class Simulation:
         return coordinator
 
     def add_rule(self, rule: MessageRule) -> None:
+        require_instance(rule, MessageRule, "rule")
         for name in (rule.src, rule.dst):
             if name is not None:
                 self._node(name)
@@ -358,6 +359,12 @@ class Simulation:
 
     def partition(self, at_ms: int, *groups: Iterable[str]) -> None:
         """Split the mesh: messages only flow inside a group. Unnamed nodes form one more."""
+        for index, group in enumerate(groups):
+            # A bare string would be split into one-letter node ids.
+            if isinstance(group, str) or not isinstance(group, Iterable):
+                raise InvalidFenceInput(f"groups[{index}]", "must be a list of node ids, not "
+                                        f"{type(group).__name__}", value=group,
+                                        where="partition")
         parts = [frozenset(g) for g in groups]
         for part in parts:
             for name in part:

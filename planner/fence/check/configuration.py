@@ -5,7 +5,7 @@ the ids and clock of the model, and the default configurations :data:`DEFAULT_CO
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,6 +196,28 @@ def as_mapping(data: Any, what: str) -> Mapping[str, Any]:
     return data
 
 
+def record(data: Any, what: str, required: Sequence[str],
+           optional: Sequence[str] = ()) -> Mapping[str, Any]:
+    """``data`` as a mapping that has every ``required`` key and nothing outside
+    ``required`` and ``optional``; errors name the field as ``what.key``."""
+    values = as_mapping(data, what)
+    for key in values:
+        if key not in required and key not in optional:
+            raise CheckConfigError(f"{what}.{key}", "unknown field; expected one of "
+                                   f"{', '.join((*required, *optional))}")
+    for key in required:
+        if key not in values:
+            raise CheckConfigError(f"{what}.{key}", "is required")
+    return values
+
+
+def listed(data: Any, what: str) -> list[Any]:
+    """``data`` when it is a list (or tuple) of items, as JSON arrays are read."""
+    if not isinstance(data, list | tuple):
+        raise CheckConfigError(what, "must be a list", type(data).__name__)
+    return list(data)
+
+
 
 
 # --- the default configurations ----------------------------------------------------------
@@ -212,7 +234,7 @@ class NamedConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> NamedConfig:
-        values = as_mapping(data, "named configuration")
+        values = record(data, "configuration", ("name", "purpose", "config"))
         return cls(values["name"], values["purpose"], CheckConfig.from_dict(values["config"]))
 
 

@@ -5,7 +5,7 @@ processes), :func:`replay` a counterexample, :func:`reachable_states` for tests.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import NamedTuple
 
@@ -128,6 +128,9 @@ def check(
     """
     config = config if config is not None else CheckConfig()
     model = FenceModel(config, Rules(claim_rule, load_rule, stop_rule))
+    if properties is not None and (isinstance(properties, str)
+                                   or not isinstance(properties, Iterable)):
+        raise CheckConfigError("properties", "must be a list of property names", properties)
     chosen = PROPERTIES if properties is None else tuple(property_named(n) for n in properties)
     max_states = integer(max_states, config_error("max_states"), minimum=1, maximum=10**9)
     progress_every = integer(progress_every, config_error("progress_every"), minimum=1,
@@ -235,6 +238,9 @@ def replay(
     recorded answer; otherwise :class:`CheckConfigError` names the step that diverged.
     """
     model = FenceModel(config, Rules(claim_rule, load_rule, stop_rule))
+    if not isinstance(counterexample, Counterexample):
+        raise CheckConfigError("counterexample", "must be a Counterexample, not "
+                               f"{type(counterexample).__name__}", counterexample)
     offsets = tuple(offset // TICK_MS for offset in counterexample.clock_offsets_ms)
     starts = [s for s in model.initial_states() if s.clock_offsets == offsets]
     if not starts:
@@ -276,7 +282,13 @@ def check_defaults(
     hears ``(name, CheckProgress)`` as each configuration is explored (with several
     workers, once per configuration when it is done).
     """
+    if configs is not None and (isinstance(configs, str) or not isinstance(configs, Iterable)):
+        raise CheckConfigError("configs", "must be a list of NamedConfig", configs)
     chosen = DEFAULT_CONFIGS if configs is None else tuple(configs)
+    for index, named in enumerate(chosen):
+        if not isinstance(named, NamedConfig):
+            raise CheckConfigError(f"configs[{index}]", "must be a NamedConfig, not "
+                                   f"{type(named).__name__}", named)
     workers = integer(workers, config_error("workers"), minimum=1, maximum=64)
     max_states = integer(max_states, config_error("max_states"), minimum=1, maximum=10**9)
     if progress is not None and not callable(progress):

@@ -44,8 +44,9 @@ from typing import Any, NamedTuple
 from planner.fence.check.configuration import (
     CheckConfig,
     CheckConfigError,
-    as_mapping,
     coordinator_id,
+    listed,
+    record,
     stage_id,
     tick_unix_ms,
     unix_ms_tick,
@@ -226,17 +227,14 @@ class TraceStep:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TraceStep:
         """The step :meth:`to_dict` wrote (``text`` is derived, so it is not read)."""
-        values = as_mapping(data, "step")
         known = [name for name in cls.__dataclass_fields__]
-        unknown = [key for key in values if key not in (*known, "text")]
-        if unknown:
-            raise CheckConfigError(f"step.{unknown[0]}", "unknown field")
+        values = record(data, "step", ("kind", "now_unix_ms"), (*known[2:], "text"))
         kept = {name: values[name] for name in known if name in values}
         for name, kind in (("claim", CoordinatorClaim), ("load", LoadClaimRef),
                            ("stop", StopRequest), ("ended", StageWork)):
             if kept.get(name) is not None:
                 kept[name] = kind.from_dict(kept[name])
-        kept["targets"] = tuple(kept.get("targets", ()))
+        kept["targets"] = tuple(listed(kept.get("targets", ()), "step.targets"))
         return cls(**kept)
 
 
@@ -247,6 +245,13 @@ class Rules:
     decide_claim: ClaimRule = decide_claim
     decide_load: LoadRule = decide_load
     decide_stop: StopRule = decide_stop
+
+    def __post_init__(self) -> None:
+        for name, argument in (("decide_claim", "claim_rule"), ("decide_load", "load_rule"),
+                               ("decide_stop", "stop_rule")):
+            if not callable(getattr(self, name)):
+                raise CheckConfigError(argument, f"must be a function like {name}",
+                                       getattr(self, name))
 
 
 def _with_messages(
@@ -268,6 +273,9 @@ class FenceModel:
     """The transition system of one configuration under one set of stage rules."""
 
     def __init__(self, config: CheckConfig, rules: Rules | None = None) -> None:
+        if not isinstance(config, CheckConfig):
+            raise CheckConfigError("config", f"must be a CheckConfig, not "
+                                   f"{type(config).__name__}", config)
         self.config = config
         self.rules = rules if rules is not None else Rules()
         self.planned = tuple(config.planned_stages(c) for c in range(config.coordinators))

@@ -21,6 +21,8 @@ from planner.fence.check.configuration import (
     CheckConfigError,
     NamedConfig,
     as_mapping,
+    listed,
+    record,
     stage_id,
 )
 from planner.fence.check.model import (
@@ -121,10 +123,12 @@ class Counterexample:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Counterexample:
-        values = as_mapping(data, "counterexample")
+        values = record(data, "counterexample",
+                        ("property_name", "explanation", "clock_offsets_ms", "steps"))
         return cls(values["property_name"], values["explanation"],
-                   tuple(values["clock_offsets_ms"]),
-                   tuple(TraceStep.from_dict(step) for step in values["steps"]))
+                   tuple(listed(values["clock_offsets_ms"], "counterexample.clock_offsets_ms")),
+                   tuple(TraceStep.from_dict(step)
+                         for step in listed(values["steps"], "counterexample.steps")))
 
     def events_frame(self) -> pd.DataFrame:
         """The trace as an event log (columns :data:`EVENT_COLUMNS`), times in ms from 0."""
@@ -173,7 +177,8 @@ class PropertyResult:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PropertyResult:
-        values = as_mapping(data, "property result")
+        values = record(data, "property", ("name", "title", "expectation", "holds"),
+                        ("as_expected", "counterexample"))
         example = values.get("counterexample")
         return cls(values["name"], values["title"], values["expectation"], values["holds"],
                    None if example is None else Counterexample.from_dict(example))
@@ -229,10 +234,12 @@ class CheckResult:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CheckResult:
-        values = as_mapping(data, "check result")
+        values = record(data, "result", ("config", "states_explored", "transitions",
+                                          "max_depth", "complete", "properties"))
         return cls(CheckConfig.from_dict(values["config"]), values["states_explored"],
                    values["transitions"], values["max_depth"], values["complete"],
-                   tuple(PropertyResult.from_dict(r) for r in values["properties"]))
+                   tuple(PropertyResult.from_dict(r)
+                         for r in listed(values["properties"], "result.properties")))
 
 
 @dataclass(frozen=True)
@@ -248,12 +255,19 @@ class CheckReport:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CheckReport:
-        values = as_mapping(data, "check report")
+        values = as_mapping(data, "report")
         if values.get("format") != REPORT_FORMAT:
             raise CheckConfigError("format", f"a check report of format {REPORT_FORMAT} is "
                                    "expected", values.get("format"))
-        return cls(tuple((NamedConfig.from_dict(run), CheckResult.from_dict(run["result"]))
-                         for run in values["runs"]))
+        values = record(values, "report", ("format", "runs"))
+        runs = []
+        for index, run in enumerate(listed(values["runs"], "report.runs")):
+            where = f"report.runs[{index}]"
+            fields = record(run, where, ("name", "purpose", "config", "result"))
+            named = NamedConfig.from_dict({key: fields[key]
+                                           for key in ("name", "purpose", "config")})
+            runs.append((named, CheckResult.from_dict(fields["result"])))
+        return cls(tuple(runs))
 
     @property
     def states_explored(self) -> int:
