@@ -206,12 +206,22 @@ def cost_per_million_tokens(cost_per_hour_usd: float, tokens_per_s: float) -> fl
     return cost_per_hour_usd / (tokens_per_s * 3600) * 1_000_000
 
 
-def node_speeds(nodes: Iterable[NodeBudget], catalog: Sequence[GpuModel]) -> dict[str, NodeSpeed]:
-    """Each node's catalog kind, matched by node id ``<kind>-<number>`` (the ids sizing
-    and the workbench's "Add GPUs" give); nodes that match no kind are left out."""
+def node_speeds(nodes: Iterable[NodeBudget], catalog: Sequence[GpuModel],
+                node_kinds: Mapping[str, str] | None = None) -> dict[str, NodeSpeed]:
+    """Each node's catalog kind: the one ``node_kinds`` names for it (kind id or name, as
+    a fleet file's ``gpu`` gives it), else the one its node id ``<kind>-<number>`` names
+    (the ids sizing and the workbench's "Add GPUs" give); nodes that match no kind are
+    left out."""
     kinds = sorted(catalog, key=lambda gpu: len(gpu.kind), reverse=True)
+    named = {key.strip().casefold(): gpu for gpu in catalog for key in (gpu.kind, gpu.name)}
     speeds = {}
     for node in nodes:
+        wanted = (node_kinds or {}).get(node.node_id)
+        if wanted is not None and wanted.strip().casefold() in named:
+            gpu = named[wanted.strip().casefold()]
+            speeds[node.node_id] = NodeSpeed(node.node_id, gpu.memory_bandwidth_bytes_per_s,
+                                             gpu.price_per_hour, gpu.kind)
+            continue
         for gpu in kinds:
             prefix = f"{gpu.kind}-"
             if node.node_id.startswith(prefix) and node.node_id[len(prefix):].isdigit():
@@ -288,14 +298,16 @@ def estimate_plan(
 
 
 def try_estimate(request: PlanningInput, plan: Plan, traffic: ModelTraffic | None,
-                 catalog: Sequence[GpuModel], **options: Any) -> tuple[PlanEstimate | None, str]:
+                 catalog: Sequence[GpuModel], *, node_kinds: Mapping[str, str] | None = None,
+                 **options: Any) -> tuple[PlanEstimate | None, str]:
     """The estimate when every stage's node is a catalog kind with a bandwidth, else
     ``None`` and why (for tables and summaries that show the estimate when they can)."""
     if traffic is None:
-        return None, "the model's decode traffic is unknown"
+        return None, ("the model's decode traffic is unknown (give a preset or GGUF model "
+                      "for a speed estimate)")
     try:
-        return estimate_plan(request, plan, traffic, node_speeds(request.nodes, catalog),
-                             **options), ""
+        return estimate_plan(request, plan, traffic,
+                             node_speeds(request.nodes, catalog, node_kinds), **options), ""
     except PerformanceError as error:
         return None, error.message
 
@@ -325,16 +337,22 @@ def with_stage_estimates(stage_table: pd.DataFrame, estimate: PlanEstimate | Non
 
 def with_candidate_estimates(frame: pd.DataFrame, request: PlanningInput,
                              traffic: ModelTraffic | None, catalog: Sequence[GpuModel],
+                             *, node_kinds: Mapping[str, str] | None = None,
                              **options: Any) -> pd.DataFrame:
     """The candidates table (``planner.candidates``) with :data:`ESTIMATE_COLUMNS` for
     every feasible row whose nodes are catalog kinds (NA elsewhere); each row is
     estimated as the plan its node set and shape would give."""
     weights = layer_weights(request)
     by_id = {node.node_id: node for node in request.nodes}
+    speeds = node_speeds(request.nodes, catalog, node_kinds)
     values: dict[str, list[Any]] = {column: [] for column in ESTIMATE_COLUMNS}
     for row in frame.itertuples(index=False):
         estimate = None
-        if row.feasible and traffic is not None:
+        # Rows with a node of unknown bandwidth are left NA before any walking: most
+        # fleets typed by hand name no catalog kind, and this runs on every edit.
+        if row.feasible and traffic is not None and all(
+                node_id in speeds and speeds[node_id].memory_bandwidth_bytes_per_s
+                for node_id in row.node_ids):
             ordered = [by_id[node_id] for node_id in row.node_ids]
             context = int(row.context_length)
             walk = walk_stages([node.usable_bytes for node in ordered],
@@ -342,7 +360,7 @@ def with_candidate_estimates(frame: pd.DataFrame, request: PlanningInput,
             if walk.fits:
                 plan = Plan(context, int(row.parallel_lanes),
                             build_stages(ordered, walk.spans, weights), None, None)
-                estimate, _ = try_estimate(request, plan, traffic, catalog, **options)
+                estimate = estimate_plan(request, plan, traffic, speeds, **options)
         for column in ESTIMATE_COLUMNS:
             value = None if estimate is None else getattr(estimate, column)
             values[column].append(pd.NA if value is None else value)

@@ -8,7 +8,7 @@ shapes, the startup quorum, a failure what-if per node and warnings. The rendere
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -19,6 +19,15 @@ import planner
 from planner.errors import PlanError
 from planner.fence import quorum_requirement
 from planner.fleet import FleetDocument
+from planner.models.gpus import GpuModel, load_gpu_catalog
+from planner.performance import (
+    ESTIMATE_NOTE,
+    ModelTraffic,
+    PlanEstimate,
+    try_estimate,
+    with_candidate_estimates,
+    with_stage_estimates,
+)
 from planner.planning import (
     Plan,
     PlanningInput,
@@ -62,6 +71,10 @@ class ReportContent:
     warnings: tuple[dict[str, Any], ...] = field(default=())
     choice: dict[str, Any] | None = None
     """Why the plan has its shape (:func:`planner.planning.explain_choice`), or None."""
+    estimate: dict[str, Any] | None = None
+    """The plan's speed and cost ESTIMATE (:meth:`planner.performance.PlanEstimate.to_dict`
+    plus ``available``), or ``{"available": False, "reason": ...}``; ``None`` without a
+    plan."""
 
     @property
     def ok(self) -> bool:
@@ -98,6 +111,7 @@ class ReportContent:
             "failure_what_if": list(self.failure_what_if),
             "warnings": list(self.warnings),
             "choice": self.choice,
+            "estimate": self.estimate,
         }
 
 
@@ -241,12 +255,37 @@ def candidate_records(frame: pd.DataFrame) -> tuple[dict[str, Any], ...]:
                  for record in frame.to_dict(orient="records"))
 
 
-def _candidate_rows(request: PlanningInput) -> tuple[dict[str, Any], ...]:
+def _candidate_rows(request: PlanningInput, traffic: ModelTraffic | None,
+                    catalog: Sequence[GpuModel],
+                    node_kinds: Mapping[str, str]) -> tuple[dict[str, Any], ...]:
     try:
         frame = candidates(request)
     except PlanError:
         return ()
-    return candidate_records(frame)
+    return candidate_records(with_candidate_estimates(frame, request, traffic, catalog,
+                                                      node_kinds=node_kinds))
+
+
+def _traffic(source: ReportSource) -> ModelTraffic | None:
+    """A preset or GGUF model's decode traffic; numbers typed by hand have none."""
+    if not isinstance(source, FleetDocument):
+        return None
+    spec = source.model.spec(source.base_dir)
+    return ModelTraffic.from_spec(spec) if spec is not None else None
+
+
+def _node_kinds(source: ReportSource) -> dict[str, str]:
+    """The catalog kinds a fleet file's nodes name (``gpu``), by node id."""
+    overrides = getattr(source, "reliability", None) or {}
+    return {node_id: kind for node_id, override in overrides.items()
+            if (kind := getattr(override, "gpu", None))}
+
+
+def estimate_section(estimate: PlanEstimate | None, reason: str) -> dict[str, Any]:
+    """The report's ``estimate``: the plan's estimate, or why there is none."""
+    if estimate is None:
+        return {"available": False, "reason": reason, "notes": [ESTIMATE_NOTE]}
+    return {"available": True, **estimate.to_dict()}
 
 
 def build_report(
@@ -257,6 +296,8 @@ def build_report(
     now: datetime | None = None,
     include_candidates: bool = True,
     include_what_if: bool = True,
+    catalog: Sequence[GpuModel] | None = None,
+    traffic: ModelTraffic | None = None,
 ) -> ReportContent:
     """Plan ``source`` (a :class:`~planner.fleet.FleetDocument`, a
     :class:`~planner.planning.PlanningInput` or a SPEC request dict) and gather the report.
@@ -264,6 +305,9 @@ def build_report(
     A request the planner refuses (no valid topology, an override out of range) still
     gives a report, whose ``error`` says why. ``include_candidates`` and
     ``include_what_if`` may leave out the two costly sections (they are then empty).
+    The speed and cost estimate (stage, candidate and ``estimate`` fields) takes each
+    node's bandwidth and price from its ``catalog`` kind (default: the shipped catalog)
+    and the model's decode traffic from a preset or GGUF model (or ``traffic``).
     A malformed request or a model that cannot be resolved raises
     (:class:`~planner.errors.InvalidInput`, :class:`~planner.fleet.FleetFileError`).
     """
@@ -279,8 +323,14 @@ def build_report(
     moment = (now or datetime.now(UTC)).astimezone(UTC).replace(microsecond=0)
     stages: tuple[dict[str, Any], ...] = ()
     quorum = None
+    estimate = None
+    catalog = load_gpu_catalog() if catalog is None else catalog
+    traffic = traffic or _traffic(source)
+    kinds = _node_kinds(source)
     if plan is not None:
-        usage = stage_usage(request, plan)
+        found, reason = try_estimate(request, plan, traffic, catalog, node_kinds=kinds)
+        estimate = estimate_section(found, reason)
+        usage = with_stage_estimates(stage_usage(request, plan), found)
         stages = tuple({key: _plain(value) for key, value in record.items()}
                        for record in usage.to_dict(orient="records"))
         needed = quorum_requirement(plan.stage_count)
@@ -309,10 +359,12 @@ def build_report(
         summary=_summary(plan) if plan is not None else f"no plan: {error}",
         stages=stages,
         quorum=quorum,
-        candidates=_candidate_rows(request) if include_candidates else (),
+        candidates=(_candidate_rows(request, traffic, catalog, kinds)
+                    if include_candidates else ()),
         # Without a plan there is nothing to lose: fewer nodes never fit where more did not.
         failure_what_if=(_what_if(request, plan)
                          if plan is not None and include_what_if else ()),
         warnings=_warnings(request),
         choice=explain_choice(request).to_dict() if plan is not None else None,
+        estimate=estimate,
     )

@@ -15,6 +15,7 @@ from planner.reports.tables import (
     candidate_table,
     choice_table,
     choice_text,
+    estimate_rows,
     model_rows,
     node_table,
     plan_facts,
@@ -130,7 +131,10 @@ def render_html(content: ReportContent) -> str:
         '<section id="plan"><h2>Plan</h2>',
     ]
     if ok:
-        parts += [_facts(plan_facts(content), table_id="plan-table"), "<h3>Stages</h3>",
+        parts += [_facts(plan_facts(content), table_id="plan-table"),
+                  "<h3>Speed and cost (estimate)</h3>",
+                  _facts(estimate_rows(content), table_id="estimate-table"),
+                  "<h3>Stages</h3>",
                   _table(stage_table(content), table_id="stages-table"),
                   "<h3>Why this shape</h3>",
                   f'<p id="choice">{escape(choice_text(content))}</p>',

@@ -11,6 +11,7 @@ from planner.reports.tables import (
     candidate_table,
     choice_table,
     choice_text,
+    estimate_rows,
     model_rows,
     node_table,
     plan_facts,
@@ -86,7 +87,9 @@ def render_markdown(content: ReportContent) -> str:
 
     lines += ["## Plan", ""]
     if content.plan is not None:
-        lines += [*_pairs(plan_facts(content)), "", "### Stages", "",
+        lines += [*_pairs(plan_facts(content)), "",
+                  "### Speed and cost (estimate)", "", *_pairs(estimate_rows(content)), "",
+                  "### Stages", "",
                   *_table(stage_table(content)), "",
                   "### Why this shape", "", md_text(choice_text(content)), "",
                   *_table(choice_table(content)), ""]

@@ -102,9 +102,42 @@ def node_table(content: ReportContent) -> TextTable:
                    "= usable", "latency", "stage"), rows, "lrrrrrrl")
 
 
+def _ms(value: Any) -> str:
+    return "—" if value is None else f"{value:,.2f} ms"
+
+
+def _estimated(content: ReportContent) -> bool:
+    return bool(content.estimate and content.estimate.get("available"))
+
+
+def estimate_rows(content: ReportContent) -> list[tuple[str, str]]:
+    """``(label, value)`` pairs of the plan's speed and cost ESTIMATE, or why there is
+    none; every label says it is an estimate."""
+    estimate = content.estimate
+    if estimate is None:
+        return []
+    if not estimate.get("available"):
+        return [("estimate", f"not available: {estimate['reason']}")]
+    cost, per_million = estimate["cost_per_hour_usd"], estimate["cost_per_million_tokens_usd"]
+    return [
+        ("estimated TPOT", f"{estimate['estimated_tpot_ms']:,.2f} ms per token"),
+        ("estimated tokens/s", f"{estimate['tokens_per_s']:,.1f} over "
+                               f"{estimate['parallel_lanes']} lanes"),
+        ("estimated cost per hour", "—" if cost is None else f"USD {cost:,.2f}"),
+        ("estimated cost per million tokens",
+         "—" if per_million is None else f"USD {per_million:,.2f}"),
+        ("estimate basis", f"{estimate['bandwidth_efficiency']:.0%} of peak memory "
+                           f"bandwidth, links {estimate['link_bandwidth_bytes_per_s']:,} B/s"),
+        *(("estimate note", note) for note in estimate["notes"]),
+    ]
+
+
 def stage_table(content: ReportContent) -> TextTable:
+    estimated = _estimated(content)
     rows = []
     for stage in content.stages:
+        extra = ((_ms(stage.get("stage_read_ms")), _ms(stage.get("hop_ms")))
+                 if estimated else ())
         rows.append((
             stage["stage_id"],
             stage["node_id"],
@@ -115,9 +148,12 @@ def stage_table(content: ReportContent) -> TextTable:
             size(stage["used_bytes"]),
             size(stage["usable_vram_bytes"]),
             size(stage["remaining_bytes"]),
+            *extra,
         ))
+    extra_headers = ("est. read", "est. hop") if estimated else ()
     return _table(("stage", "node", "layers", "count", "weights", "KV cache", "used",
-                   "usable", "remaining"), rows, "llrrrrrrr")
+                   "usable", "remaining", *extra_headers), rows,
+                  "llrrrrrrr" + "r" * len(extra_headers))
 
 
 def plan_facts(content: ReportContent) -> list[tuple[str, str]]:
@@ -167,9 +203,14 @@ def candidate_table(content: ReportContent) -> TextTable:
 
 
 def candidate_rows_table(records: Sequence[dict[str, Any]]) -> TextTable:
-    """Candidate records (see :func:`~planner.reports.content.candidate_records`)."""
+    """Candidate records (see :func:`~planner.reports.content.candidate_records`); with
+    the speed estimate's columns when the records carry them."""
+    estimated = any(row.get("estimated_tpot_ms") is not None for row in records)
     rows = []
     for row in records:
+        extra = (_ms(row.get("estimated_tpot_ms")), _number(row.get("tokens_per_s"), 1),
+                 _number(row.get("cost_per_hour_usd"), 2),
+                 _number(row.get("cost_per_million_tokens_usd"), 2)) if estimated else ()
         rows.append((
             f"{row['context_length']:,}",
             str(row["stage_count"]),
@@ -182,10 +223,17 @@ def candidate_rows_table(records: Sequence[dict[str, Any]]) -> TextTable:
             _met(row["decode_tpot_target_met"]),
             "yes" if row["selected"] else "no",
             row["reason"] or "",
+            *extra,
         ))
+    extra_headers = (("est. decode TPOT", "est. tokens/s", "est. USD/h",
+                      "est. USD/M tokens") if estimated else ())
     return _table(("context", "stages", "lanes", "fits", "nodes", "min remaining",
-                   "total remaining", "est. TPOT", "target met", "selected", "why not"),
-                  rows, "rrrllrrrlll")
+                   "total remaining", "est. TPOT", "target met", "selected", "why not",
+                   *extra_headers), rows, "rrrllrrrlll" + "r" * len(extra_headers))
+
+
+def _number(value: Any, digits: int) -> str:
+    return "—" if value is None else f"{value:,.{digits}f}"
 
 
 def choice_text(content: ReportContent) -> str:

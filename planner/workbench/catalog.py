@@ -12,6 +12,7 @@ from pathlib import Path
 
 from planner.models import (
     GpuModel,
+    ModelError,
     ModelSpec,
     describe_model,
     from_gguf,
@@ -19,6 +20,7 @@ from planner.models import (
     load_gpu_catalog,
     load_preset,
 )
+from planner.performance import ModelTraffic
 from planner.workbench.state import ModelFields
 
 
@@ -84,3 +86,21 @@ def model_source(model: ModelFields, base_dir: Path | None) -> ModelSource | Non
     if model.gguf is not None:
         return gguf_source(model.gguf, base_dir, model.kv_cache_type, model.name)
     return None
+
+
+def model_traffic(model: ModelFields, base_dir: Path | None) -> ModelTraffic | None:
+    """The decode traffic of a preset or GGUF model, for the speed estimate; ``None``
+    for numbers typed by hand or a model that cannot be read."""
+    try:
+        if model.preset is not None:
+            spec = _preset(model.preset, model.kv_cache_type)
+        elif model.gguf is not None:
+            resolved = Path(model.gguf).expanduser()
+            if not resolved.is_absolute() and base_dir is not None:
+                resolved = base_dir / resolved
+            spec = _gguf(resolved.resolve(), model.kv_cache_type)
+        else:
+            return None
+    except (ModelError, OSError):
+        return None
+    return ModelTraffic.from_spec(spec)

@@ -8,10 +8,17 @@ are unused. Bad input never raises here; it becomes the evaluation's :class:`Pro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
 from planner.errors import PlanError
+from planner.performance import (
+    PlanEstimate,
+    try_estimate,
+    with_candidate_estimates,
+    with_stage_estimates,
+)
 from planner.planning import (
     ChoiceExplanation,
     Plan,
@@ -24,6 +31,7 @@ from planner.planning import (
 )
 from planner.planning.warnings import fleet_warnings as core_fleet_warnings
 from planner.units import format_bytes
+from planner.workbench.catalog import gpu_catalog, model_traffic
 from planner.workbench.state import Problem, WorkbenchInputError, WorkbenchState
 
 
@@ -67,6 +75,10 @@ class Evaluation:
     unused: tuple[UnusedNode, ...] = ()
     choice: ChoiceExplanation | None = None
     """Why the plan has its shape (:func:`planner.explain_choice`); None without a plan."""
+    estimate: PlanEstimate | None = None
+    """The plan's speed and cost ESTIMATE (nodes named ``<kind>-NN`` of the catalog, a
+    preset or GGUF model); ``estimate_reason`` says why there is none."""
+    estimate_reason: str = ""
 
     @property
     def ok(self) -> bool:
@@ -87,7 +99,21 @@ class Evaluation:
         ]
         if plan.decode_tpot_target_met is not None:
             parts.append("target met" if plan.decode_tpot_target_met else "target missed")
+        if self.estimate is not None:
+            parts.append(self.estimate_summary())
         return " · ".join(parts)
+
+    def estimate_summary(self) -> str:
+        """The speed and cost estimate in one line, or why there is none."""
+        if self.estimate is None:
+            return f"speed estimate unavailable: {self.estimate_reason}"
+        estimate = self.estimate
+        text = (f"speed estimate: {estimate.estimated_tpot_ms:,.1f} ms per token, "
+                f"{estimate.tokens_per_s:,.1f} tokens/s")
+        if estimate.cost_per_hour_usd is not None:
+            text += (f", USD {estimate.cost_per_hour_usd:,.2f}/h, USD "
+                     f"{estimate.cost_per_million_tokens_usd:,.2f} per million tokens")
+        return text + " (estimate)"
 
 
 def fleet_warnings(request: PlanningInput) -> tuple[str, ...]:
@@ -180,14 +206,20 @@ def evaluate(state: WorkbenchState) -> Evaluation:
         return Evaluation(state=state, request=request, candidates=table, budgets=budgets,
                           problem=Problem.from_exception(error), warnings=warnings,
                           unused=unused_nodes(request, None))
+    traffic = model_traffic(state.model,
+                            Path(state.source).parent if state.source else None)
+    catalog = gpu_catalog()
+    estimate, reason = try_estimate(request, plan, traffic, catalog)
     stages = stage_usage(request, plan)
     choice = explain_choice(request)
     return Evaluation(
         state=state,
         request=request,
         plan=plan,
-        candidates=table,
-        stages=stages,
+        candidates=with_candidate_estimates(table, request, traffic, catalog),
+        stages=with_stage_estimates(stages, estimate),
+        estimate=estimate,
+        estimate_reason=reason,
         budgets=budgets,
         warnings=warnings,
         limiting=limiting_node(request, plan, stages, table, choice),

@@ -59,12 +59,18 @@ def _table(headers: list[tuple[str, bool]], rows: list[tuple[str, list[str]]]) -
 
 
 def stage_table_html(stages: pd.DataFrame) -> str:
-    """The stage table (:func:`planner.stage_usage`) with sizes in human units."""
+    """The stage table (:func:`planner.stage_usage`) with sizes in human units, and the
+    speed estimate's per-stage read and hop times when the table has them."""
+    estimated = "stage_read_ms" in stages and bool(stages["stage_read_ms"].notna().any())
     headers = [("stage", True), ("node", True), ("layers", False), ("count", False),
                ("weights", False), ("KV cache", False), ("used", False), ("usable", False),
                ("remaining", False)]
+    if estimated:
+        headers += [("est. read", False), ("est. hop", False)]
     rows = []
     for stage in stages.itertuples(index=False):
+        extra = ([_cell(f"{stage.stage_read_ms:,.2f} ms"), _cell(f"{stage.hop_ms:,.2f} ms")]
+                 if estimated else [])
         rows.append(("", [
             _cell(stage.stage_id, text=True), _cell(stage.node_id, text=True),
             _cell(f"{stage.layer_start}–{stage.layer_end - 1}" if stage.layer_count > 1
@@ -75,6 +81,7 @@ def stage_table_html(stages: pd.DataFrame) -> str:
             _cell(format_bytes(int(stage.used_bytes))),
             _cell(format_bytes(int(stage.usable_vram_bytes))),
             _cell(format_bytes(int(stage.remaining_bytes))),
+            *extra,
         ]))
     return _table(headers, rows)
 
@@ -88,9 +95,18 @@ def _short_nodes(node_ids: tuple[str, ...], shown: int = 6) -> str:
 def candidates_table_html(candidates: pd.DataFrame) -> str:
     """One row per (context, stage count) shape; lanes are folded together."""
     shapes = candidate_shapes(candidates)
+    # The speed estimate's TPOT does not depend on lanes: one value per shape.
+    decode: dict[tuple[int, int], float] = {}
+    if "estimated_tpot_ms" in candidates:
+        for row in candidates.itertuples(index=False):
+            if not pd.isna(row.estimated_tpot_ms):
+                decode.setdefault((row.context_length, row.stage_count),
+                                  float(row.estimated_tpot_ms))
     headers = [("context", False), ("stages", False), ("fits", True), ("est. TPOT", False),
                ("target", True), ("smallest margin", False), ("nodes / reason", True),
                ("selected", True)]
+    if decode:
+        headers.append(("est. decode TPOT", False))
     rows = []
     for shape in shapes.itertuples(index=False):
         estimate = shape.estimated_decode_network_ms_per_token
@@ -105,6 +121,9 @@ def candidates_table_html(candidates: pd.DataFrame) -> str:
             _cell("" if pd.isna(margin) else format_bytes(int(margin))),
             _cell(_short_nodes(shape.node_ids) if shape.feasible else shape.reason, text=True),
             _cell(f"★ {shape.selected_lanes} lanes" if shape.selected else "", text=True),
+            *([_cell(f"{value:,.1f} ms" if (value := decode.get(
+                (shape.context_length, shape.stage_count))) is not None else "")]
+              if decode else []),
         ]))
     return _table(headers, rows)
 

@@ -1,0 +1,150 @@
+"""The speed and cost estimate where plans are shown: the report (content, Markdown, HTML,
+JSON), the candidates and stage tables, and the workbench summary. Expected values come
+from :func:`planner.performance.estimate_plan` on the same plan, not from copies."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import planner
+from planner.fleet import parse_fleet_toml
+from planner.models import load_gpu_catalog, load_preset
+from planner.performance import (
+    ESTIMATE_COLUMNS,
+    ESTIMATE_NOTE,
+    ModelTraffic,
+    estimate_plan,
+    node_speeds,
+)
+from planner.reports import build_report, render_report
+from planner.reports.tables import candidate_table, estimate_rows, stage_table
+from planner.workbench.catalog import preset_source
+from planner.workbench.evaluation import evaluate
+from planner.workbench.state import WorkbenchState
+from planner.workbench.view import candidates_table_html, stage_table_html
+
+H100 = """
+[model]
+preset = "llama-3.1-70b"
+
+[[nodes]]
+id = "h100-80gb"
+count = 2
+vram = "79.65 GiB"
+latency_ms = 2
+"""
+
+UNNAMED = H100.replace('id = "h100-80gb"', 'id = "box"')
+
+
+def _direct(document):
+    request = document.to_request()
+    plan = planner.plan_topology(request)
+    traffic = ModelTraffic.from_spec(load_preset("llama-3.1-70b"))
+    estimate = estimate_plan(request, plan, traffic,
+                             node_speeds(request.nodes, load_gpu_catalog()))
+    return request, plan, estimate
+
+
+def test_report_carries_the_plans_estimate() -> None:
+    document = parse_fleet_toml(H100)
+    _, plan, expected = _direct(document)
+    content = build_report(document)
+    estimate = content.estimate
+    assert estimate["available"] is True
+    assert estimate["estimated_tpot_ms"] == pytest.approx(expected.estimated_tpot_ms)
+    assert estimate["tokens_per_s"] == pytest.approx(expected.tokens_per_s)
+    assert estimate["cost_per_hour_usd"] == pytest.approx(2 * 4.76)
+    assert estimate["cost_per_million_tokens_usd"] == pytest.approx(
+        expected.cost_per_million_tokens_usd)
+    assert ESTIMATE_NOTE in estimate["notes"]
+    # The stage rows carry the per-stage read and hop times.
+    for row, stage in zip(content.stages, expected.stages, strict=True):
+        assert row["stage_read_ms"] == pytest.approx(stage.stage_read_ms)
+        assert row["hop_ms"] == pytest.approx(stage.hop_ms)
+    # The selected candidate row is the plan, so its estimate is the plan's.
+    selected = [row for row in content.candidates if row["selected"]]
+    assert len(selected) == 1
+    for column in ESTIMATE_COLUMNS:
+        assert selected[0][column] == pytest.approx(getattr(expected, column))
+    # Infeasible rows have no estimate.
+    assert all(row["estimated_tpot_ms"] is None for row in content.candidates
+               if not row["feasible"])
+    assert plan.stage_count == len(content.stages)
+
+
+def test_renderings_label_the_estimate() -> None:
+    document = parse_fleet_toml(H100)
+    _, _, expected = _direct(document)
+    content = build_report(document)
+    rows = dict(estimate_rows(content))
+    assert rows["estimated TPOT"] == f"{expected.estimated_tpot_ms:,.2f} ms per token"
+    assert rows["estimated cost per hour"] == "USD 9.52"
+    stages = stage_table(content)
+    assert stages.headers[-2:] == ("est. read", "est. hop")
+    assert stages.rows[0][-2] == f"{expected.stages[0].stage_read_ms:,.2f} ms"
+    candidates = candidate_table(content)
+    assert candidates.headers[-4:] == ("est. decode TPOT", "est. tokens/s", "est. USD/h",
+                                       "est. USD/M tokens")
+    markdown = render_report(content, "md")
+    assert "### Speed and cost (estimate)" in markdown
+    assert f"{expected.estimated_tpot_ms:,.2f} ms per token" in markdown
+    html = render_report(content, "html")
+    assert 'id="estimate-table"' in html and "Speed and cost (estimate)" in html
+    data = json.loads(render_report(content, "json"))
+    assert data["estimate"]["estimated_tpot_ms"] == pytest.approx(expected.estimated_tpot_ms)
+
+
+def test_without_catalog_kinds_the_report_says_why() -> None:
+    content = build_report(parse_fleet_toml(UNNAMED))
+    assert content.estimate["available"] is False
+    assert "box-00" in content.estimate["reason"]
+    assert dict(estimate_rows(content))["estimate"].startswith("not available: ")
+    # No estimate columns where no row has one.
+    assert "est. read" not in stage_table(content).headers
+    assert "est. decode TPOT" not in candidate_table(content).headers
+    assert "stage_read_ms" in content.stages[0] and content.stages[0]["stage_read_ms"] is None
+
+
+def test_numbers_typed_by_hand_have_no_traffic() -> None:
+    text = H100.replace('preset = "llama-3.1-70b"', """native_context_length = 131072
+layer_count = 80
+model_weight_bytes = "70 GiB"
+kv_bytes_per_token = 327680""")
+    content = build_report(parse_fleet_toml(text))
+    assert content.estimate["available"] is False
+    assert "traffic is unknown" in content.estimate["reason"]
+
+
+def test_node_kinds_name_a_catalog_kind_for_any_node_id() -> None:
+    request = parse_fleet_toml(UNNAMED).to_request()
+    catalog = load_gpu_catalog()
+    assert node_speeds(request.nodes, catalog) == {}
+    speeds = node_speeds(request.nodes, catalog, {"box-00": "NVIDIA H100 80GB",
+                                                  "box-01": "h100-80gb"})
+    assert {speed.kind for speed in speeds.values()} == {"h100-80gb"}
+    assert speeds["box-00"].price_per_hour == 4.76
+
+
+def test_workbench_shows_the_estimate() -> None:
+    state = WorkbenchState.design_default()
+    state = state.with_model(preset_source("llama-3.1-70b").fields).with_nodes(())
+    state = state.add_gpus("NVIDIA H100 80GB", 85520809984, 2)
+    evaluation = evaluate(state)
+    request, plan = evaluation.request, evaluation.plan
+    expected = estimate_plan(request, plan, ModelTraffic.from_spec(load_preset("llama-3.1-70b")),
+                             node_speeds(request.nodes, load_gpu_catalog()))
+    assert evaluation.estimate == expected
+    summary = evaluation.summary()
+    assert f"{expected.estimated_tpot_ms:,.1f} ms per token" in summary
+    assert "(estimate)" in summary
+    assert list(evaluation.stages["stage_read_ms"]) == pytest.approx(
+        [s.stage_read_ms for s in expected.stages])
+    assert "est. read" in stage_table_html(evaluation.stages)
+    assert f"{expected.estimated_tpot_ms:,.1f} ms" in candidates_table_html(evaluation.candidates)
+    # Nodes typed by hand: no estimate, and the summary does not pretend one.
+    plain = evaluate(WorkbenchState.design_default())
+    assert plain.estimate is None and "speed estimate" not in plain.summary()
+    assert plain.estimate_reason
