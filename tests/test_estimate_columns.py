@@ -148,3 +148,10 @@ def test_workbench_shows_the_estimate() -> None:
     plain = evaluate(WorkbenchState.design_default())
     assert plain.estimate is None and "speed estimate" not in plain.summary()
     assert plain.estimate_reason
+
+
+def test_a_node_naming_its_kind_in_the_fleet_file_is_estimated() -> None:
+    text = UNNAMED.replace('latency_ms = 2', 'latency_ms = 2\ngpu = "h100-80gb"')
+    content = build_report(parse_fleet_toml(text))
+    assert content.estimate["available"] is True
+    assert content.estimate["cost_per_hour_usd"] == pytest.approx(2 * 4.76)

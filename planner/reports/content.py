@@ -19,7 +19,7 @@ import planner
 from planner.errors import PlanError
 from planner.fence import quorum_requirement
 from planner.fleet import FleetDocument
-from planner.models.gpus import GpuModel, load_gpu_catalog
+from planner.models import GpuModel, load_gpu_catalog
 from planner.performance import (
     ESTIMATE_NOTE,
     ModelTraffic,
