@@ -25,8 +25,8 @@ from planner.fence import (
     same_claim_epoch,
 )
 from planner.fence.check import CheckConfig, CheckConfigError
-from planner.fence.coordinator import SplitPlan
-from planner.fence.messages import ClaimCoordinator
+from planner.fence.coordinator import Coordinator, CoordinatorPolicy, SplitPlan
+from planner.fence.messages import ClaimCoordinator, ClaimReply, StopStage
 from planner.fence.scenarios import run_scenario
 from planner.fence.simulator import MessageRule, NetworkConfig, Simulation
 
@@ -111,6 +111,38 @@ CASES: list[tuple[str, Callable[[], object], str]] = [
     ("partition of a number", lambda: mesh().partition(0, 5), "partition.groups[0]"),  # type: ignore[arg-type]
     ("partition of a string", lambda: mesh().partition(0, "s1"), "partition.groups[0]"),  # type: ignore[arg-type]
     ("rule that is text", lambda: mesh().add_rule("drop everything"), "rule"),  # type: ignore[arg-type]
+    ("plan hash as a number", lambda: split(topology_hash=5), "plan.topology_hash"),
+    ("coordinator without a plan", lambda: Coordinator("c", "plan"), "coordinator.plan"),  # type: ignore[arg-type]
+    ("coordinator policy as text", lambda: Coordinator("c", split(), "fast"),  # type: ignore[arg-type]
+     "coordinator.policy"),
+    ("mesh coordinator without a plan", lambda: mesh().add_coordinator("c", "plan"),  # type: ignore[arg-type]
+     "coordinator.plan"),
+    ("mesh coordinator policy as text",
+     lambda: mesh().add_coordinator("c", split(stage_nodes=("s1", "s2")), policy="fast"),  # type: ignore[arg-type]
+     "coordinator.policy"),
+    ("coordinator started at a text clock", lambda: Coordinator("c", split()).start("now"),  # type: ignore[arg-type]
+     "coordinator.now_unix_ms"),
+    ("claim reply without a decision",
+     lambda: Coordinator("c", split()).on_claim_reply("a", None, 0, NOW),  # type: ignore[arg-type]
+     "decision"),
+    ("load reply without a decision",
+     lambda: Coordinator("c", split()).on_load_reply("a", None, 0, NOW),  # type: ignore[arg-type]
+     "decision"),
+    ("stage ready without work", lambda: Coordinator("c", split()).on_stage_ready("a", None, NOW),  # type: ignore[arg-type]
+     "work"),
+    ("stand down as text", lambda: CoordinatorPolicy(stand_down_on_newer_term="no"),  # type: ignore[arg-type]
+     "policy.stand_down_on_newer_term"),
+    ("network as text", lambda: Simulation(network="lossy"), "simulation.network"),  # type: ignore[arg-type]
+    ("durable fence as text", lambda: Simulation(durable_fence="yes"),  # type: ignore[arg-type]
+     "simulation.durable_fence"),
+    ("local load of text", lambda: mesh().local_load(0, "s1", "load"), "LoadStage.load"),  # type: ignore[arg-type]
+    ("claim message without a claim", lambda: ClaimCoordinator(None), "ClaimCoordinator.claim"),  # type: ignore[arg-type]
+    ("claim message in a fractional round", lambda: ClaimCoordinator(claim(), 1.5),  # type: ignore[arg-type]
+     "ClaimCoordinator.round_id"),
+    ("reply without a term", lambda: ClaimReply(decide_claim(None, claim(), NOW), None),  # type: ignore[arg-type]
+     "ClaimReply.term"),
+    ("stop message of a load", lambda: StopStage(LoadClaimRef.for_claim(claim())),  # type: ignore[arg-type]
+     "StopStage.request"),
 ]
 
 

@@ -110,6 +110,9 @@ def test_stale_stop_is_rejected_and_stops_nothing() -> None:
     assert (outcome.decision.accepted, outcome.decision.reason) == (False, "StaleTerm")
     assert outcome.stopped == () and after == stage
     assert outcome.decision.message == "stale stop: term 10 < accepted term 11"
+    # Like a StaleTerm claim, a stale stop reports both terms as plain data.
+    data = outcome.decision.to_dict()
+    assert (data["reason"], data["stop_term"], data["current_term"]) == ("StaleTerm", 10, 11)
 
 
 def test_current_stop_stops_its_own_generation() -> None:

@@ -30,6 +30,7 @@ from planner.fence.claims import (
     LoadDecision,
     fence_int,
     quorum_requirement,
+    require_instance,
     require_str,
 )
 from planner.fence.errors import InvalidFenceInput
@@ -94,7 +95,8 @@ class SplitPlan:
     topology_hash: str = ""
 
     def __post_init__(self) -> None:
-        for name in ("model_id", "package_ref", "manifest_sha256", "topology_id", "run_id"):
+        for name in ("model_id", "package_ref", "manifest_sha256", "topology_id", "run_id",
+                     "participant_set_hash", "topology_hash"):
             require_str(getattr(self, name), name, "plan")
         if isinstance(self.stage_nodes, str | bytes) or not isinstance(
                 self.stage_nodes, Iterable):
@@ -204,6 +206,9 @@ class CoordinatorPolicy:
                                fence_int(getattr(self, name), name, "policy", minimum=1))
         object.__setattr__(self, "max_renewals",
                            fence_int(self.max_renewals, "max_renewals", "policy", minimum=0))
+        if not isinstance(self.stand_down_on_newer_term, bool):
+            raise InvalidFenceInput("stand_down_on_newer_term", "must be true or false",
+                                    value=self.stand_down_on_newer_term, where="policy")
 
 
 class CoordinatorPhase(StrEnum):
@@ -279,6 +284,8 @@ class Coordinator:
         if not isinstance(self.node_id, str) or not self.node_id:
             raise InvalidFenceInput("node_id", "a coordinator needs a node id",
                                     value=self.node_id, where="coordinator")
+        require_instance(self.plan, SplitPlan, "coordinator.plan")
+        require_instance(self.policy, CoordinatorPolicy, "coordinator.policy")
 
     @property
     def stages(self) -> tuple[str, ...]:
@@ -299,6 +306,7 @@ class Coordinator:
         if self.phase is CoordinatorPhase.DOWN:
             raise InvalidFenceInput("phase", f"coordinator {self.node_id} is down",
                                     where="coordinator")
+        now_unix_ms = fence_int(now_unix_ms, "now_unix_ms", "coordinator")
         chosen = self.next_term() if term is None else term
         chosen = fence_int(chosen, "term", "coordinator", minimum=1)
         self.attempts = 1
@@ -336,6 +344,7 @@ class Coordinator:
 
     def on_claim_reply(self, stage: str, decision: ClaimDecision, round_id: int,
                        now_unix_ms: int) -> list[Action]:
+        require_instance(decision, ClaimDecision, "decision")
         if decision.current_term is not None:
             self.highest_seen_term = max(self.highest_seen_term, decision.current_term)
         if (round_id != self.round_id or stage not in self.stages
@@ -404,6 +413,7 @@ class Coordinator:
 
     def on_load_reply(self, stage: str, decision: LoadDecision, term: int,
                       now_unix_ms: int) -> list[Action]:
+        require_instance(decision, LoadDecision, "decision")
         active = (CoordinatorPhase.CLAIMING, CoordinatorPhase.LOADING, CoordinatorPhase.INCOMPLETE)
         if term != self.term or stage not in self.stages or self.phase not in active:
             return []
@@ -425,6 +435,7 @@ class Coordinator:
         return []
 
     def on_stage_ready(self, stage: str, work: StageWork, now_unix_ms: int) -> list[Action]:
+        require_instance(work, StageWork, "work")
         claim = self.claim
         if claim is None or stage not in self.stages:
             return []

@@ -98,6 +98,9 @@ class StopRequest(GenerationRef):
 
 @dataclass(frozen=True, slots=True)
 class StopDecision:
+    """What a stage answers to ``StopStage``: ``current`` is the stored claim the
+    ``request`` was judged against (``None`` when there was none)."""
+
     accepted: bool
     reason: str | None
     current: CoordinatorClaim | None
@@ -106,6 +109,11 @@ class StopDecision:
     @property
     def current_term(self) -> int | None:
         return None if self.current is None else self.current.coordinator_term
+
+    @property
+    def stop_term(self) -> int:
+        """The term the stop carries."""
+        return self.request.coordinator_term
 
     @property
     def message(self) -> str:
@@ -124,8 +132,11 @@ class StopDecision:
         return f"rejected: {self.reason}"
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain data; ``stop_term`` and ``current_term`` are the two terms a stale stop
+        compares (SPEC section 9)."""
         return {"accepted": self.accepted, "reason": self.reason,
-                "current_term": self.current_term, "message": self.message}
+                "stop_term": self.stop_term, "current_term": self.current_term,
+                "message": self.message}
 
 
 def decide_stop(current: CoordinatorClaim | None, request: StopRequest) -> StopDecision:

@@ -202,6 +202,10 @@ class Simulation:
     ) -> None:
         seed = fence_int(seed, "seed", "simulation")
         prepare_ms = fence_int(prepare_ms, "prepare_ms", "simulation", minimum=0)
+        require_instance(network, NetworkConfig, "simulation.network", optional=True)
+        if not isinstance(durable_fence, bool):
+            raise InvalidFenceInput("durable_fence", "must be true or false",
+                                    value=durable_fence, where="simulation")
         self.seed = seed
         self.network = network or NetworkConfig()
         self.prepare_ms = prepare_ms
@@ -239,6 +243,7 @@ class Simulation:
     ) -> Coordinator:
         self._check_new_node(node_id)
         clock_offset_ms = fence_int(clock_offset_ms, "clock_offset_ms", node_id)
+        require_instance(plan, SplitPlan, "coordinator.plan")
         unknown = [s for s in plan.stage_nodes if s not in self._stages]
         if unknown:
             raise SimulationError(
@@ -345,7 +350,8 @@ class Simulation:
     def local_load(self, at_ms: int, stage_id: str, load: LoadClaimRef) -> None:
         """A load that arrives at the stage from its own host, not over the mesh."""
         self.stage(stage_id)
-        self._schedule(at_ms, lambda: self._local(stage_id, LoadStage(load)))
+        message = LoadStage(load)  # refused here, not when the load is delivered
+        self._schedule(at_ms, lambda: self._local(stage_id, message))
 
     def send(self, at_ms: int, src: str, dst: str, message: Message) -> None:
         """Put an arbitrary message on the network (a replayed, forged or delayed request)."""
