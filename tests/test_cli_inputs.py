@@ -103,3 +103,50 @@ def test_plan_warns_when_layer_weights_disagree_with_the_model_weight(tmp_path: 
     assert result.returncode == 0, result.stderr
     assert result.stderr == ("warning: the per-layer weights add up to 3 B but the model "
                              "weight is 40 GiB; the plan uses the per-layer weights\n")
+
+
+_NUMBERS = {"native_context_length": 8192, "layer_count": 2, "model_weight_bytes": GIB,
+            "kv_bytes_per_token": 1024}
+
+
+@pytest.mark.parametrize(("name", "text", "words"), [
+    ("deep.toml", "name = " + "[" * 1000 + "]" * 1000,
+     ("deep.toml", "nested too deeply")),
+    ("deep.json", '{"nodes": ' + "[" * 1000 + "]" * 1000 + "}",
+     ("deep.json", "nested too deeply")),
+    ("digits.toml", '[model]\nlayer_count = ' + "9" * 5000,
+     ("digits.toml:2", "more than 4,300 digits")),
+    ("digits.json", '{"layer_count": ' + "9" * 5000 + "}",
+     ("digits.json:1", "more than 4,300 digits")),
+])
+def test_fleet_files_no_parser_should_take(tmp_path: Path, name: str, text: str,
+                                           words: tuple[str, ...]) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    assert_one_line_error(run("plan", path), *words)
+
+
+def test_a_lone_surrogate_in_a_node_id_writes_no_report(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps({**_NUMBERS, "nodes": [
+        {"node_id": "a\ud800", "detected_vram_bytes": 80 * GIB}]}))
+    assert_one_line_error(run("plan", path), "nodes[0].node_id", "lone surrogate")
+    out = tmp_path / "report.html"
+    assert_one_line_error(run("report", path, "-o", out), "lone surrogate")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.json"]
+
+
+def test_a_fifo_named_x_toml_is_refused_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "x.toml"
+    os.mkfifo(path)
+    assert_one_line_error(run("plan", path), "x.toml", "not a regular file")
+
+
+def test_an_unreadable_fleet_file(tmp_path: Path,
+                                  as_unprivileged: Callable[[], None] | None) -> None:
+    tmp_path.chmod(0o755)
+    path = tmp_path / "locked.toml"
+    path.write_text('[model]\npreset = "qwen3-coder-480b-a35b"\n')
+    path.chmod(0)
+    assert_one_line_error(run("plan", path, preexec_fn=as_unprivileged),
+                          "locked.toml", "cannot be read: Permission denied")

@@ -8,6 +8,8 @@ value the same way.
 from __future__ import annotations
 
 import math
+import re
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,6 +51,66 @@ LIMITS = {
     "parallel_lanes_override": 4096,
     "target_decode_tpot_ms": 10**9,
 }
+
+
+# -- text no parser should be handed ------------------------------------------------------
+
+
+def _max_digits() -> int:
+    """Python refuses to convert integer literals longer than this (4,300 by default)."""
+    return sys.get_int_max_str_digits() or 4300
+
+
+def too_long_number(source: str, form: str, text: str) -> FleetFileError:
+    """The error for an integer literal of more digits than Python converts."""
+    limit = _max_digits()
+    line = None
+    match = re.search(rf"[0-9_]{{{limit + 1},}}", text)
+    if match is not None:
+        line = text.count("\n", 0, match.start()) + 1
+    return FleetFileError(f"Invalid{form}",
+                          f"a number has more than {limit:,} digits; no field takes one "
+                          "that large", path=source, line=line)
+
+
+def nested_too_deeply(source: str, form: str) -> FleetFileError:
+    return FleetFileError(f"Invalid{form}", "values are nested too deeply to read",
+                          path=source)
+
+
+def refuse_lone_surrogates(text: str, source: str, form: str) -> None:
+    """Refuse text holding half of a UTF-16 surrogate pair: it is not Unicode text, and
+    every report, file or terminal the value would reach fails to encode it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise FleetFileError(
+            f"Invalid{form}",
+            f"holds a lone surrogate (U+{ord(text[error.start]):04X}), which is not "
+            "Unicode text", path=source,
+            line=text.count("\n", 0, error.start) + 1) from None
+
+
+def lone_surrogate_field(data: Any) -> str | None:
+    """The dotted field of the first string (key or value) in ``data`` that holds a lone
+    surrogate, walked without recursion (the data may nest deeply)."""
+    pending: list[tuple[str, Any]] = [("", data)]
+    while pending:
+        where, value = pending.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return where or "(whole)"
+        elif isinstance(value, Mapping):
+            for key, item in reversed(list(value.items())):
+                if isinstance(key, str) and lone_surrogate_field(key) is not None:
+                    return f"{where}.(a key)" if where else "(a key)"
+                pending.append((f"{where}.{key}" if where else str(key), item))
+        elif isinstance(value, list):
+            pending.extend((f"{where}[{index}]", item)
+                           for index, item in reversed(list(enumerate(value))))
+    return None
 
 
 # -- small validators -------------------------------------------------------------------

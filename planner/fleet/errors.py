@@ -16,6 +16,7 @@ class FleetFileError(CodedError):
 
     codes = (
         "FileNotFound",
+        "UnreadableFile",
         "UnsupportedFormat",
         "InvalidToml",
         "InvalidJson",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -22,23 +23,51 @@ def _format_of(path: Path) -> str:
                          path=str(path))
 
 
+def _read_regular_file(path: Path) -> bytes:
+    """The bytes of ``path``, refusing anything but a regular file before reading it.
+
+    Opening without blocking means a FIFO or a device named ``x.toml`` is refused at
+    once instead of waiting for a writer that never comes.
+    """
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise FleetFileError("FileNotFound", "no such file", path=str(path)) from None
+    except IsADirectoryError:
+        raise FleetFileError("FileNotFound", "is a folder, not a fleet file",
+                             path=str(path)) from None
+    except OSError as error:
+        raise FleetFileError("UnreadableFile", f"cannot be read: {error.strerror}",
+                             path=str(path)) from None
+    try:
+        mode = os.fstat(descriptor).st_mode
+        if stat.S_ISDIR(mode):
+            raise FleetFileError("FileNotFound", "is a folder, not a fleet file",
+                                 path=str(path))
+        if not stat.S_ISREG(mode):
+            raise FleetFileError("UnreadableFile", "is not a regular file (a pipe, socket "
+                                 "or device); give the path of a fleet file", path=str(path))
+        os.set_blocking(descriptor, True)
+        with os.fdopen(descriptor, "rb", closefd=False) as stream:
+            return stream.read()
+    except OSError as error:
+        raise FleetFileError("UnreadableFile", f"cannot be read: {error.strerror}",
+                             path=str(path)) from None
+    finally:
+        os.close(descriptor)
+
+
 def load_fleet(path: str | Path) -> FleetDocument:
     """Read a ``.toml`` fleet file or a ``.json`` planning request."""
     file_path = Path(path)
     kind = _format_of(file_path)
+    data = _read_regular_file(file_path)
     try:
-        text = file_path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise FleetFileError("FileNotFound", "no such file", path=str(file_path)) from None
-    except IsADirectoryError:
-        raise FleetFileError("FileNotFound", "is a folder, not a fleet file",
-                             path=str(file_path)) from None
+        # Read as text mode would: any line ending becomes "\n".
+        text = data.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")
     except UnicodeDecodeError:
         raise FleetFileError("InvalidToml" if kind == "toml" else "InvalidJson",
                              "is not UTF-8 text", path=str(file_path)) from None
-    except OSError as error:
-        raise FleetFileError("FileNotFound", f"cannot be read: {error.strerror}",
-                             path=str(file_path)) from None
     if kind == "toml":
         return parse_fleet_toml(text, source=str(file_path))
     return parse_fleet_json(text, source=str(file_path))

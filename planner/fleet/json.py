@@ -5,12 +5,22 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from planner.errors import InvalidInput
-from planner.fleet._fields import JSON_EXTRA_KEYS, RELIABILITY_KEYS, as_rate, as_text
+from planner.fleet._fields import (
+    JSON_EXTRA_KEYS,
+    RELIABILITY_KEYS,
+    as_rate,
+    as_text,
+    lone_surrogate_field,
+    nested_too_deeply,
+    refuse_lone_surrogates,
+    too_long_number,
+)
 from planner.fleet.document import FleetDocument, ModelChoice, ReliabilityOverride
 from planner.fleet.errors import FleetFileError
 from planner.planning import PlanningInput
@@ -19,11 +29,26 @@ from planner.planning import PlanningInput
 def parse_fleet_json(text: str, source: str = "<string>") -> FleetDocument:
     """Read a JSON planning request (SPEC section 1 names, plus optional ``model_name``
     and ``name``)."""
+    refuse_lone_surrogates(text, source, "Json")
+
+    def whole_number(digits: str) -> int:
+        if len(digits.lstrip("-")) > sys.get_int_max_str_digits() > 0:
+            raise too_long_number(source, "Json", text)
+        return int(digits)
+
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_int=whole_number)
     except json.JSONDecodeError as error:
         raise FleetFileError("InvalidJson", f"not valid JSON: {error.msg}", path=source,
                              line=error.lineno) from None
+    except RecursionError:
+        raise nested_too_deeply(source, "Json") from None
+    where = lone_surrogate_field(data)
+    if where is not None:
+        # "\ud800" escapes decode to text no report, file or terminal can encode.
+        raise FleetFileError("InvalidJson", "holds a lone surrogate (an unpaired \\uD800-"
+                             "\\uDFFF escape), which is not Unicode text", path=source,
+                             field=where)
     try:
         return replace(_document_from_json(data), source=source)
     except FleetFileError as error:

@@ -26,8 +26,11 @@ from planner.fleet._fields import (
     as_rate,
     as_size,
     as_text,
+    nested_too_deeply,
     normalise_numbers,
+    refuse_lone_surrogates,
     reject_unknown,
+    too_long_number,
 )
 from planner.fleet.document import (
     FleetDocument,
@@ -143,6 +146,7 @@ def _toml_error_line(error: tomllib.TOMLDecodeError) -> int | None:
 
 def parse_fleet_toml(text: str, source: str = "<string>") -> FleetDocument:
     """Read a TOML fleet file's text. Errors name ``source``, the line and the field."""
+    refuse_lone_surrogates(text, source, "Toml")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
@@ -150,6 +154,12 @@ def parse_fleet_toml(text: str, source: str = "<string>") -> FleetDocument:
         message = re.sub(r"\s*\(at end of document\)", " at the end of the file", message)
         raise FleetFileError("InvalidToml", f"not valid TOML: {message}", path=source,
                              line=_toml_error_line(error)) from None
+    except RecursionError:
+        raise nested_too_deeply(source, "Toml") from None
+    except ValueError:
+        # tomllib reports every syntax error as TOMLDecodeError; a bare ValueError is
+        # Python refusing to convert an integer literal of too many digits.
+        raise too_long_number(source, "Toml", text) from None
     lines = _KeyLines(text)
     try:
         document = _document_from_toml(data)
