@@ -383,7 +383,7 @@ def test_panels_under_the_plan_are_made_when_opened(bench: Workbench) -> None:
     from planner.workbench.availability_panel import AvailabilityPanel
 
     assert bench.panels in bench.children
-    assert bench.panels.titles == ("Availability",)
+    assert bench.panels.titles == ("Availability", "Size a fleet")
     assert bench.panels.selected_index is None
     assert bench.panels.children[0].children == ()  # not made before it is opened
     bench.panels.selected_index = 0  # as a click on its title does
@@ -413,8 +413,8 @@ def test_a_panel_can_be_added(bench: Workbench) -> None:
         made.append(workbench)
         return widgets.HTML("sized")
 
-    bench.add_panel("Size a fleet", factory)
-    assert bench.panels.titles == ("Availability", "Size a fleet")
+    bench.add_panel("Extra", factory)
+    assert bench.panels.titles == ("Availability", "Size a fleet", "Extra")
     assert made == []
-    assert bench.panel("Size a fleet").value == "sized"
-    assert made == [bench] and bench.panels.selected_index == 1
+    assert bench.panel("Extra").value == "sized"
+    assert made == [bench] and bench.panels.selected_index == 2

@@ -40,6 +40,7 @@ from planner.workbench.editor import (
     text_input,
 )
 from planner.workbench.evaluation import Evaluation, evaluate
+from planner.workbench.sizing_panel import SizingPanel
 from planner.workbench.state import (
     DEFAULT_FLEET_DIR,
     DEFAULT_FLEET_FILE,
@@ -64,6 +65,7 @@ PanelFactory = Callable[["Workbench"], widgets.Widget]
 # without them.
 PANELS: tuple[tuple[str, PanelFactory], ...] = (
     ("Availability", AvailabilityPanel),
+    ("Size a fleet", lambda workbench: SizingPanel(workbench)),
 )
 
 

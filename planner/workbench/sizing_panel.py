@@ -1,0 +1,271 @@
+"""The "Size a fleet" panel: which GPUs, how many, at what price, for the model on screen.
+
+It shows the targets (minimum context, lanes, nodes, an optional TPOT target and the
+failures to tolerate), the GPU catalog as an editable table (use, price per hour, how
+many can be had), the cheapest fleets that meet the targets (:func:`planner.sizing.
+size_fleet`) and a chart of cost per hour against context coloured by the estimated TPOT.
+Choosing a fleet loads its nodes (``<kind>-00``, ...) into the workbench's fleet editor and
+plans it. Speeds and token costs are estimates and are labelled so. Sizing runs when
+**Size** is pressed: a large catalog at f > 0 takes a moment, too long for every keystroke.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as widgets
+import pandas as pd
+
+from planner.errors import CodedError
+from planner.figures.sizing import sizing_figure
+from planner.models import GpuModel
+from planner.performance import ESTIMATE_NOTE, ModelTraffic
+from planner.reports.sizing import answer_text, fleet_table
+from planner.sizing import SizedFleet, SizingResult, SizingTargets, fleet_nodes, size_fleet
+from planner.units import format_bytes
+from planner.workbench.catalog import gpu_catalog, model_traffic
+from planner.workbench.chart import Chart
+from planner.workbench.state import NodeRow, WorkbenchInputError
+from planner.workbench.view import STYLE
+
+_MAX_COUNT = 10_000
+
+
+class CatalogRow(widgets.HBox):
+    """One catalog kind as the panel edits it: whether to use it, its price per hour and
+    how many can be had (blank: as many as needed)."""
+
+    def __init__(self, gpu: GpuModel) -> None:
+        self.gpu = gpu
+        self.use = widgets.Checkbox(value=gpu.price_per_hour is not None, indent=False,
+                                    layout=widgets.Layout(width="28px"))
+        self.price = widgets.Text(
+            value="" if gpu.price_per_hour is None else f"{gpu.price_per_hour:g}",
+            placeholder="USD/h", layout=widgets.Layout(width="80px"))
+        self.max_count = widgets.Text(
+            value="" if gpu.max_count is None else str(gpu.max_count),
+            placeholder="any", layout=widgets.Layout(width="64px"))
+        bandwidth = gpu.memory_bandwidth_bytes_per_s
+        label = (f"{gpu.kind} · {format_bytes(gpu.memory_bytes)} · "
+                 + ("bandwidth unknown" if bandwidth is None
+                    else f"{bandwidth / 1e9:,.0f} GB/s"))
+        super().__init__([self.use, widgets.Label(label, layout=widgets.Layout(width="320px")),
+                          self.price, self.max_count])
+        self.add_class("wb-sizing-catalog-row")
+
+    def edited(self) -> GpuModel | None:
+        """The kind with the typed price and count, ``None`` when not used. Raises
+        :class:`WorkbenchInputError` naming the kind and field."""
+        if not self.use.value:
+            return None
+        kind = self.gpu.kind
+        price_text = self.price.value.strip()
+        try:
+            price = float(price_text)
+        except ValueError:
+            raise WorkbenchInputError(
+                f"catalog.{kind}.price_per_hour", "must be a price in USD per hour, e.g. 2.45",
+                value=price_text, label=f"{kind} price per hour") from None
+        if not price > 0 or price == float("inf"):
+            raise WorkbenchInputError(f"catalog.{kind}.price_per_hour", "must be above 0",
+                                      value=price_text, label=f"{kind} price per hour")
+        count_text = self.max_count.value.strip()
+        count = None
+        if count_text:
+            if not count_text.isdigit() or not 1 <= int(count_text) <= _MAX_COUNT:
+                raise WorkbenchInputError(
+                    f"catalog.{kind}.max_count",
+                    f"must be a whole number from 1 to {_MAX_COUNT:,}, or blank for any",
+                    value=count_text, label=f"{kind} count available")
+            count = int(count_text)
+        return replace(self.gpu, price_per_hour=price, max_count=count)
+
+
+@dataclass(frozen=True, slots=True)
+class SizingModel:
+    """What sizing needs from the workbench: the SPEC model fields, the decode traffic
+    and the fleet's planning overrides."""
+
+    fields: Mapping[str, Any]
+    traffic: ModelTraffic | None
+    label: str
+    minimum_nodes: int = 1
+    target_decode_tpot_ms: int | None = None
+    context_length_override: int | None = None
+    parallel_lanes_override: int | None = None
+
+
+def _from_workbench(workbench: Any) -> SizingModel:
+    state = workbench.state
+    base = Path(state.source).parent if state.source else None
+    fields = state.model.planning_fields()
+    if fields.get("layer_weight_bytes") is None:
+        fields.pop("layer_weight_bytes", None)
+    options = state.options.planning_fields()
+    return SizingModel(fields, model_traffic(state.model, base), state.model.label,
+                       minimum_nodes=options.get("minimum_nodes") or 1,
+                       target_decode_tpot_ms=options.get("target_decode_tpot_ms"),
+                       context_length_override=options.get("context_length_override"),
+                       parallel_lanes_override=options.get("parallel_lanes_override"))
+
+
+def fleets_html(fleets: Sequence[SizedFleet], chosen: int | None = None) -> str:
+    """The fleets as an HTML table (:func:`planner.reports.sizing.fleet_table`'s cells)."""
+    table = fleet_table(fleets)
+    head = "".join(f"<th{'' if a == 'r' else ' class=wb-text'}>{escape(h)}</th>"
+                   for h, a in zip(table.headers, table.align, strict=True))
+    rows = []
+    for index, row in enumerate(table.rows):
+        css = "wb-selected" if index == chosen else ""
+        cells = "".join(f"<td{'' if a == 'r' else ' class=wb-text'}>{escape(c)}</td>"
+                        for c, a in zip(row, table.align, strict=True))
+        rows.append(f"<tr class='{css}'>{cells}</tr>")
+    return (f"<table class='wb-table wb-sizing-table'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+class SizingPanel(widgets.VBox):
+    """The panel. ``source`` is a :class:`~planner.workbench.app.Workbench` (the model on
+    screen, and where a chosen fleet goes) or a :class:`SizingModel`."""
+
+    def __init__(self, source: Any, *, catalog: Sequence[GpuModel] | None = None,
+                 top: int = 8, compute: bool = True) -> None:
+        self._source = source
+        model = self._model()
+        self.min_context = widgets.BoundedIntText(
+            value=0, min=0, max=2**31, description="min context",
+            tooltip="0: the SPEC floor")
+        self.min_lanes = widgets.BoundedIntText(value=1, min=1, max=4096,
+                                                description="min lanes")
+        self.min_nodes = widgets.BoundedIntText(value=model.minimum_nodes, min=1,
+                                                max=100_000, description="min nodes")
+        self.tpot = widgets.BoundedIntText(value=model.target_decode_tpot_ms or 0, min=0,
+                                           max=10**9, description="TPOT ms",
+                                           tooltip="estimated TPOT target; 0: none")
+        self.tolerate = widgets.BoundedIntText(value=0, min=0, max=8, description="tolerate",
+                                               tooltip="nodes the fleet must be able to lose")
+        self.top = widgets.BoundedIntText(value=top, min=1, max=100, description="top")
+        self.size_button = widgets.Button(description="Size", button_style="primary")
+        self.size_button.on_click(lambda _: self.compute())
+        kinds = gpu_catalog() if catalog is None else catalog
+        self.catalog_rows = tuple(CatalogRow(gpu) for gpu in kinds)
+        self.choice = widgets.Dropdown(options=[], description="fleet",
+                                       layout=widgets.Layout(width="420px"))
+        self.load_button = widgets.Button(description="Load into the fleet editor",
+                                          disabled=not hasattr(source, "set_state"))
+        self.load_button.on_click(lambda _: self.choose(self.choice.value))
+        self.summary = widgets.HTML()
+        self.summary.add_class("wb-sizing-summary")
+        self.problem = widgets.HTML()
+        self.problem.add_class("wb-error")
+        self.table = widgets.HTML(layout=widgets.Layout(max_height="320px", overflow="auto"))
+        self.table.add_class("wb-sizing-fleets")
+        self.chart = Chart(css_class="wb-sizing-figure")
+        self.result: SizingResult | None = None
+        self._kinds: dict[str, GpuModel] = {}
+        self.chosen: int | None = None
+        header = widgets.HBox([widgets.Label("use", layout=widgets.Layout(width="28px")),
+                               widgets.Label("kind · memory · bandwidth",
+                                             layout=widgets.Layout(width="320px")),
+                               widgets.Label("USD/h", layout=widgets.Layout(width="80px")),
+                               widgets.Label("available", layout=widgets.Layout(width="64px"))])
+        targets = widgets.HBox([self.min_context, self.min_lanes, self.min_nodes, self.tpot,
+                                self.tolerate, self.top, self.size_button],
+                               layout=widgets.Layout(flex_flow="row wrap"))
+        super().__init__([
+            widgets.HTML(STYLE + "<h3>Size a fleet</h3>"), targets,
+            widgets.HTML("<h3>Catalog</h3>"), header,
+            widgets.VBox(list(self.catalog_rows),
+                         layout=widgets.Layout(max_height="260px", overflow="auto")),
+            self.problem, self.summary, self.table,
+            widgets.HBox([self.choice, self.load_button]), self.chart,
+            widgets.HTML(f"<div class='wb-message-box'>{escape(ESTIMATE_NOTE)}</div>"),
+        ])
+        self.add_class("wb-root")
+        self.add_class("wb-sizing-panel")
+        if compute:
+            self.compute()
+
+    def _model(self) -> SizingModel:
+        if isinstance(self._source, SizingModel):
+            return self._source
+        return _from_workbench(self._source)
+
+    def catalog(self) -> list[GpuModel]:
+        """The kinds in use, as edited. Raises :class:`WorkbenchInputError`."""
+        return [gpu for row in self.catalog_rows if (gpu := row.edited()) is not None]
+
+    def targets(self) -> SizingTargets:
+        return SizingTargets(
+            minimum_context=self.min_context.value or None,
+            minimum_lanes=self.min_lanes.value, minimum_nodes=self.min_nodes.value,
+            target_decode_tpot_ms=self.tpot.value or None,
+            failures_tolerated=self.tolerate.value)
+
+    @property
+    def frame(self) -> pd.DataFrame | None:
+        """The cheapest fleets shown, as :meth:`planner.sizing.SizingResult.frame`."""
+        return None if self.result is None else self.result.frame()
+
+    def compute(self) -> None:
+        """Size from the current model, targets and catalog; problems are shown, never
+        raised."""
+        self.result = None
+        self.chosen = None
+        try:
+            model = self._model()
+            catalog = self.catalog()
+            if not catalog:
+                raise WorkbenchInputError("catalog", "tick at least one kind to size with",
+                                          label="catalog")
+            result = size_fleet(
+                model.fields, catalog, self.targets(), top=self.top.value,
+                traffic=model.traffic,
+                context_length_override=model.context_length_override,
+                parallel_lanes_override=model.parallel_lanes_override)
+        except CodedError as error:
+            self._say(f"{error.code}: {error.message}")
+            return
+        self.problem.value = ""
+        self.result = result
+        self._kinds = {gpu.kind: gpu for gpu in catalog}
+        speed = ("" if model.traffic is not None else
+                 " No speed estimate: the model is not a preset or GGUF file.")
+        self.summary.value = (f"<div class='wb-summary-box'>{escape(answer_text(result))}"
+                              f"</div><div class='wb-message-box'>{escape(model.label)}: "
+                              f"context ≥ {result.minimum_context:,}, "
+                              f"{result.plans_evaluated:,} plans evaluated.{escape(speed)}"
+                              "</div>")
+        self.table.value = fleets_html(result.fleets)
+        self.choice.options = [(f"{rank}. {fleet.label} (USD "
+                                f"{fleet.cost_per_hour_usd:,.2f}/h)", rank - 1)
+                               for rank, fleet in enumerate(result.fleets, 1)]
+        self.choice.value = 0
+        self.chart.show(sizing_figure(result))
+
+    def choose(self, index: int | None) -> None:
+        """Load fleet ``index`` (0 is the cheapest) into the workbench and plan it."""
+        if self.result is None or index is None:
+            self._say("Nothing to load: press Size first.")
+            return
+        fleet = self.result.fleets[index]
+        kinds = self._kinds  # as sized, whatever was edited since
+        nodes = fleet_nodes([kinds[kind] for kind, _ in fleet.counts],
+                            [count for _, count in fleet.counts])
+        self.chosen = index
+        self.table.value = fleets_html(self.result.fleets, index)
+        workbench = self._source
+        if hasattr(workbench, "set_state"):
+            state = workbench.state.with_nodes([NodeRow.from_budget(n) for n in nodes])
+            workbench.set_state(replace(state, name=f"{self._model().label} on "
+                                                    f"{fleet.label}"))
+
+    def _say(self, message: str) -> None:
+        self.problem.value = f"<div class='wb-error-box'>{escape(message)}</div>"
+        self.summary.value = ""
+        self.table.value = ""
+        self.choice.options = []

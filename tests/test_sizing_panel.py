@@ -1,0 +1,116 @@
+"""The "Size a fleet" panel, driven through its widgets: the targets and the edited
+catalog give the fleets :func:`planner.sizing.size_fleet` gives, the table and chart show
+them, and choosing one loads it into the workbench and plans it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+import planner
+from planner.models import load_gpu_catalog, load_preset
+from planner.sizing import SizingTargets, size_fleet
+from planner.workbench import Workbench
+from planner.workbench.catalog import preset_source
+from planner.workbench.sizing_panel import SizingModel, SizingPanel
+
+KINDS = ("h100-80gb", "a100-80gb", "l40s", "rtx-4090")
+
+
+def _catalog():
+    return [gpu for gpu in load_gpu_catalog() if gpu.kind in KINDS]
+
+
+def _model() -> SizingModel:
+    from planner.performance import ModelTraffic
+
+    spec = load_preset("llama-3.1-70b")
+    return SizingModel(spec.planning_fields(), ModelTraffic.from_spec(spec), spec.name)
+
+
+def _row(panel: SizingPanel, kind: str):
+    return next(row for row in panel.catalog_rows if row.gpu.kind == kind)
+
+
+def test_panel_shows_what_size_fleet_finds() -> None:
+    panel = SizingPanel(_model(), catalog=_catalog(), top=4)
+    expected = size_fleet(load_preset("llama-3.1-70b"), _catalog(), SizingTargets(), top=4)
+    assert panel.result is not None and panel.problem.value == ""
+    assert panel.result.fleets == expected.fleets
+    assert list(panel.frame["fleet"]) == [fleet.label for fleet in expected.fleets]
+    assert panel.table.value.count("<tr class=''>") == len(expected.fleets)
+    assert expected.cheapest.label in panel.summary.value
+    markers = panel.chart.figure.data[1]
+    # x the cost per hour, y the context, colour the estimated TPOT, one point a fleet.
+    points = {(fleet.cost_per_hour_usd, fleet.plan.context_length, fleet.estimated_tpot_ms)
+              for fleet in (*expected.fleets, *expected.pareto)}
+    assert set(zip(markers.x, markers.y, markers.marker.color, strict=True)) == points
+    assert panel.choice.options[0][0].startswith("1. ")
+    assert panel.choice.value == 0
+
+
+def test_edited_targets_and_catalog_are_used() -> None:
+    panel = SizingPanel(_model(), catalog=_catalog(), compute=False)
+    assert panel.result is None
+    panel.tolerate.value = 1
+    panel.min_lanes.value = 2
+    _row(panel, "rtx-4090").use.value = False
+    _row(panel, "l40s").price.value = "0.5"
+    _row(panel, "a100-80gb").max_count.value = "2"
+    panel.size_button.click()
+    edited = [replace(gpu, price_per_hour=0.5) if gpu.kind == "l40s" else
+              replace(gpu, max_count=2) if gpu.kind == "a100-80gb" else gpu
+              for gpu in _catalog() if gpu.kind != "rtx-4090"]
+    expected = size_fleet(load_preset("llama-3.1-70b"), edited,
+                          SizingTargets(minimum_lanes=2, failures_tolerated=1), top=8)
+    assert panel.result.fleets == expected.fleets
+    assert all("rtx-4090" not in fleet.label for fleet in panel.result.fleets)
+    assert all(fleet.counts_by_kind.get("a100-80gb", 0) <= 2 for fleet in panel.result.fleets)
+    assert all(fleet.failures_tolerated == 1 for fleet in panel.result.fleets)
+
+
+@pytest.mark.parametrize(("field", "text", "expected"), [
+    ("price", "cheap", "l40s price per hour: must be a price"),
+    ("price", "-1", "l40s price per hour: must be above 0"),
+    ("max_count", "2.5", "l40s count available: must be a whole number"),
+])
+def test_bad_catalog_entries_are_named_not_raised(field: str, text: str, expected: str) -> None:
+    panel = SizingPanel(_model(), catalog=_catalog())
+    getattr(_row(panel, "l40s"), field).value = text
+    panel.compute()
+    assert panel.result is None and panel.frame is None
+    assert expected in panel.problem.value and "InvalidEditorValue" in panel.problem.value
+    assert panel.table.value == "" and panel.choice.options == ()
+
+
+def test_no_fleet_meets_the_targets_says_why() -> None:
+    panel = SizingPanel(_model(), catalog=_catalog(), compute=False)
+    for kind in ("h100-80gb", "a100-80gb", "l40s"):
+        _row(panel, kind).use.value = False
+    _row(panel, "rtx-4090").max_count.value = "1"
+    panel.compute()
+    assert panel.result is None
+    assert "NoFleetMeetsTargets" in panel.problem.value
+    for row in panel.catalog_rows:
+        row.use.value = False
+    panel.compute()
+    assert "tick at least one kind" in panel.problem.value
+
+
+def test_choosing_a_fleet_loads_and_plans_it() -> None:
+    bench = Workbench.default()
+    bench.set_state(bench.state.with_model(preset_source("llama-3.1-70b").fields))
+    panel = bench.panel("Size a fleet")
+    assert isinstance(panel, SizingPanel) and panel.result is not None
+    fleet = panel.result.fleets[1]
+    panel.choice.value = 1
+    panel.load_button.click()
+    assert tuple(row.node_id for row in bench.state.nodes) == fleet.node_ids
+    assert tuple(row.node_id for row in bench.fleet_editor.rows()) == fleet.node_ids
+    plan = planner.plan_topology(bench.state.to_request())
+    assert bench.evaluation.plan == plan == fleet.plan
+    # The fleet's nodes are catalog kinds, so the workbench estimates its speed too.
+    assert bench.evaluation.estimate is not None
+    assert bench.evaluation.estimate.estimated_tpot_ms == pytest.approx(fleet.estimated_tpot_ms)
+    assert "wb-selected" in panel.table.value
