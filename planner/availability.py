@@ -418,7 +418,9 @@ def _failure_states(pmfs: list[_KindPmf]) -> Any:
     Each kind's counts are ranked by probability, so a rank vector's probability falls
     when any rank grows. A vector's parent lowers its last non-zero rank by one; children
     raise one rank at or after that position, so every vector is reached exactly once and
-    a heap pops them in decreasing probability.
+    a heap pops them in decreasing probability. A vector of probability 0 (a kind that
+    never or always fails) is not pushed: its descendants are 0 too, and its ``-inf``
+    log would make NaN keys that break the heap's order.
     """
     logs = [[pmf.log(d) for d in pmf.order] for pmf in pmfs]
     start = (0,) * len(pmfs)
@@ -428,7 +430,8 @@ def _failure_states(pmfs: list[_KindPmf]) -> Any:
         negative, ranks, first = heapq.heappop(heap)
         yield tuple(pmf.order[r] for pmf, r in zip(pmfs, ranks, strict=True))
         for position in range(first, len(pmfs)):
-            if ranks[position] + 1 < len(logs[position]):
+            if (ranks[position] + 1 < len(logs[position])
+                    and logs[position][ranks[position] + 1] > -math.inf):
                 child = list(ranks)
                 child[position] += 1
                 step = logs[position][child[position]] - logs[position][ranks[position]]
@@ -688,11 +691,13 @@ def spares_for(
                 seen.add(key)
                 heapq.heappush(heap, (price(key), total + 1, key))
     names = ", ".join(kind.name for kind in kinds)
+    limit = (f"within {max_candidates} fleets evaluated (max_candidates)" if heap else
+             f"of at most {max_spares} spares (max_spares)")
     raise AvailabilityError(
         "SparesUnreachable",
-        f"no mix of at most {max_spares} spares ({names}) reaches availability {goal:g}; "
-        f"the best found is {best_lower:.6g} after {evaluated} fleets evaluated. Raise "
-        "max_spares, lower the target, or use more reliable nodes",
+        f"no mix {limit} of {names} reaches availability {goal:g}; the best found is "
+        f"{best_lower:.6g} after {evaluated} fleets evaluated. Raise max_spares or "
+        "max_candidates, lower the target, or use more reliable nodes",
         target=goal, best_availability=best_lower, candidates_evaluated=evaluated)
 
 

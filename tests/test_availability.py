@@ -97,10 +97,15 @@ def _meets_everything(request: PlanningInput) -> bool:
 
 
 @st.composite
-def fleets_with_failures(draw: st.DrawFn, max_nodes: int = 12
+def fleets_with_failures(draw: st.DrawFn, max_nodes: int = 12, min_nodes: int = 0
                          ) -> tuple[PlanningInput, dict[str, float], int | None]:
-    request = PlanningInput.from_dict(draw(
-        requests(max_nodes=max_nodes, max_layers=5, failures=False)))
+    raw = draw(requests(max_nodes=max_nodes, max_layers=5, failures=False))
+    while 0 < len(raw["nodes"]) < min_nodes:
+        # Copies of drawn nodes under new ids: more nodes, and more of them equal.
+        copy = dict(draw(st.sampled_from(raw["nodes"])))
+        copy["node_id"] = f"copy-{len(raw['nodes']):02d}"
+        raw["nodes"].append(copy)
+    request = PlanningInput.from_dict(raw)
     # A small pool of down probabilities, so that equal nodes often share one.
     pool = draw(st.lists(st.sampled_from(U_POOL), min_size=1, max_size=2, unique=True))
     down = {node.node_id: draw(st.sampled_from(pool)) for node in request.nodes}
@@ -132,6 +137,22 @@ def test_exact_availability_matches_every_failure_subset(case) -> None:
     assert bounded.availability_lower <= truth <= bounded.availability_upper
     assert bounded.availability_upper - bounded.availability_lower <= 0.02 + 1e-15
     assert bounded.unexplored_mass < 0.02
+
+
+# The fleets of 10 to 12 nodes the general strategy reaches only now and then.
+@settings(max_examples=4, deadline=timedelta(seconds=60))
+@given(fleets_with_failures(min_nodes=10))
+def test_exact_availability_matches_every_failure_subset_of_10_to_12_nodes(case) -> None:
+    request, down, min_context = case
+    assert 10 <= len(request.nodes) <= 12
+    if not _meets_everything(request):
+        return
+    truth, contexts = brute_force(request, down, min_context, 1)
+    result = fleet_availability(request, down=down, min_context=min_context, exact_states=4096)
+    assert result.exact
+    assert result.availability == pytest.approx(float(truth), abs=1e-12)
+    assert result.context_distribution == pytest.approx(
+        {context: float(p) for context, p in contexts.items()}, abs=1e-12)
 
 
 def test_down_probability_is_repair_over_cycle() -> None:
@@ -219,16 +240,23 @@ def test_cheapest_spare_mix_beats_fewest_nodes_on_price() -> None:
     flaky = NodeReliability(annual_failure_rate=4.0, repair_hours=400)
     steady = NodeReliability(annual_failure_rate=0.1, repair_hours=24)
     cheap = SpareKind("cheap", request.nodes[0], flaky, price_per_hour=1.0)
-    dear = SpareKind("dear", request.nodes[0], steady, price_per_hour=2.5)
+    dear = SpareKind("dear", request.nodes[0], steady, price_per_hour=1.5)
     assert fleet_availability(request, own).availability < 0.9
     result = spares_for(request, 0.999, [cheap, dear], reliability=own)
     assert result.availability.availability >= 0.999
-    assert result.spare_count >= 2
-    # Every mix that costs less falls short.
-    for n_cheap in range(0, 6):
-        for n_dear in range(0, 3):
-            cost = n_cheap * 1.0 + n_dear * 10.0
-            if cost >= result.cost_per_hour:
+    # Neither kind alone is the cheapest way: one of each (2.5 an hour) beats three cheap
+    # ones (3.0) and two dear ones (3.0).
+    assert result.counts == {"cheap": 1, "dear": 1}
+    # Every mix that costs less falls short, and so does every mix of the same price
+    # with fewer nodes.
+    assert result.cost_per_hour == sum(
+        count * {"cheap": 1.0, "dear": 1.5}[name] for name, count in result.counts.items())
+    for n_cheap in range(0, 8):
+        for n_dear in range(0, 5):
+            cost = n_cheap * 1.0 + n_dear * 1.5
+            if cost > result.cost_per_hour or (
+                    cost == result.cost_per_hour
+                    and n_cheap + n_dear >= result.spare_count):
                 continue
             fleet = replace(request, nodes=(*request.nodes, *cheap.nodes(n_cheap, set()),
                                             *dear.nodes(n_dear, set())))
@@ -346,3 +374,86 @@ def test_fleet_files_carry_each_nodes_failure_figures_both_ways() -> None:
     with pytest.raises(FleetFileError) as error:
         parse_fleet_json(json.dumps(raw))
     assert (error.value.field, error.value.node_id) == ("nodes[0].annual_failure_rate", "a-00")
+
+
+@st.composite
+def mid_size_fleets(draw: st.DrawFn) -> tuple[PlanningInput, dict[str, float], int]:
+    """13 to 40 nodes in 2 to 4 kinds of equal nodes, some kinds never or always down."""
+    layers = 6
+    layer = 4 * GIB
+    kinds = draw(st.lists(st.tuples(st.integers(1, 12), st.integers(1, 4),
+                                    st.sampled_from((0.0, 0.02, 0.1, 0.3, 0.6, 1.0))),
+                          min_size=2, max_size=4).filter(
+        lambda ks: 13 <= sum(k[0] for k in ks) <= 40
+        and math.prod(k[0] + 1 for k in ks) <= 150))
+    nodes, down = [], {}
+    for index, (count, held, u) in enumerate(kinds):
+        for i in range(count):
+            node = NodeBudget(f"k{index}-{i:02d}", held * layer + 2**20)
+            nodes.append(node)
+            down[node.node_id] = u
+    request = PlanningInput(native_context_length=4096, layer_count=layers,
+                            model_weight_bytes=layers * layer, kv_bytes_per_token=layers,
+                            minimum_nodes=draw(st.integers(1, 3)), nodes=tuple(nodes))
+    return request, down, draw(st.sampled_from((1, 2)))
+
+
+def _truth_by_count_vectors(request: PlanningInput, down: dict[str, float],
+                            min_lanes: int) -> Fraction:
+    """Sum over down counts per kind (k0, k1, ...), each state weighted by binomials."""
+    kinds: dict[str, list[NodeBudget]] = {}
+    for node in request.nodes:
+        kinds.setdefault(node.node_id.split("-")[0], []).append(node)
+    groups = list(kinds.values())
+    up = Fraction(0)
+    for state in itertools.product(*(range(len(g) + 1) for g in groups)):
+        weight = Fraction(1)
+        for group, d in zip(groups, state, strict=True):
+            u = Fraction(down[group[0].node_id])
+            weight *= math.comb(len(group), d) * u**d * (1 - u) ** (len(group) - d)
+        if weight == 0:
+            continue
+        survivors = tuple(n for group, d in zip(groups, state, strict=True)
+                          for n in group[d:])
+        _, good = _plan_outcome(request, survivors, None, min_lanes)
+        if good:
+            up += weight
+    return up
+
+
+@settings(max_examples=8, deadline=timedelta(seconds=60))
+@given(mid_size_fleets(), st.sampled_from((0.2, 1e-3, 1e-7, 0.0)), st.integers(1, 60))
+def test_large_fleet_interval_holds_the_exact_value_on_mid_size_fleets(
+        case, tolerance, max_states) -> None:
+    request, down, min_lanes = case
+    truth = _truth_by_count_vectors(request, down, min_lanes)
+    exact = fleet_availability(request, down=down, min_lanes=min_lanes, exact_states=10**6)
+    assert exact.exact and exact.availability == float(truth)
+    bounded = fleet_availability(request, down=down, min_lanes=min_lanes, exact_states=0,
+                                 tolerance=tolerance, max_states=max_states)
+    assert not bounded.exact
+    assert bounded.availability_lower <= truth <= bounded.availability_upper
+    assert bounded.states_evaluated <= max_states
+    # The gap is the unexplored mass (rounded outwards), and below the tolerance unless
+    # the state budget ran out first.
+    gap = bounded.availability_upper - bounded.availability_lower
+    assert gap == pytest.approx(bounded.unexplored_mass, abs=1e-12)
+    if bounded.states_evaluated < max_states:
+        assert bounded.unexplored_mass <= tolerance + 1e-15
+    # What the context distribution holds is exactly the explored mass.
+    assert sum(bounded.context_distribution.values()) == pytest.approx(
+        1 - bounded.unexplored_mass, abs=1e-12)
+
+
+def test_failure_states_come_in_decreasing_probability() -> None:
+    from planner.availability import _failure_states, _KindPmf
+
+    for kinds in [((4, 0.0), (3, 0.3), (3, 1.0)), ((5, 0.5), (1, 0.0), (6, 0.1)),
+                  ((2, 1.0), (7, 0.02), (3, 0.6), (2, 0.0))]:
+        pmfs = [_KindPmf(count, u) for count, u in kinds]
+        weights = [math.prod(Fraction(p.numerators[d], p.denominator)
+                             for p, d in zip(pmfs, state, strict=True))
+                   for state in _failure_states(pmfs)]
+        assert weights == sorted(weights, reverse=True)
+        assert sum(weights) == 1
+        assert len(weights) == len(set(map(tuple, _failure_states(pmfs))))

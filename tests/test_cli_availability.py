@@ -98,3 +98,11 @@ def test_a_bad_node_figure_names_the_field_and_node(tmp_path) -> None:
     assert_user_error(run("availability", fleet), 2, "nodes[0].repair_hours", "flaky", "-3")
     fleet.write_text(MIXED.replace("repair_hours = 24", 'gpu = "TPU v9"'))
     assert_user_error(run("availability", fleet), 2, "steady-00", "TPU v9", "not in the catalog")
+
+
+def test_a_large_fleet_that_never_fits_exits_1(tmp_path) -> None:
+    # 600 equal nodes: 601 failure states, more than are solved exactly.
+    fleet = tmp_path / "tiny.toml"
+    fleet.write_text('[model]\npreset = "qwen3-coder-480b-a35b"\n'
+                     '[[nodes]]\nid = "tiny"\ncount = 600\nvram = "1 GiB"\n')
+    assert_user_error(run("availability", fleet, "--json"), 1, "no valid topology")

@@ -12,6 +12,7 @@ from planner.availability import (
     document_overrides,
     fleet_availability,
     fleet_reliability,
+    plan_survivors,
 )
 from planner.cli._common import (
     EXIT_NO_TOPOLOGY,
@@ -84,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{args.fleet}: {error.message}") from None
     except ModelError as error:
         raise UserError(f"{args.catalog or 'catalog'}: {error.message}") from None
-    if result.context_distribution.get(0, 0.0) == 1.0 and request.nodes:
+    # Removing nodes never makes a plan fit, so a fleet whose every node is up and still
+    # has no plan is never up; asked directly, as a large fleet's states are not all seen.
+    if not plan_survivors(request, request.nodes, lambda plan: True).meets_targets:
         message = "no valid topology even with every node up; see 'planner plan'"
         if args.json:
             print(json.dumps({"error": {"code": "NoValidTopology", "message": message}}))
