@@ -107,10 +107,16 @@ def main() -> int:
         print("|---|---:|---:|")
         for row in workbench_bench.run():
             print(f"| {row['edit']} | {row['nodes']} | {row['milliseconds']:.0f} |")
+    import sizing_bench
     import sweep_bench
 
     print()
+    sizing_fast = sizing_bench.print_table()
+    print()
     sweep_bench.print_tables()
+    if not sizing_fast:
+        print(f"sizing: some runs took {sizing_bench.TARGET_SECONDS:g} s or more",
+              file=sys.stderr)
     if mismatches:
         print(f"{mismatches} plan(s) differ from the exhaustive reference", file=sys.stderr)
         return 1
