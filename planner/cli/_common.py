@@ -1,10 +1,11 @@
-"""What every ``planner`` command shares: exit codes, the user-error type, loading a
-fleet file into a request, and printing a planning error."""
+"""What every ``planner`` command shares: its help layout, exit codes, the user-error
+type, loading a fleet file into a request, and printing a planning error."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Sequence
 
 import planner
 from planner.errors import CodedError, PlanError
@@ -16,6 +17,25 @@ EXIT_NO_TOPOLOGY = 1
 EXIT_BAD_INPUT = 2
 
 FORMATTER = argparse.RawDescriptionHelpFormatter
+
+
+def add_command(commands: argparse._SubParsersAction, name: str,
+                run: Callable[[argparse.Namespace], int], *, help: str, description: str,
+                examples: Sequence[str], exit_codes: str | None = None,
+                ) -> argparse.ArgumentParser:
+    """The subcommand ``name`` handled by ``run``, its help ending in the examples and
+    the exit codes, as every command's does."""
+    epilog = "examples:\n" + "\n".join(f"  {example}" for example in examples)
+    if exit_codes is not None:
+        epilog += f"\n\nexit codes: {exit_codes}"
+    parser = commands.add_parser(name, help=help, formatter_class=FORMATTER,
+                                 description=description, epilog=epilog)
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def add_fleet_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("fleet", metavar="FLEET", help="fleet file (.toml or .json)")
 
 
 class UserError(CodedError):

@@ -17,8 +17,9 @@ from planner.availability import (
 from planner.cli._common import (
     EXIT_NO_TOPOLOGY,
     EXIT_OK,
-    FORMATTER,
     UserError,
+    add_command,
+    add_fleet_argument,
     load_request,
 )
 from planner.models import ModelError, load_gpu_catalog
@@ -29,9 +30,8 @@ NAME = "availability"
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser(
-        NAME, help="how often the fleet can run the model when nodes fail",
-        formatter_class=FORMATTER,
+    parser = add_command(
+        commands, NAME, run, help="how often the fleet can run the model when nodes fail",
         description=(
             "Each node is down a share u = repair_hours / (8760 / annual_failure_rate + "
             "repair_hours) of the time, independently. Print the probability that the "
@@ -40,13 +40,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
             "entry (annual_failure_rate, repair_hours), else --afr / --repair-hours, else "
             "the catalog kind the node names (gpu = ...) or the one with its memory, else "
             "the defaults (0.119 failures a year, 72 hours)."),
-        epilog=("examples:\n"
-                "  planner availability data/fleets/qwen480b-5x80.toml\n"
-                "  planner availability data/fleets/qwen480b-5x80.toml --min-context 131072 "
-                "--json\n\n"
-                "exit codes: 0 computed, 1 no valid topology even with every node up, "
-                "2 bad input"))
-    parser.add_argument("fleet", metavar="FLEET", help="fleet file (.toml or .json)")
+        examples=("planner availability data/fleets/qwen480b-5x80.toml",
+                  "planner availability data/fleets/qwen480b-5x80.toml --min-context 131072 "
+                  "--json"),
+        exit_codes="0 computed, 1 no valid topology even with every node up, 2 bad input")
+    add_fleet_argument(parser)
     parser.add_argument("--catalog", metavar="FILE",
                         help="GPU catalog with failure figures (default data/gpus.toml)")
     parser.add_argument("--min-context", type=int, metavar="N",
@@ -64,7 +62,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print availability, availability_lower, availability_upper, "
                              "states_evaluated and context_distribution as JSON")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,7 +12,8 @@ import planner
 from planner.cli._common import (
     EXIT_NO_TOPOLOGY,
     EXIT_OK,
-    FORMATTER,
+    add_command,
+    add_fleet_argument,
     exit_code,
     load_request,
     say_error,
@@ -30,18 +31,16 @@ NAME = "candidates"
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser(
-        NAME, help="list every shape the planner considers", formatter_class=FORMATTER,
+    parser = add_command(
+        commands, NAME, run, help="list every shape the planner considers",
         description="List every (context, stage count, lanes) shape the planner tries, in "
                     "order, with the best node set for each or why none fits.",
-        epilog=("examples:\n"
-                "  planner candidates data/fleets/qwen480b-10x80.toml\n"
-                "  planner candidates data/fleets/qwen480b-10x80.toml --csv > shapes.csv\n\n"
-                "exit codes: 0 a shape is selected, 1 no valid topology, 2 bad input"))
-    parser.add_argument("fleet", metavar="FLEET", help="fleet file (.toml or .json)")
+        examples=("planner candidates data/fleets/qwen480b-10x80.toml",
+                  "planner candidates data/fleets/qwen480b-10x80.toml --csv > shapes.csv"),
+        exit_codes="0 a shape is selected, 1 no valid topology, 2 bad input")
+    add_fleet_argument(parser)
     parser.add_argument("--csv", action="store_true",
                         help="print CSV (node ids joined with ';') instead of a table")
-    parser.set_defaults(handler=run)
 
 
 def _csv_cell(value: Any) -> Any:

@@ -6,27 +6,24 @@ import argparse
 import json
 from pathlib import Path
 
-from planner.cli._common import EXIT_OK, FORMATTER, UserError
+from planner.cli._common import EXIT_OK, UserError, add_command
 from planner.reports.tables import terminal_lines
 
 NAME = "inspect"
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser(
-        NAME, help="show what the planner reads from a GGUF file",
-        formatter_class=FORMATTER,
+    parser = add_command(
+        commands, NAME, run, help="show what the planner reads from a GGUF file",
         description="Read a GGUF model file's metadata and print the numbers the planner "
                     "uses: layers, native context, weight bytes, KV bytes per token.",
-        epilog=("examples:\n"
-                "  planner inspect models/Qwen3-Coder-480B-A35B-Q4_K_M-00001-of-00006.gguf\n"
-                "  planner inspect model.gguf --kv-cache-type q8_0\n\n"
-                "exit codes: 0 read, 2 bad input"))
+        examples=("planner inspect models/Qwen3-Coder-480B-A35B-Q4_K_M-00001-of-00006.gguf",
+                  "planner inspect model.gguf --kv-cache-type q8_0"),
+        exit_codes="0 read, 2 bad input")
     parser.add_argument("model", metavar="MODEL.gguf", help="GGUF file (first shard)")
     parser.add_argument("--kv-cache-type", default="f16",
                         help="KV cache type to size the cache for (default f16)")
     parser.add_argument("--json", action="store_true", help="print the model spec as JSON")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,7 +9,8 @@ import sys
 import planner
 from planner.cli._common import (
     EXIT_OK,
-    FORMATTER,
+    add_command,
+    add_fleet_argument,
     exit_code,
     load_request,
     say_error,
@@ -28,18 +29,16 @@ NAME = "plan"
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser(
-        NAME, help="print the plan for a fleet file", formatter_class=FORMATTER,
+    parser = add_command(
+        commands, NAME, run, help="print the plan for a fleet file",
         description="Plan a fleet file (.toml, or .json in the SPEC's field names) and "
                     "print the stages as a table.",
-        epilog=("examples:\n"
-                "  planner plan data/fleets/qwen480b-5x80.toml\n"
-                "  planner plan data/fleets/qwen480b-5x80.toml --json   # SPEC section 7\n\n"
-                "exit codes: 0 plan found, 1 no valid topology, 2 bad input"))
-    parser.add_argument("fleet", metavar="FLEET", help="fleet file (.toml or .json)")
+        examples=("planner plan data/fleets/qwen480b-5x80.toml",
+                  "planner plan data/fleets/qwen480b-5x80.toml --json   # SPEC section 7"),
+        exit_codes="0 plan found, 1 no valid topology, 2 bad input")
+    add_fleet_argument(parser)
     parser.add_argument("--json", action="store_true",
                         help="print the plan as JSON with the SPEC's field names")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

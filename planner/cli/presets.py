@@ -5,19 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 
-from planner.cli._common import EXIT_OK, FORMATTER, UserError
+from planner.cli._common import EXIT_OK, UserError, add_command
 from planner.reports.tables import TextTable, text_table
 
 NAME = "presets"
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser(
-        NAME, help="list the model presets", formatter_class=FORMATTER,
+    parser = add_command(
+        commands, NAME, run, help="list the model presets",
         description="List the model presets a fleet file can name in [model] preset = ...",
-        epilog="examples:\n  planner presets\n  planner presets --json")
+        examples=("planner presets", "planner presets --json"))
     parser.add_argument("--json", action="store_true", help="print the presets as JSON")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,8 +11,9 @@ from planner.cli._common import (
     EXIT_BAD_INPUT,
     EXIT_NO_TOPOLOGY,
     EXIT_OK,
-    FORMATTER,
     UserError,
+    add_command,
+    add_fleet_argument,
 )
 from planner.fleet import load_fleet, write_text_atomic
 from planner.reports.content import build_report
@@ -22,21 +23,19 @@ NAME = "report"
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser(
-        NAME, help="write an HTML, Markdown or JSON report", formatter_class=FORMATTER,
+    parser = add_command(
+        commands, NAME, run, help="write an HTML, Markdown or JSON report",
         description="Write a topology report: inputs, usable memory per node, the plan, "
                     "charts (HTML), candidates, startup quorum, failure what-if and "
                     "warnings. The format follows OUT's extension.",
-        epilog=("examples:\n"
-                "  planner report data/fleets/qwen480b-5x80.toml -o report.html\n"
-                "  planner report data/fleets/qwen480b-4x70.toml -o report.md\n\n"
-                "exit codes: 0 plan found, 1 no valid topology (the report is still "
-                "written),\n2 bad input"))
-    parser.add_argument("fleet", metavar="FLEET", help="fleet file (.toml or .json)")
+        examples=("planner report data/fleets/qwen480b-5x80.toml -o report.html",
+                  "planner report data/fleets/qwen480b-4x70.toml -o report.md"),
+        exit_codes="0 plan found, 1 no valid topology (the report is still written),\n2 bad "
+                   "input")
+    add_fleet_argument(parser)
     parser.add_argument("-o", "--output", metavar="OUT", required=True,
                         help="report file ending in .html, .md or .json")
     parser.add_argument("--title", help="report title (default: the fleet's name)")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from planner.cli._common import EXIT_NO_TOPOLOGY, EXIT_OK, FORMATTER, UserError
+from planner.cli._common import EXIT_NO_TOPOLOGY, EXIT_OK, UserError, add_command
 from planner.fleet import load_fleet
 from planner.models import ModelSpec, from_gguf, load_gpu_catalog, load_preset
 from planner.performance import ESTIMATE_NOTE
@@ -22,20 +22,19 @@ NAME = "size"
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser(
-        NAME, help="the cheapest fleets of catalog GPUs that meet a model's targets",
-        formatter_class=FORMATTER,
+    parser = add_command(
+        commands, NAME, run,
+        help="the cheapest fleets of catalog GPUs that meet a model's targets",
         description=(
             "Find the fleets (counts of catalog GPU kinds, nodes <kind>-00, <kind>-01, ...) "
             "with the lowest price per hour whose plan reaches the minimum context and "
             "lanes and, with --tpot, an estimated TPOT within it; with --tolerate F, also "
             "after losing any F nodes. Exact within each kind's max_count. Speeds are "
             "estimates from the catalog's memory bandwidth."),
-        epilog=("examples:\n"
-                "  planner size qwen3-coder-480b-a35b --tolerate 1\n"
-                "  planner size llama-3.1-70b --kinds h100-80gb,l40s --tpot 60 --json\n"
-                "  planner size data/fleets/qwen480b-5x80.toml --catalog my-gpus.toml --csv\n\n"
-                "exit codes: 0 fleets found, 1 no fleet meets the targets, 2 bad input"))
+        examples=("planner size qwen3-coder-480b-a35b --tolerate 1",
+                  "planner size llama-3.1-70b --kinds h100-80gb,l40s --tpot 60 --json",
+                  "planner size data/fleets/qwen480b-5x80.toml --catalog my-gpus.toml --csv"),
+        exit_codes="0 fleets found, 1 no fleet meets the targets, 2 bad input")
     parser.add_argument("model", metavar="MODEL",
                         help="a preset id, a GGUF file or a fleet file (its [model] and "
                              "[planning] are used, its nodes ignored)")
@@ -57,7 +56,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     output.add_argument("--json", action="store_true",
                         help='print {"fleets": [...]}, cheapest first')
     output.add_argument("--csv", action="store_true", help="print the fleets as CSV")
-    parser.set_defaults(handler=run)
 
 
 def _model(source: str) -> tuple[ModelSpec | dict[str, Any], str, dict[str, Any]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from planner.cli._common import EXIT_OK, FORMATTER, UserError
+from planner.cli._common import EXIT_OK, UserError, add_command
 from planner.reports.tables import terminal_safe
 from planner.sweep import SweepError, load_grid, sweep
 
@@ -13,9 +13,8 @@ NAME = "sweep"
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser(
-        NAME, help="evaluate a grid of what-ifs (plan, availability, simulation)",
-        formatter_class=FORMATTER,
+    parser = add_command(
+        commands, NAME, run, help="evaluate a grid of what-ifs (plan, availability, simulation)",
         description=(
             "A grid file names the evaluation and the values to combine:\n\n"
             '  evaluate = "availability"      # plan | availability | simulation\n'
@@ -27,13 +26,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
             "Small grids run in this process, larger ones on local processes, and on a "
             "Dask cluster with --scheduler. With -o, finished scenarios are saved as "
             "they come in; running the same command again after an interruption resumes."),
-        epilog=("examples:\n"
-                "  planner sweep grid.toml -o results.parquet\n"
-                "  planner sweep grid.toml --workers 4 -o results.csv\n"
-                "  planner sweep grid.toml --scheduler tcp://scheduler:8786 -o results.parquet\n"
-                "  planner sweep grid.toml --scheduler dask      # a LocalCluster\n\n"
-                "exit codes: 0 every scenario evaluated (a scenario's own error is in its "
-                "row), 2 bad grid or an interrupted sweep"))
+        examples=("planner sweep grid.toml -o results.parquet",
+                  "planner sweep grid.toml --workers 4 -o results.csv",
+                  "planner sweep grid.toml --scheduler tcp://scheduler:8786 -o results.parquet",
+                  "planner sweep grid.toml --scheduler dask      # a LocalCluster"),
+        exit_codes="0 every scenario evaluated (a scenario's own error is in its row), 2 bad "
+                   "grid or an interrupted sweep")
     parser.add_argument("grid", metavar="GRID", help="grid file (.toml)")
     parser.add_argument("--workers", type=int, metavar="N",
                         help="local worker processes (default: one per core)")
@@ -43,7 +41,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("-o", "--output", metavar="FILE",
                         help="write the results to FILE (.parquet or .csv); default: CSV "
                              "on standard output")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
