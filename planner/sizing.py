@@ -60,17 +60,10 @@ from planner.performance import (
     cost_per_million_tokens,
     estimate_plan,
 )
+from planner.planning import rules
 from planner.planning.api import plan_topology
 from planner.planning.inputs import NodeBudget, PlanningInput
 from planner.planning.plan import Plan
-from planner.planning.rules import (
-    check_request,
-    context_candidates,
-    context_floor,
-    lane_candidates,
-    layer_bytes,
-    layer_weights,
-)
 from planner.units import format_bytes
 
 _MICRO = 1_000_000  # prices are summed in micro-USD so that equal costs compare equal
@@ -573,11 +566,11 @@ def size_fleet(
     probe = PlanningInput.from_dict({**fields, **planning, "nodes": [
         {"node_id": "probe", "detected_vram_bytes": 1}]})
     try:
-        check_request(probe)
+        rules.check_request(probe)
     except PlanError as error:
         raise SizingError("InvalidTargets", error.message, field="model",
                           planning_code=error.code) from None
-    floor = context_floor(probe)
+    floor = rules.context_floor(probe)
     minimum_context = targets.minimum_context or floor
     if minimum_context > probe.native_context_length:
         raise SizingError(
@@ -591,7 +584,7 @@ def size_fleet(
     front: tuple[SizedFleet, ...] = ()
     if pareto:
         pool = list(fleets)
-        for context in context_candidates(probe):
+        for context in rules.context_candidates(probe):
             if context > max(minimum_context, fleets[0].plan.context_length):
                 level = _Search(fields, traffic, chosen, targets, planning, context, options)
                 level.cache = search.cache  # same fleets, same plans
@@ -611,19 +604,19 @@ def size_fleet(
 
 def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
               top: int) -> list[SizedFleet]:
-    candidates = [c for c in context_candidates(probe) if c >= minimum_context]
-    lanes = lane_candidates(probe)[0]
+    candidates = [c for c in rules.context_candidates(probe) if c >= minimum_context]
+    lanes = rules.lane_candidates(probe)[0]
     if not candidates:
-        tried = ", ".join(f"{c:,}" for c in context_candidates(probe))
+        tried = ", ".join(f"{c:,}" for c in rules.context_candidates(probe))
         raise _nothing(search, f"the planner tries no context of at least "
                        f"{minimum_context:,} (it tries {tried})")
     if lanes < search.targets.minimum_lanes:
         raise _nothing(search, f"the planner plans at most {lanes} parallel lanes")
     c0 = min(candidates)
-    costs = layer_bytes(probe, c0)
+    costs = rules.layer_bytes(probe, c0)
     min_bandwidth_ms = None
     if search.targets.target_decode_tpot_ms is not None and search.traffic is not None:
-        weights = layer_weights(probe)
+        weights = rules.layer_weights(probe)
         read = (sum(weights) * search.traffic.active_weight_bytes
                 / search.traffic.model_weight_bytes
                 + (sum(costs) - sum(weights)))
