@@ -7,7 +7,7 @@ F16 2, Q8_0 34 bytes per 32 values, Q4_0 18 per 32, Q4_K 144 per 256, Q6_K 210 p
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +22,25 @@ from planner.models import ModelError, ModelSpec, describe_model, from_gguf
 Tensor = tuple[str, tuple[int, int], str]
 
 
-def write_gguf(path: Path, arch: str, metadata: dict[str, Any], tensors: Sequence[Tensor],
-               split_max_tensors: int = 0) -> None:
-    writer = GGUFWriter(path, arch, split_max_tensors=split_max_tensors)
+def add_metadata(writer: GGUFWriter, metadata: Mapping[str, Any],
+                 uint64_keys: Collection[str] = ()) -> None:
+    """Text as a string, a list as an array, a number as a uint32 (a uint64 for the keys
+    in ``uint64_keys``)."""
     for key, value in metadata.items():
-        if isinstance(value, str):
+        if key in uint64_keys:
+            writer.add_uint64(key, value)
+        elif isinstance(value, str):
             writer.add_string(key, value)
         elif isinstance(value, list):
             writer.add_array(key, value)
         else:
             writer.add_uint32(key, value)
+
+
+def write_gguf(path: Path, arch: str, metadata: dict[str, Any], tensors: Sequence[Tensor],
+               split_max_tensors: int = 0) -> None:
+    writer = GGUFWriter(path, arch, split_max_tensors=split_max_tensors)
+    add_metadata(writer, metadata)
     for name, shape, type_name in tensors:
         if type_name == "F32":
             writer.add_tensor(name, np.zeros(shape, dtype=np.float32))

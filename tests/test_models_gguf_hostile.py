@@ -14,7 +14,7 @@ import pytest
 from gguf import GGUFWriter
 
 from planner.models import ModelError, from_gguf
-from tests.test_models_gguf import Tensor, llama_metadata, write_gguf
+from tests.test_models_gguf import Tensor, add_metadata, llama_metadata, write_gguf
 
 U8, U32, STRING, ARRAY = 0, 4, 8, 9
 SMALL_TENSORS: list[Tensor] = [("token_embd.weight", (4, 32), "F16"),
@@ -61,15 +61,8 @@ def test_a_huge_block_count_is_refused_before_anything_is_sized_by_it(
 def test_a_block_count_of_two_to_the_63_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "huge.gguf"
     writer = GGUFWriter(path, "llama")
-    for key, value in llama_metadata(2).items():
-        if key == "llama.block_count":
-            writer.add_uint64(key, 2**63)
-        elif isinstance(value, str):
-            writer.add_string(key, value)
-        elif isinstance(value, list):
-            writer.add_array(key, value)
-        else:
-            writer.add_uint32(key, value)
+    add_metadata(writer, llama_metadata(2, **{"llama.block_count": 2**63}),
+                 uint64_keys={"llama.block_count"})
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.close()

@@ -7,6 +7,7 @@ skipped locally and fails on CI (CI=true), where it must run.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -14,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_fleetfile import NUMBERS
 
-from planner.fleet import load_fleet, parse_fleet_toml
+from planner.fleet import FleetDocument, load_fleet, parse_fleet_toml
 from planner.reports import write_report
 from planner.reports.html import FIGURE_IDS
 
@@ -94,22 +96,18 @@ def test_report_draws_every_chart_without_console_errors(browser: Any, tmp_path:
     assert dialogs == []
 
 
+def _fleet(nodes: list[tuple[str, str]], name: str | None = None) -> FleetDocument:
+    """A 40-layer model on ``nodes`` (id, vram), read from TOML; ids may hold any text."""
+    # A JSON string is a TOML basic string, quotes and backslashes escaped.
+    header = f"name = {json.dumps(name)}\n" if name is not None else ""
+    entries = "".join(f"[[nodes]]\nid = {json.dumps(node_id)}\nvram = {json.dumps(vram)}\n"
+                      for node_id, vram in nodes)
+    return parse_fleet_toml(header + NUMBERS + entries)
+
+
 def test_hostile_node_id_is_text_in_the_browser(browser: Any, tmp_path: Path) -> None:
     evil = "<script>alert(1)</script><img src=x onerror=alert(2)>"
-    document = parse_fleet_toml(f"""
-name = "{evil}"
-[model]
-native_context_length = 65536
-layer_count = 40
-model_weight_bytes = "40 GiB"
-kv_bytes_per_token = 65536
-[[nodes]]
-id = "{evil}"
-vram = "48 GiB"
-[[nodes]]
-id = "plain"
-vram = "24 GiB"
-""")
+    document = _fleet([(evil, "48 GiB"), ("plain", "24 GiB")], name=evil)
     path = write_report(document, tmp_path / "evil.html")
     page, errors, dialogs = _open(browser, path)
     try:
@@ -126,19 +124,7 @@ vram = "24 GiB"
 def test_markup_in_node_ids_draws_as_text_in_the_charts(browser: Any, tmp_path: Path) -> None:
     link = '<a href="https://evil.example/x">CLICKME</a>'
     style = '<span style="font-size:90px;fill:red">BIG</span>'
-    document = parse_fleet_toml(f"""
-[model]
-native_context_length = 65536
-layer_count = 40
-model_weight_bytes = "40 GiB"
-kv_bytes_per_token = 65536
-[[nodes]]
-id = '{link}'
-vram = "48 GiB"
-[[nodes]]
-id = '{style}'
-vram = "48 GiB"
-""")
+    document = _fleet([(link, "48 GiB"), (style, "48 GiB")])
     path = write_report(document, tmp_path / "markup.html")
     page, errors, dialogs = _open(browser, path)
     try:
