@@ -213,9 +213,10 @@ def all_imports(rows: dict[str, Row]) -> list[Import]:
     return [found for path in python_files() for found in imports_of(path, rows)]
 
 
-def _first_docstring_line(path: Path) -> str:
+def _first_sentence(path: Path) -> str:
     docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
-    return docstring.splitlines()[0].rstrip(".") if docstring else "WHAT IT OWNS"
+    paragraph = " ".join(docstring.split("\n\n")[0].split())
+    return paragraph.split(". ")[0].rstrip(".").replace("|", "/") or "WHAT IT OWNS"
 
 
 def _needs(relative: str, rows: dict[str, Row], own_unit: str) -> tuple[set[str], set[str]]:
@@ -248,7 +249,7 @@ def test_layout_table_lists_every_package_and_module() -> None:
                  or any(rows[p].layer == "edge" for p in rows if rows[p].unit in units)
                  else "adapter" if relative in ENGINES.values()
                  else "core")
-        suggestions.append(layout_line(path, layer, _first_docstring_line(source),
+        suggestions.append(layout_line(path, layer, _first_sentence(source),
                                        units, libraries))
     assert not missing, (
         "README.md's Layout table has no row for " + ", ".join(missing) + ". Add (and "
