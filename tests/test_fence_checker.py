@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import shutil
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -16,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+import planner
 from planner.fence import (
     ClaimDecision,
     CoordinatorClaim,
@@ -52,7 +57,7 @@ from planner.fence.check import (
     write_report,
 )
 from planner.fence.check.configuration import START_UNIX_MS, TICK_MS, coordinator_id, stage_id
-from planner.fence.check.exploration import reachable_states
+from planner.fence.check.exploration import DEFAULT_MAX_STATES, reachable_states
 from planner.fence.check.model import (
     CAMPAIGN,
     DELIVER_CLAIM,
@@ -66,7 +71,13 @@ from planner.fence.check.model import (
     FenceModel,
     TraceStep,
 )
-from planner.fence.check.report import EVENT_COLUMNS, REPORT_FILE, REPORT_FORMAT
+from planner.fence.check.report import (
+    EVENT_COLUMNS,
+    REPORT_FILE,
+    REPORT_FORMAT,
+    model_fingerprint,
+    report_path,
+)
 
 
 @pytest.fixture(scope="module")
@@ -279,6 +290,59 @@ def test_saved_results_round_trip_and_refuse_stale_files(report: CheckReport,
         load_report(saved)
     with pytest.raises(StaleCheckResults, match="no saved checker report"):
         load_report(tmp_path / "missing.json")
+
+
+def test_saved_results_match_a_fresh_check_of_a_small_configuration(
+    report: CheckReport,
+) -> None:
+    # The fast counterpart of the slow full recomputation: one default configuration.
+    named = _named("different-plans")
+    assert check(named.config) == report.result(named.name)
+    assert report.model_fingerprint == model_fingerprint()
+
+
+def test_saved_results_of_another_model_are_stale(report: CheckReport,
+                                                 tmp_path: Path) -> None:
+    data = report.to_dict()
+    data["model_fingerprint"] = "0" * 64
+    saved = tmp_path / REPORT_FILE
+    saved.write_text(json.dumps(data))
+    with pytest.raises(StaleCheckResults, match="model_fingerprint differs"):
+        load_report(saved)
+    del data["model_fingerprint"]
+    saved.write_text(json.dumps(data))
+    with pytest.raises(StaleCheckResults, match="not a checker report"):
+        load_report(saved)
+
+
+def _load_with_changed_code(tmp_path: Path, old: str, new: str) -> subprocess.CompletedProcess:
+    """Load today's saved report with a copy of the package whose claims.py is edited."""
+    package = Path(planner.__file__).parent
+    copy = tmp_path / "edited"
+    shutil.copytree(package, copy / "planner", ignore=shutil.ignore_patterns("__pycache__"))
+    claims = copy / "planner" / "fence" / "claims.py"
+    source = claims.read_text()
+    assert source.count(old) == 1
+    claims.write_text(source.replace(old, new))
+    script = ("import sys\nfrom planner.fence.check import load_report\n"
+              f"load_report({str(report_path())!r})\n"
+              "import planner\nprint(planner.__file__)\n")
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(copy)}, cwd=tmp_path)
+
+
+@pytest.mark.slow  # two interpreters with a copy of the package
+def test_a_change_to_the_fence_rules_makes_the_saved_results_stale(tmp_path: Path) -> None:
+    rule = "    return planned // 2 + 1\n"
+    changed = _load_with_changed_code(tmp_path / "rule", rule,
+                                      "    return planned // 2 + 2\n")
+    assert changed.returncode != 0
+    assert "StaleCheckResults" in changed.stderr and "model_fingerprint" in changed.stderr
+    # Rewording a comment or a docstring changes nothing the checker finds.
+    reworded = _load_with_changed_code(
+        tmp_path / "comment", rule, "    # a majority, reworded\n" + rule)
+    assert reworded.returncode == 0, reworded.stderr
+    assert str(tmp_path / "comment") in reworded.stdout
 
 
 def test_defaults_explore_a_meaningful_number_of_states(report: CheckReport) -> None:
@@ -582,10 +646,14 @@ def test_progress_is_reported_until_done() -> None:
         (lambda: check_defaults([5]), "configs[0]"),  # type: ignore[list-item]
         (lambda: replay(CheckConfig(), None), "counterexample"),  # type: ignore[arg-type]
         (lambda: replay(5, None), "config"),  # type: ignore[arg-type]
-        (lambda: CheckReport.from_dict({"format": REPORT_FORMAT}), "report.runs"),
-        (lambda: CheckReport.from_dict({"format": REPORT_FORMAT, "runs": 5}), "report.runs"),
-        (lambda: CheckReport.from_dict({"format": REPORT_FORMAT, "runs": [{"name": "x"}]}),
-         "report.runs[0].purpose"),
+        (lambda: CheckReport.from_dict({"format": REPORT_FORMAT, "runs": []}),
+         "report.model_fingerprint"),
+        (lambda: CheckReport.from_dict({"format": REPORT_FORMAT, "model_fingerprint": 5,
+                                        "runs": []}), "report.model_fingerprint"),
+        (lambda: CheckReport.from_dict({"format": REPORT_FORMAT, "model_fingerprint": "",
+                                        "runs": 5}), "report.runs"),
+        (lambda: CheckReport.from_dict({"format": REPORT_FORMAT, "model_fingerprint": "",
+                                        "runs": [{"name": "x"}]}), "report.runs[0].purpose"),
         (lambda: NamedConfig.from_dict({}), "configuration.name"),
         (lambda: NamedConfig.from_dict({"name": "x", "purpose": "", "config": {},
                                         "colour": 1}), "configuration.colour"),
@@ -680,3 +748,17 @@ def test_result_serialises() -> None:
     with pytest.raises(CheckConfigError):
         check(_named("different-plans").config,
               properties=["majorities_overlap"]).result("term_never_decreases")
+
+
+def test_the_readme_describes_the_checker_as_it_is() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## The fence's model checker\n", 1)[1].split("\n## ", 1)[0]
+    words = {1: "one", 4: "four", 6: "six", 7: "seven", 10: "ten"}
+    assert f"judges {words[len(PROPERTY_NAMES)]} properties: " \
+           f"{words[len(MUST_HOLD_NAMES)]} the fence must keep and " \
+           f"{words[len(KNOWN_TO_FAIL_NAMES)]} it is known not to" in " ".join(section.split())
+    assert f"the {words[len(DEFAULT_CONFIGS)]} default configurations" in section
+    assert f"`max_states` states ({DEFAULT_MAX_STATES:,} by default)" in " ".join(
+        section.split())
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(code, "README.md", "exec"), {})

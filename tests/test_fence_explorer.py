@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from html import unescape
+from pathlib import Path
 
 import pytest
 
@@ -13,12 +15,21 @@ from planner.fence import (
     decide_load,
     quorum_requirement,
 )
-from planner.fence.check import CheckReport, load_report
+from planner.fence.check import (
+    PROPERTY_NAMES,
+    CheckConfig,
+    CheckReport,
+    NamedConfig,
+    check,
+    load_report,
+)
+from planner.fence.check.report import REPORT_FILE
 from planner.fence.scenarios import SCENARIO_LIST, run_scenario
 from planner.figures.fence import SEQUENCE_TRACES
 from planner.workbench.fence_explorer import (
     CLAIM_PRESETS,
     LOAD_PRESETS,
+    CheckResults,
     ClaimExplorer,
     CounterexampleStepper,
     LoadExplorer,
@@ -153,7 +164,9 @@ def test_scenario_stepper_moves_through_events() -> None:
 def small_report() -> CheckReport:
     # Two runs of the saved report (test_fence_checker checks it is current).
     chosen = ("different-plans", "three-terms")
-    return CheckReport(tuple(run for run in load_report().runs if run[0].name in chosen))
+    saved = load_report()
+    return CheckReport(tuple(run for run in saved.runs if run[0].name in chosen),
+                       saved.model_fingerprint)
 
 
 def test_counterexample_stepper(small_report: CheckReport) -> None:
@@ -168,3 +181,53 @@ def test_counterexample_stepper(small_report: CheckReport) -> None:
         assert example.explanation in unescape(stepper.header.value)
         assert f"{len(example.steps)} steps" in stepper.header.value
         assert "violated:" in stepper.trace.value
+
+
+def test_check_results_show_the_saved_report_at_once() -> None:
+    panel = CheckResults()
+    assert panel.report == load_report() and panel.saved and panel.stale is None
+    assert f"{panel.report.states_explored:,} states" in panel.status.value
+    assert "fx-accepted" in panel.status.value and "saved results" in panel.status.value
+    assert panel.check_now.layout.display == "none"
+    assert list(panel.figure.data[0].y) == [named.name for named, _ in panel.report.runs]
+    assert all(name in panel.summary.value for name in PROPERTY_NAMES)
+    assert all(named.name in panel.runs.value for named, _ in panel.report.runs)
+    (stepper,) = panel.counterexamples.children
+    assert isinstance(stepper, CounterexampleStepper) and stepper.counterexample is not None
+
+
+SMALL = NamedConfig("small", "one stage, two coordinators, terms 1-2",
+                    CheckConfig(stages=1, coordinators=2, max_term=2, clock_bound=0))
+
+
+def test_stale_results_are_not_shown_as_proven_and_are_checked_in_the_background(
+    tmp_path: Path,
+) -> None:
+    saved = load_report().to_dict()
+    saved["model_fingerprint"] = "0" * 64  # computed by some other version of the code
+    stale = tmp_path / REPORT_FILE
+    stale.write_text(json.dumps(saved))
+    panel = CheckResults(stale, configs=[SMALL])
+    assert panel.report is None and not panel.saved
+    assert panel.stale is not None and "model_fingerprint" in panel.stale
+    assert "stale" in panel.status.value and "fx-rejected" in panel.status.value
+    assert "holds" not in panel.summary.value + panel.runs.value + panel.status.value
+    assert len(panel.figure.data) == 0 and panel.counterexamples.children == ()
+    assert panel.check_now.layout.display is None
+
+    panel.check_now.click()
+    assert panel.progress.layout.display is None
+    assert panel.wait(timeout=120) and panel.error is None
+    assert panel.report is not None and not panel.saved
+    assert panel.progress.value == panel.progress.max == 1
+    (named, result), = panel.report.runs
+    assert named == SMALL and result == check(SMALL.config)
+    assert "computed here" in panel.status.value and "not saved" in panel.status.value
+    assert all(name in panel.summary.value for name in PROPERTY_NAMES)
+    assert panel.check_now.layout.display == "none"
+
+
+def test_missing_results_are_not_shown_as_proven(tmp_path: Path) -> None:
+    panel = CheckResults(tmp_path / "missing.json")
+    assert panel.report is None and panel.stale is not None
+    assert "no saved checker report" in panel.stale and panel.summary.value == ""

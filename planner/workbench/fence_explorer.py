@@ -6,7 +6,9 @@
 - :class:`QuorumExplorer`: sliders for planned stages and accepts;
 - :class:`EventStepper`: step through any event log on a sequence chart;
   :class:`ScenarioStepper` runs the design's scenarios 1-10 in it and
-  :class:`CounterexampleStepper` the model checker's counterexamples.
+  :class:`CounterexampleStepper` the model checker's counterexamples;
+- :class:`CheckResults`: the model checker's saved results, or a check in the background
+  when they are stale.
 
 The rules come from :mod:`planner.fence` and the figures from
 :mod:`planner.figures.fence`; nothing here decides anything itself. Every widget can be
@@ -17,16 +19,30 @@ headless.
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
+from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
 import pandas as pd
 import plotly.graph_objects as go
 
-from planner.fence.check import KNOWN_TO_FAIL_NAMES, CheckReport, Counterexample
+from planner.errors import CodedError
+from planner.fence.check import (
+    DEFAULT_CONFIGS,
+    KNOWN_TO_FAIL_NAMES,
+    PROPERTY_NAMES,
+    CheckProgress,
+    CheckReport,
+    Counterexample,
+    NamedConfig,
+    StaleCheckResults,
+    check_defaults,
+    load_report,
+)
 from planner.fence.claims import (
     ClaimDecision,
     ClaimFence,
@@ -41,6 +57,7 @@ from planner.figures.fence import (
     CLAIM_FLOW_NODES,
     LOAD_FLOW_EDGES,
     LOAD_FLOW_NODES,
+    check_report_figure,
     claim_decision_path,
     claim_flowchart_figure,
     load_decision_path,
@@ -59,6 +76,9 @@ STYLE = """
 .fx-note { color: #495057; padding: 2px 10px; }
 .fx-event { font-family: ui-monospace, monospace; font-size: 12px; padding: 4px 10px;
   background: #f8f9fa; border-left: 4px solid #4c72b0; white-space: pre-wrap; }
+.fx-table { border-collapse: collapse; font-size: 12px; }
+.fx-table th, .fx-table td { padding: 2px 8px; border-bottom: 1px solid #ddd; text-align: left; }
+.fx-table th { background: #f4f4f4; }
 </style>
 """
 
@@ -595,3 +615,125 @@ class CounterexampleStepper(EventStepper):
                   f"<div class='fx-verdict fx-rejected'>{escape(example.explanation)}</div>")
         self.show(example.events_frame(), title=f"Counterexample: {name}", header=header)
         self.trace.value = "<div class='fx-event'>" + escape(str(example)) + "</div>"
+
+
+# --- the model checker's results --------------------------------------------------------------
+
+
+def _frame_html(frame: pd.DataFrame) -> str:
+    return frame.to_html(index=False, escape=True, border=0, classes="fx-table", na_rep="")
+
+
+class CheckResults(_ChartHolder, widgets.VBox):
+    """The model checker's results, on screen at once.
+
+    The saved report (:func:`~planner.fence.check.load_report`, written by ``make
+    fence-check``) is shown when it is current. When it is not (missing, or computed by
+    other fence rules or another checker model), the panel says why and shows nothing as
+    proven; **check now** computes the results in a background thread with a progress
+    bar and shows them when done (:meth:`wait` blocks until then).
+
+    ``report`` is the report shown (``None`` while there is none), ``saved`` whether it
+    is the saved one, ``stale`` the problem with the saved report (``None`` when it is
+    current), ``error`` what stopped a check started here.
+    """
+
+    def __init__(self, path: Path | None = None, *,
+                 configs: Sequence[NamedConfig] | None = None) -> None:
+        self.path = path
+        self.configs = DEFAULT_CONFIGS if configs is None else tuple(configs)
+        self.report: CheckReport | None = None
+        self.saved = False
+        self.stale: str | None = None
+        self.error: str | None = None
+        self.status = widgets.HTML()
+        self.check_now = widgets.Button(description="check now", button_style="warning",
+                                        layout=widgets.Layout(width="120px", display="none"))
+        self.progress = widgets.IntProgress(
+            value=0, min=0, max=len(self.configs), description="checked",
+            style={"description_width": "60px"},
+            layout=widgets.Layout(width="420px", display="none"))
+        self.progress_text = widgets.HTML()
+        self.chart = Chart()
+        self.summary = widgets.HTML()
+        self.runs = widgets.HTML()
+        self.counterexamples = widgets.VBox()
+        self._thread: threading.Thread | None = None
+        super().__init__([
+            widgets.HTML(STYLE), self.status,
+            widgets.HBox([self.check_now, self.progress]), self.progress_text,
+            self.chart, self.summary, self.runs, self.counterexamples,
+        ])
+        self.add_class("fx-root")
+        self.check_now.on_click(lambda _button: self.start())
+        try:
+            report = load_report(path)
+        except StaleCheckResults as stale:
+            self.stale = stale.message
+            self.status.value = _verdict_html(False, "Saved results are stale: nothing here "
+                                              "is shown as proven", [
+                stale.message,
+                "check now computes them in the background (a minute or two for the "
+                "default configurations); make fence-check saves them."])
+            self.check_now.layout.display = None
+        else:
+            self._show(report, saved=True)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        """Check :attr:`configs` in a background thread (nothing happens if one runs)."""
+        if self.running:
+            return
+        self.error = None
+        self.check_now.disabled = True
+        self.progress.value = 0
+        self.progress.layout.display = None
+        self.progress_text.value = "<div class='fx-note'>starting…</div>"
+        self._thread = threading.Thread(target=self._check, name="fence-check", daemon=True)
+        self._thread.start()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until a check started here ends; False if it still runs after ``timeout``."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return not self.running
+
+    def _check(self) -> None:
+        try:
+            report = check_defaults(self.configs, progress=self._heard)
+        except CodedError as error:
+            self.error = error.message
+            self.progress_text.value = _verdict_html(False, "The check stopped",
+                                                     [error.message])
+            self.check_now.disabled = False
+            return
+        self._show(report, saved=False)
+
+    def _heard(self, name: str, where: CheckProgress) -> None:
+        if where.done:
+            self.progress.value += 1
+        self.progress_text.value = (
+            f"<div class='fx-note'>{escape(name)}: {where.states_explored:,} states, depth "
+            f"{where.depth}{' (done)' if where.done else ''}</div>")
+
+    def _show(self, report: CheckReport, *, saved: bool) -> None:
+        self.report, self.saved = report, saved
+        where = "the saved results (make fence-check)" if saved else (
+            "computed here just now (not saved: make fence-check saves them)")
+        unexpected = [name for name in PROPERTY_NAMES if not report.verdict(name).as_expected]
+        headline = (f"{report.states_explored:,} states over {len(report.runs)} "
+                    f"configuration(s), {where}")
+        notes = ([f"not as expected: {', '.join(unexpected)}"] if unexpected else
+                 ["every property that must hold holds; every property known not to hold "
+                  "has a counterexample"])
+        self.status.value = _verdict_html(not unexpected, headline, notes)
+        self.check_now.layout.display = "none"
+        self.progress.layout.display = "none"
+        self.progress_text.value = ""
+        self.chart.show(check_report_figure(report))
+        self.summary.value = "<h4>Properties</h4>" + _frame_html(report.summary_frame())
+        self.runs.value = "<h4>Configurations</h4>" + _frame_html(report.runs_frame())
+        self.counterexamples.children = (CounterexampleStepper(report),)

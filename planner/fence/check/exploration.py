@@ -29,7 +29,13 @@ from planner.fence.check.model import (
     StopRule,
 )
 from planner.fence.check.properties import PROPERTIES, property_named
-from planner.fence.check.report import CheckReport, CheckResult, Counterexample, PropertyResult
+from planner.fence.check.report import (
+    CheckReport,
+    CheckResult,
+    Counterexample,
+    PropertyResult,
+    model_fingerprint,
+)
 from planner.fence.claims import decide_claim, decide_load
 from planner.fence.errors import FenceError
 from planner.fence.runtime import decide_stop
@@ -294,6 +300,8 @@ def check_defaults(
     if progress is not None and not callable(progress):
         raise CheckConfigError("progress", "must be a function of (name, CheckProgress)",
                                progress)
+    # Read before exploring: the code that runs is the code loaded now.
+    fingerprint = model_fingerprint()
     results: list[CheckResult] = []
     if workers == 1 or len(chosen) < 2:
         for named in chosen:
@@ -308,4 +316,4 @@ def check_defaults(
                     progress(named.name, CheckProgress(
                         result.states_explored, result.transitions, result.max_depth, 0,
                         max_states, True))
-    return CheckReport(tuple(zip(chosen, results, strict=True)))
+    return CheckReport(tuple(zip(chosen, results, strict=True)), fingerprint)

@@ -5,8 +5,11 @@ configurations, their JSON form, and the saved report of the default configurati
 
 from __future__ import annotations
 
+import ast
+import hashlib
+import importlib.util
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -244,12 +247,18 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class CheckReport:
-    """Results over several configurations, property by property."""
+    """Results over several configurations, property by property.
+
+    ``model_fingerprint`` is :func:`model_fingerprint` of the code that computed them
+    (empty when unknown): a saved report whose fingerprint is not today's is stale.
+    """
 
     runs: tuple[tuple[NamedConfig, CheckResult], ...]
+    model_fingerprint: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": REPORT_FORMAT,
+                "model_fingerprint": self.model_fingerprint,
                 "runs": [{**named.to_dict(), "result": result.to_dict()}
                          for named, result in self.runs]}
 
@@ -259,7 +268,10 @@ class CheckReport:
         if values.get("format") != REPORT_FORMAT:
             raise CheckConfigError("format", f"a check report of format {REPORT_FORMAT} is "
                                    "expected", values.get("format"))
-        values = record(values, "report", ("format", "runs"))
+        values = record(values, "report", ("format", "model_fingerprint", "runs"))
+        fingerprint = values["model_fingerprint"]
+        if not isinstance(fingerprint, str):
+            raise CheckConfigError("report.model_fingerprint", "must be a string", fingerprint)
         runs = []
         for index, run in enumerate(listed(values["runs"], "report.runs")):
             where = f"report.runs[{index}]"
@@ -267,7 +279,7 @@ class CheckReport:
             named = NamedConfig.from_dict({key: fields[key]
                                            for key in ("name", "purpose", "config")})
             runs.append((named, CheckResult.from_dict(fields["result"])))
-        return cls(tuple(runs))
+        return cls(tuple(runs), fingerprint)
 
     @property
     def states_explored(self) -> int:
@@ -336,7 +348,7 @@ class CheckReport:
 
 # --- results computed once -----------------------------------------------------------------
 
-REPORT_FORMAT = 1
+REPORT_FORMAT = 2
 REPORT_FILE = "fence_check.json"
 """The default configurations' report, in the data directory; ``make fence-check`` writes
 it and a slow test recomputes it, so readers (the fencing notebook) need not wait."""
@@ -351,6 +363,57 @@ class StaleCheckResults(FenceError):
         super().__init__(f"{path}: {problem}; regenerate it with `make fence-check`",
                          path=str(path))
         self.path = path
+
+
+MODEL_MODULES: tuple[str, ...] = (
+    "planner.fence.claims",
+    "planner.fence.runtime",
+    "planner.fence.check.configuration",
+    "planner.fence.check.model",
+    "planner.fence.check.properties",
+    "planner.fence.check.exploration",
+)
+"""The modules whose code decides what a check finds: the fence rules the stages judge
+with, and the checker's configurations, transitions, properties and search order."""
+
+
+def model_fingerprint(modules: Sequence[str] = MODEL_MODULES) -> str:
+    """A SHA-256 digest of the code of ``modules``, as Python reads it.
+
+    Comments, docstrings and layout do not count (the syntax tree is hashed, not the
+    text), so rewording a comment keeps saved results current while any change to what
+    the code does makes them stale. The modules are read, not imported.
+    """
+    digest = hashlib.sha256()
+    for name in modules:
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            raise CheckConfigError("modules", "names no module with source", name)
+        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"), spec.origin)
+        digest.update(f"{name}\n{_canonical(_without_docstrings(tree))}\n".encode())
+    return digest.hexdigest()
+
+
+def _without_docstrings(tree: ast.Module) -> ast.Module:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                    and isinstance(body[0].value.value, str)):
+                node.body = body[1:]
+    return tree
+
+
+def _canonical(node: Any) -> str:
+    # Written out by hand rather than with ast.dump, whose output differs between Python
+    # versions (3.13 leaves out empty fields); empty fields are left out here on every one.
+    if isinstance(node, ast.AST):
+        fields = [f"{name}={_canonical(value)}" for name, value in ast.iter_fields(node)
+                  if value is not None and value != []]
+        return f"{type(node).__name__}({' '.join(fields)})"
+    if isinstance(node, list):
+        return f"[{','.join(_canonical(item) for item in node)}]"
+    return repr(node)
 
 
 def report_path() -> Path:
@@ -372,7 +435,8 @@ def write_report(report: CheckReport, path: Path | None = None) -> Path:
 
 def load_report(path: Path | None = None) -> CheckReport:
     """The saved report of the default configurations, refused when it is not for
-    today's :data:`DEFAULT_CONFIGS` (names, purposes and configurations)."""
+    today's :data:`DEFAULT_CONFIGS` (names, purposes and configurations), today's
+    properties, or today's code (:func:`model_fingerprint`)."""
     source = report_path() if path is None else Path(path)
     try:
         data = json.loads(source.read_text(encoding="utf-8"))
@@ -390,4 +454,7 @@ def load_report(path: Path | None = None) -> CheckReport:
     if tuple(r.name for _, result in report.runs for r in result.properties) != (
             PROPERTY_NAMES * len(report.runs)):
         raise StaleCheckResults(source, "judges other properties than today's")
+    if report.model_fingerprint != model_fingerprint():
+        raise StaleCheckResults(source, "was computed with other code than today's fence "
+                                "rules and checker model (its model_fingerprint differs)")
     return report
