@@ -32,11 +32,14 @@ back in grid order.
 
 With ``output``, each finished batch is saved at once under ``<output>.parts/``; a sweep
 that stops (a worker dies, the machine reboots) picks up from there when run again with
-the same grid and output, evaluating only what is missing.
+the same grid and output, evaluating only what is missing. A saved result is used only
+for the same scenario on the same inputs: editing a fleet file (or a catalog or GGUF file
+a scenario reads) evaluates its scenarios again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -71,7 +74,8 @@ class SweepError(CodedError):
     """A sweep that cannot start or did not finish.
 
     ``InvalidGrid``: the grid or grid file is malformed (names the column or key);
-    ``SweepInterrupted``: workers died before every scenario finished; what finished is
+    ``SweepInterrupted``: workers died, or the Dask cluster failed or could not be
+    reached, before every scenario finished; what finished is
     saved and running the same sweep again resumes from it.
     """
 
@@ -372,9 +376,35 @@ def evaluate_batch(batch: Batch) -> list[dict[str, Any]]:
             for index, key, row in batch.scenarios]
 
 
-def scenario_key(evaluation: str, row: Mapping[str, Any]) -> str:
-    text = json.dumps([evaluation, sorted(row.items())], sort_keys=True, default=str)
+def scenario_key(evaluation: str, row: Mapping[str, Any],
+                 inputs: Mapping[str, Any] | None = None) -> str:
+    """What a saved result is matched by: the evaluation, the row, and ``inputs``, the
+    contents of the files the row names (so an edited fleet file or catalog is evaluated
+    again instead of resumed from a stale result)."""
+    text = json.dumps([evaluation, sorted(row.items()), sorted((inputs or {}).items())],
+                      sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _file_digest(path: str) -> str:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return "unreadable"  # the scenario reports the error itself
+
+
+def _row_inputs(row: Mapping[str, Any], documents: Mapping[str, FleetDocument]
+                ) -> dict[str, Any]:
+    inputs: dict[str, Any] = {}
+    if "fleet" in row:
+        document = documents[row["fleet"]]
+        inputs["fleet"] = {**document.to_dict(), "source": None}
+        gguf = document.model.gguf_path(document.base_dir)
+        if gguf is not None:
+            inputs["gguf"] = _file_digest(str(gguf))
+    if "catalog" in row:
+        inputs["catalog"] = _file_digest(row["catalog"])
+    return inputs
 
 
 # -- running a sweep --------------------------------------------------------------------
@@ -507,7 +537,9 @@ def sweep(
         raise SweepError("InvalidGrid", f"output {str(out)!r} must end in .parquet or .csv",
                          path=str(out))
     rows = _row_dicts(grid)
-    keys = {index: scenario_key(evaluate, row) for index, row in enumerate(rows)}
+    documents = _read_documents(rows)
+    keys = {index: scenario_key(evaluate, row, _row_inputs(row, documents))
+            for index, row in enumerate(rows)}
     parts = _Parts(out)
     records = parts.load(keys)
     total = len(rows)
@@ -519,7 +551,6 @@ def sweep(
         executor = ("dask" if scheduler is not None else
                     "inline" if len(pending) <= IN_PROCESS_LIMIT else "processes")
     if pending:
-        documents = _read_documents(row for _, _, row in pending)
         count = workers or (os.cpu_count() or 1)
         size = batch_size or max(1, min(50, math.ceil(len(pending) / (count * 4))))
         batches = _batches(evaluate, pending, documents, size)
@@ -537,10 +568,7 @@ def sweep(
         elif executor == "processes":
             _run_processes(batches, count, finished, parts, total, records)
         else:
-            from planner import sweep_dask
-
-            sweep_dask.run_batches(batches, evaluate_batch, finished, scheduler=scheduler,
-                                   workers=workers)
+            _run_dask(batches, scheduler, workers, finished, parts, total, records)
     frame = results_frame(grid, evaluate, records)
     if out is not None:
         write_results(frame, out)
@@ -557,10 +585,34 @@ def _run_processes(batches: Sequence[Batch], workers: int,
             for future in as_completed(futures):
                 finished(future.result())
         except BrokenProcessPool:
-            where = (f"; the finished ones are saved in {parts.folder} and running the same "
-                     "sweep again resumes from them" if parts.folder is not None else
-                     "; give an output file to keep finished scenarios across runs")
-            raise SweepError(
-                "SweepInterrupted",
-                f"a worker process died: {len(records)} of {total} scenarios finished{where}",
-                finished=len(records), total=total) from None
+            raise _interrupted("a worker process died", parts, total, records) from None
+
+
+def _run_dask(batches: Sequence[Batch], scheduler: Any, workers: int | None,
+              finished: Callable[[list[dict[str, Any]]], None], parts: _Parts,
+              total: int, records: Mapping[int, Any]) -> None:
+    from planner import sweep_dask
+
+    where = f" at {scheduler!r}" if isinstance(scheduler, str) and scheduler != "dask" else ""
+    with contextlib.closing(sweep_dask.results(batches, evaluate_batch, scheduler=scheduler,
+                                               workers=workers)) as done:
+        while True:
+            # Only the cluster's own failures are caught: saving a batch is not in here.
+            try:
+                batch_records = next(done)
+            except StopIteration:
+                return
+            except sweep_dask.CLUSTER_FAILURES as error:
+                raise _interrupted(f"the Dask cluster{where} failed ({error})", parts, total,
+                                   records) from None
+            finished(batch_records)
+
+
+def _interrupted(cause: str, parts: _Parts, total: int,
+                 records: Mapping[int, Any]) -> SweepError:
+    where = (f"; the finished ones are saved in {parts.folder} and running the same "
+             "sweep again resumes from them" if parts.folder is not None else
+             "; give an output file to keep finished scenarios across runs")
+    return SweepError("SweepInterrupted",
+                      f"{cause}: {len(records)} of {total} scenarios finished{where}",
+                      finished=len(records), total=total)

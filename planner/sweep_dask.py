@@ -1,22 +1,27 @@
 """The Dask adapter: the one module that talks to ``dask.distributed``.
 
-:func:`run_batches` sends sweep batches to a cluster and hands each result back as it
-finishes. The cluster is an existing one (``scheduler="tcp://host:8786"`` or a
+:func:`results` sends sweep batches to a cluster and yields each result as it finishes.
+The cluster is an existing one (``scheduler="tcp://host:8786"`` or a
 ``dask.distributed.Client``), or a ``LocalCluster`` started here and closed afterwards
 when ``scheduler`` is ``None`` or ``"dask"``. Workers of a remote cluster need the
 ``planner`` package installed (the same version); they do not need the fleet files,
 which travel with the batches.
 
 A worker that dies is Dask's to handle: its unfinished batches are run again on the
-other workers, and the batches already returned were saved by the caller.
+other workers, and the batches already yielded were saved by the caller.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from distributed import Client, LocalCluster, as_completed
+from distributed import Client, KilledWorker, LocalCluster, as_completed
+
+# What Dask raises when the cluster itself fails: a batch that keeps killing its workers
+# (Dask gives up after a few tries), or a scheduler that cannot be reached or goes away
+# (its connection errors are OSErrors).
+CLUSTER_FAILURES = (KilledWorker, OSError)
 
 
 def local_cluster(workers: int | None = None, *, processes: bool = True) -> LocalCluster:
@@ -26,11 +31,11 @@ def local_cluster(workers: int | None = None, *, processes: bool = True) -> Loca
                         dashboard_address=None)
 
 
-def run_batches(batches: Sequence[Any], function: Callable[[Any], Any],
-                finished: Callable[[Any], None], *, scheduler: Any = None,
-                workers: int | None = None) -> None:
-    """Run ``function`` on every batch on the cluster; ``finished(result)`` in the order
-    they complete."""
+def results(batches: Sequence[Any], function: Callable[[Any], Any], *,
+            scheduler: Any = None, workers: int | None = None) -> Iterator[Any]:
+    """``function(batch)`` for every batch, run on the cluster, yielded in the order
+    they complete. Raises one of :data:`CLUSTER_FAILURES` when the cluster fails; the
+    results yielded before stand."""
     cluster = None
     if isinstance(scheduler, Client):
         client, owned = scheduler, False
@@ -42,8 +47,9 @@ def run_batches(batches: Sequence[Any], function: Callable[[Any], Any],
     try:
         futures = client.map(function, list(batches), pure=False)
         for future in as_completed(futures):
-            finished(future.result())
+            result = future.result()
             future.release()
+            yield result
     finally:
         if owned:
             client.close()

@@ -33,6 +33,8 @@ def test_results_are_the_same_on_every_executor() -> None:
     grid = _grid()
     inline = sweep(grid, "availability", executor="inline")
     processes = sweep(grid, "availability", executor="processes", workers=2, batch_size=1)
+    # An existing cluster, given as a Client (threads: the process workers are the slow
+    # test below).
     with local_cluster(2, processes=False) as cluster, Client(cluster) as client:
         on_dask = sweep(grid, "availability", scheduler=client, batch_size=3)
     pd.testing.assert_frame_equal(inline, processes)
@@ -45,6 +47,30 @@ def test_results_are_the_same_on_every_executor() -> None:
     assert row["availability"] == expected.availability
     assert list(inline["scenario"]) == list(range(len(grid)))
     assert inline["error_code"].isna().all()
+
+
+@pytest.mark.slow
+def test_a_local_dask_cluster_gives_the_same_results_though_a_worker_is_killed(
+        tmp_path: Path) -> None:
+    grid = _grid()
+    killed: list[int] = []
+
+    def kill_a_worker(done: int, total: int) -> None:
+        # The LocalCluster's worker processes are children of this one.
+        if done >= 2 and not killed:
+            workers = multiprocessing.active_children()
+            assert workers
+            killed.append(workers[0].pid)
+            os.kill(workers[0].pid, signal.SIGKILL)
+
+    # Asked for Dask with no address: the sweep starts a LocalCluster of two worker
+    # processes and closes it afterwards.
+    on_dask = sweep(grid, "availability", executor="dask", workers=2, batch_size=1,
+                    output=tmp_path / "out.parquet", progress=kill_a_worker)
+    assert killed
+    pd.testing.assert_frame_equal(on_dask, sweep(grid, "availability", executor="inline"))
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "out.parquet"), on_dask)
+    assert not multiprocessing.active_children()  # the cluster is closed
 
 
 def test_a_worker_that_dies_loses_no_finished_results(tmp_path: Path) -> None:
@@ -77,6 +103,32 @@ def test_a_worker_that_dies_loses_no_finished_results(tmp_path: Path) -> None:
     whole = sweep(grid, "availability", executor="inline")
     pd.testing.assert_frame_equal(resumed, whole)
     pd.testing.assert_frame_equal(pd.read_parquet(output), whole)
+
+
+def test_an_edited_fleet_file_is_evaluated_again_not_resumed(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(Path(FIVE).read_text())
+    grid = grid_from_axes({"repair_hours": [24, 72, 168, 500]}, {"fleet": str(fleet)})
+    output = tmp_path / "out.csv"
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_two(done: int, total: int) -> None:
+        if done == 2:
+            raise Stop
+
+    with pytest.raises(Stop):
+        sweep(grid, "availability", executor="inline", batch_size=1, output=output,
+              progress=stop_after_two)
+    # One node fewer: the two saved results are stale.
+    fleet.write_text(Path(FIVE).read_text().replace("count = 5", "count = 4"))
+    starts: list[int] = []
+    resumed = sweep(grid, "availability", executor="inline", batch_size=1, output=output,
+                    progress=lambda done, total: starts.append(done))
+    assert starts[0] == 0
+    assert (resumed["node_count"] == 4).all()
+    pd.testing.assert_frame_equal(resumed, sweep(grid, "availability", executor="inline"))
 
 
 def test_plan_sweep_over_models_with_errors_in_rows(tmp_path: Path) -> None:
@@ -135,29 +187,6 @@ def test_size_sweep_over_prices_and_failures() -> None:
     assert results.iloc[3]["cost_per_hour_usd"] == pytest.approx(3 * direct.cost_per_hour_usd)
 
 
-@pytest.mark.slow
-def test_a_dask_worker_killed_mid_sweep_is_replaced_and_nothing_is_lost(tmp_path: Path) -> None:
-    from distributed import Client
-
-    from planner.sweep_dask import local_cluster
-
-    grid = grid_from_axes({"annual_failure_rate": [0.05, 0.1, 0.2, 0.4, 0.8, 1.6],
-                           "repair_hours": [24, 200]}, {"fleet": FIVE})
-    killed: list[int] = []
-    with local_cluster(2) as cluster, Client(cluster) as client:
-        pids = list(client.run(os.getpid).values())
-
-        def kill_a_worker(done: int, total: int) -> None:
-            if done >= 2 and not killed:
-                killed.append(done)
-                os.kill(pids[0], signal.SIGKILL)
-
-        results = sweep(grid, "availability", scheduler=client, batch_size=1,
-                        output=tmp_path / "out.parquet", progress=kill_a_worker)
-    assert killed
-    pd.testing.assert_frame_equal(results, sweep(grid, "availability", executor="inline"))
-
-
 def test_simulation_sweep_reports_each_seeded_year() -> None:
     from planner.simulation import simulate
 
@@ -172,3 +201,15 @@ def test_simulation_sweep_reports_each_seeded_year() -> None:
         assert row.replans == expected["replans"] > 0
         assert row.claim_messages == expected["claim_messages"]
         assert row.simulated_availability == expected["simulated_availability"]
+
+
+def test_an_unreachable_scheduler_is_a_named_error(tmp_path: Path) -> None:
+    import dask
+
+    grid = grid_from_axes({"repair_hours": [24, 72]}, {"fleet": FIVE})
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}), \
+            pytest.raises(SweepError) as error:
+        sweep(grid, "availability", scheduler="tcp://127.0.0.1:9", output=tmp_path / "o.csv")
+    assert error.value.code == "SweepInterrupted"
+    assert "the Dask cluster at 'tcp://127.0.0.1:9' failed" in error.value.message
+    assert "0 of 2 scenarios finished" in error.value.message

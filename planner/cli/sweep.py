@@ -14,10 +14,11 @@ NAME = "sweep"
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = add_command(
-        commands, NAME, run, help="evaluate a grid of what-ifs (plan, availability, simulation)",
+        commands, NAME, run,
+        help="evaluate a grid of what-ifs (plan, size, availability, simulation)",
         description=(
             "A grid file names the evaluation and the values to combine:\n\n"
-            '  evaluate = "availability"      # plan | availability | simulation\n'
+            '  evaluate = "availability"      # plan | size | availability | simulation\n'
             "  [axes]                         # every combination of these lists\n"
             "  annual_failure_rate = [0.05, 0.119, 0.3]\n"
             "  min_context = [65536, 262144]\n"
