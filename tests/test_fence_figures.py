@@ -21,7 +21,7 @@ from planner.fence import (
     LoadDecision,
     quorum_requirement,
 )
-from planner.fence.check import CheckReport, load_report
+from planner.fence.check import CheckConfig, CheckReport, NamedConfig, check, load_report
 from planner.fence.scenarios import run_scenario
 from planner.figures.fence import (
     ACCEPT_COLOUR,
@@ -283,3 +283,33 @@ def test_counterexample_logs_draw_like_scenario_logs() -> None:
     assert list(chart.data[0].y) == ["different-plans"]
     assert list(chart.data[0].x) == [report.states_explored]
     assert "majorities_overlap" in chart.data[0].customdata[0]
+
+
+EVIL_STAGE = '<a href="https://evil.example/x">CLICKME</a>'
+EVIL_COORDINATOR = '<span style="font-size:90px;fill:red">%{x}</span>'
+
+
+def test_node_ids_are_drawn_as_text_not_as_html() -> None:
+    # Plotly reads HTML in labels, legends and hover text, and %{...} in hover templates.
+    from planner.fence.coordinator import SplitPlan
+    from planner.fence.simulator import Simulation
+
+    sim = Simulation()
+    for node in (EVIL_STAGE, "stage-b", "stage-c"):
+        sim.add_stage(node)
+    sim.add_coordinator(EVIL_COORDINATOR, SplitPlan(
+        "m", "p", "s", "t", "r", (EVIL_STAGE, "stage-b", "stage-c")))
+    sim.start_coordinator(0, EVIL_COORDINATOR)
+    sim.run()
+    events = sim.events_frame()
+    run = NamedConfig(EVIL_STAGE, "", CheckConfig(stages=1, coordinators=1, max_term=1,
+                                                  clock_bound=0))
+    figures = [sequence_figure(events), accepted_terms_figure(events),
+               check_report_figure(CheckReport(((run, check(run.config)),)))]
+    for figure in figures:
+        drawn = json.dumps(figure.to_plotly_json())
+        assert "<a href" not in drawn and "<span" not in drawn
+        assert "&lt;a href=" in drawn
+        templates = [trace.hovertemplate or "" for trace in figure.data]
+        assert not any("%{x}</span>" in template for template in templates)
+    assert "&lt;span style" in json.dumps(figures[0].to_plotly_json())

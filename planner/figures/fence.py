@@ -15,7 +15,6 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict, deque
 from collections.abc import Sequence
-from html import escape
 from typing import Any, Literal
 
 import pandas as pd
@@ -38,7 +37,7 @@ from planner.fence.claims import (
     quorum_requirement,
 )
 from planner.fence.errors import InvalidFenceInput
-from planner.figures.style import axis, base_layout
+from planner.figures.style import axis, base_layout, plotly_text
 
 ACCEPT_COLOUR = "#2e8b57"
 REJECT_COLOUR = "#c44e52"
@@ -400,6 +399,8 @@ def lanes(events: pd.DataFrame) -> list[str]:
 
 
 def _hover(row: Any) -> str:
+    # Node ids and details are whatever a simulation was given: plotly would read HTML
+    # in them, so they are escaped (plotly_text); the <br> is the one tag meant.
     parts = [f"#{row.seq} t={row.time_ms} ms", str(row.node), str(row.kind)]
     if isinstance(row.message, str):
         parts.append(row.message)
@@ -412,8 +413,9 @@ def _hover(row: Any) -> str:
         text += ": accepted"
     elif row.accepted is False:
         text += f": rejected ({row.reason})"
+    text = plotly_text(text)
     if isinstance(row.detail, str) and row.detail:
-        text += f"<br>{escape(row.detail)}"
+        text += f"<br>{plotly_text(row.detail)}"
     return text
 
 
@@ -465,8 +467,8 @@ def sequence_figure(
             # Still travelling: a short stub pointing at the receiver.
             y1 = y0 + (y1 - y0) * 0.35
             x1 = x0 + stub
-        label = (f"{arrow.message} term {arrow.term}: {arrow.source} → {arrow.target} "
-                 f"({arrow.outcome})")
+        label = plotly_text(f"{arrow.message} term {arrow.term}: {arrow.source} → "
+                            f"{arrow.target} ({arrow.outcome})")
         target = segments[name]
         target["x"] += [x0, x1, None]
         target["y"] += [y0, y1, None]
@@ -520,7 +522,7 @@ def sequence_figure(
         title,
         xaxis=axis(title={"text": "event order" if x == "seq" else "time (ms)"},
                     range=span, zeroline=False),
-        yaxis=axis(tickvals=list(lane_y.values()), ticktext=list(lane_y),
+        yaxis=axis(tickvals=list(lane_y.values()), ticktext=[plotly_text(n) for n in lane_y],
                     range=[-len(order) + 0.5, 0.5], showgrid=True, zeroline=False),
         height=max(260, 120 + 55 * len(order)),
         hovermode="closest",
@@ -553,11 +555,14 @@ def accepted_terms_figure(
     traces = []
     for node in sorted(set(terms["node"])):
         mine = terms[terms["node"] == node]
+        ys = [*mine["term"].tolist(), int(mine["term"].iloc[-1])]
         traces.append({
-            "type": "scatter", "mode": "lines+markers", "name": node, "line": {"shape": "hv"},
-            "x": [*mine[x].tolist(), end], "y": [*mine["term"].tolist(),
-                                                 int(mine["term"].iloc[-1])],
-            "hovertemplate": f"{node}: term %{{y}}<extra></extra>",
+            "type": "scatter", "mode": "lines+markers", "name": plotly_text(node),
+            "line": {"shape": "hv"}, "x": [*mine[x].tolist(), end], "y": ys,
+            # The node id goes in as text, never into the template, where "%{...}" in it
+            # would be read as a placeholder.
+            "text": [plotly_text(node)] * len(ys),
+            "hovertemplate": "%{text}: term %{y}<extra></extra>",
         })
     refused = events[events["kind"].isin(["claim", "load", "stop"])
                      & (events["accepted"] == False)]  # noqa: E712
@@ -594,7 +599,8 @@ def check_report_figure(report: CheckReport) -> go.Figure:
     ]
     bars = {
         "type": "bar", "orientation": "h", "name": "states explored",
-        "y": names, "x": states, "text": [f"{s:,} states" for s in states],
+        "y": [plotly_text(name) for name in names], "x": states,
+        "text": [f"{s:,} states" for s in states],
         "textposition": "auto",
         "customdata": broken,
         "hovertemplate": "%{y}: %{x:,} states<br>broken: %{customdata}<extra></extra>",
