@@ -762,3 +762,18 @@ def test_the_readme_describes_the_checker_as_it_is() -> None:
         section.split())
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
     exec(compile(code, "README.md", "exec"), {})
+
+
+@pytest.mark.slow  # three interpreters
+def test_fence_check_refuses_a_path_it_cannot_write_before_checking(tmp_path: Path) -> None:
+    # python -m planner.fence.check (make fence-check) explores for minutes: a bad target
+    # is refused at once with exit code 2, and a bad worker count names the field.
+    for argv, said in (([str(tmp_path / "no-such-folder" / REPORT_FILE)], "cannot write"),
+                       ([str(tmp_path)], "cannot write"),
+                       ([str(tmp_path / REPORT_FILE), "--workers", "0"], "workers")):
+        done = subprocess.run([sys.executable, "-m", "planner.fence.check", *argv],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert said in done.stderr and "Traceback" not in done.stderr
+        assert done.stderr.count("\n") == 1
+    assert not (tmp_path / REPORT_FILE).exists()
