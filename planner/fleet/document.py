@@ -15,6 +15,7 @@ from planner.errors import InvalidInput
 from planner.fleet._fields import (
     LIMITS,
     RELIABILITY_KEYS,
+    as_address,
     as_int,
     as_rate,
     as_text,
@@ -208,6 +209,9 @@ class FleetDocument:
     name: str | None = None
     reliability: Mapping[str, ReliabilityOverride] = field(default_factory=dict)
     source: str | None = field(default=None, compare=False)
+    addresses: tuple[tuple[str, str], ...] = ()
+    """``(node_id, "host:port")`` of the nodes whose llama.cpp rpc-server address is
+    known (``planner launch``)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelChoice):
@@ -226,6 +230,14 @@ class FleetDocument:
                                      field=f"nodes[{index}].node_id", node_id=node.node_id)
             seen.add(node.node_id)
         object.__setattr__(self, "nodes", nodes)
+        addresses = dict(self.addresses.items() if isinstance(self.addresses, Mapping)
+                         else self.addresses)
+        for node_id, address in addresses.items():
+            if node_id not in seen:
+                raise FleetFileError("InvalidField", "names a node the fleet does not have",
+                                     field="addresses", node_id=node_id)
+            as_address(address, f"addresses.{node_id}", node_id)
+        object.__setattr__(self, "addresses", tuple(sorted(addresses.items())))
         as_int(self.minimum_nodes, "planning.minimum_nodes", maximum=LIMITS["minimum_nodes"])
         for key in ("context_length_override", "parallel_lanes_override",
                     "target_decode_tpot_ms"):
@@ -290,6 +302,7 @@ class FleetDocument:
             "nodes": [node.to_dict() for node in self.nodes],
             "reliability": {node_id: own.to_dict()
                             for node_id, own in self.reliability.items()},
+            "addresses": dict(self.addresses),
             "source": self.source,
         }
 
@@ -299,7 +312,7 @@ class FleetDocument:
             raise FleetFileError("InvalidField", "must be an object", field="document")
         reject_unknown(data, ("name", "model", "minimum_nodes", "context_length_override",
                                "parallel_lanes_override", "target_decode_tpot_ms", "nodes",
-                               "reliability", "source"), "")
+                               "reliability", "addresses", "source"), "")
         if "model" not in data:
             raise FleetFileError("MissingField", "is required", field="model")
         raw_nodes = data.get("nodes", [])
@@ -329,6 +342,7 @@ class FleetDocument:
             reliability={node_id: ReliabilityOverride.from_dict(own)
                          for node_id, own in raw_reliability.items()},
             source=data.get("source"),
+            addresses=tuple((data.get("addresses") or {}).items()),
         )
 
 

@@ -20,6 +20,7 @@ from planner.fleet._fields import (
     PLANNING_KEYS,
     RELIABILITY_KEYS,
     TOP_KEYS,
+    as_address,
     as_context,
     as_int,
     as_latency,
@@ -53,7 +54,8 @@ def _same_budget(a: NodeBudget, b: NodeBudget) -> bool:
 
 
 def _group_nodes(nodes: Sequence[NodeBudget],
-                 reliability: Mapping[str, ReliabilityOverride] | None = None
+                 reliability: Mapping[str, ReliabilityOverride] | None = None,
+                 single: set[str] | frozenset[str] = frozenset(),
                  ) -> list[tuple[NodeBudget, str, int | None]]:
     """Runs of identical, numbered nodes as ``(first node, base id, count)`` entries.
 
@@ -73,7 +75,8 @@ def _group_nodes(nodes: Sequence[NodeBudget],
             while (index + run < len(nodes)
                    and nodes[index + run].node_id == f"{base}-{run:0{width}d}"
                    and _same_budget(nodes[index + run], node)
-                   and own.get(nodes[index + run].node_id) == own.get(node.node_id)):
+                   and own.get(nodes[index + run].node_id) == own.get(node.node_id)
+                   and nodes[index + run].node_id not in single):
                 run += 1
             if width == 2:
                 taken = min(run, 100)
@@ -195,9 +198,9 @@ def _document_from_toml(data: Mapping[str, Any]) -> FleetDocument:
     if not isinstance(raw_nodes, list):
         raise FleetFileError("InvalidField", "write each node as a [[nodes]] table",
                              field="nodes")
-    nodes, reliability = _nodes_from_toml(raw_nodes)
+    nodes, reliability, addresses = _nodes_from_toml(raw_nodes)
     return FleetDocument(model=model, nodes=nodes, name=name, reliability=reliability,
-                         **options)
+                         addresses=addresses, **options)
 
 
 def _model_from_toml(table: Mapping[str, Any]) -> ModelChoice:
@@ -236,9 +239,11 @@ def _reliability_from_toml(entry: Mapping[str, Any], prefix: str,
 
 
 def _nodes_from_toml(entries: list[Any]
-                     ) -> tuple[tuple[NodeBudget, ...], dict[str, ReliabilityOverride]]:
+                     ) -> tuple[tuple[NodeBudget, ...], dict[str, ReliabilityOverride],
+                                tuple[tuple[str, str], ...]]:
     nodes: list[NodeBudget] = []
     reliability: dict[str, ReliabilityOverride] = {}
+    addresses: list[tuple[str, str]] = []
     owner: dict[str, tuple[int, str]] = {}
     for index, entry in enumerate(entries):
         prefix = f"nodes[{index}]."
@@ -270,6 +275,14 @@ def _nodes_from_toml(entries: list[Any]
         else:
             ids = [base_id]
             described = f"id = {base_id!r}"
+        if "address" in entry:
+            if len(ids) > 1:
+                raise FleetFileError(
+                    "InvalidField", "belongs to one node; write the nodes of a count "
+                    "entry one by one to give each its address", field=f"{prefix}address",
+                    node_id=base_id)
+            addresses.append((ids[0], as_address(entry["address"], f"{prefix}address",
+                                                 base_id)))
         for node_id in ids:
             if node_id in owner:
                 other_index, other = owner[node_id]
@@ -282,7 +295,7 @@ def _nodes_from_toml(entries: list[Any]
             nodes.append(NodeBudget(node_id, detected, max_vram, headroom, latency))
             if own is not None:
                 reliability[node_id] = own
-    return tuple(nodes), reliability
+    return tuple(nodes), reliability, tuple(addresses)
 
 
 def _size_text(value: int) -> str:
@@ -346,7 +359,9 @@ def fleet_to_toml(document: FleetDocument) -> str:
         parts.append(tomli_w.dumps(top))
     parts.append("[model]\n" + tomli_w.dumps(_model_to_toml(document.model)))
     parts.append("[planning]\n" + tomli_w.dumps(planning))
-    for node, base_id, count in _group_nodes(document.nodes, document.reliability):
+    addresses = dict(document.addresses)
+    for node, base_id, count in _group_nodes(document.nodes, document.reliability,
+                                             set(addresses)):
         entry: dict[str, Any] = {"id": base_id}
         if count is not None:
             entry["count"] = count
@@ -360,5 +375,7 @@ def fleet_to_toml(document: FleetDocument) -> str:
         own = document.reliability.get(node.node_id)
         if own is not None:
             entry.update(own.to_dict())
+        if count is None and node.node_id in addresses:
+            entry["address"] = addresses[node.node_id]
         parts.append("[[nodes]]\n" + tomli_w.dumps(entry))
     return "\n".join(parts)

@@ -1,0 +1,145 @@
+"""The llama.cpp commands that run a plan: one ``rpc-server`` per stage, one
+``llama-server`` that drives them.
+
+Layer placement: ``-ts`` (``--tensor-split``) with whole numbers reproduces a plan's
+layer ranges exactly, for the weights and the KV cache alike. llama.cpp puts layer ``il``
+on the first device whose cumulative split exceeds ``il / (n_layer + 1)``
+(``llama_model::load_tensors``): the output layer counts as one more unit, so the
+splits are the stages' layer counts with one added to the last stage, and with every
+layer offloaded (``-ngl n_layer + 1``) the output head lands on the last stage.
+``-ot``/``--override-tensor`` was not used: it moves a layer's weights but not its KV
+cache (which follows the layer split), llama.cpp keeps only the last of several ``-ot``
+flags, and any override turns pipeline parallelism off. ``make validate`` checks the
+placement on a real build.
+
+The lanes share one unified KV cache (``-kvu``), which is what the planner assumes;
+``--fit off`` keeps llama.cpp from changing the context or the layers to make them fit.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from planner.memory import LlamaCppSettings
+
+DEFAULT_RPC_PORT = 50052
+RPC_SERVER = "ggml-rpc-server"
+LLAMA_SERVER = "llama-server"
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchStage:
+    node_id: str
+    address: str
+    layer_start: int
+    layer_end: int
+
+
+@dataclass(frozen=True, slots=True)
+class RpcServer:
+    node_id: str
+    address: str
+    argv: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """The commands for one plan (``planner launch``'s JSON keys)."""
+
+    stages: tuple[LaunchStage, ...]
+    rpc_servers: tuple[RpcServer, ...]
+    llama_server: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stages": [asdict(stage) for stage in self.stages],
+            "rpc_servers": [{"node_id": s.node_id, "address": s.address,
+                             "argv": list(s.argv)} for s in self.rpc_servers],
+            "llama_server": {"argv": list(self.llama_server)},
+        }
+
+    def shell(self) -> str:
+        """The commands as shell lines, each argument quoted."""
+        lines = []
+        for server in self.rpc_servers:
+            lines.append(f"# on {server.node_id} (layers "
+                         f"{_stage(self, server.node_id).layer_start}-"
+                         f"{_stage(self, server.node_id).layer_end - 1})")
+            lines.append(shlex.join(server.argv))
+        lines.append("# on the host that serves requests")
+        lines.append(shlex.join(self.llama_server))
+        return "\n".join(lines) + "\n"
+
+
+def _stage(launch: Launch, node_id: str) -> LaunchStage:
+    return next(stage for stage in launch.stages if stage.node_id == node_id)
+
+
+def tensor_split(ranges: Sequence[tuple[int, int]]) -> list[int]:
+    """``-ts`` weights that put exactly ``ranges`` on the devices (the output layer is one
+    more unit on the last device)."""
+    counts = [end - start for start, end in ranges]
+    counts[-1] += 1
+    return counts
+
+
+def layer_devices(ranges: Sequence[tuple[int, int]], layer_count: int) -> list[int]:
+    """The device llama.cpp gives each layer (and the output layer, last) for the
+    ``-ts`` of :func:`tensor_split`, computed the way llama.cpp does, in float32."""
+    import numpy as np
+
+    splits = np.array(tensor_split(ranges), dtype=np.float32)
+    cumulative = np.cumsum(splits, dtype=np.float32)
+    cumulative = cumulative / np.float32(cumulative[-1])
+    total = layer_count + 1
+    devices = []
+    for layer in range(total):
+        point = np.float32(layer) / np.float32(total)
+        devices.append(int(np.searchsorted(cumulative, point, side="right")))
+    return devices
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+def build_launch(stages: Sequence[Any], model_path: str, settings: LlamaCppSettings,
+                 layer_count: int, addresses: Mapping[str, str] | None = None, *,
+                 rpc_server: str = RPC_SERVER, llama_server: str = LLAMA_SERVER,
+                 extra_server_args: Sequence[str] = ()) -> Launch:
+    """Commands for ``stages`` (objects with ``node_id``, ``layer_start``,
+    ``layer_end``, in order). A node without an address is reached as
+    ``{node_id}:50052``."""
+    addresses = dict(addresses or {})
+    placed = []
+    servers = []
+    for stage in stages:
+        address = addresses.get(stage.node_id, f"{stage.node_id}:{DEFAULT_RPC_PORT}")
+        host, port = split_address(address)
+        placed.append(LaunchStage(stage.node_id, address, stage.layer_start, stage.layer_end))
+        servers.append(RpcServer(stage.node_id, address,
+                                 (rpc_server, "--host", host.strip("[]"), "--port", str(port))))
+    ranges = [(stage.layer_start, stage.layer_end) for stage in placed]
+    argv = [
+        llama_server, "--model", model_path,
+        "--rpc", ",".join(stage.address for stage in placed),
+        "--device", ",".join(f"RPC{index}" for index in range(len(placed))),
+        "--n-gpu-layers", str(layer_count + 1),
+        "--split-mode", "layer",
+        "--tensor-split", ",".join(str(n) for n in tensor_split(ranges)),
+        "--ctx-size", str(settings.context_length),
+        "--parallel", str(settings.parallel),
+        "--cache-type-k", settings.cache_type_k,
+        "--cache-type-v", settings.cache_type_v,
+        "--flash-attn", "on" if settings.flash_attn else "off",
+        "--ubatch-size", str(settings.ubatch),
+        "--batch-size", str(settings.batch),
+        *(["--kv-unified"] if settings.kv_unified else []),
+        "--fit", "off",
+        *extra_server_args,
+    ]
+    return Launch(tuple(placed), tuple(servers), tuple(argv))

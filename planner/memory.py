@@ -1,0 +1,486 @@
+"""What llama.cpp allocates on each device of a layer split, component by component.
+
+The planner's design rule (``w_j + ceil(kv/L) * context`` per layer) leaves out most of
+what makes a real split run out of memory. This module follows llama.cpp's own code
+(the version pinned in ``validation/``, checked against its logs by ``make validate``):
+
+weights (``llama_model::load_tensors``)
+    Each ``blk.N.*`` tensor lives on the device of layer N. The input embeddings
+    (``token_embd`` and the other input tensors) always stay in host memory. Every other
+    tensor (``output``, ``output_norm``, ...) goes to the output device, the last one; a
+    model without ``output.weight`` ties its head to ``token_embd``, and llama.cpp loads a
+    second copy of it there (``TENSOR_DUPLICATED``). Tensors are padded to the buffer's
+    alignment.
+KV cache (``llama_kv_cache``, ``llama_kv_cache_iswa``)
+    The context is padded to 256 cells. One cache (``--kv-unified``) holds every lane;
+    otherwise each of the ``P`` lanes gets its own stream of ``pad(ctx / P, 256)`` cells.
+    Sliding-window layers keep ``pad(min(cells, window * (P if unified else 1) + ubatch),
+    256)`` cells per stream. Each layer's K row is ``row(type_k, n_embd_k_gqa)`` bytes per
+    cell, its V row ``row(type_v, n_embd_v_gqa)``; latent attention (MLA) keeps no V row.
+compute buffer (``llama_context::sched_reserve``)
+    The scheduler's peak for a ubatch of ``U`` tokens, estimated from the graph's largest
+    live tensors: the attention scores (``n_kv x U x n_head`` floats, not materialised with
+    flash attention), the feed-forward activations, the logits of the ubatch on the output
+    device (``n_vocab x U`` floats), and the stage inputs copied from the previous device,
+    four times over when pipeline parallelism is on (``GGML_SCHED_MAX_COPIES``).
+output buffer (``llama_context::output_reserve``)
+    ``n_vocab x max(1, P)`` floats in host memory.
+overhead
+    What the backend itself takes on each device (CUDA/ROCm context, Metal); llama.cpp does
+    not log it. Defaults per backend are in ``data/gpus.toml``.
+
+``estimate`` returns a :class:`MemoryEstimate`: one :class:`DeviceMemory` per device plus
+the host, with totals and a DataFrame.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from planner.errors import CodedError
+from planner.models.kv_cache import CACHE_TYPES, check_cache_type, row_bytes
+
+COMPONENTS = ("weights_bytes", "kv_bytes", "compute_bytes", "output_bytes",
+              "overhead_bytes")
+KEYS = (*COMPONENTS, "total_bytes")
+KV_PADDING = 256
+# ggml-backend.cpp: GGML_SCHED_MAX_COPIES, the input copies kept for pipeline parallelism.
+SCHED_MAX_COPIES = 4
+# Buffers align each tensor to 32 bytes on the CPU and RPC backends (TENSOR_ALIGNMENT).
+TENSOR_ALIGNMENT = 32
+MEMORY_MODELS = ("design", "llamacpp")
+INPUT_TENSOR_PREFIXES = ("token_embd", "position_embd", "token_types",
+                         "per_layer_token_embd")
+_BLOCK = re.compile(r"^blk\.(\d+)\.")
+
+
+class MemoryModelError(CodedError):
+    """A llama.cpp memory estimate was asked for settings llama.cpp refuses or that make
+    no sense. ``code`` is stable: ``QuantizedVCacheNeedsFlashAttention``,
+    ``InvalidMemorySettings``, ``UnknownMemoryModel``."""
+
+    codes = ("QuantizedVCacheNeedsFlashAttention", "InvalidMemorySettings",
+             "UnknownMemoryModel")
+
+
+def _pad(value: int, to: int) -> int:
+    return -(-value // to) * to
+
+
+def _check_positive(value: Any, name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise MemoryModelError("InvalidMemorySettings",
+                               f"{name} must be an integer >= {minimum} (got {value!r})",
+                               field=name, value=value)
+    return value
+
+
+def check_memory_model(name: str) -> str:
+    if name not in MEMORY_MODELS:
+        raise MemoryModelError(
+            "UnknownMemoryModel",
+            f"memory_model must be one of {', '.join(MEMORY_MODELS)} (got {name!r})",
+            field="memory_model", value=name)
+    return name
+
+
+def require_flash_attention(cache_type_v: str, flash_attn: bool) -> None:
+    """llama.cpp refuses a quantized V cache without flash attention (llama_context)."""
+    if not flash_attn and CACHE_TYPES[check_cache_type(cache_type_v)][0] > 1:
+        raise MemoryModelError(
+            "QuantizedVCacheNeedsFlashAttention",
+            f"V cache type {cache_type_v} is quantized, and llama.cpp refuses it without "
+            f"flash attention (\"quantized V cache was requested, but this requires Flash "
+            f"Attention\"); turn flash attention on or use an f16/bf16/f32 V cache",
+            cache_type_v=cache_type_v, flash_attn=flash_attn)
+
+
+# --- the model, as llama.cpp lays it out ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LayerLayout:
+    """One block: its weights and what it caches per KV cell."""
+
+    weight_bytes: int
+    key_elements: int
+    value_elements: int
+    sliding: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaCppModel:
+    """The facts about a model that decide where llama.cpp puts its bytes."""
+
+    name: str
+    architecture: str
+    native_context_length: int
+    embedding_length: int
+    vocab_size: int
+    head_count: int
+    feed_forward_length: int
+    layers: tuple[LayerLayout, ...]
+    input_bytes: int
+    """Input tensors (token_embd, ...): always host memory."""
+    output_bytes: int
+    """Every other tensor outside the blocks: on the output (last) device."""
+    tied_embedding_bytes: int = 0
+    """token_embd's size when the model has no output.weight: a second copy goes to the
+    output device."""
+    sliding_window: int = 0
+    latent_attention: bool = False
+
+    @property
+    def layer_count(self) -> int:
+        return len(self.layers)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["layers"] = [asdict(layer) for layer in self.layers]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LlamaCppModel:
+        values = dict(data)
+        values["layers"] = tuple(LayerLayout(**layer) for layer in values["layers"])
+        return cls(**values)
+
+
+def _aligned(size: int, alignment: int = TENSOR_ALIGNMENT) -> int:
+    return _pad(size, alignment)
+
+
+def model_from_gguf(path: str | Path) -> LlamaCppModel:
+    """The llama.cpp layout of the GGUF model at ``path`` (any shard of a split model)."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    from planner.models.gguf_reader import from_gguf, read_shards
+    from planner.models.kv_cache import MetadataReader, layer_caches_from_gguf
+
+    spec = from_gguf(path)  # validates the file and the architecture
+    headers = read_shards(path)
+    metadata = headers[0].metadata
+    arch = spec.architecture
+    layers_n = spec.layer_count
+    meta = MetadataReader(arch, metadata, str(headers[0].path), layers_n)
+    caches = layer_caches_from_gguf(arch, metadata, layers_n, str(headers[0].path))
+    per_cell = [(c.key_elements, c.value_elements) if c is not None else (0, 0)
+                for c in caches.layers]
+    weights = [0] * layers_n
+    input_bytes = output_bytes = 0
+    token_embd = None
+    has_output = False
+    for header in headers:
+        for tensor in header.tensors:
+            size = _aligned(tensor.n_bytes)
+            match = _BLOCK.match(tensor.name)
+            if match is not None:
+                weights[int(match[1])] += size
+            elif tensor.name.startswith(INPUT_TENSOR_PREFIXES):
+                input_bytes += size
+                if tensor.name == "token_embd.weight":
+                    token_embd = tensor
+            else:
+                output_bytes += size
+                has_output = has_output or tensor.name == "output.weight"
+    embedding = meta.int("embedding_length")
+    vocab = metadata.get(f"{arch}.vocab_size")
+    if not isinstance(vocab, int) and token_embd is not None:
+        block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType[token_embd.type_name]]
+        vocab = token_embd.n_bytes // (embedding // block * type_size)
+    if not isinstance(vocab, int) or vocab <= 0:
+        raise meta.missing("vocab_size")
+    heads = meta.per_layer("attention.head_count")
+    ffn = meta.per_layer("feed_forward_length", default=[4 * embedding] * layers_n)
+    tied = _aligned(token_embd.n_bytes) if token_embd is not None and not has_output else 0
+    layers = tuple(
+        LayerLayout(weights[i], per_cell[i][0], per_cell[i][1], caches.sliding[i])
+        for i in range(layers_n))
+    return LlamaCppModel(
+        name=spec.name, architecture=arch, native_context_length=spec.native_context_length,
+        embedding_length=embedding, vocab_size=vocab, head_count=max(heads),
+        feed_forward_length=max(ffn), layers=layers, input_bytes=input_bytes,
+        output_bytes=output_bytes, tied_embedding_bytes=tied,
+        sliding_window=caches.sliding_window,
+        latent_attention=any(k > 0 and v == 0 for k, v in per_cell),
+    )
+
+
+# --- settings ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaCppSettings:
+    """The llama.cpp options that change memory (llama-server's flag in brackets)."""
+
+    context_length: int  # -c
+    cache_type_k: str = "f16"  # -ctk
+    cache_type_v: str = "f16"  # -ctv
+    parallel: int = 1  # -np
+    kv_unified: bool = False  # -kvu
+    ubatch: int = 512  # -ub
+    batch: int = 2048  # -b
+    flash_attn: bool = True  # -fa on|off
+    overhead_bytes: int = 0
+    """Backend overhead per device (not the host)."""
+
+    def __post_init__(self) -> None:
+        _check_positive(self.context_length, "context_length")
+        _check_positive(self.parallel, "parallel")
+        _check_positive(self.ubatch, "ubatch")
+        _check_positive(self.batch, "batch")
+        _check_positive(self.overhead_bytes, "overhead_bytes", minimum=0)
+        check_cache_type(self.cache_type_k)
+        check_cache_type(self.cache_type_v)
+        require_flash_attention(self.cache_type_v, self.flash_attn)
+
+    @property
+    def n_ctx(self) -> int:
+        """Cells of the whole context after llama.cpp's padding (llama_context)."""
+        padded = _pad(self.context_length, KV_PADDING)
+        if self.kv_unified:
+            return padded
+        return self.n_ctx_seq * self.parallel
+
+    @property
+    def n_ctx_seq(self) -> int:
+        padded = _pad(self.context_length, KV_PADDING)
+        if self.kv_unified:
+            return padded
+        return _pad(padded // self.parallel, KV_PADDING)
+
+    @property
+    def streams(self) -> int:
+        return 1 if self.kv_unified else self.parallel
+
+    @property
+    def n_batch(self) -> int:
+        return min(self.n_ctx, self.batch)
+
+    @property
+    def n_ubatch(self) -> int:
+        return min(self.n_batch, self.ubatch)
+
+    def window_cells(self, window: int) -> int:
+        """Cells per stream of the sliding-window cache (llama_kv_cache_iswa)."""
+        lanes = self.parallel if self.kv_unified else 1
+        return _pad(min(self.n_ctx_seq, window * lanes + self.n_ubatch), KV_PADDING)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --- the estimate ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceMemory:
+    """What one device (or the host) holds."""
+
+    device: str
+    layer_start: int
+    layer_end: int
+    weights_bytes: int
+    kv_bytes: int
+    compute_bytes: int
+    output_bytes: int
+    overhead_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(getattr(self, name) for name in COMPONENTS)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "total_bytes": self.total_bytes}
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEstimate:
+    settings: LlamaCppSettings
+    devices: tuple[DeviceMemory, ...]
+    host: DeviceMemory
+    pipeline_parallel: bool
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def totals(self) -> dict[str, int]:
+        parts = (*self.devices, self.host)
+        totals = {name: sum(getattr(part, name) for part in parts) for name in COMPONENTS}
+        totals["total_bytes"] = sum(totals.values())
+        return totals
+
+    def frame(self) -> pd.DataFrame:
+        """One row per device, then the host: layer range and each component in bytes."""
+        rows = [part.to_dict() for part in (*self.devices, self.host)]
+        return pd.DataFrame(rows, columns=["device", "layer_start", "layer_end", *KEYS])
+
+    def to_dict(self) -> dict[str, Any]:
+        def entry(part: DeviceMemory) -> dict[str, Any]:
+            data = part.to_dict()
+            del data["device"]
+            return {"device": part.device, **data}
+        return {
+            "settings": self.settings.to_dict(),
+            "pipeline_parallel": self.pipeline_parallel,
+            "devices": [entry(part) for part in self.devices],
+            "host": entry(self.host),
+            "totals": self.totals,
+            "notes": list(self.notes),
+        }
+
+
+def even_ranges(layer_count: int, devices: int) -> list[tuple[int, int]]:
+    """Contiguous layer ranges as even as possible, earlier devices taking the extra."""
+    base, extra = divmod(layer_count, devices)
+    ranges, start = [], 0
+    for index in range(devices):
+        end = start + base + (1 if index < extra else 0)
+        ranges.append((start, end))
+        start = end
+    return ranges
+
+
+def ranges_from_counts(layer_count: int, counts: Sequence[int]) -> list[tuple[int, int]]:
+    if any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in counts) or \
+            sum(counts) != layer_count:
+        raise MemoryModelError(
+            "InvalidMemorySettings",
+            f"layers per device {list(counts)} must be positive and add up to the model's "
+            f"{layer_count} layers", field="layers_per_device", value=list(counts))
+    ranges, start = [], 0
+    for count in counts:
+        ranges.append((start, start + count))
+        start += count
+    return ranges
+
+
+def layer_kv_bytes(model: LlamaCppModel, index: int, settings: LlamaCppSettings) -> int:
+    """KV bytes llama.cpp allocates for one layer."""
+    layer = model.layers[index]
+    cells = (settings.window_cells(model.sliding_window) if layer.sliding
+             else settings.n_ctx_seq)
+    cells *= settings.streams
+    size = 0
+    if layer.key_elements:
+        size += _aligned(row_bytes(settings.cache_type_k, layer.key_elements) * cells)
+    if layer.value_elements:
+        size += _aligned(row_bytes(settings.cache_type_v, layer.value_elements) * cells)
+    return size
+
+
+def _cells(model: LlamaCppModel, layers: range, settings: LlamaCppSettings,
+           sliding: bool) -> int:
+    """KV cells per stream an attention of that kind reads, 0 when no layer has it."""
+    if not any(model.layers[i].sliding == sliding and model.layers[i].key_elements
+               for i in layers):
+        return 0
+    return (settings.window_cells(model.sliding_window) if sliding
+            else settings.n_ctx_seq)
+
+
+# Activations per token beyond the masks, the scores and the logits, in floats per
+# embedding element: (fixed, per pipeline copy), for the host, the first device, a later
+# device that is not the output one and the output device, without and with flash
+# attention. Fitted to llama.cpp 11434.0.0's compute buffers for
+# gemma-3-270m (validation/results/); `make validate` checks them over its matrix.
+_ACTIVATIONS = {
+    False: {"host": (2.0, 3.62), "first": (8.65, 4.0), "middle": (8.65, 1.75),
+            "output": (3.68, 1.94)},
+    True: {"host": (1.99, 2.03), "first": (10.27, 4.0), "middle": (10.27, 1.75),
+           "output": (3.67, 0.35)},
+}
+
+
+def compute_bytes(model: LlamaCppModel, layers: range, settings: LlamaCppSettings, *,
+                  role: str, copies: int) -> int:
+    """Estimated compute buffer of the host or a device running ``layers``.
+
+    The scheduler keeps one copy of the graph inputs per pipeline copy, and the KQ masks
+    (one per attention kind the device runs: ``cells x ubatch``, f16 with flash attention,
+    f32 without) dominate them. Without flash attention a device also materialises the
+    attention scores (``cells x ubatch x n_head`` floats); the output device holds the
+    logits of a ubatch (``n_vocab x ubatch`` floats), which is its peak.
+    """
+    tokens = settings.n_ubatch
+    mask_element = 2 if settings.flash_attn else 4
+    everything = range(model.layer_count) if role == "host" else layers
+    cells = [_cells(model, everything, settings, sliding) for sliding in (False, True)]
+    masks = sum(cells) * tokens * mask_element
+    fixed, per_copy = _ACTIVATIONS[settings.flash_attn][role]
+    activations = int((fixed + per_copy * copies) * model.embedding_length * tokens * 4)
+    peak = 0
+    if role == "output":
+        peak = model.vocab_size * tokens * 4
+    elif role in ("first", "middle") and not settings.flash_attn:
+        peak = max(cells) * settings.streams * (tokens // settings.streams) \
+            * model.head_count * 4
+    return copies * masks + peak + activations
+
+
+def estimate(model: LlamaCppModel, settings: LlamaCppSettings,
+             ranges: Sequence[tuple[int, int]] | None = None,
+             devices: int | None = None) -> MemoryEstimate:
+    """Per-device memory of ``model`` split over devices by ``ranges`` (contiguous, in
+    order, covering every layer). ``devices=0`` is the host alone; ``devices=D`` without
+    ranges splits the layers evenly over D devices."""
+    layer_count = model.layer_count
+    if ranges is None:
+        count = 1 if devices is None else _check_positive(devices, "devices", minimum=0)
+        ranges = [] if count == 0 else even_ranges(layer_count, count)
+    ranges = [tuple(r) for r in ranges]
+    expected = 0
+    for start, end in ranges:
+        if start != expected or end <= start:
+            raise MemoryModelError(
+                "InvalidMemorySettings",
+                f"layer ranges {ranges} must be contiguous, in order and non-empty",
+                field="ranges", value=ranges)
+        expected = end
+    if ranges and expected != layer_count:
+        raise MemoryModelError(
+            "InvalidMemorySettings",
+            f"layer ranges {ranges} cover {expected} of {layer_count} layers",
+            field="ranges", value=ranges)
+    output_buffer = _aligned(model.vocab_size * max(1, settings.parallel) * 4)
+    notes: list[str] = []
+    if not ranges:
+        everything = range(layer_count)
+        weights = (sum(layer.weight_bytes for layer in model.layers) + model.input_bytes
+                   + model.output_bytes)
+        host = DeviceMemory(
+            "host", 0, layer_count, weights,
+            sum(layer_kv_bytes(model, i, settings) for i in everything),
+            compute_bytes(model, everything, settings, role="output", copies=1),
+            output_buffer, 0)
+        return MemoryEstimate(settings, (), host, False, tuple(notes))
+    pipeline = len(ranges) > 1
+    copies = SCHED_MAX_COPIES if pipeline else 1
+    parts = []
+    for index, (start, end) in enumerate(ranges):
+        last = index == len(ranges) - 1
+        layers = range(start, end)
+        weights = sum(model.layers[i].weight_bytes for i in layers)
+        if last:
+            weights += model.output_bytes + model.tied_embedding_bytes
+        parts.append(DeviceMemory(
+            f"device-{index}", start, end, weights,
+            sum(layer_kv_bytes(model, i, settings) for i in layers),
+            compute_bytes(model, layers, settings,
+                          role="output" if last else "first" if index == 0 else "middle",
+                          copies=copies),
+            0, settings.overhead_bytes))
+    host_compute = compute_bytes(model, range(0), settings, role="host", copies=copies)
+    host = DeviceMemory("host", 0, 0, model.input_bytes, 0, host_compute, output_buffer, 0)
+    if model.tied_embedding_bytes:
+        notes.append("the output head is tied to token_embd: the last device holds a "
+                     "second copy of it, the host the first")
+    if pipeline:
+        notes.append(f"pipeline parallelism: the scheduler keeps {SCHED_MAX_COPIES} copies "
+                     f"of each stage's inputs")
+    return MemoryEstimate(settings, tuple(parts), host, pipeline, tuple(notes))

@@ -1,0 +1,138 @@
+"""planner.memory against llama.cpp: the committed measurements of `make validate`, and
+the rules read from llama.cpp's code, on small GGUF files written here."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from test_models_gguf import write_gguf
+
+from planner.memory import (
+    LlamaCppModel,
+    LlamaCppSettings,
+    MemoryModelError,
+    estimate,
+    model_from_gguf,
+)
+
+RESULTS = Path(__file__).resolve().parents[1] / "validation" / "results"
+MIB = 2**20
+
+
+def _runs() -> dict:
+    return json.loads((RESULTS / "llamacpp-runs.json").read_text())
+
+
+def test_estimates_match_the_recorded_llama_cpp_runs() -> None:
+    recorded = _runs()
+    model = LlamaCppModel.from_dict(recorded["model_layout"])
+    with (RESULTS / "llamacpp-memory.csv").open() as handle:
+        measured = list(csv.DictReader(handle))
+    assert len(recorded["runs"]) >= 15
+    for run in recorded["runs"]:
+        assert run["layers_as_planned"], run["setting"]
+        result = estimate(model, LlamaCppSettings(**run["settings"]),
+                          [tuple(r) for r in run["layer_ranges"]])
+        parts = [*result.devices, result.host]
+        rows = [r for r in measured if r["setting"] == run["setting"]]
+        devices = list(dict.fromkeys(r["device"] for r in rows))
+        assert len(devices) == len(parts)
+        for device, part in zip(devices, parts, strict=True):
+            for row in (r for r in rows if r["device"] == device):
+                got = int(row["measured_bytes"])
+                component = row["component"]
+                ours = (part.total_bytes - part.overhead_bytes if component == "total_bytes"
+                        else getattr(part, component))
+                if component in ("weights_bytes", "kv_bytes", "output_bytes"):
+                    assert abs(ours - got) <= 0.05 * MIB, (run["setting"], device, component)
+                elif component == "compute_bytes":
+                    assert abs(ours - got) <= 0.10 * got, (run["setting"], device, component)
+                else:
+                    assert abs(ours - got) <= 0.05 * got, (run["setting"], device, component)
+
+
+def test_recorded_speed_has_every_run() -> None:
+    with (RESULTS / "llamacpp-speed.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert {r["setting"] for r in rows} == {r["setting"] for r in _runs()["runs"]}
+    assert all(float(r["decode_ms_per_token"]) > 0 and int(r["generated_tokens"]) > 0
+               for r in rows)
+
+
+def _gemma_like(tmp_path: Path, tied: bool = True) -> Path:
+    layers = 6
+    metadata = {
+        "gemma3.block_count": layers, "gemma3.context_length": 32768,
+        "gemma3.embedding_length": 256, "gemma3.attention.head_count": 4,
+        "gemma3.attention.head_count_kv": 1, "gemma3.attention.key_length": 64,
+        "gemma3.attention.value_length": 64, "gemma3.attention.sliding_window": 512,
+        "gemma3.feed_forward_length": 512,
+    }
+    tensors = [("token_embd.weight", (1000, 256), "Q8_0"), ("output_norm.weight", (1, 256),
+                                                            "F32")]
+    if not tied:
+        tensors.append(("output.weight", (1000, 256), "Q8_0"))
+    tensors += [(f"blk.{i}.attn_q.weight", (256, 256), "F16") for i in range(layers)]
+    path = tmp_path / "g.gguf"
+    write_gguf(path, "gemma3", metadata, tensors)
+    return path
+
+
+def test_weights_follow_llama_cpp_placement(tmp_path: Path) -> None:
+    model = model_from_gguf(_gemma_like(tmp_path))
+    embd = 1000 * 256 // 32 * 34
+    assert model.vocab_size == 1000 and model.input_bytes == embd
+    assert model.tied_embedding_bytes == embd  # no output.weight: a copy on the last device
+    result = estimate(model, LlamaCppSettings(context_length=4096), [(0, 2), (2, 6)])
+    block = 256 * 256 * 2
+    assert result.devices[0].weights_bytes == 2 * block
+    assert result.devices[1].weights_bytes == 4 * block + 256 * 4 + embd
+    assert result.host.weights_bytes == embd
+    (tmp_path / "untied").mkdir()
+    untied = model_from_gguf(_gemma_like(tmp_path / "untied", tied=False))
+    assert untied.tied_embedding_bytes == 0
+
+
+def test_kv_cells_padding_windows_and_streams(tmp_path: Path) -> None:
+    model = model_from_gguf(_gemma_like(tmp_path))
+    per_cell = (64 + 64) * 2  # one KV head, K and V rows at f16
+    # Layer 5 is full attention, 0-4 slide over 512 tokens: min(ctx, 512 + 512) cells.
+    settings = LlamaCppSettings(context_length=4000)  # padded to 4096
+    result = estimate(model, settings, devices=1)
+    assert result.devices[0].kv_bytes == per_cell * (4096 + 5 * 1024)
+    # Two lanes without a unified cache: two streams of pad(4096 / 2) cells, and the
+    # window cache per stream.
+    lanes = estimate(model, LlamaCppSettings(context_length=4096, parallel=2), devices=1)
+    assert lanes.devices[0].kv_bytes == per_cell * (2 * 2048 + 5 * 2 * 1024)
+    unified = estimate(model, LlamaCppSettings(context_length=4096, parallel=2,
+                                               kv_unified=True), devices=1)
+    assert unified.devices[0].kv_bytes == per_cell * (4096 + 5 * 1536)
+    # A short context bounds the window cache too.
+    short = estimate(model, LlamaCppSettings(context_length=256), devices=1)
+    assert short.devices[0].kv_bytes == per_cell * 6 * 256
+
+
+def test_quantized_v_cache_needs_flash_attention() -> None:
+    with pytest.raises(MemoryModelError) as caught:
+        LlamaCppSettings(context_length=4096, cache_type_v="q8_0", flash_attn=False)
+    assert caught.value.code == "QuantizedVCacheNeedsFlashAttention"
+    assert "requires Flash Attention" in caught.value.message
+    LlamaCppSettings(context_length=4096, cache_type_k="q8_0", flash_attn=False)
+
+
+def test_totals_and_frame(tmp_path: Path) -> None:
+    model = model_from_gguf(_gemma_like(tmp_path))
+    result = estimate(model, LlamaCppSettings(context_length=4096, overhead_bytes=100),
+                      devices=2)
+    frame = result.frame()
+    assert list(frame["device"]) == ["device-0", "device-1", "host"]
+    assert frame["total_bytes"].sum() == result.totals["total_bytes"]
+    assert result.totals["overhead_bytes"] == 200
+    host_only = estimate(model, LlamaCppSettings(context_length=4096), devices=0)
+    assert host_only.devices == ()
+    assert host_only.host.weights_bytes == sum(
+        layer.weight_bytes for layer in model.layers) + model.input_bytes + model.output_bytes
+    assert LlamaCppModel.from_dict(model.to_dict()) == model
