@@ -23,7 +23,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from planner.errors import CodedError
+from planner.fleet import FleetDocument, is_address
 from planner.memory import LlamaCppSettings
+from planner.planning import Plan
 
 DEFAULT_RPC_PORT = 50052
 RPC_SERVER = "ggml-rpc-server"
@@ -62,16 +65,46 @@ class Launch:
         }
 
     def shell(self) -> str:
-        """The commands as shell lines, each argument quoted."""
+        """The commands as shell lines, each argument quoted (:func:`shell_quote`), each
+        preceded by a comment saying where it runs."""
         lines = []
         for server in self.rpc_servers:
-            lines.append(f"# on {server.node_id} (layers "
-                         f"{_stage(self, server.node_id).layer_start}-"
-                         f"{_stage(self, server.node_id).layer_end - 1})")
-            lines.append(shlex.join(server.argv))
+            stage = _stage(self, server.node_id)
+            lines.append(f"# on {_comment(server.node_id)} (layers "
+                         f"{stage.layer_start}-{stage.layer_end - 1})")
+            lines.append(shell_join(server.argv))
         lines.append("# on the host that serves requests")
-        lines.append(shlex.join(self.llama_server))
+        lines.append(shell_join(self.llama_server))
         return "\n".join(lines) + "\n"
+
+
+def _comment(text: str) -> str:
+    # A line break in a node id would end the comment and start a command.
+    return "".join("?" if not ch.isprintable() else ch for ch in text)
+
+
+def shell_quote(argument: str) -> str:
+    """``argument`` as one shell word. Printable text is single-quoted as
+    :func:`shlex.quote` does; text with control characters (a line break, an escape)
+    is written ``$'...'`` with each such character escaped, so the printed command shows
+    no raw control character and still passes the argument unchanged."""
+    if argument.isprintable():
+        return shlex.quote(argument)
+    escaped = []
+    for ch in argument:
+        if ch in "\\'":
+            escaped.append("\\" + ch)
+        elif ch.isprintable():
+            escaped.append(ch)
+        else:
+            code = ord(ch)
+            escaped.append(f"\\x{code:02x}" if code < 0x80 else
+                           f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    return "$'" + "".join(escaped) + "'"
+
+
+def shell_join(argv: Sequence[str]) -> str:
+    return " ".join(shell_quote(argument) for argument in argv)
 
 
 def _stage(launch: Launch, node_id: str) -> LaunchStage:
@@ -119,6 +152,12 @@ def build_launch(stages: Sequence[Any], model_path: str, settings: LlamaCppSetti
     servers = []
     for stage in stages:
         address = addresses.get(stage.node_id, f"{stage.node_id}:{DEFAULT_RPC_PORT}")
+        if stage.node_id not in addresses and not is_address(address):
+            raise LaunchError(
+                "NoAddress",
+                f"node {stage.node_id!r} has no rpc-server address and its id is not a host "
+                f"name; give it one (address = \"host:port\" in the fleet file)",
+                field="address", node_id=stage.node_id)
         host, port = split_address(address)
         placed.append(LaunchStage(stage.node_id, address, stage.layer_start, stage.layer_end))
         servers.append(RpcServer(stage.node_id, address,
@@ -143,3 +182,34 @@ def build_launch(stages: Sequence[Any], model_path: str, settings: LlamaCppSetti
         *extra_server_args,
     ]
     return Launch(tuple(placed), tuple(servers), tuple(argv))
+
+
+class LaunchError(CodedError):
+    """A plan's launch commands cannot be written. ``code`` is stable: ``NoModelFile``,
+    ``NoAddress``."""
+
+    codes = ("NoModelFile", "NoAddress")
+
+
+def launch_for_plan(document: FleetDocument, plan: Plan, *, model_path: str | None = None,
+                    flash_attn: bool = True, ubatch: int = 512) -> Launch:
+    """The commands that run ``plan`` (planned from ``document``) with llama.cpp: the
+    plan's context and lanes, the model's KV cache type for K and V, and the rpc-server
+    addresses the fleet file gives. ``model_path`` is the GGUF file as the serving host
+    sees it (default: the fleet file's ``gguf``, resolved from the file's folder)."""
+    if model_path is None:
+        found = document.model.gguf_path(document.base_dir)
+        if found is None:
+            raise LaunchError(
+                "NoModelFile",
+                f"llama.cpp runs a GGUF file, and the fleet's model is {document.model.label}; "
+                "give the file ([model] gguf = \"...\" in the fleet file, or --model PATH)",
+                field="model.gguf")
+        model_path = str(found)
+    cache_type = document.model.kv_cache_type or "f16"
+    settings = LlamaCppSettings(
+        context_length=plan.context_length, cache_type_k=cache_type, cache_type_v=cache_type,
+        parallel=plan.parallel_lanes, kv_unified=True, ubatch=ubatch, flash_attn=flash_attn)
+    layer_count = max(stage.layer_end for stage in plan.stages)
+    return build_launch(plan.stages, model_path, settings, layer_count,
+                        dict(document.addresses))

@@ -49,16 +49,16 @@ def test_commands_and_json_keys() -> None:
                                 cache_type_k="q8_0", cache_type_v="q8_0", flash_attn=True)
     stages = [Stage("a", 0, 10), Stage("b b", 10, 18)]
     launch = build_launch(stages, "models/my model.gguf", settings, 18,
-                          {"a": "10.0.0.1:50052"})
+                          {"a": "10.0.0.1:50052", "b b": "host-b:50052"})
     data = launch.to_dict()
     assert set(data) == {"stages", "rpc_servers", "llama_server"}
     assert data["stages"][0] == {"node_id": "a", "address": "10.0.0.1:50052",
                                  "layer_start": 0, "layer_end": 10}
-    assert data["rpc_servers"][1]["address"] == "b b:50052"
+    assert data["rpc_servers"][1]["address"] == "host-b:50052"
     assert set(data["rpc_servers"][0]) == {"node_id", "address", "argv"}
     argv = data["llama_server"]["argv"]
     assert argv[argv.index("--tensor-split") + 1] == "10,9"
-    assert argv[argv.index("--rpc") + 1] == "10.0.0.1:50052,b b:50052"
+    assert argv[argv.index("--rpc") + 1] == "10.0.0.1:50052,host-b:50052"
     assert argv[argv.index("--n-gpu-layers") + 1] == "19"
     assert "--kv-unified" in argv and argv[argv.index("--flash-attn") + 1] == "on"
     shell = launch.shell()
@@ -99,3 +99,14 @@ def test_bad_addresses_are_refused_by_field(text: str) -> None:
     with pytest.raises(FleetFileError) as caught:
         parse_fleet_toml(bad)
     assert caught.value.field == "nodes[0].address"
+
+
+def test_a_node_without_an_address_is_reached_by_its_id_when_that_is_a_host_name() -> None:
+    from planner.launch import LaunchError
+
+    settings = LlamaCppSettings(context_length=4096)
+    launch = build_launch([Stage("gpu-01.lan", 0, 4)], "m.gguf", settings, 4)
+    assert launch.stages[0].address == "gpu-01.lan:50052"
+    with pytest.raises(LaunchError) as caught:
+        build_launch([Stage("gpu 01", 0, 4)], "m.gguf", settings, 4)
+    assert caught.value.code == "NoAddress" and caught.value.details["node_id"] == "gpu 01"

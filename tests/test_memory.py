@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,8 @@ def test_recorded_speed_has_every_run() -> None:
                for r in rows)
 
 
-def _gemma_like(tmp_path: Path, tied: bool = True) -> Path:
+def write_gemma_like(tmp_path: Path, tied: bool = True) -> Path:
+    """A small gemma3 GGUF: 6 layers (5 sliding), tied embeddings unless ``tied=False``."""
     layers = 6
     metadata = {
         "gemma3.block_count": layers, "gemma3.context_length": 32768,
@@ -82,7 +84,7 @@ def _gemma_like(tmp_path: Path, tied: bool = True) -> Path:
 
 
 def test_weights_follow_llama_cpp_placement(tmp_path: Path) -> None:
-    model = model_from_gguf(_gemma_like(tmp_path))
+    model = model_from_gguf(write_gemma_like(tmp_path))
     embd = 1000 * 256 // 32 * 34
     assert model.vocab_size == 1000 and model.input_bytes == embd
     assert model.tied_embedding_bytes == embd  # no output.weight: a copy on the last device
@@ -92,12 +94,12 @@ def test_weights_follow_llama_cpp_placement(tmp_path: Path) -> None:
     assert result.devices[1].weights_bytes == 4 * block + 256 * 4 + embd
     assert result.host.weights_bytes == embd
     (tmp_path / "untied").mkdir()
-    untied = model_from_gguf(_gemma_like(tmp_path / "untied", tied=False))
+    untied = model_from_gguf(write_gemma_like(tmp_path / "untied", tied=False))
     assert untied.tied_embedding_bytes == 0
 
 
 def test_kv_cells_padding_windows_and_streams(tmp_path: Path) -> None:
-    model = model_from_gguf(_gemma_like(tmp_path))
+    model = model_from_gguf(write_gemma_like(tmp_path))
     per_cell = (64 + 64) * 2  # one KV head, K and V rows at f16
     # Layer 5 is full attention, 0-4 slide over 512 tokens: min(ctx, 512 + 512) cells.
     settings = LlamaCppSettings(context_length=4000)  # padded to 4096
@@ -124,7 +126,7 @@ def test_quantized_v_cache_needs_flash_attention() -> None:
 
 
 def test_totals_and_frame(tmp_path: Path) -> None:
-    model = model_from_gguf(_gemma_like(tmp_path))
+    model = model_from_gguf(write_gemma_like(tmp_path))
     result = estimate(model, LlamaCppSettings(context_length=4096, overhead_bytes=100),
                       devices=2)
     frame = result.frame()
@@ -136,3 +138,46 @@ def test_totals_and_frame(tmp_path: Path) -> None:
     assert host_only.host.weights_bytes == sum(
         layer.weight_bytes for layer in model.layers) + model.input_bytes + model.output_bytes
     assert LlamaCppModel.from_dict(model.to_dict()) == model
+
+
+def test_the_readme_summary_is_true_of_the_estimator_today() -> None:
+    """The README's table, recomputed: today's estimate against each recorded
+    measurement, with make validate's own targets and summary."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("validation_run",
+                                                  RESULTS.parent / "run.py")
+    assert spec is not None and spec.loader is not None
+    validation = importlib.util.module_from_spec(spec)
+    sys.modules["validation_run"] = validation  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(validation)
+    finally:
+        del sys.modules["validation_run"]
+    recorded = _runs()
+    model = LlamaCppModel.from_dict(recorded["model_layout"])
+    with (RESULTS / "llamacpp-memory.csv").open() as handle:
+        measured = list(csv.DictReader(handle))
+    rows: list[dict[str, object]] = []
+    for run in recorded["runs"]:
+        result = estimate(model, LlamaCppSettings(**run["settings"]),
+                          [tuple(r) for r in run["layer_ranges"]])
+        mine = [r for r in measured if r["setting"] == run["setting"]]
+        devices = list(dict.fromkeys(r["device"] for r in mine))
+        for device, part in zip(devices, [*result.devices, result.host], strict=True):
+            for row in (r for r in mine if r["device"] == device):
+                component = row["component"]
+                ours = (part.total_bytes - part.overhead_bytes if component == "total_bytes"
+                        else getattr(part, component))
+                got = int(row["measured_bytes"])
+                rows.append({"component": component, "error_bytes": ours - got,
+                             "error_pct": round(100 * (ours - got) / got, 2) if got else 0.0,
+                             "within_target": validation.within(component, ours, got)})
+    with (RESULTS / "llamacpp-speed.csv").open() as handle:
+        speed = [{**r, "layers_as_planned": r["layers_as_planned"] == "True"}
+                 for r in csv.DictReader(handle)]
+    summary = validation._summary(rows, speed)
+    readme = (RESULTS.parents[1] / "README.md").read_text()
+    shown = readme.split(validation.README_START)[1].split(validation.README_END)[0]
+    assert shown.strip() == summary.strip()
+    assert all(row["within_target"] for row in rows)

@@ -19,7 +19,18 @@ from types import ModuleType
 
 import planner
 from planner._validate import clipped, shown
-from planner.cli import availability, candidates, inspect, plan, presets, report, size, sweep
+from planner.cli import (
+    availability,
+    candidates,
+    inspect,
+    launch,
+    memory,
+    plan,
+    presets,
+    report,
+    size,
+    sweep,
+)
 from planner.cli._common import (
     EXIT_BAD_INPUT,
     EXIT_NO_TOPOLOGY,
@@ -32,7 +43,7 @@ from planner.errors import CodedError
 from planner.reports.tables import terminal_safe
 
 COMMANDS: tuple[ModuleType, ...] = (plan, candidates, report, inspect, presets,
-                                     availability, sweep, size)
+                                     availability, sweep, size, memory, launch)
 
 __all__ = ["COMMANDS", "EXIT_BAD_INPUT", "EXIT_NO_TOPOLOGY", "EXIT_OK", "UserError", "main"]
 

@@ -52,6 +52,7 @@ The JSON form is a planning request as in SPEC section 1, optionally with
 so a preset or GGUF model is resolved to its numbers there.
 """
 
+from planner.fleet._fields import is_address
 from planner.fleet.document import (
     FleetDocument,
     ModelChoice,
@@ -71,6 +72,7 @@ __all__ = [
     "expanded_node_ids",
     "fleet_to_json",
     "fleet_to_toml",
+    "is_address",
     "load_fleet",
     "parse_fleet_json",
     "parse_fleet_toml",

@@ -176,10 +176,15 @@ def as_text(value: Any, field_name: str, *, node_id: str | None = None) -> str:
     return text(value, bad(field_name, node_id))
 
 
+def is_address(value: Any) -> bool:
+    """Whether ``value`` is a ``host:port`` address (an IPv6 host in brackets)."""
+    match = _ADDRESS.match(value) if isinstance(value, str) else None
+    return match is not None and 0 < int(match["port"]) < 65536
+
+
 def as_address(value: Any, field_name: str, node_id: str | None) -> str:
     """A ``host:port`` address (an IPv6 host in brackets)."""
-    match = _ADDRESS.match(value) if isinstance(value, str) else None
-    if match is None or not 0 < int(match["port"]) < 65536:
+    if not is_address(value):
         raise FleetFileError("InvalidField",
                              f"must be host:port with a port from 1 to 65535 (got {value!r})",
                              field=field_name, node_id=node_id)

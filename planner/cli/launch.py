@@ -1,0 +1,61 @@
+"""``planner launch FLEET``: the llama.cpp commands that run the fleet's plan."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import planner
+from planner.cli._common import EXIT_OK, FORMATTER, exit_code, load_request, say_error
+from planner.errors import PlanError
+from planner.launch import launch_for_plan
+
+NAME = "launch"
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        NAME, help="print the llama.cpp commands that run a fleet's plan",
+        formatter_class=FORMATTER,
+        description="Plan a fleet file and print the commands that run the plan with "
+                    "llama.cpp: one rpc-server per stage node (at the node's address = "
+                    "\"host:port\", else NODE_ID:50052) and the llama-server command with "
+                    "--rpc, a --tensor-split that puts exactly the plan's layers on each "
+                    "node, the plan's context and lanes and the model's KV cache type.\n\n"
+                    "llama.cpp refuses a quantized V cache without flash attention, so "
+                    "--flash-attn off works only with an f16/bf16/f32 KV cache.",
+        epilog=("examples:\n"
+                "  planner launch fleet.toml\n"
+                "  planner launch fleet.toml --json\n"
+                "  planner launch fleet.toml --model /models/model.gguf\n\n"
+                "exit codes: 0 commands printed, 1 no valid topology, 2 bad input"))
+    parser.add_argument("fleet", metavar="FLEET", help="fleet file (.toml or .json)")
+    parser.add_argument("--model", metavar="PATH",
+                        help="the GGUF file as the serving host sees it (default: the "
+                             "fleet file's gguf)")
+    parser.add_argument("--flash-attn", choices=("on", "off"), default="on",
+                        help="flash attention (-fa), default on")
+    parser.add_argument("--ubatch", type=int, default=512, metavar="U",
+                        help="physical batch size (-ub), default 512")
+    parser.add_argument("--json", action="store_true",
+                        help="print stages, rpc_servers and llama_server as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    document, request = load_request(args.fleet)
+    try:
+        plan = planner.plan_topology(request)
+    except PlanError as error:
+        if args.json:
+            print(json.dumps({"error": error.to_dict()}, indent=2))
+        say_error(args.fleet, error)
+        return exit_code(error)
+    launch = launch_for_plan(document, plan, model_path=args.model,
+                             flash_attn=args.flash_attn == "on", ubatch=args.ubatch)
+    if args.json:
+        print(json.dumps(launch.to_dict(), indent=2))
+    else:
+        # shell() writes control characters as escapes: the text is safe to print.
+        print(launch.shell(), end="")
+    return EXIT_OK
