@@ -45,7 +45,8 @@ Node count expansion: an entry with ``count = N`` stands for N nodes whose ids a
 ``max(2, digits of N-1)`` digits (``gpu-00``; ``gpu-000`` .. ``gpu-149`` for 150).
 Without ``count`` the id is used as written. Every resulting id must be unique across
 the file; a collision is refused naming both entries. Saving writes a run of identical
-nodes numbered this way back as one ``count`` entry.
+nodes numbered this way back as one ``count`` entry. Saving over a TOML file keeps its
+comments, layout and the spelling of unchanged values (:mod:`planner.fleet.edit`).
 
 The JSON form is a planning request as in SPEC section 1, optionally with
 ``"model_name"`` and ``"name"`` (the fleet's name). Saving to ``.json`` writes that form,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import glob
 import os
 import stat
 import tempfile
@@ -9,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from planner.fleet.document import FleetDocument
+from planner.fleet.edit import edited_toml
 from planner.fleet.errors import FleetFileError
 from planner.fleet.json import fleet_to_json, parse_fleet_json
 from planner.fleet.toml import fleet_to_toml, parse_fleet_toml
@@ -87,39 +91,75 @@ def _rebased(document: FleetDocument, destination: Path) -> FleetDocument:
     return replace(document, model=replace(document.model, gguf=Path(relative).as_posix()))
 
 
+def _remove_stale_temporaries(destination: Path) -> None:
+    """Delete temporary files a save of ``destination`` left behind when its process was
+    killed. A save holds a lock on its temporary file until the rename, so a file whose
+    lock can be taken belongs to no running save."""
+    for stale in destination.parent.glob(f".{glob.escape(destination.name)}.*.tmp"):
+        try:
+            descriptor = os.open(stale, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.stat(stale, follow_symlinks=False).st_ino == os.fstat(descriptor).st_ino:
+                stale.unlink()
+        except OSError:
+            pass  # a save in progress holds it, or it is already gone
+        finally:
+            os.close(descriptor)
+
+
+def _locked_temporary(destination: Path) -> tuple[int, str]:
+    """A new temporary file beside ``destination``, locked by this process."""
+    for _ in range(5):
+        handle, temporary = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".tmp",
+                                             dir=destination.parent)
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        if os.fstat(handle).st_nlink > 0:
+            return handle, temporary
+        # Another save's clean-up removed it between its creation and the lock.
+        os.close(handle)
+    raise OSError(errno.EAGAIN, "temporary files keep disappearing")
+
+
 def write_text_atomic(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` so that readers see the old file or the new, never half.
 
     The text goes to a temporary file in the same folder (same file system), is flushed
-    to disk, then replaces ``path`` in one ``os.replace``.
+    to disk, then replaces ``path`` in one ``os.replace``. A symbolic link is written
+    through: its target is replaced and the link kept. Temporary files that a killed save
+    left behind are removed.
     """
-    destination = Path(path)
+    given = Path(path)
+    destination = Path(os.path.realpath(given)) if given.is_symlink() else given
     folder = destination.parent
     if not folder.is_dir():
         raise FleetFileError("WriteFailed", f"folder {str(folder)!r} does not exist",
-                             path=str(destination))
+                             path=str(given))
     try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".tmp",
-                                             dir=folder)
+        _remove_stale_temporaries(destination)
+        handle, temporary = _locked_temporary(destination)
     except OSError as error:
         raise FleetFileError("WriteFailed", f"cannot be written: {error.strerror}",
-                             path=str(destination)) from None
+                             path=str(given)) from None
+    # The handle (and with it the lock) stays open until the rename is done.
     try:
         with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
             stream.write(text)
             stream.flush()
             os.fsync(stream.fileno())
-        # mkstemp creates the file private to its owner; these are ordinary files.
-        mode = destination.stat().st_mode & 0o777 if destination.exists() else 0o644
-        os.chmod(temporary, mode)
-        os.replace(temporary, destination)
+            # mkstemp creates the file private to its owner; these are ordinary files.
+            mode = destination.stat().st_mode & 0o777 if destination.exists() else 0o644
+            os.chmod(temporary, mode)
+            os.replace(temporary, destination)
     except BaseException as error:
         Path(temporary).unlink(missing_ok=True)
         if isinstance(error, OSError):
             raise FleetFileError("WriteFailed", f"cannot be written: {error.strerror}",
-                                 path=str(destination)) from None
+                                 path=str(given)) from None
         raise
-    return destination
+    return given
 
 
 def save_fleet(document: FleetDocument, path: str | Path) -> Path:
@@ -127,9 +167,19 @@ def save_fleet(document: FleetDocument, path: str | Path) -> Path:
 
     An interrupted save leaves either the old file or the new one, never half of one.
     A relative GGUF path is rewritten so it still names the same file from the new folder.
+    Saving over a TOML fleet file keeps its comments and layout (see
+    :mod:`planner.fleet.edit`); a file that cannot be edited faithfully is rewritten.
     """
     destination = Path(path)
     kind = _format_of(destination)
     document = _rebased(document, destination)
-    text = fleet_to_toml(document) if kind == "toml" else fleet_to_json(document)
+    if kind == "json":
+        return write_text_atomic(destination, fleet_to_json(document))
+    text = fleet_to_toml(document)
+    try:
+        old = _read_regular_file(destination).decode("utf-8-sig")
+    except (FleetFileError, UnicodeDecodeError):
+        old = None  # nothing there to keep
+    if old is not None:
+        text = edited_toml(old, text) or text
     return write_text_atomic(destination, text)

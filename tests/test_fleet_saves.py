@@ -1,0 +1,142 @@
+"""Saving fleet files: what a killed save leaves is cleaned up, links are written through,
+and a hand-written file keeps its comments."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from planner.fleet import fleet_to_toml, load_fleet, parse_fleet_toml, save_fleet
+
+GIB = 2**30
+HAND_WRITTEN = textwrap.dedent("""\
+    # My lab: the studio cards and a loaner.
+    name = "lab"   # shown in reports
+
+    [model]
+    preset = "qwen3-coder-480b-a35b"   # the big one
+    kv_cache_type = "q8_0"
+
+    # Studio GPUs
+    [[nodes]]
+    id = "studio"
+    count = 3        # three identical cards
+    vram = "80GiB"   # as nvidia-smi says
+    latency_ms = 5
+
+    [[nodes]]
+    id = "loaner"    # back in March
+    vram = "48 GiB"
+    """)
+
+# Saves, then stops for good right before the rename, with its temporary file written.
+_STUCK_SAVE = """
+import os, sys, time
+from planner.fleet import load_fleet, save_fleet
+path = sys.argv[1]
+document = load_fleet(path)
+os.replace = lambda *_: time.sleep(3600)
+save_fleet(document, path)
+"""
+
+
+def _temporaries(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+def test_a_save_killed_mid_write_is_cleaned_up_by_the_next(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.toml"
+    path.write_text(HAND_WRITTEN)
+    saver = subprocess.Popen([sys.executable, "-c", _STUCK_SAVE, str(path)])
+    try:
+        deadline = time.monotonic() + 60
+        while not _temporaries(tmp_path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _temporaries(tmp_path), "the save never wrote its temporary file"
+        # While that save is alive, its temporary file is not touched.
+        save_fleet(load_fleet(path), path)
+        assert len(_temporaries(tmp_path)) == 1
+    finally:
+        saver.send_signal(signal.SIGKILL)
+        saver.wait()
+    assert path.read_text() == HAND_WRITTEN  # the killed save changed nothing
+    save_fleet(load_fleet(path), path)
+    assert _temporaries(tmp_path) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.toml"]
+
+
+def test_only_unlocked_leftovers_of_this_file_are_removed(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.toml"
+    path.write_text(HAND_WRITTEN)
+    stale = tmp_path / ".fleet.toml.dead.tmp"
+    busy = tmp_path / ".fleet.toml.busy.tmp"
+    other = tmp_path / ".other.toml.dead.tmp"
+    for leftover in (stale, busy, other):
+        leftover.write_text("half a file")
+    with busy.open() as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as a save in progress holds its own
+        save_fleet(load_fleet(path), path)
+    assert not stale.exists()
+    assert busy.exists() and other.exists()
+
+
+def test_saving_through_a_symlink_writes_the_target(tmp_path: Path) -> None:
+    target = tmp_path / "real" / "fleet.toml"
+    target.parent.mkdir()
+    target.write_text(HAND_WRITTEN)
+    link = tmp_path / "fleet.toml"
+    link.symlink_to(os.path.relpath(target, tmp_path))
+    document = load_fleet(link)
+    edited = replace(document, name="lab 2")
+    assert save_fleet(edited, link) == link
+    assert link.is_symlink() and link.resolve() == target.resolve()
+    assert load_fleet(target) == replace(edited, source=str(target))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.toml", "real"]
+    assert sorted(p.name for p in target.parent.iterdir()) == ["fleet.toml"]
+
+
+def test_a_hand_written_file_keeps_its_comments_and_spelling(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.toml"
+    path.write_text(HAND_WRITTEN)
+    document = load_fleet(path)
+    nodes = list(document.nodes)
+    nodes[-1] = replace(nodes[-1], detected_vram_bytes=24 * GIB)
+    edited = replace(document, nodes=tuple(nodes), name="lab 2")
+    save_fleet(edited, path)
+    assert path.read_text() == (HAND_WRITTEN.replace('"lab"', '"lab 2"')
+                                .replace('"48 GiB"', '"24 GiB"'))
+    assert load_fleet(path) == edited
+
+
+def test_unchanged_save_leaves_the_text_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.toml"
+    path.write_text(HAND_WRITTEN)
+    save_fleet(load_fleet(path), path)
+    assert path.read_text() == HAND_WRITTEN
+
+
+def test_comments_of_the_nodes_that_stay_are_kept(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.toml"
+    path.write_text(HAND_WRITTEN)
+    document = load_fleet(path)
+    edited = replace(document, nodes=document.nodes[:3], minimum_nodes=2)
+    save_fleet(edited, path)
+    text = path.read_text()
+    assert "# three identical cards" in text and "# as nvidia-smi says" in text
+    assert "id = \"loaner\"" not in text and "minimum_nodes = 2" in text
+    assert load_fleet(path) == edited
+
+
+def test_a_file_that_is_not_toml_is_rewritten_whole(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.toml"
+    path.write_text("this is [not toml\n")
+    document = parse_fleet_toml(HAND_WRITTEN, str(path))
+    save_fleet(document, path)
+    assert path.read_text() == fleet_to_toml(document)
