@@ -106,3 +106,23 @@ def test_a_large_fleet_that_never_fits_exits_1(tmp_path) -> None:
     fleet.write_text('[model]\npreset = "qwen3-coder-480b-a35b"\n'
                      '[[nodes]]\nid = "tiny"\ncount = 600\nvram = "1 GiB"\n')
     assert_user_error(run("availability", fleet, "--json"), 1, "no valid topology")
+
+
+def test_max_states_bounds_the_work_and_the_interval_still_holds(tmp_path) -> None:
+    # Three kinds of ten nodes: 1,331 failure states, more than are solved exactly.
+    fleet = tmp_path / "three-kinds.toml"
+    fleet.write_text('[model]\npreset = "qwen3-coder-480b-a35b"\nkv_cache_type = "q8_0"\n'
+                     + "".join(f'[[nodes]]\nid = "k{i}"\ncount = 10\nvram = "80 GiB"\n'
+                               f'headroom = "{i} GiB"\n' for i in range(3)))
+    done = run("availability", fleet, "--afr", "20", "--repair-hours", "500",
+               "--max-states", "4", "--json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["availability"] is None and data["states_evaluated"] == 4
+    assert "stopped after --max-states 4" in done.stderr
+    request = load_fleet(fleet).to_request()
+    wider = fleet_availability(request, NodeReliability(20, 500), min_context=65536,
+                               max_states=60, exact_states=0)
+    assert data["availability_lower"] <= wider.availability_lower
+    assert wider.availability_upper <= data["availability_upper"]
+    assert_user_error(run("availability", fleet, "--max-states", "0"), 2, "--max-states")

@@ -27,6 +27,10 @@ from planner.planning.rules import context_floor
 from planner.reports.tables import TextTable, terminal_safe, text_table
 
 NAME = "availability"
+# Each failure state costs a plan (tens of ms on a large fleet): a few thousand keep a
+# command to about a minute, and the interval it prints holds the exact value whatever
+# was left unexplored.
+CLI_MAX_STATES = 2_000
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -59,6 +63,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--tolerance", type=float, default=1e-9, metavar="T",
                         help="large fleets: stop when the unexplored probability is below "
                              "T (default 1e-9)")
+    parser.add_argument("--max-states", type=int, default=CLI_MAX_STATES, metavar="N",
+                        help="large fleets: plan at most N failure states, then report the "
+                             f"interval so far (default {CLI_MAX_STATES:,}; each costs a "
+                             "plan)")
     parser.add_argument("--json", action="store_true",
                         help="print availability, availability_lower, availability_upper, "
                              "states_evaluated and context_distribution as JSON")
@@ -66,7 +74,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     document, request = load_request(args.fleet)
-    for name in ("min_context", "min_lanes"):
+    for name in ("min_context", "min_lanes", "max_states"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UserError(f"--{name.replace('_', '-')} must be at least 1 (got {value})")
@@ -76,20 +84,27 @@ def run(args: argparse.Namespace) -> int:
             request.nodes, catalog=catalog, overrides=document_overrides(document),
             annual_failure_rate=args.afr, repair_hours=args.repair_hours)
         min_context = args.min_context or context_floor(request)
+        # Removing nodes never makes a plan fit, so a fleet with every node up and no
+        # plan is never up; asked first, as a large fleet's states are not all seen.
+        if request.nodes and not plan_survivors(request, request.nodes,
+                                                lambda plan: True).meets_targets:
+            message = "no valid topology even with every node up; see 'planner plan'"
+            if args.json:
+                print(json.dumps({"error": {"code": "NoValidTopology", "message": message}}))
+            print(terminal_safe(f"planner: {args.fleet}: {message}"), file=sys.stderr)
+            return EXIT_NO_TOPOLOGY
         result = fleet_availability(request, reliability, min_context=min_context,
-                                    min_lanes=args.min_lanes, tolerance=args.tolerance)
+                                    min_lanes=args.min_lanes, tolerance=args.tolerance,
+                                    max_states=args.max_states)
     except AvailabilityError as error:
         raise UserError(f"{args.fleet}: {error.message}") from None
     except ModelError as error:
         raise UserError(f"{args.catalog or 'catalog'}: {error.message}") from None
-    # Removing nodes never makes a plan fit, so a fleet whose every node is up and still
-    # has no plan is never up; asked directly, as a large fleet's states are not all seen.
-    if not plan_survivors(request, request.nodes, lambda plan: True).meets_targets:
-        message = "no valid topology even with every node up; see 'planner plan'"
-        if args.json:
-            print(json.dumps({"error": {"code": "NoValidTopology", "message": message}}))
-        print(terminal_safe(f"planner: {args.fleet}: {message}"), file=sys.stderr)
-        return EXIT_NO_TOPOLOGY
+    if not result.exact and result.unexplored_mass > args.tolerance:
+        print(f"planner: stopped after --max-states {args.max_states:,} failure states with "
+              f"{result.unexplored_mass:.3g} of the probability unexplored (more than "
+              f"--tolerance {args.tolerance:g}); the interval holds the exact value; raise "
+              "--max-states to narrow it", file=sys.stderr)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
         return EXIT_OK
