@@ -111,3 +111,11 @@ def test_line_endings_are_read_as_before(tmp_path: Path) -> None:
         path = tmp_path / "fleet.toml"
         path.write_bytes(b"\xef\xbb\xbf" + text.replace("\n", ending).encode())
         assert load_fleet(path) == parse_fleet_toml(text, str(path))
+
+
+def test_a_bad_address_is_quoted_short() -> None:
+    text = ('[model]\npreset = "qwen3-coder-480b-a35b"\n\n[[nodes]]\nid = "a"\n'
+            'vram = "80 GiB"\naddress = "' + "h" * 5000 + ':99999"\n')
+    with pytest.raises(FleetFileError) as caught:
+        parse_fleet_toml(text, "fleet.toml")
+    assert caught.value.field == "nodes[0].address" and len(str(caught.value)) < 300

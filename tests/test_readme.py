@@ -6,6 +6,8 @@ import ast
 import re
 from pathlib import Path
 
+import planner
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
@@ -30,3 +32,36 @@ def test_worked_example_prints_what_the_readme_says() -> None:
     namespace: dict[str, object] = {}
     exec(compile(tree, "README.md", "exec"), namespace)
     assert eval(compile(ast.Expression(last.value), "README.md", "eval"), namespace) == expected
+
+
+def _fleet_section() -> str:
+    text = README.read_text()
+    start = text.index("\n## Fleet files\n")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def test_the_fleet_file_example_loads_and_plans() -> None:
+    from planner.fleet import parse_fleet_toml
+
+    block = re.search(r"```toml\n(.*?)```", _fleet_section(), re.S)
+    assert block is not None
+    document = parse_fleet_toml(block.group(1), "README.md")
+    assert [node.node_id for node in document.nodes] == [
+        "rack-00", "rack-01", "rack-02", "rack-03", "loaner"]
+    assert document.addresses == (("loaner", "10.0.0.7:50052"),)
+    assert document.nodes[-1].stage_transfer_latency_ms == 0.5
+    assert document.context_length_override == 131072
+    plan = planner.plan_topology(document.to_request())
+    assert plan.context_length == 131072
+
+
+def test_every_fleet_file_key_is_documented() -> None:
+    from planner.fleet import _fields
+
+    # The key cell (the first) of every row of the section's tables.
+    documented = {key for line in _fleet_section().splitlines() if line.startswith("| `")
+                  for key in re.findall(r"`([^`]+)`", line.split("|")[1])}
+    accepted = {*_fields.TOP_KEYS, *_fields.MODEL_KEYS, *_fields.PLANNING_KEYS,
+                *_fields.NODE_KEYS, *_fields.JSON_EXTRA_KEYS, *_fields.RELIABILITY_KEYS}
+    assert accepted - documented == set(), "README's Fleet files tables miss these keys"
+    assert documented - accepted == set(), "README documents keys no fleet file takes"

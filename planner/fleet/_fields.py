@@ -186,7 +186,7 @@ def as_address(value: Any, field_name: str, node_id: str | None) -> str:
     """A ``host:port`` address (an IPv6 host in brackets)."""
     if not is_address(value):
         raise FleetFileError("InvalidField",
-                             f"must be host:port with a port from 1 to 65535 (got {value!r})",
+                             f"must be host:port with a port from 1 to 65535 (got {shown(value)})",
                              field=field_name, node_id=node_id)
     return value
 
