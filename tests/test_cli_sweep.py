@@ -30,3 +30,41 @@ def test_bad_grid_is_refused_by_name(tmp_path) -> None:
     grid_file = tmp_path / "grid.toml"
     grid_file.write_text('evaluate = "availability"\n[axes]\nrepair_hour = [24]\n')
     assert_user_error(run("sweep", grid_file), 2, "repair_hour", "grid.toml")
+
+
+def test_a_terminal_sees_a_tqdm_progress_bar(tmp_path) -> None:
+    import fcntl
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    from test_cli import ROOT
+
+    grid_file = tmp_path / "grid.toml"
+    grid_file.write_text('evaluate = "plan"\n[axes]\nmin_context = [65536, 131072, 262144]\n'
+                         f'[fixed]\nfleet = "{FIVE}"\n')
+    # Standard error is a terminal: the bar is drawn there, the results go to the file.
+    controller, terminal = pty.openpty()
+    # A new terminal is 0 columns wide, where tqdm draws nothing: make it 100 x 24.
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    try:
+        done = subprocess.run([sys.executable, "-m", "planner.cli", "sweep", str(grid_file),
+                               "-o", str(tmp_path / "out.csv")], stderr=terminal,
+                              stdout=subprocess.PIPE, cwd=ROOT, timeout=120)
+        os.close(terminal)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # the terminal's other end is closed: all is read
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(controller)
+    assert done.returncode == 0
+    text = shown.decode(errors="replace")
+    assert "plan: 100%" in text and "3/3" in text and "scenario" in text
