@@ -444,6 +444,21 @@ class _Needs:
                                                          default=0)
         self.bytes_total = self.bytes_needed + f * min((self.usable[i] for i in holding),
                                                        default=0)
+        self.min_cap = min((self.caps[i] for i in holding), default=0)
+        self.min_usable = min((self.usable[i] for i in holding), default=0)
+
+    def totals(self, f: int, top_caps: tuple[int, ...], top_usable: tuple[int, ...]
+               ) -> tuple[int, int]:
+        """The layers and bytes a fleet must hold in all: what the plan needs plus its f
+        largest nodes. Those hold at least the f largest of a partial fleet (``top_caps``,
+        ``top_usable``), topped up with the smallest holding kind: in a fleet that meets
+        the targets, the f largest nodes all hold a layer."""
+        if not f:
+            return self.layers_total, self.bytes_total
+        return (self.layers_needed + max(f * self.min_cap, sum(top_caps)
+                                         + (f - len(top_caps)) * self.min_cap),
+                self.bytes_needed + max(f * self.min_usable, sum(top_usable)
+                                        + (f - len(top_usable)) * self.min_usable))
 
     def necessary(self, search: _Search, counts: Sequence[int]) -> bool:
         """Conditions every fleet meeting the targets satisfies, also after losing its f
@@ -466,6 +481,13 @@ class _Needs:
             if fastest and self.min_bandwidth_ms / fastest > target * (1 + 1e-9):
                 return False
         return True
+
+
+def _largest_sizes(f: int, top: tuple[int, ...], size: int, amount: int) -> tuple[int, ...]:
+    """The f largest sizes of a partial fleet once ``amount`` nodes of ``size`` join."""
+    if not f or not amount:
+        return top
+    return tuple(sorted((*top, *[size] * min(amount, f)), reverse=True)[:f])
 
 
 def _longest_run(budget: int, costs: Sequence[int]) -> int:
@@ -626,9 +648,13 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
     byte_bound = _Bound(search.prices, needs.usable, search.bounds)
     kinds = len(search.kinds)
 
-    def lower(start: int, layers: int, held: int) -> float | None:
-        by_layers = layer_bound(start, needs.layers_total - layers)
-        by_bytes = byte_bound(start, needs.bytes_total - held)
+    f = search.f
+
+    def lower(start: int, layers: int, held: int, top_caps: tuple[int, ...] = (),
+              top_usable: tuple[int, ...] = ()) -> float | None:
+        need_layers, need_bytes = needs.totals(f, top_caps, top_usable)
+        by_layers = layer_bound(start, need_layers - layers)
+        by_bytes = byte_bound(start, need_bytes - held)
         if by_layers is None or by_bytes is None:
             return None
         return max(by_layers, by_bytes)
@@ -638,11 +664,13 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
     start_bound = lower(0, 0, 0)
     if start_bound is None:
         raise _nothing(search, _short_of(search, needs, c0))
-    queue: list[tuple[float, int, tuple[int, ...], int, int, int]] = [
-        (start_bound, 0, (), 0, 0, 0)]
+    # Each entry: bound, tie order, counts of the first kinds, their cost, layers and
+    # bytes, and the f largest layer caps and usable bytes among their nodes.
+    queue: list[tuple[float, int, tuple[int, ...], int, int, int, tuple[int, ...],
+                      tuple[int, ...]]] = [(start_bound, 0, (), 0, 0, 0, (), ())]
     order = itertools.count(1)
     while queue:
-        bound, _, counts, cost, layers, held = heapq.heappop(queue)
+        bound, _, counts, cost, layers, held, top_caps, top_usable = heapq.heappop(queue)
         if bound > threshold:
             break
         depth = len(counts)
@@ -662,14 +690,17 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
             child_cost = cost + price * amount
             if child_cost > threshold:
                 break
-            rest = lower(depth + 1, layers + cap * amount, held + usable * amount)
+            child_caps = _largest_sizes(f, top_caps, cap, amount)
+            child_usable = _largest_sizes(f, top_usable, usable, amount)
+            rest = lower(depth + 1, layers + cap * amount, held + usable * amount,
+                         child_caps, child_usable)
             if rest is None:
                 continue
             child_bound = child_cost + rest
             if child_bound <= threshold * (1 + 1e-12):
                 heapq.heappush(queue, (child_bound, next(order), (*counts, amount),
                                        child_cost, layers + cap * amount,
-                                       held + usable * amount))
+                                       held + usable * amount, child_caps, child_usable))
     if not found:
         raise _nothing(search, _why_not(search, needs, c0))
     found.sort()
