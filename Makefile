@@ -5,8 +5,6 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PORT ?= 8888
 APP_PORT ?= 8866
-# Jupyter refuses to start as root unless told to; containers often run as root.
-ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: help install lab app test test-fast lint bench fence-check validate clean
 
@@ -28,11 +26,14 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# JupyterLab on a copy of the notebooks in .run/ with the workbench already run, so the
+# committed notebooks are never modified (planner/workbench/serve.py).
 lab: $(STAMP)
-	$(BIN)/jupyter lab $(ROOT_FLAG) --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) notebooks/workbench.ipynb
+	$(BIN)/python -m planner.workbench.serve lab --port $(PORT)
 
+# Voila, one kernel per page; a closed page's kernel is shut down once idle.
 app: $(STAMP)
-	$(BIN)/voila --port=$(APP_PORT) --Voila.ip=127.0.0.1 notebooks/workbench.ipynb
+	$(BIN)/python -m planner.workbench.serve app --port $(APP_PORT)
 
 lint: $(STAMP)
 	$(BIN)/ruff check planner tests benchmarks

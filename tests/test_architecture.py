@@ -32,10 +32,14 @@ README = ROOT / "README.md"
 LAYERS = ("core", "adapter", "edge")
 UI_LIBRARIES = frozenset({"ipywidgets", "plotly", "anywidget", "IPython", "matplotlib",
                           "bokeh", "voila"})
-# engine import name -> the one module (relative to planner/) that may import it
-ENGINES = {"dask": "sweep_dask.py", "distributed": "sweep_dask.py",
-           "subprocess": "llamacpp.py", "planner.llamacpp": "llamacpp.py"}
-# os functions that start another program: only the llama.cpp adapter runs programs.
+# Programs are started by the llama.cpp adapter and by the launcher of the Jupyter
+# servers behind `make lab` / `make app`, nowhere else.
+PROGRAM_STARTERS = ("llamacpp.py", "workbench/serve.py")
+# engine import name -> the modules (relative to planner/) that may import it
+ENGINES: dict[str, tuple[str, ...]] = {
+    "dask": ("sweep_dask.py",), "distributed": ("sweep_dask.py",),
+    "subprocess": PROGRAM_STARTERS, "planner.llamacpp": ("llamacpp.py",)}
+# os functions that start another program.
 PROCESS_STARTERS = frozenset({
     "system", "popen", "fork", "forkpty", "posix_spawn", "posix_spawnp",
     *(f"spawn{suffix}" for suffix in ("l", "le", "lp", "lpe", "v", "ve", "vp", "vpe")),
@@ -247,7 +251,7 @@ def test_layout_table_lists_every_package_and_module() -> None:
         units, libraries = _needs(relative, rows, unit_name(path))
         layer = ("edge" if libraries & UI_LIBRARIES
                  or any(rows[p].layer == "edge" for p in rows if rows[p].unit in units)
-                 else "adapter" if relative in ENGINES.values()
+                 else "adapter" if any(relative in a for a in ENGINES.values())
                  else "core")
         suggestions.append(layout_line(path, layer, _first_sentence(source),
                                        units, libraries))
@@ -345,17 +349,19 @@ def test_each_engine_is_touched_by_its_adapter_only() -> None:
 
 def engine_violations(found: list[Import]) -> list[str]:
     problems = []
-    for engine, adapter in ENGINES.items():
+    for engine, adapters in ENGINES.items():
         users = sorted({f"planner/{f.file}:{f.line}" for f in found
                         if (f.name == engine or f.name.startswith(engine + "."))
-                        and f.file != adapter})
+                        and f.file not in adapters})
         if users:
-            problems.append(f"{engine} is touched only by planner/{adapter}; also by "
+            problems.append(f"{engine} is touched only by "
+                            + ", ".join(f"planner/{a}" for a in adapters) + "; also by "
                             + ", ".join(users))
     starters = sorted({f"planner/{f.file}:{f.line} ({f.name})" for f in found
-                       if f.name.startswith("os.") and f.file != "llamacpp.py"})
+                       if f.name.startswith("os.") and f.file not in PROGRAM_STARTERS})
     if starters:
-        problems.append("only planner/llamacpp.py starts programs; also " + ", ".join(starters))
+        problems.append("only " + " and ".join(f"planner/{a}" for a in PROGRAM_STARTERS)
+                        + " start programs; also " + ", ".join(starters))
     return problems
 
 
@@ -366,9 +372,13 @@ def test_an_engine_outside_its_adapter_is_reported() -> None:
         "dask is touched only by planner/sweep_dask.py; also by planner/llamacpp.py:2"]
     assert engine_violations(imports_in(source, "fleet/files.py", rows)) == [
         "dask is touched only by planner/sweep_dask.py; also by planner/fleet/files.py:2",
-        "subprocess is touched only by planner/llamacpp.py; also by planner/fleet/files.py:1",
-        "only planner/llamacpp.py starts programs; also planner/fleet/files.py:3 (os.execv)",
+        "subprocess is touched only by planner/llamacpp.py, planner/workbench/serve.py; "
+        "also by planner/fleet/files.py:1",
+        "only planner/llamacpp.py and planner/workbench/serve.py start programs; also "
+        "planner/fleet/files.py:3 (os.execv)",
     ]
+    assert engine_violations(imports_in(source, "workbench/serve.py", rows)) == [
+        "dask is touched only by planner/sweep_dask.py; also by planner/workbench/serve.py:2"]
     assert engine_violations(imports_in("import planner.llamacpp\n", "launch.py", rows)) == [
         "planner.llamacpp is touched only by planner/llamacpp.py; also by planner/launch.py:1"]
 

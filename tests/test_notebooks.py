@@ -40,3 +40,9 @@ def test_notebook_runs_top_to_bottom(path: Path) -> None:
         if output.get("output_type") == "error"
     ]
     assert errors == []
+    # A bare plotly figure is drawn by plotly's own front-end extension, which fails in
+    # Voilà ("r.setData is not a function"): notebooks show figures with a Chart.
+    bare = [index for index, cell in enumerate(notebook.cells) if cell.cell_type == "code"
+            for output in cell.get("outputs", [])
+            if "application/vnd.plotly.v1+json" in output.get("data", {})]
+    assert bare == [], f"{path.name}: cells {bare} show a bare plotly figure; use Chart"

@@ -8,13 +8,12 @@ skipped locally and fails on CI (CI=true), where it must run.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from browser_support import launched_browser
 from test_fleetfile import NUMBERS
 
 from planner.fleet import FleetDocument, load_fleet, parse_fleet_toml
@@ -24,31 +23,12 @@ from planner.reports.html import FIGURE_IDS
 pytestmark = pytest.mark.browser
 
 FLEETS = Path(__file__).resolve().parent.parent / "data" / "fleets"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
-
-
-def _chromium() -> str | None:
-    return os.environ.get("PLANNER_CHROMIUM") or shutil.which("chromium")
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    executable = _chromium()
-    if not executable:
-        message = "no Chromium: set PLANNER_CHROMIUM or install chromium"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
+    with launched_browser() as launched:
+        yield launched
 
 
 def _open(browser: Any, path: Path) -> tuple[Any, list[str], list[str]]:

@@ -470,7 +470,7 @@ class EventStepper(_ChartHolder, widgets.VBox):
         self.everything = widgets.Button(description="show all",
                                          layout=widgets.Layout(width="110px"))
         self.current = widgets.HTML()
-        self.chart = Chart()
+        self.chart = Chart(css_class="fx-sequence-figure")
         self.events = pd.DataFrame()
         self.title = title
         super().__init__([

@@ -1,0 +1,244 @@
+"""Serve the workbench: ``make app`` (Voilà) and ``make lab`` (JupyterLab, already planned).
+
+``python -m planner.workbench.serve app`` runs Voilà on the workbench notebook with idle
+kernel culling: each page visit has a kernel of its own, and a kernel whose page was
+closed is shut down once it has been idle for :data:`CULL_IDLE_SECONDS`.
+
+``python -m planner.workbench.serve lab`` works on copies of the notebooks in
+:data:`RUN_DIR` (``.run/notebooks``, ignored by git), so running them never modifies the
+committed notebooks. It starts JupyterLab on that folder, starts the workbench's kernel
+through the server's sessions API, runs the notebook in it and writes the outputs into the
+copy, and then opens the page: JupyterLab attaches to the running kernel and shows the
+live, planned workbench.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import webbrowser
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from nbformat.sign import NotebookNotary
+
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOKS = REPO / "notebooks"
+RUN_DIR = REPO / ".run" / "notebooks"
+"""Where ``make lab`` keeps the copies it runs (ignored by git)."""
+WORKBENCH = "workbench.ipynb"
+CULL_IDLE_SECONDS = 120
+"""A Voilà kernel with no page connected is shut down after this many idle seconds."""
+CULL_INTERVAL_SECONDS = 30
+STARTUP_SECONDS = 120
+
+
+def voila_arguments(port: int, *, ip: str = "127.0.0.1", open_browser: bool = False,
+                    cull_idle_seconds: int = CULL_IDLE_SECONDS,
+                    cull_interval_seconds: int = CULL_INTERVAL_SECONDS) -> list[str]:
+    """Voilà's options for the workbench page (the notebook or folder goes after them)."""
+    return [
+        *([] if open_browser else ["--no-browser"]), f"--port={port}", f"--Voila.ip={ip}",
+        # Only kernels without a connected page are culled (cull_connected stays False).
+        f"--MappingKernelManager.cull_idle_timeout={cull_idle_seconds}",
+        f"--MappingKernelManager.cull_interval={cull_interval_seconds}",
+        "--MappingKernelManager.cull_busy=False",
+    ]
+
+
+def copy_notebooks(run_dir: Path = RUN_DIR) -> Path:
+    """Copy the committed notebooks into ``run_dir`` (a copy newer than its original is
+    kept: it holds a person's own edits)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for notebook in sorted(NOTEBOOKS.glob("*.ipynb")):
+        copy = run_dir / notebook.name
+        if not copy.exists() or copy.stat().st_mtime < notebook.stat().st_mtime:
+            shutil.copy2(notebook, copy)
+    return run_dir
+
+
+def execute_in_kernel(path: Path, connection_file: Path, timeout: float = 300) -> None:
+    """Run the notebook at ``path`` in the kernel of ``connection_file`` and save its
+    outputs into the file, as the front-end would have."""
+    from jupyter_client import BlockingKernelClient
+
+    notebook = nbformat.read(path, as_version=4)
+    client = BlockingKernelClient(connection_file=str(connection_file))
+    client.load_connection_file()
+    # No heartbeat: a busy machine can miss the first beats, which the client would take
+    # for a dead kernel; kernel_info below waits for the kernel itself.
+    client.start_channels(hb=False)
+    try:
+        client.wait_for_ready(timeout=timeout)
+        for cell in notebook.cells:
+            if cell.cell_type != "code":
+                continue
+            cell.outputs = []
+            msg_id = client.execute(cell.source, store_history=True)
+            deadline = time.monotonic() + timeout
+            while True:
+                message = client.get_iopub_msg(timeout=max(deadline - time.monotonic(), 1))
+                if message["parent_header"].get("msg_id") != msg_id:
+                    continue
+                kind = message["msg_type"]
+                if kind == "execute_input":
+                    cell.execution_count = message["content"]["execution_count"]
+                elif kind == "status" and message["content"]["execution_state"] == "idle":
+                    break
+                elif kind in ("stream", "display_data", "execute_result", "error"):
+                    cell.outputs.append(nbformat.v4.output_from_msg(message))
+    finally:
+        client.stop_channels()
+    # Outputs the front-end did not make itself are untrusted, and JupyterLab shows an
+    # untrusted widget as text: sign them, as running the notebook in the page would.
+    NotebookNotary().sign(notebook)
+    nbformat.write(notebook, path)
+
+
+@dataclass
+class LabServer:
+    """A running JupyterLab: its process, address and token."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    token: str
+    runtime_dir: Path
+    root_dir: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    def url(self, notebook: str, workspace: str | None = None) -> str:
+        """The page of ``notebook``; a named ``workspace`` opens it alone, whatever other
+        pages have open."""
+        where = f"lab/workspaces/{workspace}/tree" if workspace else "lab/tree"
+        reset = "&reset" if workspace else ""
+        return f"{self.base_url}{where}/{notebook}?token={self.token}{reset}"
+
+    def api(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        request = urllib.request.Request(
+            f"{self.base_url}api/{path}", method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"token {self.token}",
+                     "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            text = response.read()
+        return json.loads(text) if text else None
+
+    def start_kernel(self, notebook: str) -> Path:
+        """A session (and kernel) for ``notebook``, as opening it would; its connection file."""
+        session = self.api("POST", "sessions", {"path": notebook, "name": notebook,
+                                                "type": "notebook",
+                                                "kernel": {"name": "python3"}})
+        connection = self.runtime_dir / f"kernel-{session['kernel']['id']}.json"
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while not connection.exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no connection file {connection}")
+            time.sleep(0.2)
+        return connection
+
+
+def _wait_listening(process: subprocess.Popen[bytes], port: int, what: str) -> None:
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not listen on port {port}") from None
+            time.sleep(0.3)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Stop a server started here and the kernels it started."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=20)
+
+
+@contextmanager
+def planned_lab(run_dir: Path, port: int, *, log: Any = None,
+                extra_arguments: Sequence[str] = (),
+                env: dict[str, str] | None = None) -> Iterator[LabServer]:
+    """JupyterLab on ``run_dir`` with the workbench copy already run in its kernel."""
+    token = secrets.token_hex(16)
+    runtime_dir = run_dir.parent / "runtime"
+    runtime_dir.mkdir(parents=True, exist_ok=True)
+    environment = dict(env if env is not None else os.environ,
+                       JUPYTER_RUNTIME_DIR=str(runtime_dir))
+    jupyter = str(Path(sys.executable).with_name("jupyter"))
+    root = ["--allow-root"] if os.geteuid() == 0 else []
+    command = [jupyter, "lab", "--no-browser", *root, "--ServerApp.ip=127.0.0.1",
+               f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={run_dir}",
+               *extra_arguments]
+    process = subprocess.Popen(command, cwd=run_dir, env=environment, stdout=log,
+                               stderr=subprocess.STDOUT if log is not None else None,
+                               start_new_session=True)
+    try:
+        _wait_listening(process, port, "JupyterLab")
+        server = LabServer(process, port, token, runtime_dir, run_dir)
+        execute_in_kernel(run_dir / WORKBENCH, server.start_kernel(WORKBENCH))
+        yield server
+    finally:
+        stop(process)
+
+
+def _free_port(preferred: int) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", preferred))
+        except OSError:
+            sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m planner.workbench.serve",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", choices=("app", "lab"))
+    parser.add_argument("--port", type=int, default=None)
+    args = parser.parse_args(argv)
+    if args.what == "app":
+        voila = str(Path(sys.executable).with_name("voila"))
+        command = [voila, *voila_arguments(args.port or 8866, open_browser=True),
+                   str(NOTEBOOKS / WORKBENCH)]
+        return subprocess.call(command)
+    port = _free_port(args.port or 8888)
+    run_dir = copy_notebooks()
+    print(f"Running {run_dir / WORKBENCH} (a copy; the committed notebooks stay as they are)")
+    try:
+        with planned_lab(run_dir, port) as server:
+            url = server.url(WORKBENCH)
+            print(f"JupyterLab: {url}", flush=True)
+            webbrowser.open(url)
+            return server.process.wait()
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

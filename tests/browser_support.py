@@ -1,0 +1,212 @@
+"""What the browser tests share: Chromium, a Jupyter server per module, and reading what a
+chart on the page shows.
+
+Chromium comes from $PLANNER_CHROMIUM or ``chromium`` on PATH. Without it, or without
+playwright, a browser test is skipped locally and fails under CI=true, where it must run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = REPO / "notebooks"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+STARTUP_SECONDS = 120
+PAGE_MS = 120_000
+EDIT_SECONDS = 45.0
+
+
+def _missing(message: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def chromium_path() -> str:
+    """Chromium's path; fails under CI=true and skips elsewhere when there is none."""
+    path = os.environ.get("PLANNER_CHROMIUM") or shutil.which("chromium")
+    if not path or not Path(path).exists():
+        _missing("no Chromium: install Debian's chromium package or set PLANNER_CHROMIUM")
+    assert path is not None
+    return path
+
+
+def sync_playwright() -> Any:
+    try:
+        from playwright.sync_api import sync_playwright as start
+    except ImportError as error:
+        _missing(f"playwright is not installed: {error}")
+    return start()
+
+
+@contextmanager
+def launched_browser() -> Iterator[Any]:
+    executable = chromium_path()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS,
+                                             headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def fencing_stepper_notebook(directory: Path) -> str:
+    """The fencing notebook up to its first scenario stepper, written to ``directory``;
+    its name. (The whole notebook runs in the Voilà test; this keeps the run shorter.)"""
+    notebook = nbformat.read(NOTEBOOKS / "fencing.ipynb", as_version=4)
+    cells = []
+    for cell in notebook.cells:
+        cells.append(cell)
+        if cell.cell_type == "code" and cell.source.strip().startswith("ScenarioStepper("):
+            break
+    else:
+        raise AssertionError("fencing.ipynb has no ScenarioStepper cell")
+    notebook.cells = cells
+    path = directory / "fencing-stepper.ipynb"
+    nbformat.write(notebook, path)
+    return path.name
+
+
+def notebook_dir(directory: Path) -> Path:
+    """A folder with copies of the committed notebooks, so that a front-end saving outputs
+    never touches them."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for notebook in NOTEBOOKS.glob("*.ipynb"):
+        shutil.copy(notebook, directory / notebook.name)
+    return directory
+
+
+@contextmanager
+def jupyter_server(command: Sequence[str], port: int, log_path: Path,
+                   cwd: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """Run a Jupyter server (Voilà or JupyterLab) until the block ends."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    env["JUPYTER_CONFIG_DIR"] = str(log_path.parent / "jupyter-config")
+    env["JUPYTER_RUNTIME_DIR"] = str(log_path.parent / "jupyter-runtime")
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(list(command), cwd=cwd, env=env, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"{command[0]} exited with {process.returncode}:\n"
+                            f"{log_path.read_text()}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"{command[0]} did not listen on {port}:\n"
+                                f"{log_path.read_text()}")
+                time.sleep(0.3)
+        yield process
+    finally:
+        _stop(process)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is not None:
+        return
+    # The server runs each notebook in a kernel process of its own: stop the whole group.
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=20)
+
+
+def jupyter_bin(name: str) -> str:
+    return str(Path(sys.executable).with_name(name))
+
+
+# -- reading charts ----------------------------------------------------------------------
+
+# What the plotly graph div inside the first element matching ``selector`` holds and
+# shows: its traces, its title as data and as drawn text, and how many graph divs there
+# are (a stale one must not linger).
+_READ_CHART = """(selector) => {
+  const root = document.querySelector(selector);
+  const plots = root ? [...root.querySelectorAll('.js-plotly-plot')] : [];
+  const visible = plots.filter(p => p.isConnected && p._fullLayout);
+  if (visible.length === 0) { return {count: plots.length}; }
+  const plot = visible[visible.length - 1];
+  const traces = (plot.data || []).map(t => ({
+    name: t.name, type: t.type, x: t.x, y: t.y, base: t.base, text: t.text,
+    symbol: t.marker ? t.marker.symbol : undefined,
+  }));
+  const title = plot.layout && plot.layout.title
+    ? (typeof plot.layout.title === 'string' ? plot.layout.title : plot.layout.title.text)
+    : '';
+  const drawn = plot.querySelector('.gtitle');
+  const ticks = sel => [...plot.querySelectorAll(sel)].map(t => t.textContent);
+  return {
+    count: plots.length, traces: traces, title: title,
+    drawn_title: drawn ? drawn.textContent : '',
+    x_ticks: ticks('.xtick text'), y_ticks: ticks('.ytick text'),
+  };
+}"""
+
+
+def read_chart(page: Any, selector: str) -> dict[str, Any]:
+    return json.loads(json.dumps(page.evaluate(_READ_CHART, selector)))
+
+
+def wait_for_chart(page: Any, selector: str, ready: Callable[[dict[str, Any]], bool],
+                   what: str, timeout: float = EDIT_SECONDS) -> dict[str, Any]:
+    """Poll the chart in ``selector`` until ``ready(chart)``; fail saying what it showed."""
+    deadline = time.monotonic() + timeout
+    chart: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        chart = read_chart(page, selector)
+        if chart.get("count") == 1 and "traces" in chart:
+            try:
+                if ready(chart):
+                    return chart
+            except (KeyError, IndexError, TypeError):
+                pass
+        time.sleep(0.1)
+    shown = {key: chart.get(key) for key in ("count", "title", "drawn_title", "x_ticks",
+                                             "y_ticks")}
+    traces = [{k: t.get(k) for k in ("name", "x", "y")} for t in chart.get("traces", [])]
+    pytest.fail(f"{selector}: {what} not shown within {timeout:.0f} s; the chart shows "
+                f"{shown} with traces {traces}")
+
+
+def trace(chart: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(t for t in chart["traces"] if t.get("name") == name)
+
+
+def page_errors(page: Any) -> list[str]:
+    """Collect uncaught script errors on ``page`` (the list fills as they happen)."""
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    return errors

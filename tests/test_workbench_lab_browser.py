@@ -1,0 +1,142 @@
+"""End to end in JupyterLab: the workbench opened the way `make lab` opens it (already run
+in its kernel, on a copy of the notebook), and the fencing stepper run from the page; every
+check reads what the charts on the page show.
+
+One JupyterLab server and one workbench page for the whole module.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+import workbench_scenarios as scenarios
+from browser_support import (
+    PAGE_MS,
+    REPO,
+    fencing_stepper_notebook,
+    free_port,
+    launched_browser,
+    page_errors,
+)
+
+from planner.workbench.serve import NOTEBOOKS, WORKBENCH, LabServer, copy_notebooks, planned_lab
+
+pytestmark = pytest.mark.browser
+
+_FENCING_READY = """(path) => {
+  const app = window.jupyterapp;
+  const panel = app && app.shell.currentWidget;
+  const kernel = panel && panel.sessionContext && panel.sessionContext.session
+    && panel.sessionContext.session.kernel;
+  return !!(kernel && panel.context.path === path && kernel.connectionStatus === 'connected'
+    && panel.sessionContext.kernelDisplayStatus === 'idle');
+}"""
+
+
+def committed_notebooks() -> tuple[dict[str, bytes], str]:
+    """The committed notebooks' bytes, and what ``git status`` says of them."""
+    files = {path.name: path.read_bytes() for path in sorted(NOTEBOOKS.glob("*.ipynb"))}
+    status = subprocess.run(["git", "status", "--porcelain", "--", "notebooks"], cwd=REPO,
+                            capture_output=True, text=True, check=False).stdout
+    return files, status
+
+
+@pytest.fixture(scope="module")
+def before() -> tuple[dict[str, bytes], str]:
+    return committed_notebooks()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory,
+        before: tuple[dict[str, bytes], str]) -> Iterator[LabServer]:
+    root = tmp_path_factory.mktemp("lab")
+    # The copies `make lab` makes (there in .run/notebooks).
+    notebooks = copy_notebooks(root / "notebooks")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        JUPYTER_CONFIG_DIR=str(root / "config"))
+    with (root / "lab.log").open("wb") as log, planned_lab(
+            notebooks, free_port(), log=log, env=env,
+            extra_arguments=["--LabApp.expose_app_in_browser=True",
+                             f"--LabApp.workspaces_dir={root / 'workspaces'}"]) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with launched_browser() as launched:
+        yield launched
+
+
+@pytest.fixture(scope="module")
+def workbench(browser: Any, lab: LabServer) -> Iterator[Any]:
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    errors = page_errors(page)
+    page.goto(lab.url(WORKBENCH), timeout=PAGE_MS, wait_until="domcontentloaded")
+    # Nothing is run from the page: the workbench comes up planned.
+    page.locator(".wb-summary").get_by_text("5 stages").wait_for(timeout=PAGE_MS)
+    yield page
+    page.close()
+    assert errors == []
+
+
+def test_workbench_opens_planned_with_its_charts(workbench: Any) -> None:
+    state = scenarios.state_of(scenarios.DEFAULT_FLEET)
+    scenarios.wait_for_layers(workbench, state, "the default plan, without running a cell")
+    scenarios.wait_for_memory(workbench, state, "the default fleet, without running a cell")
+
+
+def test_vram_edit_redraws_the_memory_chart(workbench: Any) -> None:
+    scenarios.vram_edit(workbench)
+
+
+def test_loading_a_fleet_file_redraws_the_charts(workbench: Any) -> None:
+    scenarios.fleet_file_load(workbench)
+
+
+def test_adding_and_removing_a_node_redraws_the_charts(workbench: Any) -> None:
+    scenarios.add_and_remove_node(workbench)
+
+
+def test_latency_and_tpot_edits_move_the_candidates_star(workbench: Any) -> None:
+    scenarios.latency_and_tpot_edit(workbench)
+
+
+def test_preset_change_redraws_the_layer_chart(workbench: Any) -> None:
+    scenarios.preset_change(workbench)
+
+
+def test_fencing_stepper_redraws_on_next(browser: Any, lab: LabServer,
+                                         tmp_path: Path) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    errors = page_errors(page)
+    try:
+        notebook = fencing_stepper_notebook(lab.root_dir)
+        page.goto(lab.url(notebook, workspace="fencing"), timeout=PAGE_MS,
+                  wait_until="domcontentloaded")
+        # Run every cell once the notebook's own panel is in front with its kernel ready.
+        page.wait_for_function(_FENCING_READY, arg=notebook, timeout=PAGE_MS)
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        scenarios.fencing_stepper(page)
+    finally:
+        page.close()
+    assert errors == []
+
+
+def test_committed_notebooks_stay_clean(workbench: Any, lab: LabServer,
+                                        before: tuple[dict[str, bytes], str]) -> None:
+    """After the page was run, edited and saved, the outputs are in the copy only."""
+    workbench.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+    copy = nbformat.read(lab.root_dir / WORKBENCH, as_version=4)
+    assert any(cell.get("outputs") for cell in copy.cells if cell.cell_type == "code")
+    assert committed_notebooks() == before
+    for name, data in before[0].items():
+        notebook = nbformat.reads(data.decode(), as_version=4)
+        assert all(not cell.get("outputs") for cell in notebook.cells
+                   if cell.cell_type == "code"), name

@@ -1,0 +1,46 @@
+"""The launchers behind `make lab` and `make app`, without starting a server."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from planner.workbench import serve
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_make_lab_and_make_app_run_the_launcher() -> None:
+    makefile = (REPO / "Makefile").read_text()
+    assert re.search(r"^lab:.*\n\t\$\(BIN\)/python -m planner\.workbench\.serve lab ",
+                     makefile, re.M)
+    assert re.search(r"^app:.*\n\t\$\(BIN\)/python -m planner\.workbench\.serve app ",
+                     makefile, re.M)
+    assert serve.RUN_DIR.relative_to(REPO).parts[0] == ".run"
+    assert "/.run/" in (REPO / ".gitignore").read_text().split()
+
+
+def test_copies_are_made_once_and_keep_later_edits(tmp_path: Path) -> None:
+    run_dir = serve.copy_notebooks(tmp_path / "notebooks")
+    names = sorted(p.name for p in serve.NOTEBOOKS.glob("*.ipynb"))
+    assert sorted(p.name for p in run_dir.iterdir()) == names
+    copy = run_dir / serve.WORKBENCH
+    assert copy.read_bytes() == (serve.NOTEBOOKS / serve.WORKBENCH).read_bytes()
+    copy.write_text("{}")  # a person's own edit, saved after the copy was made
+    serve.copy_notebooks(run_dir)
+    assert copy.read_text() == "{}"
+    # An original newer than its copy replaces it.
+    old = (serve.NOTEBOOKS / serve.WORKBENCH).stat().st_mtime - 10
+    os.utime(copy, (old, old))
+    serve.copy_notebooks(run_dir)
+    assert copy.read_bytes() == (serve.NOTEBOOKS / serve.WORKBENCH).read_bytes()
+
+
+def test_voila_culls_kernels_of_closed_pages() -> None:
+    arguments = serve.voila_arguments(8866)
+    assert "--no-browser" in arguments
+    assert "--no-browser" not in serve.voila_arguments(8866, open_browser=True)
+    assert f"--MappingKernelManager.cull_idle_timeout={serve.CULL_IDLE_SECONDS}" in arguments
+    assert "--MappingKernelManager.cull_busy=False" in arguments
+    assert not any("cull_connected=True" in a for a in arguments)

@@ -1,0 +1,200 @@
+"""Edits a person makes on the workbench page, each checked against what the charts show.
+
+The same steps run in Voilà and in JupyterLab (tests/test_workbench_browser.py,
+tests/test_workbench_lab_browser.py). Every check reads the plotly graph div on the page
+and compares it with what the planner itself computes for the same fleet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from browser_support import EDIT_SECONDS, trace, wait_for_chart
+
+from planner.fleet import load_fleet
+from planner.units import parse_bytes
+from planner.workbench import WorkbenchState, evaluate
+from planner.workbench.catalog import preset_source
+
+FLEETS = Path(__file__).resolve().parents[1] / "data" / "fleets"
+DEFAULT_FLEET = "qwen480b-5x80.toml"
+MEMORY = ".wb-memory-figure"
+LAYERS = ".wb-layers-figure"
+CANDIDATES = ".wb-candidates-figure"
+GIB = 2**30
+
+
+def state_of(fleet: str) -> WorkbenchState:
+    return WorkbenchState.from_document(load_fleet(FLEETS / fleet))
+
+
+def stage_labels(state: WorkbenchState) -> list[str]:
+    plan = evaluate(state).plan
+    assert plan is not None
+    return [f"{s.stage_id} · {s.node_id}" for s in plan.stages]
+
+
+def wait_for_layers(page: Any, state: WorkbenchState, what: str) -> dict[str, Any]:
+    """The layer-ranges chart shows exactly the plan of ``state``."""
+    plan = evaluate(state).plan
+    assert plan is not None
+    labels = [f"{s.stage_id} · {s.node_id}" for s in plan.stages]
+    counts = [s.layer_count for s in plan.stages]
+    starts = [s.layer_start for s in plan.stages]
+    title = f"({state.model.layer_count or plan.stages[-1].layer_end} layers)"
+
+    def ready(chart: dict[str, Any]) -> bool:
+        bars = trace(chart, "layers")
+        return (bars["y"] == labels and bars["x"] == counts and bars["base"] == starts
+                and title in chart["drawn_title"])
+
+    return wait_for_chart(page, LAYERS, ready, what)
+
+
+def node_totals_gib(chart: dict[str, Any]) -> dict[str, float]:
+    """Each memory bar's height (all segments), by node id."""
+    totals: dict[str, float] = {}
+    for segment in chart["traces"]:
+        for label, value in zip(segment["x"], segment["y"], strict=True):
+            node = label.split("<br>")[0]
+            totals[node] = totals.get(node, 0.0) + float(value)
+    return totals
+
+
+def wait_for_memory(page: Any, state: WorkbenchState, what: str) -> dict[str, Any]:
+    """The memory chart has one bar per node of ``state``, each as tall as its VRAM."""
+    wanted = {row.node_id: parse_bytes(row.vram) / GIB for row in state.nodes}
+
+    def ready(chart: dict[str, Any]) -> bool:
+        totals = node_totals_gib(chart)
+        return (sorted(totals) == sorted(wanted)
+                and all(abs(totals[n] - wanted[n]) < 1e-6 for n in wanted))
+
+    return wait_for_chart(page, MEMORY, ready, what)
+
+
+# -- driving the page ----------------------------------------------------------------------
+
+def type_into(locator: Any, value: str) -> None:
+    locator.fill(value)
+    locator.press("Enter")
+
+
+def node_input(page: Any, row: int, column: str) -> Any:
+    return page.locator(".wb-node-row").nth(row).locator(f".wb-node-{column} input")
+
+
+def load_fleet_file(page: Any, name: str) -> None:
+    page.locator(".wb-fleet-file select").select_option(label=name)
+    page.locator("button.wb-load-fleet").click()
+
+
+def reset(page: Any) -> WorkbenchState:
+    """Back to the default fleet file, as loaded from its file."""
+    state = state_of(DEFAULT_FLEET)
+    load_fleet_file(page, DEFAULT_FLEET)
+    page.locator(".wb-node-row").nth(len(state.nodes) - 1).wait_for(
+        timeout=EDIT_SECONDS * 1000)
+    wait_for_layers(page, state, "the default fleet after loading it")
+    wait_for_memory(page, state, "the default fleet after loading it")
+    return state
+
+
+def with_node(state: WorkbenchState, index: int, **fields: str) -> WorkbenchState:
+    nodes = list(state.nodes)
+    nodes[index] = replace(nodes[index], **fields)
+    return replace(state, nodes=tuple(nodes))
+
+
+# -- the edits -------------------------------------------------------------------------------
+
+def vram_edit(page: Any) -> None:
+    state = reset(page)
+    type_into(node_input(page, 4, "vram"), "24 GiB")
+    edited = with_node(state, 4, vram="24 GiB")
+    chart = wait_for_memory(page, edited, "qwen-node-04 at 24 GiB")
+    assert node_totals_gib(chart)["qwen-node-04"] == 24.0
+
+
+def fleet_file_load(page: Any) -> None:
+    reset(page)
+    name = "deepseek-v3-mixed-datacenter.toml"
+    load_fleet_file(page, name)
+    state = state_of(name)
+    chart = wait_for_layers(page, state, f"the plan of {name}")
+    assert len(trace(chart, "layers")["y"]) == 10
+    assert "61 layers" in chart["drawn_title"]
+    wait_for_memory(page, state, f"the nodes of {name}")
+
+
+def add_and_remove_node(page: Any) -> None:
+    state = reset(page)
+    page.locator("button.wb-add-node").click()
+    added = state.add_node()
+    assert added.nodes[-1].node_id == "qwen-node-05"
+    chart = wait_for_memory(page, added, "a sixth node after 'Add node'")
+    assert trace(chart, "weights")["x"][-1].endswith("unused")
+    page.locator(".wb-node-row").nth(0).locator("button.wb-node-remove").click()
+    removed = added.remove_node(0)
+    wait_for_memory(page, removed, "five nodes after removing qwen-node-00")
+    wait_for_layers(page, removed, "the plan without qwen-node-00")
+
+
+def _star(chart: dict[str, Any]) -> tuple[list[int], list[int]]:
+    star = trace(chart, "selected")
+    return star["x"], star["y"]
+
+
+def latency_and_tpot_edit(page: Any) -> None:
+    state = reset(page)
+    wait_for_chart(page, CANDIDATES, lambda c: _star(c) == ([5], [262_144]),
+                   "the star on 5 stages at 262,144")
+    edited = state
+    for row in range(len(state.nodes)):
+        type_into(node_input(page, row, "latency"), "5 ms")
+        edited = with_node(edited, row, latency_ms="5 ms")
+    plan = evaluate(edited).plan
+    assert plan is not None and (plan.stage_count, plan.context_length) == (4, 65_536)
+    chart = wait_for_chart(
+        page, CANDIDATES,
+        lambda c: _star(c) == ([4], [65_536]) and "TPOT" in c["drawn_title"]
+        and "unknown" not in c["drawn_title"],
+        "the star on 4 stages at 65,536 after 5 ms latencies")
+    assert "circle-open" not in trace(chart, "feasible")["symbol"]
+    # A 12 ms target is missed by every shape (4 x 5 ms at best): hollow dots.
+    type_into(page.locator(".wb-tpot-target input"), "12")
+    wait_for_chart(page, CANDIDATES,
+                   lambda c: set(trace(c, "feasible")["symbol"]) == {"circle-open"},
+                   "every shape missing the 12 ms TPOT target")
+
+
+def preset_change(page: Any) -> None:
+    state = reset(page)
+    preset = "qwen3-235b-a22b"
+    page.locator(".wb-model-preset select").select_option(label=preset)
+    changed = state.with_model(preset_source(preset).fields)
+    chart = wait_for_layers(page, changed, f"the plan of the {preset} preset")
+    assert "(94 layers)" in chart["drawn_title"]
+
+
+FIRST_SCENARIO = ".fx-sequence-figure"  # the first stepper on the page is scenario 1's
+
+
+def fencing_first_event(page: Any, timeout: float = EDIT_SECONDS) -> dict[str, Any]:
+    """The first scenario's sequence chart, drawn at its first event."""
+    return wait_for_chart(page, FIRST_SCENARIO, lambda c: "(event 1 of " in c["drawn_title"],
+                          "event 1 of scenario 1", timeout)
+
+
+def fencing_stepper(page: Any, timeout: float = EDIT_SECONDS) -> None:
+    """'next ▶' twice on the first scenario: the sequence chart follows the slider."""
+    first = fencing_first_event(page, timeout)
+    total = first["drawn_title"].split(" of ")[-1].rstrip(")")
+    next_button = page.get_by_role("button", name="next ▶").first
+    for step in (2, 3):
+        next_button.click()
+        wait_for_chart(page, FIRST_SCENARIO,
+                       lambda c, s=step: f"(event {s} of {total})" in c["drawn_title"],
+                       f"event {step} of scenario 1 after 'next ▶'")
