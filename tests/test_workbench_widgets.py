@@ -339,6 +339,25 @@ def test_export_report(bench: Workbench, tmp_path: Path) -> None:
     assert "UnsupportedFormat" in bench.message.value
 
 
+def test_a_relative_report_name_is_written_in_the_report_folder(
+        bench: Workbench, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    notebook_dir = tmp_path / "notebooks"
+    notebook_dir.mkdir()
+    monkeypatch.chdir(notebook_dir)  # where a kernel started from a notebook runs
+    reports = (tmp_path / "reports").resolve()
+    assert str(reports) in bench.report_where.value
+    bench.report_path.value = "mine.md"
+    bench.export_button.click()
+    assert (reports / "mine.md").is_file()
+    assert list(notebook_dir.iterdir()) == []
+    assert bench.message.value == (
+        f"<div class='wb-message-box'>Report written to {reports / 'mine.md'}.</div>")
+    bench.report_path.value = "  by-week/mine.html "
+    bench.export_button.click()
+    assert (reports / "by-week" / "mine.html").is_file(), bench.message.value
+    assert bench.report_destination("~/x.md") == Path.home() / "x.md"
+
+
 def write_tiny_gguf(path: Path, layers: int = 2) -> None:
     """A two-layer llama GGUF file with zero weights."""
     import numpy as np

@@ -112,8 +112,12 @@ class Workbench(widgets.VBox):
         self.options_editor = OptionsEditor(self._state.options,
                                             on_edit=self._guard(self._edited))
         self.report_path = text_input("", "wb-report-path", width="320px",
-                                      placeholder="report .html, .md or .json",
+                                      placeholder="name.html, .md or .json",
                                       description="report file")
+        self.report_where = widgets.HTML(
+            f"<span class='wb-hint'>a name without a folder is written in "
+            f"{escape(str(self.report_dir.resolve()))}</span>")
+        self.report_where.add_class("wb-report-where")
         self.export_button = button("Export report", "wb-export-report",
                                     tooltip="write a report of this plan")
         self.export_button.on_click(self._guard(
@@ -130,7 +134,7 @@ class Workbench(widgets.VBox):
         left = widgets.VBox([
             widgets.HTML("<h3>Model</h3>"), self.model_editor,
             widgets.HTML("<h3>Planning</h3>"), self.options_editor,
-            widgets.HBox([self.report_path, self.export_button]),
+            widgets.HBox([self.report_path, self.export_button]), self.report_where,
         ], layout=widgets.Layout(min_width="560px", flex="1 1 560px"))
         right = widgets.VBox([widgets.HTML("<h3>Fleet</h3>"), self.fleet_editor],
                              layout=widgets.Layout(min_width="560px", flex="1 1 640px"))
@@ -403,20 +407,32 @@ class Workbench(widgets.VBox):
         self._say(f"Saved {written}.")
         return written
 
+    def report_destination(self, name: str | Path | None = None) -> Path:
+        """Where a report named ``name`` is written: an absolute path as given, a relative
+        one inside the report folder (not the notebook's folder, which depends on how the
+        page was started), ``<fleet name>.html`` there when no name is given."""
+        text = str(name).strip() if name is not None else ""
+        if not text:
+            return (self.report_dir / f"{_slug(self._state.name or 'workbench')}.html").resolve()
+        path = Path(text).expanduser()
+        if not path.is_absolute():
+            path = self.report_dir / path
+        return path.resolve()
+
     def export_report(self, path: str | Path | None = None) -> Path | None:
-        """Write a report of the current plan (``reports/<fleet>.html`` by default)."""
+        """Write a report of the current plan to :meth:`report_destination` of ``path``."""
         try:
             from planner.reports import write_report
         except ImportError as error:
             self._say(f"Reports are not available: {error}.", error=True)
             return None
-        if path is None:
-            self.report_dir.mkdir(parents=True, exist_ok=True)
-            path = self.report_dir / f"{_slug(self._state.name or 'workbench')}.html"
+        destination = self.report_destination(path)
+        if destination.is_relative_to(self.report_dir.resolve()):
+            destination.parent.mkdir(parents=True, exist_ok=True)
         try:
             subject: Any = self._state.to_document()
         except (FleetFileError, ModelError):
             subject = self._state.to_request()
-        written = write_report(subject, path)
+        written = write_report(subject, destination)
         self._say(f"Report written to {written}.")
         return written

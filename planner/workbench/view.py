@@ -35,6 +35,7 @@ STYLE = """
 .wb-warning-box { padding: 4px 10px; background: #fff7e0; border-left: 4px solid #e0a800; }
 .wb-diagnosis-box { padding: 4px 10px; }
 .wb-message-box { padding: 4px 10px; color: #245; }
+.wb-hint { font-size: 12px; color: #666; }
 .wb-table { border-collapse: collapse; font-size: 12px; }
 .wb-table th, .wb-table td { padding: 2px 8px; border-bottom: 1px solid #ddd;
   text-align: right; white-space: nowrap; }
