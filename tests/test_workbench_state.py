@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -427,3 +428,27 @@ def test_a_huge_latency_or_target_is_a_problem_not_an_exception(huge: str) -> No
     assert problem.field == "nodes[0].latency_ms" and len(problem.message) < 300
     target = evaluate(replace(state, options=PlanOptions(target_decode_tpot_ms=huge))).problem
     assert target is not None and target.field == "target_decode_tpot_ms"
+
+
+def test_weights_show_in_one_form_for_every_preset_and_plan_exactly() -> None:
+    from planner.workbench.catalog import preset_names, preset_source
+    from planner.workbench.state import weight_size_text
+
+    assert weight_size_text(315_680_000_000) == "315.68 GB"
+    assert weight_size_text(712_965_570_400) == "712.97 GB"
+    assert weight_size_text(1_340_000_000_000) == "1.34 TB"
+    state = WorkbenchState.design_default()
+    for name in preset_names():
+        source = preset_source(name)
+        shown = source.fields.model_weight_bytes
+        assert re.fullmatch(r"\d+\.\d\d [MGTP]B", shown), (name, shown)
+        model = state.with_model(source.fields)
+        # The rounded text stands for the preset's exact weights.
+        assert (model.model.planning_fields()["model_weight_bytes"]
+                == source.fields.exact_weight_bytes)
+        assert WorkbenchState.from_dict(model.to_dict()) == model
+    # Typing a new figure plans that figure.
+    retyped = state.with_model(preset_source(name).fields).with_model_numbers(
+        model_weight_bytes="300 GB")
+    assert retyped.model.exact_weight_bytes is None
+    assert retyped.model.planning_fields()["model_weight_bytes"] == 300 * 10**9

@@ -115,6 +115,18 @@ def exact_size_text(value: int) -> str:
     return f"{value} B"
 
 
+def weight_size_text(value: int) -> str:
+    """Model weights as the editor shows them, always in one form: two decimals of the
+    largest 1000-based unit (``"315.68 GB"``, ``"712.97 GB"``, ``"1.34 TB"``).
+
+    The figure is rounded; :class:`ModelFields` keeps the exact bytes while the text is
+    left as shown."""
+    for unit, factor in _DECIMAL_UNITS:
+        if value >= factor:
+            return f"{value / factor:.2f} {unit}"
+    return f"{value} B"
+
+
 def parse_size(text: str, field_name: str, *, label: str, node_id: str | None = None,
                optional: bool = False, bare_bytes: bool = False) -> int | None:
     """A size typed as ``"80 GiB"``, ``"24 GB"`` or ``"1024 B"``; blank is ``None`` when
@@ -248,7 +260,9 @@ class ModelFields:
     ``preset`` or ``gguf`` says where the numbers came from; both are ``None`` for numbers
     typed by hand. ``kv_cache_type`` applies to a preset or GGUF model.
     ``layer_weight_bytes`` are exact per-layer weights (kept only while they match
-    ``layer_count`` and ``model_weight_bytes``).
+    ``layer_count`` and ``model_weight_bytes``). ``model_weight_bytes`` is shown rounded
+    (:func:`weight_size_text`); ``exact_weight_bytes`` is the exact figure behind it, used
+    as long as the text still reads as that rounding.
     """
 
     layer_count: int
@@ -260,6 +274,7 @@ class ModelFields:
     preset: str | None = None
     gguf: str | None = None
     kv_cache_type: str | None = None
+    exact_weight_bytes: int | None = None
 
     @property
     def label(self) -> str:
@@ -267,8 +282,12 @@ class ModelFields:
 
     def planning_fields(self) -> dict[str, Any]:
         """The five SPEC model fields. Raises :class:`WorkbenchInputError`."""
-        weights = parse_size(self.model_weight_bytes, "model_weight_bytes",
-                             label="model weight bytes", bare_bytes=True)
+        exact = self.exact_weight_bytes
+        if exact is not None and self.model_weight_bytes.strip() == weight_size_text(exact):
+            weights = exact
+        else:
+            weights = parse_size(self.model_weight_bytes, "model_weight_bytes",
+                                 label="model weight bytes", bare_bytes=True)
         kv = parse_size(self.kv_bytes_per_token, "kv_bytes_per_token",
                         label="KV bytes per token", bare_bytes=True)
         return {
@@ -285,7 +304,8 @@ class ModelFields:
         return cls(
             layer_count=int(fields["layer_count"]),
             native_context_length=int(fields["native_context_length"]),
-            model_weight_bytes=exact_size_text(int(fields["model_weight_bytes"])),
+            model_weight_bytes=weight_size_text(int(fields["model_weight_bytes"])),
+            exact_weight_bytes=int(fields["model_weight_bytes"]),
             # KV sizes are quoted in plain bytes per token ("131,072"), so shown that way.
             kv_bytes_per_token=str(int(fields["kv_bytes_per_token"])),
             layer_weight_bytes=tuple(weights) if weights is not None else None,
@@ -443,12 +463,12 @@ class WorkbenchState:
         if model == self.model:
             return self
         weights = model.layer_weight_bytes
-        if weights is not None and (
-                model.layer_count != self.model.layer_count
-                or model.model_weight_bytes.strip() != self.model.model_weight_bytes.strip()):
+        retyped = model.model_weight_bytes.strip() != self.model.model_weight_bytes.strip()
+        if weights is not None and (model.layer_count != self.model.layer_count or retyped):
             weights = None
         custom = replace(model, preset=None, gguf=None, kv_cache_type=None,
                          layer_weight_bytes=weights,
+                         exact_weight_bytes=None if retyped else model.exact_weight_bytes,
                          name=None if (self.model.preset or self.model.gguf) else model.name)
         return replace(self, model=custom)
 
@@ -506,6 +526,7 @@ class WorkbenchState:
                 "preset": self.model.preset,
                 "gguf": self.model.gguf,
                 "kv_cache_type": self.model.kv_cache_type,
+                "exact_weight_bytes": self.model.exact_weight_bytes,
             },
             "nodes": [row.to_dict() for row in self.nodes],
             "options": {
