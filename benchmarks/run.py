@@ -1,4 +1,5 @@
-"""``make bench``: planner speed and memory on fleets up to 1,000 nodes.
+"""``make bench``: planner speed and memory on fleets up to 1,000 nodes, then on fleets
+up to the input caps (``limits_bench.py``: 10,000 nodes, 4,096 layers).
 
 Each fleet runs in a fresh process so that its peak memory is its own. The plain
 exhaustive reference planner (``tests/reference_planner.py``) runs beside it where it
@@ -114,11 +115,18 @@ def main() -> int:
     sizing_fast = sizing_bench.print_table()
     print()
     sweep_bench.print_tables()
+    import limits_bench
+
+    print()
+    limits_met = limits_bench.print_table()
     if not sizing_fast:
         print(f"sizing: some runs took {sizing_bench.TARGET_SECONDS:g} s or more",
               file=sys.stderr)
     if mismatches:
         print(f"{mismatches} plan(s) differ from the exhaustive reference", file=sys.stderr)
+        return 1
+    if not limits_met:
+        print("a fleet up to the caps missed its time or memory target", file=sys.stderr)
         return 1
     return 0
 

@@ -71,6 +71,8 @@ class PlanError(CodedError):
         "ZeroParallelLanes",
         "NoValidTopology",
         "PlanMismatch",
+        "TooManyNodes",
+        "SearchTooLarge",
     )
 
 

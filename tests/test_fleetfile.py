@@ -32,6 +32,7 @@ from planner.fleet import (
     save_fleet,
 )
 from planner.planning import NodeBudget
+from planner.planning.inputs import MAX_NODE_BYTES
 
 FLEETS = Path(__file__).resolve().parent.parent / "data" / "fleets"
 GIB = 1024**3
@@ -412,15 +413,17 @@ def test_saved_file_is_an_ordinary_readable_file(tmp_path: Path) -> None:
 
 _ids = st.text(min_size=1, max_size=10).filter(lambda text: bool(text.strip()))
 _sizes = st.integers(min_value=0, max_value=2**53)
+# A node's VRAM and cap go up to 1 PiB (MAX_NODE_BYTES); headroom and model sizes to 8 PiB.
+_node_sizes = st.integers(min_value=0, max_value=MAX_NODE_BYTES)
 _optional = st.none() | st.integers(min_value=0, max_value=10**6)
 
 
 @st.composite
 def _node_entries(draw: st.DrawFn) -> list[NodeBudget]:
-    detected = draw(_sizes)
+    detected = draw(_node_sizes)
     budget = {
         "detected_vram_bytes": detected,
-        "max_vram_bytes": draw(st.none() | _sizes),
+        "max_vram_bytes": draw(st.none() | _node_sizes),
         "runtime_headroom_bytes": draw(st.sampled_from([0, GIB]) | _sizes),
         "stage_transfer_latency_ms": draw(_optional),
     }
@@ -503,13 +506,13 @@ def test_identical_numbered_nodes_are_written_back_as_one_counted_entry() -> Non
 @pytest.mark.parametrize(("size", "written"), [
     (80 * GIB, '"80 GiB"'), (315_680_000_000, '"315.68 GB"'), (1536 * 1024**2, '"1.5 GiB"'),
     (24 * 10**9, '"24 GB"'), (115_448_725_504, '"115448725504 B"'), (0, '"0 B"'),
-    (1000, '"1000 B"'), (2**53 - 1, f'"{2**53 - 1} B"'),
+    (1000, '"1000 B"'), (MAX_NODE_BYTES - 1, f'"{MAX_NODE_BYTES - 1} B"'),
 ])
 def test_sizes_are_written_in_exact_human_units(size: int, written: str) -> None:
     assert f"\nvram = {written}\n" in fleet_to_toml(_small_document(size))
 
 
-@given(_sizes)
+@given(_node_sizes)
 def test_written_sizes_read_back_exactly(size: int) -> None:
     from planner.units import parse_bytes
 

@@ -189,3 +189,84 @@ def test_real_sized_mixed_fleets_of_fourteen_nodes_match_reference(seed: int) ->
     for (context, count), best in ref.table(request).items():
         row = frame[(frame["context_length"] == context) & (frame["stage_count"] == count)]
         assert set(row["node_ids"]) == {best.node_ids if best else ()}
+
+
+@st.composite
+def _crowds(draw: st.DrawFn) -> dict[str, Any]:
+    """Many identical (or nearly identical) nodes beside a few distinct ones: more nodes
+    of one kind than there are stages, so the search drops the ones no best set needs."""
+    layer_count = draw(st.integers(1, 6))
+    layer = draw(st.integers(1, 50))
+    kv = draw(st.integers(1, 2 * layer_count))
+    native = draw(st.sampled_from((512, 1024)))
+    kv_layer = -(-kv // layer_count)
+    need = layer + kv_layer * min(native, 65536)  # one layer at the floor context
+    size = need * draw(st.integers(1, layer_count)) + draw(st.integers(0, need - 1))
+    crowd = draw(st.integers(layer_count + 1, 10))
+    latency_mode = draw(st.sampled_from(("none", "same", "mixed")))
+    nodes = []
+    for i in range(crowd):
+        # A few bytes apart: the same span at every layer, different remaining bytes.
+        jitter = draw(st.sampled_from((0, 0, 0, 1, 2))) if draw(st.booleans()) else 0
+        latency = {"none": None, "same": 3,
+                   "mixed": draw(st.sampled_from((None, 1, 3, 5)))}[latency_mode]
+        nodes.append({"node_id": f"c{(crowd - i) * 7 % 11:02d}-{i}",
+                      "detected_vram_bytes": size + jitter,
+                      "stage_transfer_latency_ms": latency})
+    for i in range(draw(st.integers(0, 4))):
+        nodes.append({"node_id": f"d{i}",
+                      "detected_vram_bytes": draw(st.integers(need // 2, need * layer_count)),
+                      "stage_transfer_latency_ms": draw(st.sampled_from((None, 1, 4)))})
+    nodes = draw(st.permutations(nodes))
+    return {"native_context_length": native, "layer_count": layer_count,
+            "model_weight_bytes": layer * layer_count, "kv_bytes_per_token": kv,
+            "minimum_nodes": draw(st.integers(0, 2)), "nodes": list(nodes),
+            "target_decode_tpot_ms": draw(st.none() | st.integers(0, 20))}
+
+
+@settings(max_examples=80)
+@given(_crowds())
+def test_crowds_of_identical_nodes_match_reference(request: dict[str, Any]) -> None:
+    assert _planner_outcome(request) == _reference_outcome(request)
+    try:
+        frame = planner.candidates(request)
+    except planner.PlanError:
+        return
+    for (context, count), best in ref.table(request).items():
+        row = frame[(frame["context_length"] == context) & (frame["stage_count"] == count)]
+        assert set(row["node_ids"]) == {best.node_ids if best else ()}
+
+
+def test_a_crowd_of_identical_nodes_is_searched_as_few_as_there_are_stages() -> None:
+    from planner.planning.search import ContextSearch
+
+    request = planner.PlanningInput.from_dict({
+        "native_context_length": 512, "layer_count": 3, "model_weight_bytes": 300,
+        "kv_bytes_per_token": 3,
+        "nodes": [*({"node_id": f"same-{i:02d}", "detected_vram_bytes": 2000}
+                    for i in range(40)),
+                  {"node_id": "other", "detected_vram_bytes": 700}]})
+    search = ContextSearch(request, 512)
+    kept = [node.node_id for group in search.groups for node in group.nodes]
+    assert kept == ["same-00", "same-01", "same-02", "other"]
+    assert planner.plan_topology(request).node_ids == ("same-00",)
+
+
+@settings(max_examples=150)
+@given(requests(max_nodes=8, max_layers=12))
+def test_lean_read_back_matches_reference(request: dict[str, Any]) -> None:
+    # Past its table budget a query is read back from one value array per group; a zero
+    # budget sends every query that way.
+    from unittest import mock
+
+    from planner.planning import search
+
+    with mock.patch.object(search, "_TABLE_BYTES", 0):
+        assert _planner_outcome(request) == _reference_outcome(request)
+        try:
+            frame = planner.candidates(request)
+        except planner.PlanError:
+            return
+    for (context, count), best in ref.table(request).items():
+        row = frame[(frame["context_length"] == context) & (frame["stage_count"] == count)]
+        assert set(row["node_ids"]) == {best.node_ids if best else ()}

@@ -41,6 +41,7 @@ from planner.fleet.document import (
 )
 from planner.fleet.errors import FleetFileError
 from planner.planning import NodeBudget
+from planner.planning.inputs import check_node_count
 from planner.units import parse_bytes
 
 _NUMBERED = re.compile(r"^(.+)-(\d+)$", re.DOTALL)
@@ -270,6 +271,9 @@ def _nodes_from_toml(entries: list[Any]
         if "count" in entry:
             count = as_int(entry["count"], f"{prefix}count", minimum=1, maximum=MAX_COUNT,
                             node_id=base_id)
+            # Before expanding: many entries of large counts must not build the nodes first.
+            check_node_count(len(nodes) + count,
+                             f"the fleet file (counted up to nodes[{index}], id {base_id!r})")
             ids = expanded_node_ids(base_id, count)
             described = f"id = {base_id!r} with count = {count} ({ids[0]} .. {ids[-1]})"
         else:

@@ -13,17 +13,24 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from planner._validate import Fail, integer, known_keys, optional_integer, text
-from planner.errors import InvalidInput
+from planner.errors import InvalidInput, PlanError
 from planner.units import LatencyError, latency_microseconds, parse_latency_ms
 
-# Beyond 8 PiB a number of bytes is almost surely a unit mistake; refusing it also keeps
-# every sum the search makes exact in 64-bit integers.
+# Beyond 8 PiB a number of bytes is almost surely a unit mistake.
 MAX_BYTES = 2**53
+# A node's VRAM (detected or capped) up to 1 PiB, hundreds of times today's largest: the
+# search sums the usable bytes of up to MAX_LAYERS stages, and 4,096 x 2**50 = 2**62 keeps
+# every such sum exact in 64-bit integers (model sizes, up to MAX_BYTES per layer, are
+# summed in Python integers).
+MAX_NODE_BYTES = 2**50
 MAX_LAYERS = 4096
 MAX_CONTEXT = 2**31
 MAX_LATENCY_MS = 10**9
 MAX_MINIMUM_NODES = 100_000
 MAX_LANES = 4096
+# Total nodes, after a fleet file's ``count`` expansion: the search is held to its time
+# and memory targets up to here (``make bench``).
+MAX_NODES = 10_000
 
 _INT_LIMITS = {
     "native_context_length": MAX_CONTEXT,
@@ -46,6 +53,15 @@ def _bad(field_name: str, node_id: str | None = None) -> Fail:
 
 def _unknown(where: str, node_id: str | None = None) -> Callable[[str, str], InvalidInput]:
     return lambda key, problem: InvalidInput(f"{where}{key}", problem, node_id=node_id)
+
+
+def check_node_count(count: int, where: str = "the fleet") -> None:
+    """Refuse more than :data:`MAX_NODES` nodes with ``TooManyNodes``."""
+    if count > MAX_NODES:
+        raise PlanError("TooManyNodes",
+                        f"{where} has {count:,} nodes; at most {MAX_NODES:,} are planned "
+                        "(write identical nodes once with a count, and split larger fleets)",
+                        node_count=count, maximum=MAX_NODES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,9 +126,10 @@ def _node_fields(node_id: Any, detected: Any, max_vram: Any, headroom: Any, late
     text(node_id, _bad(f"{where}node_id"))
     return (
         node_id,
-        integer(detected, _bad(f"{where}detected_vram_bytes", node_id), maximum=MAX_BYTES),
+        integer(detected, _bad(f"{where}detected_vram_bytes", node_id),
+                maximum=MAX_NODE_BYTES),
         optional_integer(max_vram, _bad(f"{where}max_vram_bytes", node_id),
-                         maximum=MAX_BYTES),
+                         maximum=MAX_NODE_BYTES),
         integer(headroom, _bad(f"{where}runtime_headroom_bytes", node_id), maximum=MAX_BYTES),
         _latency(latency, f"{where}stage_transfer_latency_ms", node_id),
     )
@@ -174,6 +191,7 @@ class PlanningInput:
         nodes = self.nodes
         if isinstance(nodes, (str, bytes, Mapping)) or not isinstance(nodes, Sequence):
             raise InvalidInput("nodes", "must be a list of nodes", value=type(nodes).__name__)
+        check_node_count(len(nodes))
         if not isinstance(nodes, tuple):
             object.__setattr__(self, "nodes", tuple(nodes))
         seen: dict[str, int] = {}
@@ -245,6 +263,7 @@ class PlanningInput:
         raw_nodes = data["nodes"]
         if isinstance(raw_nodes, (str, bytes, Mapping)) or not isinstance(raw_nodes, Sequence):
             raise InvalidInput("nodes", "must be a list of nodes", value=raw_nodes)
+        check_node_count(len(raw_nodes))
         nodes = tuple(
             node if isinstance(node, NodeBudget) else NodeBudget.from_dict(node, index)
             for index, node in enumerate(raw_nodes)

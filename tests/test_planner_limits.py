@@ -1,0 +1,103 @@
+"""Inputs at and past the planner's limits: refused by name at once, or planned exactly."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import reference_planner as ref
+
+import planner
+from planner.errors import InvalidInput, PlanError
+from planner.planning.inputs import MAX_NODE_BYTES, MAX_NODES
+
+EXABYTES = 2**53
+
+
+def _request(nodes: list[dict[str, Any]], layers: int, weight: int) -> dict[str, Any]:
+    return {"native_context_length": 512, "layer_count": layers, "model_weight_bytes": weight,
+            "kv_bytes_per_token": layers, "nodes": nodes}
+
+
+def test_nodes_of_8_pib_are_refused_before_any_search() -> None:
+    # 1,030 nodes of 2**53 bytes: their summed usable bytes pass 64 bits.
+    nodes = [{"node_id": f"n{i:04d}", "detected_vram_bytes": EXABYTES} for i in range(1030)]
+    started = time.perf_counter()
+    with pytest.raises(InvalidInput) as caught:
+        planner.plan_topology(_request(nodes, 1030, 1030 * 2**40))
+    assert time.perf_counter() - started < 5
+    assert caught.value.field == "nodes[0].detected_vram_bytes"
+    assert caught.value.node_id == "n0000"
+    assert f"at most {MAX_NODE_BYTES:,}" in caught.value.message
+
+
+def test_mixed_nodes_near_8_pib_are_refused_not_wrapped() -> None:
+    # 600 x 2**53 and 500 x (2**53 - 1) with 1,100 layers used to wrap silently.
+    nodes = [{"node_id": f"a{i:03d}", "detected_vram_bytes": EXABYTES} for i in range(600)]
+    nodes += [{"node_id": f"b{i:03d}", "max_vram_bytes": EXABYTES - 1,
+               "detected_vram_bytes": MAX_NODE_BYTES} for i in range(500)]
+    with pytest.raises(InvalidInput) as caught:
+        planner.candidates(_request(nodes, 1100, 1100 * 2**45))
+    assert caught.value.field == "nodes[0].detected_vram_bytes"
+    capped = _request(nodes[600:], 1100, 1100 * 2**45)
+    with pytest.raises(InvalidInput) as caught:
+        planner.plan_topology(capped)
+    assert caught.value.field == "nodes[0].max_vram_bytes"
+
+
+def test_the_largest_nodes_plan_exactly() -> None:
+    # Six nodes of 1 PiB, less a few bytes, and layers of almost 1 PiB: every sum is exact.
+    nodes = [{"node_id": f"n{i}", "detected_vram_bytes": MAX_NODE_BYTES - i,
+              "stage_transfer_latency_ms": i % 3} for i in range(6)]
+    request = _request(nodes, 4, 4 * (MAX_NODE_BYTES - 2**20))
+    assert planner.plan_topology(request).to_dict() == ref.plan(request)
+    frame = planner.candidates(request)
+    for (context, count), best in ref.table(request).items():
+        row = frame[(frame["context_length"] == context) & (frame["stage_count"] == count)]
+        assert set(row["node_ids"]) == {best.node_ids if best else ()}
+        if best is not None:
+            assert int(row["total_remaining_bytes"].iloc[0]) == sum(best.remaining)
+
+
+def test_more_than_the_node_cap_is_refused_by_name() -> None:
+    nodes = [{"node_id": f"n{i:05d}", "detected_vram_bytes": 2**30}
+             for i in range(MAX_NODES + 1)]
+    with pytest.raises(PlanError) as caught:
+        planner.plan_topology(_request(nodes, 4, 2**20))
+    assert caught.value.code == "TooManyNodes"
+    assert "10,001 nodes; at most 10,000" in caught.value.message
+    ok = planner.plan_topology(_request(nodes[:MAX_NODES], 4, 2**20))
+    assert ok.stage_count == 1
+
+
+def test_a_fleet_file_past_the_node_cap_is_refused_before_expanding(tmp_path: Path) -> None:
+    fleet = tmp_path / "big.toml"
+    entries = "".join(f'[[nodes]]\nid = "g{i}"\ncount = 10000\nvram = "80 GiB"\n'
+                      for i in range(1000))
+    fleet.write_text('name = "big"\n[model]\npreset = "qwen3-coder-480b-a35b"\n' + entries)
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "planner.cli", "plan", str(fleet)],
+                          capture_output=True, text=True, timeout=120)
+    assert time.perf_counter() - started < 60
+    assert done.returncode == 2
+    assert "TooManyNodes" in done.stderr
+    assert "20,000 nodes; at most 10,000" in done.stderr
+    assert "nodes[1]" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_search_past_its_memory_budget_is_refused_by_name() -> None:
+    # 10,000 nodes of different sizes and 256 layers would need gigabytes of tables.
+    nodes = [{"node_id": f"n{i:05d}", "detected_vram_bytes": 2**34 + i * 2**24}
+             for i in range(MAX_NODES)]
+    request = _request(nodes, 256, 256 * 2**30)
+    started = time.perf_counter()
+    with pytest.raises(PlanError) as caught:
+        planner.candidates(request)
+    assert time.perf_counter() - started < 30
+    assert caught.value.code == "SearchTooLarge"
+    assert "256 layers" in caught.value.message
