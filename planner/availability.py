@@ -63,6 +63,9 @@ DEFAULT_TOLERANCE = 1e-9
 # beyond, the unlikely states are left out (each costs a plan, tens of ms on big fleets).
 DEFAULT_EXACT_STATES = 512
 DEFAULT_MAX_STATES = 200_000
+# For a command or a sweep row: a few thousand plans keep one answer to about a minute,
+# and the interval holds the exact value whatever was left unexplored.
+QUICK_MAX_STATES = 2_000
 
 
 class AvailabilityError(CodedError):

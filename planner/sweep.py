@@ -11,6 +11,8 @@ A grid row is one scenario. Its columns (all optional unless the evaluation need
 ``annual_failure_rate``  failures per node-year for every node (availability, simulation)
 ``repair_hours``         mean hours to repair for every node (availability, simulation)
 ``catalog``              a GPU catalog file (failure figures; default ``data/gpus.toml``)
+``max_states``           failure states planned at most (availability; default 2,000,
+                         then the interval so far, which holds the exact value)
 ``seed``, ``horizon_hours``  the simulated timeline (simulation)
 ``failures_tolerated``  nodes the sized fleet must survive losing (size)
 ``price_scale``          multiplies every catalog price (size)
@@ -58,6 +60,7 @@ from typing import Any
 import pandas as pd
 
 from planner.availability import (
+    QUICK_MAX_STATES,
     document_overrides,
     fleet_availability,
     fleet_reliability,
@@ -83,9 +86,11 @@ class SweepError(CodedError):
 
 
 GRID_COLUMNS = ("fleet", "model", "kv_cache_type", "min_context", "min_lanes",
-                "target_tpot_ms", "annual_failure_rate", "repair_hours", "catalog", "seed",
-                "horizon_hours", "failures_tolerated", "price_scale", "kinds")
-_INT_COLUMNS = ("min_context", "min_lanes", "target_tpot_ms", "seed", "failures_tolerated")
+                "target_tpot_ms", "annual_failure_rate", "repair_hours", "catalog",
+                "max_states", "seed", "horizon_hours", "failures_tolerated", "price_scale",
+                "kinds")
+_INT_COLUMNS = ("min_context", "min_lanes", "target_tpot_ms", "seed", "failures_tolerated",
+                "max_states")
 _NUMBER_COLUMNS = ("annual_failure_rate", "repair_hours", "horizon_hours", "price_scale")
 _TEXT_COLUMNS = ("fleet", "model", "kv_cache_type", "catalog", "kinds")
 
@@ -278,7 +283,8 @@ def _evaluate_availability(row: Mapping[str, Any], document: FleetDocument) -> d
     request = document.to_request()
     min_context, min_lanes = _targets(row, request)
     result = fleet_availability(request, _reliability(row, document), min_context=min_context,
-                                min_lanes=min_lanes)
+                                min_lanes=min_lanes,
+                                max_states=int(row.get("max_states", QUICK_MAX_STATES)))
     top = max(result.context_distribution, default=0)
     return {"node_count": len(request.nodes), "availability": result.availability,
             "availability_lower": result.availability_lower,

@@ -213,3 +213,22 @@ def test_an_unreachable_scheduler_is_a_named_error(tmp_path: Path) -> None:
     assert error.value.code == "SweepInterrupted"
     assert "the Dask cluster at 'tcp://127.0.0.1:9' failed" in error.value.message
     assert "0 of 2 scenarios finished" in error.value.message
+
+
+def test_availability_rows_stop_at_max_states_with_a_sound_interval(tmp_path: Path) -> None:
+    # Three kinds of ten nodes: 1,331 failure states.
+    fleet = tmp_path / "three-kinds.toml"
+    fleet.write_text('[model]\npreset = "qwen3-coder-480b-a35b"\nkv_cache_type = "q8_0"\n'
+                     + "".join(f'[[nodes]]\nid = "k{i}"\ncount = 10\nvram = "80 GiB"\n'
+                               f'headroom = "{i} GiB"\n' for i in range(3)))
+    grid = grid_from_axes({"max_states": [3, 30]}, {"fleet": str(fleet),
+                                                    "annual_failure_rate": 20.0,
+                                                    "repair_hours": 500})
+    results = sweep(grid, "availability")
+    assert list(results["states_evaluated"]) == [3, 30]
+    assert results["availability"].isna().all()
+    narrow, wide = results.iloc[1], results.iloc[0]
+    assert wide["availability_lower"] <= narrow["availability_lower"]
+    assert narrow["availability_upper"] <= wide["availability_upper"]
+    assert narrow["availability_upper"] - narrow["availability_lower"] < (
+        wide["availability_upper"] - wide["availability_lower"])

@@ -8,6 +8,7 @@ import json
 import sys
 
 from planner.availability import (
+    QUICK_MAX_STATES,
     AvailabilityError,
     document_overrides,
     fleet_availability,
@@ -27,10 +28,6 @@ from planner.planning.rules import context_floor
 from planner.reports.tables import TextTable, terminal_safe, text_table
 
 NAME = "availability"
-# Each failure state costs a plan (tens of ms on a large fleet): a few thousand keep a
-# command to about a minute, and the interval it prints holds the exact value whatever
-# was left unexplored.
-CLI_MAX_STATES = 2_000
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -63,9 +60,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--tolerance", type=float, default=1e-9, metavar="T",
                         help="large fleets: stop when the unexplored probability is below "
                              "T (default 1e-9)")
-    parser.add_argument("--max-states", type=int, default=CLI_MAX_STATES, metavar="N",
+    parser.add_argument("--max-states", type=int, default=QUICK_MAX_STATES, metavar="N",
                         help="large fleets: plan at most N failure states, then report the "
-                             f"interval so far (default {CLI_MAX_STATES:,}; each costs a "
+                             f"interval so far (default {QUICK_MAX_STATES:,}; each costs a "
                              "plan)")
     parser.add_argument("--json", action="store_true",
                         help="print availability, availability_lower, availability_upper, "
