@@ -12,7 +12,8 @@ from pathlib import Path
 import planner
 from planner.fleet import FleetFileError, write_text_atomic
 from planner.performance import ESTIMATE_NOTE
-from planner.reports.tables import TextTable, terminal_safe
+from planner.reports.markdown import md_text
+from planner.reports.tables import TextTable
 from planner.sizing import SizedFleet, SizingResult
 
 SIZING_REPORT_SUFFIXES = (".html", ".htm", ".md", ".json")
@@ -67,11 +68,10 @@ def _notes(result: SizingResult) -> list[str]:
 
 
 def render_markdown(result: SizingResult, title: str, model_name: str) -> str:
-    def cell(text: str) -> str:
-        return terminal_safe(text).replace("|", "\\|")
+    cell = md_text
 
     def table(data: TextTable) -> list[str]:
-        lines = ["| " + " | ".join(data.headers) + " |",
+        lines = ["| " + " | ".join(cell(h) for h in data.headers) + " |",
                  "|" + "|".join("---:" if a == "r" else "---" for a in data.align) + "|"]
         lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in data.rows]
         return lines
