@@ -357,8 +357,9 @@ def fleet_to_toml(document: FleetDocument) -> str:
             planning[key] = value
     # Each table is written by tomli_w (which handles quoting) under a header written
     # here, so that nodes always come out as [[nodes]] tables, one per entry.
-    parts = ["# Fleet file for `planner` (see planner/fleet/__init__.py for the format).\n"
-             "# Sizes: whole bytes or strings such as \"80 GiB\" or \"24 GB\".\n"]
+    parts = ["# Fleet file for `planner`; README.md, \"Fleet files\", lists every key.\n"
+             "# Sizes: text with a unit such as \"80 GiB\" or \"24 GB\" (a bare number "
+             "only in *_bytes keys).\n"]
     if top:
         parts.append(tomli_w.dumps(top))
     parts.append("[model]\n" + tomli_w.dumps(_model_to_toml(document.model)))
