@@ -634,6 +634,7 @@ def spares_for(
     max_spares: int = 16,
     max_candidates: int = 400,
     tolerance: float = DEFAULT_TOLERANCE,
+    max_states: int = DEFAULT_MAX_STATES,
 ) -> SparesResult:
     """The fewest extra nodes that bring the fleet's availability to ``target``.
 
@@ -641,7 +642,9 @@ def spares_for(
     by price per hour, fewer nodes on equal price (kinds without a price count as free,
     so give prices to compare them). A mix counts as reaching the target when the lower
     end of its availability interval does, so the answer holds whatever the
-    unexplored states hold. Raises ``SparesUnreachable`` when no mix of at most
+    unexplored states hold (``tolerance`` and ``max_states`` bound each fleet's
+    exploration, as in :func:`fleet_availability`). Raises ``SparesUnreachable`` when no
+    mix of at most
     ``max_spares`` nodes (or within ``max_candidates`` evaluations) reaches it.
     """
     goal = _check_target(target)
@@ -662,7 +665,8 @@ def spares_for(
             extra += made
             down.update({n.node_id: kind.reliability.down_probability for n in made})
         fleet = replace(req, nodes=(*req.nodes, *extra))
-        return fleet_availability(fleet, down=down, meets=check, tolerance=tolerance), extra
+        return fleet_availability(fleet, down=down, meets=check, tolerance=tolerance,
+                                  max_states=max_states), extra
 
     def price(counts: tuple[int, ...]) -> float:
         return sum((kind.price_per_hour or 0.0) * count

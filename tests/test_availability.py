@@ -457,3 +457,25 @@ def test_failure_states_come_in_decreasing_probability() -> None:
         assert weights == sorted(weights, reverse=True)
         assert sum(weights) == 1
         assert len(weights) == len(set(map(tuple, _failure_states(pmfs))))
+
+
+def test_spares_for_a_large_fleet_bounds_each_fleets_exploration() -> None:
+    from planner.availability import SpareKind, spares_for
+
+    # Three kinds of ten nodes (1,331 failure states), each holding one of 28 layers: up
+    # while at most two nodes are down.
+    layer = 4 * GIB
+    nodes = tuple(NodeBudget(f"k{kind}-{i:02d}", layer + 2**20, runtime_headroom_bytes=kind)
+                  for kind in range(3) for i in range(10))
+    request = PlanningInput(native_context_length=4096, layer_count=28,
+                            model_weight_bytes=28 * layer, kv_bytes_per_token=28, nodes=nodes)
+    flaky = NodeReliability(annual_failure_rate=8.0, repair_hours=60)
+    kind = SpareKind("k0", nodes[0], flaky)
+    found = spares_for(request, 0.95, [kind], reliability=flaky, max_states=40)
+    assert not found.availability.exact
+    assert found.availability.states_evaluated <= 40
+    assert found.availability.availability_lower >= 0.95
+    assert found.spare_count >= 1
+    # One spare fewer falls short, with the same bound on the exploration.
+    fewer = replace(request, nodes=(*nodes, *kind.nodes(found.spare_count - 1, set())))
+    assert fleet_availability(fewer, flaky, max_states=40).availability_lower < 0.95

@@ -18,6 +18,7 @@ import ipywidgets as widgets
 import pandas as pd
 
 from planner.availability import (
+    QUICK_MAX_STATES,
     AvailabilityError,
     AvailabilityResult,
     NodeReliability,
@@ -45,8 +46,11 @@ class AvailabilityView:
 
 def compute_view(request: PlanningInput, reliability: NodeReliability, *, min_context: int,
                  seed: int = 0) -> AvailabilityView:
-    result = fleet_availability(request, reliability, min_context=min_context)
-    spares = spares_table(request, reliability, min_context=min_context, max_spares=8)
+    # A large fleet is bounded as on the command line: an interval, in about a minute.
+    result = fleet_availability(request, reliability, min_context=min_context,
+                                max_states=QUICK_MAX_STATES)
+    spares = spares_table(request, reliability, min_context=min_context, max_spares=8,
+                          max_states=QUICK_MAX_STATES)
     year = simulate(request, reliability, seed=seed, min_context=min_context)
     return AvailabilityView(result, spares, year, min_context)
 
