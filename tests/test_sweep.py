@@ -232,3 +232,20 @@ def test_availability_rows_stop_at_max_states_with_a_sound_interval(tmp_path: Pa
     assert narrow["availability_upper"] <= wide["availability_upper"]
     assert narrow["availability_upper"] - narrow["availability_lower"] < (
         wide["availability_upper"] - wide["availability_lower"])
+
+
+def test_availability_rows_use_each_nodes_own_figures(tmp_path: Path) -> None:
+    fleet = tmp_path / "mixed.toml"
+    fleet.write_text('[model]\npreset = "qwen3-coder-480b-a35b"\nkv_cache_type = "q8_0"\n'
+                     '[[nodes]]\nid = "flaky"\ncount = 3\nvram = "80 GiB"\n'
+                     'annual_failure_rate = 2.0\nrepair_hours = 300\n'
+                     '[[nodes]]\nid = "steady"\ncount = 2\nvram = "80 GiB"\n')
+    grid = grid_from_axes({"repair_hours": [24, 100]}, {"fleet": str(fleet),
+                                                        "annual_failure_rate": 0.5})
+    results = sweep(grid, "availability")
+    request = load_fleet(fleet).to_request()
+    for row in results.itertuples(index=False):
+        own = {**{f"flaky-0{i}": NodeReliability(2.0, 300) for i in range(3)},
+               **{f"steady-0{i}": NodeReliability(0.5, row.repair_hours) for i in range(2)}}
+        assert row.availability == fleet_availability(request, own,
+                                                      min_context=65536).availability
