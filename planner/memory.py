@@ -54,7 +54,6 @@ KV_PADDING = 256
 SCHED_MAX_COPIES = 4
 # Buffers align each tensor to 32 bytes on the CPU and RPC backends (TENSOR_ALIGNMENT).
 TENSOR_ALIGNMENT = 32
-MEMORY_MODELS = ("design", "llamacpp")
 INPUT_TENSOR_PREFIXES = ("token_embd", "position_embd", "token_types",
                          "per_layer_token_embd")
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
@@ -63,10 +62,9 @@ _BLOCK = re.compile(r"^blk\.(\d+)\.")
 class MemoryModelError(CodedError):
     """A llama.cpp memory estimate was asked for settings llama.cpp refuses or that make
     no sense. ``code`` is stable: ``QuantizedVCacheNeedsFlashAttention``,
-    ``InvalidMemorySettings``, ``UnknownMemoryModel``."""
+    ``InvalidMemorySettings``."""
 
-    codes = ("QuantizedVCacheNeedsFlashAttention", "InvalidMemorySettings",
-             "UnknownMemoryModel")
+    codes = ("QuantizedVCacheNeedsFlashAttention", "InvalidMemorySettings")
 
 
 def _pad(value: int, to: int) -> int:
@@ -79,15 +77,6 @@ def _check_positive(value: Any, name: str, minimum: int = 1) -> int:
                                f"{name} must be an integer >= {minimum} (got {value!r})",
                                field=name, value=value)
     return value
-
-
-def check_memory_model(name: str) -> str:
-    if name not in MEMORY_MODELS:
-        raise MemoryModelError(
-            "UnknownMemoryModel",
-            f"memory_model must be one of {', '.join(MEMORY_MODELS)} (got {name!r})",
-            field="memory_model", value=name)
-    return name
 
 
 def require_flash_attention(cache_type_v: str, flash_attn: bool) -> None:
@@ -484,3 +473,109 @@ def estimate(model: LlamaCppModel, settings: LlamaCppSettings,
         notes.append(f"pipeline parallelism: the scheduler keeps {SCHED_MAX_COPIES} copies "
                      f"of each stage's inputs")
     return MemoryEstimate(settings, tuple(parts), host, pipeline, tuple(notes))
+
+
+# --- planning with llama.cpp's memory (memory_model="llamacpp") --------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaCppCosts:
+    """What a plan with ``memory_model="llamacpp"`` charges each layer and each node.
+
+    Per layer: its weights and KV cache as llama.cpp allocates them at the context (one
+    unified cache for ``lanes`` lanes, as ``planner launch`` runs it; the sliding-window
+    cache sized for ``lanes``, the most the search tries). The last layer, always on the
+    last stage, also carries the output head (and a tied ``token_embd``'s second copy)
+    and the output device's compute buffer. Per node: its backend overhead and the
+    compute buffer of a pipeline stage before the last, reserved on every node (so a
+    last stage is charged both, on the safe side).
+    """
+
+    model: LlamaCppModel
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    flash_attn: bool = True
+    ubatch: int = 512
+    lanes: int = 4
+    overhead_bytes: tuple[tuple[str, int], ...] = ()
+    """``(node_id, bytes)``: each node's backend overhead (0 for nodes not listed)."""
+
+    def __post_init__(self) -> None:
+        _check_positive(self.lanes, "lanes")
+        self.settings(4096)  # the cache types, ubatch and flash attention are valid
+        object.__setattr__(self, "overhead_bytes", tuple(sorted(
+            (str(node), _check_positive(size, f"overhead_bytes.{node}", minimum=0))
+            for node, size in dict(self.overhead_bytes).items())))
+
+    @property
+    def layer_count(self) -> int:
+        return self.model.layer_count
+
+    def settings(self, context_length: int) -> LlamaCppSettings:
+        return LlamaCppSettings(
+            context_length=context_length, cache_type_k=self.cache_type_k,
+            cache_type_v=self.cache_type_v, parallel=self.lanes, kv_unified=True,
+            ubatch=self.ubatch, flash_attn=self.flash_attn)
+
+    def layer_bytes(self, context_length: int) -> tuple[int, ...]:
+        settings = self.settings(context_length)
+        model = self.model
+        costs = [layer.weight_bytes + layer_kv_bytes(model, index, settings)
+                 for index, layer in enumerate(model.layers)]
+        last = model.layer_count - 1
+        costs[last] += (model.output_bytes + model.tied_embedding_bytes
+                        + compute_bytes(model, range(last, last + 1), settings,
+                                        role="output", copies=SCHED_MAX_COPIES))
+        return tuple(costs)
+
+    def kv_bytes(self, context_length: int, layer_start: int, layer_end: int) -> int:
+        """KV cache of layers ``[layer_start, layer_end)`` at the context."""
+        settings = self.settings(context_length)
+        return sum(layer_kv_bytes(self.model, index, settings)
+                   for index in range(layer_start, layer_end))
+
+    def reserve_bytes(self, node_id: str, context_length: int) -> int:
+        settings = self.settings(context_length)
+        model = self.model
+        compute = max(compute_bytes(model, range(model.layer_count), settings, role=role,
+                                    copies=SCHED_MAX_COPIES) for role in ("first", "middle"))
+        return dict(self.overhead_bytes).get(node_id, 0) + compute
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model.to_dict(), "cache_type_k": self.cache_type_k,
+                "cache_type_v": self.cache_type_v, "flash_attn": self.flash_attn,
+                "ubatch": self.ubatch, "lanes": self.lanes,
+                "overhead_bytes": dict(self.overhead_bytes)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LlamaCppCosts:
+        values = dict(data)
+        values["model"] = LlamaCppModel.from_dict(values["model"])
+        values["overhead_bytes"] = tuple(dict(values.get("overhead_bytes") or {}).items())
+        return cls(**values)
+
+
+def node_overheads(nodes: Sequence[Any], node_kinds: Mapping[str, str] | None = None,
+                   catalog: Sequence[Any] | None = None,
+                   backend_overheads: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Each node's llama.cpp backend overhead, from its catalog kind (the fleet file's
+    ``gpu``, else a ``<kind>-NN`` node id) in ``data/gpus.toml``; nodes of no kind are
+    left out (overhead 0)."""
+    from planner.models import load_backend_overheads, load_gpu_catalog
+    from planner.performance import node_speeds
+
+    catalog = load_gpu_catalog() if catalog is None else catalog
+    defaults = load_backend_overheads() if backend_overheads is None else backend_overheads
+    by_kind = {gpu.kind: gpu for gpu in catalog}
+    speeds = node_speeds(nodes, catalog, node_kinds)
+    return {node_id: by_kind[speed.kind].llamacpp_overhead(defaults)
+            for node_id, speed in speeds.items()}
+
+
+def costs_from_gguf(path: str | Path, *, kv_cache_type: str = "f16",
+                    nodes: Sequence[Any] = (), node_kinds: Mapping[str, str] | None = None,
+                    lanes: int = 4, flash_attn: bool = True) -> LlamaCppCosts:
+    """:class:`LlamaCppCosts` for the GGUF model at ``path`` on ``nodes``."""
+    return LlamaCppCosts(model_from_gguf(path), cache_type_k=kv_cache_type,
+                         cache_type_v=kv_cache_type, flash_attn=flash_attn, lanes=lanes,
+                         overhead_bytes=tuple(node_overheads(nodes, node_kinds).items()))

@@ -59,6 +59,7 @@ from planner.models.spec import ModelSpec
 from planner.planning.inputs import NodeBudget, PlanningInput
 from planner.planning.plan import Plan
 from planner.planning.rules import (
+    at_context,
     build_stages,
     kv_bytes_per_layer_token,
     layer_bytes,
@@ -344,6 +345,7 @@ def with_candidate_estimates(frame: pd.DataFrame, request: PlanningInput,
     estimated as the plan its node set and shape would give."""
     weights = layer_weights(request)
     by_id = {node.node_id: node for node in request.nodes}
+    budgets: dict[int, dict[str, NodeBudget]] = {}
     speeds = node_speeds(request.nodes, catalog, node_kinds)
     values: dict[str, list[Any]] = {column: [] for column in ESTIMATE_COLUMNS}
     for row in frame.itertuples(index=False):
@@ -353,8 +355,15 @@ def with_candidate_estimates(frame: pd.DataFrame, request: PlanningInput,
         if row.feasible and traffic is not None and all(
                 node_id in speeds and speeds[node_id].memory_bandwidth_bytes_per_s
                 for node_id in row.node_ids):
-            ordered = [by_id[node_id] for node_id in row.node_ids]
             context = int(row.context_length)
+            if request.memory_model != "design":
+                # The budgets the search walked: after llama.cpp's fixed costs per node.
+                if context not in budgets:
+                    budgets[context] = {node.node_id: node
+                                        for node in at_context(request, context).nodes}
+                ordered = [budgets[context][node_id] for node_id in row.node_ids]
+            else:
+                ordered = [by_id[node_id] for node_id in row.node_ids]
             walk = walk_stages([node.usable_bytes for node in ordered],
                                layer_bytes(request, context))
             if walk.fits:

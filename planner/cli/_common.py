@@ -38,6 +38,14 @@ def add_fleet_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("fleet", metavar="FLEET", help="fleet file (.toml or .json)")
 
 
+def add_memory_model_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--memory-model", choices=("design", "llamacpp"), default="design",
+        help="memory rule to plan with: design (default; weights + ceil(kv/L) x context "
+             "per layer) or llamacpp (what llama.cpp allocates per device, read from the "
+             "fleet's GGUF file; a quantized V cache needs flash attention)")
+
+
 class UserError(CodedError):
     """A problem with the command line the user can fix, printed as ``planner: <message>``."""
 
@@ -58,11 +66,13 @@ def exit_code(error: CodedError) -> int:
     return EXIT_NO_TOPOLOGY if error.code == "NoValidTopology" else EXIT_BAD_INPUT
 
 
-def load_request(path: str) -> tuple[FleetDocument, planner.PlanningInput]:
-    """The fleet file at ``path`` and the planning request it describes."""
+def load_request(path: str, memory_model: str = "design",
+                 ) -> tuple[FleetDocument, planner.PlanningInput]:
+    """The fleet file at ``path`` and the planning request it describes, with the
+    memory rule ``memory_model``."""
     document = load_fleet(path)
     try:
-        return document, document.to_request()
+        return document, document.to_request(memory_model)
     except planner.InvalidInput as error:
         raise UserError(f"{path}: {error.message}") from None
 

@@ -14,6 +14,7 @@ from planner.cli._common import (
     EXIT_OK,
     add_command,
     add_fleet_argument,
+    add_memory_model_argument,
     exit_code,
     load_request,
     say_error,
@@ -39,6 +40,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                   "planner candidates data/fleets/qwen480b-10x80.toml --csv > shapes.csv"),
         exit_codes="0 a shape is selected, 1 no valid topology, 2 bad input")
     add_fleet_argument(parser)
+    add_memory_model_argument(parser)
     parser.add_argument("--csv", action="store_true",
                         help="print CSV (node ids joined with ';') instead of a table")
 
@@ -54,7 +56,7 @@ def _csv_cell(value: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    _, request = load_request(args.fleet)
+    _, request = load_request(args.fleet, args.memory_model)
     try:
         frame = planner.candidates(request)
     except PlanError as error:

@@ -6,7 +6,14 @@ import argparse
 import json
 
 import planner
-from planner.cli._common import EXIT_OK, FORMATTER, exit_code, load_request, say_error
+from planner.cli._common import (
+    EXIT_OK,
+    FORMATTER,
+    add_memory_model_argument,
+    exit_code,
+    load_request,
+    say_error,
+)
 from planner.errors import PlanError
 from planner.launch import launch_for_plan
 
@@ -37,13 +44,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                         help="flash attention (-fa), default on")
     parser.add_argument("--ubatch", type=int, default=512, metavar="U",
                         help="physical batch size (-ub), default 512")
+    add_memory_model_argument(parser)
     parser.add_argument("--json", action="store_true",
                         help="print stages, rpc_servers and llama_server as JSON")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    document, request = load_request(args.fleet)
+    document, request = load_request(args.fleet, args.memory_model)
     try:
         plan = planner.plan_topology(request)
     except PlanError as error:

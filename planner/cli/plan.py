@@ -11,6 +11,7 @@ from planner.cli._common import (
     EXIT_OK,
     add_command,
     add_fleet_argument,
+    add_memory_model_argument,
     exit_code,
     load_request,
     say_error,
@@ -20,6 +21,8 @@ from planner.reports.content import build_report
 from planner.reports.tables import (
     choice_table,
     choice_text,
+    memory_model_text,
+    memory_table,
     stage_table,
     terminal_safe,
     text_table,
@@ -37,12 +40,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                   "planner plan data/fleets/qwen480b-5x80.toml --json   # SPEC section 7"),
         exit_codes="0 plan found, 1 no valid topology, 2 bad input")
     add_fleet_argument(parser)
+    add_memory_model_argument(parser)
     parser.add_argument("--json", action="store_true",
                         help="print the plan as JSON with the SPEC's field names")
 
 
 def run(args: argparse.Namespace) -> int:
-    document, request = load_request(args.fleet)
+    document, request = load_request(args.fleet, args.memory_model)
     try:
         plan = planner.plan_topology(request)
     except PlanError as error:
@@ -53,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2))
         return EXIT_OK
-    content = build_report(document, include_candidates=False, include_what_if=False)
+    content = build_report(document, include_candidates=False, include_what_if=False,
+                           memory_model=args.memory_model)
     # The model's own name whichever way the file gives it (preset, GGUF or numbers), as
     # the reports show it.
     print(terminal_safe(f"{document.title}: {content.model['name']}"))
@@ -65,8 +70,13 @@ def run(args: argparse.Namespace) -> int:
         target = ("" if met is None else
                   f" (target {request.target_decode_tpot_ms} ms {'met' if met else 'missed'})")
         print(f"estimated decode network time {estimate} ms per token{target}")
+    print(terminal_safe(f"memory model {memory_model_text(content)}"))
     print()
     print(text_table(stage_table(content)))
+    if memory_table(content).rows:
+        print()
+        print("what llama.cpp allocates per stage:")
+        print(text_table(memory_table(content)))
     print()
     print(terminal_safe(f"why this shape: {choice_text(content)}"))
     if content.choice and content.choice["higher_contexts"]:

@@ -14,6 +14,7 @@ from planner.cli._common import (
     UserError,
     add_command,
     add_fleet_argument,
+    add_memory_model_argument,
 )
 from planner.fleet import load_fleet, write_text_atomic
 from planner.reports.content import build_report
@@ -33,6 +34,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         exit_codes="0 plan found, 1 no valid topology (the report is still written),\n2 bad "
                    "input")
     add_fleet_argument(parser)
+    add_memory_model_argument(parser)
     parser.add_argument("-o", "--output", metavar="OUT", required=True,
                         help="report file ending in .html, .md or .json")
     parser.add_argument("--title", help="report title (default: the fleet's name)")
@@ -46,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{args.output}: a report file ends in .html, .md or .json")
     document = load_fleet(args.fleet)
     try:
-        content = build_report(document, title=args.title)
+        content = build_report(document, title=args.title,
+                               memory_model=args.memory_model)
     except planner.InvalidInput as error:
         raise UserError(f"{args.fleet}: {error.message}") from None
     write_text_atomic(output, render_report(content, output.suffix))

@@ -271,9 +271,16 @@ class FleetDocument:
             return Path(self.source).stem
         return self.model.label
 
-    def to_request(self) -> PlanningInput:
+    @property
+    def node_kinds(self) -> dict[str, str]:
+        """The catalog kinds the nodes name (``gpu``), by node id."""
+        return {node_id: own.gpu for node_id, own in self.reliability.items() if own.gpu}
+
+    def to_request(self, memory_model: str = "design") -> PlanningInput:
         """The planning request (SPEC section 1) this document describes.
 
+        ``memory_model="llamacpp"`` plans with what llama.cpp allocates (read from the
+        model's GGUF file, with each node's backend overhead from its catalog kind).
         Raises :class:`FleetFileError` when the model cannot be resolved and
         :class:`~planner.errors.InvalidInput` for a request the planner refuses as
         malformed.
@@ -282,6 +289,9 @@ class FleetDocument:
             model_fields = self.model.resolve(self.base_dir)
         except FleetFileError as error:
             raise error.located(self.source) from None
+        llamacpp = None
+        if memory_model == "llamacpp":
+            llamacpp = self._llamacpp_costs()
         return PlanningInput(
             **model_fields,
             nodes=self.nodes,
@@ -289,7 +299,27 @@ class FleetDocument:
             context_length_override=self.context_length_override,
             parallel_lanes_override=self.parallel_lanes_override,
             target_decode_tpot_ms=self.target_decode_tpot_ms,
+            memory_model=memory_model,
+            llamacpp=llamacpp,
         )
+
+    def _llamacpp_costs(self) -> Any:
+        from planner.memory import costs_from_gguf
+        from planner.models import ModelError
+
+        path = self.model.gguf_path(self.base_dir)
+        if path is None:
+            raise FleetFileError(
+                "InvalidField", "memory_model llamacpp reads llama.cpp's layout from a GGUF "
+                f"file, and the model is {self.model.label}; give model.gguf",
+                field="model.gguf").located(self.source)
+        lanes = self.parallel_lanes_override or 4
+        try:
+            return costs_from_gguf(path, kv_cache_type=self.model.kv_cache_type or "f16",
+                                   nodes=self.nodes, node_kinds=self.node_kinds, lanes=lanes)
+        except ModelError as error:
+            raise FleetFileError("InvalidField", str(error),
+                                 field="model.gguf").located(self.source) from None
 
     def to_dict(self) -> dict[str, Any]:
         return {

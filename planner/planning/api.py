@@ -11,6 +11,7 @@ from planner.errors import PlanError
 from planner.planning.inputs import PlanningInput, as_planning_input
 from planner.planning.plan import Plan
 from planner.planning.rules import (
+    at_context,
     build_stages,
     check_request,
     context_candidates,
@@ -155,6 +156,7 @@ def no_valid_topology(request: PlanningInput) -> PlanError:
     """The NoValidTopology error, with how close the fleet came at the lowest context."""
     contexts = context_candidates(request)
     lowest = contexts[-1]
+    request = at_context(request, lowest)
     floor = context_floor(request)
     layers = request.layer_count
     counts = node_count_range(request)
@@ -280,7 +282,8 @@ def candidates(request: Request) -> pd.DataFrame:
         costs = layer_bytes(req, context)
         for count in counts:
             choice = best.get(count)
-            reason = "" if choice is not None else _infeasible_reason(req, count, costs)
+            reason = ("" if choice is not None
+                      else _infeasible_reason(at_context(req, context), count, costs))
             for lane in lanes:
                 rows.append(_row(req, context, count, lane, choice, reason))
     frame = candidate_frame(rows)

@@ -180,6 +180,10 @@ class PlanningInput:
     context_length_override: int | None = None
     parallel_lanes_override: int | None = None
     target_decode_tpot_ms: int | None = None
+    memory_model: str = "design"
+    """``"design"``: the SPEC's per-layer rule. ``"llamacpp"``: what llama.cpp allocates,
+    from ``llamacpp`` (a :class:`planner.memory.LlamaCppCosts`)."""
+    llamacpp: Any = None
 
     def __post_init__(self) -> None:
         for name, maximum in _INT_LIMITS.items():
@@ -220,6 +224,21 @@ class PlanningInput:
                     "give one weight per layer or null",
                 )
             object.__setattr__(self, "layer_weight_bytes", weights)
+        if self.memory_model not in MEMORY_MODELS:
+            raise InvalidInput("memory_model", f"must be one of {', '.join(MEMORY_MODELS)}",
+                               value=self.memory_model)
+        if self.memory_model == "llamacpp":
+            costs = self.llamacpp
+            if not (callable(getattr(costs, "layer_bytes", None))
+                    and callable(getattr(costs, "reserve_bytes", None))):
+                raise InvalidInput(
+                    "llamacpp", "memory_model llamacpp needs the model's llama.cpp layout "
+                    "(a planner.memory.LlamaCppCosts, e.g. costs_from_gguf(path); from "
+                    "JSON, LlamaCppCosts.from_dict)", value=type(costs).__name__)
+            if costs.layer_count != self.layer_count:
+                raise InvalidInput(
+                    "llamacpp", f"describes {costs.layer_count} layers but layer_count is "
+                    f"{self.layer_count}", value=costs.layer_count)
 
     @property
     def usable_bytes(self) -> dict[str, int]:
@@ -245,6 +264,9 @@ class PlanningInput:
             "context_length_override": self.context_length_override,
             "parallel_lanes_override": self.parallel_lanes_override,
             "target_decode_tpot_ms": self.target_decode_tpot_ms,
+            # The SPEC's fields only, unless the request plans with llama.cpp's memory.
+            **({} if self.memory_model == "design" else {
+                "memory_model": self.memory_model, "llamacpp": self.llamacpp.to_dict()}),
         }
 
     @classmethod
@@ -280,9 +302,12 @@ class PlanningInput:
             context_length_override=data.get("context_length_override"),
             parallel_lanes_override=data.get("parallel_lanes_override"),
             target_decode_tpot_ms=data.get("target_decode_tpot_ms"),
+            memory_model=data.get("memory_model", "design"),
+            llamacpp=data.get("llamacpp"),
         )
 
 
+MEMORY_MODELS = ("design", "llamacpp")
 _REQUEST_FIELDS = (
     "native_context_length",
     "layer_count",
@@ -294,6 +319,8 @@ _REQUEST_FIELDS = (
     "context_length_override",
     "parallel_lanes_override",
     "target_decode_tpot_ms",
+    "memory_model",
+    "llamacpp",
 )
 
 

@@ -4,7 +4,7 @@ walk that fits one node set at one context (section 4)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import accumulate
 
 from planner.errors import PlanError
@@ -57,9 +57,27 @@ def kv_bytes_per_layer_token(request: PlanningInput) -> int:
 
 
 def layer_bytes(request: PlanningInput, context_length: int) -> tuple[int, ...]:
-    """Bytes each layer needs at ``context_length``: weights plus its KV cache."""
+    """Bytes each layer needs at ``context_length``: weights plus its KV cache (with
+    ``memory_model="llamacpp"``, as llama.cpp allocates them, the last layer carrying the
+    output head and the output device's compute buffer)."""
+    if request.memory_model == "llamacpp":
+        return request.llamacpp.layer_bytes(context_length)
     kv = kv_bytes_per_layer_token(request) * context_length
     return tuple(weight + kv for weight in layer_weights(request))
+
+
+def at_context(request: PlanningInput, context_length: int) -> PlanningInput:
+    """The request whose node budgets the search walks at ``context_length``: itself
+    under the design rule; with ``memory_model="llamacpp"``, each node's headroom grows
+    by what llama.cpp takes on a device besides its layers (backend overhead, a stage's
+    compute buffer), so the same search runs on what is left."""
+    if request.memory_model != "llamacpp":
+        return request
+    costs = request.llamacpp
+    nodes = tuple(replace(node, runtime_headroom_bytes=node.runtime_headroom_bytes
+                          + costs.reserve_bytes(node.node_id, context_length))
+                  for node in request.nodes)
+    return replace(request, nodes=nodes)
 
 
 def check_request(request: PlanningInput) -> None:

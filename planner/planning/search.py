@@ -32,7 +32,7 @@ import numpy as np
 
 from planner.errors import PlanError
 from planner.planning.inputs import NodeBudget, PlanningInput
-from planner.planning.rules import layer_bytes, stage_order, walk_stages
+from planner.planning.rules import at_context, layer_bytes, stage_order, walk_stages
 from planner.units import format_bytes, latency_microseconds, ms_from_microseconds
 
 _INF = np.int64(2**62)
@@ -114,6 +114,7 @@ class ContextSearch:
     """Exact best node sets for every stage count at one context length."""
 
     def __init__(self, request: PlanningInput, context_length: int) -> None:
+        request = at_context(request, context_length)
         self.request = request
         self.context_length = context_length
         self.layer_count = layer_count = request.layer_count

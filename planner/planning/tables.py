@@ -11,6 +11,7 @@ from planner.errors import PlanError
 from planner.planning.inputs import PlanningInput
 from planner.planning.plan import Plan
 from planner.planning.rules import (
+    at_context,
     kv_bytes_per_layer_token,
     layer_bytes,
     layer_weights,
@@ -71,14 +72,19 @@ def stage_usage(request: PlanningInput, plan: Plan) -> pd.DataFrame:
 
     ``plan`` must be the plan of ``request`` (its stages are the SPEC section 4 walk
     over its nodes); any other plan raises :class:`~planner.errors.PlanError`.
+
+    With ``memory_model="llamacpp"`` the usable bytes are what is left after llama.cpp's
+    fixed costs on the node, the KV cache is llama.cpp's and the used bytes are what the
+    walk charged (the last stage's include the output head and its compute buffer).
     """
+    request = at_context(request, plan.context_length)
     usable = request.usable_bytes
     missing = [stage.node_id for stage in plan.stages if stage.node_id not in usable]
     if missing:
         raise PlanError("PlanMismatch",
                         f"the plan's node {missing[0]!r} is not in the request's fleet")
-    walk = walk_stages([usable[stage.node_id] for stage in plan.stages],
-                       layer_bytes(request, plan.context_length))
+    costs = layer_bytes(request, plan.context_length)
+    walk = walk_stages([usable[stage.node_id] for stage in plan.stages], costs)
     if not walk.fits or walk.spans != tuple(stage.layer_count for stage in plan.stages):
         raise PlanError("PlanMismatch",
                         "the plan's layer ranges are not the stage walk of the request's "
@@ -89,6 +95,11 @@ def stage_usage(request: PlanningInput, plan: Plan) -> pd.DataFrame:
     for stage, remaining in zip(plan.stages, walk.remaining_bytes, strict=True):
         parameter_bytes = sum(weights[stage.layer_start:stage.layer_end])
         kv = kv_per_layer * stage.layer_count
+        used = parameter_bytes + kv
+        if request.memory_model == "llamacpp":
+            kv = request.llamacpp.kv_bytes(plan.context_length, stage.layer_start,
+                                           stage.layer_end)
+            used = sum(costs[stage.layer_start:stage.layer_end])
         rows.append({
             "stage_id": stage.stage_id,
             "stage_index": stage.stage_index,
@@ -98,7 +109,7 @@ def stage_usage(request: PlanningInput, plan: Plan) -> pd.DataFrame:
             "layer_count": stage.layer_count,
             "parameter_bytes": parameter_bytes,
             "kv_cache_bytes": kv,
-            "used_bytes": parameter_bytes + kv,
+            "used_bytes": used,
             "usable_vram_bytes": usable[stage.node_id],
             "remaining_bytes": remaining,
         })

@@ -75,6 +75,11 @@ class ReportContent:
     """The plan's speed and cost ESTIMATE (:meth:`planner.performance.PlanEstimate.to_dict`
     plus ``available``), or ``{"available": False, "reason": ...}``; ``None`` without a
     plan."""
+    memory: dict[str, Any] | None = None
+    """The memory model the plan was made with (``memory_model``: ``design`` or
+    ``llamacpp``) and, for ``llamacpp``, what llama.cpp allocates on each stage's node
+    and on the host (``stages``: one row per stage, then the host, each component in
+    bytes)."""
 
     @property
     def ok(self) -> bool:
@@ -82,7 +87,12 @@ class ReportContent:
         return self.plan is not None
 
     def planning_input(self) -> PlanningInput:
-        return PlanningInput.from_dict(self.request)
+        request = dict(self.request)
+        if isinstance(request.get("llamacpp"), Mapping):
+            from planner.memory import LlamaCppCosts
+
+            request["llamacpp"] = LlamaCppCosts.from_dict(request["llamacpp"])
+        return PlanningInput.from_dict(request)
 
     def plan_object(self) -> Plan | None:
         return Plan.from_dict(self.plan) if self.plan is not None else None
@@ -112,6 +122,7 @@ class ReportContent:
             "warnings": list(self.warnings),
             "choice": self.choice,
             "estimate": self.estimate,
+            "memory": self.memory,
         }
 
 
@@ -298,6 +309,7 @@ def build_report(
     include_what_if: bool = True,
     catalog: Sequence[GpuModel] | None = None,
     traffic: ModelTraffic | None = None,
+    memory_model: str = "design",
 ) -> ReportContent:
     """Plan ``source`` (a :class:`~planner.fleet.FleetDocument`, a
     :class:`~planner.planning.PlanningInput` or a SPEC request dict) and gather the report.
@@ -308,11 +320,13 @@ def build_report(
     The speed and cost estimate (stage, candidate and ``estimate`` fields) takes each
     node's bandwidth and price from its ``catalog`` kind (default: the shipped catalog)
     and the model's decode traffic from a preset or GGUF model (or ``traffic``).
+    ``memory_model`` (``design`` or ``llamacpp``) is the memory rule a fleet document is
+    planned with; a request carries its own.
     A malformed request or a model that cannot be resolved raises
     (:class:`~planner.errors.InvalidInput`, :class:`~planner.fleet.FleetFileError`).
     """
     if isinstance(source, FleetDocument):
-        request = source.to_request()
+        request = source.to_request(memory_model)
         default_title = source.title
         origin = source.source
     else:
@@ -351,6 +365,7 @@ def build_report(
             "parallel_lanes_override": request.parallel_lanes_override,
             "target_decode_tpot_ms": request.target_decode_tpot_ms,
             "latency_aware": request.has_latency,
+            "memory_model": request.memory_model,
         },
         request=request.to_dict(),
         nodes=_node_rows(request, plan),
@@ -367,4 +382,32 @@ def build_report(
         warnings=_warnings(request),
         choice=explain_choice(request).to_dict() if plan is not None else None,
         estimate=estimate,
+        memory=memory_section(request, plan),
     )
+
+
+def memory_section(request: PlanningInput, plan: Plan | None) -> dict[str, Any]:
+    """Which memory rule planned ``request`` and, under ``llamacpp``, each stage's
+    components as llama.cpp allocates them (:func:`planner.memory.estimate`)."""
+    section: dict[str, Any] = {"memory_model": request.memory_model, "stages": []}
+    if request.memory_model != "llamacpp" or plan is None:
+        return section
+    from planner.memory import estimate
+
+    costs = request.llamacpp
+    result = estimate(costs.model, costs.settings(plan.context_length),
+                      [(stage.layer_start, stage.layer_end) for stage in plan.stages])
+    overheads = dict(costs.overhead_bytes)
+    rows = []
+    for stage, part in zip(plan.stages, result.devices, strict=True):
+        row = part.to_dict()
+        row["overhead_bytes"] = overheads.get(stage.node_id, 0)
+        row["total_bytes"] += row["overhead_bytes"]
+        rows.append({"stage_id": stage.stage_id, "node_id": stage.node_id,
+                     **{k: v for k, v in row.items() if k != "device"}})
+    host = result.host.to_dict()
+    rows.append({"stage_id": "host", "node_id": "",
+                 **{k: v for k, v in host.items() if k != "device"}})
+    section["stages"] = rows
+    section["notes"] = list(result.notes)
+    return section

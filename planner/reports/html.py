@@ -16,6 +16,7 @@ from planner.reports.tables import (
     choice_table,
     choice_text,
     estimate_rows,
+    memory_table,
     model_rows,
     node_table,
     plan_facts,
@@ -136,6 +137,9 @@ def render_html(content: ReportContent) -> str:
                   _facts(estimate_rows(content), table_id="estimate-table"),
                   "<h3>Stages</h3>",
                   _table(stage_table(content), table_id="stages-table"),
+                  *(["<h3>Memory per stage (llama.cpp)</h3>",
+                     _table(memory_table(content), table_id="memory-table")]
+                    if memory_table(content).rows else []),
                   "<h3>Why this shape</h3>",
                   f'<p id="choice">{escape(choice_text(content))}</p>',
                   _table(choice_table(content), table_id="choice-table")]

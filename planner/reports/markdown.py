@@ -12,6 +12,7 @@ from planner.reports.tables import (
     choice_table,
     choice_text,
     estimate_rows,
+    memory_table,
     model_rows,
     node_table,
     plan_facts,
@@ -91,6 +92,8 @@ def render_markdown(content: ReportContent) -> str:
                   "### Speed and cost (estimate)", "", *_pairs(estimate_rows(content)), "",
                   "### Stages", "",
                   *_table(stage_table(content)), "",
+                  *(["### Memory per stage (llama.cpp)", "", *_table(memory_table(content)),
+                     ""] if memory_table(content).rows else []),
                   "### Why this shape", "", md_text(choice_text(content)), "",
                   *_table(choice_table(content)), ""]
     else:

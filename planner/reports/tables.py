@@ -167,7 +167,32 @@ def plan_facts(content: ReportContent) -> list[tuple[str, str]]:
         ("estimated decode network time",
          _optional(plan["estimated_decode_network_ms_per_token"], " ms per token")),
         ("TPOT target met", _met(plan["decode_tpot_target_met"])),
+        ("memory model", memory_model_text(content)),
     ]
+
+
+def memory_model_text(content: ReportContent) -> str:
+    model = (content.memory or {}).get("memory_model", "design")
+    if model == "llamacpp":
+        return ("llamacpp: what llama.cpp allocates per device (weights, KV cache, compute "
+                "buffer, output, backend overhead)")
+    return "design: weights + ceil(kv / L) x context per layer"
+
+
+def memory_table(content: ReportContent) -> TextTable:
+    """Under the llamacpp memory model, each stage's components and the host's."""
+    rows = []
+    for row in (content.memory or {}).get("stages", ()):
+        layers = ("—" if row["layer_start"] == row["layer_end"]
+                  else f"{row['layer_start']}–{row['layer_end'] - 1}")
+        rows.append((row["stage_id"], row["node_id"], layers,
+                     *(size(row[key]) for key in _MEMORY_KEYS)))
+    return _table(("stage", "node", "layers", "weights", "KV cache", "compute", "output",
+                   "overhead", "total"), rows, "lllrrrrrr")
+
+
+_MEMORY_KEYS = ("weights_bytes", "kv_bytes", "compute_bytes", "output_bytes",
+                "overhead_bytes", "total_bytes")
 
 
 def quorum_text(content: ReportContent) -> str:

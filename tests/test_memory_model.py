@@ -1,0 +1,198 @@
+"""Planning with memory_model="llamacpp": the same search on what llama.cpp allocates;
+the design rule stays the default and unchanged."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_memory import write_gemma_like
+
+import planner
+from planner.errors import InvalidInput
+from planner.fleet import parse_fleet_toml
+from planner.memory import (
+    SCHED_MAX_COPIES,
+    LayerLayout,
+    LlamaCppCosts,
+    LlamaCppModel,
+    compute_bytes,
+)
+from planner.planning.tables import stage_usage
+from planner.reports.content import build_report
+
+ROOT = Path(__file__).resolve().parents[1]
+MIB = 2**20
+CONTEXT = 65536
+WEIGHT = 64 * MIB
+ELEMENTS = 1024  # K and V elements per cell per layer: f16 rows of 2 KiB each
+
+
+def _model() -> LlamaCppModel:
+    return LlamaCppModel(
+        name="hand", architecture="llama", native_context_length=CONTEXT,
+        embedding_length=1024, vocab_size=32000, head_count=8, feed_forward_length=4096,
+        layers=tuple(LayerLayout(WEIGHT, ELEMENTS, ELEMENTS) for _ in range(4)),
+        input_bytes=32000 * 1024 * 2, output_bytes=32000 * 1024 * 2)
+
+
+def _request(memory_model: str = "design", vram: int = 1400 * MIB) -> planner.PlanningInput:
+    costs = LlamaCppCosts(_model(), lanes=1) if memory_model == "llamacpp" else None
+    return planner.PlanningInput(
+        native_context_length=CONTEXT, layer_count=4, model_weight_bytes=4 * WEIGHT,
+        # K and V, 2 bytes each, 1024 elements, 4 layers: 16 KiB per token.
+        kv_bytes_per_token=4 * 2 * ELEMENTS * 2,
+        nodes=(planner.NodeBudget("a", vram), planner.NodeBudget("b", vram)),
+        parallel_lanes_override=1, memory_model=memory_model, llamacpp=costs)
+
+
+def test_the_two_memory_models_give_different_plans_worked_by_hand() -> None:
+    # Design: each layer is 64 MiB + ceil(16 KiB / 4) x 65,536 = 64 + 256 = 320 MiB, so
+    # the four layers (1,280 MiB) fit node a's 1,400 MiB alone.
+    design = planner.plan_topology(_request())
+    assert [(s.node_id, s.layer_start, s.layer_end) for s in design.stages] == [("a", 0, 4)]
+    # llama.cpp: the same 320 MiB per layer (65,536 cells x 2 KiB for K and for V), but
+    # every node first loses a pipeline stage's compute buffer (4 copies of the
+    # 65,536 x 512 f16 KQ mask, 256 MiB, plus activations), and the last layer carries
+    # the 62.5 MiB output head and the output device's compute buffer (the 32,000 x 512
+    # float logits on top of its masks).
+    model = _model()
+    costs = LlamaCppCosts(model, lanes=1)
+    settings = costs.settings(CONTEXT)
+    reserve = max(compute_bytes(model, range(4), settings, role=role, copies=SCHED_MAX_COPIES)
+                  for role in ("first", "middle"))
+    masks = SCHED_MAX_COPIES * CONTEXT * 512 * 2
+    assert masks == 256 * MIB and reserve > masks
+    layer = WEIGHT + 2 * CONTEXT * ELEMENTS * 2
+    assert layer == 320 * MIB
+    output = 32000 * 1024 * 2 + compute_bytes(model, range(3, 4), settings, role="output",
+                                              copies=SCHED_MAX_COPIES)
+    assert costs.layer_bytes(CONTEXT) == (layer, layer, layer, layer + output)
+    budget = 1400 * MIB - reserve
+    assert 3 * layer <= budget < 4 * layer + output  # one node is not enough
+    assert layer + output <= budget
+    llamacpp = planner.plan_topology(_request("llamacpp"))
+    # The walk: a takes the most layers it can while leaving one for b: 3 (960 MiB).
+    assert [(s.node_id, s.layer_start, s.layer_end) for s in llamacpp.stages] == [
+        ("a", 0, 3), ("b", 3, 4)]
+    usage = stage_usage(_request("llamacpp"), llamacpp)
+    assert list(usage["remaining_bytes"]) == [budget - 3 * layer, budget - layer - output]
+    assert list(usage["usable_vram_bytes"]) == [budget, budget]
+    frame = planner.candidates(_request("llamacpp"))
+    one = frame[frame["stage_count"] == 1].iloc[0]
+    assert not one["feasible"] and "hold 3 of 4 layers" in one["reason"]
+    assert frame[frame["selected"]]["node_ids"].tolist() == [("a", "b")]
+
+
+def test_node_overheads_come_off_each_node() -> None:
+    model = _model()
+    plain = LlamaCppCosts(model, lanes=1)
+    with_overhead = LlamaCppCosts(model, lanes=1, overhead_bytes=(("a", 457 * MIB),))
+    assert with_overhead.reserve_bytes("a", CONTEXT) == plain.reserve_bytes("a",
+                                                                           CONTEXT) + 457 * MIB
+    assert with_overhead.reserve_bytes("b", CONTEXT) == plain.reserve_bytes("b", CONTEXT)
+    assert LlamaCppCosts.from_dict(with_overhead.to_dict()) == with_overhead
+
+
+def test_the_design_rule_is_the_default_and_its_request_has_the_spec_fields_only() -> None:
+    request = _request()
+    assert request.memory_model == "design"
+    assert "memory_model" not in request.to_dict()
+    llamacpp = _request("llamacpp")
+    data = json.loads(json.dumps(llamacpp.to_dict()))
+    with pytest.raises(InvalidInput) as caught:
+        planner.PlanningInput.from_dict(data)
+    assert caught.value.field == "llamacpp" and "from_dict" in caught.value.message
+    again = planner.PlanningInput.from_dict(
+        {**data, "llamacpp": LlamaCppCosts.from_dict(data["llamacpp"])})
+    assert again == llamacpp
+    assert planner.plan_topology(again) == planner.plan_topology(llamacpp)
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"memory_model": "exact"}, "memory_model"),
+    ({"memory_model": "llamacpp", "llamacpp": None}, "llamacpp"),
+    ({"memory_model": "llamacpp", "layer_count": 5}, "llamacpp"),
+])
+def test_bad_memory_models_are_refused_by_field(changes: dict, field: str) -> None:
+    fields = {**_request().to_dict(), "llamacpp": LlamaCppCosts(_model()), **changes}
+    if fields["memory_model"] == "design":
+        fields.pop("llamacpp")
+    with pytest.raises(InvalidInput) as caught:
+        planner.PlanningInput.from_dict(fields)
+    assert caught.value.field == field
+
+
+def _fleet(tmp_path: Path, model: str, vram: str = "300 MiB") -> Path:
+    path = tmp_path / f"fleet-{vram.split()[0]}.toml"
+    path.write_text(f"""
+[model]
+{model}
+
+[[nodes]]
+id = "a"
+vram = "{vram}"
+
+[[nodes]]
+id = "b"
+vram = "{vram}"
+""")
+    return path
+
+
+def test_fleet_files_and_reports_plan_with_the_chosen_model(tmp_path: Path) -> None:
+    gguf = write_gemma_like(tmp_path)
+    document = parse_fleet_toml(_fleet(tmp_path, f"gguf = {json.dumps(str(gguf))}")
+                                .read_text())
+    assert document.to_request().memory_model == "design"
+    request = document.to_request("llamacpp")
+    assert request.memory_model == "llamacpp" and request.llamacpp.layer_count == 6
+    # The small model's weights and KV are a few MiB, but llama.cpp's compute buffers
+    # (4 pipeline copies of the KQ masks at 32k cells, the logits of a ubatch over its
+    # vocabulary) are well over 100 MiB: 100 MiB nodes fit it by design only.
+    small = parse_fleet_toml(_fleet(tmp_path, f"gguf = {json.dumps(str(gguf))}", "100 MiB")
+                             .read_text())
+    assert planner.plan_topology(small.to_request()).stage_count == 1
+    with pytest.raises(planner.PlanError) as caught:
+        planner.plan_topology(small.to_request("llamacpp"))
+    assert caught.value.code == "NoValidTopology"
+    assert planner.plan_topology(request).stage_count == 1
+    content = build_report(document, memory_model="llamacpp", include_what_if=False)
+    assert content.planning["memory_model"] == "llamacpp"
+    rows = content.memory["stages"]
+    assert [row["stage_id"] for row in rows] == ["stage-0", "host"]
+    model = request.llamacpp.model
+    # The stage holds the tied head's second copy of token_embd; the host the first.
+    assert rows[0]["weights_bytes"] == (sum(layer.weight_bytes for layer in model.layers)
+                                        + model.output_bytes + model.tied_embedding_bytes)
+    assert rows[1]["weights_bytes"] == model.input_bytes == model.tied_embedding_bytes
+    assert all(row["total_bytes"] == sum(row[k] for k in (
+        "weights_bytes", "kv_bytes", "compute_bytes", "output_bytes", "overhead_bytes"))
+        for row in rows)
+    assert build_report(document, include_what_if=False).memory == {
+        "memory_model": "design", "stages": []}
+
+
+def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "planner.cli", *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def test_cli_memory_model_flag(tmp_path: Path) -> None:
+    gguf = write_gemma_like(tmp_path)
+    fleet = _fleet(tmp_path, f"gguf = {json.dumps(str(gguf))}")
+    plan = run("plan", fleet, "--memory-model", "llamacpp")
+    assert plan.returncode == 0, plan.stderr
+    assert "memory model llamacpp" in plan.stdout
+    assert "what llama.cpp allocates per stage" in plan.stdout
+    report = run("report", fleet, "--memory-model", "llamacpp", "-o", tmp_path / "r.md")
+    assert report.returncode == 0, report.stderr
+    text = (tmp_path / "r.md").read_text()
+    assert "Memory per stage (llama.cpp)" in text and "| memory model | llamacpp" in text
+    preset = run("candidates", _fleet(tmp_path, 'preset = "qwen3-coder-480b-a35b"'),
+                 "--memory-model", "llamacpp")
+    assert preset.returncode == 2 and "model.gguf" in preset.stderr
+    assert "Traceback" not in preset.stderr
