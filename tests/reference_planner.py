@@ -172,3 +172,13 @@ def plan(req: dict[str, Any]) -> dict[str, Any]:
     return {"context_length": chosen.context_length, "parallel_lanes": lane, "stages": stages,
             "estimated_decode_network_ms_per_token": chosen.estimate,
             "decode_tpot_target_met": met}
+
+
+def assert_candidates_match(req: dict[str, Any], frame: Any) -> None:
+    """``frame`` (``planner.candidates(req)``) holds the reference's best set, and its
+    total remaining bytes, for every shape."""
+    for (context, count), best in table(req).items():
+        row = frame[(frame["context_length"] == context) & (frame["stage_count"] == count)]
+        assert set(row["node_ids"]) == {best.node_ids if best else ()}
+        if best is not None:
+            assert {int(v) for v in row["total_remaining_bytes"]} == {sum(best.remaining)}

@@ -56,11 +56,7 @@ def test_the_largest_nodes_plan_exactly() -> None:
     request = _request(nodes, 4, 4 * (MAX_NODE_BYTES - 2**20))
     assert planner.plan_topology(request).to_dict() == ref.plan(request)
     frame = planner.candidates(request)
-    for (context, count), best in ref.table(request).items():
-        row = frame[(frame["context_length"] == context) & (frame["stage_count"] == count)]
-        assert set(row["node_ids"]) == {best.node_ids if best else ()}
-        if best is not None:
-            assert int(row["total_remaining_bytes"].iloc[0]) == sum(best.remaining)
+    ref.assert_candidates_match(request, frame)
 
 
 def test_more_than_the_node_cap_is_refused_by_name() -> None:

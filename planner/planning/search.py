@@ -273,6 +273,25 @@ class ContextSearch:
             position = end
         return position == layers
 
+    def fits_each(self, budgets: Sequence[int]) -> list[bool]:
+        """``[False, fits(budgets[:1]), ..., fits(budgets)]``: every stage count at once,
+        each walk one numpy lane."""
+        counts = len(budgets)
+        if counts == 0 or self.prefix[-1] + max(budgets) >= 2**62:
+            return [False, *(self.fits(budgets[:k]) for k in range(1, counts + 1))]
+        prefix = np.asarray(self.prefix, dtype=np.int64)
+        stages = np.arange(1, counts + 1)  # lane k - 1 walks the first k budgets
+        position = np.zeros(counts, dtype=np.int64)
+        alive = np.ones(counts, dtype=bool)
+        for index, budget in enumerate(budgets):
+            lanes = slice(index, counts)  # the walks that have a stage ``index``
+            start = position[lanes]
+            end = np.minimum(np.searchsorted(prefix, prefix[start] + budget, side="right") - 1,
+                             self.layer_count - (stages[lanes] - 1 - index))
+            alive[lanes] &= end > start
+            position[lanes] = np.maximum(end, start)
+        return [False, *(alive & (position == self.layer_count)).tolist()]
+
     def min_max_latency(self) -> dict[int, int]:
         if self._min_max_latency is None:
             self._min_max_latency = self._find_min_max_latency()
@@ -301,9 +320,10 @@ class ContextSearch:
 
         found: dict[int, int] = {}
         last = len(thresholds) - 1
+        widest = top(last) if last >= 0 else []
+        fitting = self.fits_each(widest)
         for count in range(1, self.max_stages + 1):
-            widest = top(last) if last >= 0 else []
-            if len(widest) < count or not self.fits(widest[:count]):
+            if not fitting[count]:
                 continue
             low, high = 0, last
             while low < high:
