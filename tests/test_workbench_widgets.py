@@ -402,7 +402,8 @@ def test_panels_under_the_plan_are_made_when_opened(bench: Workbench) -> None:
     from planner.workbench.availability_panel import AvailabilityPanel
 
     assert bench.panels in bench.children
-    assert bench.panels.titles == ("Availability", "Size a fleet")
+    assert bench.panels.titles == ("Availability", "Size a fleet",
+                                   "llama.cpp: memory and launch commands")
     assert bench.panels.selected_index is None
     assert bench.panels.children[0].children == ()  # not made before it is opened
     bench.panels.selected_index = 0  # as a click on its title does
@@ -433,7 +434,7 @@ def test_a_panel_can_be_added(bench: Workbench) -> None:
         return widgets.HTML("sized")
 
     bench.add_panel("Extra", factory)
-    assert bench.panels.titles == ("Availability", "Size a fleet", "Extra")
+    assert bench.panels.titles[-1] == "Extra" and len(bench.panels.titles) == 4
     assert made == []
     assert bench.panel("Extra").value == "sized"
-    assert made == [bench] and bench.panels.selected_index == 2
+    assert made == [bench] and bench.panels.selected_index == 3

@@ -40,6 +40,7 @@ from planner.workbench.editor import (
     text_input,
 )
 from planner.workbench.evaluation import Evaluation, evaluate
+from planner.workbench.llamacpp_panel import LlamaCppPanel
 from planner.workbench.sizing_panel import SizingPanel
 from planner.workbench.state import (
     DEFAULT_FLEET_DIR,
@@ -66,6 +67,7 @@ PanelFactory = Callable[["Workbench"], widgets.Widget]
 PANELS: tuple[tuple[str, PanelFactory], ...] = (
     ("Availability", AvailabilityPanel),
     ("Size a fleet", lambda workbench: SizingPanel(workbench)),
+    ("llama.cpp: memory and launch commands", LlamaCppPanel),
 )
 
 

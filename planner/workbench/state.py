@@ -374,7 +374,8 @@ class WorkbenchState:
     """Everything the workbench edits: the model, the fleet rows and the options.
 
     ``source`` is the fleet file the state was loaded from (relative GGUF paths start at
-    its folder); ``name`` the fleet's display name.
+    its folder); ``name`` the fleet's display name; ``memory_model`` the memory rule
+    the plan uses (``design`` or ``llamacpp``).
     """
 
     model: ModelFields
@@ -382,6 +383,9 @@ class WorkbenchState:
     options: PlanOptions = field(default_factory=PlanOptions)
     name: str | None = None
     source: str | None = None
+    memory_model: str = "design"
+    addresses: tuple[tuple[str, str], ...] = ()
+    """The fleet file's rpc-server ``address`` per node id (``planner launch``)."""
 
     # -- building ---------------------------------------------------------------------
     @classmethod
@@ -410,7 +414,8 @@ class WorkbenchState:
             target_decode_tpot_ms=text(document.target_decode_tpot_ms),
         )
         return cls(model=model, nodes=tuple(NodeRow.from_budget(n) for n in document.nodes),
-                   options=options, name=document.name, source=document.source)
+                   options=options, name=document.name, source=document.source,
+                   addresses=tuple(document.addresses))
 
     # -- reading ----------------------------------------------------------------------
     def budgets(self) -> tuple[NodeBudget, ...]:
@@ -432,6 +437,14 @@ class WorkbenchState:
     def to_request(self) -> PlanningInput:
         """The planning request. Raises :class:`WorkbenchInputError` or
         :class:`~planner.errors.InvalidInput`."""
+        if self.memory_model != "design":
+            from planner.fleet import FleetFileError
+
+            try:
+                return self.to_document().to_request(self.memory_model)
+            except FleetFileError as error:
+                raise WorkbenchInputError(error.field or "model", error.message,
+                                          label="memory model llamacpp") from None
         return PlanningInput(**self.model.planning_fields(), nodes=self.budgets(),
                              **self.options.planning_fields())
 
@@ -452,8 +465,12 @@ class WorkbenchState:
                 del numbers["layer_weight_bytes"]
             choice = ModelChoice(numbers=numbers, name=model.name)
         options = self.options.planning_fields()
-        return FleetDocument(model=choice, nodes=self.budgets(), name=self.name,
-                             source=self.source, **options)
+        budgets = self.budgets()
+        # Addresses of nodes still in the fleet (rows can be renamed or removed).
+        ids = {budget.node_id for budget in budgets}
+        addresses = tuple((node, where) for node, where in self.addresses if node in ids)
+        return FleetDocument(model=choice, nodes=budgets, name=self.name,
+                             source=self.source, addresses=addresses, **options)
 
     # -- editing (each returns a new state) -------------------------------------------
     def with_model_numbers(self, **changes: Any) -> WorkbenchState:

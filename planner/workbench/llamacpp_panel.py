@@ -1,0 +1,135 @@
+"""The "llama.cpp" panel: which memory rule the workbench plans with, what llama.cpp
+allocates on each stage, and the commands that run the plan on screen.
+
+The memory model toggle re-plans the workbench (``design``: the SPEC's rule;
+``llamacpp``: what llama.cpp allocates, read from the model's GGUF file). **Show launch
+commands** writes the ``rpc-server`` and ``llama-server`` commands of the current plan,
+as ``planner launch`` prints them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from html import escape
+from typing import Any
+
+import ipywidgets as widgets
+
+from planner.errors import CodedError
+from planner.launch import launch_for_plan
+from planner.reports.content import memory_section
+from planner.units import format_bytes
+from planner.workbench.editor import button
+from planner.workbench.view import STYLE
+
+FLASH_ATTENTION_NOTE = (
+    "A quantized V cache (q8_0, q4_0, ...) needs flash attention: llama.cpp refuses to "
+    "start without it. The commands turn flash attention on; turn it off only with an "
+    "f16, bf16 or f32 KV cache.")
+_COMPONENTS = (("weights_bytes", "weights"), ("kv_bytes", "KV cache"),
+               ("compute_bytes", "compute"), ("output_bytes", "output"),
+               ("overhead_bytes", "overhead"), ("total_bytes", "total"))
+
+
+def memory_html(rows: list[dict[str, Any]]) -> str:
+    """Each stage's (and the host's) llama.cpp memory, as an HTML table."""
+    head = "".join(f"<th>{label}</th>" for label in
+                   ("stage", "node", "layers", *(name for _, name in _COMPONENTS)))
+    body = []
+    for row in rows:
+        layers = ("—" if row["layer_start"] == row["layer_end"]
+                  else f"{row['layer_start']}–{row['layer_end'] - 1}")
+        cells = [row["stage_id"], row["node_id"], layers,
+                 *(format_bytes(row[key]) for key, _ in _COMPONENTS)]
+        body.append("<tr>" + "".join(f"<td>{escape(str(cell))}</td>" for cell in cells)
+                    + "</tr>")
+    return (f"<table class='wb-table wb-llamacpp-memory'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table>")
+
+
+class LlamaCppPanel(widgets.VBox):
+    """The panel over a :class:`~planner.workbench.app.Workbench`."""
+
+    def __init__(self, workbench: Any) -> None:
+        self.workbench = workbench
+        self.memory_model = widgets.ToggleButtons(
+            options=[("design rule", "design"), ("llama.cpp", "llamacpp")],
+            value=workbench.state.memory_model, description="memory model",
+            tooltips=["weights + ceil(kv / L) x context per layer (the SPEC)",
+                      "what llama.cpp allocates per device, from the GGUF file"],
+            style={"description_width": "initial"})
+        self.memory_model.add_class("wb-memory-model")
+        self.memory_model.observe(lambda _change: self._memory_model_changed(),
+                                  names="value")
+        self.note = widgets.HTML(f"<p class='wb-hint'>{escape(FLASH_ATTENTION_NOTE)}</p>")
+        self.note.add_class("wb-flash-attention-note")
+        self.flash_attn = widgets.Checkbox(value=True, description="flash attention",
+                                           indent=False)
+        self.flash_attn.add_class("wb-flash-attn")
+        self.model_path = widgets.Text(
+            value="", placeholder="the GGUF file as the serving host sees it (optional)",
+            description="model path", style={"description_width": "initial"},
+            layout=widgets.Layout(width="520px"))
+        self.model_path.add_class("wb-launch-model")
+        self.launch_button = button("Show launch commands", "wb-launch",
+                                    tooltip="the llama.cpp commands that run this plan")
+        self.launch_button.on_click(lambda _b: self.show_commands())
+        self.commands = widgets.Textarea(
+            value="", layout=widgets.Layout(width="100%", height="180px"))
+        self.commands.add_class("wb-launch-commands")
+        self.message = widgets.HTML()
+        self.message.add_class("wb-llamacpp-message")
+        self.memory = widgets.HTML()
+        self.memory.add_class("wb-llamacpp-memory-box")
+        super().__init__([
+            widgets.HTML(STYLE), self.memory_model, self.memory, self.note,
+            widgets.HBox([self.flash_attn, self.model_path]), self.launch_button,
+            self.commands, self.message,
+        ])
+        self.add_class("wb-llamacpp-panel")
+        self.show_memory()
+
+    def _memory_model_changed(self) -> None:
+        workbench = self.workbench
+        if workbench.state.memory_model != self.memory_model.value:
+            workbench.set_state(replace(workbench.state,
+                                        memory_model=self.memory_model.value))
+        self.show_memory()
+        self.commands.value = ""
+
+    def show_memory(self) -> None:
+        """The plan's memory per stage under llama.cpp's rule, or why there is none."""
+        evaluation = self.workbench.evaluation
+        if evaluation.plan is None or evaluation.request is None:
+            problem = evaluation.problem
+            self.memory.value = ("<p class='wb-hint'>no plan"
+                                 f"{': ' + escape(str(problem.message)) if problem else ''}"
+                                 "</p>")
+            return
+        if evaluation.request.memory_model != "llamacpp":
+            self.memory.value = ("<p class='wb-hint'>planned with the design rule; choose "
+                                 "llama.cpp to plan with what llama.cpp allocates</p>")
+            return
+        rows = memory_section(evaluation.request, evaluation.plan)["stages"]
+        self.memory.value = ("<p>what llama.cpp allocates on each stage's node (and the "
+                             "host):</p>" + memory_html(rows))
+
+    def show_commands(self) -> None:
+        """Write the launch commands of the plan on screen (or say why there are none)."""
+        evaluation = self.workbench.evaluation
+        self.commands.value = ""
+        self.show_memory()
+        if evaluation.plan is None:
+            self.message.value = "<p class='wb-error'>no plan to launch</p>"
+            return
+        try:
+            document = self.workbench.state.to_document()
+            launch = launch_for_plan(document, evaluation.plan,
+                                     model_path=self.model_path.value.strip() or None,
+                                     flash_attn=self.flash_attn.value)
+        except CodedError as error:
+            self.message.value = f"<p class='wb-error'>{escape(str(error))}</p>"
+            return
+        self.commands.value = launch.shell()
+        self.message.value = ("<p class='wb-hint'>run each rpc-server on its node, then "
+                              "llama-server on the host that serves requests</p>")

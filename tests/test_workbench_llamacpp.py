@@ -1,0 +1,106 @@
+"""The workbench's llama.cpp panel: the memory-model toggle re-plans, the memory per
+stage, the launch commands of the plan on screen, and the flash-attention rule."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+from test_memory import write_gemma_like
+
+import planner
+from planner.fleet import load_fleet
+from planner.launch import launch_for_plan
+from planner.workbench.app import Workbench
+from planner.workbench.llamacpp_panel import LlamaCppPanel
+
+TITLE = "llama.cpp: memory and launch commands"
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Path:
+    write_gemma_like(tmp_path)
+    path = tmp_path / "fleet.toml"
+    path.write_text("""
+[model]
+gguf = "g.gguf"
+kv_cache_type = "q8_0"
+
+[[nodes]]
+id = "a"
+vram = "400 MiB"
+address = "10.0.0.1:6000"
+
+[[nodes]]
+id = "b"
+vram = "100 MiB"
+""")
+    return path
+
+
+def test_the_toggle_plans_with_llama_cpp_memory(fleet: Path) -> None:
+    bench = Workbench.from_fleet(fleet)
+    panel = bench.panel(TITLE)
+    assert isinstance(panel, LlamaCppPanel)
+    assert panel.memory_model.value == "design" and "design rule" in panel.memory.value
+    design = bench.evaluation
+    panel.memory_model.value = "llamacpp"  # as a click does
+    assert bench.state.memory_model == "llamacpp"
+    request = bench.evaluation.request
+    assert request.memory_model == "llamacpp"
+    assert bench.evaluation.plan == planner.plan_topology(
+        load_fleet(fleet).to_request("llamacpp"))
+    # llama.cpp's compute buffers leave node a far less room than the design rule does.
+    assert (bench.evaluation.stages["remaining_bytes"].iloc[0]
+            < design.stages["remaining_bytes"].iloc[0])
+    assert "stage-0" in panel.memory.value and ">host<" in panel.memory.value
+    assert "compute" in panel.memory.value
+    panel.memory_model.value = "design"
+    assert bench.evaluation.request.memory_model == "design"
+    assert bench.evaluation.plan == design.plan
+
+
+def test_launch_commands_are_those_of_the_plan_on_screen(fleet: Path) -> None:
+    bench = Workbench.from_fleet(fleet)
+    panel = bench.panel(TITLE)
+    panel.launch_button.click()
+    plan = bench.evaluation.plan
+    assert plan is not None
+    expected = launch_for_plan(load_fleet(fleet), plan)
+    assert panel.commands.value == expected.shell()
+    lines = panel.commands.value.splitlines()
+    assert "ggml-rpc-server --host 10.0.0.1 --port 6000" in lines  # the file's address
+    assert shlex.split(lines[-1]) == list(expected.llama_server)
+    panel.model_path.value = "/srv/models/g.gguf"
+    panel.launch_button.click()
+    argv = shlex.split(panel.commands.value.splitlines()[-1])
+    assert argv[argv.index("--model") + 1] == "/srv/models/g.gguf"
+
+
+def test_a_quantized_v_cache_needs_flash_attention(fleet: Path) -> None:
+    bench = Workbench.from_fleet(fleet)
+    panel = bench.panel(TITLE)
+    assert "needs flash attention" in panel.note.value
+    panel.flash_attn.value = False
+    panel.launch_button.click()
+    assert panel.commands.value == ""
+    assert "QuantizedVCacheNeedsFlashAttention" in panel.message.value
+    assert "requires Flash Attention" in panel.message.value
+
+
+def test_a_preset_model_cannot_plan_with_llama_cpp_memory() -> None:
+    bench = Workbench.default()
+    panel = bench.panel(TITLE)
+    panel.memory_model.value = "llamacpp"
+    problem = bench.evaluation.problem
+    assert problem is not None and "model.gguf" in problem.message
+    assert "no plan" in panel.memory.value
+    panel.launch_button.click()
+    assert "no plan to launch" in panel.message.value
+
+
+def test_saving_keeps_the_rpc_server_addresses(fleet: Path) -> None:
+    bench = Workbench.from_fleet(fleet, fleet_dir=fleet.parent)
+    saved = bench.save_fleet("copy.toml")
+    assert dict(load_fleet(saved).addresses) == {"a": "10.0.0.1:6000"}
