@@ -117,6 +117,7 @@ class LabServer:
     token: str
     runtime_dir: Path
     root_dir: Path
+    app: str = "lab"
 
     @property
     def base_url(self) -> str:
@@ -125,6 +126,8 @@ class LabServer:
     def url(self, notebook: str, workspace: str | None = None) -> str:
         """The page of ``notebook``; a named ``workspace`` opens it alone, whatever other
         pages have open."""
+        if self.app == "notebook":
+            return f"{self.base_url}notebooks/{notebook}?token={self.token}"
         where = f"lab/workspaces/{workspace}/tree" if workspace else "lab/tree"
         reset = "&reset" if workspace else ""
         return f"{self.base_url}{where}/{notebook}?token={self.token}{reset}"
@@ -182,8 +185,9 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 @contextmanager
 def planned_lab(run_dir: Path, port: int, *, log: Any = None,
                 extra_arguments: Sequence[str] = (),
-                env: dict[str, str] | None = None) -> Iterator[LabServer]:
-    """JupyterLab on ``run_dir`` with the workbench copy already run in its kernel."""
+                env: dict[str, str] | None = None, app: str = "lab") -> Iterator[LabServer]:
+    """JupyterLab (or, with ``app="notebook"``, Notebook 7) on ``run_dir`` with the
+    workbench copy already run in its kernel."""
     token = secrets.token_hex(16)
     runtime_dir = run_dir.parent / "runtime"
     runtime_dir.mkdir(parents=True, exist_ok=True)
@@ -191,7 +195,7 @@ def planned_lab(run_dir: Path, port: int, *, log: Any = None,
                        JUPYTER_RUNTIME_DIR=str(runtime_dir))
     jupyter = str(Path(sys.executable).with_name("jupyter"))
     root = ["--allow-root"] if os.geteuid() == 0 else []
-    command = [jupyter, "lab", "--no-browser", *root, "--ServerApp.ip=127.0.0.1",
+    command = [jupyter, app, "--no-browser", *root, "--ServerApp.ip=127.0.0.1",
                f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
                f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={run_dir}",
                *extra_arguments]
@@ -199,8 +203,8 @@ def planned_lab(run_dir: Path, port: int, *, log: Any = None,
                                stderr=subprocess.STDOUT if log is not None else None,
                                start_new_session=True)
     try:
-        _wait_listening(process, port, "JupyterLab")
-        server = LabServer(process, port, token, runtime_dir, run_dir)
+        _wait_listening(process, port, f"jupyter {app}")
+        server = LabServer(process, port, token, runtime_dir, run_dir, app)
         execute_in_kernel(run_dir / WORKBENCH, server.start_kernel(WORKBENCH))
         yield server
     finally:
