@@ -438,3 +438,12 @@ def test_a_panel_can_be_added(bench: Workbench) -> None:
     assert made == []
     assert bench.panel("Extra").value == "sized"
     assert made == [bench] and bench.panels.selected_index == 3
+
+
+def test_a_saved_note_is_cleared_by_the_next_edit(bench: Workbench) -> None:
+    bench.save_fleet("kept.toml")
+    assert "Saved" in bench.message.value
+    rows(bench)[0].vram.value = "60 GiB"
+    assert bench.message.value == ""
+    bench.load_fleet(bench.fleet_dir / "kept.toml")
+    assert "Loaded" in bench.message.value

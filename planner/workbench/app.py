@@ -266,6 +266,10 @@ class Workbench(widgets.VBox):
         """Plan the current state once and redraw."""
         self._evaluation = evaluate(self._state)
         self.evaluations += 1
+        # A note on the last action ("Saved ...", "Loaded ...") is stale once the plan
+        # changes; errors stay until they are fixed or replaced.
+        if "wb-message-box" in self.message.value:
+            self.message.value = ""
         self.view.show(self._evaluation)
 
     def _load_editors(self) -> None:
