@@ -140,7 +140,7 @@ def test_exact_availability_matches_every_failure_subset(case) -> None:
 
 
 # The fleets of 10 to 12 nodes the general strategy reaches only now and then.
-@settings(max_examples=4, deadline=timedelta(seconds=60))
+@settings(max_examples=3, deadline=timedelta(seconds=60))
 @given(fleets_with_failures(min_nodes=10))
 def test_exact_availability_matches_every_failure_subset_of_10_to_12_nodes(case) -> None:
     request, down, min_context = case
@@ -331,6 +331,10 @@ def test_node_figures_come_from_own_then_fleet_then_catalog_then_defaults() -> N
                                    repair_hours=10)
     assert fleet_wide["own"] == NodeReliability(0.5, 10)
     assert fleet_wide["by-memory"] == NodeReliability(rtx.annual_failure_rate, 10)
+    # A node's own repair time with the catalog's failure rate (by memory).
+    partly = fleet_reliability(nodes, catalog=catalog,
+                               overrides={"by-memory": ReliabilityOverride(repair_hours=5)})
+    assert partly["by-memory"] == NodeReliability(rtx.annual_failure_rate, 5)
     with pytest.raises(AvailabilityError, match="not in the catalog"):
         fleet_reliability(nodes, catalog=catalog,
                           overrides={"own": ReliabilityOverride(gpu="TPU v9")})
