@@ -196,3 +196,18 @@ def test_cli_memory_model_flag(tmp_path: Path) -> None:
                  "--memory-model", "llamacpp")
     assert preset.returncode == 2 and "model.gguf" in preset.stderr
     assert "Traceback" not in preset.stderr
+
+
+def test_a_node_left_with_nothing_usable_is_skipped() -> None:
+    # llama.cpp's fixed costs can leave a small node no usable bytes; the search must
+    # plan on the others (it once read past its list of stage counts).
+    request = _request("llamacpp")
+    small = planner.NodeBudget("c", 100 * MIB)
+    with_small = planner.PlanningInput.from_dict(
+        {**request.to_dict(), "nodes": [*request.nodes, small],
+         "llamacpp": request.llamacpp})
+    assert planner.plan_topology(with_small) == planner.plan_topology(request)
+    design = planner.PlanningInput.from_dict(
+        {**_request().to_dict(), "nodes": [*_request().nodes,
+                                           planner.NodeBudget("z", 0)]})
+    assert planner.plan_topology(design).node_ids == ("a",)

@@ -34,7 +34,7 @@ address = "10.0.0.1:6000"
 
 [[nodes]]
 id = "b"
-vram = "100 MiB"
+vram = "350 MiB"
 """)
     return path
 

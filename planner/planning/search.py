@@ -323,7 +323,8 @@ class ContextSearch:
         widest = top(last) if last >= 0 else []
         fitting = self.fits_each(widest)
         for count in range(1, self.max_stages + 1):
-            if not fitting[count]:
+            # Nodes with nothing usable are in no group: fewer budgets than stages.
+            if count >= len(fitting) or not fitting[count]:
                 continue
             low, high = 0, last
             while low < high:
