@@ -21,16 +21,16 @@ vector of per-kind removals adding up to f.
 with at most ``max_count`` of each kind (a kind without ``max_count``: at most
 ``layer_count + f``, since a plan uses at most one node per layer and f more are spares).
 
-How it stays exact and fast: a best-first search over count vectors, kind by kind, whose
-priority is the cost so far plus a lower bound on the cost still needed. The bound is the
-fractional-knapsack (linear programming) minimum over the kinds left of covering what
-every fitting plan needs at the lowest admissible context ``c0`` (the smallest context
-candidate at or above the minimum): the layers, as each node holds at most its longest run
-of consecutive layers at ``c0``, and the bytes, with f nodes' worth more of each for the
-spares. Both needs only grow with the context, so no fleet meeting the targets is pruned;
-leaves leave the queue in cost order and each is planned exactly (with every f-node
-removal), so the first fleets found are the cheapest. Plans are cached per count vector,
-which the removals share.
+How it stays exact and fast: a best-first search over count vectors, kind by kind (the
+largest kinds first), whose priority is the cost so far plus a lower bound on the cost
+still needed. The bound is the fractional-knapsack (linear programming) minimum over the
+kinds left of covering what every fitting plan needs at the lowest admissible context
+``c0`` (the smallest context candidate at or above the minimum): the layers, as each node
+holds at most its longest run of consecutive layers at ``c0``, and the bytes, with f
+nodes' worth more of each for the spares. Both needs only grow with the context, so no
+fleet meeting the targets is pruned; leaves leave the queue in cost order and each is
+planned exactly (with every f-node removal), so the first fleets found are the cheapest.
+Plans are cached per count vector, which the removals share.
 """
 
 from __future__ import annotations
@@ -644,9 +644,24 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
                 + (sum(costs) - sum(weights)))
         min_bandwidth_ms = read / search.options["bandwidth_efficiency"] * 1000
     needs = _Needs(search, costs, min_bandwidth_ms)
-    layer_bound = _Bound(search.prices, needs.caps, search.bounds)
-    byte_bound = _Bound(search.prices, needs.usable, search.bounds)
     kinds = len(search.kinds)
+    # The tree decides the largest kinds first (catalog order among equals): then the f
+    # largest nodes of a partial fleet are soon those of every fleet below it, and the
+    # spares' share of the bound is tight near the root. Leaves go back to catalog order,
+    # so ties and results are as in any other order.
+    order = sorted(range(kinds), key=lambda i: (-needs.usable[i], -needs.caps[i], i))
+    prices = [search.prices[i] for i in order]
+    caps = [needs.caps[i] for i in order]
+    usables = [needs.usable[i] for i in order]
+    bounds = [search.bounds[i] for i in order]
+    layer_bound = _Bound(prices, caps, bounds)
+    byte_bound = _Bound(prices, usables, bounds)
+
+    def in_catalog_order(tree_counts: tuple[int, ...]) -> tuple[int, ...]:
+        counts = [0] * kinds
+        for position, index in enumerate(order):
+            counts[index] = tree_counts[position]
+        return tuple(counts)
 
     f = search.f
 
@@ -668,13 +683,14 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
     # bytes, and the f largest layer caps and usable bytes among their nodes.
     queue: list[tuple[float, int, tuple[int, ...], int, int, int, tuple[int, ...],
                       tuple[int, ...]]] = [(start_bound, 0, (), 0, 0, 0, (), ())]
-    order = itertools.count(1)
+    tie = itertools.count(1)
     while queue:
-        bound, _, counts, cost, layers, held, top_caps, top_usable = heapq.heappop(queue)
+        bound, _, tree_counts, cost, layers, held, top_caps, top_usable = heapq.heappop(queue)
         if bound > threshold:
             break
-        depth = len(counts)
+        depth = len(tree_counts)
         if depth == kinds:
+            counts = in_catalog_order(tree_counts)
             if needs.necessary(search, counts) and search.meets(counts):
                 outcome = search.outcome(counts)
                 assert outcome.plan is not None
@@ -685,8 +701,8 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
                     del found[top:]
                     threshold = found[-1][0][0]
             continue
-        price, cap, usable = search.prices[depth], needs.caps[depth], needs.usable[depth]
-        for amount in range(search.bounds[depth] + 1):
+        price, cap, usable = prices[depth], caps[depth], usables[depth]
+        for amount in range(bounds[depth] + 1):
             child_cost = cost + price * amount
             if child_cost > threshold:
                 break
@@ -698,7 +714,7 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
                 continue
             child_bound = child_cost + rest
             if child_bound <= threshold * (1 + 1e-12):
-                heapq.heappush(queue, (child_bound, next(order), (*counts, amount),
+                heapq.heappush(queue, (child_bound, next(tie), (*tree_counts, amount),
                                        child_cost, layers + cap * amount,
                                        held + usable * amount, child_caps, child_usable))
     if not found:

@@ -245,3 +245,19 @@ def test_presets_size_with_the_shipped_catalog() -> None:
     speeds = node_speeds(fleet_nodes([g for g in catalog if g.kind in dict(cheapest.counts)],
                                      [n for _, n in cheapest.counts]), catalog)
     assert set(speeds) == set(cheapest.node_ids)
+
+
+def test_ties_follow_catalog_order_whatever_the_kind_sizes() -> None:
+    # The search decides the largest kinds first; equal fleets must still come in the
+    # order of their count vectors in catalog order (as the brute force sorts them: (0, 1)
+    # before (1, 0)), and each fleet's counts belong to its own kinds.
+    model = _model(2, 1, native=65536)
+    small, large = _kind("small", 3, 1.0, max_count=2), _kind("large", 8, 1.0, max_count=2)
+    traffic = ModelTraffic.dense(2 * UNIT, 16)
+    for kinds in ([small, large], [large, small]):
+        result = size_fleet(model, kinds, top=2, traffic=traffic, pareto=False)
+        assert [f.counts for f in result.fleets] == [((k.kind, 1),) for k in kinds[::-1]]
+        assert {f.plan.context_length for f in result.fleets} == {65536}
+        for fleet in result.fleets:
+            ok, plan = _meets(model, traffic, kinds, list(fleet.node_ids), SizingTargets())
+            assert ok and plan == fleet.plan
