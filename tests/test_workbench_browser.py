@@ -100,6 +100,17 @@ def test_screenshots_at_two_window_sizes(workbench: Any, tmp_path: Path) -> None
         workbench.set_viewport_size({"width": width, "height": height})
         scenarios.wait_for_layers(workbench, scenarios.state_of(scenarios.DEFAULT_FLEET),
                                   "the default plan")
+        # Buttons show their whole label and the row labels stay on one line.
+        cut = workbench.evaluate("""() => [
+            ...[...document.querySelectorAll('.wb-root button')]
+              .filter(b => b.offsetParent && (b.scrollWidth > b.clientWidth + 1
+                      || b.getBoundingClientRect().right > window.innerWidth))
+              .map(b => 'button ' + b.textContent),
+            ...[...document.querySelectorAll('.wb-root .widget-html-content span')]
+              .filter(l => l.offsetParent && l.textContent.trim()
+                      && l.getClientRects().length > 1)
+              .map(l => 'label ' + l.textContent)]""")
+        assert cut == [], f"at {width}x{height}"
         path = tmp_path / f"workbench-{width}x{height}.png"
         workbench.screenshot(path=str(path), full_page=True)
         assert path.stat().st_size > 10_000

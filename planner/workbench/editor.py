@@ -35,10 +35,26 @@ def _layout(width: str) -> widgets.Layout:
     return widgets.Layout(width=width)
 
 
+def _shrinkable(width: str) -> widgets.Layout:
+    """A width an input gives up (to 60 px) when its row is narrower than it wants."""
+    return widgets.Layout(width=width, min_width="60px", flex="0 1 auto")
+
+
+def _fixed(width: str) -> widgets.Layout:
+    """A width that a narrow row does not squeeze (labels and buttons keep their text;
+    the inputs beside them give way)."""
+    return widgets.Layout(width=width, min_width=width, flex="0 0 auto")
+
+
+def _label(html: str, width: str) -> widgets.HTML:
+    return widgets.HTML(f"<span style='white-space:nowrap'>{html}</span>",
+                        layout=_fixed(width))
+
+
 def text_input(value: str, css_class: str, *, width: str, placeholder: str = "",
                description: str = "", tooltip: str = "") -> widgets.Text:
     box = widgets.Text(value=value, placeholder=placeholder, description=description,
-                       continuous_update=False, layout=_layout(width), tooltip=tooltip,
+                       continuous_update=False, layout=_shrinkable(width), tooltip=tooltip,
                        style={"description_width": "initial"})
     box.add_class(css_class)
     return box
@@ -57,7 +73,8 @@ def int_input(value: int, css_class: str, *, minimum: int, maximum: int, width: 
 def button(label: str, css_class: str, *, tooltip: str = "", width: str = "auto",
            style: str = "") -> widgets.Button:
     widget = widgets.Button(description=label, tooltip=tooltip or label,
-                            layout=_layout(width), button_style=style)
+                            layout=_fixed(width) if width != "auto" else _layout(width),
+                            button_style=style)
     widget.add_class(css_class)
     return widget
 
@@ -155,7 +172,8 @@ class FleetEditor(widgets.VBox):
         self.add_gpus_button = button("Add GPUs", "wb-add-gpus",
                                       tooltip="add this many nodes of the chosen GPU")
         self.catalog = tuple(catalog)
-        self.file_choice = widgets.Dropdown(options=list(fleet_files), layout=_layout("280px"))
+        self.file_choice = widgets.Dropdown(options=list(fleet_files),
+                                           layout=_shrinkable("280px"))
         self.file_choice.add_class("wb-fleet-file")
         self.load_button = button("Load", "wb-load-fleet", tooltip="load the chosen fleet file",
                                   width="64px")
@@ -164,14 +182,14 @@ class FleetEditor(widgets.VBox):
         self.save_button = button("Save", "wb-save-fleet",
                                   tooltip="save the fleet under data/fleets", width="64px")
         super().__init__([
-            widgets.HBox([widgets.HTML("<b>Fleet file</b>", layout=_layout("80px")),
+            widgets.HBox([_label("<b>Fleet file</b>", "80px"),
                           self.file_choice, self.load_button,
-                          widgets.HTML("&nbsp;save as", layout=_layout("60px")),
+                          _label("&nbsp;save as", "64px"),
                           self.save_name, self.save_button]),
             header,
             self.rows_box,
             widgets.HBox([self.add_button, self.count_label]),
-            widgets.HBox([widgets.HTML("<b>From catalog</b>", layout=_layout("100px")),
+            widgets.HBox([_label("<b>From catalog</b>", "100px"),
                           self.gpu_choice, widgets.HTML("&nbsp;×", layout=_layout("20px")),
                           self.gpu_count, self.add_gpus_button]),
         ])
