@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +21,8 @@ from typing import Any
 
 import nbformat
 import pytest
+
+from planner.workbench.serve import stop
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
@@ -129,19 +130,7 @@ def jupyter_server(command: Sequence[str], port: int, log_path: Path,
                 time.sleep(0.3)
         yield process
     finally:
-        _stop(process)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is not None:
-        return
-    # The server runs each notebook in a kernel process of its own: stop the whole group.
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=20)
+        stop(process)
 
 
 def jupyter_bin(name: str) -> str:
