@@ -175,3 +175,26 @@ def test_candidates_figure_when_nothing_fits() -> None:
     assert len(feasible.x) == 0 and len(selected.x) == 0
     assert len(infeasible.x) == len(candidate_shapes(table))
     assert all("does not fit" in text for text in infeasible.hovertext)
+
+
+def test_a_narrow_bar_draws_its_label_beside_it_at_full_size() -> None:
+    # 5 x 80 GiB: four stages of 15 layers and a last one of 2 (layers 60-61) that
+    # cannot hold "60–61 (2)" inside its bar.
+    five = request([node(f"gpu-{index}", 80) for index in range(5)])
+    plan = planner.plan_topology(five)
+    figure = layer_ranges_figure(five, plan)
+    (bars,) = figure.data
+    assert [s.layer_count for s in plan.stages] == [15, 15, 15, 15, 2]
+    assert list(bars.textposition) == ["inside"] * 4 + ["outside"]
+    assert bars.cliponaxis is False
+    assert figure.layout.margin.r >= 110
+    assert list(bars.text)[-1] == "60–61 (2)"
+
+
+def test_wide_bars_keep_their_labels_inside() -> None:
+    two = request([node(f"gpu-{index}", 160) for index in range(2)])
+    plan = planner.plan_topology(two)
+    figure = layer_ranges_figure(two, plan)
+    assert min(s.layer_count for s in plan.stages) >= 0.15 * 62
+    assert set(figure.data[0].textposition) == {"inside"}
+    assert figure.layout.margin.r == 20

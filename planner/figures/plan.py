@@ -117,6 +117,15 @@ def memory_figure(request: PlanningInput, plan: Plan | None) -> go.Figure:
     )})
 
 
+# Below this share of the model's layers a bar is too narrow to hold its range label.
+NARROW_BAR_SHARE = 0.15
+NARROW_LABEL_MARGIN_PX = 110
+
+
+def _narrow(stage_layers: int, model_layers: int) -> bool:
+    return stage_layers < NARROW_BAR_SHARE * max(model_layers, 1)
+
+
 def layer_ranges_figure(request: PlanningInput, plan: Plan | None) -> go.Figure:
     """One horizontal bar per stage covering its layers ``[layer_start, layer_end)``.
 
@@ -133,8 +142,13 @@ def layer_ranges_figure(request: PlanningInput, plan: Plan | None) -> go.Figure:
         "x": [s.layer_count for s in stages],
         "base": [s.layer_start for s in stages],
         "text": [f"{s.layer_start}–{s.layer_end - 1} ({s.layer_count})" for s in stages],
-        "textposition": "inside",
+        # A bar too narrow for its label would shrink it to an unreadable sliver: its
+        # label goes beside the bar, at full size, and may run into the right margin.
+        "textposition": ["outside" if _narrow(s.layer_count, request.layer_count)
+                         else "inside" for s in stages],
         "insidetextanchor": "middle",
+        "constraintext": "inside",
+        "cliponaxis": False,
         "customdata": [[s.layer_start, s.layer_end, format_bytes(s.parameter_bytes)]
                        for s in stages],
         "hovertemplate": ("%{y}<br>layers %{customdata[0]} to %{customdata[1]} (exclusive)"
@@ -148,6 +162,8 @@ def layer_ranges_figure(request: PlanningInput, plan: Plan | None) -> go.Figure:
         yaxis=axis(autorange="reversed", type="category"),
         height=max(220, 90 + 28 * len(stages)),
     )
+    if any(_narrow(s.layer_count, request.layer_count) for s in stages):
+        layout["margin"] = {**layout["margin"], "r": NARROW_LABEL_MARGIN_PX}
     if plan is None:
         layout["annotations"] = [{"text": "no plan", "showarrow": False,
                                   "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
