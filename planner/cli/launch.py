@@ -8,7 +8,8 @@ import json
 import planner
 from planner.cli._common import (
     EXIT_OK,
-    FORMATTER,
+    add_command,
+    add_fleet_argument,
     add_memory_model_argument,
     exit_code,
     load_request,
@@ -21,9 +22,8 @@ NAME = "launch"
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser(
-        NAME, help="print the llama.cpp commands that run a fleet's plan",
-        formatter_class=FORMATTER,
+    parser = add_command(
+        commands, NAME, run, help="print the llama.cpp commands that run a fleet's plan",
         description="Plan a fleet file and print the commands that run the plan with "
                     "llama.cpp: one rpc-server per stage node (at the node's address = "
                     "\"host:port\", else NODE_ID:50052) and the llama-server command with "
@@ -31,12 +31,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                     "node, the plan's context and lanes and the model's KV cache type.\n\n"
                     "llama.cpp refuses a quantized V cache without flash attention, so "
                     "--flash-attn off works only with an f16/bf16/f32 KV cache.",
-        epilog=("examples:\n"
-                "  planner launch fleet.toml\n"
-                "  planner launch fleet.toml --json\n"
-                "  planner launch fleet.toml --model /models/model.gguf\n\n"
-                "exit codes: 0 commands printed, 1 no valid topology, 2 bad input"))
-    parser.add_argument("fleet", metavar="FLEET", help="fleet file (.toml or .json)")
+        examples=("planner launch fleet.toml", "planner launch fleet.toml --json",
+                  "planner launch fleet.toml --model /models/model.gguf"),
+        exit_codes="0 commands printed, 1 no valid topology, 2 bad input")
+    add_fleet_argument(parser)
     parser.add_argument("--model", metavar="PATH",
                         help="the GGUF file as the serving host sees it (default: the "
                              "fleet file's gguf)")
@@ -47,7 +45,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add_memory_model_argument(parser)
     parser.add_argument("--json", action="store_true",
                         help="print stages, rpc_servers and llama_server as JSON")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

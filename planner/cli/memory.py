@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from planner.cli._common import EXIT_OK, FORMATTER, UserError
+from planner.cli._common import EXIT_OK, UserError, add_command
 from planner.memory import KEYS, MemoryEstimate
 from planner.reports.tables import TextTable, size, terminal_safe, text_table
 from planner.units import UnitError, parse_bytes, parse_context
@@ -15,20 +15,18 @@ NAME = "memory"
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser(
-        NAME, help="show llama.cpp's memory per device for one model",
-        formatter_class=FORMATTER,
+    parser = add_command(
+        commands, NAME, run, help="show llama.cpp's memory per device for one model",
         description="Estimate what llama.cpp allocates on each device of a layer split of "
                     "a GGUF model (weights, KV cache, compute buffer, output buffer, "
                     "backend overhead) and on the host.\n\n"
                     "llama.cpp refuses a quantized V cache (q8_0, q4_0, ...) without flash "
                     "attention: use --flash-attn on or an f16/bf16/f32 V cache.",
-        epilog=("examples:\n"
-                "  planner memory model.gguf --context 32768 --devices 2\n"
-                "  planner memory model.gguf --context 32k --kv-cache-type q8_0 "
-                "--parallel 4 --kv-unified --layers-per-device 10,8 --json\n"
-                "  planner memory model.gguf --context 8192 --devices 0   # the host alone\n\n"
-                "exit codes: 0 estimated, 2 bad input"))
+        examples=("planner memory model.gguf --context 32768 --devices 2",
+                  "planner memory model.gguf --context 32k --kv-cache-type q8_0 "
+                  "--parallel 4 --kv-unified --layers-per-device 10,8 --json",
+                  "planner memory model.gguf --context 8192 --devices 0   # the host alone"),
+        exit_codes="0 estimated, 2 bad input")
     parser.add_argument("model", metavar="MODEL.gguf", help="GGUF file (first shard)")
     parser.add_argument("--context", required=True, metavar="N",
                         help="context length in tokens (-c), e.g. 32768 or 32k")
@@ -57,7 +55,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                              "data/gpus.toml lists defaults per backend)")
     parser.add_argument("--json", action="store_true",
                         help="print devices, host and totals as JSON")
-    parser.set_defaults(handler=run)
 
 
 def _layer_counts(values: list[str]) -> list[int]:
