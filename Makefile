@@ -39,7 +39,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check planner tests benchmarks
 
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=25
 
 test-fast: lint
 	$(BIN)/python -m pytest -m "not slow and not notebook and not browser"
