@@ -137,3 +137,41 @@ def test_screenshots_at_two_window_sizes(workbench: Any, tmp_path: Path) -> None
             chart = tmp_path / f"workbench-{width}x{height}-{name}.png"
             workbench.locator(selector).first.screenshot(path=str(chart))
             assert chart.stat().st_size > 10_000
+
+
+def _kernels_of(server_pid: int) -> list[int]:
+    """The ipykernel processes the server started (its children running a kernel)."""
+    kernels = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == server_pid and b"ipykernel" in command:
+            kernels.append(int(entry.name))
+    return kernels
+
+
+def test_a_closed_page_leaves_no_kernel_running(browser: Any, tmp_path: Path) -> None:
+    # make app's culling, with short timeouts so the test does not wait minutes: a page's
+    # kernel runs while the page is open and is stopped once the page has been closed.
+    notebooks = notebook_dir(tmp_path / "notebooks")
+    port = free_port()
+    command = [jupyter_bin("voila"),
+               *voila_arguments(port, cull_idle_seconds=4, cull_interval_seconds=1),
+               str(notebooks)]
+    with jupyter_server(command, port, tmp_path / "voila.log", cwd=tmp_path) as server:
+        for _visit in range(2):
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(f"http://127.0.0.1:{port}/voila/render/workbench.ipynb",
+                      timeout=PAGE_MS, wait_until="domcontentloaded")
+            page.locator(".wb-summary").get_by_text("5 stages").wait_for(timeout=PAGE_MS)
+            assert len(_kernels_of(server.pid)) >= 1
+            page.close()
+        deadline = time.monotonic() + 60
+        while _kernels_of(server.pid) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert _kernels_of(server.pid) == [], "kernels of closed pages still run"
