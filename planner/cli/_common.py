@@ -4,6 +4,7 @@ type, loading a fleet file into a request, and printing a planning error."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable, Sequence
 
@@ -79,3 +80,16 @@ def load_request(path: str, memory_model: str = "design",
 
 def say_error(source: str, error: PlanError) -> None:
     print(terminal_safe(f"planner: {source}: {error.code}: {error.message}"), file=sys.stderr)
+
+
+def plan_or_exit_code(source: str, request: planner.PlanningInput,
+                      as_json: bool) -> planner.Plan | int:
+    """The plan for ``request``, or, when there is none, the exit code after the error was
+    said on stderr (and printed as ``{"error": ...}`` on stdout with ``as_json``)."""
+    try:
+        return planner.plan_topology(request)
+    except PlanError as error:
+        if as_json:
+            print(json.dumps({"error": error.to_dict()}, indent=2))
+        say_error(source, error)
+        return exit_code(error)

@@ -5,17 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 
-import planner
 from planner.cli._common import (
     EXIT_OK,
     add_command,
     add_fleet_argument,
     add_memory_model_argument,
-    exit_code,
     load_request,
-    say_error,
+    plan_or_exit_code,
 )
-from planner.errors import PlanError
 from planner.launch import launch_for_plan
 
 NAME = "launch"
@@ -49,13 +46,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     document, request = load_request(args.fleet, args.memory_model)
-    try:
-        plan = planner.plan_topology(request)
-    except PlanError as error:
-        if args.json:
-            print(json.dumps({"error": error.to_dict()}, indent=2))
-        say_error(args.fleet, error)
-        return exit_code(error)
+    plan = plan_or_exit_code(args.fleet, request, args.json)
+    if isinstance(plan, int):
+        return plan
     launch = launch_for_plan(document, plan, model_path=args.model,
                              flash_attn=args.flash_attn == "on", ubatch=args.ubatch)
     if args.json:
