@@ -13,7 +13,16 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from planner.fleet import fleet_to_toml, load_fleet, parse_fleet_toml, save_fleet
+import pytest
+
+from planner.fleet import (
+    FleetFileError,
+    fleet_to_toml,
+    load_fleet,
+    parse_fleet_toml,
+    save_fleet,
+)
+from planner.fleet.edit import toml_comments
 
 GIB = 2**30
 HAND_WRITTEN = textwrap.dedent("""\
@@ -140,3 +149,54 @@ def test_a_file_that_is_not_toml_is_rewritten_whole(tmp_path: Path) -> None:
     document = parse_fleet_toml(HAND_WRITTEN, str(path))
     save_fleet(document, path)
     assert path.read_text() == fleet_to_toml(document)
+
+
+INLINE_NODES = textwrap.dedent("""\
+    # nodes written as one inline array: no edit can keep this layout
+    name = "lab"
+    nodes = [ { id = "a", vram = "80 GiB" }, { id = "b", vram = "48 GiB" } ]  # two cards
+    [model]
+    preset = "qwen3-coder-480b-a35b"
+    """)
+
+
+def test_a_save_that_would_drop_comments_is_refused_until_asked(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.toml"
+    path.write_text(INLINE_NODES)
+    edited = replace(load_fleet(path), name="lab 2")
+    with pytest.raises(FleetFileError) as caught:
+        save_fleet(edited, path)
+    assert caught.value.code == "CommentsWouldBeLost"
+    assert str(path) in str(caught.value) and "drop_comments" in str(caught.value)
+    assert path.read_text() == INLINE_NODES  # nothing written
+    assert save_fleet(edited, path, drop_comments=True) == path
+    text = path.read_text()
+    assert "two cards" not in text and "inline array" not in text
+    assert load_fleet(path) == edited
+
+
+def test_a_rewrite_of_a_file_without_comments_needs_no_confirmation(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.toml"
+    text = "\n".join(line.split("#")[0].rstrip() for line in INLINE_NODES.splitlines()
+                     if not line.startswith("#"))
+    path.write_text(text.replace('"a"', '"#a"') + "\n")  # a '#' inside a string is no comment
+    edited = replace(load_fleet(path), name="lab 2")
+    save_fleet(edited, path)
+    assert load_fleet(path) == edited
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('a = 1 # note\n', ["# note"]),
+    ('# only a comment\n', ["# only a comment"]),
+    ('a = "x # y"\n', []),
+    ("a = 'x # y'\n", []),
+    ('a = """\n# inside\n"""\n', []),
+    ("a = '''\n# inside\n'''\n", []),
+    ('a = "q\\" # still a string"\n', []),
+    ('a = "q\\\\" # after an escaped backslash\n', ["# after an escaped backslash"]),
+    ('a = """x""" # after\n', ["# after"]),
+    ('a = [\n  1, # in an array\n]\n', ["# in an array"]),
+    ('a = """x\\""""  # four quotes close\n', ["# four quotes close"]),
+])
+def test_comments_are_found_outside_strings_only(text: str, expected: list[str]) -> None:
+    assert toml_comments(text) == expected

@@ -447,3 +447,26 @@ def test_a_saved_note_is_cleared_by_the_next_edit(bench: Workbench) -> None:
     assert bench.message.value == ""
     bench.load_fleet(bench.fleet_dir / "kept.toml")
     assert "Loaded" in bench.message.value
+
+
+def test_a_save_that_would_drop_comments_asks_first(bench: Workbench) -> None:
+    path = bench.fleet_dir / "inline.toml"
+    written = ('# kept by hand\nname = "inline"\n'
+               'nodes = [ { id = "a", vram = "80 GiB" } ]  # one card\n')
+    path.write_text(written)
+
+    def save(name: str) -> None:  # as the page does: the name box, then the button
+        bench.fleet_editor.save_name.value = name
+        bench.fleet_editor.save_button.click()
+
+    save("inline.toml")
+    assert "CommentsWouldBeLost" in bench.message.value
+    assert "press save again" in bench.message.value
+    assert "drop_comments" not in bench.message.value
+    assert path.read_text() == written  # nothing written yet
+    save("other.toml")  # another file: the question is no longer open
+    save("inline.toml")
+    assert path.read_text() == written
+    save("inline.toml")  # asked again: overwritten
+    assert "Saved" in bench.message.value and "# one card" not in path.read_text()
+    assert load_fleet(path).to_request() == bench.evaluation.request

@@ -3,7 +3,8 @@
 :func:`edited_toml` applies the values of a freshly written fleet file to the old text
 with ``tomlkit``, which keeps comments, blank lines, key order and the spelling of values
 that did not change (``"80GiB"`` stays ``"80GiB"``). The result is used only when it
-reads back as exactly the new document; otherwise the caller writes the new text.
+reads back as exactly the new document; otherwise the caller writes the new text, and
+:func:`toml_comments` tells it which comments that would drop.
 """
 
 from __future__ import annotations
@@ -135,3 +136,45 @@ def _edited(document: Any, wanted: dict[str, Any], *, add_tables: bool) -> str |
         if [id(table) for table in nodes] != [id(table) for table in old_entries]:
             document["nodes"] = AoT(nodes)
     return tomlkit.dumps(document)
+
+
+def toml_comments(text: str) -> list[str]:
+    """The comments of a TOML text, each from its ``#`` to the end of the line, in order.
+
+    A ``#`` inside a string (basic, literal, or either multi-line form) is no comment.
+    One pass over the text: no pattern can make it slow."""
+    comments: list[str] = []
+    index, size = 0, len(text)
+    while index < size:
+        char = text[index]
+        if char == "#":
+            end = text.find("\n", index)
+            end = size if end < 0 else end
+            comments.append(text[index:end].rstrip())
+            index = end
+        elif char in "\"'":
+            delimiter = char * 3 if text.startswith(char * 3, index) else char
+            index = _string_end(text, index + len(delimiter), delimiter)
+        else:
+            index += 1
+    return comments
+
+
+def _string_end(text: str, index: int, delimiter: str) -> int:
+    """Where the string whose body starts at ``index`` ends (past its closing quotes)."""
+    quote, escapes, size = delimiter[0], delimiter[0] == '"', len(text)
+    while index < size:
+        char = text[index]
+        if escapes and char == "\\":
+            index += 2
+        elif char == "\n" and len(delimiter) == 1:
+            return index  # an unclosed one-line string ends with its line
+        elif char == quote and text.startswith(delimiter, index):
+            # Up to two quotes may stand just inside a multi-line string's closing ones.
+            end = index + 1
+            while len(delimiter) == 3 and end < size and text[end] == quote:
+                end += 1
+            return end
+        else:
+            index += 1
+    return size

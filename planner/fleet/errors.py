@@ -26,6 +26,7 @@ class FleetFileError(CodedError):
         "DuplicateNodeId",
         "ModelUnavailable",
         "WriteFailed",
+        "CommentsWouldBeLost",
     )
 
     def __init__(

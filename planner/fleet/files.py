@@ -11,8 +11,9 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from planner._validate import shown
 from planner.fleet.document import FleetDocument
-from planner.fleet.edit import edited_toml
+from planner.fleet.edit import edited_toml, toml_comments
 from planner.fleet.errors import FleetFileError
 from planner.fleet.json import fleet_to_json, parse_fleet_json
 from planner.fleet.toml import fleet_to_toml, parse_fleet_toml
@@ -162,13 +163,16 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     return given
 
 
-def save_fleet(document: FleetDocument, path: str | Path) -> Path:
+def save_fleet(document: FleetDocument, path: str | Path, *,
+               drop_comments: bool = False) -> Path:
     """Write ``document`` as ``.toml`` or ``.json`` (by extension), atomically.
 
     An interrupted save leaves either the old file or the new one, never half of one.
     A relative GGUF path is rewritten so it still names the same file from the new folder.
     Saving over a TOML fleet file keeps its comments and layout (see
-    :mod:`planner.fleet.edit`); a file that cannot be edited faithfully is rewritten.
+    :mod:`planner.fleet.edit`). A file that cannot be edited faithfully (its nodes as
+    one inline array, say) is rewritten whole; when that would lose comments the save
+    raises ``CommentsWouldBeLost`` and writes nothing, unless ``drop_comments``.
     """
     destination = Path(path)
     kind = _format_of(destination)
@@ -181,5 +185,24 @@ def save_fleet(document: FleetDocument, path: str | Path) -> Path:
     except (FleetFileError, UnicodeDecodeError):
         old = None  # nothing there to keep
     if old is not None:
-        text = edited_toml(old, text) or text
+        kept = edited_toml(old, text)
+        if kept is None and not drop_comments:
+            _refuse_lost_comments(old, text, destination)
+        text = kept or text
     return write_text_atomic(destination, text)
+
+
+KEEP_COMMENTS_HINT = ("save under another name, or save again with drop_comments=True to "
+                      "overwrite it without them")
+"""What ``CommentsWouldBeLost`` tells the person to do; other front-ends replace it."""
+
+
+def _refuse_lost_comments(old: str, new: str, destination: Path) -> None:
+    written = set(toml_comments(new))
+    lost = [comment for comment in toml_comments(old) if comment not in written]
+    if lost:
+        raise FleetFileError(
+            "CommentsWouldBeLost",
+            f"has {len(lost):,} comment(s) that saving cannot keep (the first: "
+            f"{shown(lost[0])}), because its layout cannot be edited in place; "
+            f"{KEEP_COMMENTS_HINT}", path=str(destination))

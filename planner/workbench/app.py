@@ -21,6 +21,7 @@ import ipywidgets as widgets
 
 from planner.errors import PlanError
 from planner.fleet import FleetFileError, load_fleet, save_fleet
+from planner.fleet.files import KEEP_COMMENTS_HINT
 from planner.models import GpuModel, ModelError
 from planner.workbench.availability_panel import AvailabilityPanel
 from planner.workbench.catalog import (
@@ -90,6 +91,8 @@ class Workbench(widgets.VBox):
         """How many times the workbench has planned (one per edit)."""
         self._state = state if state is not None else WorkbenchState.design_default()
         self._evaluation: Evaluation | None = None
+        self._overwrite_asked: Path | None = None
+        """The file a refused save (its comments would be lost) was asked for."""
         self.fleet_dir = Path(fleet_dir) if fleet_dir is not None else DEFAULT_FLEET_DIR
         self.report_dir = Path(report_dir) if report_dir is not None else DEFAULT_REPORT_DIR
         startup: list[str] = []
@@ -404,9 +407,21 @@ class Workbench(widgets.VBox):
         return path
 
     def save_fleet(self, name: str) -> Path:
-        """Save the model, fleet and options as ``name`` in the fleet folder."""
+        """Save the model, fleet and options as ``name`` in the fleet folder.
+
+        A save that would drop the comments of a hand-written file is refused once, with
+        a message; asked again for the same file, it overwrites."""
         path = self._fleet_path(name)
-        written = save_fleet(self._state.to_document(), path)
+        asked_before, self._overwrite_asked = self._overwrite_asked == path, None
+        try:
+            written = save_fleet(self._state.to_document(), path, drop_comments=asked_before)
+        except FleetFileError as error:
+            if error.code != "CommentsWouldBeLost":
+                raise
+            self._overwrite_asked = path
+            raise FleetFileError(error.code, error.message.replace(
+                KEEP_COMMENTS_HINT, "press save again to overwrite it without them, or "
+                "save under another name"), path=error.path) from None
         self._state = replace(self._state, source=str(written))
         with self._quietly():
             self.fleet_editor.set_fleet_files(self._fleet_files(), written.name)
