@@ -1,5 +1,6 @@
 """``make bench``: planner speed and memory on fleets up to 1,000 nodes, then on fleets
-up to the input caps (``limits_bench.py``: 10,000 nodes, 4,096 layers).
+up to the input caps (``limits_bench.py``: 10,000 nodes, 4,096 layers), and the seconds
+until the fencing page is usable in Voilà (``fencing_page_bench.py``: 10 s).
 
 Each fleet runs in a fresh process so that its peak memory is its own. The plain
 exhaustive reference planner (``tests/reference_planner.py``) runs beside it where it
@@ -119,6 +120,10 @@ def main() -> int:
 
     print()
     limits_met = limits_bench.print_table()
+    import fencing_page_bench
+
+    print()
+    fencing_fast = fencing_page_bench.print_table()
     if not sizing_fast:
         print(f"sizing: some runs took {sizing_bench.TARGET_SECONDS:g} s or more",
               file=sys.stderr)
@@ -127,6 +132,10 @@ def main() -> int:
         return 1
     if not limits_met:
         print("a fleet up to the caps missed its time or memory target", file=sys.stderr)
+        return 1
+    if not fencing_fast:
+        print(f"the fencing page took more than {fencing_page_bench.TARGET_SECONDS:g} s to "
+              "be usable", file=sys.stderr)
         return 1
     return 0
 

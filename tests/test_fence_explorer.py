@@ -24,6 +24,7 @@ from planner.fence.check import (
     load_report,
 )
 from planner.fence.check.report import REPORT_FILE
+from planner.fence.errors import UnknownScenario
 from planner.fence.scenarios import SCENARIO_LIST, run_scenario
 from planner.figures.fence import SEQUENCE_TRACES
 from planner.workbench.fence_explorer import (
@@ -34,6 +35,7 @@ from planner.workbench.fence_explorer import (
     CounterexampleStepper,
     LoadExplorer,
     QuorumExplorer,
+    ScenarioSection,
     ScenarioStepper,
 )
 
@@ -140,6 +142,25 @@ def test_scenario_stepper_runs_every_scenario() -> None:
         assert [t.name for t in stepper.figure.data] == list(SEQUENCE_TRACES)
 
 
+def test_a_scenario_section_makes_its_stepper_when_opened() -> None:
+    section = ScenarioSection(4)
+    assert section.selected_index is None and section.content is None
+    assert section.children[0].children == ()
+    assert section.titles == ("Scenario 4: Coordinator disappears after the split is running: "
+                              "step through its events",)
+    section.selected_index = 0  # as a click on its title does
+    stepper = section.content
+    assert isinstance(stepper, ScenarioStepper) and section.children[0].children == (stepper,)
+    assert stepper.result is not None and stepper.result.scenario.number == 4
+    section.selected_index = None
+    section.selected_index = 0
+    assert section.content is stepper and section.stepper is stepper  # made once
+    opened = ScenarioSection(1, opened=True)
+    assert opened.selected_index == 0 and isinstance(opened.content, ScenarioStepper)
+    with pytest.raises(UnknownScenario, match="no scenario 11"):
+        ScenarioSection(11)
+
+
 def test_scenario_stepper_moves_through_events() -> None:
     stepper = ScenarioStepper(5)
     stepper.next.click()
@@ -192,8 +213,13 @@ def test_check_results_show_the_saved_report_at_once() -> None:
     assert list(panel.figure.data[0].y) == [named.name for named, _ in panel.report.runs]
     assert all(name in panel.summary.value for name in PROPERTY_NAMES)
     assert all(named.name in panel.runs.value for named, _ in panel.report.runs)
-    (stepper,) = panel.counterexamples.children
+    # The counterexample stepper is made when its section is opened.
+    assert panel.counterexamples is not None and panel.counterexamples.content is None
+    assert panel.counterexamples.selected_index is None
+    panel.counterexamples.selected_index = 0  # as a click on its title does
+    stepper = panel.counterexamples.content
     assert isinstance(stepper, CounterexampleStepper) and stepper.counterexample is not None
+    assert panel.counterexamples.children[0].children == (stepper,)
 
 
 SMALL = NamedConfig("small", "one stage, two coordinators, terms 1-2",
@@ -212,7 +238,7 @@ def test_stale_results_are_not_shown_as_proven_and_are_checked_in_the_background
     assert panel.stale is not None and "model_fingerprint" in panel.stale
     assert "stale" in panel.status.value and "fx-rejected" in panel.status.value
     assert "holds" not in panel.summary.value + panel.runs.value + panel.status.value
-    assert len(panel.figure.data) == 0 and panel.counterexamples.children == ()
+    assert len(panel.figure.data) == 0 and panel.counterexamples is None
     assert panel.check_now.layout.display is None
 
     panel.check_now.click()

@@ -90,6 +90,7 @@ def test_fencing_stepper_redraws_on_next(browser: Any, voila: str,
         record_property("fencing_first_chart_seconds", round(time.monotonic() - start, 1))
         print(f"fencing.ipynb: first stepper drawn after {time.monotonic() - start:.1f} s")
         scenarios.fencing_stepper(page)
+        scenarios.fencing_folded_scenario(page)
     finally:
         page.close()
     assert errors == []

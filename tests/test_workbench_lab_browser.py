@@ -124,6 +124,7 @@ def test_fencing_stepper_redraws_on_next(browser: Any, lab: LabServer,
         page.wait_for_function(_FENCING_READY, arg=notebook, timeout=PAGE_MS)
         page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
         scenarios.fencing_stepper(page)
+        scenarios.fencing_folded_scenario(page)
     finally:
         page.close()
     assert errors == []

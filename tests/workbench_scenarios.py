@@ -198,3 +198,19 @@ def fencing_stepper(page: Any, timeout: float = EDIT_SECONDS) -> None:
         wait_for_chart(page, FIRST_SCENARIO,
                        lambda c, s=step: f"(event {s} of {total})" in c["drawn_title"],
                        f"event {step} of scenario 1 after 'next ▶'")
+
+
+
+def fencing_folded_scenario(page: Any, timeout: float = EDIT_SECONDS) -> None:
+    """Scenario 2 is made only when its title is clicked: its chart then shows its first
+    event, and 'next ▶' moves it on."""
+    chart = ".fx-scenario-2 .fx-sequence-figure"
+    section = page.locator(".fx-scenario-2")
+    assert section.locator(".js-plotly-plot").count() == 0
+    section.get_by_text("Scenario 2:").first.click()
+    first = wait_for_chart(page, chart, lambda c: "Scenario 2 (event 1 of " in c["drawn_title"],
+                           "event 1 of scenario 2 after opening it", timeout)
+    total = first["drawn_title"].split(" of ")[-1].rstrip(")")
+    section.get_by_role("button", name="next ▶").click()
+    wait_for_chart(page, chart, lambda c: f"Scenario 2 (event 2 of {total})" in c["drawn_title"],
+                   "event 2 of scenario 2 after 'next ▶'", timeout)

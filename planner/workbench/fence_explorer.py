@@ -8,7 +8,10 @@
   :class:`ScenarioStepper` runs the design's scenarios 1-10 in it and
   :class:`CounterexampleStepper` the model checker's counterexamples;
 - :class:`CheckResults`: the model checker's saved results, or a check in the background
-  when they are stale.
+  when they are stale;
+- :class:`Folded`: a titled section made the first time it is opened, and
+  :class:`ScenarioSection`, one scenario's stepper in it: a page with many steppers draws
+  only the charts a person opens.
 
 The rules come from :mod:`planner.fence` and the figures from
 :mod:`planner.figures.fence`; nothing here decides anything itself. Every widget can be
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -51,7 +54,12 @@ from planner.fence.claims import (
     LoadDecision,
     quorum_requirement,
 )
-from planner.fence.scenarios import SCENARIO_LIST, ScenarioResult, run_scenario
+from planner.fence.scenarios import (
+    SCENARIO_LIST,
+    ScenarioResult,
+    get_scenario,
+    run_scenario,
+)
 from planner.figures.fence import (
     CLAIM_FLOW_EDGES,
     CLAIM_FLOW_NODES,
@@ -580,6 +588,58 @@ class ScenarioStepper(EventStepper):
             f"<ul class='fx-note'>{checks}</ul>")
 
 
+class Folded(widgets.Accordion):
+    """A titled section whose content is made the first time it is opened.
+
+    Every chart on a page costs the browser time to draw, so a page with many steppers
+    opens only the first and makes the others when a person opens them. ``content`` is
+    the content once made (``None`` before); :meth:`unfold` opens it from code.
+    """
+
+    def __init__(self, title: str, make: Callable[[], widgets.Widget], *,
+                 opened: bool = False) -> None:
+        self._make = make
+        self.content: widgets.Widget | None = None
+        super().__init__([widgets.VBox()], titles=(title,), selected_index=None)
+        self.add_class("fx-folded")
+        self.observe(lambda change: self._opened(change["new"]), names="selected_index")
+        if opened:
+            self.unfold()
+
+    def unfold(self) -> widgets.Widget:
+        """Open the section (making its content the first time); the content."""
+        self.selected_index = 0
+        return self._made()
+
+    def _opened(self, index: int | None) -> None:
+        if index is not None:
+            self._made()
+
+    def _made(self) -> widgets.Widget:
+        if self.content is None:
+            self.content = self._make()
+            self.children[0].children = (self.content,)
+        return self.content
+
+
+class ScenarioSection(Folded):
+    """Scenario ``number``'s :class:`ScenarioStepper` in a :class:`Folded` section."""
+
+    def __init__(self, number: int, *, opened: bool = False, seed: int | None = None) -> None:
+        scenario = get_scenario(number)
+        self.number = number
+        super().__init__(f"Scenario {number}: {scenario.title}: step through its events",
+                         lambda: ScenarioStepper(number, seed=seed), opened=opened)
+        self.add_class(f"fx-scenario-{number}")
+
+    @property
+    def stepper(self) -> ScenarioStepper:
+        """The stepper (opening the section, so it is made)."""
+        stepper = self.unfold()
+        assert isinstance(stepper, ScenarioStepper)
+        return stepper
+
+
 class CounterexampleStepper(EventStepper):
     """Step through the checker's counterexamples for the properties that do not hold."""
 
@@ -657,12 +717,13 @@ class CheckResults(_ChartHolder, widgets.VBox):
         self.chart = Chart()
         self.summary = widgets.HTML()
         self.runs = widgets.HTML()
-        self.counterexamples = widgets.VBox()
+        self.counterexamples: Folded | None = None
+        self._counterexample_box = widgets.VBox()
         self._thread: threading.Thread | None = None
         super().__init__([
             widgets.HTML(STYLE), self.status,
             widgets.HBox([self.check_now, self.progress]), self.progress_text,
-            self.chart, self.summary, self.runs, self.counterexamples,
+            self.chart, self.summary, self.runs, self._counterexample_box,
         ])
         self.add_class("fx-root")
         self.check_now.on_click(lambda _button: self.start())
@@ -736,4 +797,8 @@ class CheckResults(_ChartHolder, widgets.VBox):
         self.chart.show(check_report_figure(report))
         self.summary.value = "<h4>Properties</h4>" + _frame_html(report.summary_frame())
         self.runs.value = "<h4>Configurations</h4>" + _frame_html(report.runs_frame())
-        self.counterexamples.children = (CounterexampleStepper(report),)
+        # Made when opened: the stepper's chart is not drawn with the rest of the page.
+        self.counterexamples = Folded(
+            "Counterexamples: step through the shortest one for each property that does "
+            "not hold", lambda: CounterexampleStepper(report))
+        self._counterexample_box.children = (self.counterexamples,)
