@@ -308,6 +308,16 @@ def ms_from_microseconds(micro: int) -> int | float:
     return whole if rest == 0 else float(Decimal(micro) / 1000)
 
 
+def format_milliseconds(value: int | float) -> str:
+    """A latency or network estimate as written, to the microsecond the planner works in.
+
+    >>> format_milliseconds(25), format_milliseconds(2.5), format_milliseconds(1250)
+    ('25 ms', '2.5 ms', '1,250 ms')
+    """
+    value = ms_from_microseconds(latency_microseconds(value))
+    return f"{value:,} ms" if isinstance(value, int) else f"{value:,.3f}".rstrip("0") + " ms"
+
+
 # -- context ----------------------------------------------------------------------------
 
 _CONTEXT_FACTORS = {"": 1, "k": 1024, "m": 1024**2}

@@ -155,3 +155,22 @@ def test_a_node_naming_its_kind_in_the_fleet_file_is_estimated() -> None:
     content = build_report(parse_fleet_toml(text))
     assert content.estimate["available"] is True
     assert content.estimate["cost_per_hour_usd"] == pytest.approx(2 * 4.76)
+
+
+def test_a_fractional_network_estimate_is_shown_exactly_in_the_workbench_table() -> None:
+    gib = 2**30
+    request = planner.PlanningInput.from_dict({
+        "native_context_length": 8192, "layer_count": 8, "model_weight_bytes": 100 * gib,
+        "kv_bytes_per_token": 8, "nodes": [
+            {"node_id": f"n{i}", "detected_vram_bytes": 40 * gib,
+             "stage_transfer_latency_ms": 0.5} for i in range(4)]})
+    table = planner.candidates(request)
+    chosen = table[table["selected"]].iloc[0]
+    assert chosen["estimated_decode_network_ms_per_token"] == 1.5  # 3 stages x 0.5 ms
+    html = candidates_table_html(table)
+    assert ">1.5 ms<" in html and ">1 ms<" not in html
+    assert ">2 ms<" in html  # 4 stages x 0.5 ms: a whole number stays whole
+    from planner.figures.plan import candidates_figure
+
+    (hover,) = candidates_figure(table).data[2].hovertext  # the selected shape's star
+    assert "estimated TPOT 1.5 ms" in hover

@@ -11,6 +11,7 @@ from planner.units import (
     LatencyError,
     UnitError,
     format_bytes,
+    format_milliseconds,
     latency_microseconds,
     ms_from_microseconds,
     parse_bytes,
@@ -205,3 +206,11 @@ def test_parse_context_refuses(value: object) -> None:
         parse_context(value)  # type: ignore[arg-type]
     assert caught.value.code == "InvalidContext"
     assert "128k" in caught.value.message
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (25, "25 ms"), (2.5, "2.5 ms"), (1250, "1,250 ms"), (0.001, "0.001 ms"),
+    (2.0, "2 ms"), (np.int64(40), "40 ms"), (7.000000000000001, "7 ms"), (1234.5, "1,234.5 ms"),
+])
+def test_milliseconds_are_written_to_the_microsecond(value: float, text: str) -> None:
+    assert format_milliseconds(value) == text

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 
 from planner.figures.style import axis, base_layout, plotly_text
 from planner.planning import Plan, PlanningInput, stage_usage
-from planner.units import format_bytes
+from planner.units import format_bytes, format_milliseconds
 
 GIB = 1024**3
 
@@ -207,7 +207,7 @@ def _hover(shape: dict[str, Any]) -> str:
     lines = [f"context {shape['context_length']:,}", f"{shape['stage_count']} stages"]
     if shape["feasible"]:
         estimate = shape["estimated_decode_network_ms_per_token"]
-        lines.append(f"estimated TPOT {int(estimate)} ms" if _known(estimate)
+        lines.append(f"estimated TPOT {format_milliseconds(estimate)}" if _known(estimate)
                      else "estimated TPOT unknown")
         met = shape["decode_tpot_target_met"]
         if _known(met):

@@ -20,7 +20,7 @@ from planner.figures import (
 )
 from planner.planning import ChoiceExplanation, ShapeOption
 from planner.planning.explain import RULE_TEXT
-from planner.units import format_bytes
+from planner.units import format_bytes, format_milliseconds
 from planner.workbench.chart import Chart
 from planner.workbench.evaluation import Evaluation
 
@@ -117,7 +117,7 @@ def candidates_table_html(candidates: pd.DataFrame) -> str:
         rows.append((css, [
             _cell(f"{shape.context_length:,}"), _cell(shape.stage_count),
             _cell("yes" if shape.feasible else "no", text=True),
-            _cell("" if pd.isna(estimate) else f"{int(estimate)} ms"),
+            _cell("" if pd.isna(estimate) else format_milliseconds(estimate)),
             _cell("" if pd.isna(met) else ("met" if met else "missed"), text=True),
             _cell("" if pd.isna(margin) else format_bytes(int(margin))),
             _cell(_short_nodes(shape.node_ids) if shape.feasible else shape.reason, text=True),
