@@ -78,18 +78,16 @@ def free_port() -> int:
 
 
 def fencing_stepper_notebook(directory: Path) -> str:
-    """The fencing notebook up to its second scenario (the first one open, the second
-    made when opened), written to ``directory``; its name. (The whole notebook runs in the
-    Voilà test; this keeps the run shorter.)"""
+    """The fencing notebook's imports and its first two scenarios (the first open, the
+    second made when opened), written to ``directory``; its name. (The whole notebook runs
+    in the Voilà test; this keeps the run shorter.)"""
     notebook = nbformat.read(NOTEBOOKS / "fencing.ipynb", as_version=4)
-    cells = []
-    for cell in notebook.cells:
-        cells.append(cell)
-        if cell.cell_type == "code" and cell.source.strip() == "ScenarioSection(2)":
-            break
-    else:
-        raise AssertionError("fencing.ipynb has no ScenarioSection(2) cell")
-    notebook.cells = cells
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    wanted = {"ScenarioSection(1, opened=True)", "ScenarioSection(2)"}
+    scenarios = [cell for cell in code if cell.source.strip() in wanted]
+    if len(scenarios) != len(wanted):
+        raise AssertionError(f"fencing.ipynb has no cells {sorted(wanted)}")
+    notebook.cells = [code[0], *scenarios]
     path = directory / "fencing-stepper.ipynb"
     nbformat.write(notebook, path)
     return path.name
