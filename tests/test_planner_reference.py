@@ -250,9 +250,9 @@ def test_a_crowd_of_identical_nodes_is_searched_as_few_as_there_are_stages() -> 
 
 @settings(max_examples=150)
 @given(requests(max_nodes=8, max_layers=12))
-def test_lean_read_back_matches_reference(request: dict[str, Any]) -> None:
-    # Past its table budget a query is read back from one value array per group; a zero
-    # budget sends every query that way.
+def test_one_threshold_pair_at_a_time_matches_reference(request: dict[str, Any]) -> None:
+    # Past its table budget the search runs one pair of thresholds at a time; a zero
+    # budget sends every pair that way.
     from unittest import mock
 
     from planner.planning import search

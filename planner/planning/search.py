@@ -17,14 +17,16 @@ previous one as a threshold:
 3. with those nodes and only stages that keep ``>= R`` remaining, the largest total
    usable bytes (total remaining is that minus the model's bytes).
 
-The node ids are then read back position by position, always taking the smallest id
-that still completes an optimal set, which gives the lexicographically smallest list.
+Every stage count sharing both thresholds is one run of program 3 (its walk starts at its
+own state). While it runs, each group records at each state how many of its nodes the
+lexicographically smallest best set takes, so the node ids are read back by following
+those records (see ``ContextSearch._run`` for why the record is exact).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right, insort
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
@@ -37,9 +39,8 @@ from planner.units import format_bytes, latency_microseconds, ms_from_microsecon
 
 _INF = np.int64(2**62)
 _NEG = np.int64(-(2**62))
-# Queries of the last two programs run together in batches; the table budget bounds the
-# memory kept for reading the node ids back.
-_BATCH = 32
+# The read-back tables of program 3 are built for a few threshold pairs at a time, within
+# this budget.
 _TABLE_BYTES = 96 * 2**20
 SEARCH_BYTES = 2**30
 """The most memory one context's search may take; past it, ``SearchTooLarge``."""
@@ -98,16 +99,6 @@ class _Group:
     def allowed(self, threshold: int) -> list[int]:
         """Indices of the nodes whose latency is within ``threshold``, in id order."""
         return [i for i, lat in enumerate(self.latencies) if lat <= threshold]
-
-
-@dataclass(frozen=True, slots=True)
-class _Steps:
-    """One stage taken by a node of each group, over a batch's renumbered states."""
-
-    following: np.ndarray
-    remaining: np.ndarray
-    local: np.ndarray
-    """Batch number of each state, by its number in the whole state space."""
 
 
 class ContextSearch:
@@ -337,215 +328,223 @@ class ContextSearch:
             found[count] = int(thresholds[low])
         return found
 
+    # -- programs 2 and 3 share one layout -----------------------------------------------
+    def _avail(self, lat_limits: np.ndarray) -> np.ndarray:
+        """Allowed nodes of each group (rows) under each latency threshold (columns)."""
+        if not self.groups:
+            return np.zeros((0, len(lat_limits)), dtype=np.int64)
+        return np.array([(group.latencies[None, :] <= lat_limits[:, None]).sum(axis=1)
+                         for group in self.groups], dtype=np.int64)
+
+    def _run(self, lat_limits: np.ndarray, rem_limits: np.ndarray | None, most: int,
+             ranks: list[list[np.ndarray]] | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Program 2 (``rem_limits`` None: the best smallest remaining) or program 3 (the
+        best total usable with every stage keeping ``>= rem_limits``), one row per
+        threshold row, over the states of up to ``most`` stages left.
+
+        Groups are taken last to first. Within group ``g`` with ``a`` allowed nodes:
+
+        * a state with ``s <= a`` stages left cannot run out of the group's nodes (each
+          node takes one stage), so its best is the better of stopping (the value after
+          the group) and taking one more node then continuing in the group, from the state
+          of ``s - 1`` stages left: one vector step per number of stages left;
+        * a state with ``s > a`` takes ``j <= a`` nodes then moves on: the ``j`` loop.
+
+        Program 3 also records, per group and state, how to read the lexicographically
+        smallest best set back (``_read_back``): for ``s > a`` the number of nodes taken;
+        for ``s <= a`` 0 (stop), 1 (take another) or 2 (both are best: the smaller of the
+        group's next node and the first node of the best completion after the group
+        decides). ``first`` rows hold the rank of that first node, which the ``j`` loop
+        compares as follows: of two best options ``j < j'`` the lists agree on the group's
+        first ``j`` nodes and differ at the next position, the first node of ``j``'s
+        completion after the group against the group's node ``j + 1`` of ``j'``.
+        """
+        width, rows = self.width, len(lat_limits)
+        size = (most + 1) * width
+        third = rem_limits is not None
+        avail = self._avail(lat_limits)
+        later = np.cumsum(avail[::-1], axis=0)[::-1] - avail  # allowed nodes after g
+        value = np.full((rows, size), _NEG, dtype=np.int64)
+        value[:, self.goal] = 0 if third else _INF
+        first = np.full((rows, size), _INF, dtype=np.int64)
+        decisions: list[np.ndarray] = [np.empty(0, dtype=np.int16)] * len(self.groups)
+        limit = rem_limits[:, None] if third else None
+        for g in reversed(range(len(self.groups))):
+            a = avail[g]
+            if not a.any():
+                decisions[g] = np.zeros((rows, 0), dtype=np.int16)
+                continue
+            usable = self.groups[g].usable
+            following, remaining = self.next_state[g], self.step_remaining[g]
+            # Past ``a + later`` stages left no walk can finish.
+            high = np.minimum(most, a + later[g])
+            after, after_first = value, first
+            value = after.copy()
+            if third:
+                first = after_first.copy()
+                choice = np.zeros((rows, size), dtype=np.int16)
+                assert ranks is not None
+                head = np.array([r[0] if len(r) else _INF for r in ranks[g]], dtype=np.int64)
+            for row in np.nonzero((a > 0) & (a < high))[0]:
+                self._capped(row, int(a[row]), int(high[row]), usable, following, remaining,
+                             after, after_first, value, first,
+                             choice if third else None,
+                             ranks[g][row] if third and ranks is not None else None,
+                             int(rem_limits[row]) if third and rem_limits is not None else 0)
+            top = int(np.minimum(a, high).max(initial=0))
+            for s in range(1, top + 1):
+                rowsel = (s <= np.minimum(a, high))[:, None]
+                idx = slice(s * width, (s + 1) * width)
+                nxt = following[idx]
+                rem = remaining[idx]
+                reached = value[:, nxt]
+                ok = (nxt != self.dead)[None, :] & (reached > _NEG)
+                if third:
+                    ok &= rem[None, :] >= limit
+                    take = np.where(ok, reached + usable, _NEG)
+                else:
+                    take = np.where(ok, np.minimum(reached, rem[None, :]), _NEG)
+                stop = after[:, idx]
+                value[:, idx] = np.where(rowsel, np.maximum(stop, take), value[:, idx])
+                if third:
+                    more = ok & (take > stop)
+                    tie = ok & (take == stop)
+                    lead = more | (tie & (head[:, None] < after_first[:, idx]))
+                    led = np.where(lead, head[:, None], after_first[:, idx])
+                    first[:, idx] = np.where(rowsel, led, first[:, idx])
+                    choice[:, idx] = np.where(rowsel, more * 1 + tie * 2, choice[:, idx])
+            if third:
+                decisions[g] = choice
+        return value, decisions
+
+    def _capped(self, row: int, a: int, high: int, usable: int, following: np.ndarray,
+                remaining: np.ndarray, after: np.ndarray, after_first: np.ndarray,
+                value: np.ndarray, first: np.ndarray, choice: np.ndarray | None,
+                ranks: np.ndarray | None, rem_limit: int) -> None:
+        """The states of more than ``a`` stages left, for one row: take ``j <= a`` nodes of
+        the group, then move on."""
+        width = self.width
+        source = np.arange((a + 1) * width, (high + 1) * width)
+        state = source
+        low = np.full(len(source), _INF, dtype=np.int64)
+        best = after[row, source].copy()
+        pick = np.zeros(len(source), dtype=np.int64)
+        compare = after_first[row, source].copy()
+        for j in range(1, a + 1):
+            step = remaining[state]
+            state = following[state]
+            reached = after[row, state]
+            ok = reached > _NEG
+            low = np.minimum(low, step)
+            if choice is None:
+                cand = np.where(ok, np.minimum(reached, low), _NEG)
+                np.maximum(best, cand, out=best)
+            else:
+                assert ranks is not None
+                ok &= low >= rem_limit
+                cand = np.where(ok, reached + j * usable, _NEG)
+                better = (cand > best) | (ok & (cand == best) & (ranks[pick] < compare))
+                best = np.where(better, cand, best)
+                pick = np.where(better, j, pick)
+                compare = np.where(better, after_first[row, state], compare)
+            if not state.any():  # every walk has ended
+                break
+        value[row, source] = best
+        if choice is not None:
+            assert ranks is not None
+            choice[row, source] = pick
+            first[row, source] = np.where(pick > 0, ranks[0], after_first[row, source])
+
     # -- program 2: largest smallest-remaining under latency thresholds --------------------
     def max_min_remaining(self, thresholds: Sequence[int],
                           most_stages: int | None = None) -> np.ndarray:
         """Rows per threshold, columns per stage count (index k, up to ``most_stages``):
         the best smallest remaining bytes, or ``_NEG`` where no set fits."""
         most_stages = self.max_stages if most_stages is None else most_stages
-        # A few thresholds at a time: memory stays a few arrays of the state space.
-        parts = [self._max_min_remaining(thresholds[i:i + _BATCH], most_stages)
-                 for i in range(0, len(thresholds), _BATCH)]
+        starts = [self.start(k) for k in range(most_stages + 1)]
+        # A few rows at a time: each takes a few arrays of the state space.
+        chunk = max(1, _TABLE_BYTES // (4 * 8 * len(starts) * self.width))
+        parts = [self._run(np.asarray(thresholds[i:i + chunk], dtype=np.int64), None,
+                           most_stages)[0][:, starts]
+                 for i in range(0, len(thresholds), chunk)]
         return np.concatenate(parts) if parts else np.zeros((0, most_stages + 1), np.int64)
-
-    def _max_min_remaining(self, thresholds: Sequence[int], most_stages: int) -> np.ndarray:
-        # States of fewer stages left come first and are closed under a step, so the
-        # counts asked for need only the states up to the largest of them.
-        size = (most_stages + 1) * self.width
-        q = len(thresholds)
-        thresholds_arr = np.asarray(thresholds, dtype=np.int64)
-        value = np.full((q, size), _NEG, dtype=np.int64)
-        value[:, self.goal] = _INF
-        for g in reversed(range(len(self.groups))):
-            group = self.groups[g]
-            avail = (group.latencies[None, :] <= thresholds_arr[:, None]).sum(axis=1)
-            state = np.arange(size)
-            low = np.full(size, _INF, dtype=np.int64)
-            best = value.copy()
-            for j in range(1, min(int(avail.max(initial=0)), most_stages) + 1):
-                low = np.minimum(low, self.step_remaining[g, state])
-                state = self.next_state[g, state]
-                cand = np.minimum(value[:, state], low[None, :])
-                cand[avail < j] = _NEG
-                best = np.maximum(best, cand)
-                if (state == self.dead).all():
-                    break
-            value = best
-        return value[:, [self.start(k) for k in range(most_stages + 1)]]
 
     # -- program 3 and read-back: the best set itself ----------------------------------------
     def best_sets(self, queries: Sequence[tuple[int, int, int]]) -> list[NodeSetChoice]:
-        """Best node set for each ``(stage_count, latency threshold, remaining threshold)``."""
-        # Batches of similar stage counts: a batch needs only the states and the depth
-        # within a group that its largest stage count can reach.
-        order = sorted(range(len(queries)), key=lambda i: queries[i][0])
-        results: list[NodeSetChoice | None] = [None] * len(queries)
-        begin = 0
-        while begin < len(order):
-            end = begin + 1
-            while (end < len(order) and end - begin < _BATCH
-                   and self._table_bytes(queries[order[end]][0], end + 1 - begin) <= _TABLE_BYTES):
-                end += 1
-            batch = order[begin:end]
-            if len(batch) == 1 and self._table_bytes(queries[batch[0]][0], 1) > _TABLE_BYTES:
-                found = [self._best_set_lean(queries[batch[0]])]
-            else:
-                found = self._best_sets_batch([queries[i] for i in batch])
-            for index, choice in zip(batch, found, strict=True):
-                results[index] = choice
-            begin = end
-        return [choice for choice in results if choice is not None]
+        """Best node set for each ``(stage_count, latency threshold, remaining threshold)``.
 
-    def _table_bytes(self, most_stages: int, batch: int) -> int:
-        """Memory the read-back tables of one batch take."""
-        rows = sum(min(len(group.nodes), most_stages) + 1 for group in self.groups)
-        return rows * batch * (most_stages + 1) * self.width * 8
+        Every stage count sharing thresholds is one row of program 3: its walk just starts
+        from its own state."""
+        pairs = sorted({(t, r) for _, t, r in queries})
+        row_of = {pair: i for i, pair in enumerate(pairs)}
+        most = max(k for k, _, _ in queries)
+        # Rows in chunks: the read-back tables take two bytes per group and state.
+        per_row = (len(self.groups) * 2 + 4 * 8) * (most + 1) * self.width
+        chunk = max(1, _TABLE_BYTES // per_row)
+        found: dict[int, NodeSetChoice] = {}
+        for begin in range(0, len(pairs), chunk):
+            part = pairs[begin:begin + chunk]
+            lat = np.array([t for t, _ in part], dtype=np.int64)
+            rem = np.array([r for _, r in part], dtype=np.int64)
+            allowed = [[group.allowed(int(t)) for t in lat] for group in self.groups]
+            ranks = [[np.array([self._rank[group.nodes[i].node_id] for i in picks],
+                               dtype=np.int64) for picks in per_group]
+                     for group, per_group in zip(self.groups, allowed, strict=True)]
+            value, decisions = self._run(lat, rem, most, ranks)
+            for index, (k, t, r) in enumerate(queries):
+                row = row_of[(t, r)] - begin
+                if 0 <= row < len(part):
+                    if value[row, self.start(k)] <= _NEG:
+                        raise AssertionError("read back asked for a shape with no fitting set")
+                    found[index] = self._read_back(k, row, decisions, allowed, ranks)
+        return [found[i] for i in range(len(queries))]
 
-    def _reachable(self, starts: Sequence[int], depths: Sequence[int]) -> np.ndarray:
-        """States some walk from ``starts`` can be in, in stage order over the groups."""
-        reach = np.zeros(max(starts) + 1, dtype=bool)
-        reach[[self.dead, self.goal, *starts]] = True
-        for g, depth in enumerate(depths):
-            front = np.nonzero(reach)[0]
-            for _ in range(depth):
-                front = self.next_state[g, front]
-                reach[front] = True
-        return np.nonzero(reach)[0]
+    def _read_back(self, stage_count: int, row: int, decisions: list[np.ndarray],
+                   allowed: list[list[list[int]]], ranks: list[list[np.ndarray]]
+                   ) -> NodeSetChoice:
+        """Follow the recorded decisions from ``stage_count`` stages at layer 0."""
+        state = self.start(stage_count)
+        chosen: list[NodeBudget] = []
 
-    def _best_sets_batch(self, queries: Sequence[tuple[int, int, int]]) -> list[NodeSetChoice]:
-        q = len(queries)
-        rem_limit = np.array([r for _, _, r in queries], dtype=np.int64)
-        # Only the states a walk of this batch can reach take part.
-        avails, depths, steps, size = self._walk_setup(queries)
-        value = np.full((q, size), _NEG, dtype=np.int64)
-        value[:, steps.local[self.goal]] = 0
-        # tables[g][c] = best total usable taking at most c nodes of group g, then onwards.
-        tables: list[np.ndarray] = [np.empty(0)] * len(self.groups)
-        for g in reversed(range(len(self.groups))):
-            group, avail, depth = self.groups[g], avails[g], depths[g]
-            table = np.empty((depth + 1, q, size), dtype=np.int64)
-            table[0] = value
-            state = np.arange(size)
-            low = np.full(size, _INF, dtype=np.int64)
-            for j in range(1, depth + 1):
-                low = np.minimum(low, steps.remaining[g, state])
-                state = steps.following[g, state]
-                after = value[:, state]
-                usable = (after > _NEG) & (low[None, :] >= rem_limit[:, None])
-                usable &= (avail >= j)[:, None]
-                np.maximum(table[j - 1], np.where(usable, after + j * group.usable, _NEG),
-                           out=table[j])
-                if not state.any():  # every walk has ended: deeper rows change nothing
-                    table[j + 1:] = table[j]
-                    break
-            tables[g] = table  # (depth + 1, q, size)
-            value = table[depth]
-        def lookup(query: int) -> Callable[[int, int, int], int]:
-            def at_most(g: int, cap: int, state: int) -> int:
-                table = tables[g]
-                return int(table[min(cap, table.shape[0] - 1), query, state])
-            return at_most
-
-        return [
-            self._read_back(k, t, r, value[i], lookup(i), avails[:, i], steps)
-            for i, (k, t, r) in enumerate(queries)
-        ]
-
-    def _walk_setup(self, queries: Sequence[tuple[int, int, int]]
-                    ) -> tuple[np.ndarray, list[int], _Steps, int]:
-        """Allowed nodes per group and query, depth per group, and the steps over the
-        states the queries' walks can reach, renumbered densely (the dead state stays 0)."""
-        most_stages = max(k for k, _, _ in queries)
-        lat_limit = np.array([t for _, t, _ in queries], dtype=np.int64)
-        avails = np.array([
-            (group.latencies[None, :] <= lat_limit[:, None]).sum(axis=1)
-            for group in self.groups
-        ], dtype=np.int64).reshape(len(self.groups), len(queries))
-        depths = [min(int(avail.max(initial=0)), most_stages) for avail in avails]
-        states = self._reachable([self.start(k) for k, _, _ in queries], depths)
-        local = np.zeros(max(states) + 1, dtype=np.int64)
-        local[states] = np.arange(len(states))
-        steps = _Steps(local[self.next_state[:, states]], self.step_remaining[:, states],
-                       local)
-        return avails, depths, steps, len(states)
-
-    def _best_set_lean(self, query: tuple[int, int, int]) -> NodeSetChoice:
-        """One query whose read-back tables would pass the budget: keep only the best
-        value after each group, and work out "at most c more nodes of a group" for the
-        few states the read-back asks about."""
-        stage_count, _, rem_limit = query
-        avails, depths, steps, size = self._walk_setup([query])
-        value = np.full(size, _NEG, dtype=np.int64)
-        value[steps.local[self.goal]] = 0
-        after: list[np.ndarray] = [value] * len(self.groups)
-        for g in reversed(range(len(self.groups))):
-            after[g] = value
-            group, depth = self.groups[g], depths[g]
-            best = value.copy()
-            state = np.arange(size)
-            low = np.full(size, _INF, dtype=np.int64)
-            for j in range(1, depth + 1):
-                low = np.minimum(low, steps.remaining[g, state])
-                state = steps.following[g, state]
-                reached = value[state]
-                usable = (reached > _NEG) & (low >= rem_limit)
-                np.maximum(best, np.where(usable, reached + j * group.usable, _NEG), out=best)
-                if not state.any():
-                    break
-            value = best
-
-        def at_most(g: int, cap: int, state: int) -> int:
-            usable = self.groups[g].usable
-            best = int(after[g][state])
-            low = int(_INF)
-            for j in range(1, cap + 1):
-                low = min(low, int(steps.remaining[g, state]))
-                state = int(steps.following[g, state])
-                if state == 0 or low < rem_limit:
-                    break  # the walk ended or failed: more nodes cannot help
-                reached = int(after[g][state])
-                if reached > _NEG:
-                    best = max(best, reached + j * usable)
+        def lead(g: int, state: int) -> int:
+            """Rank of the first node of the smallest best completion from group ``g``."""
+            best = int(_INF)
+            for h in range(g, len(self.groups)):
+                a = len(allowed[h][row])
+                if a == 0:
+                    continue
+                mark = int(decisions[h][row, state])
+                if state // self.width > a:
+                    if mark > 0:
+                        return min(best, int(ranks[h][row][0]))
+                elif mark == 1:
+                    return min(best, int(ranks[h][row][0]))
+                elif mark == 2:
+                    best = min(best, int(ranks[h][row][0]))
             return best
 
-        return self._read_back(stage_count, query[1], rem_limit, value, at_most,
-                               avails[:, 0], steps)
-
-    def _read_back(self, stage_count: int, lat_limit: int, rem_limit: int,
-                   first_values: np.ndarray, at_most: Callable[[int, int, int], int],
-                   avail: np.ndarray, steps: _Steps) -> NodeSetChoice:
-        """The node ids of the best set, position by position: the smallest id that still
-        completes a set of the best total. ``at_most(g, c, state)`` is the best total from
-        ``state`` taking at most ``c`` more nodes of group ``g``, then later groups."""
-        state = int(steps.local[self.start(stage_count)])
-        target = int(first_values[state])
-        if target <= _NEG:
-            raise AssertionError("read back asked for a shape with no fitting set")
-        allowed = [group.allowed(lat_limit) for group in self.groups]
-        group_index, used = 0, 0
-        chosen: list[NodeBudget] = []
-        for _ in range(stage_count):
-            best_rank, best_pick = None, None
-            for g in range(group_index, len(self.groups)):
-                taken = used if g == group_index else 0
-                if taken >= avail[g]:
-                    continue
-                following = int(steps.following[g, state])
-                if following == self.dead or steps.remaining[g, state] < rem_limit:
-                    continue
-                group = self.groups[g]
-                if at_most(g, int(avail[g]) - taken - 1, following) + group.usable != target:
-                    continue
-                node = group.nodes[allowed[g][taken]]
-                rank = self._rank[node.node_id]
-                if best_rank is None or rank < best_rank:
-                    best_rank, best_pick = rank, (g, taken, following, node)
-            if best_pick is None:
-                raise AssertionError("read back lost the optimal path")
-            g, taken, state, node = best_pick
-            target -= self.groups[g].usable
-            group_index, used = g, taken + 1
-            chosen.append(node)
+        for g, group in enumerate(self.groups):
+            picks = allowed[g][row]
+            if not picks:
+                continue
+            table = decisions[g][row]
+            if state // self.width > len(picks):
+                taken = int(table[state])
+            else:
+                taken = 0
+                while True:
+                    mark = int(table[state])
+                    if mark == 0 or (mark == 2 and ranks[g][row][taken] > lead(g + 1, state)):
+                        break
+                    state = int(self.next_state[g, state])
+                    taken += 1
+                chosen.extend(group.nodes[i] for i in picks[:taken])
+                continue
+            for _ in range(taken):
+                state = int(self.next_state[g, state])
+            chosen.extend(group.nodes[i] for i in picks[:taken])
+        if state != self.goal or len(chosen) != stage_count:
+            raise AssertionError("read back lost the optimal path")
         return self.choice(chosen)
 
     def choice(self, nodes: Sequence[NodeBudget]) -> NodeSetChoice:
