@@ -264,3 +264,33 @@ def test_one_threshold_pair_at_a_time_matches_reference(request: dict[str, Any])
         except planner.PlanError:
             return
     ref.assert_candidates_match(request, frame)
+
+
+@st.composite
+def _few_kinds_with_latencies(draw: st.DrawFn) -> dict[str, Any]:
+    # Two or three node sizes on a lattice of whole layers (ties in remaining bytes) and
+    # latencies from a small pool: under a latency threshold a size often has fewer
+    # allowed nodes than stages left, and equal best sets are told apart by their ids.
+    layers = draw(st.integers(2, 8))
+    kinds = draw(st.lists(st.integers(1, layers), min_size=2, max_size=3, unique=True))
+    count = draw(st.integers(2, 9))
+    ids = draw(st.lists(st.text("abz019", min_size=1, max_size=3), min_size=count,
+                        max_size=count, unique=True))
+    nodes = [{"node_id": node_id,
+              "detected_vram_bytes": 1000 * draw(st.sampled_from(kinds)),
+              "stage_transfer_latency_ms": draw(st.sampled_from((1, 2, 3, None)))}
+             for node_id in ids]
+    return {"native_context_length": 512, "layer_count": layers,
+            "model_weight_bytes": 488 * layers, "kv_bytes_per_token": layers,
+            "nodes": nodes, "target_decode_tpot_ms": draw(st.none() | st.integers(0, 20))}
+
+
+@settings(max_examples=150)
+@given(_few_kinds_with_latencies())
+def test_sizes_short_of_allowed_nodes_match_reference(request: dict[str, Any]) -> None:
+    assert _planner_outcome(request) == _reference_outcome(request)
+    try:
+        frame = planner.candidates(request)
+    except planner.PlanError:
+        return
+    ref.assert_candidates_match(request, frame)
