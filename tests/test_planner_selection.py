@@ -158,3 +158,17 @@ def test_stage_usage_refuses_a_plan_of_another_request() -> None:
         {**plan.stages[0].to_dict(), "node_id": "nobody"}, plan.stages[1].to_dict()]})
     with pytest.raises(PlanError, match="nobody"):
         planner.stage_usage(request, stranger)
+
+
+def test_infeasible_rows_say_why_for_each_count() -> None:
+    frame = planner.candidates({
+        "native_context_length": 512, "layer_count": 4, "model_weight_bytes": 4000,
+        "kv_bytes_per_token": 4, "parallel_lanes_override": 1,
+        "nodes": [{"node_id": "big", "detected_vram_bytes": 2100},
+                  {"node_id": "small", "detected_vram_bytes": 900},
+                  {"node_id": "empty", "detected_vram_bytes": 0}]})
+    reasons = dict(zip(frame["stage_count"], frame["reason"], strict=True))
+    assert reasons[1] == "no 1 nodes fit; the 1 largest hold 1 of 4 layers"
+    assert reasons[2] == ("no 2 nodes fit; with the 2 largest, small (900 B usable) cannot "
+                          "hold layer 1 (1.48 KiB)")
+    assert reasons[3] == "only 2 nodes have usable memory"

@@ -280,10 +280,12 @@ def candidates(request: Request) -> pd.DataFrame:
     for context in context_candidates(req):
         best = shapes.best(context, counts)
         costs = layer_bytes(req, context)
+        # Sorted once per context: the reason of every infeasible count walks a prefix.
+        ordered = stage_order([n for n in at_context(req, context).nodes
+                               if n.usable_bytes > 0])
         for count in counts:
             choice = best.get(count)
-            reason = ("" if choice is not None
-                      else _infeasible_reason(at_context(req, context), count, costs))
+            reason = "" if choice is not None else _infeasible_reason(ordered, count, costs)
             for lane in lanes:
                 rows.append(_row(req, context, count, lane, choice, reason))
     frame = candidate_frame(rows)
@@ -320,11 +322,12 @@ def _row(request: PlanningInput, context: int, count: int, lanes: int,
     }
 
 
-def _infeasible_reason(request: PlanningInput, count: int, costs: tuple[int, ...]) -> str:
-    usable = [n for n in request.nodes if n.usable_bytes > 0]
-    if len(usable) < count:
-        return f"only {len(usable)} nodes have usable memory"
-    largest = stage_order(usable)[:count]
+def _infeasible_reason(ordered: list[Any], count: int, costs: tuple[int, ...]) -> str:
+    """Why no ``count`` nodes fit; ``ordered`` holds the nodes with usable memory in stage
+    order."""
+    if len(ordered) < count:
+        return f"only {len(ordered)} nodes have usable memory"
+    largest = ordered[:count]
     walk = walk_stages([n.usable_bytes for n in largest], costs)
     if walk.failed_stage is not None:
         node = largest[walk.failed_stage]
