@@ -33,6 +33,11 @@ def _stages(*ranges: tuple[str, int, int]) -> list[tuple[str, int, int]]:
     return list(ranges)
 
 
+def _c8_b3_a() -> list[dict[str, Any]]:
+    """c holds all 4 layers at 8 ms; b (3 ms) and a (no latency) hold 2 each."""
+    return [_node("c", 4 * LAYER, 8), _node("b", 2 * LAYER, 3), _node("a", 2 * LAYER, None)]
+
+
 CASES = [
     pytest.param(
         # a holds all 4 layers, no latency; b holds all 4, 10 ms. One stage on a: the
@@ -56,8 +61,7 @@ CASES = [
         # c alone: 1 x 8 = 8. a+b: 2 x max(3) = 6, a adds nothing. a+c, b+c: 2 x 8 = 16;
         # all three 3 x 8 = 24. Lowest estimate: a+b, in stage order a then b (equal
         # usable bytes, ids ascending), two layers each.
-        dict(SMALL, nodes=[_node("c", 4 * LAYER, 8), _node("b", 2 * LAYER, 3),
-                           _node("a", 2 * LAYER, None)]),
+        dict(SMALL, nodes=_c8_b3_a()),
         (512, _stages(("a", 0, 2), ("b", 2, 4)), 6, None),
         id="node-without-latency-adds-nothing-to-the-max",
     ),
@@ -65,8 +69,7 @@ CASES = [
         # The same with a 5 ms target: nothing meets it (a+b 6, c 8), so rule 1 ties and
         # the lower estimate wins again; the plan says the target is missed.
         dict(SMALL, target_decode_tpot_ms=5,
-             nodes=[_node("c", 4 * LAYER, 8), _node("b", 2 * LAYER, 3),
-                    _node("a", 2 * LAYER, None)]),
+             nodes=_c8_b3_a()),
         (512, _stages(("a", 0, 2), ("b", 2, 4)), 6, False),
         id="no-set-meets-the-target",
     ),
@@ -74,8 +77,7 @@ CASES = [
         # With a 8 ms target c alone meets it (8 <= 8) and so does a+b (6): both meet,
         # the lower estimate wins.
         dict(SMALL, target_decode_tpot_ms=8,
-             nodes=[_node("c", 4 * LAYER, 8), _node("b", 2 * LAYER, 3),
-                    _node("a", 2 * LAYER, None)]),
+             nodes=_c8_b3_a()),
         (512, _stages(("a", 0, 2), ("b", 2, 4)), 6, True),
         id="both-meet-lower-estimate-wins",
     ),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,24 +92,9 @@ def test_workbench_opens_planned_with_its_charts(workbench: Any) -> None:
     scenarios.wait_for_memory(workbench, state, "the default fleet, without running a cell")
 
 
-def test_vram_edit_redraws_the_memory_chart(workbench: Any) -> None:
-    scenarios.vram_edit(workbench)
-
-
-def test_loading_a_fleet_file_redraws_the_charts(workbench: Any) -> None:
-    scenarios.fleet_file_load(workbench)
-
-
-def test_adding_and_removing_a_node_redraws_the_charts(workbench: Any) -> None:
-    scenarios.add_and_remove_node(workbench)
-
-
-def test_latency_and_tpot_edits_move_the_candidates_star(workbench: Any) -> None:
-    scenarios.latency_and_tpot_edit(workbench)
-
-
-def test_preset_change_redraws_the_layer_chart(workbench: Any) -> None:
-    scenarios.preset_change(workbench)
+@pytest.mark.parametrize("edit", scenarios.EDITS, ids=scenarios.EDIT_IDS)
+def test_an_edit_redraws_the_charts(workbench: Any, edit: Callable[[Any], None]) -> None:
+    edit(workbench)
 
 
 def test_fencing_stepper_redraws_on_next(browser: Any, lab: LabServer,

@@ -7,6 +7,7 @@ and compares it with what the planner itself computes for the same fleet.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,12 @@ def preset_change(page: Any) -> None:
     changed = state.with_model(preset_source(preset).fields)
     chart = wait_for_layers(page, changed, f"the plan of the {preset} preset")
     assert "(94 layers)" in chart["drawn_title"]
+
+
+# Every edit above, in the order each front-end's test file runs them on its one page.
+EDITS: tuple[Callable[[Any], None], ...] = (
+    vram_edit, fleet_file_load, add_and_remove_node, latency_and_tpot_edit, preset_change)
+EDIT_IDS = [edit.__name__ for edit in EDITS]
 
 
 FIRST_SCENARIO = ".fx-sequence-figure"  # the first stepper on the page is scenario 1's
