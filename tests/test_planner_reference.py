@@ -29,6 +29,17 @@ def _reference_outcome(request: dict[str, Any]) -> dict[str, Any]:
         return {"error": error.code}
 
 
+def _assert_plan_and_candidates_match(request: dict[str, Any]) -> None:
+    """The plan (or its error) and, when the request is valid, every candidate row are
+    the reference's."""
+    assert _planner_outcome(request) == _reference_outcome(request)
+    try:
+        frame = planner.candidates(request)
+    except planner.PlanError:
+        return
+    ref.assert_candidates_match(request, frame)
+
+
 @settings(max_examples=1200)
 @given(requests())
 def test_plan_matches_exhaustive_reference(request: dict[str, Any]) -> None:
@@ -225,12 +236,7 @@ def _crowds(draw: st.DrawFn) -> dict[str, Any]:
 @settings(max_examples=80)
 @given(_crowds())
 def test_crowds_of_identical_nodes_match_reference(request: dict[str, Any]) -> None:
-    assert _planner_outcome(request) == _reference_outcome(request)
-    try:
-        frame = planner.candidates(request)
-    except planner.PlanError:
-        return
-    ref.assert_candidates_match(request, frame)
+    _assert_plan_and_candidates_match(request)
 
 
 def test_a_crowd_of_identical_nodes_is_searched_as_few_as_there_are_stages() -> None:
@@ -258,12 +264,7 @@ def test_one_threshold_pair_at_a_time_matches_reference(request: dict[str, Any])
     from planner.planning import search
 
     with mock.patch.object(search, "_TABLE_BYTES", 0):
-        assert _planner_outcome(request) == _reference_outcome(request)
-        try:
-            frame = planner.candidates(request)
-        except planner.PlanError:
-            return
-    ref.assert_candidates_match(request, frame)
+        _assert_plan_and_candidates_match(request)
 
 
 @st.composite
@@ -288,9 +289,4 @@ def _few_kinds_with_latencies(draw: st.DrawFn) -> dict[str, Any]:
 @settings(max_examples=150)
 @given(_few_kinds_with_latencies())
 def test_sizes_short_of_allowed_nodes_match_reference(request: dict[str, Any]) -> None:
-    assert _planner_outcome(request) == _reference_outcome(request)
-    try:
-        frame = planner.candidates(request)
-    except planner.PlanError:
-        return
-    ref.assert_candidates_match(request, frame)
+    _assert_plan_and_candidates_match(request)
