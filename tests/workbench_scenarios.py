@@ -180,10 +180,19 @@ def preset_change(page: Any) -> None:
     assert "(94 layers)" in chart["drawn_title"]
 
 
-# Every edit above, in the order each front-end's test file runs them on its one page.
-EDITS: tuple[Callable[[Any], None], ...] = (
-    vram_edit, fleet_file_load, add_and_remove_node, latency_and_tpot_edit, preset_change)
-EDIT_IDS = [edit.__name__ for edit in EDITS]
+def default_plan_drawn(page: Any) -> None:
+    """The page came up planned: its charts show the default fleet's plan."""
+    state = state_of(DEFAULT_FLEET)
+    wait_for_layers(page, state, "the default plan, without running a cell")
+    wait_for_memory(page, state, "the default fleet, without running a cell")
+
+
+# What each front-end's test file checks on its one page, in this order: the page as it
+# opens, then every edit above.
+PAGE_CHECKS: tuple[Callable[[Any], None], ...] = (
+    default_plan_drawn, vram_edit, fleet_file_load, add_and_remove_node,
+    latency_and_tpot_edit, preset_change)
+PAGE_CHECK_IDS = [check.__name__ for check in PAGE_CHECKS]
 
 
 FIRST_SCENARIO = ".fx-sequence-figure"  # the first stepper on the page is scenario 1's
