@@ -7,6 +7,7 @@ import re
 from dataclasses import replace
 from html import unescape
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -470,3 +471,36 @@ def test_a_save_that_would_drop_comments_asks_first(bench: Workbench) -> None:
     save("inline.toml")  # asked again: overwritten
     assert "Saved" in bench.message.value and "# one card" not in path.read_text()
     assert load_fleet(path).to_request() == bench.evaluation.request
+
+
+def test_lazy_sections_make_each_section_once_when_first_opened() -> None:
+    from planner.workbench.sections import LazySections
+
+    made: list[str] = []
+
+    def maker(name: str) -> Any:
+        import ipywidgets as widgets
+
+        return lambda: made.append(name) or widgets.HTML(name)
+
+    sections = LazySections()
+    assert sections.add("one", maker("one")) == 0 and sections.add("two", maker("two")) == 1
+    assert sections.titles == ("one", "two") and sections.selected_index is None
+    assert made == [] and sections.section(0) is None
+    sections.selected_index = 1  # as a click on its title does
+    assert made == ["two"] and sections.children[1].children == (sections.section(1),)
+    sections.selected_index = None
+    sections.selected_index = 1
+    assert sections.open_section(1).value == "two" and made == ["two"]  # made once
+    assert sections.open_section(0).value == "one" and sections.selected_index == 0
+    assert made == ["two", "one"]
+
+
+def test_a_panel_that_fails_to_open_shows_a_message(bench: Workbench) -> None:
+    def broken(_bench: Workbench) -> Any:
+        raise OSError("disk gone")
+
+    bench.add_panel("Broken", broken)
+    bench.panels.selected_index = len(bench.panels.titles) - 1  # a click, not code
+    assert "disk gone" in bench.message.value and "wb-error-box" in bench.message.value
+    assert bench.panels.section(len(bench.panels.titles) - 1) is None

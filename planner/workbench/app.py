@@ -42,6 +42,7 @@ from planner.workbench.editor import (
 )
 from planner.workbench.evaluation import Evaluation, evaluate
 from planner.workbench.llamacpp_panel import LlamaCppPanel
+from planner.workbench.sections import LazySections
 from planner.workbench.sizing_panel import SizingPanel
 from planner.workbench.state import (
     DEFAULT_FLEET_DIR,
@@ -130,11 +131,8 @@ class Workbench(widgets.VBox):
         self.message = widgets.HTML()
         self.message.add_class("wb-message")
         self.view = PlanView()
-        self._panel_factories: list[PanelFactory] = []
-        self._panels: dict[int, widgets.Widget] = {}
-        self.panels = widgets.Accordion(selected_index=None)
+        self.panels = LazySections(guard=self._guard)
         self.panels.add_class("wb-panels")
-        self.panels.observe(self._guard(self._panel_opened), names="selected_index")
 
         left = widgets.VBox([
             widgets.HTML("<h3>Model</h3>"), self.model_editor,
@@ -223,11 +221,7 @@ class Workbench(widgets.VBox):
     # -- panels ---------------------------------------------------------------------------
     def add_panel(self, title: str, factory: PanelFactory) -> None:
         """Add a closed panel titled ``title``; ``factory(self)`` makes it when opened."""
-        self._panel_factories.append(factory)
-        box = widgets.VBox()
-        box.add_class("wb-panel")
-        self.panels.children = (*self.panels.children, box)
-        self.panels.titles = (*self.panels.titles[:len(self._panel_factories) - 1], title)
+        self.panels.add(title, lambda: factory(self), css_class="wb-panel")
 
     def panel(self, title: str) -> widgets.Widget:
         """The panel titled ``title``, opened (and made, the first time)."""
@@ -235,19 +229,7 @@ class Workbench(widgets.VBox):
             index = list(self.panels.titles).index(title)
         except ValueError:
             raise KeyError(f"no panel {title!r}; panels: {list(self.panels.titles)}") from None
-        self.panels.selected_index = index
-        return self._make_panel(index)
-
-    def _panel_opened(self, change: dict[str, Any]) -> None:
-        if change["new"] is not None:
-            self._make_panel(change["new"])
-
-    def _make_panel(self, index: int) -> widgets.Widget:
-        if index not in self._panels:
-            panel = self._panel_factories[index](self)
-            self._panels[index] = panel
-            self.panels.children[index].children = (panel,)
-        return self._panels[index]
+        return self.panels.open_section(index)
 
     # -- state ----------------------------------------------------------------------------
     @property

@@ -74,6 +74,7 @@ from planner.figures.fence import (
     sequence_figure,
 )
 from planner.workbench.chart import Chart
+from planner.workbench.sections import LazySections
 
 STYLE = """
 <style>
@@ -588,8 +589,8 @@ class ScenarioStepper(EventStepper):
             f"<ul class='fx-note'>{checks}</ul>")
 
 
-class Folded(widgets.Accordion):
-    """A titled section whose content is made the first time it is opened.
+class Folded(LazySections):
+    """One titled section whose content is made the first time it is opened.
 
     Every chart on a page costs the browser time to draw, so a page with many steppers
     opens only the first and makes the others when a person opens them. ``content`` is
@@ -598,28 +599,19 @@ class Folded(widgets.Accordion):
 
     def __init__(self, title: str, make: Callable[[], widgets.Widget], *,
                  opened: bool = False) -> None:
-        self._make = make
-        self.content: widgets.Widget | None = None
-        super().__init__([widgets.VBox()], titles=(title,), selected_index=None)
+        super().__init__()
+        self.add(title, make)
         self.add_class("fx-folded")
-        self.observe(lambda change: self._opened(change["new"]), names="selected_index")
         if opened:
             self.unfold()
 
+    @property
+    def content(self) -> widgets.Widget | None:
+        return self.section(0)
+
     def unfold(self) -> widgets.Widget:
         """Open the section (making its content the first time); the content."""
-        self.selected_index = 0
-        return self._made()
-
-    def _opened(self, index: int | None) -> None:
-        if index is not None:
-            self._made()
-
-    def _made(self) -> widgets.Widget:
-        if self.content is None:
-            self.content = self._make()
-            self.children[0].children = (self.content,)
-        return self.content
+        return self.open_section(0)
 
 
 class ScenarioSection(Folded):
