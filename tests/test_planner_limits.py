@@ -7,12 +7,14 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import reference_planner as ref
 
 import planner
 from planner.errors import InvalidInput, PlanError
+from planner.planning import search
 from planner.planning.inputs import MAX_NODE_BYTES, MAX_NODES
 
 EXABYTES = 2**53
@@ -86,14 +88,44 @@ def test_a_fleet_file_past_the_node_cap_is_refused_before_expanding(tmp_path: Pa
     assert "Traceback" not in done.stderr
 
 
-def test_a_search_past_its_memory_budget_is_refused_by_name() -> None:
-    # 10,000 nodes of different sizes and 256 layers would need gigabytes of tables.
-    nodes = [{"node_id": f"n{i:05d}", "detected_vram_bytes": 2**34 + i * 2**24}
-             for i in range(MAX_NODES)]
-    request = _request(nodes, 256, 256 * 2**30)
-    started = time.perf_counter()
-    with pytest.raises(PlanError) as caught:
+def _distinct_nodes(count: int, latency: bool) -> list[dict[str, Any]]:
+    return [{"node_id": f"n{i:05d}", "detected_vram_bytes": 2**34 + i * 2**24,
+             "stage_transfer_latency_ms": (i * 7) % 40 + 1 if latency else None}
+            for i in range(count)]
+
+
+def test_ten_thousand_distinct_nodes_over_256_layers_plan() -> None:
+    # Refused as SearchTooLarge before the search was split into span classes.
+    request = _request(_distinct_nodes(MAX_NODES, latency=True), 256, 256 * 2**30)
+    plan = planner.plan_topology(request)
+    usage = planner.stage_usage(planner.PlanningInput.from_dict(request), plan)
+    assert usage["layer_start"].iloc[0] == 0 and usage["layer_end"].iloc[-1] == 256
+    assert (usage["used_bytes"] <= usage["usable_vram_bytes"]).all()
+    frame = planner.candidates(request)
+    selected = frame[frame["selected"]]
+    assert len(selected) == 1
+    assert list(selected["node_ids"].iloc[0]) == list(plan.node_ids)
+    assert (frame.loc[frame["feasible"], "min_remaining_bytes"] >= 0).all()
+
+
+def test_a_search_past_its_step_budget_is_refused_by_name() -> None:
+    request = {**_request(_distinct_nodes(300, latency=True), 64, 64 * 2**30),
+               "native_context_length": 131072, "kv_bytes_per_token": 2**16}
+    contexts = set(planner.candidates(request)["context_length"])
+    assert len(contexts) > 1
+    # What each context's search spends alone.
+    single = []
+    for context in contexts:
+        budget = search.SearchBudget()
+        search.ContextSearch(planner.PlanningInput.from_dict(request), context,
+                             budget).best_for_counts(range(1, 65))
+        single.append(budget.steps)
+    assert sum(single) > max(single)
+    # Each context alone fits this budget; every context of one request together does not.
+    with mock.patch.object(search, "SEARCH_STEPS", max(single)), \
+            pytest.raises(PlanError) as caught:
         planner.candidates(request)
-    assert time.perf_counter() - started < 30
     assert caught.value.code == "SearchTooLarge"
-    assert "256 layers" in caught.value.message
+    for words in ("64 layers", "span classes", f"more than {max(single):,} walk steps"):
+        assert words in caught.value.message
+    assert caught.value.details["steps"] > max(single)

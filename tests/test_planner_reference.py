@@ -249,7 +249,7 @@ def test_a_crowd_of_identical_nodes_is_searched_as_few_as_there_are_stages() -> 
                     for i in range(40)),
                   {"node_id": "other", "detected_vram_bytes": 700}]})
     search = ContextSearch(request, 512)
-    kept = [node.node_id for group in search.groups for node in group.nodes]
+    kept = [node.node_id for klass in search.classes for node in klass.nodes]
     assert kept == ["same-00", "same-01", "same-02", "other"]
     assert planner.plan_topology(request).node_ids == ("same-00",)
 
@@ -257,13 +257,13 @@ def test_a_crowd_of_identical_nodes_is_searched_as_few_as_there_are_stages() -> 
 @settings(max_examples=150)
 @given(requests(max_nodes=8, max_layers=12))
 def test_one_threshold_pair_at_a_time_matches_reference(request: dict[str, Any]) -> None:
-    # Past its table budget the search runs one pair of thresholds at a time; a zero
-    # budget sends every pair that way.
+    # Program 3 solves up to a batch of remaining thresholds in one pass; a batch of one
+    # sends every threshold through its own pass.
     from unittest import mock
 
     from planner.planning import search
 
-    with mock.patch.object(search, "_TABLE_BYTES", 0):
+    with mock.patch.object(search, "_BATCH_ROWS", 1):
         _assert_plan_and_candidates_match(request)
 
 
@@ -289,4 +289,33 @@ def _few_kinds_with_latencies(draw: st.DrawFn) -> dict[str, Any]:
 @settings(max_examples=150)
 @given(_few_kinds_with_latencies())
 def test_sizes_short_of_allowed_nodes_match_reference(request: dict[str, Any]) -> None:
+    _assert_plan_and_candidates_match(request)
+
+
+@st.composite
+def _span_classes_of_many_sizes(draw: st.DrawFn) -> dict[str, Any]:
+    # Sizes a few bytes apart take the same span at every layer (one span class) yet keep
+    # different remaining bytes: the search must take a prefix of each class's allowed
+    # nodes and compare sets across classes. Uneven layers, latencies from a small pool,
+    # repeated sizes (ties broken by id) and a minimum node count that pushes walks onto
+    # the line where every later stage takes one layer.
+    layers = draw(st.integers(2, 9))
+    weights = draw(st.lists(st.integers(400, 600), min_size=layers, max_size=layers)
+                   | st.just([500] * layers))
+    multiples = draw(st.lists(st.integers(1, 4), min_size=1, max_size=3, unique=True))
+    ids = draw(st.permutations([f"n{i}" for i in range(draw(st.integers(2, 9)))]))
+    nodes = [{"node_id": node_id,
+              "detected_vram_bytes": 520 * draw(st.sampled_from(multiples))
+              + draw(st.sampled_from((0, 0, 3, 7, 11))),
+              "stage_transfer_latency_ms": draw(st.sampled_from((None, 1, 2, 2)))}
+             for node_id in ids]
+    return {"native_context_length": 512, "layer_count": layers,
+            "model_weight_bytes": sum(weights), "layer_weight_bytes": weights,
+            "kv_bytes_per_token": layers, "minimum_nodes": draw(st.integers(0, layers)),
+            "nodes": nodes, "target_decode_tpot_ms": draw(st.none() | st.integers(0, 20))}
+
+
+@settings(max_examples=300)
+@given(_span_classes_of_many_sizes())
+def test_span_classes_of_many_sizes_match_reference(request: dict[str, Any]) -> None:
     _assert_plan_and_candidates_match(request)

@@ -23,7 +23,7 @@ from planner.planning.rules import (
     stage_order,
     walk_stages,
 )
-from planner.planning.search import ContextSearch, NodeSetChoice
+from planner.planning.search import ContextSearch, NodeSetChoice, SearchBudget
 from planner.planning.tables import milliseconds_dtype
 from planner.units import format_bytes, latency_microseconds
 
@@ -70,12 +70,13 @@ class Shapes:
         self.request = request
         self.counts = node_count_range(request)
         self._searches: dict[int, ContextSearch] = {}
+        self._budget = SearchBudget()
         self._fitting: dict[int, dict[int, int]] = {}
         self._best: dict[tuple[int, int], NodeSetChoice] = {}
 
     def _search(self, context: int) -> ContextSearch:
         if context not in self._searches:
-            self._searches[context] = ContextSearch(self.request, context)
+            self._searches[context] = ContextSearch(self.request, context, self._budget)
         return self._searches[context]
 
     def fitting(self, context: int) -> dict[int, int]:

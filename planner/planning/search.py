@@ -1,49 +1,68 @@
 """Exact search for the best node set of every shape, without enumerating subsets.
 
-The stage walk (SPEC section 4) depends only on the state ``(stages left, next layer)``
-and on the usable bytes of the node taking the next stage. Stage order is usable bytes
-descending, so any node set, in stage order, is a subsequence of the whole fleet sorted
-that way, and nodes with equal usable bytes are interchangeable for the walk. A dynamic
-program over groups of equal usable bytes, with state ``(stages left, next layer)``,
-therefore sees every node set of every size at once.
+The stage walk (SPEC section 4) from ``(stages left s, next layer n)`` takes
+``min(most(n), (L - n) - (s - 1))`` layers, where ``most(n)`` is how many layers from
+``n`` fit in the node's usable bytes. Nodes that take the same ``most(n)`` at every layer
+form a *span class*: the walk cannot tell them apart, only their remaining bytes,
+latencies and ids differ. Stage order is usable bytes descending, so the classes are runs
+of consecutive usable sizes and a node set, in stage order, takes a few nodes from each
+class in turn. Two facts make the search small:
+
+* Within a class, a best set takes a *prefix* of the allowed nodes (those within the
+  latency threshold) in stage order: the spans do not depend on which of the class's
+  nodes takes them, and the prefix puts a node at least as large, with the smaller id
+  among equals, at every position.
+* Once ``n + s == L`` (the *tight line*) every later stage takes exactly one layer. The
+  best completion from there takes the next ``s`` allowed nodes in stage order, for the
+  same reason; a table of minima along diagonals gives its smallest remaining bytes in
+  one look-up.
 
 The SPEC's ranking of node sets (section 5) is lexicographic and mixes a bottleneck
 (max latency, min remaining) with a sum (total remaining), which one dynamic program
 cannot optimise together. It is solved as three programs, each fixing the optimum of the
 previous one as a threshold:
 
-1. the smallest possible maximum latency ``T`` (nodes without a latency count as 0);
+1. the smallest possible maximum latency ``T`` (nodes without a latency count as 0): a
+   binary search, since ``k`` stages fit within ``T`` exactly when the ``k`` largest
+   nodes of latency ``<= T`` fit;
 2. with only nodes of latency ``<= T``, the largest possible smallest-remaining ``R``;
 3. with those nodes and only stages that keep ``>= R`` remaining, the largest total
-   usable bytes (total remaining is that minus the model's bytes).
+   usable bytes (total remaining is that minus the model's bytes), ties broken by the
+   node ids (rule 4).
 
-Every stage count sharing both thresholds is one run of program 3 (its walk starts at its
-own state). While it runs, each group records at each state how many of its nodes the
-lexicographically smallest best set takes, so the node ids are read back by following
-those records (see ``ContextSearch._run`` for why the record is exact).
+Programs 2 and 3 go over the classes twice: forward, from the start states of the stage
+counts asked for, to find the states a walk can be in when it enters each class; then
+backward over those states only, choosing how many of the class's nodes to take. The
+choices of program 3 are kept, and the node ids are read back by following them.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right, insort
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from itertools import accumulate
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from planner.errors import PlanError
 from planner.planning.inputs import NodeBudget, PlanningInput
-from planner.planning.rules import at_context, layer_bytes, stage_order, walk_stages
+from planner.planning.rules import at_context, layer_bytes, stage_order
 from planner.units import format_bytes, latency_microseconds, ms_from_microseconds
 
-_INF = np.int64(2**62)
-_NEG = np.int64(-(2**62))
-# The read-back tables of program 3 are built for a few threshold pairs at a time, within
-# this budget.
-_TABLE_BYTES = 96 * 2**20
+# Every usable size is at most 2**50 bytes and a walk has at most 4,096 stages, so no
+# value below reaches these (inputs.MAX_NODE_BYTES).
+_INF = 2**62
+_NEG = -(2**62)
 SEARCH_BYTES = 2**30
 """The most memory one context's search may take; past it, ``SearchTooLarge``."""
+SEARCH_STEPS = 60_000_000
+"""The most walk steps (one state advanced by one stage) one context's search may take;
+past it, ``SearchTooLarge``."""
+# Rows of program 3 (remaining thresholds) solved in one pass; each adds its own states.
+_BATCH_ROWS = 64
+# Bytes kept per state entering a class: key, value, first rank, choice, and the
+# working arrays of its walk.
+_STATE_BYTES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,18 +76,15 @@ class NodeSetChoice:
     spans: tuple[int, ...]
     remaining_bytes: tuple[int, ...]
     estimated_decode_network_ms_per_token: int | float | None
+    # Computed once: a candidates table repeats each set on one row per lane count.
+    node_ids: tuple[str, ...] = field(init=False)
+    min_remaining_bytes: int = field(init=False)
+    total_remaining_bytes: int = field(init=False)
 
-    @property
-    def node_ids(self) -> tuple[str, ...]:
-        return tuple(node.node_id for node in self.nodes)
-
-    @property
-    def min_remaining_bytes(self) -> int:
-        return min(self.remaining_bytes)
-
-    @property
-    def total_remaining_bytes(self) -> int:
-        return sum(self.remaining_bytes)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "node_ids", tuple(node.node_id for node in self.nodes))
+        object.__setattr__(self, "min_remaining_bytes", min(self.remaining_bytes))
+        object.__setattr__(self, "total_remaining_bytes", sum(self.remaining_bytes))
 
     @property
     def estimate_us_or_zero(self) -> int:
@@ -76,35 +92,81 @@ class NodeSetChoice:
         return latency_microseconds(self.estimated_decode_network_ms_per_token or 0)
 
 
-def estimate_ms(nodes: Iterable[NodeBudget]) -> int | float | None:
-    """``k * max(latency of the nodes that have one)``, or None when none has one.
+def _shared_ints(values: np.ndarray) -> tuple[int, ...]:
+    """``tuple(values.tolist())`` with one int object per distinct value: stages of equal
+    nodes often keep equal bytes, and a candidates table at the caps holds millions."""
+    distinct, index = np.unique(values, return_inverse=True)
+    return tuple(map(distinct.tolist().__getitem__, index.tolist()))
 
-    Worked in whole microseconds, so fractional latencies give the exact product
-    (10 x 0.7 ms is 7 ms, not 7.000000000000001)."""
-    nodes = list(nodes)
-    known = [n.latency_us for n in nodes if n.latency_us is not None]
-    if not known:
-        return None
-    return ms_from_microseconds(len(nodes) * max(known))
+
+@dataclass(slots=True)
+class SearchBudget:
+    """Walk steps spent so far by the searches of one request (every context shares it)."""
+
+    steps: int = 0
 
 
 @dataclass(frozen=True, slots=True)
-class _Group:
-    usable: int
-    nodes: tuple[NodeBudget, ...]
-    """Sorted by node id (their stage order among themselves)."""
-    latencies: np.ndarray
-    """Latency of each node, unknown as 0, in node order."""
+class _SpanClass:
+    """Nodes that take the same span at every layer, in stage order."""
 
-    def allowed(self, threshold: int) -> list[int]:
-        """Indices of the nodes whose latency is within ``threshold``, in id order."""
-        return [i for i, lat in enumerate(self.latencies) if lat <= threshold]
+    nodes: tuple[NodeBudget, ...]
+    usables: np.ndarray
+    latencies: np.ndarray
+    """Microseconds, unknown as 0: whole numbers even for fractional latencies."""
+    ranks: np.ndarray
+    """Position of each node id among all the request's ids (rule 4 compares these)."""
+    most: np.ndarray
+    """Layers from each start layer (index ``0..L``) that fit in any node of the class."""
+
+    @property
+    def widest(self) -> int:
+        return int(self.most.max())
+
+
+@dataclass(frozen=True, slots=True)
+class _Allowed:
+    """The nodes within one latency threshold, per class and all together."""
+
+    threshold: int
+    picks: tuple[np.ndarray, ...]
+    """Per class, indices of its allowed nodes (a prefix-ordered subsequence)."""
+    offsets: np.ndarray
+    """Per class (and one past the last), where its allowed nodes start in the whole."""
+    usables: np.ndarray
+    ranks: np.ndarray
+    """Of every allowed node, in stage order, with an ``_INF`` rank one past the end."""
+    latencies: np.ndarray
+    known: np.ndarray
+    """Whether each allowed node has a latency (an unknown one is 0 in ``latencies``)."""
+    nodes: tuple[NodeBudget, ...]
+    total: np.ndarray
+    """Prefix sums of ``usables``."""
+    line: np.ndarray
+    """``line[x, L - s]``: the smallest remaining bytes of the tight line's ``s`` stages
+    taken by the allowed nodes ``x .. x + s - 1`` (``_NEG`` when there are fewer)."""
+    left: np.ndarray
+    """Per class (and one past the last), the allowed nodes in it and after it."""
+
+    def count(self, c: int) -> int:
+        return int(self.offsets[c + 1] - self.offsets[c])
+
+
+@dataclass(slots=True)
+class _Lanes:
+    """The states entering one class, as sorted keys ``row * rows + state``."""
+
+    keys: np.ndarray
+    value: np.ndarray
+    first: np.ndarray
+    """Rank of the first node of the best completion (program 3), ``_INF`` for none."""
 
 
 class ContextSearch:
     """Exact best node sets for every stage count at one context length."""
 
-    def __init__(self, request: PlanningInput, context_length: int) -> None:
+    def __init__(self, request: PlanningInput, context_length: int,
+                 budget: SearchBudget | None = None) -> None:
         request = at_context(request, context_length)
         self.request = request
         self.context_length = context_length
@@ -112,176 +174,126 @@ class ContextSearch:
         self.max_stages = min(len(request.nodes), layer_count)
         costs = layer_bytes(request, context_length)
         self.costs = costs
-        self.prefix = [0, *accumulate(costs)]
-
-        by_usable: dict[int, list[NodeBudget]] = {}
-        for node in request.nodes:
-            # A node with nothing usable can take no layer, so no fitting set holds it.
-            if node.usable_bytes > 0:
-                by_usable.setdefault(node.usable_bytes, []).append(node)
-        kept = self._prune({usable: sorted(members, key=lambda n: n.node_id)
-                            for usable, members in by_usable.items()})
-        groups = []
-        for usable in sorted(kept, reverse=True):
-            members = tuple(kept[usable])
-            # Microseconds: whole numbers even for fractional latencies.
-            lat = np.array([n.latency_us or 0 for n in members], dtype=np.int64)
-            groups.append(_Group(usable, members, lat))
-        self.groups: tuple[_Group, ...] = tuple(groups)
-
-        width = layer_count + 1
-        self.width = width
-        self.state_count = (self.max_stages + 1) * width
-        # (no stages left, layer 0) can never finish the model, so it doubles as the
-        # absorbing state for walks that failed; states of fewer stages left come first,
-        # so every prefix of the state space is closed under taking a stage.
-        self.dead = 0
-        self.goal = layer_count  # index of (stages left 0, next layer == layer_count)
-        self._check_size()
-        self._build_steps()
+        self.width = layer_count + 1
+        self.budget = SearchBudget() if budget is None else budget
         self._min_max_latency: dict[int, int] | None = None
         rank = {nid: i for i, nid in enumerate(sorted(n.node_id for n in request.nodes))}
         self._rank = rank
+        # A node with nothing usable can take no layer, so no fitting set holds it; a layer
+        # bigger than every node fits nowhere. Past that check, every prefix sum of layer
+        # bytes is at most 4,096 x 2**50, so the search is exact in 64-bit integers.
+        usable = [n for n in request.nodes if n.usable_bytes > 0]
+        if not usable or max(costs) > max(n.usable_bytes for n in usable):
+            usable = []
+        self.prefix = np.concatenate([[0], np.cumsum(np.asarray(costs, dtype=object))]) \
+            .astype(np.int64) if usable else np.zeros(layer_count + 1, dtype=np.int64)
+        self.need = np.asarray(costs, dtype=np.int64) if usable else None
+        self.classes: tuple[_SpanClass, ...] = self._make_classes(usable)
+        self._check_size()
 
-    def _check_size(self) -> None:
-        """Refuse, before allocating, a search whose tables would pass :data:`SEARCH_BYTES`."""
-        # The steps of every group, and the lean read-back's value after each group.
-        needed = (3 * len(self.groups) + 8) * self.state_count * 8 + _TABLE_BYTES
-        if needed > SEARCH_BYTES:
-            raise PlanError(
-                "SearchTooLarge",
-                f"at context {self.context_length:,}, {len(self.groups):,} different node "
-                f"sizes and {self.layer_count:,} layers need {format_bytes(needed)} of search "
-                f"tables (at most {format_bytes(SEARCH_BYTES)}); give nodes of nearly equal "
-                "VRAM one size (max_vram or headroom), or plan fewer nodes or layers",
-                context_length=self.context_length, node_sizes=len(self.groups),
-                layer_count=self.layer_count, needed_bytes=needed)
+    # -- span classes ----------------------------------------------------------------------
+    def _most_rows(self, usables: np.ndarray) -> np.ndarray:
+        """``most(n)`` for each usable size (rows) and start layer ``n`` (columns)."""
+        starts = np.arange(self.width)
+        ends = np.searchsorted(self.prefix, self.prefix[None, :] + usables[:, None],
+                               side="right") - 1
+        return np.minimum(ends, self.layer_count) - starts[None, :]
 
-    # -- nodes that can be in no best set -------------------------------------------------
-    def _span_classes(self, usables: Sequence[int]) -> list[int]:
-        """A class number for each of ``usables`` (descending): equal numbers take the same
-        span at every layer, so the walk cannot tell them apart.
+    def _make_classes(self, nodes: Sequence[NodeBudget]) -> tuple[_SpanClass, ...]:
+        """Group ``nodes`` into span classes (stage order) and drop the nodes no best set of
+        at most ``max_stages`` nodes can hold.
 
-        ``most(n, u)`` (the layers from ``n`` that fit in ``u``) is monotone in ``u``, so a
-        class is a run of consecutive usable sizes."""
-        prefix = self.prefix
-        starts = prefix[:-1]
-        if not usables:
-            return []
-        if prefix[-1] + usables[0] < 2**62:
-            table = np.asarray(prefix, dtype=np.int64)
-            begin = np.asarray(starts, dtype=np.int64)
-            rows: list[bytes] = []
-            chunk = max(1, 2**22 // max(1, len(starts)))
-            for first in range(0, len(usables), chunk):
-                part = np.asarray(usables[first:first + chunk], dtype=np.int64)
-                ends = np.searchsorted(table, begin[None, :] + part[:, None], side="right")
-                rows.extend(row.tobytes() for row in ends)
-        else:
-            # Sums past 64 bits: exact Python integers.
-            rows = [tuple(bisect_right(prefix, start + usable) for start in starts)
-                    for usable in usables]  # type: ignore[misc]
-        classes, number = [], 0
-        for index, row in enumerate(rows):
-            if index and row != rows[index - 1]:
-                number += 1
-            classes.append(number)
-        return classes
-
-    def _prune(self, by_usable: dict[int, list[NodeBudget]]) -> dict[int, list[NodeBudget]]:
-        """Drop the nodes no best set of at most ``max_stages`` nodes can hold.
-
-        Within a span class, a node with ``max_stages`` nodes before it in stage order whose
+        Within a class, a node with ``max_stages`` nodes before it in stage order whose
         latencies are no higher is never needed: a best set holding it leaves one of those
         out, and swapping that one in keeps every span, keeps or raises each stage's
         remaining bytes and keeps or lowers the max latency (and, at equal usable bytes,
         gives a smaller node id), so the set was not the best (SPEC section 5). Identical
         nodes therefore cost no more than ``max_stages`` of them.
         """
-        usables = sorted(by_usable, reverse=True)
-        classes = self._span_classes(usables)
+        ordered = stage_order(nodes)
+        sizes = sorted({n.usable_bytes for n in ordered}, reverse=True)
+        # ``most`` is monotone in the usable bytes, so a class is a run of sizes.
+        class_of: dict[int, int] = {}
+        rows: list[np.ndarray] = []
+        chunk = max(1, 2**22 // self.width)
+        previous: np.ndarray | None = None
+        for begin in range(0, len(sizes), chunk):
+            part = sizes[begin:begin + chunk]
+            table = self._most_rows(np.asarray(part, dtype=np.int64))
+            for size, row in zip(part, table, strict=True):
+                if previous is None or not np.array_equal(row, previous):
+                    rows.append(row.copy())
+                    previous = rows[-1]
+                class_of[size] = len(rows) - 1
+        members: list[list[NodeBudget]] = [[] for _ in rows]
+        seen: list[list[int]] = [[] for _ in rows]
         limit = self.max_stages
-        kept: dict[int, list[NodeBudget]] = {}
-        seen: list[int] = []
-        for index, usable in enumerate(usables):
-            if index and classes[index] != classes[index - 1]:
-                seen = []
-            for node in by_usable[usable]:
-                latency = node.latency_us or 0
-                if bisect_right(seen, latency) < limit:
-                    kept.setdefault(usable, []).append(node)
-                    insort(seen, latency)
-        return kept
+        for node in ordered:
+            c = class_of[node.usable_bytes]
+            latency = node.latency_us or 0
+            if bisect_right(seen[c], latency) < limit:
+                members[c].append(node)
+                insort(seen[c], latency)
+        return tuple(
+            _SpanClass(nodes=tuple(group),
+                       usables=np.array([n.usable_bytes for n in group], dtype=np.int64),
+                       latencies=np.array([n.latency_us or 0 for n in group], dtype=np.int64),
+                       ranks=np.array([self._rank[n.node_id] for n in group], dtype=np.int64),
+                       most=row)
+            for group, row in zip(members, rows, strict=True))
 
-    # -- one stage taken by a node of each group, from every state ------------------------
-    def _build_steps(self) -> None:
-        width, layers = self.width, self.layer_count
-        size = self.state_count
-        stages_left = np.repeat(np.arange(self.max_stages + 1), width)
-        next_layer = np.tile(np.arange(width), self.max_stages + 1)
-        assignable = (layers - next_layer) - (stages_left - 1)
-        assignable[stages_left == 0] = 0
-        self.next_state = np.full((len(self.groups), size), self.dead, dtype=np.int64)
-        self.step_remaining = np.full((len(self.groups), size), _NEG, dtype=np.int64)
-        prefix = self.prefix
-        for g, group in enumerate(self.groups):
-            most = np.array(
-                [bisect_right(prefix, prefix[n] + group.usable) - 1 - n for n in range(width)],
-                dtype=np.int64,
-            )
-            span = np.minimum(most[next_layer], assignable)
-            ok = span > 0
-            source = np.nonzero(ok)[0]
-            target_layer = next_layer[source] + span[source]
-            self.next_state[g, source] = (stages_left[source] - 1) * width + target_layer
-            used = self._span_bytes(next_layer[source], target_layer)
-            self.step_remaining[g, source] = group.usable - used
+    @property
+    def node_count(self) -> int:
+        return sum(len(c.nodes) for c in self.classes)
 
-    def _span_bytes(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-        """Bytes of layers ``[start, end)`` for each pair; exact even past 64 bits."""
-        if self.prefix[-1] < 2**62:
-            prefix = np.asarray(self.prefix, dtype=np.int64)
-            return prefix[ends] - prefix[starts]
-        # Only spans a node can hold are asked for, and those fit in 64 bits.
-        return np.array([self.prefix[e] - self.prefix[b]
-                         for b, e in zip(starts.tolist(), ends.tolist(), strict=True)],
-                        dtype=np.int64)
+    def _refuse(self, what: str, **details: int) -> PlanError:
+        return PlanError(
+            "SearchTooLarge",
+            f"at context {self.context_length:,}, {self.node_count:,} nodes in "
+            f"{len(self.classes):,} span classes over {self.layer_count:,} layers {what}; "
+            "give nodes of nearly equal VRAM one size (max_vram or headroom), or plan "
+            "fewer nodes or layers",
+            context_length=self.context_length, node_count=self.node_count,
+            span_classes=len(self.classes), layer_count=self.layer_count, **details)
+
+    def _check_size(self) -> None:
+        """Refuse, before allocating, a search whose fixed tables pass :data:`SEARCH_BYTES`."""
+        # The tight line's table, and the budgets of program 1's binary search.
+        needed = 8 * ((self.node_count + 1) * self.width + 2 * self.max_stages ** 2)
+        if needed > SEARCH_BYTES:
+            raise self._refuse(f"need {format_bytes(needed)} of search tables (at most "
+                               f"{format_bytes(SEARCH_BYTES)})", needed_bytes=needed)
+
+    def _spend(self, steps: int, held_states: int = 0) -> None:
+        """Count walk steps and states held against :data:`SEARCH_STEPS` and
+        :data:`SEARCH_BYTES`."""
+        self.budget.steps += steps
+        if self.budget.steps > SEARCH_STEPS:
+            raise self._refuse(f"need more than {SEARCH_STEPS:,} walk steps over the "
+                               "context lengths searched", steps=self.budget.steps)
+        held = held_states * _STATE_BYTES
+        if held > SEARCH_BYTES:
+            raise self._refuse(f"need more than {format_bytes(SEARCH_BYTES)} for the "
+                               "states a walk can be in", needed_bytes=held)
 
     def start(self, stage_count: int) -> int:
         return stage_count * self.width
 
     # -- program 1: smallest possible maximum latency, every stage count ------------------
-    def fits(self, budgets: Sequence[int]) -> bool:
-        """Whether nodes of these usable bytes, in stage order, hold the model (SPEC
-        section 4), in exact integers."""
-        prefix, layers, count = self.prefix, self.layer_count, len(budgets)
-        position = 0
-        for index, budget in enumerate(budgets):
-            end = min(bisect_right(prefix, prefix[position] + budget) - 1,
-                      layers - (count - 1 - index))
-            if end <= position:
-                return False
-            position = end
-        return position == layers
-
-    def fits_each(self, budgets: Sequence[int]) -> list[bool]:
-        """``[False, fits(budgets[:1]), ..., fits(budgets)]``: every stage count at once,
-        each walk one numpy lane."""
-        counts = len(budgets)
-        if counts == 0 or self.prefix[-1] + max(budgets) >= 2**62:
-            return [False, *(self.fits(budgets[:k]) for k in range(1, counts + 1))]
-        prefix = np.asarray(self.prefix, dtype=np.int64)
-        stages = np.arange(1, counts + 1)  # lane k - 1 walks the first k budgets
-        position = np.zeros(counts, dtype=np.int64)
-        alive = np.ones(counts, dtype=bool)
-        for index, budget in enumerate(budgets):
-            lanes = slice(index, counts)  # the walks that have a stage ``index``
-            start = position[lanes]
-            end = np.minimum(np.searchsorted(prefix, prefix[start] + budget, side="right") - 1,
-                             self.layer_count - (stages[lanes] - 1 - index))
-            alive[lanes] &= end > start
-            position[lanes] = np.maximum(end, start)
-        return [False, *(alive & (position == self.layer_count)).tolist()]
+    def _fits_lanes(self, budgets: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """Whether lane ``i``'s first ``counts[i]`` budgets (row ``i``, stage order) hold
+        the model (SPEC section 4); a budget of 0 (a missing node) never does."""
+        layers = self.layer_count
+        position = np.zeros(len(counts), dtype=np.int64)
+        alive = np.ones(len(counts), dtype=bool)
+        for index in range(int(counts.max(initial=0))):
+            active = index < counts
+            end = np.searchsorted(self.prefix, self.prefix[position] + budgets[:, index],
+                                  side="right") - 1
+            end = np.minimum(end, layers - (counts - 1 - index))
+            alive &= ~active | (end > position)
+            position = np.where(active & alive, end, position)
+        return alive & (position == layers)
 
     def min_max_latency(self) -> dict[int, int]:
         if self._min_max_latency is None:
@@ -296,281 +308,330 @@ class ContextSearch:
         is at least as large, for every i, fits too (each stage ends at or past where the
         smaller one ended). So ``k`` stages fit within a latency ``T`` exactly when the
         ``k`` largest nodes of latency ``<= T`` fit, and that is monotone in ``T``: a
-        binary search over the latencies finds the smallest ``T``.
+        binary search over the latencies, all stage counts at once, finds the smallest.
         """
-        usable = np.array([g.usable for g in self.groups for _ in g.nodes], dtype=object)
-        latency = np.concatenate([g.latencies for g in self.groups]) if self.groups \
-            else np.zeros(0, dtype=np.int64)
+        if not self.classes:
+            return {}
+        most = self.max_stages
+        usable = np.concatenate([c.usables for c in self.classes])
+        latency = np.concatenate([c.latencies for c in self.classes])
         thresholds = np.unique(latency)
-        tops: dict[int, list[int]] = {}
 
-        def top(index: int) -> list[int]:
-            if index not in tops:
-                tops[index] = list(usable[latency <= thresholds[index]][:self.max_stages])
-            return tops[index]
+        def tops(indices: np.ndarray) -> np.ndarray:
+            """Per lane, the usable bytes of the ``most`` largest nodes within its
+            threshold, zero-padded."""
+            wanted, lane_row = np.unique(indices, return_inverse=True)
+            rows = np.zeros((len(wanted), most), dtype=np.int64)
+            for r, index in enumerate(wanted):
+                top = usable[latency <= thresholds[index]][:most]
+                rows[r, :len(top)] = top
+            return rows[lane_row]
 
-        found: dict[int, int] = {}
-        last = len(thresholds) - 1
-        widest = top(last) if last >= 0 else []
-        fitting = self.fits_each(widest)
-        for count in range(1, self.max_stages + 1):
-            # Nodes with nothing usable are in no group: fewer budgets than stages.
-            if count >= len(fitting) or not fitting[count]:
-                continue
-            low, high = 0, last
-            while low < high:
-                middle = (low + high) // 2
-                budgets = top(middle)
-                if len(budgets) >= count and self.fits(budgets[:count]):
-                    high = middle
-                else:
-                    low = middle + 1
-            found[count] = int(thresholds[low])
-        return found
+        counts = np.arange(1, most + 1)
+        high = np.full(most, len(thresholds) - 1)
+        fitting = self._fits_lanes(tops(high), counts)
+        counts, high = counts[fitting], high[fitting]
+        low = np.zeros(len(counts), dtype=np.int64)
+        while (open_ := low < high).any():
+            middle = (low + high) // 2
+            lanes = np.nonzero(open_)[0]
+            ok = self._fits_lanes(tops(middle[lanes]), counts[lanes])
+            high[lanes] = np.where(ok, middle[lanes], high[lanes])
+            low[lanes] = np.where(ok, low[lanes], middle[lanes] + 1)
+        return {int(k): int(thresholds[t]) for k, t in zip(counts, low, strict=True)}
 
-    # -- programs 2 and 3 share one layout -----------------------------------------------
-    def _avail(self, lat_limits: np.ndarray) -> np.ndarray:
-        """Allowed nodes of each group (rows) under each latency threshold (columns)."""
-        if not self.groups:
-            return np.zeros((0, len(lat_limits)), dtype=np.int64)
-        return np.array([(group.latencies[None, :] <= lat_limits[:, None]).sum(axis=1)
-                         for group in self.groups], dtype=np.int64)
+    # -- programs 2 and 3 ----------------------------------------------------------------
+    def _allowed(self, threshold: int) -> _Allowed:
+        """The nodes within ``threshold`` and the tight line's table over them."""
+        picks = tuple(np.nonzero(c.latencies <= threshold)[0] for c in self.classes)
+        sizes = np.array([len(p) for p in picks], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        usables = np.concatenate([c.usables[p] for c, p in zip(self.classes, picks,
+                                                               strict=True)])
+        ranks = np.concatenate([*(c.ranks[p] for c, p in zip(self.classes, picks,
+                                                            strict=True)), [_INF]])
+        nodes = tuple(c.nodes[i] for c, p in zip(self.classes, picks, strict=True)
+                      for i in p.tolist())
+        layers, count = self.layer_count, len(usables)
+        assert self.need is not None
+        # line[y, q] = min(usables[y] - need[q], line[y + 1, q + 1]), ending at q == L.
+        line = np.empty((count + 1, layers + 1), dtype=np.int64)
+        line[:, layers] = _INF
+        line[count, :layers] = _NEG
+        for q in range(layers - 1, -1, -1):
+            np.minimum(usables - self.need[q], line[1:, q + 1], out=line[:count, q])
+        return _Allowed(threshold=threshold, picks=picks, offsets=offsets, usables=usables,
+                        ranks=ranks, nodes=nodes,
+                        latencies=np.array([n.latency_us or 0 for n in nodes], dtype=np.int64),
+                        known=np.array([n.latency_us is not None for n in nodes], dtype=bool),
+                        total=np.concatenate([[0], np.cumsum(usables)]), line=line,
+                        left=np.concatenate([np.cumsum(sizes[::-1])[::-1], [0]]))
 
-    def _run(self, lat_limits: np.ndarray, rem_limits: np.ndarray | None, most: int,
-             ranks: list[list[np.ndarray]] | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
-        """Program 2 (``rem_limits`` None: the best smallest remaining) or program 3 (the
-        best total usable with every stage keeping ``>= rem_limits``), one row per
-        threshold row, over the states of up to ``most`` stages left.
+    def _line(self, allowed: _Allowed, x: np.ndarray, s: np.ndarray,
+              limit: np.ndarray | None) -> np.ndarray:
+        """Best completion along the tight line from allowed node ``x`` with ``s`` stages
+        left: its smallest remaining bytes (program 2) or, when every stage keeps
+        ``>= limit``, its total usable bytes (program 3); ``_NEG`` when it does not fit."""
+        low = allowed.line[x, self.layer_count - s]
+        if limit is None:
+            return np.where(low >= 0, low, _NEG)
+        end = np.minimum(x + s, len(allowed.usables))
+        return np.where(low >= limit, allowed.total[end] - allowed.total[x], _NEG)
 
-        Groups are taken last to first. Within group ``g`` with ``a`` allowed nodes:
+    def _decode(self, keys: np.ndarray, stride: int) -> tuple[np.ndarray, np.ndarray,
+                                                               np.ndarray]:
+        """Row, stages left and next layer of each key."""
+        row, state = np.divmod(keys, stride)
+        s, n = np.divmod(state, self.width)
+        return row, s, n
 
-        * a state with ``s <= a`` stages left cannot run out of the group's nodes (each
-          node takes one stage), so its best is the better of stopping (the value after
-          the group) and taking one more node then continuing in the group, from the state
-          of ``s - 1`` stages left: one vector step per number of stages left;
-        * a state with ``s > a`` takes ``j <= a`` nodes then moves on: the ``j`` loop.
+    def _viable(self, allowed: _Allowed, c: int, taken: int, s: np.ndarray,
+                n: np.ndarray) -> np.ndarray:
+        """States off the tight line, with stages left, that could still finish from class
+        ``c`` once ``taken`` of its nodes are used: enough allowed nodes for the stages left,
+        and enough of the widest span left for the layers left."""
+        layers = self.layer_count
+        return ((s >= 1) & (n + s < layers) & (s <= allowed.left[c] - taken)
+                & (layers - n <= s * self.classes[c].widest))
 
-        Program 3 also records, per group and state, how to read the lexicographically
-        smallest best set back (``_read_back``): for ``s > a`` the number of nodes taken;
-        for ``s <= a`` 0 (stop), 1 (take another) or 2 (both are best: the smaller of the
-        group's next node and the first node of the best completion after the group
-        decides). ``first`` rows hold the rank of that first node, which the ``j`` loop
-        compares as follows: of two best options ``j < j'`` the lists agree on the group's
-        first ``j`` nodes and differ at the next position, the first node of ``j``'s
-        completion after the group against the group's node ``j + 1`` of ``j'``.
-        """
-        width, rows = self.width, len(lat_limits)
-        size = (most + 1) * width
-        third = rem_limits is not None
-        avail = self._avail(lat_limits)
-        later = np.cumsum(avail[::-1], axis=0)[::-1] - avail  # allowed nodes after g
-        value = np.full((rows, size), _NEG, dtype=np.int64)
-        value[:, self.goal] = 0 if third else _INF
-        first = np.full((rows, size), _INF, dtype=np.int64)
-        decisions: list[np.ndarray] = [np.empty(0, dtype=np.int16)] * len(self.groups)
-        limit = rem_limits[:, None] if third else None
-        for g in reversed(range(len(self.groups))):
-            a = avail[g]
-            if not a.any():
-                decisions[g] = np.zeros((rows, 0), dtype=np.int16)
-                continue
-            usable = self.groups[g].usable
-            following, remaining = self.next_state[g], self.step_remaining[g]
-            # Past ``a + later`` stages left no walk can finish.
-            high = np.minimum(most, a + later[g])
-            after, after_first = value, first
-            value = after.copy()
-            if third:
-                first = after_first.copy()
-                choice = np.zeros((rows, size), dtype=np.int16)
-                assert ranks is not None
-                head = np.array([r[0] if len(r) else _INF for r in ranks[g]], dtype=np.int64)
-            for row in np.nonzero((a > 0) & (a < high))[0]:
-                self._capped(row, int(a[row]), int(high[row]), usable, following, remaining,
-                             after, after_first, value, first,
-                             choice if third else None,
-                             ranks[g][row] if third and ranks is not None else None,
-                             int(rem_limits[row]) if third and rem_limits is not None else 0)
-            top = int(np.minimum(a, high).max(initial=0))
-            for s in range(1, top + 1):
-                rowsel = (s <= np.minimum(a, high))[:, None]
-                idx = slice(s * width, (s + 1) * width)
-                nxt = following[idx]
-                rem = remaining[idx]
-                reached = value[:, nxt]
-                ok = (nxt != self.dead)[None, :] & (reached > _NEG)
-                if third:
-                    ok &= rem[None, :] >= limit
-                    take = np.where(ok, reached + usable, _NEG)
-                else:
-                    take = np.where(ok, np.minimum(reached, rem[None, :]), _NEG)
-                stop = after[:, idx]
-                value[:, idx] = np.where(rowsel, np.maximum(stop, take), value[:, idx])
-                if third:
-                    more = ok & (take > stop)
-                    tie = ok & (take == stop)
-                    lead = more | (tie & (head[:, None] < after_first[:, idx]))
-                    led = np.where(lead, head[:, None], after_first[:, idx])
-                    first[:, idx] = np.where(rowsel, led, first[:, idx])
-                    choice[:, idx] = np.where(rowsel, more * 1 + tie * 2, choice[:, idx])
-            if third:
-                decisions[g] = choice
-        return value, decisions
+    def _step(self, c: int, s: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Span and bytes of the stage a node of class ``c`` takes from each state."""
+        span = np.minimum(self.classes[c].most[n], (self.layer_count - n) - (s - 1))
+        return span, self.prefix[n + span] - self.prefix[n]
 
-    def _capped(self, row: int, a: int, high: int, usable: int, following: np.ndarray,
-                remaining: np.ndarray, after: np.ndarray, after_first: np.ndarray,
-                value: np.ndarray, first: np.ndarray, choice: np.ndarray | None,
-                ranks: np.ndarray | None, rem_limit: int) -> None:
-        """The states of more than ``a`` stages left, for one row: take ``j <= a`` nodes of
-        the group, then move on."""
-        width = self.width
-        source = np.arange((a + 1) * width, (high + 1) * width)
-        state = source
-        low = np.full(len(source), _INF, dtype=np.int64)
-        best = after[row, source].copy()
-        pick = np.zeros(len(source), dtype=np.int64)
-        compare = after_first[row, source].copy()
-        for j in range(1, a + 1):
-            step = remaining[state]
-            state = following[state]
-            reached = after[row, state]
-            ok = reached > _NEG
-            low = np.minimum(low, step)
-            if choice is None:
-                cand = np.where(ok, np.minimum(reached, low), _NEG)
-                np.maximum(best, cand, out=best)
-            else:
-                assert ranks is not None
-                ok &= low >= rem_limit
-                cand = np.where(ok, reached + j * usable, _NEG)
-                better = (cand > best) | (ok & (cand == best) & (ranks[pick] < compare))
-                best = np.where(better, cand, best)
-                pick = np.where(better, j, pick)
-                compare = np.where(better, after_first[row, state], compare)
-            if not state.any():  # every walk has ended
+    def _reach(self, allowed: _Allowed, order: Sequence[int], keys: np.ndarray, stride: int,
+               limits: np.ndarray | None) -> list[np.ndarray]:
+        """For each class of ``order``, the sorted keys of the states off the tight line a
+        walk from ``keys`` can enter it in (program 3: keeping ``>= limits`` of its row)."""
+        entries: list[np.ndarray] = []
+        row, s, n = self._decode(keys, stride)
+        keys = np.unique(keys[self._viable(allowed, order[0], 0, s, n)])
+        for index, c in enumerate(order):
+            entries.append(keys)
+            self._spend(0, sum(len(e) for e in entries))
+            if index + 1 == len(order):
                 break
-        value[row, source] = best
-        if choice is not None:
-            assert ranks is not None
-            choice[row, source] = pick
-            first[row, source] = np.where(pick > 0, ranks[0], after_first[row, source])
+            usables = self.classes[c].usables[allowed.picks[c]]
+            reached = [keys]
+            row, s, n = self._decode(keys, stride)
+            for i, usable in enumerate(usables.tolist()):
+                span, used = self._step(c, s, n)
+                ok = span > 0
+                if limits is not None:
+                    ok &= usable - used >= limits[row]
+                s, n = s - 1, n + span
+                ok &= (s >= 1) & (n + s < self.layer_count)
+                row, s, n = row[ok], s[ok], n[ok]
+                reached.append(row * stride + s * self.width + n)
+                go = self._viable(allowed, c, i + 1, s, n)
+                row, s, n = row[go], s[go], n[go]
+                self._spend(len(s))
+                if not len(s):
+                    break
+            keys = np.unique(np.concatenate(reached))
+            row, s, n = self._decode(keys, stride)
+            keys = keys[self._viable(allowed, order[index + 1], 0, s, n)]
+        return entries
 
-    # -- program 2: largest smallest-remaining under latency thresholds --------------------
-    def max_min_remaining(self, thresholds: Sequence[int],
-                          most_stages: int | None = None) -> np.ndarray:
-        """Rows per threshold, columns per stage count (index k, up to ``most_stages``):
-        the best smallest remaining bytes, or ``_NEG`` where no set fits."""
-        most_stages = self.max_stages if most_stages is None else most_stages
-        starts = [self.start(k) for k in range(most_stages + 1)]
-        # A few rows at a time: each takes a few arrays of the state space.
-        chunk = max(1, _TABLE_BYTES // (4 * 8 * len(starts) * self.width))
-        parts = [self._run(np.asarray(thresholds[i:i + chunk], dtype=np.int64), None,
-                           most_stages)[0][:, starts]
-                 for i in range(0, len(thresholds), chunk)]
-        return np.concatenate(parts) if parts else np.zeros((0, most_stages + 1), np.int64)
+    @staticmethod
+    def _look_up(lanes: _Lanes | None, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Value and first rank of each key among ``lanes`` (``_NEG``, ``_INF`` if absent)."""
+        if lanes is None or not len(lanes.keys):
+            return (np.full(len(keys), _NEG, dtype=np.int64),
+                    np.full(len(keys), _INF, dtype=np.int64))
+        at = np.minimum(np.searchsorted(lanes.keys, keys), len(lanes.keys) - 1)
+        found = lanes.keys[at] == keys
+        return (np.where(found, lanes.value[at], _NEG),
+                np.where(found, lanes.first[at], _INF))
 
-    # -- program 3 and read-back: the best set itself ----------------------------------------
-    def best_sets(self, queries: Sequence[tuple[int, int, int]]) -> list[NodeSetChoice]:
-        """Best node set for each ``(stage_count, latency threshold, remaining threshold)``.
+    def _solve(self, allowed: _Allowed, starts: Sequence[Sequence[int]],
+               limits: Sequence[int] | None) -> _Solved:
+        """Program 2 (``limits`` None, one row) or program 3 (each row keeping
+        ``>= limits[row]`` at every stage), from ``(k stages, layer 0)`` for each ``k`` of
+        each row's ``starts``.
 
-        Every stage count sharing thresholds is one row of program 3: its walk just starts
-        from its own state."""
-        pairs = sorted({(t, r) for _, t, r in queries})
-        row_of = {pair: i for i, pair in enumerate(pairs)}
-        most = max(k for k, _, _ in queries)
-        # Rows in chunks: the read-back tables take two bytes per group and state.
-        per_row = (len(self.groups) * 2 + 4 * 8) * (most + 1) * self.width
-        chunk = max(1, _TABLE_BYTES // per_row)
-        found: dict[int, NodeSetChoice] = {}
-        for begin in range(0, len(pairs), chunk):
-            part = pairs[begin:begin + chunk]
-            lat = np.array([t for t, _ in part], dtype=np.int64)
-            rem = np.array([r for _, r in part], dtype=np.int64)
-            allowed = [[group.allowed(int(t)) for t in lat] for group in self.groups]
-            ranks = [[np.array([self._rank[group.nodes[i].node_id] for i in picks],
-                               dtype=np.int64) for picks in per_group]
-                     for group, per_group in zip(self.groups, allowed, strict=True)]
-            value, decisions = self._run(lat, rem, most, ranks)
-            for index, (k, t, r) in enumerate(queries):
-                row = row_of[(t, r)] - begin
-                if 0 <= row < len(part):
-                    if value[row, self.start(k)] <= _NEG:
-                        raise AssertionError("read back asked for a shape with no fitting set")
-                    found[index] = self._read_back(k, row, decisions, allowed, ranks)
-        return [found[i] for i in range(len(queries))]
+        Classes are taken last to first. From a state entering class ``c``, the options
+        are to take ``j = 0, 1, ...`` of its allowed nodes (a prefix), each walked one stage
+        at a time, then go on to the next class; a walk that reaches the tight line goes
+        on along it (``_line``), which is best among the options that take more. Program 3
+        breaks equal totals by the node ids (rule 4): of two options ``j < j'`` the lists
+        agree on the class's first ``j`` nodes and differ at the next position, where
+        ``j'`` has the class's node ``j`` and ``j`` the first node of its completion, which
+        is kept as ``first`` with each state's best.
+        """
+        third = limits is not None
+        layers, width = self.layer_count, self.width
+        stride = (max(max(ks) for ks in starts) + 1) * width
+        order = [c for c in range(len(self.classes)) if allowed.count(c)]
+        start_keys = np.array([r * stride + k * width for r, ks in enumerate(starts)
+                               for k in ks], dtype=np.int64)
+        row_limits = np.asarray(limits, dtype=np.int64) if third else None
+        entries = self._reach(allowed, order, start_keys, stride, row_limits) if order else []
+        decisions: list[np.ndarray] = [np.empty(0, np.int32)] * len(order)
+        after: _Lanes | None = None
+        for index in reversed(range(len(order))):
+            c = order[index]
+            keys = entries[index]
+            row, s, n = self._decode(keys, stride)
+            best, first = self._look_up(after, keys)
+            compare = first.copy()
+            pick = np.zeros(len(keys), dtype=np.int32)
+            lane = np.arange(len(keys))
+            acc = np.full(len(keys), 0 if third else _INF, dtype=np.int64)
+            limit = row_limits[row] if row_limits is not None else None
+            base = int(allowed.offsets[c])
+            picks = allowed.picks[c]
+            usables = self.classes[c].usables[picks]
+            ranks = self.classes[c].ranks[picks]
+            for i, usable in enumerate(usables.tolist()):
+                span, used = self._step(c, s, n)
+                ok = span > 0
+                if limit is not None:
+                    ok &= usable - used >= limit
+                    acc = acc + usable
+                else:
+                    acc = np.minimum(acc, usable - used)
+                lane, row, s, n, acc, span = lane[ok], row[ok], s[ok], n[ok], acc[ok], span[ok]
+                if limit is not None:
+                    limit = limit[ok]
+                s, n = s - 1, n + span
+                tight = n + s == layers
+                value = np.empty(len(lane), dtype=np.int64)
+                lead = np.empty(len(lane), dtype=np.int64)
+                x = base + i + 1
+                line = self._line(allowed, np.full(int(tight.sum()), x), s[tight],
+                                  limit[tight] if limit is not None else None)
+                value[tight] = line
+                lead[tight] = np.where(s[tight] > 0, allowed.ranks[x], _INF)
+                loose = ~tight
+                value[loose], lead[loose] = self._look_up(
+                    after, row[loose] * stride + s[loose] * width + n[loose])
+                done = value > _NEG
+                if third:
+                    value = np.where(done, acc + value, _NEG)
+                    held = best[lane]
+                    better = (value > held) | (done & (value == held)
+                                               & (ranks[np.abs(pick[lane])] < compare[lane]))
+                else:
+                    value = np.where(done, np.minimum(acc, value), _NEG)
+                    better = value > best[lane]
+                chosen = lane[better]
+                best[chosen] = value[better]
+                if third:
+                    pick[chosen] = np.where(tight[better], -(i + 1), i + 1)
+                    compare[chosen] = lead[better]
+                go = loose & self._viable(allowed, c, i + 1, s, n)
+                lane, row, s, n, acc = lane[go], row[go], s[go], n[go], acc[go]
+                if limit is not None:
+                    limit = limit[go]
+                self._spend(len(lane))
+                if not len(lane):
+                    break
+            if third:
+                first = np.where(pick != 0, ranks[0], first)
+                decisions[index] = pick
+            after = _Lanes(keys, best, first)
+        values: dict[tuple[int, int], int] = {}
+        for r, ks in enumerate(starts):
+            for k in ks:
+                if not order:
+                    values[(r, k)] = _NEG
+                elif k == layers:  # on the tight line from the start
+                    values[(r, k)] = int(self._line(
+                        allowed, np.array([0]), np.array([k]),
+                        None if limits is None else np.array([limits[r]]))[0])
+                else:
+                    values[(r, k)] = int(self._look_up(
+                        after, np.array([r * stride + k * width]))[0][0])
+        return _Solved(allowed, order, entries, decisions, stride, values)
 
-    def _read_back(self, stage_count: int, row: int, decisions: list[np.ndarray],
-                   allowed: list[list[list[int]]], ranks: list[list[np.ndarray]]
-                   ) -> NodeSetChoice:
-        """Follow the recorded decisions from ``stage_count`` stages at layer 0."""
-        state = self.start(stage_count)
-        chosen: list[NodeBudget] = []
-
-        def lead(g: int, state: int) -> int:
-            """Rank of the first node of the smallest best completion from group ``g``."""
-            best = int(_INF)
-            for h in range(g, len(self.groups)):
-                a = len(allowed[h][row])
-                if a == 0:
+    # -- the best set itself --------------------------------------------------------------
+    def _read_back(self, solved: _Solved, row: int, stage_count: int) -> NodeSetChoice:
+        """Follow program 3's choices from ``stage_count`` stages at layer 0."""
+        allowed, layers = solved.allowed, self.layer_count
+        s, n = stage_count, 0
+        taken: list[range] = []  # allowed nodes, in stage order
+        spans: list[int] = []
+        for index, c in enumerate(solved.order):
+            if s == 0:
+                break
+            base = int(allowed.offsets[c])
+            if n + s != layers:
+                keys = solved.entries[index]
+                key = row * solved.stride + s * self.width + n
+                at = int(np.searchsorted(keys, key))
+                if at == len(keys) or keys[at] != key:
+                    raise AssertionError("read back left the states the search kept")
+                pick = int(solved.decisions[index][at])
+                most = self.classes[c].most
+                for _ in range(abs(pick)):
+                    span = min(int(most[n]), (layers - n) - (s - 1))
+                    spans.append(span)
+                    n, s = n + span, s - 1
+                taken.append(range(base, base + abs(pick)))
+                if pick >= 0:
                     continue
-                mark = int(decisions[h][row, state])
-                if state // self.width > a:
-                    if mark > 0:
-                        return min(best, int(ranks[h][row][0]))
-                elif mark == 1:
-                    return min(best, int(ranks[h][row][0]))
-                elif mark == 2:
-                    best = min(best, int(ranks[h][row][0]))
-            return best
-
-        for g, group in enumerate(self.groups):
-            picks = allowed[g][row]
-            if not picks:
-                continue
-            table = decisions[g][row]
-            if state // self.width > len(picks):
-                taken = int(table[state])
-            else:
-                taken = 0
-                while True:
-                    mark = int(table[state])
-                    if mark == 0 or (mark == 2 and ranks[g][row][taken] > lead(g + 1, state)):
-                        break
-                    state = int(self.next_state[g, state])
-                    taken += 1
-                chosen.extend(group.nodes[i] for i in picks[:taken])
-                continue
-            for _ in range(taken):
-                state = int(self.next_state[g, state])
-            chosen.extend(group.nodes[i] for i in picks[:taken])
-        if state != self.goal or len(chosen) != stage_count:
+                base -= pick
+            # On the tight line: the next ``s`` allowed nodes, one layer each.
+            taken.append(range(base, base + s))
+            spans.extend([1] * s)
+            s, n = 0, layers
+        picked = np.concatenate([np.arange(r.start, r.stop) for r in taken]) if taken \
+            else np.zeros(0, dtype=np.int64)
+        if s != 0 or n != layers or len(picked) != stage_count:
             raise AssertionError("read back lost the optimal path")
-        return self.choice(chosen)
-
-    def choice(self, nodes: Sequence[NodeBudget]) -> NodeSetChoice:
-        """Describe a fitting node set (any order) at this context."""
-        ordered = tuple(stage_order(nodes))
-        walk = walk_stages([n.usable_bytes for n in ordered], self.costs)
-        if not walk.fits:
-            raise AssertionError("chosen node set does not fit")
+        ends = np.cumsum(spans)
+        remaining = allowed.usables[picked] - (self.prefix[ends] - self.prefix[ends - spans])
+        if (remaining < 0).any():
+            raise AssertionError("read back chose a stage that does not fit")
+        latency = allowed.latencies[picked]
+        estimate = (ms_from_microseconds(stage_count * int(latency.max()))
+                    if allowed.known[picked].any() else None)
         return NodeSetChoice(
-            context_length=self.context_length,
-            stage_count=len(ordered),
-            nodes=ordered,
-            spans=walk.spans,
-            remaining_bytes=walk.remaining_bytes,
-            estimated_decode_network_ms_per_token=estimate_ms(ordered),
-        )
+            context_length=self.context_length, stage_count=stage_count,
+            nodes=tuple(allowed.nodes[i] for i in picked.tolist()), spans=tuple(spans),
+            remaining_bytes=_shared_ints(remaining),
+            estimated_decode_network_ms_per_token=estimate)
 
     def best_for_counts(self, counts: Iterable[int]) -> dict[int, NodeSetChoice]:
         """The SPEC section 5 best set for each stage count that fits (others omitted)."""
-        counts = [k for k in counts if 1 <= k <= self.max_stages]
         latency = self.min_max_latency()
-        counts = [k for k in counts if k in latency]
-        if not counts:
-            return {}
-        thresholds = sorted({latency[k] for k in counts})
-        remaining = self.max_min_remaining(thresholds, max(counts))
-        row = {t: i for i, t in enumerate(thresholds)}
-        queries = [(k, latency[k], int(remaining[row[latency[k]], k])) for k in counts]
-        return dict(zip(counts, self.best_sets(queries), strict=True))
+        counts = sorted({k for k in counts if k in latency})
+        by_threshold: dict[int, list[int]] = {}
+        for k in counts:
+            by_threshold.setdefault(latency[k], []).append(k)
+        found: dict[int, NodeSetChoice] = {}
+        for threshold, ks in sorted(by_threshold.items()):
+            allowed = self._allowed(threshold)
+            lowest = self._solve(allowed, [ks], None).values
+            by_limit: dict[int, list[int]] = {}
+            for k in ks:
+                if lowest[(0, k)] <= _NEG:
+                    raise AssertionError("no set fits a stage count program 1 found")
+                by_limit.setdefault(lowest[(0, k)], []).append(k)
+            rows = sorted(by_limit.items())
+            for begin in range(0, len(rows), _BATCH_ROWS):
+                batch = rows[begin:begin + _BATCH_ROWS]
+                solved = self._solve(allowed, [ks for _, ks in batch],
+                                     [limit for limit, _ in batch])
+                for r, (_, row_counts) in enumerate(batch):
+                    for k in row_counts:
+                        found[k] = self._read_back(solved, r, k)
+        return {k: found[k] for k in counts}
+
+
+@dataclass(frozen=True, slots=True)
+class _Solved:
+    """One run of program 2 or 3: what the read-back follows."""
+
+    allowed: _Allowed
+    order: list[int]
+    """The classes with allowed nodes."""
+    entries: list[np.ndarray]
+    """Per class of ``order``, the keys of the states entering it."""
+    decisions: list[np.ndarray]
+    """Per class of ``order`` and entering state: nodes of the class taken, negative when
+    the walk then goes on along the tight line."""
+    stride: int
+    values: dict[tuple[int, int], int]
+    """(row, stage count) -> best value (``_NEG`` where no set fits)."""
