@@ -175,7 +175,7 @@ def test_unknown_cache_type_for_a_preset() -> None:
 
 def test_data_dir_is_the_repository_data_folder(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PLANNER_DATA_DIR", raising=False)
-    assert data_dir() == Path(__file__).resolve().parents[1] / "data"
+    assert data_dir() == (Path(__file__).resolve().parents[1] / "data").resolve()
 
 
 def test_missing_data_dir_names_the_path(monkeypatch: pytest.MonkeyPatch,

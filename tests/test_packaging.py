@@ -1,10 +1,18 @@
-"""environment.yml installs what pyproject.toml declares, at the same lowest versions."""
+"""The package as it is installed: environment.yml installs what pyproject.toml declares,
+at the same lowest versions, and a wheel carries everything the package needs."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
+import sysconfig
 import tomllib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # pyproject's "dask[distributed]" is two packages on conda-forge.
@@ -34,3 +42,61 @@ def test_environment_yml_matches_pyproject() -> None:
                                  if item not in ("pip", "pip:", "-e .")
                                  and not item.startswith("python")])
     assert environment == declared
+
+
+def test_data_ships_inside_the_package() -> None:
+    # data/ at the top of the repository is the package's own data folder.
+    assert (ROOT / "data").resolve() == ROOT / "planner" / "data"
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]["planner.data"]
+    shipped = {path for pattern in patterns for path in (ROOT / "planner" / "data").glob(pattern)}
+    kept = {path for path in (ROOT / "planner" / "data").rglob("*")
+            if path.is_file() and path.suffix in (".toml", ".json")}
+    assert kept and kept == shipped
+
+
+@pytest.mark.slow
+def test_the_wheel_installed_in_a_fresh_venv_plans_a_fleet_naming_a_preset(
+        tmp_path: Path) -> None:
+    # Built as a user would (pip wheel), installed without the checkout on the path; the
+    # dependencies come from this environment's site-packages through a .pth entry, which
+    # does not run that folder's own .pth files (so the checkout's editable install stays
+    # out).
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w",
+                    str(wheels), str(ROOT)], check=True, capture_output=True, timeout=600)
+    (wheel,) = wheels.glob("planner-*.whl")
+    fresh = tmp_path / "fresh"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(fresh)], check=True)
+    python = fresh / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path("
+                           "'purelib'))"], check=True, capture_output=True, text=True)
+    Path(site.stdout.strip(), "dependencies.pth").write_text(
+        sysconfig.get_path("purelib") + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
+                    "--quiet", "--no-deps", str(wheel)], check=True, capture_output=True,
+                   timeout=600)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    (work / "fleet.toml").write_text('[model]\npreset = "llama-3.1-70b"\n'
+                                     '[[nodes]]\nid = "gpu"\ncount = 2\nvram = "80 GiB"\n')
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("PYTHONPATH", "PLANNER_DATA_DIR")}
+    where = subprocess.run([str(python), "-c", "import planner; print(planner.__file__)"],
+                           cwd=work, env=env, check=True, capture_output=True, text=True)
+    assert where.stdout.startswith(str(fresh)), where.stdout
+    presets = subprocess.run([str(fresh / "bin" / "planner"), "presets"], cwd=work, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert presets.returncode == 0, presets.stderr
+    assert "llama-3.1-70b" in presets.stdout
+    plan = subprocess.run([str(fresh / "bin" / "planner"), "plan", "fleet.toml", "--json"],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert plan.returncode == 0, plan.stderr
+    stages = json.loads(plan.stdout)["stages"]
+    assert [stage["node_id"] for stage in stages] == ["gpu-00", "gpu-01"]
+    assert stages[-1]["layer_end"] == 80
+    example = subprocess.run([str(python), "-c", "from planner.fleet import example_fleet, "
+                              "load_fleet; print(load_fleet(example_fleet('qwen480b-5x80'))"
+                              ".title)"], cwd=work, env=env, capture_output=True, text=True)
+    assert example.returncode == 0, example.stderr
+    assert example.stdout.strip()

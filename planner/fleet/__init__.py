@@ -61,7 +61,7 @@ from planner.fleet.document import (
     expanded_node_ids,
 )
 from planner.fleet.errors import FleetFileError
-from planner.fleet.files import load_fleet, save_fleet, write_text_atomic
+from planner.fleet.files import example_fleet, load_fleet, save_fleet, write_text_atomic
 from planner.fleet.json import fleet_to_json, parse_fleet_json
 from planner.fleet.toml import fleet_to_toml, parse_fleet_toml
 
@@ -70,6 +70,7 @@ __all__ = [
     "FleetFileError",
     "ModelChoice",
     "ReliabilityOverride",
+    "example_fleet",
     "expanded_node_ids",
     "fleet_to_json",
     "fleet_to_toml",

@@ -62,6 +62,22 @@ def _read_regular_file(path: Path) -> bytes:
         os.close(descriptor)
 
 
+def example_fleet(name: str) -> Path:
+    """The path of the example fleet file ``name`` shipped with the package
+    (``"qwen480b-5x80"`` or ``"qwen480b-5x80.toml"``), wherever the package is installed
+    or the caller runs."""
+    from planner.models.presets import data_dir  # the one place the data directory is found
+
+    folder = data_dir() / "fleets"
+    stem = name[:-5] if name.endswith(".toml") else name
+    path = folder / f"{stem}.toml"
+    if "/" in stem or stem.startswith(".") or not path.is_file():
+        known = ", ".join(sorted(p.stem for p in folder.glob("*.toml"))) or "none"
+        raise FleetFileError("FileNotFound", f"no example fleet {name!r}; the examples are "
+                             f"{known}", path=str(path))
+    return path
+
+
 def load_fleet(path: str | Path) -> FleetDocument:
     """Read a ``.toml`` fleet file or a ``.json`` planning request."""
     file_path = Path(path)

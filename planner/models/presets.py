@@ -48,7 +48,8 @@ File layout::
     bytes_per_token = 131072
     reason = "..."
 
-The data directory is ``<repository>/data`` (``PLANNER_DATA_DIR`` overrides it).
+The data directory is the package ``planner.data`` (the repository's ``data/``;
+``PLANNER_DATA_DIR`` overrides it).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import replace
 from fractions import Fraction
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -77,11 +79,12 @@ ATTENTION_KINDS = ("full", "mla", "sliding_window")
 
 
 def data_dir() -> Path:
-    """The data directory: ``$PLANNER_DATA_DIR`` or the repository's ``data/``."""
+    """The data directory: ``$PLANNER_DATA_DIR``, else the data shipped in the package
+    (``planner.data``, which is the repository's ``data/``)."""
     override = os.environ.get(DATA_DIR_ENV)
-    path = Path(override) if override else Path(__file__).resolve().parents[2] / "data"
+    path = Path(override) if override else Path(str(files("planner.data")))
     if not path.is_dir():
-        origin = f"${DATA_DIR_ENV}" if override else "the repository checkout"
+        origin = f"${DATA_DIR_ENV}" if override else "the installed package"
         raise ModelError(
             "MissingDataDir",
             f"data directory {path} (from {origin}) does not exist; set {DATA_DIR_ENV} to the "

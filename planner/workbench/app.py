@@ -53,7 +53,7 @@ from planner.workbench.state import (
 )
 from planner.workbench.view import STYLE, PlanView
 
-DEFAULT_REPORT_DIR = DEFAULT_FLEET_DIR.parents[1] / "reports"
+DEFAULT_REPORT_DIR = Path.cwd() / "reports"
 FLEET_SUFFIXES = (".toml", ".json")
 
 # Errors a person can cause from the workbench; each is shown as a message.

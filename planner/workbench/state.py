@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,8 @@ from planner.units import (
     parse_latency_ms,
 )
 
-DEFAULT_FLEET_DIR = Path(__file__).resolve().parents[2] / "data" / "fleets"
+# The example fleets shipped in the package (the repository's data/fleets in a checkout).
+DEFAULT_FLEET_DIR = Path(str(files("planner.data"))) / "fleets"
 DEFAULT_FLEET_FILE = DEFAULT_FLEET_DIR / "qwen480b-5x80.toml"
 
 # The design's Qwen3-Coder-480B-A35B on five 80 GiB GPUs, used when the default fleet
