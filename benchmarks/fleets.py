@@ -45,7 +45,7 @@ def _distinct(count: int, seed: int) -> list[dict[str, Any]]:
 
 
 def fleets() -> dict[str, dict[str, Any]]:
-    """Name -> planning request (dicts with the SPEC's field names)."""
+    """Name -> planning request (dicts with the field names of docs/rules.md §1)."""
     return {
         "16 x 24 GiB": dict(QWEN_480B, nodes=_nodes([(24, None)], 16, False)),
         "14 mixed": dict(QWEN_480B, nodes=_mixed(14, 1)),

@@ -8,7 +8,7 @@ shipped Mac Studios (large memory at a purchase price spread over years) win alm
 every question there within a few plans, so ``rented GPUs`` is the harder one: the 9
 rented GPU kinds, a spot variant of each, and a reserved variant (70 %, at most 8) of
 the H100 and A100 80GB, where many mixes cost nearly the same. The model's targets are
-the defaults (the SPEC context floor, 1 lane). ``python benchmarks/sizing_bench.py``
+the defaults (the context floor, 1 lane). ``python benchmarks/sizing_bench.py``
 prints the table; ``make bench`` includes it.
 """
 

@@ -81,7 +81,7 @@ def integer(
     maximum: int | None = None,
 ) -> int:
     """``value`` as a Python ``int`` within ``[minimum, maximum]`` (a bound of ``None`` is
-    open), or the error ``fail`` builds, with the problem in the SPEC's words."""
+    open), or the error ``fail`` builds, with the problem in the words of docs/rules.md."""
     if value is None:
         raise fail("is required", None)
     if not is_integral(value):

@@ -13,7 +13,7 @@ is set).
 
 Nodes whose planning fields and ``u`` are equal are interchangeable: the planned context,
 lanes and estimate depend on the multiset of surviving budgets, not on which of the equal
-nodes survive (node ids only break ties between sets of equal merit, SPEC section 5 rule
+nodes survive (node ids only break ties between sets of equal merit, docs/rules.md §5 rule
 4). So a failure state is a vector of down counts per kind, with probability
 ``prod_k C(n_k, d_k) u_k^d_k (1 - u_k)^(n_k - d_k)``. Small state spaces are enumerated in
 full (the result is exact); large ones in decreasing probability until the unexplored mass
@@ -249,7 +249,7 @@ def targets_check(*, min_context: int | None = None, min_lanes: int = 1,
 
     ``targets`` (the sizing targets) gives the minimums instead; its TPOT target is
     applied to the request by :func:`with_targets`. A fleet file's nodes carry no memory
-    bandwidth, so the TPOT judged here is the SPEC's network estimate
+    bandwidth, so the TPOT judged here is the network estimate of docs/rules.md §6
     (``decode_tpot_target_met``), not the :mod:`planner.performance` estimate sizing uses.
     """
     if targets is not None:
@@ -475,7 +475,7 @@ def fleet_availability(
     states are evaluated in decreasing probability until the unexplored mass is below
     ``tolerance`` or ``max_states`` were evaluated.
 
-    Request errors other than "nothing fits" (SPEC section 2, checks 1-8) raise as in
+    Request errors other than "nothing fits" (docs/rules.md §2, checks 1-8) raise as in
     :func:`~planner.planning.plan_topology`.
     """
     req = with_targets(as_planning_input(request), targets)

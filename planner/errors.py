@@ -1,8 +1,8 @@
 """The package's one error hierarchy.
 
-Every error the package raises is a :class:`CodedError`: a stable ``code`` (the SPEC's
-name where the SPEC names it), a ``message`` a person can act on, and the values behind
-the message in ``details``. Each class lists the codes it may carry in ``codes``; a
+Every error the package raises is a :class:`CodedError`: a stable ``code`` (the name
+docs/rules.md gives it, where it names one), a ``message`` a person can act on, and the
+values behind the message in ``details``. Each class lists the codes it may carry in ``codes``; a
 code belongs to exactly one class (the README's error table lists them all), so
 ``error.code`` alone tells what went wrong.
 """
@@ -55,7 +55,7 @@ class CodedError(ValueError):
 
 
 class PlanError(CodedError):
-    """Planning failed or the request was refused (SPEC section 2).
+    """Planning failed or the request was refused (docs/rules.md §2).
 
     Malformed requests raise the subclass :class:`InvalidInput`.
     """

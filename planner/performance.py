@@ -15,8 +15,7 @@ The estimate, per token of one sequence:
   last token of a full context, the slowest one);
 - ``bandwidth_efficiency`` (default :data:`DEFAULT_BANDWIDTH_EFFICIENCY` = 0.7): the
   share of the vendor's peak bandwidth a decode kernel reaches. llm-analysis calls 0.9
-  aggressive; measured efficiencies of 0.6-0.8 are common (REFERENCES.md, "Decode speed
-  of a pipeline split").
+  aggressive; measured efficiencies of 0.6-0.8 are common (docs/sources.md §3).
 
 ``hop_ms[i] = stage_transfer_latency_ms[i] + activation_bytes / link_bandwidth x 1000``
 for each of the ``stages - 1`` hops, from stage ``i`` to stage ``i + 1``:
@@ -24,11 +23,11 @@ for each of the ``stages - 1`` hops, from stage ``i`` to stage ``i + 1``:
 F32, one row of ``n_embd`` values per token); ``link_bandwidth_bytes_per_s`` defaults to
 10 Gb/s (:data:`DEFAULT_LINK_BANDWIDTH_BYTES_PER_S`). A node without a latency adds 0 ms
 of latency, and the estimate says so in its notes. (The planner's own
-``estimated_decode_network_ms_per_token`` is SPEC section 6's ranking rule,
+``estimated_decode_network_ms_per_token`` is docs/rules.md §6's ranking rule,
 ``stages x max(latency)``; this estimate counts the hops themselves.)
 
 ``estimated_tpot_ms = sum(stage_read_ms) + sum(hop_ms)``: time per output token of one
-sequence (REFERENCES.md: single-stream TPOT is the sum of the stage times and the hops).
+sequence (docs/sources.md §3: single-stream TPOT is the sum of the stage times and the hops).
 
 ``tokens_per_s = parallel_lanes x 1000 / estimated_tpot_ms``: the plan's lanes decode in
 one batch (llama.cpp's server puts one token of every busy sequence in each decode
@@ -38,7 +37,7 @@ per lane. This is the memory-bound ceiling; compute and the batch's own overhead
 
 ``cost_per_hour_usd = sum(price_per_hour)`` over the nodes paid for (the plan's stages,
 or a whole fleet), and ``cost_per_million_tokens_usd = cost_per_hour_usd /
-(tokens_per_s x 3600) x 10**6`` (REFERENCES.md).
+(tokens_per_s x 3600) x 10**6`` (docs/sources.md §3).
 
 Everything here is an estimate from vendor figures and is labelled so wherever it is shown
 (:data:`ESTIMATE_NOTE`).
@@ -203,7 +202,7 @@ def _check_efficiency(efficiency: Any) -> float:
 
 
 def cost_per_million_tokens(cost_per_hour_usd: float, tokens_per_s: float) -> float:
-    """``cost_per_hour / (tokens_per_s x 3600) x 10**6`` (REFERENCES.md)."""
+    """``cost_per_hour / (tokens_per_s x 3600) x 10**6`` (docs/sources.md §3)."""
     return cost_per_hour_usd / (tokens_per_s * 3600) * 1_000_000
 
 

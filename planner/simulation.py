@@ -11,7 +11,7 @@ Claim traffic: the fleet's nodes are stages of one :class:`planner.fence.simulat
 for the whole timeline. Failed nodes are crashed there and restarted on repair; each new
 plan is claimed by a coordinator with the next term, which sends its claims and loads,
 and the stages shut down the older term's work as they accept the newer claim
-(SPEC sections 8-9). The messages of each term are counted from the fence's event log.
+(docs/rules.md §8-§9). The messages of each term are counted from the fence's event log.
 
 Same seed, same timeline: all randomness comes from one ``numpy`` generator seeded with
 ``seed``, drawn node by node in fleet order.

@@ -6,7 +6,7 @@ and ``stage_transfer_latency_ms``. A fleet **meets the targets** when
 :func:`planner.plan_topology` on it (with the model, ``minimum_nodes``, the TPOT target as
 ``target_decode_tpot_ms`` and any overrides) returns a plan with
 
-- ``context_length >= minimum_context`` (default: the SPEC floor,
+- ``context_length >= minimum_context`` (default: the context floor of docs/rules.md §3,
   ``min(native_context_length, 65_536)``),
 - ``parallel_lanes >= minimum_lanes`` (default 1),
 - with a TPOT target, ``estimated_tpot_ms <= target_decode_tpot_ms`` (the
@@ -88,7 +88,8 @@ class SizingError(CodedError):
 
 @dataclass(frozen=True, slots=True)
 class SizingTargets:
-    """What a fleet must achieve. ``minimum_context`` ``None`` is the SPEC floor."""
+    """What a fleet must achieve. ``minimum_context`` ``None`` is the context floor
+    (docs/rules.md §3)."""
 
     minimum_context: int | None = None
     minimum_lanes: int = 1
@@ -560,9 +561,9 @@ def size_fleet(
     """The ``top`` cheapest fleets of ``catalog`` kinds that meet ``targets`` for ``model``.
 
     ``model`` is a :class:`~planner.models.ModelSpec` (its decode traffic comes with it) or
-    the SPEC's model fields (give ``traffic`` for speed estimates). ``kinds`` limits the
+    the request's model fields (give ``traffic`` for speed estimates). ``kinds`` limits the
     kinds used (ids or names); by default every kind with a price. The overrides are the
-    SPEC's, as a fleet file's ``[planning]`` gives them.
+    request's (docs/rules.md §1), as a fleet file's ``[planning]`` gives them.
 
     ``pareto``: also the Pareto front over (cost per hour, context, estimated TPOT) among
     the ``top`` cheapest fleets at each context candidate from the minimum up (each of

@@ -1,6 +1,6 @@
 """Hypothesis strategies for planning requests, weighted toward the hard cases:
 ties in usable bytes, identical nodes, latency on some nodes only, caps and headroom,
-exact per-layer weights and stage counts near the layer count, and the SPEC section 2
+exact per-layer weights and stage counts near the layer count, and the docs/rules.md §2
 refusals (zeros, no nodes, overrides out of range, wrong-length per-layer weights),
 one or several at once."""
 

@@ -1,6 +1,6 @@
-"""A plain exhaustive planner: the SPEC rules written as directly as possible.
+"""A plain exhaustive planner: the rules of docs/rules.md written as directly as possible.
 
-It tries every subset of every size and keeps the best by the SPEC's ordering. It is
+It tries every subset of every size and keeps the best by their ordering (§5, §6). It is
 exponential and lives only in the tests, as the oracle the real planner is compared to.
 """
 
@@ -101,7 +101,7 @@ def best_set(req: dict[str, Any], context: int, k: int) -> Fitted | None:
 
 
 def check(req: dict[str, Any]) -> None:
-    # SPEC section 2: a per-layer list of the wrong length is malformed input, refused
+    # docs/rules.md §2: a per-layer list of the wrong length is malformed input, refused
     # before the numbered checks (with no layers there is no length to compare against).
     given = req.get("layer_weight_bytes")
     if given is not None and req["layer_count"] > 0 and len(given) != req["layer_count"]:
@@ -126,7 +126,7 @@ def check(req: dict[str, Any]) -> None:
 
 
 def target_met(req: dict[str, Any], f: Fitted) -> bool | None:
-    """SPEC section 6: the estimate within the target when both are known, else None."""
+    """docs/rules.md §6: the estimate within the target when both are known, else None."""
     target = req.get("target_decode_tpot_ms")
     return None if f.estimate is None or target is None else f.estimate <= target
 
@@ -137,7 +137,7 @@ def table(req: dict[str, Any]) -> dict[tuple[int, int], Fitted | None]:
 
 
 def plan(req: dict[str, Any]) -> dict[str, Any]:
-    """SPEC section 7 plan, or raises ReferenceError_ with the SPEC code."""
+    """docs/rules.md §7 plan, or raises ReferenceError_ with the code of §2."""
     check(req)
     latency_on = any(n.get("stage_transfer_latency_ms") is not None for n in req["nodes"])
     target = req.get("target_decode_tpot_ms")

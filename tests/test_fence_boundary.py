@@ -184,7 +184,7 @@ def test_well_formed_arguments_still_work() -> None:
 
 
 def test_numpy_integers_count_as_integers_everywhere_in_the_fence() -> None:
-    # Values read from a DataFrame are numpy integers (SPEC section 2).
+    # Values read from a DataFrame are numpy integers (docs/rules.md §2).
     assert quorum_requirement(np.int64(3)) == 2 and type(quorum_requirement(np.int8(4))) is int
     assert run_scenario(np.int64(1)).scenario.number == 1
     with pytest.raises(FenceError):

@@ -1,4 +1,4 @@
-"""The claim fence (SPEC section 8): test vectors, every rule on its own, and properties."""
+"""The claim fence (docs/rules.md §8): test vectors, every rule on its own, and properties."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def test_fence_vector(row: dict[str, Any]) -> None:
         ({"topology_hash": ""}, "MissingHashes"),
         ({"lease_until_unix_ms": NOW}, "ExpiredLease"),
         ({"lease_until_unix_ms": NOW - 1}, "ExpiredLease"),
-        # Several problems: the first in SPEC order wins.
+        # Several problems: the first in the order of docs/rules.md §8.1 wins.
         ({"package_ref": "", "coordinator_term": 0, "topology_hash": ""}, "MissingPackageRef"),
         ({"coordinator_id": "", "coordinator_term": 0}, "MissingCoordinatorId"),
         ({"coordinator_term": 0, "lease_until_unix_ms": 0}, "MissingTerm"),
@@ -311,7 +311,7 @@ def test_malformed_input_is_refused_naming_the_field(build: Any, field: str) -> 
 
 
 def test_stale_term_reports_both_terms_and_the_current_claim() -> None:
-    # SPEC section 8: "lower term -> StaleTerm (reports both terms and the current claim)".
+    # docs/rules.md §8.1: a lower term is StaleTerm, reporting both terms and the stored claim.
     stored = make_claim(coordinator_term=11)
     data = decide_claim(stored, make_claim(coordinator_term=10), NOW).to_dict()
     assert data["reason"] == "StaleTerm"
@@ -320,7 +320,7 @@ def test_stale_term_reports_both_terms_and_the_current_claim() -> None:
 
 
 def test_term_mismatch_reports_the_load_term_and_the_claim_term() -> None:
-    # SPEC section 8: "term differs -> TermMismatch{load_term, claim_term}".
+    # docs/rules.md §8.2: a term that differs is TermMismatch, reporting load_term and claim_term.
     stored = make_claim(coordinator_term=11)
     data = decide_load(stored, make_load(stored, coordinator_term=12), NOW).to_dict()
     assert data["reason"] == "TermMismatch"

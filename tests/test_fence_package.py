@@ -39,7 +39,7 @@ def test_importing_the_fence_loads_neither_pandas_nor_the_simulator() -> None:
 
 
 def test_the_top_level_is_the_fence_and_the_stage_runtime() -> None:
-    # SPEC sections 8 and 9; the simulator, scenarios and checker are submodules.
+    # docs/rules.md §8 and §9; the simulator, scenarios and checker are submodules.
     assert set(planner.fence.__all__) == {
         "ClaimDecision", "ClaimFence", "ClaimKey", "CoordinatorClaim", "GenerationRef",
         "LoadClaimRef", "LoadDecision", "decide_claim", "decide_load", "quorum_requirement",

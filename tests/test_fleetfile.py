@@ -259,7 +259,7 @@ def test_missing_file_and_wrong_extension(tmp_path: Path) -> None:
     assert wrong.value.code == "UnsupportedFormat"
 
 
-# -- JSON in the SPEC's raw names -------------------------------------------------------
+# -- JSON in the request's raw names -------------------------------------------------------
 
 
 def test_json_request_loads_with_its_model_name(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
-"""SPEC section 6 worked by hand, with latency on some nodes only.
+"""docs/rules.md §6 worked by hand, with latency on some nodes only.
 
-The planner and the exhaustive reference share one reading of the SPEC; these expected
-plans are worked from the SPEC's text alone, so a misreading common to both shows here.
+The planner and the exhaustive reference share one reading of docs/rules.md; these expected
+plans are worked from its text alone, so a misreading common to both shows here.
 Every model below has uniform weights, so a layer at context ``c`` needs
 ``ceil(model_weight_bytes / layer_count) + ceil(kv_bytes_per_token / layer_count) * c``.
 """

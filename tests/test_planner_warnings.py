@@ -52,7 +52,7 @@ def test_layer_weights_that_disagree_with_the_model_weight_warn() -> None:
     assert warning.code == "LayerWeightsMismatch" and warning.node_ids == ()
     assert warning.message == ("the per-layer weights add up to 3 B but the model weight is "
                                "40 GiB; the plan uses the per-layer weights")
-    # SPEC section 2: planned all the same, with the per-layer figures.
+    # docs/rules.md §2: planned all the same, with the per-layer figures.
     assert planner.plan_topology(_three_layers((1, 1, 1))).stages[0].parameter_bytes == 3
 
 

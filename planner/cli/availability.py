@@ -49,7 +49,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--catalog", metavar="FILE",
                         help="GPU catalog with failure figures (default data/gpus.toml)")
     parser.add_argument("--min-context", type=int, metavar="N",
-                        help="context the plan must reach (default the SPEC floor, "
+                        help="context the plan must reach (default the context floor, "
                              "min(native, 65536))")
     parser.add_argument("--min-lanes", type=int, default=1, metavar="N",
                         help="parallel lanes the plan must reach (default 1)")

@@ -1,4 +1,4 @@
-"""``planner plan FLEET``: the plan for a fleet file, as a table or as SPEC section 7 JSON."""
+"""``planner plan FLEET``: the plan for a fleet file, as a table or as docs/rules.md §7 JSON."""
 
 from __future__ import annotations
 
@@ -31,15 +31,15 @@ NAME = "plan"
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = add_command(
         commands, NAME, run, help="print the plan for a fleet file",
-        description="Plan a fleet file (.toml, or .json in the SPEC's field names) and "
+        description="Plan a fleet file (.toml, or .json with a planning request's field names) and "
                     "print the stages as a table.",
         examples=("planner plan data/fleets/qwen480b-5x80.toml",
-                  "planner plan data/fleets/qwen480b-5x80.toml --json   # SPEC section 7"),
+                  "planner plan data/fleets/qwen480b-5x80.toml --json   # docs/rules.md §7"),
         exit_codes="0 plan found, 1 no valid topology, 2 bad input")
     add_fleet_argument(parser)
     add_memory_model_argument(parser)
     parser.add_argument("--json", action="store_true",
-                        help="print the plan as JSON with the SPEC's field names")
+                        help="print the plan as JSON (the plan's field names)")
 
 
 def run(args: argparse.Namespace) -> int:

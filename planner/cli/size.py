@@ -41,7 +41,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--catalog", metavar="FILE",
                         help="GPU catalog in the format of data/gpus.toml (default: that)")
     parser.add_argument("--min-context", type=int, metavar="N",
-                        help="context the plan must reach (default the SPEC floor)")
+                        help="context the plan must reach (default the context floor)")
     parser.add_argument("--min-lanes", type=int, default=1, metavar="N",
                         help="parallel lanes the plan must reach (default 1)")
     parser.add_argument("--tolerate", type=int, default=0, metavar="F",

@@ -1,5 +1,5 @@
-"""Coordinator claim fencing: the stage fence (SPEC section 8) and the stage runtime around
-it (SPEC section 9).
+"""Coordinator claim fencing: the stage fence (docs/rules.md §8) and the stage runtime around
+it (docs/rules.md §9).
 
 The fence rules are :func:`decide_claim` and :func:`decide_load`; :class:`ClaimFence` stores
 what they accept and :class:`StageRuntime` adds the superseding rules (newer terms shut down

@@ -1,4 +1,4 @@
-"""The claim fence of one stage (SPEC section 8): pure rules plus a thin store.
+"""The claim fence of one stage (docs/rules.md §8): pure rules plus a thin store.
 
 A stage keeps at most one accepted coordinator claim per model artifact, the key
 ``(model_id, package_ref, manifest_sha256)``. :func:`decide_claim` and
@@ -22,7 +22,7 @@ from planner.fence.errors import InvalidFenceInput, bad_input
 
 ClaimKey = tuple[str, str, str]
 
-# Reason codes, exactly as SPEC section 8 names them.
+# Reason codes, exactly as docs/rules.md §8 names them.
 MISSING_MODEL_ID = "MissingModelId"
 MISSING_PACKAGE_REF = "MissingPackageRef"
 MISSING_MANIFEST_SHA256 = "MissingManifestSha256"
@@ -50,7 +50,7 @@ CLAIM_REASONS: tuple[str, ...] = (
     STALE_TERM,
     CONFLICTING_SAME_TERM,
 )
-# The checks that can decide, in the order SPEC section 8 applies them. A decision
+# The checks that can decide, in the order docs/rules.md §8 applies them. A decision
 # names the one that decided in its ``rule``, so a drawing of the rules (or a log)
 # shows the branch taken without re-deriving it from the reason.
 RULE_SHAPE = "shape"
@@ -289,7 +289,7 @@ class ClaimDecision:
         return _claim_rejection_message(self.reason, claim, self.current, self.now_unix_ms)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data; ``claim_term`` and ``current_term`` are both terms (SPEC section 8:
+        """Plain data; ``claim_term`` and ``current_term`` are both terms (docs/rules.md §8:
         a ``StaleTerm`` reports both terms and the current claim)."""
         return {
             "accepted": self.accepted,
@@ -395,7 +395,7 @@ class LoadDecision:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data; ``load_term`` and ``claim_term`` are the two terms a
-        ``TermMismatch`` compares (SPEC section 8)."""
+        ``TermMismatch`` compares (docs/rules.md §8.2)."""
         return {
             "accepted": self.accepted,
             "reason": self.reason,

@@ -1,4 +1,4 @@
-"""The stage runtime around the fence (SPEC section 9, the design's "Superseding").
+"""The stage runtime around the fence (docs/rules.md §9, the design's "Superseding").
 
 A :class:`StageRuntime` is an immutable value: the accepted claims, the stage work
 that is preparing and the stage work that is running. Every operation returns the
@@ -133,7 +133,7 @@ class StopDecision:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data; ``stop_term`` and ``current_term`` are the two terms a stale stop
-        compares (SPEC section 9)."""
+        compares (docs/rules.md §9)."""
         return {"accepted": self.accepted, "reason": self.reason,
                 "stop_term": self.stop_term, "current_term": self.current_term,
                 "message": self.message}

@@ -266,7 +266,7 @@ def claim_flowchart_figure(decision: ClaimDecision | None = None) -> go.Figure:
 def load_flowchart_figure(decision: LoadDecision | None = None) -> go.Figure:
     """The load-fencing flowchart, with ``decision``'s path highlighted.
 
-    It has one check the design's drawing leaves out and the SPEC orders: a load that
+    It has one check the design's drawing leaves out and docs/rules.md §8.2 orders: a load that
     is not unfenced needs both a non-zero term and a coordinator id.
     """
     path = () if decision is None else load_decision_path(decision)

@@ -1,6 +1,7 @@
 """Fleet files: a model and a fleet of nodes, as a person writes them.
 
-A fleet file is TOML (or JSON in the SPEC's raw field names). The TOML form::
+A fleet file is TOML (or JSON with a planning request's field names, docs/rules.md §1).
+The TOML form::
 
     name = "Qwen3-Coder 480B on five 80 GiB GPUs"   # optional
 
@@ -48,7 +49,7 @@ the file; a collision is refused naming both entries. Saving writes a run of ide
 nodes numbered this way back as one ``count`` entry. Saving over a TOML file keeps its
 comments, layout and the spelling of unchanged values (:mod:`planner.fleet.edit`).
 
-The JSON form is a planning request as in SPEC section 1, optionally with
+The JSON form is a planning request as in docs/rules.md §1, optionally with
 ``"model_name"`` and ``"name"`` (the fleet's name). Saving to ``.json`` writes that form,
 so a preset or GGUF model is resolved to its numbers there.
 """

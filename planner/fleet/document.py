@@ -31,7 +31,7 @@ class ModelChoice:
     """Which model to plan: a preset name, a GGUF file, or the model's numbers.
 
     Exactly one of ``preset``, ``gguf`` and ``numbers`` is set. ``numbers`` holds the
-    SPEC model fields (``native_context_length``, ``layer_count``, ``model_weight_bytes``,
+    model fields of the request (``native_context_length``, ``layer_count``, ``model_weight_bytes``,
     ``kv_bytes_per_token`` and optionally ``layer_weight_bytes``, kept as a tuple).
     ``kv_cache_type`` selects the KV cache type of a preset or GGUF model. ``name`` is an
     optional display name.
@@ -81,7 +81,7 @@ class ModelChoice:
         return "custom model"
 
     def resolve(self, base_dir: Path | None = None) -> dict[str, Any]:
-        """The five SPEC model fields (``layer_weight_bytes`` ``None`` when unknown)."""
+        """The five model fields of the request (``layer_weight_bytes`` ``None`` when unknown)."""
         spec = self.spec(base_dir)
         fields = dict(self.numbers) if spec is None else spec.planning_fields()
         weights = fields.get("layer_weight_bytes")
@@ -277,7 +277,7 @@ class FleetDocument:
         return {node_id: own.gpu for node_id, own in self.reliability.items() if own.gpu}
 
     def to_request(self, memory_model: str = "design") -> PlanningInput:
-        """The planning request (SPEC section 1) this document describes.
+        """The planning request (docs/rules.md §1) this document describes.
 
         ``memory_model="llamacpp"`` plans with what llama.cpp allocates (read from the
         model's GGUF file, with each node's backend overhead from its catalog kind).

@@ -1,6 +1,6 @@
-"""The JSON form of a fleet file: a SPEC section 1 planning request, plus optional
+"""The JSON form of a fleet file: a docs/rules.md §1 planning request, plus optional
 ``model_name`` and ``name``, and a node's own failure figures (``annual_failure_rate``,
-``repair_hours``, ``gpu``) beside its SPEC fields."""
+``repair_hours``, ``gpu``) beside its planning request fields."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from planner.planning import PlanningInput
 
 
 def parse_fleet_json(text: str, source: str = "<string>") -> FleetDocument:
-    """Read a JSON planning request (SPEC section 1 names, plus optional ``model_name``
+    """Read a JSON planning request (docs/rules.md §1 names, plus optional ``model_name``
     and ``name``)."""
     refuse_lone_surrogates(text, source, "Json")
 

@@ -106,7 +106,7 @@ class GpuModel:
 
     @property
     def usable_bytes(self) -> int:
-        """Usable bytes of one node of this kind (SPEC section 3 with its headroom)."""
+        """Usable bytes of one node of this kind (docs/rules.md §3 with its headroom)."""
         return max(0, self.memory_bytes - (self.headroom_bytes or 0))
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """What the planner needs to know about a model, and where each number came from.
 
-A :class:`ModelSpec` carries the SPEC's planning-input names (``native_context_length``,
-``layer_count``, ``model_weight_bytes``, ``layer_weight_bytes``, ``kv_bytes_per_token``)
+A :class:`ModelSpec` carries the planning request's names (docs/rules.md §1:
+``native_context_length``, ``layer_count``, ``model_weight_bytes``, ``layer_weight_bytes``,
+``kv_bytes_per_token``)
 beside the architecture, the KV cache type the per-token figure is for, the figure for
 every other cache type the spec knows, a source and notes. ``planning_fields()`` drops
 straight into a planning request.
@@ -181,7 +182,7 @@ class ModelSpec:
                        kv_bytes_per_token=table[kv_cache_type])
 
     def planning_fields(self) -> dict[str, Any]:
-        """The model's part of a planning request (SPEC section 1 names)."""
+        """The model's part of a planning request (docs/rules.md §1 names)."""
         return {
             "native_context_length": self.native_context_length,
             "layer_count": self.layer_count,

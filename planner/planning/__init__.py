@@ -1,4 +1,4 @@
-"""Split-topology planning (SPEC sections 1-7). Pure: no widgets, no plotting."""
+"""Split-topology planning (docs/rules.md §1-§7). Pure: no widgets, no plotting."""
 
 from planner.planning.api import CANDIDATE_COLUMNS, candidates, plan_topology
 from planner.planning.explain import ChoiceExplanation, HigherContext, ShapeOption, explain_choice

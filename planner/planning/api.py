@@ -49,13 +49,13 @@ def _to_plan(request: PlanningInput, choice: NodeSetChoice, lanes: int) -> Plan:
 
 
 def _set_order(choice: NodeSetChoice) -> tuple[int, int, tuple[str, ...]]:
-    """SPEC section 5 rules 2-4 as an ascending sort key."""
+    """docs/rules.md §5 rules 2-4 as an ascending sort key."""
     return (-choice.min_remaining_bytes, -choice.total_remaining_bytes, choice.node_ids)
 
 
 def shape_rank(request: PlanningInput, estimate_us: int,
                context: int) -> tuple[bool, int, int]:
-    """SPEC section 6, latency-aware: target met (unknown counts as met), lower estimate
+    """docs/rules.md §6, latency-aware: target met (unknown counts as met), lower estimate
     (unknown counts as 0; in whole microseconds, so exact), higher context; lanes are
     always the most allowed."""
     target = request.target_decode_tpot_ms
@@ -88,7 +88,7 @@ class Shapes:
         return self._fitting[context]
 
     def best(self, context: int, counts: Iterable[int]) -> dict[int, NodeSetChoice]:
-        """The SPEC section 5 best set for each of ``counts`` that fits at ``context``."""
+        """The docs/rules.md §5 best set for each of ``counts`` that fits at ``context``."""
         fitting = self.fitting(context)
         wanted = [k for k in counts if k in fitting]
         missing = [k for k in wanted if (context, k) not in self._best]
@@ -100,7 +100,7 @@ class Shapes:
 
 def select_shape(request: PlanningInput, shapes: Shapes,
                  contexts: Iterable[int] | None = None) -> NodeSetChoice | None:
-    """SPEC section 6: the chosen (context, stage count) and its node set, or None.
+    """docs/rules.md §6: the chosen (context, stage count) and its node set, or None.
 
     ``contexts`` (highest first) narrows the choice to those context lengths; by default
     every context candidate takes part.
@@ -117,7 +117,7 @@ def select_shape(request: PlanningInput, shapes: Shapes,
         return None
     # Latency-aware: rank every fitting shape by target met, estimate, context (the
     # estimate needs only the smallest max latency); ties between stage counts go to the
-    # SPEC section 5 rules, which need the sets themselves.
+    # docs/rules.md §5 rules, which need the sets themselves.
     ranked = [
         (shape_rank(request, count * latency, context), context, count)
         for context in contexts
@@ -134,8 +134,9 @@ def select_shape(request: PlanningInput, shapes: Shapes,
 def plan_topology(request: Request) -> Plan:
     """Choose the context length, nodes, layer ranges and parallel lanes.
 
-    ``request`` is a :class:`PlanningInput` or a plain dict with the SPEC's field names
-    (nodes as dicts). Raises :class:`~planner.errors.PlanError` with the SPEC's ``code``
+    ``request`` is a :class:`PlanningInput` or a plain dict with the field names of
+    docs/rules.md §1 (nodes as dicts). Raises :class:`~planner.errors.PlanError` with the
+    ``code`` of §2
     (``InvalidInput`` for malformed requests).
 
     >>> plan = plan_topology({
@@ -256,7 +257,7 @@ def candidates(request: Request) -> pd.DataFrame:
     ``feasible`` (bool)
         Whether some node set of that size fits at that context.
     ``node_ids`` (tuple of str)
-        The best node set for the shape (SPEC section 5), in stage order; empty when
+        The best node set for the shape (docs/rules.md §5), in stage order; empty when
         infeasible.
     ``min_remaining_bytes``, ``total_remaining_bytes`` (Int64, bytes)
         Smallest and summed usable bytes left over across the set's stages.
@@ -269,7 +270,7 @@ def candidates(request: Request) -> pd.DataFrame:
     ``reason`` (str)
         For infeasible rows, why no set fits; empty otherwise.
 
-    Request errors (SPEC section 2, checks 1-8) raise like :func:`plan_topology`; a fleet
+    Request errors (docs/rules.md §2, checks 1-8) raise like :func:`plan_topology`; a fleet
     that fits no shape gives a table whose rows are all infeasible.
     """
     req = as_planning_input(request)

@@ -1,5 +1,5 @@
 """Why the planner chose its shape: the chosen shape beside the best one at each higher
-context, and the SPEC section 6 rule that ranked it lower.
+context, and the docs/rules.md §6 rule that ranked it lower.
 
 Without latencies the highest context that fits wins outright, so no higher context has a
 feasible shape. With latencies the estimate ranks before the context, and a deeper
@@ -36,7 +36,7 @@ RULE_TEXT = {
 
 @dataclass(frozen=True, slots=True)
 class ShapeOption:
-    """One shape and its best node set (SPEC section 5), as the planner ranks it."""
+    """One shape and its best node set (docs/rules.md §5), as the planner ranks it."""
 
     context_length: int
     stage_count: int
@@ -97,7 +97,7 @@ class ChoiceExplanation:
 
 
 def explain_choice(request: Request) -> ChoiceExplanation:
-    """Why the plan has its context, stage count and lanes (SPEC section 6).
+    """Why the plan has its context, stage count and lanes (docs/rules.md §6).
 
     Raises :class:`~planner.errors.PlanError` exactly like :func:`plan_topology`.
 
@@ -154,7 +154,7 @@ def _stages(count: int) -> str:
 
 
 def _compare(request: PlanningInput, option: ShapeOption, chosen: ShapeOption) -> HigherContext:
-    """The SPEC section 6 rule by which ``option`` (a higher context) ranks below ``chosen``."""
+    """The docs/rules.md §6 rule by which ``option`` (a higher context) ranks below ``chosen``."""
     mine = shape_rank(request, _us(option), option.context_length)
     theirs = shape_rank(request, _us(chosen), chosen.context_length)
     needs = f"{option.context_length:,} needs {_stages(option.stage_count)}"

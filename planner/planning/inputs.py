@@ -1,9 +1,10 @@
-"""The planning request: SPEC section 1 field names, validated on construction.
+"""The planning request: docs/rules.md §1 field names, validated on construction.
 
 Malformed input (wrong types, negative numbers, duplicate or empty node ids, unknown
 fields, per-layer weights of the wrong length) raises :class:`~planner.errors.InvalidInput`
-naming the field and node. The SPEC's own refusals (``MissingLayers`` and the rest) are
-raised by the planner, not here, because they are well-formed requests it cannot plan.
+naming the field and node. The planner's own refusals (``MissingLayers`` and the rest,
+docs/rules.md §2) are raised by the planner, not here, because they are well-formed
+requests it cannot plan.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def check_node_count(count: int, where: str = "the fleet") -> None:
 
 @dataclass(frozen=True, slots=True)
 class NodeBudget:
-    """One node of the fleet (SPEC section 1 ``nodes[]``)."""
+    """One node of the fleet (docs/rules.md §1 ``nodes[]``)."""
 
     node_id: str
     detected_vram_bytes: int
@@ -97,7 +98,7 @@ class NodeBudget:
 
     @property
     def usable_bytes(self) -> int:
-        """``max(0, min(detected, max_vram if set) - headroom)`` (SPEC section 3)."""
+        """``max(0, min(detected, max_vram if set) - headroom)`` (docs/rules.md §3)."""
         return max(0, self.capped_vram_bytes - self.runtime_headroom_bytes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -137,8 +138,8 @@ def _node_fields(node_id: Any, detected: Any, max_vram: Any, headroom: Any, late
 
 def _latency(value: Any, field_name: str, node_id: str) -> int | float | None:
     """A latency is a number of milliseconds (any integral type or a float, not text or
-    bool), to three decimals: SPEC section 1 extended to sub-millisecond links. Whole
-    values plan exactly as the SPEC's integers do (``5.0`` is ``5``)."""
+    bool), to three decimals: docs/rules.md §1 extended to sub-millisecond links. Whole
+    values plan exactly as whole milliseconds do (``5.0`` is ``5``)."""
     if value is None:
         return None
     fail = _bad(field_name, node_id)
@@ -165,7 +166,7 @@ _NODE_FIELDS = (
 
 @dataclass(frozen=True, slots=True)
 class PlanningInput:
-    """A planning request (SPEC section 1).
+    """A planning request (docs/rules.md §1).
 
     ``minimum_nodes`` 0 is treated as 1. Optional fields default to ``None``.
     """
@@ -181,8 +182,8 @@ class PlanningInput:
     parallel_lanes_override: int | None = None
     target_decode_tpot_ms: int | None = None
     memory_model: str = "design"
-    """``"design"``: the SPEC's per-layer rule. ``"llamacpp"``: what llama.cpp allocates,
-    from ``llamacpp`` (a :class:`planner.memory.LlamaCppCosts`)."""
+    """``"design"``: the per-layer rule of docs/rules.md §3. ``"llamacpp"``: what llama.cpp
+    allocates, from ``llamacpp`` (a :class:`planner.memory.LlamaCppCosts`)."""
     llamacpp: Any = None
 
     def __post_init__(self) -> None:
@@ -264,18 +265,19 @@ class PlanningInput:
             "context_length_override": self.context_length_override,
             "parallel_lanes_override": self.parallel_lanes_override,
             "target_decode_tpot_ms": self.target_decode_tpot_ms,
-            # The SPEC's fields only, unless the request plans with llama.cpp's memory.
+            # The fields of docs/rules.md §1 only, unless the request plans with llama.cpp's memory.
             **({} if self.memory_model == "design" else {
                 "memory_model": self.memory_model, "llamacpp": self.llamacpp.to_dict()}),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PlanningInput:
-        """Build a request from plain data with the SPEC's field names (nodes as dicts)."""
+        """Build a request from plain data with the field names of docs/rules.md §1 (nodes as
+        dicts)."""
         if isinstance(data, PlanningInput):
             return data
         if not isinstance(data, Mapping):
-            raise InvalidInput("request", "must be an object with the SPEC's fields",
+            raise InvalidInput("request", "must be an object with the planning request's fields",
                                value=type(data).__name__)
         known_keys(data, _REQUEST_FIELDS, _unknown(""))
         for name in ("native_context_length", "layer_count", "model_weight_bytes",
@@ -325,7 +327,7 @@ _REQUEST_FIELDS = (
 
 
 def as_planning_input(request: PlanningInput | Mapping[str, Any]) -> PlanningInput:
-    """Accept a :class:`PlanningInput` or a plain dict with the SPEC's field names."""
+    """Accept a :class:`PlanningInput` or a plain dict with the field names of docs/rules.md §1."""
     if isinstance(request, PlanningInput):
         return request
     return PlanningInput.from_dict(request)

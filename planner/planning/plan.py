@@ -1,4 +1,4 @@
-"""The plan the planner returns (SPEC section 7 field names)."""
+"""The plan the planner returns (docs/rules.md §7 field names)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ class Plan:
         return tuple(stage.node_id for stage in self.stages)
 
     def to_dict(self) -> dict[str, Any]:
-        """Exactly the SPEC section 7 fields, JSON-ready."""
+        """Exactly the docs/rules.md §7 fields, JSON-ready."""
         return {
             "context_length": self.context_length,
             "parallel_lanes": self.parallel_lanes,

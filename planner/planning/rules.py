@@ -1,5 +1,5 @@
-"""The SPEC's derived quantities (section 3), request checks (section 2) and the stage
-walk that fits one node set at one context (section 4)."""
+"""The derived quantities (docs/rules.md §3), the request checks (§2) and the stage walk
+that fits one node set at one context (§4)."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def at_context(request: PlanningInput, context_length: int) -> PlanningInput:
 
 
 def check_request(request: PlanningInput) -> None:
-    """SPEC section 2, checks 1-8, in order. Check 9 is the search itself."""
+    """docs/rules.md §2, checks 1-8, in order. Check 9 is the search itself."""
     if request.native_context_length == 0:
         raise PlanError("MissingNativeContext",
                         "native_context_length is 0; the model's native context is required")
@@ -116,7 +116,7 @@ def check_request(request: PlanningInput) -> None:
 
 
 def stage_order(nodes: Sequence[NodeBudget]) -> list[NodeBudget]:
-    """Largest usable bytes first, ties by node id ascending (SPEC section 4)."""
+    """Largest usable bytes first, ties by node id ascending (docs/rules.md §4)."""
     return sorted(nodes, key=lambda node: (-node.usable_bytes, node.node_id))
 
 
@@ -131,11 +131,11 @@ class Walk:
     """Index of the stage that could not take a layer, or None."""
     next_layer: int
     remaining_bytes: tuple[int, ...] = ()
-    """Usable bytes each walked stage has left after its layers (SPEC section 4)."""
+    """Usable bytes each walked stage has left after its layers (docs/rules.md §4)."""
 
 
 def walk_stages(usable: Sequence[int], costs: Sequence[int]) -> Walk:
-    """The SPEC section 4 walk: each stage takes the most layers it can hold while
+    """The docs/rules.md §4 walk: each stage takes the most layers it can hold while
     leaving one layer for each later stage."""
     layer_count = len(costs)
     stage_count = len(usable)

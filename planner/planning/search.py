@@ -1,6 +1,6 @@
 """Exact search for the best node set of every shape, without enumerating subsets.
 
-The stage walk (SPEC section 4) from ``(stages left s, next layer n)`` takes
+The stage walk (docs/rules.md §4) from ``(stages left s, next layer n)`` takes
 ``min(most(n), (L - n) - (s - 1))`` layers, where ``most(n)`` is how many layers from
 ``n`` fit in the node's usable bytes. Nodes that take the same ``most(n)`` at every layer
 form a *span class*: the walk cannot tell them apart, only their remaining bytes,
@@ -17,7 +17,7 @@ class in turn. Two facts make the search small:
   same reason; a table of minima along diagonals gives its smallest remaining bytes in
   one look-up.
 
-The SPEC's ranking of node sets (section 5) is lexicographic and mixes a bottleneck
+The ranking of node sets (docs/rules.md §5) is lexicographic and mixes a bottleneck
 (max latency, min remaining) with a sum (total remaining), which one dynamic program
 cannot optimise together. It is solved as three programs, each fixing the optimum of the
 previous one as a threshold:
@@ -207,7 +207,7 @@ class ContextSearch:
         latencies are no higher is never needed: a best set holding it leaves one of those
         out, and swapping that one in keeps every span, keeps or raises each stage's
         remaining bytes and keeps or lowers the max latency (and, at equal usable bytes,
-        gives a smaller node id), so the set was not the best (SPEC section 5). Identical
+        gives a smaller node id), so the set was not the best (docs/rules.md §5). Identical
         nodes therefore cost no more than ``max_stages`` of them.
         """
         ordered = stage_order(nodes)
@@ -282,7 +282,7 @@ class ContextSearch:
     # -- program 1: smallest possible maximum latency, every stage count ------------------
     def _fits_lanes(self, budgets: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """Whether lane ``i``'s first ``counts[i]`` budgets (row ``i``, stage order) hold
-        the model (SPEC section 4); a budget of 0 (a missing node) never does."""
+        the model (docs/rules.md §4); a budget of 0 (a missing node) never does."""
         layers = self.layer_count
         position = np.zeros(len(counts), dtype=np.int64)
         alive = np.ones(len(counts), dtype=bool)
@@ -594,7 +594,7 @@ class ContextSearch:
             estimated_decode_network_ms_per_token=estimate)
 
     def best_for_counts(self, counts: Iterable[int]) -> dict[int, NodeSetChoice]:
-        """The SPEC section 5 best set for each stage count that fits (others omitted)."""
+        """The docs/rules.md §5 best set for each stage count that fits (others omitted)."""
         latency = self.min_max_latency()
         counts = sorted({k for k in counts if k in latency})
         by_threshold: dict[int, list[int]] = {}

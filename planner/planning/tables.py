@@ -20,7 +20,7 @@ from planner.planning.rules import (
 
 
 def milliseconds_dtype(values: Iterable[Any]) -> str:
-    """``Int64`` for a column of whole milliseconds (the SPEC's integers), ``Float64``
+    """``Int64`` for a column of whole milliseconds (the request's integers), ``Float64``
     once a latency or estimate is fractional; missing values are NA in either."""
     for value in values:
         if value is not None and not pd.isna(value) and not float(value).is_integer():
@@ -29,7 +29,7 @@ def milliseconds_dtype(values: Iterable[Any]) -> str:
 
 
 def node_budgets(request: PlanningInput) -> pd.DataFrame:
-    """One row per node: how its usable bytes are derived (SPEC section 3).
+    """One row per node: how its usable bytes are derived (docs/rules.md §3).
 
     Columns: ``node_id``, ``detected_vram_bytes``, ``max_vram_bytes`` (Int64, NA when
     uncapped), ``capped_away_bytes`` (detected VRAM the cap removes),
@@ -70,7 +70,7 @@ def stage_usage(request: PlanningInput, plan: Plan) -> pd.DataFrame:
     layers' KV cache at the plan's context), ``used_bytes``, ``usable_vram_bytes``,
     ``remaining_bytes``.
 
-    ``plan`` must be the plan of ``request`` (its stages are the SPEC section 4 walk
+    ``plan`` must be the plan of ``request`` (its stages are the docs/rules.md §4 walk
     over its nodes); any other plan raises :class:`~planner.errors.PlanError`.
 
     With ``memory_model="llamacpp"`` the usable bytes are what is left after llama.cpp's

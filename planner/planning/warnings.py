@@ -31,7 +31,7 @@ def fleet_warnings(request: PlanningInput) -> tuple[FleetWarning, ...]:
         total, stated = format_bytes(sum(weights)), format_bytes(request.model_weight_bytes)
         if total == stated:  # a difference the rounding hides
             total, stated = f"{sum(weights):,} B", f"{request.model_weight_bytes:,} B"
-        # SPEC section 2: planned with the per-layer figures, so say which figure won.
+        # docs/rules.md §2: planned with the per-layer figures, so say which figure won.
         found.append(FleetWarning(
             "LayerWeightsMismatch",
             f"the per-layer weights add up to {total} but the model weight is {stated}; "
@@ -40,7 +40,7 @@ def fleet_warnings(request: PlanningInput) -> tuple[FleetWarning, ...]:
     without = [n.node_id for n in request.nodes if n.stage_transfer_latency_ms is None]
     if with_latency and without:
         shown = ", ".join(without[:6]) + (" ..." if len(without) > 6 else "")
-        # The SPEC computes the estimate this way on purpose; the warning is the remedy.
+        # docs/rules.md §6 computes the estimate this way on purpose; the warning is the remedy.
         found.append(FleetWarning(
             "PartialLatency",
             f"latency is set on {len(with_latency)} of {len(request.nodes)} nodes; nodes "

@@ -48,8 +48,8 @@ ReportSource = FleetDocument | PlanningInput | Mapping[str, Any]
 class ReportContent:
     """Everything a report shows, as JSON-ready plain data.
 
-    ``request`` is the planning request (SPEC section 1) and ``plan`` the plan (SPEC
-    section 7, ``None`` when there is none); ``error`` describes why there is no plan.
+    ``request`` is the planning request (docs/rules.md §1) and ``plan`` the plan (docs/rules.md
+    §7, ``None`` when there is none); ``error`` describes why there is no plan.
     ``nodes`` rows derive each node's usable bytes: detected -> cap -> headroom -> usable.
     """
 
@@ -312,7 +312,7 @@ def build_report(
     memory_model: str = "design",
 ) -> ReportContent:
     """Plan ``source`` (a :class:`~planner.fleet.FleetDocument`, a
-    :class:`~planner.planning.PlanningInput` or a SPEC request dict) and gather the report.
+    :class:`~planner.planning.PlanningInput` or a planning request dict) and gather the report.
 
     A request the planner refuses (no valid topology, an override out of range) still
     gives a report, whose ``error`` says why. ``include_candidates`` and

@@ -8,5 +8,5 @@ from planner.reports.content import ReportContent
 
 
 def render_json(content: ReportContent) -> str:
-    """The whole report as indented JSON (``plan`` is exactly SPEC section 7)."""
+    """The whole report as indented JSON (``plan`` is exactly docs/rules.md §7)."""
     return json.dumps(content.to_dict(), indent=2, ensure_ascii=False) + "\n"

@@ -268,7 +268,7 @@ def choice_text(content: ReportContent) -> str:
 
 def choice_table(content: ReportContent) -> TextTable:
     """The chosen shape and the best shape at each higher context, with the rule that
-    ranked it lower (SPEC section 6)."""
+    ranked it lower (docs/rules.md §6)."""
     headers = ("shape", "context", "stages", "lanes", "est. TPOT", "target met", "why not")
     rows = []
     if content.choice:

@@ -131,7 +131,7 @@ def _context_limit(plan: Plan, table: pd.DataFrame,
     if not rows["feasible"].any():
         most = rows[rows["stage_count"] == rows["stage_count"].max()].iloc[0]
         return f"Context {context:,} does not fit: {most['reason']}"
-    # It fits, so the SPEC section 6 ranking put it below the plan: say by which rule.
+    # It fits, so the docs/rules.md §6 ranking put it below the plan: say by which rule.
     for item in choice.higher_contexts if choice is not None else ():
         if item.option.context_length == context:
             return f"Context {context:,} fits but was not chosen: {item.reason}"

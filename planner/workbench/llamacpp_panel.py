@@ -1,7 +1,7 @@
 """The "llama.cpp" panel: which memory rule the workbench plans with, what llama.cpp
 allocates on each stage, and the commands that run the plan on screen.
 
-The memory model toggle re-plans the workbench (``design``: the SPEC's rule;
+The memory model toggle re-plans the workbench (``design``: the design rule of docs/rules.md §3;
 ``llamacpp``: what llama.cpp allocates, read from the model's GGUF file). **Show launch
 commands** writes the ``rpc-server`` and ``llama-server`` commands of the current plan,
 as ``planner launch`` prints them.
@@ -55,7 +55,7 @@ class LlamaCppPanel(widgets.VBox):
         self.memory_model = widgets.ToggleButtons(
             options=[("design rule", "design"), ("llama.cpp", "llamacpp")],
             value=workbench.state.memory_model, description="memory model",
-            tooltips=["weights + ceil(kv / L) x context per layer (the SPEC)",
+            tooltips=["weights + ceil(kv / L) x context per layer (the design rule)",
                       "what llama.cpp allocates per device, from the GGUF file"],
             style={"description_width": "initial"})
         self.memory_model.add_class("wb-memory-model")

@@ -87,8 +87,8 @@ class CatalogRow(widgets.HBox):
 
 @dataclass(frozen=True, slots=True)
 class SizingModel:
-    """What sizing needs from the workbench: the SPEC model fields, the decode traffic
-    and the fleet's planning overrides."""
+    """What sizing needs from the workbench: the request's model fields (docs/rules.md §1),
+    the decode traffic and the fleet's planning overrides."""
 
     fields: Mapping[str, Any]
     traffic: ModelTraffic | None
@@ -138,7 +138,7 @@ class SizingPanel(widgets.VBox):
         model = self._model()
         self.min_context = widgets.BoundedIntText(
             value=0, min=0, max=2**31, description="min context",
-            tooltip="0: the SPEC floor")
+            tooltip="0: the context floor, min(native, 64k)")
         self.min_lanes = widgets.BoundedIntText(value=1, min=1, max=4096,
                                                 description="min lanes")
         self.min_nodes = widgets.BoundedIntText(value=model.minimum_nodes, min=1,

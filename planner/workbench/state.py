@@ -283,7 +283,8 @@ class ModelFields:
         return self.name or self.preset or (Path(self.gguf).name if self.gguf else "custom model")
 
     def planning_fields(self) -> dict[str, Any]:
-        """The five SPEC model fields. Raises :class:`WorkbenchInputError`."""
+        """The five model fields of the request (docs/rules.md §1). Raises
+        :class:`WorkbenchInputError`."""
         exact = self.exact_weight_bytes
         if exact is not None and self.model_weight_bytes.strip() == weight_size_text(exact):
             weights = exact
@@ -325,7 +326,7 @@ class PlanOptions:
     target_decode_tpot_ms: str = ""
 
     def planning_fields(self) -> dict[str, Any]:
-        """The SPEC's option fields. Raises :class:`WorkbenchInputError`."""
+        """The request's option fields (docs/rules.md §1). Raises :class:`WorkbenchInputError`."""
         if self.minimum_nodes < 0:
             raise WorkbenchInputError("minimum_nodes", "cannot be negative",
                                       value=str(self.minimum_nodes), label="minimum nodes")

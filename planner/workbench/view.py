@@ -136,7 +136,7 @@ def _estimate(option: ShapeOption) -> str:
 
 def choice_html(choice: ChoiceExplanation) -> str:
     """Why the plan has its shape: the chosen shape, the best shape at each higher context
-    with its estimated TPOT, and the SPEC section 6 rule that ranked it lower."""
+    with its estimated TPOT, and the docs/rules.md §6 rule that ranked it lower."""
     text = f"<div><b>Why this shape</b>: {escape(choice.summary)}</div>"
     if not choice.higher_contexts:
         return text

@@ -1,0 +1,167 @@
+"""The documents in docs/ are the ones the code cites, and they agree with the code.
+
+Every ``docs/rules.md §N`` or ``docs/sources.md §N`` written anywhere in the project names
+a section that exists; no citation points outside the repository; every relative link of
+the documents resolves; the constants tables of ``docs/sources.md`` hold the values the
+code computes with, and its GPU table is the shipped catalog's.
+
+``python tests/test_docs.py`` prints the GPU table of ``docs/sources.md`` for the catalog
+as it is now.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+CITED = ("rules.md", "sources.md")
+# Where citations live: the package, its tests, benchmarks and validation, the notebooks,
+# the README and the documents themselves.
+SEARCHED = ("planner", "tests", "benchmarks", "validation", "notebooks", "docs")
+SUFFIXES = {".py", ".md", ".ipynb", ".toml", ".json", ".sh", ".cfg", ".txt", ".yml"}
+# One citation: the document, then one or more sections ("§4", "§5.2", "§1-§7", "§8 and §9").
+CITATION = re.compile(r"(?:docs/)?(rules|sources)\.md\)?((?:(?:,|-|–| and| or)? ?§\d+(?:\.\d+)?)+)")
+SECTION = re.compile(r"§(\d+(?:\.\d+)?)")
+HEADING = re.compile(r"^#{2,3} (\d+(?:\.\d+)?)\.? ", re.M)
+# Documents that are not in the repository must not be cited.
+OUTSIDE = re.compile(r"\bSPEC\b|REFERENCES\.md")
+GPU_START, GPU_END = "<!-- gpu-catalog:start -->", "<!-- gpu-catalog:end -->"
+
+
+def _sections(name: str) -> set[str]:
+    return set(HEADING.findall((DOCS / name).read_text(encoding="utf-8")))
+
+
+def _project_files() -> list[Path]:
+    files = [ROOT / "README.md"]
+    for folder in SEARCHED:
+        files += [path for path in sorted((ROOT / folder).rglob("*"))
+                  if path.is_file() and path.suffix in SUFFIXES
+                  and ".run" not in path.parts and "__pycache__" not in path.parts]
+    return [path for path in files if path != Path(__file__).resolve()]
+
+
+def citations(text: str) -> list[tuple[str, str]]:
+    """(document, section) for every section each citation in ``text`` names."""
+    return [(f"{document}.md", section)
+            for document, sections in ((m.group(1), m.group(2)) for m in CITATION.finditer(text))
+            for section in SECTION.findall(sections)]
+
+
+def test_the_cited_documents_have_numbered_sections() -> None:
+    assert {"1", "2", "3", "4", "5", "6", "7", "8", "9", "8.1", "8.2"} <= _sections("rules.md")
+    assert {"1", "2", "3", "4"} <= _sections("sources.md")
+
+
+def test_the_citation_pattern_reads_each_form() -> None:
+    text = ("docs/rules.md §4; docs/rules.md §1-§7; docs/rules.md §8 and §9; "
+            "docs/sources.md §2; [rules.md](rules.md) §8.1; docs/rules.md §5, §6")
+    assert citations(text) == [
+        ("rules.md", "4"), ("rules.md", "1"), ("rules.md", "7"), ("rules.md", "8"),
+        ("rules.md", "9"), ("sources.md", "2"), ("rules.md", "8.1"), ("rules.md", "5"),
+        ("rules.md", "6")]
+
+
+def test_every_citation_names_a_section_that_exists() -> None:
+    sections = {name: _sections(name) for name in CITED}
+    found, broken = 0, []
+    for path in _project_files():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for document, section in citations(text):
+            found += 1
+            if section not in sections[document]:
+                broken.append(f"{path.relative_to(ROOT)}: docs/{document} §{section}")
+    assert broken == [], "citations of sections that do not exist:\n" + "\n".join(broken)
+    assert found >= 50, f"only {found} citations found: is the pattern still right?"
+
+
+def test_a_document_s_own_section_references_exist() -> None:
+    for name in CITED:
+        text = CITATION.sub("", (DOCS / name).read_text(encoding="utf-8"))
+        missing = sorted(set(SECTION.findall(text)) - _sections(name))
+        assert missing == [], f"docs/{name} refers to its own sections {missing}, which it lacks"
+
+
+def test_nothing_cites_a_document_outside_the_repository() -> None:
+    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+             for path in _project_files()
+             for number, line in enumerate(
+                 path.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+             if OUTSIDE.search(line)]
+    assert found == [], "cite docs/rules.md or docs/sources.md instead:\n" + "\n".join(found)
+
+
+def test_every_relative_link_of_the_documents_resolves() -> None:
+    broken = []
+    for path in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text(encoding="utf-8")):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            if not (path.parent / target.split("#")[0]).exists():
+                broken.append(f"{path.relative_to(ROOT)}: {target}")
+    assert broken == [], "links to files that do not exist:\n" + "\n".join(broken)
+
+
+def _constant_rows() -> list[tuple[str, str]]:
+    """(dotted name, value literal) of every constants-table row of docs/sources.md."""
+    text = (DOCS / "sources.md").read_text(encoding="utf-8")
+    return re.findall(r"^\| `(planner\.[\w.]+)` \| `([^`]+)` \|", text, re.M)
+
+
+def test_the_sources_page_lists_constants() -> None:
+    names = [name for name, _ in _constant_rows()]
+    assert len(names) >= 10 and len(set(names)) == len(names)
+
+
+@pytest.mark.parametrize(("name", "literal"), _constant_rows())
+def test_each_constant_on_the_sources_page_is_the_code_s(name: str, literal: str) -> None:
+    module, _, attribute = name.rpartition(".")
+    value = getattr(importlib.import_module(module), attribute)
+    assert value == ast.literal_eval(literal), (
+        f"docs/sources.md says {name} is {literal}, the code has {value!r}: update the row "
+        "and its source")
+
+
+def _number(value: float | int | None, digits: int | None = None) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.{digits}f}" if digits is not None else f"{value:g}"
+
+
+def catalog_table() -> str:
+    """The GPU table of docs/sources.md §1, from the shipped catalog."""
+    from planner.models.gpus import load_gpu_catalog
+
+    lines = ["| kind | memory_bytes | bandwidth (bytes/s) | bandwidth source | $/h | "
+             "price source | price date | failures/yr | repair h |",
+             "|---|---:|---:|---|---:|---|---|---:|---:|"]
+    for gpu in load_gpu_catalog():
+        cells = [f"`{gpu.kind}`", _number(gpu.memory_bytes),
+                 _number(gpu.memory_bandwidth_bytes_per_s), gpu.memory_bandwidth_source or "-",
+                 _number(gpu.price_per_hour, 2), gpu.price_source or "-",
+                 str(gpu.price_date or "-"), _number(gpu.annual_failure_rate),
+                 _number(gpu.repair_hours)]
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(lines)
+
+
+def test_the_gpu_table_is_the_shipped_catalog() -> None:
+    text = (DOCS / "sources.md").read_text(encoding="utf-8")
+    shown = text.split(GPU_START)[1].split(GPU_END)[0].strip()
+    assert shown == catalog_table(), (
+        "docs/sources.md §1's GPU table differs from planner/data/gpus.toml; replace it with "
+        "the output of `python tests/test_docs.py`")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    print(catalog_table())
