@@ -25,6 +25,7 @@ from typing import Any
 
 from planner.errors import CodedError
 from planner.fleet import FleetDocument, is_address
+from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_UBATCH
 from planner.memory import LlamaCppSettings
 from planner.planning import Plan
 
@@ -192,7 +193,7 @@ class LaunchError(CodedError):
 
 
 def launch_for_plan(document: FleetDocument, plan: Plan, *, model_path: str | None = None,
-                    flash_attn: bool = True, ubatch: int = 512) -> Launch:
+                    flash_attn: bool = True, ubatch: int = DEFAULT_UBATCH) -> Launch:
     """The commands that run ``plan`` (planned from ``document``) with llama.cpp: the
     plan's context and lanes, the model's KV cache type for K and V, and the rpc-server
     addresses the fleet file gives. ``model_path`` is the GGUF file as the serving host
@@ -206,7 +207,7 @@ def launch_for_plan(document: FleetDocument, plan: Plan, *, model_path: str | No
                 "give the file ([model] gguf = \"...\" in the fleet file, or --model PATH)",
                 field="model.gguf")
         model_path = str(found)
-    cache_type = document.model.kv_cache_type or "f16"
+    cache_type = document.model.kv_cache_type or DEFAULT_CACHE_TYPE
     settings = LlamaCppSettings(
         context_length=plan.context_length, cache_type_k=cache_type, cache_type_v=cache_type,
         parallel=plan.parallel_lanes, kv_unified=True, ubatch=ubatch, flash_attn=flash_attn)

@@ -44,6 +44,7 @@ from typing import Any
 import pandas as pd
 
 from planner.errors import CodedError
+from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_PARALLEL_LANES, DEFAULT_UBATCH
 from planner.models.kv_cache import CACHE_TYPES, check_cache_type, row_bytes
 
 COMPONENTS = ("weights_bytes", "kv_bytes", "compute_bytes", "output_bytes",
@@ -209,11 +210,11 @@ class LlamaCppSettings:
     """The llama.cpp options that change memory (llama-server's flag in brackets)."""
 
     context_length: int  # -c
-    cache_type_k: str = "f16"  # -ctk
-    cache_type_v: str = "f16"  # -ctv
+    cache_type_k: str = DEFAULT_CACHE_TYPE  # -ctk
+    cache_type_v: str = DEFAULT_CACHE_TYPE  # -ctv
     parallel: int = 1  # -np
     kv_unified: bool = False  # -kvu
-    ubatch: int = 512  # -ub
+    ubatch: int = DEFAULT_UBATCH  # -ub
     batch: int = 2048  # -b
     flash_attn: bool = True  # -fa on|off
     overhead_bytes: int = 0
@@ -492,11 +493,11 @@ class LlamaCppCosts:
     """
 
     model: LlamaCppModel
-    cache_type_k: str = "f16"
-    cache_type_v: str = "f16"
+    cache_type_k: str = DEFAULT_CACHE_TYPE
+    cache_type_v: str = DEFAULT_CACHE_TYPE
     flash_attn: bool = True
-    ubatch: int = 512
-    lanes: int = 4
+    ubatch: int = DEFAULT_UBATCH
+    lanes: int = DEFAULT_PARALLEL_LANES
     overhead_bytes: tuple[tuple[str, int], ...] = ()
     """``(node_id, bytes)``: each node's backend overhead (0 for nodes not listed)."""
 
@@ -572,9 +573,9 @@ def node_overheads(nodes: Sequence[Any], node_kinds: Mapping[str, str] | None = 
             for node_id, speed in speeds.items()}
 
 
-def costs_from_gguf(path: str | Path, *, kv_cache_type: str = "f16",
+def costs_from_gguf(path: str | Path, *, kv_cache_type: str = DEFAULT_CACHE_TYPE,
                     nodes: Sequence[Any] = (), node_kinds: Mapping[str, str] | None = None,
-                    lanes: int = 4, flash_attn: bool = True) -> LlamaCppCosts:
+                    lanes: int = DEFAULT_PARALLEL_LANES, flash_attn: bool = True) -> LlamaCppCosts:
     """:class:`LlamaCppCosts` for the GGUF model at ``path`` on ``nodes``."""
     return LlamaCppCosts(model_from_gguf(path), cache_type_k=kv_cache_type,
                          cache_type_v=kv_cache_type, flash_attn=flash_attn, lanes=lanes,

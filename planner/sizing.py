@@ -47,6 +47,7 @@ import pandas as pd
 
 from planner.errors import CodedError, PlanError
 from planner.fleet import expanded_node_ids
+from planner.limits import MAX_CONTEXT, MAX_LANES, MAX_LATENCY_MS, MAX_MINIMUM_NODES
 from planner.models.gpus import GpuModel
 from planner.models.spec import ModelSpec
 from planner.performance import (
@@ -98,10 +99,11 @@ class SizingTargets:
     failures_tolerated: int = 0
 
     def __post_init__(self) -> None:
-        _whole(self.minimum_context, "minimum_context", 1, 2**31, optional=True)
-        _whole(self.minimum_lanes, "minimum_lanes", 1, 4096)
-        _whole(self.minimum_nodes, "minimum_nodes", 0, 100_000)
-        _whole(self.target_decode_tpot_ms, "target_decode_tpot_ms", 1, 10**9, optional=True)
+        _whole(self.minimum_context, "minimum_context", 1, MAX_CONTEXT, optional=True)
+        _whole(self.minimum_lanes, "minimum_lanes", 1, MAX_LANES)
+        _whole(self.minimum_nodes, "minimum_nodes", 0, MAX_MINIMUM_NODES)
+        _whole(self.target_decode_tpot_ms, "target_decode_tpot_ms", 1, MAX_LATENCY_MS,
+               optional=True)
         _whole(self.failures_tolerated, "failures_tolerated", 0, _MAX_FAILURES)
 
     def to_dict(self) -> dict[str, Any]:

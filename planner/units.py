@@ -31,6 +31,7 @@ from typing import Any
 
 from planner._validate import MAX_SHOWN, shown
 from planner.errors import CodedError
+from planner.limits import MAX_LATENCY_MS
 
 _BINARY = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
 _DECIMAL = {"k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4, "p": 1000**5}
@@ -44,7 +45,6 @@ CONTEXT_FORMS = "write tokens: '131072', '131,072' or '128k' (k = 1024 tokens)"
 _MAX_DIGITS = 24
 # Latencies are counted in whole microseconds, so sums and comparisons are exact.
 LATENCY_DECIMALS = 3
-MAX_LATENCY_MS = 10**9
 
 # Each pattern is a plain sequence of single-choice repetitions (no nested or adjacent
 # quantifiers over the same characters), so matching is linear in the input.
@@ -238,6 +238,36 @@ def format_bytes(value: int, *, precision: int = 2) -> str:
             text = f"{scaled:.{precision}f}".rstrip("0").rstrip(".")
             return f"{text} {name}"
     return f"{value} B"
+
+
+_EXACT_UNITS = (("PiB", 1024**5), ("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2),
+                ("KiB", 1024), ("PB", 1000**5), ("TB", 1000**4), ("GB", 1000**3),
+                ("MB", 1000**2))
+
+
+def exact_size_text(value: int) -> str:
+    """``value`` as the shortest size that reads back exactly (``"80 GiB"``,
+    ``"315.68 GB"``, ``"1.5 KiB"``), or ``"N B"`` when no unit gives a short exact
+    figure; ``"0"`` for nothing.
+
+    >>> exact_size_text(315_680_000_000)
+    '315.68 GB'
+    """
+    if value == 0:
+        return "0"
+    best: str | None = None
+    for unit, factor in _EXACT_UNITS:
+        if value < factor:
+            continue
+        text = format((Decimal(value) / Decimal(factor)).normalize(), "f")
+        if len(text.partition(".")[2]) > 3 or len(text.replace(".", "")) > 7:
+            continue
+        candidate = f"{text} {unit}"
+        if best is None or len(candidate) < len(best):
+            best = candidate
+    if best is None or parse_bytes(best) != value:
+        return f"{value} B"
+    return best
 
 
 # -- latency ----------------------------------------------------------------------------

@@ -14,8 +14,8 @@ import reference_planner as ref
 
 import planner
 from planner.errors import InvalidInput, PlanError
+from planner.limits import MAX_NODE_BYTES, MAX_NODES
 from planner.planning import search
-from planner.planning.inputs import MAX_NODE_BYTES, MAX_NODES
 
 EXABYTES = 2**53
 

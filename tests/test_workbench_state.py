@@ -11,6 +11,7 @@ import pytest
 import planner
 from planner.fleet import load_fleet, save_fleet
 from planner.performance import ESTIMATE_COLUMNS
+from planner.units import exact_size_text
 from planner.workbench import (
     ModelFields,
     NodeRow,
@@ -21,7 +22,7 @@ from planner.workbench import (
     fleet_warnings,
 )
 from planner.workbench.evaluation import unused_nodes
-from planner.workbench.state import exact_size_text, gpu_id_base, parse_size, parse_whole
+from planner.workbench.state import gpu_id_base, parse_size, parse_whole
 
 GIB = 1024**3
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from planner.cli._common import EXIT_OK, UserError, add_command
+from planner.limits import DEFAULT_CACHE_TYPE
 from planner.reports.tables import terminal_lines
 
 NAME = "inspect"
@@ -21,8 +22,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                   "planner inspect model.gguf --kv-cache-type q8_0"),
         exit_codes="0 read, 2 bad input")
     parser.add_argument("model", metavar="MODEL.gguf", help="GGUF file (first shard)")
-    parser.add_argument("--kv-cache-type", default="f16",
-                        help="KV cache type to size the cache for (default f16)")
+    parser.add_argument("--kv-cache-type", default=DEFAULT_CACHE_TYPE,
+                        help="KV cache type to size the cache for (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the model spec as JSON")
 
 

@@ -14,6 +14,7 @@ from planner.cli._common import (
     plan_or_exit_code,
 )
 from planner.launch import launch_for_plan
+from planner.limits import DEFAULT_UBATCH
 
 NAME = "launch"
 
@@ -37,7 +38,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                              "fleet file's gguf)")
     parser.add_argument("--flash-attn", choices=("on", "off"), default="on",
                         help="flash attention (-fa), default on")
-    parser.add_argument("--ubatch", type=int, default=512, metavar="U",
+    parser.add_argument("--ubatch", type=int, default=DEFAULT_UBATCH, metavar="U",
                         help="physical batch size (-ub), default 512")
     add_memory_model_argument(parser)
     parser.add_argument("--json", action="store_true",

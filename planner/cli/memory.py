@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from planner.cli._common import EXIT_OK, UserError, add_command
+from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_UBATCH
 from planner.memory import KEYS, MemoryEstimate
 from planner.reports.tables import TextTable, size, terminal_safe, text_table
 from planner.units import UnitError, parse_bytes, parse_context
@@ -31,17 +32,19 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--context", required=True, metavar="N",
                         help="context length in tokens (-c), e.g. 32768 or 32k")
     parser.add_argument("--kv-cache-type", metavar="T",
-                        help="K and V cache type together (default f16)")
+                        help=f"K and V cache type together (default {DEFAULT_CACHE_TYPE})")
     parser.add_argument("--cache-type-k", metavar="T",
-                        help="K cache type (-ctk), default --kv-cache-type or f16")
+                        help="K cache type (-ctk), default --kv-cache-type or "
+                             f"{DEFAULT_CACHE_TYPE}")
     parser.add_argument("--cache-type-v", metavar="T",
-                        help="V cache type (-ctv), default --kv-cache-type or f16; a "
+                        help="V cache type (-ctv), default --kv-cache-type or "
+                             f"{DEFAULT_CACHE_TYPE}; a "
                              "quantized V cache needs flash attention")
     parser.add_argument("--parallel", type=int, default=1, metavar="P",
                         help="parallel lanes (-np), default 1")
     parser.add_argument("--kv-unified", action="store_true",
                         help="one KV cache shared by the lanes (-kvu)")
-    parser.add_argument("--ubatch", type=int, default=512, metavar="U",
+    parser.add_argument("--ubatch", type=int, default=DEFAULT_UBATCH, metavar="U",
                         help="physical batch size (-ub), default 512")
     parser.add_argument("--flash-attn", choices=("on", "off"), default="on",
                         help="flash attention (-fa), default on")
@@ -89,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         overhead = parse_bytes(args.overhead)
     except UnitError as error:
         raise UserError(f"--overhead: {error.message}") from None
-    both = args.kv_cache_type or "f16"
+    both = args.kv_cache_type or DEFAULT_CACHE_TYPE
     settings = LlamaCppSettings(
         context_length=context, cache_type_k=args.cache_type_k or both,
         cache_type_v=args.cache_type_v or both, parallel=args.parallel,

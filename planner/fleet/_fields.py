@@ -15,7 +15,14 @@ from typing import Any
 
 from planner._validate import Fail, integer, known_keys, shown, text
 from planner.fleet.errors import FleetFileError
-from planner.planning.inputs import MAX_BYTES, MAX_CONTEXT, MAX_LAYERS
+from planner.limits import (
+    MAX_BYTES,
+    MAX_CONTEXT,
+    MAX_LANES,
+    MAX_LATENCY_MS,
+    MAX_LAYERS,
+    MAX_MINIMUM_NODES,
+)
 from planner.units import SIZE_FORMS, UnitError, parse_bytes, parse_context, parse_latency_ms
 
 # A node's own failure figures (planner.availability): failures per node-year, mean hours
@@ -41,16 +48,15 @@ NODE_KEYS = ("id", "count", "vram", "max_vram", "headroom", "latency_ms",
              *RELIABILITY_KEYS, "address")
 TOP_KEYS = ("name", "model", "planning", "nodes")
 JSON_EXTRA_KEYS = ("model_name", "name")
-MAX_COUNT = 10_000
 _ADDRESS = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(?P<port>\d{1,5})$")
 # The same bounds the planning request enforces, so a file that reads always plans.
 LIMITS = {
     "native_context_length": MAX_CONTEXT,
     "layer_count": MAX_LAYERS,
-    "minimum_nodes": 100_000,
+    "minimum_nodes": MAX_MINIMUM_NODES,
     "context_length_override": MAX_CONTEXT,
-    "parallel_lanes_override": 4096,
-    "target_decode_tpot_ms": 10**9,
+    "parallel_lanes_override": MAX_LANES,
+    "target_decode_tpot_ms": MAX_LATENCY_MS,
 }
 
 

@@ -23,6 +23,7 @@ from planner.fleet._fields import (
     reject_unknown,
 )
 from planner.fleet.errors import FleetFileError
+from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_PARALLEL_LANES
 from planner.planning import NodeBudget, PlanningInput
 
 
@@ -313,9 +314,10 @@ class FleetDocument:
                 "InvalidField", "memory_model llamacpp reads llama.cpp's layout from a GGUF "
                 f"file, and the model is {self.model.label}; give model.gguf",
                 field="model.gguf").located(self.source)
-        lanes = self.parallel_lanes_override or 4
+        lanes = self.parallel_lanes_override or DEFAULT_PARALLEL_LANES
         try:
-            return costs_from_gguf(path, kv_cache_type=self.model.kv_cache_type or "f16",
+            cache_type = self.model.kv_cache_type or DEFAULT_CACHE_TYPE
+            return costs_from_gguf(path, kv_cache_type=cache_type,
                                    nodes=self.nodes, node_kinds=self.node_kinds, lanes=lanes)
         except ModelError as error:
             raise FleetFileError("InvalidField", str(error),

@@ -6,14 +6,12 @@ import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from decimal import Decimal
 from typing import Any
 
 import tomli_w
 
 from planner.fleet._fields import (
     LIMITS,
-    MAX_COUNT,
     MODEL_KEYS,
     MODEL_NUMBER_FIELDS,
     NODE_KEYS,
@@ -40,9 +38,10 @@ from planner.fleet.document import (
     expanded_node_ids,
 )
 from planner.fleet.errors import FleetFileError
+from planner.limits import MAX_NODES
 from planner.planning import NodeBudget
 from planner.planning.inputs import check_node_count
-from planner.units import parse_bytes
+from planner.units import exact_size_text
 
 _NUMBERED = re.compile(r"^(.+)-(\d+)$", re.DOTALL)
 
@@ -269,7 +268,7 @@ def _nodes_from_toml(entries: list[Any]
                    if "latency_ms" in entry else None)
         own = _reliability_from_toml(entry, prefix, base_id)
         if "count" in entry:
-            count = as_int(entry["count"], f"{prefix}count", minimum=1, maximum=MAX_COUNT,
+            count = as_int(entry["count"], f"{prefix}count", minimum=1, maximum=MAX_NODES,
                             node_id=base_id)
             # Before expanding: many entries of large counts must not build the nodes first.
             check_node_count(len(nodes) + count,
@@ -302,28 +301,6 @@ def _nodes_from_toml(entries: list[Any]
     return tuple(nodes), reliability, tuple(addresses)
 
 
-def _size_text(value: int) -> str:
-    """A size as the shortest exact human string, or ``"N B"`` when none reads well."""
-    best: str | None = None
-    units = (("PiB", 1024**5), ("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2),
-             ("KiB", 1024), ("PB", 1000**5), ("TB", 1000**4), ("GB", 1000**3),
-             ("MB", 1000**2))
-    for unit, factor in units:
-        if value < factor:
-            continue
-        number = Decimal(value) / Decimal(factor)
-        text = format(number.normalize(), "f")
-        decimals = len(text.partition(".")[2])
-        if decimals > 3 or len(text.replace(".", "")) > 7:
-            continue
-        candidate = f"{text} {unit}"
-        if best is None or len(candidate) < len(best):
-            best = candidate
-    if best is None or parse_bytes(best) != value:
-        return f"{value} B"
-    return best
-
-
 def _model_to_toml(model: ModelChoice) -> dict[str, Any]:
     table: dict[str, Any] = {}
     if model.name is not None:
@@ -338,7 +315,7 @@ def _model_to_toml(model: ModelChoice) -> dict[str, Any]:
         numbers = model.numbers
         table["native_context_length"] = numbers["native_context_length"]
         table["layer_count"] = numbers["layer_count"]
-        table["model_weight_bytes"] = _size_text(numbers["model_weight_bytes"])
+        table["model_weight_bytes"] = exact_size_text(numbers["model_weight_bytes"])
         table["kv_bytes_per_token"] = numbers["kv_bytes_per_token"]
         if numbers.get("layer_weight_bytes") is not None:
             table["layer_weight_bytes"] = list(numbers["layer_weight_bytes"])
@@ -370,11 +347,11 @@ def fleet_to_toml(document: FleetDocument) -> str:
         entry: dict[str, Any] = {"id": base_id}
         if count is not None:
             entry["count"] = count
-        entry["vram"] = _size_text(node.detected_vram_bytes)
+        entry["vram"] = exact_size_text(node.detected_vram_bytes)
         if node.max_vram_bytes is not None:
-            entry["max_vram"] = _size_text(node.max_vram_bytes)
+            entry["max_vram"] = exact_size_text(node.max_vram_bytes)
         if node.runtime_headroom_bytes:
-            entry["headroom"] = _size_text(node.runtime_headroom_bytes)
+            entry["headroom"] = exact_size_text(node.runtime_headroom_bytes)
         if node.stage_transfer_latency_ms is not None:
             entry["latency_ms"] = node.stage_transfer_latency_ms
         own = document.reliability.get(node.node_id)

@@ -27,9 +27,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from planner.limits import DEFAULT_CACHE_TYPE, MAX_LAYERS
 from planner.models.kv_cache import check_cache_type, layout_from_gguf
 from planner.models.spec import ModelError, ModelSpec
-from planner.planning.inputs import MAX_LAYERS
 from planner.units import format_bytes
 
 GGUF_MAGIC = b"GGUF"
@@ -373,7 +373,7 @@ def layer_weights(tensors: Iterable[TensorEntry], layer_count: int,
     return tuple(per_layer), to_first, to_last
 
 
-def from_gguf(path: str | Path, kv_cache_type: str = "f16") -> ModelSpec:
+def from_gguf(path: str | Path, kv_cache_type: str = DEFAULT_CACHE_TYPE) -> ModelSpec:
     """Planner inputs for the GGUF model at ``path`` (any shard of a split model)."""
     check_cache_type(kv_cache_type)
     headers = read_shards(path)

@@ -41,6 +41,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from planner.limits import MAX_BYTES, MAX_LATENCY_MS, MAX_NODES
 from planner.models.presets import data_dir
 from planner.models.spec import ModelError
 
@@ -54,10 +55,6 @@ BACKENDS = ("cuda", "rocm", "metal", "vulkan", "sycl", "cpu", "rpc")
 
 _KIND_ID = re.compile(r"^[a-z0-9]+(?:[-_.][a-z0-9]+)*$")
 _VENDOR_WORDS = {"nvidia", "amd", "apple", "intel", "geforce", "radeon"}
-# The same bounds a planning request enforces on the node fields these become.
-_MAX_BYTES = 2**53
-_MAX_LATENCY_MS = 10**9
-_MAX_COUNT = 10_000
 
 
 def kind_id(name: str) -> str:
@@ -181,7 +178,7 @@ def _gpu(entry: Any, where: str) -> GpuModel:
             raise _bad(where, key, "must be a non-empty string", entry.get(key))
     memory = entry.get("memory_bytes")
     if isinstance(memory, bool) or not isinstance(memory, int) or not (
-            0 < memory <= _MAX_BYTES):
+            0 < memory <= MAX_BYTES):
         raise _bad(where, "memory_bytes", "must be a positive integer", memory)
     unified = entry.get("unified_memory_bytes")
     fraction = entry.get("working_set_fraction")
@@ -216,15 +213,15 @@ def _gpu(entry: Any, where: str) -> GpuModel:
         price_source=_text(entry, "price_source", where),
         price_date=price_date,
         memory_bandwidth_bytes_per_s=_int(entry, "memory_bandwidth_bytes_per_s", where,
-                                          minimum=1, maximum=_MAX_BYTES),
+                                          minimum=1, maximum=MAX_BYTES),
         memory_bandwidth_source=_text(entry, "memory_bandwidth_source", where),
-        headroom_bytes=_int(entry, "headroom_bytes", where, minimum=0, maximum=_MAX_BYTES),
+        headroom_bytes=_int(entry, "headroom_bytes", where, minimum=0, maximum=MAX_BYTES),
         stage_transfer_latency_ms=_int(entry, "stage_transfer_latency_ms", where, minimum=0,
-                                       maximum=_MAX_LATENCY_MS),
-        max_count=_int(entry, "max_count", where, minimum=0, maximum=_MAX_COUNT),
+                                       maximum=MAX_LATENCY_MS),
+        max_count=_int(entry, "max_count", where, minimum=0, maximum=MAX_NODES),
         backend=_backend(entry, where),
         llamacpp_overhead_bytes=_int(entry, "llamacpp_overhead_bytes", where, minimum=0,
-                                     maximum=_MAX_BYTES),
+                                     maximum=MAX_BYTES),
     )
 
 
@@ -287,7 +284,7 @@ def _overheads(raw: Mapping[str, Any], where: str) -> dict[str, int]:
         if name not in BACKENDS:
             raise _bad(where, field_name, f"is not a backend; expected {', '.join(BACKENDS)}")
         if isinstance(value, bool) or not isinstance(value, int) or not (
-                0 <= value <= _MAX_BYTES):
+                0 <= value <= MAX_BYTES):
             raise _bad(where, field_name, "must be an integer >= 0", value)
     return dict(table)
 

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_PARALLEL_LANES, DEFAULT_UBATCH
 from planner.models.spec import ModelError
 from planner.units import format_bytes
 
@@ -44,12 +45,9 @@ CACHE_TYPES: dict[str, tuple[int, int]] = {
     "q4_0": (32, 18),
     "iq4_nl": (32, 18),
 }
-DEFAULT_CACHE_TYPE = "f16"
 
-# llama.cpp sizes a sliding-window cache for this many parallel sequences and this
-# micro-batch by default (llama-server --parallel 4, --ubatch-size 512) and pads it to 256.
-DEFAULT_PARALLEL_LANES = 4
-DEFAULT_MICRO_BATCH = 512
+# llama.cpp sizes a sliding-window cache for DEFAULT_PARALLEL_LANES sequences and a
+# DEFAULT_UBATCH micro-batch by default, and pads it to 256 cells.
 WINDOW_CACHE_PADDING = 256
 
 
@@ -121,7 +119,7 @@ class KvLayout:
         return tuple(entries)
 
     def window_cells(self, parallel_lanes: int = DEFAULT_PARALLEL_LANES,
-                     micro_batch: int = DEFAULT_MICRO_BATCH) -> int:
+                     micro_batch: int = DEFAULT_UBATCH) -> int:
         if not self.window_layers:
             return 0
         cells = self.sliding_window * parallel_lanes + micro_batch
@@ -129,7 +127,7 @@ class KvLayout:
 
     def window_cache_bytes(self, cache_type: str,
                            parallel_lanes: int = DEFAULT_PARALLEL_LANES,
-                           micro_batch: int = DEFAULT_MICRO_BATCH) -> int:
+                           micro_batch: int = DEFAULT_UBATCH) -> int:
         """Fixed bytes of the sliding-window cache (at most this; less for short contexts)."""
         per_cell = sum(layer.bytes_per_token(cache_type) for layer in self.window_layers)
         return per_cell * self.window_cells(parallel_lanes, micro_batch)
@@ -165,12 +163,13 @@ def sliding_window_layout(layers: Sequence[LayerCache], is_window: Sequence[bool
     if not windowed:
         return layout
     cells = layout.window_cells()
-    f16_bytes = layout.window_cache_bytes("f16")
+    default_bytes = layout.window_cache_bytes(DEFAULT_CACHE_TYPE)
     note = (
         f"{len(windowed)} of {len(layers)} layers use a {sliding_window}-token sliding "
         f"window; llama.cpp keeps them in a separate fixed cache of at most {cells:,} cells "
-        f"(window x {DEFAULT_PARALLEL_LANES} lanes + {DEFAULT_MICRO_BATCH}-token micro-batch, "
-        f"padded to {WINDOW_CACHE_PADDING}) = {format_bytes(f16_bytes)} at f16, which does "
+        f"(window x {DEFAULT_PARALLEL_LANES} lanes + {DEFAULT_UBATCH}-token micro-batch, "
+        f"padded to {WINDOW_CACHE_PADDING}) = {format_bytes(default_bytes)} at "
+        f"{DEFAULT_CACHE_TYPE}, which does "
         f"not grow with the context and is not part of kv_bytes_per_token; keep it in the "
         f"runtime headroom"
     )

@@ -15,23 +15,17 @@ from typing import Any
 
 from planner._validate import Fail, integer, known_keys, optional_integer, text
 from planner.errors import InvalidInput, PlanError
+from planner.limits import (
+    MAX_BYTES,
+    MAX_CONTEXT,
+    MAX_LANES,
+    MAX_LATENCY_MS,
+    MAX_LAYERS,
+    MAX_MINIMUM_NODES,
+    MAX_NODE_BYTES,
+    MAX_NODES,
+)
 from planner.units import LatencyError, latency_microseconds, parse_latency_ms
-
-# Beyond 8 PiB a number of bytes is almost surely a unit mistake.
-MAX_BYTES = 2**53
-# A node's VRAM (detected or capped) up to 1 PiB, hundreds of times today's largest: the
-# search sums the usable bytes of up to MAX_LAYERS stages, and 4,096 x 2**50 = 2**62 keeps
-# every such sum exact in 64-bit integers (model sizes, up to MAX_BYTES per layer, are
-# summed in Python integers).
-MAX_NODE_BYTES = 2**50
-MAX_LAYERS = 4096
-MAX_CONTEXT = 2**31
-MAX_LATENCY_MS = 10**9
-MAX_MINIMUM_NODES = 100_000
-MAX_LANES = 4096
-# Total nodes, after a fleet file's ``count`` expansion: the search is held to its time
-# and memory targets up to here (``make bench``).
-MAX_NODES = 10_000
 
 _INT_LIMITS = {
     "native_context_length": MAX_CONTEXT,

@@ -8,12 +8,13 @@ from dataclasses import dataclass, replace
 from itertools import accumulate
 
 from planner.errors import PlanError
+from planner.limits import DEFAULT_PARALLEL_LANES
 from planner.planning.inputs import NodeBudget, PlanningInput
 from planner.planning.plan import Stage
 
 CONTEXT_FLOOR = 65_536
 CONTEXT_STEPS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
-LANE_CANDIDATES = (4, 3, 2, 1)
+LANE_CANDIDATES = tuple(range(DEFAULT_PARALLEL_LANES, 0, -1))
 
 
 def context_floor(request: PlanningInput) -> int:

@@ -27,6 +27,7 @@ from planner.availability import (
 )
 from planner.errors import CodedError
 from planner.figures.availability import context_distribution_figure, timeline_figure
+from planner.limits import MAX_CONTEXT
 from planner.planning import PlanningInput
 from planner.planning.rules import context_floor
 from planner.simulation import SimulatedYear, simulate
@@ -93,7 +94,7 @@ class AvailabilityPanel(widgets.VBox):
                                             step=0.01, description="failures/yr")
         self.repair = widgets.BoundedFloatText(value=repair_hours, min=0, max=100_000,
                                                description="repair h")
-        self.min_context = widgets.BoundedIntText(value=0, min=0, max=2**31,
+        self.min_context = widgets.BoundedIntText(value=0, min=0, max=MAX_CONTEXT,
                                                   description="min context")
         self.seed = widgets.BoundedIntText(value=seed, min=0, max=2**31, description="seed")
         self.compute_button = widgets.Button(description="Compute", button_style="primary")

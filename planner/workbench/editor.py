@@ -20,6 +20,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from planner.limits import MAX_CONTEXT, MAX_LAYERS, MAX_MINIMUM_NODES
 from planner.models import GpuModel
 from planner.units import format_bytes
 from planner.workbench.state import ModelFields, NodeRow, PlanOptions
@@ -27,8 +28,6 @@ from planner.workbench.state import ModelFields, NodeRow, PlanOptions
 CUSTOM_MODEL = ""
 """Preset dropdown value for numbers typed by hand."""
 
-_MAX_LAYERS = 4096
-_MAX_CONTEXT = 2**31
 
 
 def _layout(width: str) -> widgets.Layout:
@@ -248,10 +247,10 @@ class ModelEditor(widgets.VBox):
         self.kv_cache_type = widgets.Dropdown(options=[], description="KV cache",
                                               disabled=True, layout=_layout("200px"))
         self.kv_cache_type.add_class("wb-kv-cache-type")
-        self.layer_count = int_input(1, "wb-layer-count", minimum=0, maximum=_MAX_LAYERS,
+        self.layer_count = int_input(1, "wb-layer-count", minimum=0, maximum=MAX_LAYERS,
                                      width="150px", description="layers")
         self.native_context_length = int_input(
-            1, "wb-native-context", minimum=0, maximum=_MAX_CONTEXT, width="230px",
+            1, "wb-native-context", minimum=0, maximum=MAX_CONTEXT, width="230px",
             description="native context")
         self.model_weight_bytes = text_input("", "wb-model-weights", width="230px",
                                              description="weights", placeholder="315.68 GB")
@@ -325,7 +324,7 @@ class OptionsEditor(widgets.HBox):
 
     def __init__(self, options: PlanOptions, *, on_edit: Callable[[], None]) -> None:
         self.minimum_nodes = int_input(options.minimum_nodes, "wb-minimum-nodes", minimum=0,
-                                       maximum=100_000, width="150px",
+                                       maximum=MAX_MINIMUM_NODES, width="150px",
                                        description="minimum nodes")
         self.context_length_override = text_input(
             options.context_length_override, "wb-context-override", width="200px",

@@ -22,6 +22,7 @@ import pandas as pd
 
 from planner.errors import CodedError
 from planner.figures.sizing import sizing_figure
+from planner.limits import MAX_CONTEXT, MAX_LANES, MAX_LATENCY_MS, MAX_MINIMUM_NODES, MAX_NODES
 from planner.models import GpuModel
 from planner.performance import ESTIMATE_NOTE, ModelTraffic
 from planner.reports.sizing import answer_text, fleet_table
@@ -31,8 +32,6 @@ from planner.workbench.catalog import gpu_catalog, model_traffic
 from planner.workbench.chart import Chart
 from planner.workbench.state import NodeRow, WorkbenchInputError
 from planner.workbench.view import STYLE
-
-_MAX_COUNT = 10_000
 
 
 class CatalogRow(widgets.HBox):
@@ -76,10 +75,10 @@ class CatalogRow(widgets.HBox):
         count_text = self.max_count.value.strip()
         count = None
         if count_text:
-            if not count_text.isdigit() or not 1 <= int(count_text) <= _MAX_COUNT:
+            if not count_text.isdigit() or not 1 <= int(count_text) <= MAX_NODES:
                 raise WorkbenchInputError(
                     f"catalog.{kind}.max_count",
-                    f"must be a whole number from 1 to {_MAX_COUNT:,}, or blank for any",
+                    f"must be a whole number from 1 to {MAX_NODES:,}, or blank for any",
                     value=count_text, label=f"{kind} count available")
             count = int(count_text)
         return replace(self.gpu, price_per_hour=price, max_count=count)
@@ -137,14 +136,14 @@ class SizingPanel(widgets.VBox):
         self._source = source
         model = self._model()
         self.min_context = widgets.BoundedIntText(
-            value=0, min=0, max=2**31, description="min context",
+            value=0, min=0, max=MAX_CONTEXT, description="min context",
             tooltip="0: the context floor, min(native, 64k)")
-        self.min_lanes = widgets.BoundedIntText(value=1, min=1, max=4096,
+        self.min_lanes = widgets.BoundedIntText(value=1, min=1, max=MAX_LANES,
                                                 description="min lanes")
         self.min_nodes = widgets.BoundedIntText(value=model.minimum_nodes, min=1,
-                                                max=100_000, description="min nodes")
+                                                max=MAX_MINIMUM_NODES, description="min nodes")
         self.tpot = widgets.BoundedIntText(value=model.target_decode_tpot_ms or 0, min=0,
-                                           max=10**9, description="TPOT ms",
+                                           max=MAX_LATENCY_MS, description="TPOT ms",
                                            tooltip="estimated TPOT target; 0: none")
         self.tolerate = widgets.BoundedIntText(value=0, min=0, max=8, description="tolerate",
                                                tooltip="nodes the fleet must be able to lose")

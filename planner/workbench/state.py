@@ -21,7 +21,7 @@ from planner.errors import CodedError
 from planner.planning import NodeBudget, PlanningInput
 from planner.units import (
     UnitError,
-    format_bytes,
+    exact_size_text,
     parse_bytes,
     parse_context,
     parse_latency_ms,
@@ -92,29 +92,6 @@ class Problem:
 
 
 _DECIMAL_UNITS = (("PB", 1000**5), ("TB", 1000**4), ("GB", 1000**3), ("MB", 1000**2))
-
-
-def exact_size_text(value: int) -> str:
-    """``value`` as a size that reads back exactly: ``"80 GiB"``, ``"315.68 GB"``, or
-    ``"N B"`` when no unit gives a short exact figure (``"0"`` for nothing)."""
-    if value < 1024:
-        return f"{value} B" if value else "0"
-    for precision in (0, 1, 2, 3):
-        text = format_bytes(value, precision=precision)
-        try:
-            if parse_bytes(text) == value:
-                return text
-        except UnitError:  # a rounded figure that is not a whole number of bytes
-            continue
-    for unit, factor in _DECIMAL_UNITS:
-        if value >= factor and (value * 1000) % factor == 0:
-            text = f"{value / factor:.3f}".rstrip("0").rstrip(".")
-            if parse_bytes(f"{text} {unit}") == value:
-                return f"{text} {unit}"
-    # Drivers report memory in whole MiB (nvidia-smi's 81,559 MiB for an H100).
-    if value % 2**20 == 0:
-        return f"{value // 2**20} MiB"
-    return f"{value} B"
 
 
 def weight_size_text(value: int) -> str:

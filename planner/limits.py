@@ -1,0 +1,49 @@
+"""Every input cap and shared default of the package, in one place.
+
+A value beyond a cap is refused where it enters (a planning request, a fleet file, a GPU
+catalog, the workbench's boxes) with an error naming the field; the caps are far beyond
+any real value, and small enough that the planner's sums stay exact and its time and
+memory targets hold (``make bench``). This module imports nothing, so anything may use it.
+"""
+
+from __future__ import annotations
+
+MAX_BYTES = 2**53
+"""A number of bytes (a model's weights, a KV size, a headroom): beyond 8 PiB it is
+almost surely a unit mistake."""
+
+MAX_NODE_BYTES = 2**50
+"""A node's VRAM, detected or capped: up to 1 PiB, hundreds of times today's largest.
+The search sums the usable bytes of up to :data:`MAX_LAYERS` stages, and
+4,096 x 2**50 = 2**62 keeps every such sum exact in 64-bit integers (model sizes, up to
+:data:`MAX_BYTES` per layer, are summed in Python integers)."""
+
+MAX_LAYERS = 4096
+"""Transformer layers of a model."""
+
+MAX_CONTEXT = 2**31
+"""Tokens of a context length (native, override or target)."""
+
+MAX_LATENCY_MS = 10**9
+"""A latency or time target in milliseconds."""
+
+MAX_MINIMUM_NODES = 100_000
+"""The ``minimum_nodes`` a plan may ask for."""
+
+MAX_LANES = 4096
+"""Parallel lanes (sequences decoded at once)."""
+
+MAX_NODES = 10_000
+"""Nodes of one fleet, after a fleet file's ``count`` expansion; also the largest
+``count`` of one entry and of one GPU kind. The search is held to its time and memory
+targets up to here (``make bench``)."""
+
+DEFAULT_CACHE_TYPE = "f16"
+"""The KV cache type when none is chosen (llama.cpp's ``-ctk``/``-ctv`` default)."""
+
+DEFAULT_UBATCH = 512
+"""llama.cpp's micro-batch in tokens when none is chosen (``-ub``, ``--ubatch-size``)."""
+
+DEFAULT_PARALLEL_LANES = 4
+"""Parallel sequences llama.cpp sizes its caches for when none is chosen (llama-server's
+``--parallel`` default), and the most lanes a plan tries without an override."""
