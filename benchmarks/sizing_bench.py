@@ -38,7 +38,7 @@ def catalogs() -> dict[str, list[Any]]:
     shipped = [gpu for gpu in load_gpu_catalog() if gpu.price_per_hour is not None]
     priciest = sorted(shipped, key=lambda gpu: -gpu.price_per_hour)[:20 - len(shipped)]
     rented = [gpu for gpu in shipped if gpu.vendor != "Apple"]
-    reserved = [gpu for gpu in rented if gpu.kind in ("h100-80gb", "a100-80gb")]
+    reserved = [gpu for gpu in rented if gpu.kind in ("h100-sxm-80gb", "a100-80gb")]
     result = {
         "shipped+spot": shipped + [_variant(gpu, "spot", 0.55, 4) for gpu in priciest],
         "rented GPUs": (rented + [_variant(gpu, "spot", 0.55, 4) for gpu in rented]

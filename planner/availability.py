@@ -39,6 +39,7 @@ import pandas as pd
 
 from planner.errors import CodedError, PlanError
 from planner.fleet.document import FleetDocument, ReliabilityOverride
+from planner.models.gpus import node_gpu_kinds
 from planner.planning import NodeBudget, Plan, PlanningInput, plan_topology
 from planner.planning.inputs import as_planning_input
 from planner.sizing import SizingTargets, fleet_nodes, select_kinds
@@ -132,38 +133,10 @@ class NodeReliability:
 
 
 def _catalog_figures(gpu: Any) -> NodeReliability | None:
-    if gpu.annual_failure_rate is None or gpu.repair_hours is None:
+    if gpu is None or gpu.annual_failure_rate is None or gpu.repair_hours is None:
         return None
     return NodeReliability(annual_failure_rate=gpu.annual_failure_rate,
                            repair_hours=gpu.repair_hours)
-
-
-def catalog_reliability(catalog: Sequence[Any], memory_bytes: int) -> NodeReliability | None:
-    """The catalog's failure figures for a node of that memory size.
-
-    A node that does not name its kind (``gpu``) is matched by memory: the catalog
-    entries with exactly that ``memory_bytes``; it counts only when they agree on both
-    figures and give them.
-    """
-    figures = {(gpu.annual_failure_rate, gpu.repair_hours) for gpu in catalog
-               if gpu.memory_bytes == memory_bytes}
-    if len(figures) != 1:
-        return None
-    afr, repair = figures.pop()
-    if afr is None or repair is None:
-        return None
-    return NodeReliability(annual_failure_rate=afr, repair_hours=repair)
-
-
-def catalog_kind(catalog: Sequence[Any], name: str) -> Any:
-    """The catalog entry whose kind id or name is ``name`` (case-insensitive)."""
-    wanted = name.strip().casefold()
-    for gpu in catalog:
-        if wanted in (gpu.kind.casefold(), gpu.name.casefold()):
-            return gpu
-    known = ", ".join(gpu.kind for gpu in catalog)
-    raise AvailabilityError("InvalidReliability", f"gpu {name!r} is not in the catalog; known "
-                            f"kinds: {known}", field="gpu", value=name)
 
 
 def document_overrides(document: FleetDocument) -> dict[str, ReliabilityOverride]:
@@ -187,19 +160,16 @@ def fleet_reliability(
 ) -> dict[str, NodeReliability]:
     """Each node's failure rate and repair time, field by field, from the first that
     gives it: the node's own override, the fleet-wide value (``annual_failure_rate``,
-    ``repair_hours``), its catalog kind (the one it names as ``gpu``, else the one with
-    its detected memory), the defaults."""
+    ``repair_hours``), its catalog kind (:func:`planner.models.gpus.node_gpu_kind`, in
+    ``catalog``, default the shipped one), the defaults."""
     overrides = overrides or {}
+    named = {node_id: own.gpu for node_id, own in overrides.items() if own.gpu is not None}
+    kinds = node_gpu_kinds(nodes, _shipped_catalog() if catalog is None else catalog, named)
     result: dict[str, NodeReliability] = {}
     for node in nodes:
         own = overrides.get(node.node_id, ReliabilityOverride())
+        base = _catalog_figures(kinds[node.node_id]) or NodeReliability()
         try:
-            kind = None
-            if own.gpu is not None:
-                kind = _catalog_figures(catalog_kind(catalog or _shipped_catalog(), own.gpu))
-            elif catalog:
-                kind = catalog_reliability(catalog, node.detected_vram_bytes)
-            base = kind or NodeReliability()
             afr = next(v for v in (own.annual_failure_rate, annual_failure_rate,
                                    base.annual_failure_rate) if v is not None)
             repair = next(v for v in (own.repair_hours, repair_hours, base.repair_hours)

@@ -559,18 +559,18 @@ class LlamaCppCosts:
 def node_overheads(nodes: Sequence[Any], node_kinds: Mapping[str, str] | None = None,
                    catalog: Sequence[Any] | None = None,
                    backend_overheads: Mapping[str, int] | None = None) -> dict[str, int]:
-    """Each node's llama.cpp backend overhead, from its catalog kind (the fleet file's
-    ``gpu``, else a ``<kind>-NN`` node id) in ``data/gpus.toml``; nodes of no kind are
-    left out (overhead 0)."""
+    """Each node's llama.cpp backend overhead, from its catalog kind in ``data/gpus.toml``
+    (:func:`planner.models.gpus.node_gpu_kind`; ``node_kinds`` are the kinds nodes name,
+    as a fleet file's ``gpu`` gives them); nodes of unknown kind are left out (overhead
+    0)."""
     from planner.models import load_backend_overheads, load_gpu_catalog
-    from planner.performance import node_speeds
+    from planner.models.gpus import node_gpu_kinds
 
     catalog = load_gpu_catalog() if catalog is None else catalog
     defaults = load_backend_overheads() if backend_overheads is None else backend_overheads
-    by_kind = {gpu.kind: gpu for gpu in catalog}
-    speeds = node_speeds(nodes, catalog, node_kinds)
-    return {node_id: by_kind[speed.kind].llamacpp_overhead(defaults)
-            for node_id, speed in speeds.items()}
+    return {node_id: gpu.llamacpp_overhead(defaults)
+            for node_id, gpu in node_gpu_kinds(nodes, catalog, node_kinds).items()
+            if gpu is not None}
 
 
 def costs_from_gguf(path: str | Path, *, kv_cache_type: str = DEFAULT_CACHE_TYPE,

@@ -53,7 +53,7 @@ from typing import Any
 import pandas as pd
 
 from planner.errors import CodedError
-from planner.models.gpus import GpuModel
+from planner.models.gpus import GpuModel, node_gpu_kinds
 from planner.models.spec import ModelSpec
 from planner.planning.inputs import NodeBudget, PlanningInput
 from planner.planning.plan import Plan
@@ -208,28 +208,13 @@ def cost_per_million_tokens(cost_per_hour_usd: float, tokens_per_s: float) -> fl
 
 def node_speeds(nodes: Iterable[NodeBudget], catalog: Sequence[GpuModel],
                 node_kinds: Mapping[str, str] | None = None) -> dict[str, NodeSpeed]:
-    """Each node's catalog kind: the one ``node_kinds`` names for it (kind id or name, as
-    a fleet file's ``gpu`` gives it), else the one its node id ``<kind>-<number>`` names
-    (the ids sizing and the workbench's "Add GPUs" give); nodes that match no kind are
-    left out."""
-    kinds = sorted(catalog, key=lambda gpu: len(gpu.kind), reverse=True)
-    named = {key.strip().casefold(): gpu for gpu in catalog for key in (gpu.kind, gpu.name)}
-    speeds = {}
-    for node in nodes:
-        wanted = (node_kinds or {}).get(node.node_id)
-        if wanted is not None and wanted.strip().casefold() in named:
-            gpu = named[wanted.strip().casefold()]
-            speeds[node.node_id] = NodeSpeed(node.node_id, gpu.memory_bandwidth_bytes_per_s,
-                                             gpu.price_per_hour, gpu.kind)
-            continue
-        for gpu in kinds:
-            prefix = f"{gpu.kind}-"
-            if node.node_id.startswith(prefix) and node.node_id[len(prefix):].isdigit():
-                speeds[node.node_id] = NodeSpeed(node.node_id,
-                                                 gpu.memory_bandwidth_bytes_per_s,
-                                                 gpu.price_per_hour, gpu.kind)
-                break
-    return speeds
+    """Each node's bandwidth and price from its catalog kind
+    (:func:`planner.models.gpus.node_gpu_kind`; ``node_kinds`` are the kinds nodes name,
+    as a fleet file's ``gpu`` gives them); nodes of unknown kind are left out."""
+    return {node_id: NodeSpeed(node_id, gpu.memory_bandwidth_bytes_per_s,
+                               gpu.price_per_hour, gpu.kind)
+            for node_id, gpu in node_gpu_kinds(nodes, catalog, node_kinds).items()
+            if gpu is not None}
 
 
 def estimate_plan(
@@ -265,7 +250,7 @@ def estimate_plan(
             raise PerformanceError(
                 "MissingNodeSpeed",
                 f"node {stage.node_id} has no memory bandwidth: give it a catalog kind "
-                f"(node id <kind>-00) whose entry has memory_bandwidth_bytes_per_s",
+                f"(gpu = \"<kind>\") whose entry has memory_bandwidth_bytes_per_s",
                 node_id=stage.node_id)
         bandwidth = speed.memory_bandwidth_bytes_per_s
         parameter_bytes = sum(weights[stage.layer_start:stage.layer_end])

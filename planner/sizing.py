@@ -55,11 +55,11 @@ from planner.performance import (
     DEFAULT_LINK_BANDWIDTH_BYTES_PER_S,
     ESTIMATE_NOTE,
     ModelTraffic,
-    NodeSpeed,
     PerformanceError,
     PlanEstimate,
     cost_per_million_tokens,
     estimate_plan,
+    node_speeds,
 )
 from planner.planning import rules
 from planner.planning.api import plan_topology
@@ -157,7 +157,7 @@ class SizedFleet:
 
     @property
     def label(self) -> str:
-        """``"2 x h100-80gb + 1 x l40s"``."""
+        """``"2 x h100-sxm-80gb + 1 x l40s"``."""
         return " + ".join(f"{count} x {kind}" for kind, count in self.counts)
 
     def to_dict(self) -> dict[str, Any]:
@@ -258,6 +258,13 @@ def fleet_nodes(kinds: Sequence[GpuModel], counts: Sequence[int]) -> tuple[NodeB
     return tuple(nodes)
 
 
+def fleet_node_kinds(kinds: Sequence[GpuModel], counts: Sequence[int]) -> dict[str, str]:
+    """The kind id of each node of :func:`fleet_nodes` (``kinds``, ``counts``), by node
+    id: sizing names each node's kind rather than leaving it to be recognised."""
+    return {node_id: gpu.kind for gpu, count in zip(kinds, counts, strict=True) if count
+            for node_id in expanded_node_ids(gpu.kind, count)}
+
+
 def select_kinds(catalog: Sequence[GpuModel], names: Iterable[str] | None = None
                  ) -> tuple[list[GpuModel], list[str]]:
     """The kinds to size with (by kind id or name, case-insensitive; all priced kinds when
@@ -322,7 +329,6 @@ class _Search:
         self.bounds = [gpu.max_count if gpu.max_count is not None
                        else self.layer_count + self.f for gpu in self.kinds]
         self.prices = [int(Decimal(str(gpu.price_per_hour)) * _MICRO) for gpu in self.kinds]
-        self.speeds = {gpu.kind: gpu for gpu in self.kinds}
         self.cache: dict[tuple[int, ...], _Outcome] = {}
         self.plans_evaluated = 0
 
@@ -347,7 +353,7 @@ class _Search:
                     raise
                 plan = None
             if plan is not None:
-                result = _Outcome(plan, self.estimate(request, plan))
+                result = _Outcome(plan, self.estimate(counts, request, plan))
         self.cache[counts] = result
         return result
 
@@ -356,14 +362,11 @@ class _Search:
         outcome = self.outcome(counts)
         return outcome.plan is not None and self.plan_meets(outcome.plan, outcome.estimate)
 
-    def estimate(self, request: PlanningInput, plan: Plan) -> PlanEstimate | None:
+    def estimate(self, counts: Sequence[int], request: PlanningInput, plan: Plan
+                 ) -> PlanEstimate | None:
         if self.traffic is None:
             return None
-        speeds = {}
-        for node in request.nodes:
-            gpu = self.speeds[node.node_id.rsplit("-", 1)[0]]
-            speeds[node.node_id] = NodeSpeed(node.node_id, gpu.memory_bandwidth_bytes_per_s,
-                                             gpu.price_per_hour, gpu.kind)
+        speeds = node_speeds(request.nodes, self.kinds, fleet_node_kinds(self.kinds, counts))
         try:
             return estimate_plan(request, plan, self.traffic, speeds,
                                  paid_node_ids=[node.node_id for node in request.nodes],

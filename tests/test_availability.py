@@ -20,6 +20,7 @@ from planner.availability import (
     fleet_availability,
 )
 from planner.errors import PlanError
+from planner.models import ModelError
 from planner.planning import NodeBudget, PlanningInput, plan_topology
 
 GIB = 2**30
@@ -316,10 +317,11 @@ def test_node_figures_come_from_own_then_fleet_then_catalog_then_defaults() -> N
     from planner.models import load_gpu_catalog
 
     catalog = load_gpu_catalog()
-    h100 = next(gpu for gpu in catalog if gpu.name == "NVIDIA H100 80GB")
-    rtx = next(gpu for gpu in catalog if gpu.name == "NVIDIA GeForce RTX 4090")
+    h100 = next(gpu for gpu in catalog if gpu.name == "NVIDIA H100 SXM 80GB")
+    rtx = next(gpu for gpu in catalog if gpu.name == "NVIDIA GeForce RTX 5090")
     nodes = [NodeBudget("own", 80 * GIB), NodeBudget("named", 1 * GIB),
-             NodeBudget("by-memory", rtx.memory_bytes), NodeBudget("unknown", 7 * GIB)]
+             NodeBudget("by-memory", rtx.memory_bytes), NodeBudget("unknown", 7 * GIB),
+             NodeBudget("two-kinds", 24 * GIB)]
     overrides = {"own": ReliabilityOverride(annual_failure_rate=0.5, gpu=h100.kind),
                  "named": ReliabilityOverride(gpu=h100.name)}
     plain = fleet_reliability(nodes, catalog=catalog, overrides=overrides)
@@ -327,6 +329,8 @@ def test_node_figures_come_from_own_then_fleet_then_catalog_then_defaults() -> N
     assert plain["named"] == NodeReliability(h100.annual_failure_rate, h100.repair_hours)
     assert plain["by-memory"] == NodeReliability(rtx.annual_failure_rate, rtx.repair_hours)
     assert plain["unknown"] == NodeReliability()
+    # The RTX 3090 and 4090 both have 24 GiB: no guess, the defaults.
+    assert plain["two-kinds"] == NodeReliability()
     fleet_wide = fleet_reliability(nodes, catalog=catalog, overrides=overrides,
                                    repair_hours=10)
     assert fleet_wide["own"] == NodeReliability(0.5, 10)
@@ -335,9 +339,10 @@ def test_node_figures_come_from_own_then_fleet_then_catalog_then_defaults() -> N
     partly = fleet_reliability(nodes, catalog=catalog,
                                overrides={"by-memory": ReliabilityOverride(repair_hours=5)})
     assert partly["by-memory"] == NodeReliability(rtx.annual_failure_rate, 5)
-    with pytest.raises(AvailabilityError, match="not in the catalog"):
+    with pytest.raises(ModelError, match="'own': gpu 'TPU v9' is not in the catalog") as error:
         fleet_reliability(nodes, catalog=catalog,
                           overrides={"own": ReliabilityOverride(gpu="TPU v9")})
+    assert error.value.code == "UnknownGpuKind"
 
 
 def test_fleet_files_carry_each_nodes_failure_figures_both_ways() -> None:

@@ -15,7 +15,7 @@ from planner.sizing import SizingTargets, size_fleet
 KEYS = ["counts", "nodes", "cost_per_hour", "context_length", "stage_count",
         "parallel_lanes", "estimated_tpot_ms", "tokens_per_s", "cost_per_million_tokens",
         "failures_tolerated"]
-KINDS = "h100-80gb,a100-80gb,h200-141gb,instinct-mi300x"
+KINDS = "h100-sxm-80gb,a100-80gb,h200-141gb,instinct-mi300x"
 
 CARD = ('[[gpu]]\nname = "Card"\nvendor = "V"\nmemory_bytes = 85899345920\nnote = "n"\n'
         'id = "card"\nprice_per_hour = 1.0\nprice_source = "quote"\nprice_date = 2026-11-30\n'

@@ -30,13 +30,13 @@ H100 = """
 preset = "llama-3.1-70b"
 
 [[nodes]]
-id = "h100-80gb"
+id = "h100-sxm-80gb"
 count = 2
 vram = "79.65 GiB"
 latency_ms = 2
 """
 
-UNNAMED = H100.replace('id = "h100-80gb"', 'id = "box"')
+UNNAMED = H100.replace('id = "h100-sxm-80gb"', 'id = "box"')
 
 
 def _direct(document):
@@ -122,16 +122,16 @@ def test_node_kinds_name_a_catalog_kind_for_any_node_id() -> None:
     request = parse_fleet_toml(UNNAMED).to_request()
     catalog = load_gpu_catalog()
     assert node_speeds(request.nodes, catalog) == {}
-    speeds = node_speeds(request.nodes, catalog, {"box-00": "NVIDIA H100 80GB",
-                                                  "box-01": "h100-80gb"})
-    assert {speed.kind for speed in speeds.values()} == {"h100-80gb"}
+    speeds = node_speeds(request.nodes, catalog, {"box-00": "NVIDIA H100 SXM 80GB",
+                                                  "box-01": "h100-sxm-80gb"})
+    assert {speed.kind for speed in speeds.values()} == {"h100-sxm-80gb"}
     assert speeds["box-00"].price_per_hour == 4.76
 
 
 def test_workbench_shows_the_estimate() -> None:
     state = WorkbenchState.design_default()
     state = state.with_model(preset_source("llama-3.1-70b").fields).with_nodes(())
-    state = state.add_gpus("NVIDIA H100 80GB", 85520809984, 2)
+    state = state.add_gpus("NVIDIA H100 SXM 80GB", 85520809984, 2)
     evaluation = evaluate(state)
     request, plan = evaluation.request, evaluation.plan
     expected = estimate_plan(request, plan, ModelTraffic.from_spec(load_preset("llama-3.1-70b")),
@@ -151,7 +151,7 @@ def test_workbench_shows_the_estimate() -> None:
 
 
 def test_a_node_naming_its_kind_in_the_fleet_file_is_estimated() -> None:
-    text = UNNAMED.replace('latency_ms = 2', 'latency_ms = 2\ngpu = "h100-80gb"')
+    text = UNNAMED.replace('latency_ms = 2', 'latency_ms = 2\ngpu = "h100-sxm-80gb"')
     content = build_report(parse_fleet_toml(text))
     assert content.estimate["available"] is True
     assert content.estimate["cost_per_hour_usd"] == pytest.approx(2 * 4.76)

@@ -17,7 +17,7 @@ def test_every_shipped_kind_has_a_cited_price_and_bandwidth() -> None:
         assert gpu.price_source and gpu.price_date, gpu.name
         assert gpu.memory_bandwidth_bytes_per_s and gpu.memory_bandwidth_source, gpu.name
     kinds = [gpu.kind for gpu in load_gpu_catalog()]
-    assert "h100-80gb" in kinds and len(set(kinds)) == len(kinds)
+    assert "h100-sxm-80gb" in kinds and len(set(kinds)) == len(kinds)
 
 
 def test_a_user_catalog_file_loads_with_every_field(tmp_path: Path) -> None:

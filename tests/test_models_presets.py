@@ -277,7 +277,8 @@ def test_gpu_catalog_covers_common_accelerators() -> None:
     catalog = {gpu.name: gpu for gpu in load_gpu_catalog()}
     for name, memory in [
         # Data-centre parts: the total the driver reports (nvidia-smi, rocm-smi).
-        ("NVIDIA H100 80GB", 81_559 * 2**20),
+        ("NVIDIA H100 SXM 80GB", 81_559 * 2**20),
+        ("NVIDIA H100 PCIe 80GB", 81_559 * 2**20),
         ("NVIDIA H200 141GB", 143_771 * 2**20),
         ("NVIDIA A100 40GB", 40 * 2**30),
         ("NVIDIA A100 80GB", 80 * 2**30),
@@ -288,7 +289,8 @@ def test_gpu_catalog_covers_common_accelerators() -> None:
         ("AMD Instinct MI300X", 205_822_885_888),
     ]:
         assert catalog[name].memory_bytes == memory, name
-    assert "HBM2e" in catalog["NVIDIA H100 80GB"].note  # the PCIe card's memory
+    assert "HBM3" in catalog["NVIDIA H100 SXM 80GB"].note
+    assert "HBM2e" in catalog["NVIDIA H100 PCIe 80GB"].note
 
 
 def test_llamacpp_backend_overheads_per_gpu_kind(tmp_path: Path) -> None:
@@ -296,7 +298,7 @@ def test_llamacpp_backend_overheads_per_gpu_kind(tmp_path: Path) -> None:
     assert defaults["cuda"] == 457 * 2**20 and defaults["metal"] == 512 * 2**20
     assert defaults["rpc"] == 0
     catalog = {gpu.name: gpu for gpu in load_gpu_catalog()}
-    assert catalog["NVIDIA H100 80GB"].llamacpp_overhead(defaults) == 457 * 2**20
+    assert catalog["NVIDIA H100 SXM 80GB"].llamacpp_overhead(defaults) == 457 * 2**20
     assert catalog["Apple M2 Ultra 192GB"].llamacpp_overhead(defaults) == 512 * 2**20
     own = tmp_path / "gpus.toml"
     own.write_text('[[gpu]]\nname = "X"\nvendor = "V"\nmemory_bytes = 1024\nnote = "n"\n'

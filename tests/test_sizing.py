@@ -176,13 +176,13 @@ def test_json_keys_are_the_documented_ones() -> None:
 
 def test_no_fleet_says_how_far_the_largest_gets() -> None:
     spec = load_preset("qwen3-coder-480b-a35b")
-    catalog = [gpu for gpu in load_gpu_catalog() if gpu.kind == "h100-80gb"]
+    catalog = [gpu for gpu in load_gpu_catalog() if gpu.kind == "h100-sxm-80gb"]
     limited = [GpuModel(**{**catalog[0].to_dict(), "max_count": 3})]
     with pytest.raises(SizingError) as caught:
         size_fleet(spec, limited, SizingTargets(minimum_context=65536))
     assert caught.value.code == "NoFleetMeetsTargets"
     message = caught.value.message
-    assert "of 62 layers at 65,536" in message and "h100-80gb" in message
+    assert "of 62 layers at 65,536" in message and "h100-sxm-80gb" in message
 
 
 @pytest.mark.parametrize(("targets", "field"), [
@@ -238,7 +238,7 @@ def test_presets_size_with_the_shipped_catalog() -> None:
     catalog = load_gpu_catalog()
     spec = load_preset("llama-3.1-70b")
     result = size_fleet(spec, catalog, SizingTargets(failures_tolerated=1),
-                        kinds=["h100-80gb", "a100-80gb", "l40s"], top=3)
+                        kinds=["h100-sxm-80gb", "a100-80gb", "l40s"], top=3)
     cheapest = result.cheapest
     assert cheapest.failures_tolerated == 1
     assert cheapest.estimated_tpot_ms is not None and cheapest.estimated_tpot_ms > 0

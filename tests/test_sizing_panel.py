@@ -15,7 +15,7 @@ from planner.workbench import Workbench
 from planner.workbench.catalog import preset_source
 from planner.workbench.sizing_panel import SizingModel, SizingPanel
 
-KINDS = ("h100-80gb", "a100-80gb", "l40s", "rtx-4090")
+KINDS = ("h100-sxm-80gb", "a100-80gb", "l40s", "rtx-4090")
 
 
 def _catalog():
@@ -86,7 +86,7 @@ def test_bad_catalog_entries_are_named_not_raised(field: str, text: str, expecte
 
 def test_no_fleet_meets_the_targets_says_why() -> None:
     panel = SizingPanel(_model(), catalog=_catalog(), compute=False)
-    for kind in ("h100-80gb", "a100-80gb", "l40s"):
+    for kind in ("h100-sxm-80gb", "a100-80gb", "l40s"):
         _row(panel, kind).use.value = False
     _row(panel, "rtx-4090").max_count.value = "1"
     panel.compute()

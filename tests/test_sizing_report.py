@@ -20,7 +20,7 @@ EVIL = "<script>alert(1)</script> | *x*"
 
 @pytest.fixture(scope="module")
 def result() -> SizingResult:
-    catalog = [gpu for gpu in load_gpu_catalog() if gpu.kind in ("h100-80gb", "l40s")]
+    catalog = [gpu for gpu in load_gpu_catalog() if gpu.kind in ("h100-sxm-80gb", "l40s")]
     return size_fleet(load_preset("llama-3.1-70b"), catalog,
                       SizingTargets(failures_tolerated=1), top=3)
 

@@ -32,7 +32,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
             "after losing any F nodes. Exact within each kind's max_count. Speeds are "
             "estimates from the catalog's memory bandwidth."),
         examples=("planner size qwen3-coder-480b-a35b --tolerate 1",
-                  "planner size llama-3.1-70b --kinds h100-80gb,l40s --tpot 60 --json",
+                  "planner size llama-3.1-70b --kinds h100-sxm-80gb,l40s --tpot 60 --json",
                   "planner size data/fleets/qwen480b-5x80.toml --catalog my-gpus.toml --csv"),
         exit_codes="0 fleets found, 1 no fleet meets the targets, 2 bad input")
     parser.add_argument("model", metavar="MODEL",

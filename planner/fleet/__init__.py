@@ -31,7 +31,7 @@ The TOML form::
     latency_ms = 10              # optional stage-transfer latency: 0.5, "5 ms", "500 us"
     annual_failure_rate = 0.2    # optional: failures per node-year (availability)
     repair_hours = 48            # optional: mean hours to repair
-    gpu = "h100-80gb"            # optional: the catalog kind whose failure figures it takes
+    gpu = "h100-sxm-80gb"            # optional: the catalog kind whose failure figures it takes
     # address = "10.0.0.5:50052" (optional, a node without count): where its llama.cpp
     #                            rpc-server listens, for `planner launch`
 

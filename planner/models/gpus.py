@@ -12,7 +12,7 @@ figure comes from); and, used by :mod:`planner.performance` and :mod:`planner.si
 
 ``id``
     The kind's id, used for node ids (``<id>-00``, ``<id>-01``, ...). Default: derived
-    from the name (``"NVIDIA H100 80GB"`` -> ``"h100-80gb"``).
+    from the name (``"NVIDIA H100 SXM 80GB"`` -> ``"h100-sxm-80gb"``).
 ``price_per_hour``, ``price_source``, ``price_date``
     Indicative on-demand price in USD per GPU-hour, where it was listed and when
     (``YYYY-MM-DD``). The three go together.
@@ -35,7 +35,7 @@ from __future__ import annotations
 import datetime
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -58,7 +58,7 @@ _VENDOR_WORDS = {"nvidia", "amd", "apple", "intel", "geforce", "radeon"}
 
 
 def kind_id(name: str) -> str:
-    """A node id prefix from a GPU's name: ``"NVIDIA H100 80GB"`` -> ``"h100-80gb"``."""
+    """A node id prefix from a GPU's name: ``"NVIDIA H100 SXM 80GB"`` -> ``"h100-sxm-80gb"``."""
     words = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-").split("-")
     kept = [w for w in words if w and w not in _VENDOR_WORDS] or words
     return "-".join(kept)[:24].strip("-") or "gpu"
@@ -112,6 +112,78 @@ class GpuModel:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GpuModel:
         return _gpu(data, "GpuModel.from_dict")
+
+
+class _KindIndex:
+    """A catalog looked up by kind id or name, by node id prefix and by memory."""
+
+    def __init__(self, catalog: Sequence[GpuModel]) -> None:
+        self.catalog = tuple(catalog)
+        self.named: dict[str, GpuModel] = {}
+        for gpu in self.catalog:
+            for key in (gpu.name, gpu.kind):
+                self.named.setdefault(key.strip().casefold(), gpu)
+        self.by_id = {gpu.kind: gpu for gpu in self.catalog}
+        self.by_memory: dict[int, list[GpuModel]] = {}
+        for gpu in self.catalog:
+            self.by_memory.setdefault(gpu.memory_bytes, []).append(gpu)
+
+    def named_kind(self, name: str) -> GpuModel:
+        found = self.named.get(name.strip().casefold()) if isinstance(name, str) else None
+        if found is None:
+            known = ", ".join(gpu.kind for gpu in self.catalog) or "none"
+            raise ModelError("UnknownGpuKind",
+                             f"gpu {name!r} is not in the catalog; known kinds: {known}",
+                             field="gpu", value=name)
+        return found
+
+    def of(self, node: Any, gpu: str | None) -> GpuModel | None:
+        if gpu is not None:
+            try:
+                return self.named_kind(gpu)
+            except ModelError as error:
+                raise ModelError(error.code, f"node {node.node_id!r}: {error.message}",
+                                 **{**error.details, "node_id": node.node_id}) from None
+        prefix, _, number = node.node_id.rpartition("-")
+        if number.isascii() and number.isdigit() and prefix in self.by_id:
+            return self.by_id[prefix]
+        same = self.by_memory.get(node.detected_vram_bytes, ())
+        return same[0] if len(same) == 1 else None
+
+
+def node_gpu_kind(node: Any, catalog: Sequence[GpuModel], gpu: str | None = None
+                  ) -> GpuModel | None:
+    """The catalog kind a node is, or ``None`` when that is not known for sure.
+
+    ``node`` is a planning node (a :class:`~planner.planning.NodeBudget`: its ``node_id``
+    and ``detected_vram_bytes`` are read); ``gpu`` is the kind the node names (a fleet
+    file's ``gpu``: a kind id or name, any case). The rule, the one every part of the
+    package uses (speed estimate, llama.cpp overhead, failure figures, sizing):
+
+    1. a ``gpu`` the node names wins; a name the catalog lacks raises
+       :class:`ModelError` ``UnknownGpuKind``;
+    2. else a node id ``<kind>-<digits>`` (the ids "Add GPUs" and ``count`` give) naming
+       a catalog kind id is that kind;
+    3. else the one catalog kind whose ``memory_bytes`` is exactly the node's detected
+       memory; when no kind or several kinds have it (the H100 SXM and PCIe cards report
+       the same 81,559 MiB) the kind is unknown: ``None``, never a guess.
+    """
+    return _KindIndex(catalog).of(node, gpu)
+
+
+def node_gpu_kinds(nodes: Iterable[Any], catalog: Sequence[GpuModel],
+                   gpus: Mapping[str, str] | None = None) -> dict[str, GpuModel | None]:
+    """:func:`node_gpu_kind` of each node, by node id; ``gpus`` maps node ids to the kind
+    each names."""
+    index = _KindIndex(catalog)
+    named = gpus or {}
+    return {node.node_id: index.of(node, named.get(node.node_id)) for node in nodes}
+
+
+def catalog_kind(catalog: Sequence[GpuModel], name: str) -> GpuModel:
+    """The catalog kind whose id or name is ``name`` (any case); ``UnknownGpuKind``
+    when there is none."""
+    return _KindIndex(catalog).named_kind(name)
 
 
 def _bad(where: str, field_name: str, problem: str, value: Any = None) -> ModelError:

@@ -37,8 +37,8 @@ class ModelError(CodedError):
     ``UnsupportedGgufVersion``, ``GgufNotFound``, ``UnreadableGguf``, ``MissingGgufShard``,
     ``MissingGgufKey``, ``UnsupportedArchitecture``, ``UnknownKvCacheType``,
     ``IncompatibleKvCacheType``, ``UnknownPreset``, ``InvalidPreset``, ``MissingDataDir``,
-    ``InvalidGpuCatalog``, ``GpuCatalogNotFound`` or ``InvalidModelSpec``. ``details``
-    holds the file, key or value behind the message.
+    ``InvalidGpuCatalog``, ``GpuCatalogNotFound``, ``UnknownGpuKind`` or
+    ``InvalidModelSpec``. ``details`` holds the file, key or value behind the message.
     """
 
     codes = (
@@ -58,6 +58,7 @@ class ModelError(CodedError):
         "MissingDataDir",
         "InvalidGpuCatalog",
         "GpuCatalogNotFound",
+        "UnknownGpuKind",
         "InvalidModelSpec",
     )
 
