@@ -24,6 +24,7 @@ MAX_SHOWN = 80
 
 NOT_AN_INTEGER = "must be an integer (a whole number)"
 FLOAT_INTEGER = "a whole number written as a float; give an integer"
+NOT_A_NUMBER = "must be a number"
 
 
 def shown(value: Any) -> str:
@@ -110,6 +111,56 @@ def optional_integer(
     if value is None:
         return None
     return integer(value, fail, minimum=minimum, maximum=maximum)
+
+
+def number(
+    value: Any,
+    fail: Fail,
+    *,
+    minimum: int | float | None = 0,
+    maximum: int | float | None = None,
+    above: int | float | None = None,
+    below: int | float | None = None,
+) -> int | float:
+    """A real number: an integral value (as :func:`integer` reads it) as a Python
+    ``int``, a float (numpy floats too) as a Python ``float``; within
+    ``[minimum, maximum]`` and, with ``above`` and ``below``, strictly between them.
+    ``bool``, text, NaN and infinities are refused."""
+    if value is None:
+        raise fail("is required", None)
+    if is_integral(value):
+        result: int | float = integer(value, fail, minimum=None)
+    elif _is_real(value):
+        result = float(value)
+        if result != result or result in (float("inf"), float("-inf")):
+            raise fail("must be a finite number", value)
+    else:
+        raise fail(NOT_A_NUMBER, value)
+    if minimum is not None and result < minimum:
+        raise fail(f"must be at least {minimum:,}", value)
+    if above is not None and result <= above:
+        raise fail(f"must be more than {above:,}", value)
+    if maximum is not None and result > maximum:
+        raise fail(f"must be at most {maximum:,}", value)
+    if below is not None and result >= below:
+        raise fail(f"must be less than {below:,}", value)
+    return result
+
+
+def _is_real(value: Any) -> bool:
+    if isinstance(value, float):
+        return True
+    dtype = getattr(value, "dtype", None)
+    return getattr(dtype, "kind", None) == "f" and not hasattr(value, "__len__")
+
+
+def flag(value: Any, fail: Fail) -> bool:
+    """``value`` as a Python ``bool``: ``True``/``False`` or a numpy bool; not 0 or 1."""
+    if isinstance(value, bool):
+        return value
+    if _is_numpy_bool(value) and not hasattr(value, "__len__"):
+        return bool(value)
+    raise fail("must be true or false", value)
 
 
 def _float_is_integer(value: Any) -> bool:

@@ -37,6 +37,7 @@ from typing import Any
 
 import pandas as pd
 
+from planner._validate import Fail, number, shown
 from planner.errors import CodedError, PlanError
 from planner.fleet.document import FleetDocument, ReliabilityOverride
 from planner.models.gpus import node_gpu_kinds
@@ -83,16 +84,17 @@ class AvailabilityError(CodedError):
 
 def _positive_number(value: Any, name: str, node_id: str | None, *, allow_zero: bool) -> float:
     where = f"{name} of node {node_id!r}" if node_id is not None else name
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise AvailabilityError("InvalidReliability", f"{where}: must be a number (got {value!r})",
-                                field=name, node_id=node_id, value=value)
-    number = float(value)
-    if not math.isfinite(number) or number < 0 or (number == 0 and not allow_zero):
-        bound = "at least 0" if allow_zero else "greater than 0"
-        raise AvailabilityError("InvalidReliability",
-                                f"{where}: must be a finite number {bound} (got {value!r})",
-                                field=name, node_id=node_id, value=value)
-    return number
+    fail = _invalid("InvalidReliability", name, where, node_id)
+    if allow_zero:
+        return float(number(value, fail))
+    return float(number(value, fail, above=0))
+
+
+def _invalid(code: str, name: str, where: str | None = None,
+             node_id: str | None = None) -> Fail:
+    return lambda problem, value: AvailabilityError(
+        code, f"{where or name}: {problem} (got {shown(value)})", field=name,
+        node_id=node_id, value=value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -449,19 +451,14 @@ def fleet_availability(
     :func:`~planner.planning.plan_topology`.
     """
     req = with_targets(as_planning_input(request), targets)
-    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or not (
-            0 <= tolerance < 1):
-        raise AvailabilityError("InvalidTarget", f"tolerance must be in [0, 1) (got {tolerance!r})",
-                                field="tolerance", value=tolerance)
+    tolerance = number(tolerance, _invalid("InvalidTarget", "tolerance"), below=1)
     check = meets or targets_check(min_context=min_context, min_lanes=min_lanes,
                                    targets=targets)
     probabilities = dict(down) if down is not None else down_probabilities(req.nodes,
                                                                            reliability)
     for node_id, u in probabilities.items():
-        if isinstance(u, bool) or not isinstance(u, int | float) or not 0 <= u <= 1:
-            raise AvailabilityError("InvalidReliability",
-                                    f"down probability of node {node_id!r} must be in [0, 1] "
-                                    f"(got {u!r})", field="down", node_id=node_id, value=u)
+        number(u, _invalid("InvalidReliability", "down",
+                           f"down probability of node {node_id!r}", node_id), maximum=1)
     # Request errors surface here, on the whole fleet, not as a down state.
     if req.nodes:
         plan_survivors(req, req.nodes, check)
@@ -584,11 +581,9 @@ class SparesResult:
 
 
 def _check_target(target: Any) -> float:
-    if isinstance(target, bool) or not isinstance(target, int | float) or not 0 < target < 1:
-        raise AvailabilityError("InvalidTarget",
-                                f"availability target must be between 0 and 1, e.g. 0.999 "
-                                f"(got {target!r})", field="target", value=target)
-    return float(target)
+    fail = _invalid("InvalidTarget", "target", "availability target (between 0 and 1, "
+                    "e.g. 0.999)")
+    return float(number(target, fail, above=0, below=1))
 
 
 def spares_for(

@@ -43,6 +43,7 @@ from typing import Any
 
 import pandas as pd
 
+from planner._validate import Fail, flag, integer, is_integral, shown
 from planner.errors import CodedError
 from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_PARALLEL_LANES, DEFAULT_UBATCH
 from planner.models.kv_cache import CACHE_TYPES, check_cache_type, row_bytes
@@ -72,12 +73,14 @@ def _pad(value: int, to: int) -> int:
     return -(-value // to) * to
 
 
+def _bad(name: str) -> Fail:
+    return lambda problem, value: MemoryModelError(
+        "InvalidMemorySettings", f"{name}: {problem} (got {shown(value)})", field=name,
+        value=value)
+
+
 def _check_positive(value: Any, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise MemoryModelError("InvalidMemorySettings",
-                               f"{name} must be an integer >= {minimum} (got {value!r})",
-                               field=name, value=value)
-    return value
+    return integer(value, _bad(name), minimum=minimum)
 
 
 def require_flash_attention(cache_type_v: str, flash_attn: bool) -> None:
@@ -221,11 +224,11 @@ class LlamaCppSettings:
     """Backend overhead per device (not the host)."""
 
     def __post_init__(self) -> None:
-        _check_positive(self.context_length, "context_length")
-        _check_positive(self.parallel, "parallel")
-        _check_positive(self.ubatch, "ubatch")
-        _check_positive(self.batch, "batch")
-        _check_positive(self.overhead_bytes, "overhead_bytes", minimum=0)
+        for name in ("context_length", "parallel", "ubatch", "batch", "overhead_bytes"):
+            object.__setattr__(self, name, _check_positive(
+                getattr(self, name), name, minimum=0 if name == "overhead_bytes" else 1))
+        for name in ("kv_unified", "flash_attn"):
+            object.__setattr__(self, name, flag(getattr(self, name), _bad(name)))
         check_cache_type(self.cache_type_k)
         check_cache_type(self.cache_type_v)
         require_flash_attention(self.cache_type_v, self.flash_attn)
@@ -337,12 +340,12 @@ def even_ranges(layer_count: int, devices: int) -> list[tuple[int, int]]:
 
 
 def ranges_from_counts(layer_count: int, counts: Sequence[int]) -> list[tuple[int, int]]:
-    if any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in counts) or \
-            sum(counts) != layer_count:
+    if not all(is_integral(c) and c >= 1 for c in counts) or sum(counts) != layer_count:
         raise MemoryModelError(
             "InvalidMemorySettings",
             f"layers per device {list(counts)} must be positive and add up to the model's "
             f"{layer_count} layers", field="layers_per_device", value=list(counts))
+    counts = [int(count) for count in counts]
     ranges, start = [], 0
     for count in counts:
         ranges.append((start, start + count))
@@ -502,7 +505,9 @@ class LlamaCppCosts:
     """``(node_id, bytes)``: each node's backend overhead (0 for nodes not listed)."""
 
     def __post_init__(self) -> None:
-        _check_positive(self.lanes, "lanes")
+        object.__setattr__(self, "lanes", _check_positive(self.lanes, "lanes"))
+        object.__setattr__(self, "ubatch", _check_positive(self.ubatch, "ubatch"))
+        object.__setattr__(self, "flash_attn", flag(self.flash_attn, _bad("flash_attn")))
         self.settings(4096)  # the cache types, ubatch and flash attention are valid
         object.__setattr__(self, "overhead_bytes", tuple(sorted(
             (str(node), _check_positive(size, f"overhead_bytes.{node}", minimum=0))

@@ -52,6 +52,7 @@ from typing import Any
 
 import pandas as pd
 
+from planner._validate import Fail, integer, number, shown
 from planner.errors import CodedError
 from planner.models.gpus import GpuModel, node_gpu_kinds
 from planner.models.spec import ModelSpec
@@ -97,14 +98,14 @@ class ModelTraffic:
     hidden_size: int | None
 
     def __post_init__(self) -> None:
-        _positive(self.model_weight_bytes, "model_weight_bytes")
-        _positive(self.active_weight_bytes, "active_weight_bytes")
+        for name in ("model_weight_bytes", "active_weight_bytes", "hidden_size"):
+            value = getattr(self, name)
+            if value is not None or name != "hidden_size":
+                object.__setattr__(self, name, _positive(value, name))
         if self.active_weight_bytes > self.model_weight_bytes:
             raise PerformanceError("InvalidPerformanceInput",
                                    "active_weight_bytes exceeds model_weight_bytes",
                                    field="active_weight_bytes")
-        if self.hidden_size is not None:
-            _positive(self.hidden_size, "hidden_size")
 
     @classmethod
     def from_spec(cls, spec: ModelSpec) -> ModelTraffic:
@@ -185,20 +186,18 @@ class PlanEstimate:
                 f"(estimate at {self.bandwidth_efficiency:.0%} of peak memory bandwidth)")
 
 
-def _positive(value: Any, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise PerformanceError("InvalidPerformanceInput",
-                               f"{name} must be a positive integer (got {value!r})",
-                               field=name, value=value)
+def _bad(name: str) -> Fail:
+    return lambda problem, value: PerformanceError(
+        "InvalidPerformanceInput", f"{name}: {problem} (got {shown(value)})",
+        field=name, value=value)
+
+
+def _positive(value: Any, name: str) -> int:
+    return integer(value, _bad(name), minimum=1)
 
 
 def _check_efficiency(efficiency: Any) -> float:
-    if isinstance(efficiency, bool) or not isinstance(efficiency, int | float) or not (
-            0 < efficiency <= 1):
-        raise PerformanceError("InvalidPerformanceInput",
-                               f"bandwidth_efficiency must be in (0, 1] (got {efficiency!r})",
-                               field="bandwidth_efficiency", value=efficiency)
-    return float(efficiency)
+    return float(number(efficiency, _bad("bandwidth_efficiency"), above=0, maximum=1))
 
 
 def cost_per_million_tokens(cost_per_hour_usd: float, tokens_per_s: float) -> float:
@@ -235,7 +234,8 @@ def estimate_plan(
     memory bandwidth.
     """
     efficiency = _check_efficiency(bandwidth_efficiency)
-    _positive(link_bandwidth_bytes_per_s, "link_bandwidth_bytes_per_s")
+    link_bandwidth_bytes_per_s = _positive(link_bandwidth_bytes_per_s,
+                                           "link_bandwidth_bytes_per_s")
     weights = layer_weights(request)
     kv_layer = kv_bytes_per_layer_token(request)
     latency = {node.node_id: node.stage_transfer_latency_ms for node in request.nodes}

@@ -27,8 +27,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from planner._validate import number, shown
 from planner.availability import (
     HOURS_PER_YEAR,
+    AvailabilityError,
     MeetsTargets,
     NodeReliability,
     Outcome,
@@ -193,13 +195,9 @@ def simulate(
     off, terms are still counted but no fence messages are simulated (zeros).
     """
     req = with_targets(as_planning_input(request), targets)
-    if isinstance(horizon_hours, bool) or not isinstance(horizon_hours, int | float) or not (
-            0 < horizon_hours < math.inf):
-        from planner.availability import AvailabilityError
-
-        raise AvailabilityError("InvalidTarget", f"horizon_hours must be a positive number "
-                                f"(got {horizon_hours!r})", field="horizon_hours",
-                                value=horizon_hours)
+    horizon_hours = number(horizon_hours, lambda problem, value: AvailabilityError(
+        "InvalidTarget", f"horizon_hours: {problem} (got {shown(value)})",
+        field="horizon_hours", value=value), above=0)
     check = meets or targets_check(min_context=min_context, min_lanes=min_lanes,
                                    targets=targets)
     if isinstance(reliability, NodeReliability) or reliability is None:

@@ -45,6 +45,7 @@ from typing import Any
 
 import pandas as pd
 
+from planner._validate import integer, shown
 from planner.errors import CodedError, PlanError
 from planner.fleet import expanded_node_ids
 from planner.limits import MAX_CONTEXT, MAX_LANES, MAX_LATENCY_MS, MAX_MINIMUM_NODES
@@ -99,12 +100,14 @@ class SizingTargets:
     failures_tolerated: int = 0
 
     def __post_init__(self) -> None:
-        _whole(self.minimum_context, "minimum_context", 1, MAX_CONTEXT, optional=True)
-        _whole(self.minimum_lanes, "minimum_lanes", 1, MAX_LANES)
-        _whole(self.minimum_nodes, "minimum_nodes", 0, MAX_MINIMUM_NODES)
-        _whole(self.target_decode_tpot_ms, "target_decode_tpot_ms", 1, MAX_LATENCY_MS,
-               optional=True)
-        _whole(self.failures_tolerated, "failures_tolerated", 0, _MAX_FAILURES)
+        for name, low, high, optional in (
+                ("minimum_context", 1, MAX_CONTEXT, True), ("minimum_lanes", 1, MAX_LANES, False),
+                ("minimum_nodes", 0, MAX_MINIMUM_NODES, False),
+                ("target_decode_tpot_ms", 1, MAX_LATENCY_MS, True),
+                ("failures_tolerated", 0, _MAX_FAILURES, False)):
+            value = getattr(self, name)
+            if not (optional and value is None):
+                object.__setattr__(self, name, _whole(value, name, low, high))
 
     def to_dict(self) -> dict[str, Any]:
         return {"minimum_context": self.minimum_context, "minimum_lanes": self.minimum_lanes,
@@ -113,13 +116,10 @@ class SizingTargets:
                 "failures_tolerated": self.failures_tolerated}
 
 
-def _whole(value: Any, name: str, low: int, high: int, *, optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise SizingError("InvalidTargets",
-                          f"{name} must be an integer from {low} to {high:,} (got {value!r})",
-                          field=name, value=value)
+def _whole(value: Any, name: str, low: int, high: int) -> int:
+    return integer(value, lambda problem, got: SizingError(
+        "InvalidTargets", f"{name}: {problem} (got {shown(got)})", field=name, value=got),
+        minimum=low, maximum=high)
 
 
 @dataclass(frozen=True, slots=True)
@@ -578,7 +578,7 @@ def size_fleet(
     within the counts available meets the targets).
     """
     targets = targets or SizingTargets()
-    _whole(top, "top", 1, _MAX_TOP)
+    top = _whole(top, "top", 1, _MAX_TOP)
     fields, spec_traffic = _model_fields(model)
     traffic = traffic or spec_traffic
     chosen, skipped = select_kinds(catalog, kinds)

@@ -59,6 +59,7 @@ from typing import Any
 
 import pandas as pd
 
+from planner._validate import Fail, integer, number, shown, text
 from planner.availability import (
     QUICK_MAX_STATES,
     document_overrides,
@@ -168,22 +169,21 @@ def check_grid(grid: pd.DataFrame) -> pd.DataFrame:
     grid = grid.reset_index(drop=True)
     for index, row in enumerate(_row_dicts(grid)):
         for name, value in row.items():
-            ok = True
-            if name in _INT_COLUMNS:
-                ok = (not isinstance(value, bool) and isinstance(value, int | float)
-                      and float(value).is_integer() and value >= 0)
-            elif name in _NUMBER_COLUMNS:
-                ok = (not isinstance(value, bool) and isinstance(value, int | float)
-                      and math.isfinite(value) and value >= 0)
+            fail = _bad_cell(index, name)
+            if name in _INT_COLUMNS or name in _NUMBER_COLUMNS:
+                # A column with blanks holds its whole numbers as floats (2.0).
+                if name in _INT_COLUMNS and not float(number(value, fail)).is_integer():
+                    raise fail("must be a whole number", value)
+                number(value, fail)
             elif name in _TEXT_COLUMNS:
-                ok = isinstance(value, str) and bool(value.strip())
-            if not ok:
-                kind = ("a whole number >= 0" if name in _INT_COLUMNS else
-                        "a finite number >= 0" if name in _NUMBER_COLUMNS else
-                        "a non-empty string")
-                raise SweepError("InvalidGrid", f"row {index}, column {name!r}: must be {kind} "
-                                 f"(got {value!r})", column=name, row=index, value=value)
+                text(value, fail)
     return grid
+
+
+def _bad_cell(index: int, name: str) -> Fail:
+    return lambda problem, value: SweepError(
+        "InvalidGrid", f"row {index}, column {name!r}: {problem} (got {shown(value)})",
+        column=name, row=index, value=value)
 
 
 def load_grid(path: str | Path) -> tuple[pd.DataFrame, str]:
@@ -533,10 +533,9 @@ def sweep(
     if executor not in ("auto", "inline", "processes", "dask"):
         raise SweepError("InvalidGrid", "executor must be auto, inline, processes or dask "
                          f"(got {executor!r})", value=executor)
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
-                                or workers < 1):
-        raise SweepError("InvalidGrid", f"workers must be a whole number >= 1 (got {workers!r})",
-                         value=workers)
+    if workers is not None:
+        workers = integer(workers, lambda problem, value: SweepError(
+            "InvalidGrid", f"workers: {problem} (got {shown(value)})", value=value), minimum=1)
     grid = check_grid(grid)
     out = Path(output) if output is not None else None
     if out is not None and out.suffix not in (".parquet", ".csv"):

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from planner._validate import flag
 from planner.fence.claims import (
     CONFLICTING_SAME_TERM,
     EXPIRED_LEASE,
@@ -33,7 +34,7 @@ from planner.fence.claims import (
     require_instance,
     require_str,
 )
-from planner.fence.errors import InvalidFenceInput
+from planner.fence.errors import InvalidFenceInput, bad_input
 from planner.fence.messages import ClaimCoordinator, LoadStage, Message, StopStage
 from planner.fence.runtime import StageWork, StopRequest
 
@@ -206,9 +207,8 @@ class CoordinatorPolicy:
                                fence_int(getattr(self, name), name, "policy", minimum=1))
         object.__setattr__(self, "max_renewals",
                            fence_int(self.max_renewals, "max_renewals", "policy", minimum=0))
-        if not isinstance(self.stand_down_on_newer_term, bool):
-            raise InvalidFenceInput("stand_down_on_newer_term", "must be true or false",
-                                    value=self.stand_down_on_newer_term, where="policy")
+        object.__setattr__(self, "stand_down_on_newer_term", flag(
+            self.stand_down_on_newer_term, bad_input("stand_down_on_newer_term", "policy")))
 
 
 class CoordinatorPhase(StrEnum):

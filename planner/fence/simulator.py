@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from planner._validate import flag, number
 from planner.fence.claims import LoadClaimRef, fence_int, require_instance, require_str
 from planner.fence.coordinator import (
     Action,
@@ -32,7 +33,7 @@ from planner.fence.coordinator import (
     SetTimer,
     SplitPlan,
 )
-from planner.fence.errors import InvalidFenceInput, SimulationError
+from planner.fence.errors import InvalidFenceInput, SimulationError, bad_input
 from planner.fence.messages import (
     MESSAGE_NAMES,
     MESSAGE_TYPES,
@@ -108,13 +109,8 @@ class NetworkConfig:
                            fence_int(self.base_delay_ms, "base_delay_ms", "network", minimum=0))
         object.__setattr__(self, "jitter_ms",
                            fence_int(self.jitter_ms, "jitter_ms", "network", minimum=0))
-        chance = self.drop_probability
-        if isinstance(chance, bool) or not isinstance(chance, int | float):
-            raise InvalidFenceInput("drop_probability", "must be a number between 0 and 1",
-                                    value=chance, where="network")
-        if not 0.0 <= chance <= 1.0:  # also refuses NaN
-            raise InvalidFenceInput("drop_probability", "must be between 0 and 1",
-                                    value=chance, where="network")
+        object.__setattr__(self, "drop_probability", float(number(
+            self.drop_probability, bad_input("drop_probability", "network"), maximum=1)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,9 +140,7 @@ class MessageRule:
             object.__setattr__(self, "term", fence_int(self.term, "term", where, minimum=0))
         object.__setattr__(self, "extra_delay_ms",
                            fence_int(self.extra_delay_ms, "extra_delay_ms", where, minimum=0))
-        if not isinstance(self.drop, bool):
-            raise InvalidFenceInput("drop", "must be true or false", value=self.drop,
-                                    where=where)
+        object.__setattr__(self, "drop", flag(self.drop, bad_input("drop", where)))
         if self.times is not None:
             # None means every message; a count below 1 would never apply (or, negative,
             # never run out).
@@ -203,9 +197,7 @@ class Simulation:
         seed = fence_int(seed, "seed", "simulation")
         prepare_ms = fence_int(prepare_ms, "prepare_ms", "simulation", minimum=0)
         require_instance(network, NetworkConfig, "simulation.network", optional=True)
-        if not isinstance(durable_fence, bool):
-            raise InvalidFenceInput("durable_fence", "must be true or false",
-                                    value=durable_fence, where="simulation")
+        durable_fence = flag(durable_fence, bad_input("durable_fence", "simulation"))
         self.seed = seed
         self.network = network or NetworkConfig()
         self.prepare_ms = prepare_ms

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import pandas as pd
 import plotly.graph_objects as go
 
+from planner._validate import integer
 from planner.fence.check import MUST_HOLD, CheckReport
 from planner.fence.claims import (
     RULE_CLAIM_EXISTS,
@@ -36,7 +37,7 @@ from planner.fence.claims import (
     LoadDecision,
     quorum_requirement,
 )
-from planner.fence.errors import InvalidFenceInput
+from planner.fence.errors import InvalidFenceInput, bad_input
 from planner.figures.style import axis, base_layout, plotly_text
 
 ACCEPT_COLOUR = "#2e8b57"
@@ -289,14 +290,8 @@ def quorum_figure(planned_stages: int, accepts: int, *, max_planned: int = 9) ->
     Bars: ``quorum_requirement(n)`` for ``n`` = 1..``max_planned``; a marker shows
     ``accepts`` over the chosen bar, green when it reaches the quorum.
     """
-    if isinstance(planned_stages, bool) or not isinstance(planned_stages, int) or (
-            planned_stages < 1):
-        raise InvalidFenceInput("planned_stages", "must be a whole number of at least 1",
-                                value=planned_stages)
-    if isinstance(accepts, bool) or not isinstance(accepts, int) or not (
-            0 <= accepts <= planned_stages):
-        raise InvalidFenceInput("accepts", f"must be a whole number between 0 and the "
-                                f"planned stages ({planned_stages})", value=accepts)
+    planned_stages = integer(planned_stages, bad_input("planned_stages"), minimum=1)
+    accepts = integer(accepts, bad_input("accepts"), maximum=planned_stages)
     top = max(max_planned, planned_stages)
     counts = list(range(1, top + 1))
     needed = [quorum_requirement(n) for n in counts]

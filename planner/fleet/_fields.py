@@ -7,13 +7,12 @@ value the same way.
 
 from __future__ import annotations
 
-import math
 import re
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from planner._validate import Fail, integer, known_keys, shown, text
+from planner._validate import Fail, integer, known_keys, number, shown, text
 from planner.fleet.errors import FleetFileError
 from planner.limits import (
     MAX_BYTES,
@@ -172,10 +171,7 @@ def as_latency(value: Any, field_name: str, node_id: str) -> int | float:
 
 def as_rate(value: Any, field_name: str, *, node_id: str | None = None) -> float:
     """A failure rate or repair time: a finite number of at least 0."""
-    if (isinstance(value, bool) or not isinstance(value, int | float)
-            or not math.isfinite(value) or value < 0):
-        raise bad(field_name, node_id)("must be a finite number of at least 0", value)
-    return float(value)
+    return float(number(value, bad(field_name, node_id)))
 
 
 def as_text(value: Any, field_name: str, *, node_id: str | None = None) -> str:

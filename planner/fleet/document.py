@@ -239,12 +239,14 @@ class FleetDocument:
                                      field="addresses", node_id=node_id)
             as_address(address, f"addresses.{node_id}", node_id)
         object.__setattr__(self, "addresses", tuple(sorted(addresses.items())))
-        as_int(self.minimum_nodes, "planning.minimum_nodes", maximum=LIMITS["minimum_nodes"])
+        object.__setattr__(self, "minimum_nodes", as_int(
+            self.minimum_nodes, "planning.minimum_nodes", maximum=LIMITS["minimum_nodes"]))
         for key in ("context_length_override", "parallel_lanes_override",
                     "target_decode_tpot_ms"):
             value = getattr(self, key)
             if value is not None:
-                as_int(value, f"planning.{key}", maximum=LIMITS[key])
+                object.__setattr__(self, key, as_int(value, f"planning.{key}",
+                                                     maximum=LIMITS[key]))
         if self.name is not None:
             as_text(self.name, "name")
         if not isinstance(self.reliability, Mapping):

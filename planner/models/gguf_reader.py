@@ -18,6 +18,7 @@ Where the weights are counted:
 from __future__ import annotations
 
 import mmap
+import operator
 import re
 import struct
 from collections.abc import Iterable, Mapping
@@ -27,6 +28,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from planner._validate import Fail, integer, is_integral, shown
 from planner.limits import DEFAULT_CACHE_TYPE, MAX_LAYERS
 from planner.models.kv_cache import check_cache_type, layout_from_gguf
 from planner.models.spec import ModelError, ModelSpec
@@ -266,11 +268,7 @@ def _split_count(header: GgufHeader) -> int:
     count = header.metadata.get("split.count")
     if count is None:
         return 1
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ModelError("InvalidGguf", f"{header.path}: GGUF key 'split.count' must be a "
-                         f"positive integer (got {count!r})", file=str(header.path),
-                         key="split.count")
-    return count
+    return integer(count, _bad_key(header.path, "split.count"), minimum=1)
 
 
 def read_shards(path: str | Path) -> list[GgufHeader]:
@@ -330,11 +328,13 @@ def _required(metadata: Mapping[str, Any], key: str, where: Path) -> Any:
 
 
 def _positive(metadata: Mapping[str, Any], key: str, where: Path) -> int:
-    value = _required(metadata, key, where)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ModelError("InvalidGguf", f"{where}: GGUF key {key!r} must be a positive "
-                         f"integer (got {value!r})", file=str(where), key=key)
-    return value
+    return integer(_required(metadata, key, where), _bad_key(where, key), minimum=1)
+
+
+def _bad_key(where: Path, key: str) -> Fail:
+    return lambda problem, value: ModelError(
+        "InvalidGguf", f"{where}: GGUF key {key!r} {problem} (got {shown(value)})",
+        file=str(where), key=key)
 
 
 def _check_layer_count(layer_count: int, key: str, where: Path) -> None:
@@ -439,7 +439,7 @@ def from_gguf(path: str | Path, kv_cache_type: str = DEFAULT_CACHE_TYPE) -> Mode
 
 
 def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return is_integral(value) and operator.index(value) > 0
 
 
 def _active_weight_bytes(metadata: Mapping[str, Any], architecture: str,

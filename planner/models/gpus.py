@@ -41,6 +41,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from planner._validate import Fail, integer, number, shown
 from planner.limits import MAX_BYTES, MAX_LATENCY_MS, MAX_NODES
 from planner.models.presets import data_dir
 from planner.models.spec import ModelError
@@ -187,9 +188,13 @@ def catalog_kind(catalog: Sequence[GpuModel], name: str) -> GpuModel:
 
 
 def _bad(where: str, field_name: str, problem: str, value: Any = None) -> ModelError:
-    shown = f" (got {value!r})" if value is not None else ""
-    return ModelError("InvalidGpuCatalog", f"{where}: {field_name} {problem}{shown}",
+    got = f" (got {shown(value)})" if value is not None else ""
+    return ModelError("InvalidGpuCatalog", f"{where}: {field_name} {problem}{got}",
                       file=where, field=field_name)
+
+
+def _fail(where: str, field_name: str) -> Fail:
+    return lambda problem, value: _bad(where, field_name, problem, value)
 
 
 def _int(entry: Mapping[str, Any], key: str, where: str, *, minimum: int,
@@ -197,10 +202,7 @@ def _int(entry: Mapping[str, Any], key: str, where: str, *, minimum: int,
     value = entry.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not (
-            minimum <= value <= maximum):
-        raise _bad(where, key, f"must be an integer from {minimum} to {maximum:,}", value)
-    return value
+    return integer(value, _fail(where, key), minimum=minimum, maximum=maximum)
 
 
 def _text(entry: Mapping[str, Any], key: str, where: str) -> str | None:
@@ -224,10 +226,7 @@ def _price(entry: Mapping[str, Any], where: str) -> tuple[float | None, str | No
     price = entry.get("price_per_hour")
     if price is None:
         return None, None
-    if isinstance(price, bool) or not isinstance(price, int | float) or not (
-            0 < price < 1_000_000):
-        raise _bad(where, "price_per_hour", "must be a positive number of USD per hour",
-                   price)
+    price = number(price, _fail(where, "price_per_hour"), above=0, maximum=1_000_000)
     date = entry["price_date"]
     if isinstance(date, datetime.date) and not isinstance(date, datetime.datetime):
         return float(price), date.isoformat()
@@ -248,30 +247,22 @@ def _gpu(entry: Any, where: str) -> GpuModel:
     for key in ("name", "vendor", "note"):
         if not isinstance(entry.get(key), str) or not entry[key].strip():
             raise _bad(where, key, "must be a non-empty string", entry.get(key))
-    memory = entry.get("memory_bytes")
-    if isinstance(memory, bool) or not isinstance(memory, int) or not (
-            0 < memory <= MAX_BYTES):
-        raise _bad(where, "memory_bytes", "must be a positive integer", memory)
+    memory = integer(entry.get("memory_bytes"), _fail(where, "memory_bytes"), minimum=1,
+                     maximum=MAX_BYTES)
     unified = entry.get("unified_memory_bytes")
     fraction = entry.get("working_set_fraction")
     if (unified is None) != (fraction is None):
         raise _bad(where, "unified_memory_bytes", "and working_set_fraction go together")
     if unified is not None:
-        if isinstance(unified, bool) or not isinstance(unified, int) or unified < memory:
-            raise _bad(where, "unified_memory_bytes", "must be an integer >= memory_bytes",
-                       unified)
-        if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not (
-                0 < fraction <= 1):
-            raise _bad(where, "working_set_fraction", "must be in (0, 1]", fraction)
+        unified = integer(unified, _fail(where, "unified_memory_bytes"), minimum=memory,
+                          maximum=MAX_BYTES)
+        fraction = number(fraction, _fail(where, "working_set_fraction"), above=0, maximum=1)
         budget = unified * Fraction(str(fraction))
         if budget != memory:
             raise _bad(where, "memory_bytes",
                        f"must be unified_memory_bytes x working_set_fraction = {budget}", memory)
-    for key in ("annual_failure_rate", "repair_hours"):
-        value = entry.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
-                                  or not 0 <= value < float("inf")):
-            raise _bad(where, key, "must be a finite number >= 0", value)
+    reliability = {key: None if entry.get(key) is None else number(entry[key], _fail(where, key))
+                   for key in ("annual_failure_rate", "repair_hours")}
     kind = _text(entry, "id", where)
     if kind is not None and not _KIND_ID.match(kind):
         raise _bad(where, "id", "must be lower-case letters and digits joined by - _ or .",
@@ -280,8 +271,8 @@ def _gpu(entry: Any, where: str) -> GpuModel:
     _together(entry, ("memory_bandwidth_bytes_per_s", "memory_bandwidth_source"), where)
     return GpuModel(
         name=entry["name"], memory_bytes=memory, vendor=entry["vendor"], note=entry["note"],
-        annual_failure_rate=entry.get("annual_failure_rate"),
-        repair_hours=entry.get("repair_hours"), id=kind, price_per_hour=price,
+        annual_failure_rate=reliability["annual_failure_rate"],
+        repair_hours=reliability["repair_hours"], id=kind, price_per_hour=price,
         price_source=_text(entry, "price_source", where),
         price_date=price_date,
         memory_bandwidth_bytes_per_s=_int(entry, "memory_bandwidth_bytes_per_s", where,
@@ -351,14 +342,12 @@ def _overheads(raw: Mapping[str, Any], where: str) -> dict[str, int]:
     table = section.get("backend_overhead_bytes", {})
     if not isinstance(table, Mapping):
         raise _bad(where, "llamacpp.backend_overhead_bytes", "must be a table", table)
-    for name, value in table.items():
-        field_name = f"llamacpp.backend_overhead_bytes.{name}"
+    for name in table:
         if name not in BACKENDS:
-            raise _bad(where, field_name, f"is not a backend; expected {', '.join(BACKENDS)}")
-        if isinstance(value, bool) or not isinstance(value, int) or not (
-                0 <= value <= MAX_BYTES):
-            raise _bad(where, field_name, "must be an integer >= 0", value)
-    return dict(table)
+            raise _bad(where, f"llamacpp.backend_overhead_bytes.{name}",
+                       f"is not a backend; expected {', '.join(BACKENDS)}")
+    return {name: integer(value, _fail(where, f"llamacpp.backend_overhead_bytes.{name}"),
+                          maximum=MAX_BYTES) for name, value in table.items()}
 
 
 def load_backend_overheads(path: str | Path | None = None) -> dict[str, int]:

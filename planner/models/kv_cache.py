@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from planner._validate import Fail, integer
 from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_PARALLEL_LANES, DEFAULT_UBATCH
 from planner.models.spec import ModelError
 from planner.units import format_bytes
@@ -291,9 +292,10 @@ class MetadataReader:
         value = self.metadata.get(self.key(name))
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self.bad(name, "must be a non-negative integer", value)
-        return value
+        return integer(value, self.fail(name))
+
+    def fail(self, name: str) -> Fail:
+        return lambda problem, value: self.bad(name, problem, value)
 
     def int(self, name: str) -> int:
         value = self.optional_int(name)
@@ -312,13 +314,9 @@ class MetadataReader:
             if len(value) != self.layer_count:
                 raise self.bad(name, f"has {len(value)} entries for {self.layer_count} layers",
                                value)
-            for entry in value:
-                if isinstance(entry, bool) or not isinstance(entry, int) or entry < 0:
-                    raise self.bad(name, "must hold non-negative integers", value)
-            return list(value)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self.bad(name, "must be a non-negative integer or an array of them", value)
-        return [value] * self.layer_count
+            fail = self.fail(name)
+            return [integer(entry, lambda problem, _: fail(problem, value)) for entry in value]
+        return [integer(value, self.fail(name))] * self.layer_count
 
 
 # Architectures whose ``{arch}.attention.sliding_window_pattern`` counts from a
@@ -340,9 +338,8 @@ def _file_pattern(meta: MetadataReader, architecture: str,
         if not all(isinstance(entry, bool) or entry in (0, 1) for entry in value):
             raise meta.bad(name, "must hold one true/false flag per layer", value)
         return [bool(entry) for entry in value]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise meta.bad(name, "must be a non-negative integer or an array of flags", value)
-    return _pattern(layer_count, value, architecture in DENSE_FIRST_PATTERN)
+    period = integer(value, meta.fail(name))
+    return _pattern(layer_count, period, architecture in DENSE_FIRST_PATTERN)
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,6 +63,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from planner._validate import Fail, integer, number
 from planner.models.kv_cache import (
     CACHE_TYPES,
     KvLayout,
@@ -127,17 +128,14 @@ class _Table:
             raise self.error(key, "must be a non-empty string", value)
         return value
 
+    def fail(self, key: str) -> Fail:
+        return lambda problem, value: self.error(key, problem, value)
+
     def positive(self, key: str) -> int:
-        value = self.data.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise self.error(key, "must be a positive integer", value)
-        return value
+        return integer(self.data.get(key), self.fail(key), minimum=1)
 
     def number(self, key: str) -> Fraction:
-        value = self.data.get(key)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise self.error(key, "must be a positive number", value)
-        return Fraction(str(value))
+        return Fraction(str(number(self.data.get(key), self.fail(key), above=0)))
 
     def table(self, key: str) -> _Table:
         if key not in self.data:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from planner._validate import Fail, integer, shown
+from planner._validate import Fail, flag, integer, shown
 from planner.fence.claims import CoordinatorClaim, quorum_requirement
 from planner.fence.errors import FenceError
 
@@ -91,8 +91,7 @@ class CheckConfig:
             object.__setattr__(self, name, integer(getattr(self, name), config_error(name),
                                                    minimum=low, maximum=high))
         for name in ("skew", "message_loss", "stops"):
-            if not isinstance(getattr(self, name), bool):
-                raise CheckConfigError(name, "must be true or false", getattr(self, name))
+            object.__setattr__(self, name, flag(getattr(self, name), config_error(name)))
         if self.planned is None:
             return
         if not isinstance(self.planned, tuple) or len(self.planned) != self.coordinators:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import NamedTuple
 
-from planner._validate import integer
+from planner._validate import flag, integer
 from planner.fence.check.configuration import (
     DEFAULT_CONFIGS,
     TICK_MS,
@@ -141,8 +141,7 @@ def check(
     max_states = integer(max_states, config_error("max_states"), minimum=1, maximum=10**9)
     progress_every = integer(progress_every, config_error("progress_every"), minimum=1,
                              maximum=10**9)
-    if not isinstance(partial, bool):
-        raise CheckConfigError("partial", "must be true or false", partial)
+    partial = flag(partial, config_error("partial"))
     if progress is not None and not callable(progress):
         raise CheckConfigError("progress", "must be a function of one CheckProgress",
                                progress)

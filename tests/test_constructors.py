@@ -1,0 +1,296 @@
+"""Every public constructor of the package checks its numbers with the one validator.
+
+The input types are found, not listed: every public dataclass of the package that
+checks its fields on construction (it has a ``__post_init__``). Each needs a valid
+example here (a new one without an example fails the first test). Then for each of its
+integer, number and flag fields, and each integer inside a tuple field:
+
+- a numpy integer (or numpy float, numpy bool) is accepted where a Python one is, and
+  stored as the Python value;
+- ``True``, a float, text and an object are refused with a :class:`CodedError` that
+  names the field (never ``TypeError``, ``AttributeError`` or a silent acceptance).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import json
+import pkgutil
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import planner
+from planner.errors import CodedError
+from planner.fence.claims import ClaimDecision, CoordinatorClaim, LoadClaimRef, LoadDecision
+from planner.fence.coordinator import SplitPlan
+from planner.fence.runtime import StageWork, StopDecision, StopRequest
+from planner.fleet import ModelChoice
+from planner.memory import LlamaCppModel
+from planner.planning import NodeBudget
+
+GIB = 2**30
+
+
+def _input_types() -> list[type]:
+    found = []
+    for info in pkgutil.walk_packages(planner.__path__, "planner."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if (inspect.isclass(value) and value.__module__ == module.__name__
+                    and not name.startswith("_") and dataclasses.is_dataclass(value)
+                    and hasattr(value, "__post_init__")):
+                found.append(value)
+    return sorted(found, key=lambda cls: f"{cls.__module__}.{cls.__qualname__}")
+
+
+def _claim() -> CoordinatorClaim:
+    return CoordinatorClaim("m", "p", "s", "t", "r", "c", 1, "ph", "th", 1_000)
+
+
+def _ref(cls: type) -> Any:
+    return cls("m", "p", "s", "t", "r", "c", 1)
+
+
+def _llama_model() -> LlamaCppModel:
+    runs = Path(__file__).resolve().parents[1] / "validation" / "results" / "llamacpp-runs.json"
+    return LlamaCppModel.from_dict(json.loads(runs.read_text())["model_layout"])
+
+
+def _node(node_id: str = "a") -> NodeBudget:
+    return NodeBudget(node_id, 24 * GIB, 20 * GIB, GIB, 2)
+
+
+_SPEC = dict(name="m", architecture="llama", layer_count=2, native_context_length=4096,
+             model_weight_bytes=10, layer_weight_bytes=(4, 6), kv_bytes_per_token=8,
+             kv_cache_type="f16", kv_cache_table=(("f16", 8), ("q8_0", 4)), source="s",
+             hidden_size=64, active_weight_bytes=10)
+
+# A valid example of each input type, every optional number given a value so it is
+# exercised. Keyed by "module.Class".
+EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
+    "planner.availability.NodeReliability": lambda: dict(annual_failure_rate=0.1,
+                                                         repair_hours=24.0),
+    "planner.fence.check.configuration.CheckConfig": lambda: dict(
+        stages=2, coordinators=2, max_term=2, clock_bound=1, lease_ticks=2, skew=True,
+        skew_ticks=1, message_loss=False, stops=True, planned=((0, 1), (1,))),
+    "planner.fence.claims.CoordinatorClaim": lambda: dataclasses.asdict(_claim()),
+    "planner.fence.claims.GenerationRef": lambda: dict(
+        model_id="m", package_ref="p", manifest_sha256="s", topology_id="t", run_id="r",
+        coordinator_id="c", coordinator_term=1),
+    "planner.fence.claims.LoadClaimRef": lambda: dict(
+        model_id="m", package_ref="p", manifest_sha256="s", topology_id="t", run_id="r",
+        coordinator_id="c", coordinator_term=1),
+    "planner.fence.coordinator.SplitPlan": lambda: dict(
+        model_id="m", package_ref="p", manifest_sha256="s", topology_id="t", run_id="r",
+        stage_nodes=("a", "b"), layer_ranges=((0, 2), (2, 4))),
+    "planner.fence.coordinator.CoordinatorPolicy": lambda: dict(
+        lease_ms=1000, claim_timeout_ms=100, load_timeout_ms=100, retry_interval_ms=100,
+        max_attempts=3, max_renewals=2, stand_down_on_newer_term=True),
+    "planner.fence.coordinator.Coordinator": lambda: dict(
+        node_id="c", plan=SplitPlan("m", "p", "s", "t", "r", ("a",))),
+    "planner.fence.messages.ClaimCoordinator": lambda: dict(claim=_claim(), round_id=1),
+    "planner.fence.messages.ClaimReply": lambda: dict(
+        decision=ClaimDecision(True, None, None, None, _claim(), 5), term=1, round_id=1),
+    "planner.fence.messages.LoadStage": lambda: dict(load=_ref(LoadClaimRef), round_id=1),
+    "planner.fence.messages.LoadReply": lambda: dict(
+        decision=LoadDecision(True, None, False, None, _ref(LoadClaimRef), 5), term=1,
+        round_id=1),
+    "planner.fence.messages.StageReady": lambda: dict(work=_ref(StageWork)),
+    "planner.fence.messages.StopStage": lambda: dict(request=_ref(StopRequest)),
+    "planner.fence.messages.StopReply": lambda: dict(
+        decision=StopDecision(True, None, None, _ref(StopRequest)), term=1),
+    "planner.fence.runtime.StageWork": lambda: dataclasses.asdict(_ref(StageWork)),
+    "planner.fence.runtime.StopRequest": lambda: dataclasses.asdict(_ref(StopRequest)),
+    "planner.fence.runtime.StageRuntime": lambda: dict(node_id="a", claims=(_claim(),)),
+    "planner.fence.simulator.NetworkConfig": lambda: dict(base_delay_ms=5, jitter_ms=2,
+                                                          drop_probability=0.25),
+    "planner.fence.simulator.MessageRule": lambda: dict(term=1, extra_delay_ms=5, drop=True,
+                                                        times=2),
+    "planner.fleet.document.ModelChoice": lambda: dict(preset="llama-3.1-70b"),
+    "planner.fleet.document.ReliabilityOverride": lambda: dict(annual_failure_rate=0.1,
+                                                               repair_hours=24.0),
+    "planner.fleet.document.FleetDocument": lambda: dict(
+        model=ModelChoice(preset="llama-3.1-70b"), nodes=(_node("a"), _node("b")),
+        minimum_nodes=1, context_length_override=4096, parallel_lanes_override=2,
+        target_decode_tpot_ms=50),
+    "planner.memory.LlamaCppSettings": lambda: dict(
+        context_length=4096, parallel=2, kv_unified=True, ubatch=512, batch=2048,
+        flash_attn=True, overhead_bytes=100),
+    "planner.memory.LlamaCppCosts": lambda: dict(
+        model=_llama_model(), flash_attn=True, ubatch=512, lanes=4,
+        overhead_bytes=(("a", 100),)),
+    "planner.models.spec.ModelSpec": lambda: dict(_SPEC),
+    "planner.performance.ModelTraffic": lambda: dict(
+        model_weight_bytes=100, active_weight_bytes=10, hidden_size=64),
+    "planner.planning.inputs.NodeBudget": lambda: dataclasses.asdict(_node()),
+    "planner.planning.inputs.PlanningInput": lambda: dict(
+        native_context_length=4096, layer_count=2, model_weight_bytes=10,
+        kv_bytes_per_token=8, nodes=(_node("a"), _node("b")), minimum_nodes=1,
+        layer_weight_bytes=(4, 6), context_length_override=2048,
+        parallel_lanes_override=2, target_decode_tpot_ms=50),
+    "planner.sizing.SizingTargets": lambda: dict(
+        minimum_context=4096, minimum_lanes=2, minimum_nodes=1, target_decode_tpot_ms=50,
+        failures_tolerated=1),
+}
+
+# Types whose __post_init__ computes rather than checks, or whose fields (beyond those
+# listed as inputs) are a state machine's own state, not input.
+NOT_INPUT = {
+    "planner.planning.search.NodeSetChoice": "a search result, built only by the search",
+    "planner.fence.check.model.Rules": "holds functions, no numbers",
+}
+STATE_FIELDS = {
+    "planner.fence.coordinator.Coordinator": {
+        "term", "highest_seen_term", "round_id", "attempts", "renewals", "quorum_terms",
+        "loads_sent"},
+}
+
+
+def _name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def test_every_input_type_has_an_example() -> None:
+    found = {_name(cls) for cls in _input_types()} - set(NOT_INPUT)
+    assert found == set(EXAMPLES), "add an example for each new input type"
+
+
+def _kind(annotation: str) -> str | None:
+    """The kind of number a field holds, from its annotation."""
+    bare = annotation.replace(" | None", "").replace("None | ", "")
+    if bare in ("int", "int | float", "float | int"):
+        return "int" if bare == "int" else "number"
+    if bare == "float":
+        return "number"
+    if bare == "bool":
+        return "flag"
+    if re.search(r"\bint\b", bare) and bare.startswith(("tuple[", "list[")):
+        return "nested"
+    return None
+
+
+def _first_int_path(value: Any, path: tuple[int, ...] = ()) -> tuple[int, ...] | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return path
+    if isinstance(value, tuple | list):
+        for index, item in enumerate(value):
+            found = _first_int_path(item, (*path, index))
+            if found is not None:
+                return found
+    return None
+
+
+def _replace_at(value: Any, path: tuple[int, ...], new: Any) -> Any:
+    if not path:
+        return new
+    items = list(value)
+    items[path[0]] = _replace_at(items[path[0]], path[1:], new)
+    return type(value)(items)
+
+
+def _numpy_ints(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return np.int64(value)
+    if isinstance(value, tuple | list):
+        return type(value)(_numpy_ints(item) for item in value)
+    return value
+
+
+def _cases() -> Iterator[Any]:
+    for cls in _input_types():
+        name = _name(cls)
+        if name in NOT_INPUT:
+            continue
+        example = EXAMPLES[name]()
+        skipped = STATE_FIELDS.get(name, set())
+        for field in dataclasses.fields(cls):
+            kind = _kind(str(field.type))
+            if not field.init or kind is None or field.name in skipped:
+                continue
+            if field.name not in example:
+                continue
+            yield pytest.param(cls, field.name, kind, id=f"{cls.__qualname__}.{field.name}")
+
+
+CASES = list(_cases())
+
+
+def test_the_cases_cover_every_numeric_field_of_the_examples() -> None:
+    covered = {(cls, name) for cls, name, _ in (case.values for case in CASES)}
+    for cls in _input_types():
+        if _name(cls) in NOT_INPUT:
+            continue
+        example = EXAMPLES[_name(cls)]()
+        for field in dataclasses.fields(cls):
+            if (field.init and _kind(str(field.type)) is not None
+                    and field.name not in STATE_FIELDS.get(_name(cls), set())):
+                assert field.name in example, f"{_name(cls)}: give {field.name} an example"
+                assert (cls, field.name) in covered
+
+
+def _refused_naming(cls: type, example: dict[str, Any], field: str, value: Any) -> None:
+    try:
+        cls(**{**example, field: value})
+    except CodedError as error:
+        named = " ".join(str(v) for v in (error.message, *error.details.values()))
+        assert field in named, f"{error} does not name {field}"
+    else:
+        pytest.fail(f"{cls.__qualname__}({field}={value!r}) was accepted")
+
+
+@pytest.mark.parametrize(("cls", "field", "kind"), CASES)
+def test_numbers_are_read_by_the_one_validator(cls: type, field: str, kind: str) -> None:
+    example = EXAMPLES[_name(cls)]()
+    good = example[field]
+    assert good is not None, f"{_name(cls)}.{field} needs a non-None example"
+    if kind == "nested":
+        path = _first_int_path(good)
+        assert path is not None
+        built = cls(**{**example, field: _numpy_ints(good)})
+        stored = getattr(built, field)
+        assert stored == getattr(cls(**example), field)
+        assert _first_int_path(stored) is not None  # stored as Python ints
+        wrong = [True, float(_dig(good, path)) + 0.5, "12", object()]
+        for value in wrong:
+            _refused_naming(cls, example, field, _replace_at(good, path, value))
+        return
+    if kind == "flag":
+        built = cls(**{**example, field: np.bool_(good)})
+        assert getattr(built, field) is bool(good)
+        for value in (1, "yes", object(), *(() if _optional(cls, field) else (None,))):
+            _refused_naming(cls, example, field, value)
+        return
+    built = cls(**{**example, field: np.int64(good) if kind == "int" and isinstance(
+        good, int) else np.float64(good)})
+    stored = getattr(built, field)
+    assert stored == good and type(stored) is type(good), (
+        f"{cls.__qualname__}.{field}: stored {stored!r} ({type(stored).__name__})")
+    if kind == "number":
+        assert type(getattr(cls(**{**example, field: np.int64(1)}), field)) in (int, float)
+    wrong: list[Any] = [True, "12", object(), [1]]
+    if kind == "int":
+        wrong += [float(good), float(good) + 0.5]
+    else:
+        wrong += [float("nan"), float("inf")]
+    for value in wrong:
+        _refused_naming(cls, example, field, value)
+
+
+def _dig(value: Any, path: tuple[int, ...]) -> Any:
+    for index in path:
+        value = value[index]
+    return value
+
+
+def _optional(cls: type, field: str) -> bool:
+    annotation = next(str(f.type) for f in dataclasses.fields(cls) if f.name == field)
+    return "None" in annotation
