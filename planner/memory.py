@@ -59,6 +59,27 @@ TENSOR_ALIGNMENT = 32
 INPUT_TENSOR_PREFIXES = ("token_embd", "position_embd", "token_types",
                          "per_layer_token_embd")
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
+_MIB = 1024 * 1024
+# How close an estimate must come to what llama.cpp allocated, per device and component:
+# ("abs", bytes) or ("rel", share of the measured figure). `make validate` and the tests
+# of the recorded runs both judge with these.
+ACCURACY_TARGETS: dict[str, tuple[str, float]] = {
+    "weights_bytes": ("abs", 0.05 * _MIB),
+    "kv_bytes": ("abs", 0.05 * _MIB),
+    "state_bytes": ("abs", 0.05 * _MIB),
+    "output_bytes": ("abs", 0.05 * _MIB),
+    "compute_bytes": ("rel", 0.10),
+    "total_bytes": ("rel", 0.05),
+}
+
+
+def within_target(component: str, estimated: int, measured: int) -> bool:
+    """Whether an estimate of ``component`` is within its accuracy target."""
+    kind, limit = ACCURACY_TARGETS[component]
+    error = abs(estimated - measured)
+    if kind == "abs":
+        return error <= limit
+    return error <= limit * max(measured, 1)
 
 
 class MemoryModelError(CodedError):
@@ -339,12 +360,31 @@ def even_ranges(layer_count: int, devices: int) -> list[tuple[int, int]]:
     return ranges
 
 
+def _check_device_count(layer_count: int, devices: int, name: str) -> None:
+    """Every device runs at least one layer: refuse more devices than layers before any
+    range is built (a count of millions would otherwise build millions of ranges)."""
+    if devices > layer_count:
+        raise MemoryModelError(
+            "InvalidMemorySettings",
+            f"{name}: {devices:,} devices for the model's {layer_count} layers; each device "
+            f"runs at least one layer, so use at most {layer_count}",
+            field=name, value=devices)
+
+
+def _shown_counts(counts: Sequence[Any], limit: int = 8) -> str:
+    """The first few counts of a list that may be very long, for a message."""
+    head = ", ".join(repr(c) for c in list(counts[:limit]))
+    return f"[{head}, ... {len(counts):,} in all]" if len(counts) > limit else f"[{head}]"
+
+
 def ranges_from_counts(layer_count: int, counts: Sequence[int]) -> list[tuple[int, int]]:
+    _check_device_count(layer_count, len(counts), "layers_per_device")
     if not all(is_integral(c) and c >= 1 for c in counts) or sum(counts) != layer_count:
         raise MemoryModelError(
             "InvalidMemorySettings",
-            f"layers per device {list(counts)} must be positive and add up to the model's "
-            f"{layer_count} layers", field="layers_per_device", value=list(counts))
+            f"layers per device {_shown_counts(counts)} must be positive and add up to the "
+            f"model's {layer_count} layers", field="layers_per_device",
+            value=_shown_counts(counts))
     counts = [int(count) for count in counts]
     ranges, start = [], 0
     for count in counts:
@@ -425,7 +465,9 @@ def estimate(model: LlamaCppModel, settings: LlamaCppSettings,
     layer_count = model.layer_count
     if ranges is None:
         count = 1 if devices is None else _check_positive(devices, "devices", minimum=0)
+        _check_device_count(layer_count, count, "devices")
         ranges = [] if count == 0 else even_ranges(layer_count, count)
+    _check_device_count(layer_count, len(ranges), "ranges")
     ranges = [tuple(r) for r in ranges]
     expected = 0
     for start, end in ranges:

