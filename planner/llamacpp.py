@@ -6,6 +6,7 @@ estimates (:mod:`planner.memory`). This adapter starts ``ggml-rpc-server`` proce
 
 - ``load_tensors: <buffer> model buffer size = X MiB`` (weights),
 - ``llama_kv_cache: <buffer> KV buffer size = X MiB`` (one line per cache and device),
+- ``llama_memory_recurrent: <buffer> RS buffer size = X MiB`` (recurrent state),
 - ``sched_reserve: <buffer> compute buffer size = X MiB``,
 - ``llama_context: <buffer> output buffer size = X MiB``,
 - ``load_tensors: layer N assigned to device RPCk`` (with ``-v``),
@@ -33,8 +34,8 @@ from planner.errors import CodedError
 
 MIB = 1024 * 1024
 _BUFFER = re.compile(
-    r"(?P<what>load_tensors|llama_kv_cache|sched_reserve|llama_context):\s+"
-    r"(?P<name>\S+)\s+(?P<kind>model|KV|compute|output) buffer size =\s+"
+    r"(?P<what>\w+):\s+"
+    r"(?P<name>\S+)\s+(?P<kind>model|KV|RS|DSV4 \S+ state|compute|output) buffer size =\s+"
     r"(?P<mib>[0-9.]+) MiB")
 _LAYER = re.compile(r"load_tensors: layer\s+(?P<layer>\d+) assigned to device "
                     r"(?P<device>[^,]+), is_swa")
@@ -42,8 +43,8 @@ _EVAL = re.compile(r"\seval time =\s+(?P<ms>[0-9.]+) ms /\s+(?P<runs>\d+) runs\s
                    r"(?P<per_token>[0-9.]+) ms per token,\s+(?P<tps>[0-9.]+) tokens per second")
 _RPC_NAME = re.compile(r"^RPC\d+\[(?P<address>[^\]]+)\]$")
 _LOAD_START = "llama_model_loader: loaded meta data"
-KIND_COMPONENT = {"model": "weights_bytes", "KV": "kv_bytes", "compute": "compute_bytes",
-                  "output": "output_bytes"}
+KIND_COMPONENT = {"model": "weights_bytes", "KV": "kv_bytes", "RS": "state_bytes",
+                  "compute": "compute_bytes", "output": "output_bytes"}
 
 
 class LlamaCppRunError(CodedError):
@@ -94,7 +95,8 @@ def parse_log(text: str) -> Measured:
         name = match["name"]
         rpc = _RPC_NAME.match(name)
         device = rpc["address"] if rpc else "host"
-        component = KIND_COMPONENT[match["kind"]]
+        kind = match["kind"]
+        component = "state_bytes" if kind.startswith("DSV4") else KIND_COMPONENT[kind]
         size = round(float(match["mib"]) * MIB)
         entry = memory.setdefault(device, {})
         entry[component] = entry.get(component, 0) + size

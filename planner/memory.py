@@ -48,7 +48,7 @@ from planner.errors import CodedError
 from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_PARALLEL_LANES, DEFAULT_UBATCH
 from planner.models.kv_cache import CACHE_TYPES, check_cache_type, row_bytes
 
-COMPONENTS = ("weights_bytes", "kv_bytes", "compute_bytes", "output_bytes",
+COMPONENTS = ("weights_bytes", "kv_bytes", "state_bytes", "compute_bytes", "output_bytes",
               "overhead_bytes")
 KEYS = (*COMPONENTS, "total_bytes")
 KV_PADDING = 256
@@ -120,12 +120,16 @@ def require_flash_attention(cache_type_v: str, flash_attn: bool) -> None:
 
 @dataclass(frozen=True, slots=True)
 class LayerLayout:
-    """One block: its weights and what it caches per KV cell."""
+    """One block: its weights, what it caches per KV cell (K and V rows, and a sparse
+    attention's indexer K and V rows) and the f32 recurrent state it keeps per sequence."""
 
     weight_bytes: int
     key_elements: int
     value_elements: int
     sliding: bool = False
+    index_key_elements: int = 0
+    index_value_elements: int = 0
+    state_elements: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,37 +176,46 @@ def _aligned(size: int, alignment: int = TENSOR_ALIGNMENT) -> int:
 
 def model_from_gguf(path: str | Path) -> LlamaCppModel:
     """The llama.cpp layout of the GGUF model at ``path`` (any shard of a split model)."""
-    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
     from planner.models.gguf_reader import from_gguf, read_shards
-    from planner.models.kv_cache import MetadataReader, layer_caches_from_gguf
 
     spec = from_gguf(path)  # validates the file and the architecture
     headers = read_shards(path)
-    metadata = headers[0].metadata
-    arch = spec.architecture
-    layers_n = spec.layer_count
-    meta = MetadataReader(arch, metadata, str(headers[0].path), layers_n)
-    caches = layer_caches_from_gguf(arch, metadata, layers_n, str(headers[0].path))
-    per_cell = [(c.key_elements, c.value_elements) if c is not None else (0, 0)
-                for c in caches.layers]
+    tensors = [tensor for header in headers for tensor in header.tensors]
+    return model_from_header(spec.name, headers[0].metadata, tensors, str(headers[0].path))
+
+
+def model_from_header(name: str, metadata: Mapping[str, Any], tensors: Sequence[Any],
+                      where: str = "model") -> LlamaCppModel:
+    """The llama.cpp layout of a model from its GGUF metadata and tensor table (entries
+    with ``name``, ``type_name`` and ``n_bytes``)."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    from planner.models.kv_cache import MetadataReader, layer_caches_from_gguf
+
+    arch = metadata["general.architecture"]
+    layers_n = metadata[f"{arch}.block_count"]
+    meta = MetadataReader(arch, metadata, where, layers_n)
+    caches = layer_caches_from_gguf(arch, metadata, layers_n, where)
+    empty = (0, 0, 0, 0)
+    per_cell = [(c.key_elements, c.value_elements, c.index_key_elements,
+                 c.index_value_elements) if c is not None else empty for c in caches.layers]
     weights = [0] * layers_n
     input_bytes = output_bytes = 0
     token_embd = None
     has_output = False
-    for header in headers:
-        for tensor in header.tensors:
-            size = _aligned(tensor.n_bytes)
-            match = _BLOCK.match(tensor.name)
-            if match is not None:
-                weights[int(match[1])] += size
-            elif tensor.name.startswith(INPUT_TENSOR_PREFIXES):
-                input_bytes += size
-                if tensor.name == "token_embd.weight":
-                    token_embd = tensor
-            else:
-                output_bytes += size
-                has_output = has_output or tensor.name == "output.weight"
+    for tensor in tensors:
+        size = _aligned(tensor.n_bytes)
+        match = _BLOCK.match(tensor.name)
+        if match is not None:
+            weights[int(match[1])] += size
+        elif tensor.name.startswith(INPUT_TENSOR_PREFIXES):
+            input_bytes += size
+            if tensor.name == "token_embd.weight":
+                token_embd = tensor
+        else:
+            output_bytes += size
+            has_output = has_output or tensor.name == "output.weight"
     embedding = meta.int("embedding_length")
     vocab = metadata.get(f"{arch}.vocab_size")
     if not isinstance(vocab, int) and token_embd is not None:
@@ -210,19 +223,21 @@ def model_from_gguf(path: str | Path) -> LlamaCppModel:
         vocab = token_embd.n_bytes // (embedding // block * type_size)
     if not isinstance(vocab, int) or vocab <= 0:
         raise meta.missing("vocab_size")
-    heads = meta.per_layer("attention.head_count")
+    heads = meta.per_layer("attention.head_count", default=[0] * layers_n)
     ffn = meta.per_layer("feed_forward_length", default=[4 * embedding] * layers_n)
     tied = _aligned(token_embd.n_bytes) if token_embd is not None and not has_output else 0
+    states = caches.state_elements or (0,) * layers_n
     layers = tuple(
-        LayerLayout(weights[i], per_cell[i][0], per_cell[i][1], caches.sliding[i])
+        LayerLayout(weights[i], per_cell[i][0], per_cell[i][1], caches.sliding[i],
+                    per_cell[i][2], per_cell[i][3], states[i])
         for i in range(layers_n))
     return LlamaCppModel(
-        name=spec.name, architecture=arch, native_context_length=spec.native_context_length,
+        name=name, architecture=arch, native_context_length=meta.int("context_length"),
         embedding_length=embedding, vocab_size=vocab, head_count=max(heads),
-        feed_forward_length=max(ffn), layers=layers, input_bytes=input_bytes,
+        feed_forward_length=max(ffn) or 4 * embedding, layers=layers, input_bytes=input_bytes,
         output_bytes=output_bytes, tied_embedding_bytes=tied,
         sliding_window=caches.sliding_window,
-        latent_attention=any(k > 0 and v == 0 for k, v in per_cell),
+        latent_attention=any(k > 0 and v == 0 for k, v, _, _ in per_cell),
     )
 
 
@@ -305,6 +320,8 @@ class DeviceMemory:
     compute_bytes: int
     output_bytes: int
     overhead_bytes: int
+    state_bytes: int = 0
+    """Recurrent state (llama.cpp's RS buffers)."""
 
     @property
     def total_bytes(self) -> int:
@@ -394,17 +411,31 @@ def ranges_from_counts(layer_count: int, counts: Sequence[int]) -> list[tuple[in
 
 
 def layer_kv_bytes(model: LlamaCppModel, index: int, settings: LlamaCppSettings) -> int:
-    """KV bytes llama.cpp allocates for one layer."""
+    """KV bytes llama.cpp allocates for one layer: its K and V rows and, for a sparse
+    attention, its indexer cache's rows. Without flash attention V is stored transposed
+    and every layer's V row is padded to the widest (llama_kv_cache, TAG_V_CACHE_VARIABLE)."""
     layer = model.layers[index]
     cells = (settings.window_cells(model.sliding_window) if layer.sliding
              else settings.n_ctx_seq)
     cells *= settings.streams
+    value = layer.value_elements
+    if value and not settings.flash_attn:
+        value = max(other.value_elements for other in model.layers)
     size = 0
-    if layer.key_elements:
-        size += _aligned(row_bytes(settings.cache_type_k, layer.key_elements) * cells)
-    if layer.value_elements:
-        size += _aligned(row_bytes(settings.cache_type_v, layer.value_elements) * cells)
+    for elements, cache_type in ((layer.key_elements, settings.cache_type_k),
+                                 (value, settings.cache_type_v),
+                                 (layer.index_key_elements, settings.cache_type_k),
+                                 (layer.index_value_elements, settings.cache_type_v)):
+        if elements:
+            size += _aligned(row_bytes(cache_type, elements) * cells)
     return size
+
+
+def layer_state_bytes(model: LlamaCppModel, index: int, settings: LlamaCppSettings) -> int:
+    """Recurrent state llama.cpp allocates for one layer (llama_memory_recurrent): f32 R
+    and S rows for each of ``max(1, parallel)`` sequences, whatever the context."""
+    elements = model.layers[index].state_elements
+    return _aligned(elements * 4 * max(1, settings.parallel)) if elements else 0
 
 
 def _cells(model: LlamaCppModel, layers: range, settings: LlamaCppSettings,
@@ -492,7 +523,8 @@ def estimate(model: LlamaCppModel, settings: LlamaCppSettings,
             "host", 0, layer_count, weights,
             sum(layer_kv_bytes(model, i, settings) for i in everything),
             compute_bytes(model, everything, settings, role="output", copies=1),
-            output_buffer, 0)
+            output_buffer, 0,
+            sum(layer_state_bytes(model, i, settings) for i in everything))
         return MemoryEstimate(settings, (), host, False, tuple(notes))
     pipeline = len(ranges) > 1
     copies = SCHED_MAX_COPIES if pipeline else 1
@@ -509,7 +541,8 @@ def estimate(model: LlamaCppModel, settings: LlamaCppSettings,
             compute_bytes(model, layers, settings,
                           role="output" if last else "first" if index == 0 else "middle",
                           copies=copies),
-            0, settings.overhead_bytes))
+            0, settings.overhead_bytes,
+            sum(layer_state_bytes(model, i, settings) for i in layers)))
     host_compute = compute_bytes(model, range(0), settings, role="host", copies=copies)
     host = DeviceMemory("host", 0, 0, model.input_bytes, 0, host_compute, output_buffer, 0)
     if model.tied_embedding_bytes:
@@ -569,6 +602,7 @@ class LlamaCppCosts:
         settings = self.settings(context_length)
         model = self.model
         costs = [layer.weight_bytes + layer_kv_bytes(model, index, settings)
+                 + layer_state_bytes(model, index, settings)
                  for index, layer in enumerate(model.layers)]
         last = model.layer_count - 1
         costs[last] += (model.output_bytes + model.tied_embedding_bytes

@@ -24,8 +24,8 @@ from planner.memory import LlamaCppSettings, estimate, model_from_gguf, within_t
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "validation" / "results"
 MIB = 2**20
-KEYS = {"weights_bytes", "kv_bytes", "compute_bytes", "output_bytes", "overhead_bytes",
-        "total_bytes"}
+KEYS = {"weights_bytes", "kv_bytes", "state_bytes", "compute_bytes", "output_bytes",
+        "overhead_bytes", "total_bytes"}
 
 
 def run(*args: str | Path, timeout: int = 120) -> subprocess.CompletedProcess[str]:

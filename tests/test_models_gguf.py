@@ -348,14 +348,28 @@ def test_missing_key_names_file_and_key(tmp_path: Path) -> None:
     assert "llama.context_length" in str(caught.value) and str(path) in str(caught.value)
 
 
-def test_unsupported_architecture_is_named(tmp_path: Path) -> None:
-    path = tmp_path / "mamba.gguf"
-    write_gguf(path, "mamba", {"mamba.block_count": 2, "mamba.context_length": 4096},
+def test_only_an_architecture_llama_cpp_does_not_know_is_unsupported(tmp_path: Path) -> None:
+    path = tmp_path / "mamba9.gguf"
+    write_gguf(path, "mamba9", {"mamba9.block_count": 2, "mamba9.context_length": 4096},
                [("blk.0.ssm_in.weight", (32, 32), "F32")])
     with pytest.raises(ModelError) as caught:
         from_gguf(path)
     assert caught.value.code == "UnsupportedArchitecture"
-    assert "'mamba'" in str(caught.value)
+    assert "'mamba9'" in str(caught.value) and "llama.cpp does not know" in str(caught.value)
+
+
+def test_a_recurrent_model_keeps_state_per_sequence_and_no_kv(tmp_path: Path) -> None:
+    """mamba: every layer keeps llama.cpp's R row ((d_conv - 1) x (d_inner + 2 x groups x
+    d_state)) and S row (d_state x d_inner) of f32 per sequence, and no KV cache."""
+    path = tmp_path / "mamba.gguf"
+    write_gguf(path, "mamba", {
+        "mamba.block_count": 2, "mamba.context_length": 4096, "mamba.embedding_length": 64,
+        "mamba.ssm.conv_kernel": 4, "mamba.ssm.inner_size": 128, "mamba.ssm.state_size": 16,
+        "mamba.ssm.time_step_rank": 4}, [("blk.0.ssm_in.weight", (32, 32), "F32")])
+    spec = from_gguf(path)
+    assert spec.kv_bytes_per_token == 0
+    per_layer = (3 * 128 + 16 * 128) * 4
+    assert spec.layer_state_bytes_per_sequence == (per_layer, per_layer)
 
 
 def test_tensor_of_an_undeclared_layer_is_refused(tmp_path: Path) -> None:

@@ -141,6 +141,6 @@ def memory_table(result: MemoryEstimate) -> TextTable:
         rows.append((record["device"], layers, *(size(int(record[k])) for k in KEYS)))
     totals = result.totals
     rows.append(("total", "", *(size(totals[k]) for k in KEYS)))
-    headers = ("device", "layers", "weights", "kv cache", "compute", "output", "overhead",
-               "total")
+    headers = ("device", "layers", "weights", "kv cache", "state", "compute", "output",
+               "overhead", "total")
     return TextTable(headers, tuple(rows), ("l", "l", *("r" * len(KEYS))))

@@ -30,7 +30,7 @@ from typing import Any
 
 from planner._validate import Fail, integer, is_integral, shown
 from planner.limits import DEFAULT_CACHE_TYPE, MAX_LAYERS
-from planner.models.kv_cache import check_cache_type, layout_from_gguf
+from planner.models.kv_cache import KvLayout, check_cache_type, layout_from_gguf
 from planner.models.spec import ModelError, ModelSpec
 from planner.units import format_bytes
 
@@ -435,7 +435,21 @@ def from_gguf(path: str | Path, kv_cache_type: str = DEFAULT_CACHE_TYPE) -> Mode
         notes=tuple(notes),
         hidden_size=hidden if _is_count(hidden) else None,
         active_weight_bytes=active_bytes,
+        layer_kv_table=_layer_kv_table(layout, table_types),
+        layer_state_bytes_per_sequence=layout.layer_state_bytes_per_sequence(),
     )
+
+
+def _layer_kv_table(layout: KvLayout, cache_types: list[str]
+                    ) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Per-layer KV bytes per token for each cache type, where the layers differ (a
+    uniform model keeps the design's even share)."""
+    entries = []
+    for cache_type in cache_types:
+        sizes = layout.layer_bytes_per_token(cache_type)
+        if sizes is not None and len(set(sizes)) > 1:
+            entries.append((cache_type, sizes))
+    return tuple(entries)
 
 
 def _is_count(value: object) -> bool:

@@ -77,17 +77,25 @@ def row_bytes(cache_type: str, elements: int) -> int:
     return elements // block * block_bytes
 
 
+# Recurrent state rows are f32 whatever the KV cache type (create_memory).
+STATE_ELEMENT_BYTES = 4
+
+
 @dataclass(frozen=True, slots=True)
 class LayerCache:
-    """Elements cached per token by one layer."""
+    """Elements cached per token by one layer: its K and V rows and, for sparse attention,
+    its indexer cache's K and V rows (stored in the same cache types)."""
 
     key_elements: int
     value_elements: int
+    index_key_elements: int = 0
+    index_value_elements: int = 0
 
     def bytes_per_token(self, cache_type: str) -> int:
-        return row_bytes(cache_type, self.key_elements) + row_bytes(
-            cache_type, self.value_elements
-        )
+        return (row_bytes(cache_type, self.key_elements)
+                + row_bytes(cache_type, self.value_elements)
+                + row_bytes(cache_type, self.index_key_elements)
+                + row_bytes(cache_type, self.index_value_elements))
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +110,27 @@ class KvLayout:
     window_layers: tuple[LayerCache, ...] = ()
     sliding_window: int = 0
     notes: tuple[str, ...] = ()
+    layers: LayerCaches | None = None
+    """Layer by layer (from a GGUF file): each block's cache, window flag and state."""
 
     def bytes_per_token(self, cache_type: str) -> int:
         return sum(layer.bytes_per_token(cache_type) for layer in self.context_layers)
+
+    def layer_bytes_per_token(self, cache_type: str) -> tuple[int, ...] | None:
+        """Each block's KV bytes per token of context (0 for a block with no cache, a
+        recurrent block or a windowed one, whose cache does not grow with the context)."""
+        if self.layers is None:
+            return None
+        return tuple(0 if layer is None or window else layer.bytes_per_token(cache_type)
+                     for layer, window in zip(self.layers.layers, self.layers.sliding,
+                                              strict=True))
+
+    def layer_state_bytes_per_sequence(self) -> tuple[int, ...] | None:
+        """Each block's recurrent state per sequence (f32 R and S rows), or None when no
+        block keeps any."""
+        if self.layers is None or not any(self.layers.state_elements):
+            return None
+        return self.layers.state_bytes_per_sequence()
 
     def table(self) -> tuple[tuple[str, int], ...]:
         """``(cache_type, bytes_per_token)`` for every cache type the rows can be stored in."""
@@ -347,96 +373,32 @@ class LayerCaches:
     """Per layer of a GGUF model: what it caches per cell and whether it is windowed."""
 
     layers: tuple[LayerCache | None, ...]
-    """None for a layer llama.cpp gives no cache (multi-token-prediction blocks)."""
+    """None for a layer llama.cpp gives no KV cache (multi-token-prediction blocks,
+    recurrent layers, layers that reuse another's cache)."""
     sliding: tuple[bool, ...]
     sliding_window: int
     notes: tuple[str, ...]
+    state_elements: tuple[int, ...] = ()
+    """f32 elements of recurrent state (R and S rows) each layer keeps per sequence."""
+
+    def state_bytes_per_sequence(self) -> tuple[int, ...]:
+        return tuple(STATE_ELEMENT_BYTES * elements for elements in self.state_elements)
 
 
 def layer_caches_from_gguf(architecture: str, metadata: Mapping[str, Any], layer_count: int,
                            where: str) -> LayerCaches:
-    """Each layer's cache as llama.cpp builds it for a GGUF model."""
-    if architecture not in SUPPORTED_ARCHITECTURES:
-        raise ModelError(
-            "UnsupportedArchitecture",
-            f"{where}: architecture {architecture!r} is not supported: its KV cache layout "
-            f"(recurrent state, shared KV layers or an unknown scheme) cannot be derived "
-            f"exactly; supported: {', '.join(sorted(SUPPORTED_ARCHITECTURES))}",
-            file=where,
-            architecture=architecture,
-        )
-    meta = MetadataReader(architecture, metadata, where, layer_count)
-    head_count = meta.per_layer("attention.head_count")
-    head_count_kv = meta.per_layer("attention.head_count_kv", default=head_count)
-    key_length = meta.optional_int("attention.key_length")
-    value_length = meta.optional_int("attention.value_length")
-    if key_length is None or value_length is None:
-        embedding_length = meta.int("embedding_length")
-        if head_count[0] == 0:
-            raise meta.bad("attention.head_count", "is 0 for layer 0, so the head size "
-                           "cannot be derived", head_count[0])
-        default_length = embedding_length // head_count[0]
-        key_length = default_length if key_length is None else key_length
-        value_length = default_length if value_length is None else value_length
+    """Each layer's cache as llama.cpp builds it for a GGUF model (every architecture
+    llama.cpp knows: :mod:`planner.models.layer_memory`)."""
+    from planner.models.layer_memory import model_memory
 
-    notes: list[str] = []
-    latent = (architecture in LATENT_ATTENTION_ARCHITECTURES
-              and bool(meta.optional_int("attention.key_length_mla"))
-              and bool(meta.optional_int("attention.value_length_mla")))
-    if latent:
-        layers = [LayerCache(key_length * heads, 0) for heads in head_count_kv]
-        kv_lora_rank = meta.optional_int("attention.kv_lora_rank")
-        rank = f" (kv_lora_rank {kv_lora_rank} + rope)" if kv_lora_rank else ""
-        notes.append(
-            f"latent attention (MLA): llama.cpp caches one {key_length}-element row per "
-            f"layer{rank} and no V cache; builds before its V-less cache (January 2026) also "
-            f"kept a {value_length}-element V row per layer"
-        )
-    else:
-        layers = [LayerCache(key_length * heads, value_length * heads)
-                  for heads in head_count_kv]
-        if architecture in LATENT_ATTENTION_ARCHITECTURES:
-            notes.append(
-                "this deepseek2 file predates latent-attention metadata "
-                "(no attention.key_length_mla), so llama.cpp caches full per-head K and V"
-            )
-
-    kv_layer_count = layer_count
-    if architecture in NEXTN_ARCHITECTURES:
-        nextn = meta.optional_int("nextn_predict_layers") or 0
-        if nextn >= layer_count:
-            raise meta.bad("nextn_predict_layers", f"leaves no layers of {layer_count}", nextn)
-        kv_layer_count = layer_count - nextn
-        if nextn:
-            notes.append(
-                f"the last {nextn} block(s) are multi-token-prediction layers: llama.cpp "
-                f"loads their weights but never runs them and gives them no KV cache"
-            )
-
-    window = meta.optional_int("attention.sliding_window")
-    rule = SLIDING_WINDOW_ARCHITECTURES.get(architecture)
-    sliding = None
-    if rule is not None:
-        try:
-            sliding = rule(layer_count, window)
-        except KeyError as exc:
-            raise meta.missing(str(exc.args[0])) from None
-        if sliding is not None:
-            pattern = _file_pattern(meta, architecture, layer_count)
-            if pattern is not None:
-                sliding = (pattern, sliding[1])
-    elif window:
-        notes.append(
-            f"the file sets a {window}-token sliding window, which llama.cpp does not apply "
-            f"to {architecture}: every layer keeps a full-context cache"
-        )
-    is_window, window_size = sliding if sliding is not None else ([False] * layer_count, 0)
-    per_layer: list[LayerCache | None] = [
-        layer if index < kv_layer_count else None for index, layer in enumerate(layers)]
-    flags = tuple(bool(flag) and index < kv_layer_count
-                  for index, flag in enumerate(is_window))
-    return LayerCaches(tuple(per_layer), flags, window_size if any(flags) else 0,
-                       tuple(notes))
+    memory = model_memory(architecture, metadata, layer_count, where)
+    layers = tuple(
+        LayerCache(layer.key_elements, layer.value_elements, layer.index_key_elements,
+                   layer.index_value_elements) if layer.has_kv else None
+        for layer in memory.layers)
+    return LayerCaches(layers, tuple(layer.sliding for layer in memory.layers),
+                       memory.sliding_window, memory.notes,
+                       tuple(layer.state_elements for layer in memory.layers))
 
 
 def layout_from_gguf(architecture: str, metadata: Mapping[str, Any], layer_count: int,
@@ -454,15 +416,10 @@ def layout_from_gguf(architecture: str, metadata: Mapping[str, Any], layer_count
                                        [flag for _, flag in kept], caches.sliding_window)
     else:
         layout = KvLayout(context_layers=tuple(layer for layer, _ in kept))
-    if not layout.context_layers or layout.bytes_per_token("f32") == 0:
-        raise ModelError(
-            "UnsupportedArchitecture",
-            f"{where}: no layer of this {architecture} model keeps a context-length KV cache",
-            file=where, architecture=architecture,
-        )
     return KvLayout(
         context_layers=layout.context_layers,
         window_layers=layout.window_layers,
         sliding_window=layout.sliding_window,
         notes=caches.notes + layout.notes,
+        layers=caches,
     )

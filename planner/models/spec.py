@@ -96,13 +96,20 @@ class ModelSpec:
     notes: tuple[str, ...] = ()
     hidden_size: int | None = None
     active_weight_bytes: int | None = None
+    layer_kv_table: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    """``(cache_type, per-layer KV bytes per token)`` where the layers differ (hybrid,
+    windowed, MTP or reused-cache layers); each entry adds up to that type's figure."""
+    layer_state_bytes_per_sequence: tuple[int, ...] | None = None
+    """Each layer's recurrent state per sequence (llama.cpp's R and S rows), if any."""
 
     def __post_init__(self) -> None:
         for name in ("name", "architecture", "source"):
             text(getattr(self, name), _fail(name))
-        for name in ("layer_count", "native_context_length", "model_weight_bytes",
-                     "kv_bytes_per_token"):
+        for name in ("layer_count", "native_context_length", "model_weight_bytes"):
             object.__setattr__(self, name, integer(getattr(self, name), _fail(name), minimum=1))
+        # A recurrent model (mamba, rwkv) keeps no KV cache: 0 bytes per token.
+        object.__setattr__(self, "kv_bytes_per_token", integer(
+            self.kv_bytes_per_token, _fail("kv_bytes_per_token"), minimum=0))
         if self.layer_weight_bytes is not None:
             if not isinstance(self.layer_weight_bytes, tuple):
                 raise _invalid("layer_weight_bytes", "must be a tuple or None",
@@ -136,7 +143,7 @@ class ModelSpec:
             cache_type, size = entry
             text(cache_type, _fail("kv_cache_table type"))
             entries.append((cache_type, integer(size, _fail(f"kv_cache_table[{cache_type}]"),
-                                                minimum=1)))
+                                                minimum=0)))
             if cache_type in seen:
                 raise _invalid("kv_cache_table", "lists a cache type twice", cache_type)
             seen.add(cache_type)
@@ -162,6 +169,35 @@ class ModelSpec:
         if active is not None and active > self.model_weight_bytes:
             raise _invalid("active_weight_bytes",
                            f"exceeds model_weight_bytes {self.model_weight_bytes:,}", active)
+        self._check_layer_costs(table)
+
+    def _check_layer_costs(self, table: Mapping[str, int]) -> None:
+        layer_table = []
+        for cache_type, sizes in self.layer_kv_table:
+            name = f"layer_kv_table[{cache_type}]"
+            if cache_type not in table:
+                raise _invalid(name, "names a cache type the KV table lacks", cache_type)
+            if not isinstance(sizes, tuple | list) or len(sizes) != self.layer_count:
+                raise _invalid(name, f"needs one entry per layer ({self.layer_count})", sizes)
+            sizes = tuple(integer(size, _fail(name), minimum=0) for size in sizes)
+            if sum(sizes) != table[cache_type]:
+                raise _invalid(name, f"adds up to {sum(sizes):,}, not the table's "
+                               f"{table[cache_type]:,}", sum(sizes))
+            layer_table.append((cache_type, sizes))
+        object.__setattr__(self, "layer_kv_table", tuple(layer_table))
+        state = self.layer_state_bytes_per_sequence
+        if state is not None:
+            if not isinstance(state, tuple | list) or len(state) != self.layer_count:
+                raise _invalid("layer_state_bytes_per_sequence",
+                               f"needs one entry per layer ({self.layer_count})", state)
+            object.__setattr__(self, "layer_state_bytes_per_sequence", tuple(
+                integer(size, _fail("layer_state_bytes_per_sequence"), minimum=0)
+                for size in state))
+
+    @property
+    def layer_kv_bytes_per_token(self) -> tuple[int, ...] | None:
+        """Each layer's KV bytes per token at ``kv_cache_type``, where layers differ."""
+        return dict(self.layer_kv_table).get(self.kv_cache_type)
 
     @property
     def kv_bytes_per_token_by_type(self) -> dict[str, int]:
@@ -211,6 +247,11 @@ class ModelSpec:
             "notes": list(self.notes),
             "hidden_size": self.hidden_size,
             "active_weight_bytes": self.active_weight_bytes,
+            "layer_kv_bytes_per_token_by_type": {
+                cache_type: list(sizes) for cache_type, sizes in self.layer_kv_table},
+            "layer_state_bytes_per_sequence": (
+                list(self.layer_state_bytes_per_sequence)
+                if self.layer_state_bytes_per_sequence is not None else None),
         }
 
     @classmethod
@@ -220,7 +261,8 @@ class ModelSpec:
         required = ("name", "architecture", "layer_count", "native_context_length",
                     "model_weight_bytes", "kv_bytes_per_token", "kv_cache_type",
                     "kv_bytes_per_token_by_type", "source")
-        optional = ("layer_weight_bytes", "notes", "hidden_size", "active_weight_bytes")
+        optional = ("layer_weight_bytes", "notes", "hidden_size", "active_weight_bytes",
+                    "layer_kv_bytes_per_token_by_type", "layer_state_bytes_per_sequence")
         for key in required:
             if key not in data:
                 raise _invalid(key, "is required", None)
@@ -251,7 +293,18 @@ class ModelSpec:
             notes=tuple(notes),
             hidden_size=data.get("hidden_size"),
             active_weight_bytes=data.get("active_weight_bytes"),
+            layer_kv_table=_layer_table(data.get("layer_kv_bytes_per_token_by_type") or {}),
+            layer_state_bytes_per_sequence=(
+                tuple(data["layer_state_bytes_per_sequence"])
+                if data.get("layer_state_bytes_per_sequence") is not None else None),
         )
+
+
+def _layer_table(data: Any) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    if not isinstance(data, Mapping):
+        raise _invalid("layer_kv_bytes_per_token_by_type", "must be a mapping", data)
+    return tuple((str(key), tuple(value) if isinstance(value, list | tuple) else value)
+                 for key, value in data.items())
 
 
 def _bytes(value: int) -> str:

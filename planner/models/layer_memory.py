@@ -1,0 +1,422 @@
+"""What llama.cpp keeps for each layer of a model: KV rows per cell, indexer rows per cell
+and recurrent state per sequence, read from the GGUF metadata the way llama.cpp's
+``load_hparams`` and ``create_memory`` read it (release b11434).
+
+Every architecture llama.cpp knows is read; each falls in one of these memory kinds:
+
+none
+    Encoders and diffusion models (``bert``, ``t5encoder``, ``dream``, ...): no cache.
+kv
+    An attention cache: each cached layer keeps one K row of ``n_embd_head_k x
+    n_head_kv(layer)`` elements and one V row of ``n_embd_head_v x n_head_kv(layer)`` per
+    cell. Latent attention (``attention.key_length_mla`` set) keeps no V row. Sliding-window
+    layers (llama.cpp's per-architecture pattern, or the file's
+    ``attention.sliding_window_pattern``) keep their own small cache; the window layers'
+    head sizes may differ (``attention.key_length_swa``). Layers past
+    ``n_layer_kv_from_start`` reuse an earlier layer's cache (gemma3n, gemma4), and
+    multi-token-prediction blocks (``nextn_predict_layers``) get none.
+recurrent
+    ``llama_memory_recurrent``: every layer keeps an R row (``n_embd_r``) and an S row
+    (``n_embd_s``) of f32 per sequence: one cell per parallel sequence, whatever the
+    context (mamba, mamba2, rwkv6/7).
+hybrid
+    Attention layers keep KV rows, recurrent layers R and S (jamba, falcon-h1, granitehybrid,
+    nemotron_h, qwen3next, qwen35, lfm2, kimi-linear, ...); which layer is which follows
+    each architecture's rule (no KV heads, a recurrent-layers array or a full-attention
+    interval).
+sparse attention
+    The DSA/MSA architectures (deepseek32, glm-dsa, minimax-m3, hy_v4, dots3note,
+    glm5-next, qwen4exp) keep, beside the main cache, an indexer cache of one
+    ``attention.indexer.key_length`` key head per cell on the layers that run an indexer.
+
+``UnsupportedArchitecture`` is raised only for a name llama.cpp does not know.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from planner.models.spec import ModelError
+
+# llama.cpp b11434's architecture names (src/llama-arch.cpp, LLM_ARCH_NAMES).
+LLAMA_CPP_ARCHITECTURES = frozenset({
+    "llama", "llama4", "deci", "falcon", "grok", "gpt2", "gptj", "gptneox", "mpt",
+    "baichuan", "starcoder", "refact", "bert", "modern-bert", "nomic-bert", "nomic-bert-moe",
+    "neo-bert", "jina-bert-v2", "jina-bert-v3", "eurobert", "bloom", "stablelm", "qwen",
+    "qwen2", "qwen2moe", "qwen2vl", "qwen3", "qwen3moe", "qwen3next", "qwen3vl", "qwen3vlmoe",
+    "qwen35", "qwen35moe", "clef", "qwen4exp", "phi2", "phi3", "phimoe", "plamo", "plamo2",
+    "plamo3", "codeshell", "orion", "internlm2", "minicpm", "minicpm3", "gemma", "gemma2",
+    "gemma3", "gemma3n", "gemma4", "gemma4-assistant", "gemma-embedding", "starcoder2",
+    "mamba", "mamba2", "maple", "jamba", "falcon-h1", "xverse", "command-r", "cohere2",
+    "cohere2moe", "dbrx", "olmo", "olmo2", "olmoe", "muse-glimmer", "openelm", "arctic",
+    "deepseek", "deepseek2", "deepseek2-ocr", "deepseek32", "deepseek4", "chatglm", "glm4",
+    "glm4moe", "glm-dsa", "bitnet", "t5", "t5encoder", "jais", "jais2", "nemotron",
+    "nemotron_h", "nemotron_h_moe", "exaone", "exaone4", "exaone-moe", "rwkv6", "rwkv6qwen2",
+    "rwkv7", "arwkv7", "granite", "granitemoe", "granitehybrid", "graniteswitch",
+    "granite_swa", "chameleon", "wavtokenizer-dec", "plm", "bailingmoe", "bailingmoe2",
+    "bailingmoe3", "dots1", "dots3note", "arcee", "afmoe", "laguna", "ernie4_5",
+    "ernie4_5-moe", "hunyuan-moe", "hunyuan-dense", "hunyuan_vl", "hy_v3", "hy_v4",
+    "smollm3", "gpt-oss", "lfm2", "lfm2moe", "dream", "smallthinker", "llada", "llada-moe",
+    "seed_oss", "grovemoe", "apertus", "minimax-01", "hrm_text", "minimax-m2", "minimax-m3",
+    "cogvlm", "rnd1", "pangu-embedded", "mistral3", "eagle3", "dflash", "mistral4",
+    "paddleocr", "mimo2", "step35", "spark2_5", "llama-embed", "maincoder", "kimi-linear",
+    "kimi-k3", "glm5-next", "talkie", "mellum", "nanbeige", "qwen3tts", "pockettts",
+})
+
+# create_memory: no cache at all.
+NO_CACHE = frozenset({
+    "bert", "jina-bert-v2", "jina-bert-v3", "nomic-bert", "nomic-bert-moe", "neo-bert",
+    "eurobert", "wavtokenizer-dec", "modern-bert", "gemma-embedding", "dream", "llada",
+    "llada-moe", "rnd1", "clef", "t5encoder",
+})
+# llm_arch_is_recurrent: every layer keeps recurrent state only.
+RECURRENT = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
+# llm_arch_is_hybrid.
+HYBRID = frozenset({
+    "jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h",
+    "nemotron_h_moe", "qwen3next", "kimi-linear", "bailingmoe3", "kimi-k3", "glm5-next",
+    "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "minimax-01",
+})
+# Hybrids whose recurrent layers are those with no KV heads.
+_RECURRENT_WHERE_NO_KV_HEADS = frozenset({
+    "jamba", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "kimi-linear", "bailingmoe3",
+    "kimi-k3", "glm5-next",
+})
+# Hybrids whose recurrent layers come from attention.recurrent_layers or, without it,
+# every layer but each full_attention_interval-th.
+_RECURRENT_BY_INTERVAL = frozenset({"qwen3next", "qwen35", "qwen35moe", "qwen4exp",
+                                    "minimax-01"})
+# Architectures with a sparse-attention indexer cache beside the main one.
+INDEXED = frozenset({"deepseek32", "glm-dsa", "minimax-m3", "hy_v4", "dots3note",
+                     "glm5-next", "qwen4exp"})
+
+
+@dataclass(frozen=True, slots=True)
+class SlidingRule:
+    """llama.cpp's sliding-window pattern for an architecture: every ``period``-th layer
+    is full attention (``dense_first``: counting from a full first layer); the file's
+    ``attention.sliding_window_pattern`` overrides the period. ``when_window``: only when
+    the file sets a window; ``window``: a fixed window llama.cpp uses instead of the file's
+    (None: the file's)."""
+
+    period: int
+    dense_first: bool = False
+    when_window: bool = False
+    window: int | None = None
+    default_window: int | None = None
+    from_file: bool = False
+    """The pattern is the file's per-layer array (no default period)."""
+
+
+SLIDING_RULES: dict[str, SlidingRule] = {
+    "gpt-oss": SlidingRule(2),
+    "gemma2": SlidingRule(2, default_window=4096),
+    "gemma3": SlidingRule(6, when_window=True),
+    "gemma3n": SlidingRule(5),
+    "gemma4": SlidingRule(0, from_file=True),
+    "gemma4-assistant": SlidingRule(0, from_file=True),
+    "cohere2": SlidingRule(4),
+    "cohere2moe": SlidingRule(4, dense_first=True),
+    "olmo2": SlidingRule(4, when_window=True),
+    "afmoe": SlidingRule(4, when_window=True),
+    "smallthinker": SlidingRule(4, dense_first=True, when_window=True, window=4096),
+    "exaone-moe": SlidingRule(4, window=128),
+    "mellum": SlidingRule(4, when_window=True),
+    "muse-glimmer": SlidingRule(4),
+    "plamo3": SlidingRule(8, when_window=True),
+    "laguna": SlidingRule(4, dense_first=True, when_window=True),
+    "granite_swa": SlidingRule(0, from_file=True),
+    "maple": SlidingRule(0, from_file=True),
+    "mimo2": SlidingRule(0, from_file=True),
+    "spark2_5": SlidingRule(0, from_file=True),
+    "step35": SlidingRule(0, from_file=True),
+    "dots3note": SlidingRule(0, from_file=True),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LayerMemory:
+    """What llama.cpp keeps for one layer: elements per KV cell (K, V, indexer K and V),
+    whether the layer's attention is windowed, and f32 elements of recurrent state per
+    sequence (R + S rows)."""
+
+    key_elements: int = 0
+    value_elements: int = 0
+    index_key_elements: int = 0
+    index_value_elements: int = 0
+    state_elements: int = 0
+    sliding: bool = False
+
+    @property
+    def has_kv(self) -> bool:
+        return bool(self.key_elements or self.value_elements or self.index_key_elements
+                    or self.index_value_elements)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMemory:
+    """Every layer's :class:`LayerMemory`, the window of the windowed layers, the memory
+    kind and notes on what llama.cpp does."""
+
+    kind: str
+    layers: tuple[LayerMemory, ...]
+    sliding_window: int
+    notes: tuple[str, ...]
+
+
+class _Meta:
+    def __init__(self, arch: str, metadata: Mapping[str, Any], where: str,
+                 layer_count: int) -> None:
+        self.arch, self.metadata, self.where, self.n = arch, metadata, where, layer_count
+
+    def key(self, name: str) -> str:
+        return f"{self.arch}.{name}"
+
+    def bad(self, name: str, problem: str, value: Any) -> ModelError:
+        return ModelError("InvalidGguf", f"{self.where}: GGUF key {self.key(name)!r} "
+                          f"{problem} (got {value!r})", file=self.where, key=self.key(name))
+
+    def get(self, name: str, default: int = 0) -> int:
+        value = self.metadata.get(self.key(name))
+        if value is None:
+            return default
+        if isinstance(value, bool):
+            return int(value)
+        if not isinstance(value, int) or value < 0:
+            raise self.bad(name, "must be a non-negative integer", value)
+        return value
+
+    def per_layer(self, name: str, default: list[int]) -> list[int]:
+        value = self.metadata.get(self.key(name))
+        if value is None:
+            return list(default)
+        if isinstance(value, list):
+            if len(value) != self.n:
+                raise self.bad(name, f"has {len(value)} entries for {self.n} layers", value)
+            if not all(isinstance(v, int) and v >= 0 for v in value):
+                raise self.bad(name, "must hold non-negative integers", value)
+            return [int(v) for v in value]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self.bad(name, "must be a non-negative integer or an array of them", value)
+        return [value] * self.n
+
+    def flags(self, name: str) -> list[bool] | None:
+        """A per-layer array of true/false flags, or None when the key is not an array."""
+        value = self.metadata.get(self.key(name))
+        if not isinstance(value, list):
+            return None
+        if len(value) != self.n:
+            raise self.bad(name, f"has {len(value)} entries for {self.n} layers", value)
+        if not all(isinstance(v, bool) or v in (0, 1) for v in value):
+            raise self.bad(name, "must hold one true/false flag per layer", value)
+        return [bool(v) for v in value]
+
+    def missing(self, name: str) -> ModelError:
+        key = self.key(name)
+        return ModelError("MissingGgufKey", f"{self.where}: GGUF key {key!r} is missing",
+                          file=self.where, key=key)
+
+
+def _pattern(layer_count: int, period: int, dense_first: bool) -> list[bool]:
+    """llama_hparams::set_swa_pattern: True = sliding window."""
+    if dense_first:
+        return [period == 0 or index % period != 0 for index in range(layer_count)]
+    return [period == 0 or index % period < period - 1 for index in range(layer_count)]
+
+
+def _sliding(meta: _Meta, n_layer: int) -> tuple[list[bool], int]:
+    """Which layers are windowed and the window, as llama.cpp's load_arch_hparams sets
+    them; ([False...], 0) when none is."""
+    none = ([False] * meta.n, 0)
+    window = meta.get("attention.sliding_window")
+    if meta.arch == "llama4":
+        # Chunked attention of 8192 tokens on 3 layers in 4 (or the file's pattern),
+        # unless the window is 0.
+        if meta.key("attention.sliding_window") in meta.metadata and window == 0:
+            return none
+        flags = meta.flags("attention.sliding_window_pattern")
+        if flags is None:
+            flags = _pattern(meta.n, meta.get("attention.sliding_window_pattern", 4), False)
+        return flags, 8192
+    if meta.arch == "exaone4":
+        if n_layer != 64:
+            return none
+        return _pattern(meta.n, 4, False), window or 4096
+    if meta.arch == "lfm2":
+        return none  # set below from the recurrent layers when the file sets a window
+    rule = SLIDING_RULES.get(meta.arch)
+    if rule is None:
+        return none
+    if rule.when_window and not window:
+        return none
+    if rule.window is None and rule.default_window is None and \
+            meta.key("attention.sliding_window") not in meta.metadata:
+        raise meta.missing("attention.sliding_window")
+    size = rule.window if rule.window is not None else window or (rule.default_window or 0)
+    flags = meta.flags("attention.sliding_window_pattern")
+    if flags is None:
+        if rule.from_file:
+            return none
+        period = meta.get("attention.sliding_window_pattern", rule.period)
+        flags = _pattern(meta.n, period, rule.dense_first)
+    # Layers past the trunk (multi-token prediction) are never windowed.
+    flags = [flag and index < n_layer for index, flag in enumerate(flags)]
+    return flags, size if any(flags) else 0
+
+
+def _recurrent_layers(meta: _Meta, n_layer: int, heads_kv: list[int],
+                      ffn: list[int]) -> list[bool]:
+    arch = meta.arch
+    if arch in RECURRENT:
+        return [True] * meta.n
+    if arch in _RECURRENT_WHERE_NO_KV_HEADS:
+        return [h == 0 for h in heads_kv]
+    if arch in ("nemotron_h", "nemotron_h_moe"):
+        return [i < n_layer and heads_kv[i] == 0 and ffn[i] == 0 for i in range(meta.n)]
+    if arch == "falcon-h1":
+        return [True] * meta.n
+    if arch in _RECURRENT_BY_INTERVAL:
+        flags = meta.flags("attention.recurrent_layers")
+        if flags is not None:
+            return flags
+        interval = meta.get("full_attention_interval", 4)
+        return [i < n_layer and interval > 0 and (i + 1) % interval != 0
+                for i in range(meta.n)]
+    return [False] * meta.n
+
+
+def _state_elements(meta: _Meta, n_embd: int, n_head: int) -> int:
+    """llama_hparams::n_embd_r() + n_embd_s(): f32 elements of one sequence's state."""
+    wkv = meta.get("wkv.head_size")
+    if wkv:
+        return meta.get("token_shift_count", 2) * n_embd + n_embd * wkv
+    d_conv = meta.get("ssm.conv_kernel")
+    kda = meta.get("kda.head_dim")
+    shortconv = meta.get("shortconv.l_cache")
+    if shortconv:
+        r = n_embd * (shortconv - 1)
+    elif kda:
+        r = 3 * (d_conv - 1 if d_conv else 3) * n_head * kda
+    else:
+        d_inner = meta.get("ssm.inner_size")
+        r = (d_conv - 1 if d_conv else 0) * (
+            d_inner + 2 * meta.get("ssm.group_count") * meta.get("ssm.state_size"))
+    if kda:
+        s = kda * kda * n_head
+    elif meta.arch == "minimax-01":
+        head = meta.get("attention.key_length") or (n_embd // n_head if n_head else 0)
+        s = head * head * n_head
+    else:
+        s = meta.get("ssm.state_size") * meta.get("ssm.inner_size")
+    return r + s
+
+
+def model_memory(architecture: str, metadata: Mapping[str, Any], layer_count: int,
+                 where: str) -> ModelMemory:
+    """Each layer's cache and state as llama.cpp b11434 builds them for a GGUF model."""
+    if architecture not in LLAMA_CPP_ARCHITECTURES:
+        raise ModelError(
+            "UnsupportedArchitecture",
+            f"{where}: llama.cpp does not know the architecture {architecture!r}",
+            file=where, architecture=architecture)
+    meta = _Meta(architecture, metadata, where, layer_count)
+    notes: list[str] = []
+    if architecture in NO_CACHE:
+        notes.append(f"{architecture} keeps no KV cache and no recurrent state in llama.cpp")
+        return ModelMemory("none", (LayerMemory(),) * layer_count, 0, tuple(notes))
+    nextn = meta.get("nextn_predict_layers")
+    if nextn > layer_count:
+        raise meta.bad("nextn_predict_layers", f"exceeds the {layer_count} blocks", nextn)
+    n_layer = layer_count - nextn
+    n_embd = meta.get("embedding_length")
+    heads = meta.per_layer("attention.head_count", [0] * layer_count)
+    heads_kv = meta.per_layer("attention.head_count_kv", heads)
+    ffn = meta.per_layer("feed_forward_length", [0] * layer_count)
+    n_head = heads[0]
+    plain = architecture not in RECURRENT and architecture not in HYBRID
+    if plain and meta.key("attention.head_count") not in metadata:
+        raise meta.missing("attention.head_count")
+    if n_head:
+        has_lengths = (meta.key("attention.key_length") in metadata
+                       and meta.key("attention.value_length") in metadata)
+        if not n_embd and not has_lengths:
+            raise meta.missing("embedding_length")
+        head_k = meta.get("attention.key_length", n_embd // n_head)
+        head_v = meta.get("attention.value_length", n_embd // n_head)
+    else:
+        head_k = head_v = 0
+    head_k_swa = meta.get("attention.key_length_swa", head_k)
+    head_v_swa = meta.get("attention.value_length_swa", head_v)
+    latent = bool(meta.get("attention.key_length_mla") and meta.get("attention.value_length_mla"))
+    sliding, window = _sliding(meta, n_layer)
+    recurrent = _recurrent_layers(meta, n_layer, heads_kv, ffn)
+    if architecture == "lfm2" and meta.get("attention.sliding_window"):
+        sliding = [not flag for flag in recurrent]
+        window = meta.get("attention.sliding_window")
+    state = _state_elements(meta, n_embd, n_head) if any(recurrent) else 0
+
+    # Which layers keep attention KV rows.
+    if architecture in RECURRENT:
+        attention = [False] * layer_count
+    elif architecture == "falcon-h1":
+        attention = [True] * layer_count
+    elif architecture in ("nemotron_h", "nemotron_h_moe"):
+        attention = [not recurrent[i] and ffn[i] == 0 for i in range(layer_count)]
+    elif architecture in HYBRID:
+        attention = [i < n_layer and not recurrent[i] for i in range(layer_count)]
+    else:
+        attention = [heads_kv[i] > 0 or latent for i in range(layer_count)]
+    if nextn and architecture not in ("nemotron_h", "nemotron_h_moe", "falcon-h1"):
+        # Multi-token-prediction blocks are never attended by the trunk.
+        attention = [flag and i < n_layer for i, flag in enumerate(attention)]
+        notes.append(f"the last {nextn} block(s) are multi-token-prediction layers: llama.cpp "
+                     f"loads their weights and gives them no cache")
+    kv_from_start = layer_count
+    if architecture == "gemma3n":
+        kv_from_start = 20
+    elif architecture == "gemma4":
+        kv_from_start = layer_count - meta.get("attention.shared_kv_layers")
+    if kv_from_start < layer_count:
+        notes.append(f"layers {kv_from_start}-{layer_count - 1} reuse the cache of an earlier "
+                     f"layer and keep none of their own")
+
+    index_key = meta.get("attention.indexer.key_length") if architecture in INDEXED else 0
+    index_flags = meta.flags("attention.indexer.types")
+    layers = []
+    for index in range(layer_count):
+        swa = sliding[index]
+        k = v = ik = iv = 0
+        if attention[index] and index < kv_from_start:
+            kv_heads = heads_kv[index] if not latent else max(heads_kv[index], 1)
+            k = (head_k_swa if swa else head_k) * kv_heads
+            v = 0 if latent else (head_v_swa if swa else head_v) * kv_heads
+            if index_key and (index_flags is None or index_flags[index]) and \
+                    not (architecture == "minimax-m3"
+                         and index < meta.get("leading_dense_block_count")):
+                ik = index_key
+                iv = 0 if latent else (head_v_swa if swa else head_v)
+        layers.append(LayerMemory(k, v, ik, iv, state if recurrent[index] else 0,
+                                  swa and bool(k or v)))
+    kind = ("recurrent" if architecture in RECURRENT else
+            "hybrid" if architecture in HYBRID else "kv")
+    if kind == "kv" and not any(layer.has_kv for layer in layers):
+        raise meta.bad("attention.head_count_kv", "leaves no layer with a KV cache, which "
+                       "llama.cpp cannot run", heads_kv)
+    window_key = meta.get("attention.sliding_window")
+    if window_key and not window and architecture not in SLIDING_RULES \
+            and architecture not in ("llama4", "exaone4", "lfm2"):
+        notes.append(f"the file sets a {window_key}-token sliding window, which llama.cpp does "
+                     f"not apply to {architecture}: every layer keeps a full-context cache")
+    if architecture in ("deepseek2", "deepseek2-ocr") and not latent:
+        notes.append("this file predates latent-attention metadata (no "
+                     "attention.key_length_mla), so llama.cpp caches full per-head K and V")
+    if latent:
+        notes.append(f"latent attention (MLA): llama.cpp caches one {head_k}-element row per "
+                     f"layer and no V row")
+    if state:
+        notes.append(f"{sum(recurrent)} of {layer_count} layers keep recurrent state: "
+                     f"{state:,} f32 elements (R and S rows) per sequence each, whatever the "
+                     f"context")
+    return ModelMemory(kind, tuple(layers), window, tuple(notes))
