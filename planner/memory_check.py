@@ -1,0 +1,96 @@
+"""The estimator against llama.cpp's recorded runs of every architecture (make validate's
+validation/results/llamacpp-archs.json): each recorded model rebuilt from its GGUF header,
+estimated on the host alone and split as it ran, compared device by device and component
+by component with :data:`planner.memory.ACCURACY_TARGETS`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from planner.memory import (
+    LlamaCppSettings,
+    MemoryEstimate,
+    estimate,
+    model_from_header,
+    within_target,
+)
+
+CHECKED = ("weights_bytes", "kv_bytes", "state_bytes", "compute_bytes", "output_bytes",
+           "total_bytes")
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """One component of one device of one recorded run."""
+
+    file: str
+    architecture: str
+    run: str
+    device: str
+    component: str
+    estimated_bytes: int
+    measured_bytes: int
+
+    @property
+    def within_target(self) -> bool:
+        return within_target(self.component, self.estimated_bytes, self.measured_bytes)
+
+
+def load_record(path: str | Path) -> dict[str, Any]:
+    return json.loads(Path(path).read_text())
+
+
+def _parts(result: MemoryEstimate) -> dict[str, Any]:
+    parts = {f"device-{i}": part for i, part in enumerate(result.devices)}
+    parts["host"] = result.host
+    return parts
+
+
+def compare_model(entry: Mapping[str, Any], settings: LlamaCppSettings
+                  ) -> Iterator[Comparison]:
+    """Every component of every device of the model's recorded runs, estimated today."""
+    header = entry["header"]
+    tensors = [SimpleNamespace(name=n, type_name=t, n_bytes=b) for n, t, b in header["tensors"]]
+    model = model_from_header(entry["file"], header["metadata"], tensors, entry["file"])
+    runs = [("host", entry.get("host"), None)]
+    if entry.get("split"):
+        runs.append(("split", entry["split"], [tuple(r) for r in entry["split"]["ranges"]]))
+    for run_name, run, ranges in runs:
+        if not run or run.get("error") or not run.get("memory"):
+            continue
+        result = estimate(model, settings, ranges, devices=0 if ranges is None else None)
+        for device, part in _parts(result).items():
+            measured = run["memory"].get(device, {})
+            for component in CHECKED:
+                if component == "total_bytes":
+                    ours = part.total_bytes - part.overhead_bytes
+                    got = sum(measured.values())
+                else:
+                    ours, got = getattr(part, component), measured.get(component, 0)
+                if component != "total_bytes" and not ours and not got:
+                    continue
+                yield Comparison(entry["file"], entry["architecture"], run_name, device,
+                                 component, ours, got)
+
+
+def compare_record(record: Mapping[str, Any]) -> list[Comparison]:
+    settings = LlamaCppSettings(**record["settings"])
+    return [row for entry in record["models"] for row in compare_model(entry, settings)]
+
+
+def family(architecture: str) -> str:
+    """The family an architecture belongs to, for the summary table."""
+    for prefix in ("qwen", "gemma", "deepseek", "glm", "granite", "llama", "phi", "mamba",
+                   "rwkv", "arwkv", "nemotron", "minimax", "kimi", "bailing", "exaone",
+                   "falcon", "hunyuan", "hy_", "ernie", "lfm", "olmo", "plamo", "cohere",
+                   "command", "starcoder", "jina", "bert", "nomic", "t5", "llada", "mistral",
+                   "dots", "jais", "gpt", "minicpm", "internlm", "baichuan", "chatglm"):
+        if architecture.startswith(prefix):
+            return {"arwkv": "rwkv", "hy_": "hunyuan", "command": "cohere", "jina": "bert",
+                    "nomic": "bert", "chatglm": "glm", "gpt": "gpt"}.get(prefix, prefix)
+    return architecture
