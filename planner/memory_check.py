@@ -94,3 +94,31 @@ def family(architecture: str) -> str:
             return {"arwkv": "rwkv", "hy_": "hunyuan", "command": "cohere", "jina": "bert",
                     "nomic": "bert", "chatglm": "glm", "gpt": "gpt"}.get(prefix, prefix)
     return architecture
+
+
+def family_summary(rows: list[Comparison]) -> str:
+    """A Markdown table: per architecture family, how many recorded device runs meet each
+    target (weights, KV cache and recurrent state, compute, total)."""
+    families: dict[str, list[Comparison]] = {}
+    for row in rows:
+        families.setdefault(family(row.architecture), []).append(row)
+    lines = ["| family | models | weights | KV + state | compute | total |",
+             "|---|---|---|---|---|---|"]
+    groups = {"weights": ("weights_bytes", "output_bytes"),
+              "KV + state": ("kv_bytes", "state_bytes"),
+              "compute": ("compute_bytes",), "total": ("total_bytes",)}
+    for name in sorted(families):
+        mine = families[name]
+        cells = [name, str(len({row.file for row in mine}))]
+        for components in groups.values():
+            # One device of one run counts as meeting a target when every one of its
+            # components in the group does.
+            keyed: dict[tuple[str, str, str], bool] = {}
+            for row in mine:
+                if row.component in components:
+                    key = (row.file, row.run, row.device)
+                    keyed[key] = keyed.get(key, True) and row.within_target
+            met = sum(keyed.values())
+            cells.append(f"{met}/{len(keyed)}" if keyed else "—")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
