@@ -269,3 +269,31 @@ def test_a_model_with_no_cached_layer_is_refused() -> None:
         _layout("llama", 2, attention__head_count_kv=0)
     assert caught.value.code == "InvalidGguf"
     assert "no layer with a KV cache" in caught.value.message
+
+
+def test_a_hybrid_places_kv_on_attention_layers_and_state_on_the_rest() -> None:
+    """qwen3next without attention.recurrent_layers: every full_attention_interval-th
+    layer is attention, the others gated-delta-net layers holding llama.cpp's R row
+    ((d_conv - 1) x (d_inner + 2 x groups x d_state)) and S row (d_state x d_inner)."""
+    layout = _layout("qwen3next", 8, full_attention_interval=4, ssm__conv_kernel=4,
+                     ssm__inner_size=64, ssm__state_size=16, ssm__group_count=2)
+    assert layout.layer_bytes_per_token("f16") == (0, 0, 0, LAYER_F16, 0, 0, 0, LAYER_F16)
+    assert layout.bytes_per_token("f16") == 2 * LAYER_F16
+    state = (3 * (64 + 2 * 2 * 16) + 16 * 64) * 4
+    assert layout.layer_state_bytes_per_sequence() == (state, state, state, 0) * 2
+
+
+def test_sparse_attention_keeps_an_indexer_cache_beside_the_latent_one() -> None:
+    """deepseek32: one 576-element latent row (no V) and one indexer key head of
+    attention.indexer.key_length per layer and cell."""
+    layout = _layout("deepseek32", 2, attention__head_count_kv=1, attention__key_length=576,
+                     attention__value_length=512, attention__key_length_mla=192,
+                     attention__value_length_mla=128, attention__indexer__key_length=128)
+    assert layout.bytes_per_token("f16") == 2 * (576 + 128) * 2
+
+
+def test_gemma3n_layers_past_twenty_reuse_an_earlier_cache() -> None:
+    layout = _layout("gemma3n", 22, attention__sliding_window=512)
+    per_layer = layout.layer_bytes_per_token("f16")
+    assert per_layer is not None and per_layer[20:] == (0, 0)
+    assert len(layout.context_layers) + len(layout.window_layers) == 20
