@@ -72,7 +72,9 @@ def _node(node_id: str = "a") -> NodeBudget:
 _SPEC = dict(name="m", architecture="llama", layer_count=2, native_context_length=4096,
              model_weight_bytes=10, layer_weight_bytes=(4, 6), kv_bytes_per_token=8,
              kv_cache_type="f16", kv_cache_table=(("f16", 8), ("q8_0", 4)), source="s",
-             hidden_size=64, active_weight_bytes=10)
+             hidden_size=64, active_weight_bytes=10,
+             layer_kv_table=(("f16", (0, 8)), ("q8_0", (0, 4))),
+             layer_state_bytes_per_sequence=(16, 0))
 
 # A valid example of each input type, every optional number given a value so it is
 # exercised. Keyed by "module.Class".
