@@ -40,6 +40,7 @@ import pandas as pd
 from planner._validate import Fail, number, shown
 from planner.errors import CodedError, PlanError
 from planner.fleet.document import FleetDocument, ReliabilityOverride
+from planner.limits import DEFAULT_PRICE_KIND
 from planner.models.gpus import node_gpu_kinds
 from planner.planning import NodeBudget, Plan, PlanningInput, plan_topology
 from planner.planning.inputs import as_planning_input
@@ -538,12 +539,12 @@ class SpareKind:
         return made
 
 
-def catalog_spare_kinds(catalog: Sequence[Any], kinds: Sequence[str] | None = None
-                        ) -> list[SpareKind]:
+def catalog_spare_kinds(catalog: Sequence[Any], kinds: Sequence[str] | None = None,
+                        price_kind: str = DEFAULT_PRICE_KIND) -> list[SpareKind]:
     """Catalog kinds as spares, with their budget as sizing builds it
     (:func:`planner.sizing.fleet_nodes`), failure figures and price; by default every
-    priced kind (``kinds``: ids or names)."""
-    chosen, _ = select_kinds(catalog, kinds)
+    kind priced as ``price_kind`` (``kinds``: ids or names), so their prices compare."""
+    chosen, _ = select_kinds(catalog, kinds, price_kind)
     spares = []
     for gpu in chosen:
         (budget,) = fleet_nodes([gpu], [1])

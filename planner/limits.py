@@ -47,3 +47,14 @@ DEFAULT_UBATCH = 512
 DEFAULT_PARALLEL_LANES = 4
 """Parallel sequences llama.cpp sizes its caches for when none is chosen (llama-server's
 ``--parallel`` default), and the most lanes a plan tries without an override."""
+
+MIN_PRICE_PER_HOUR = 0.0001
+"""USD per hour of one GPU in a catalog: a hundredth of a cent. Sizing counts prices in
+micro-dollars, so a price below this would count as nothing and prune nothing."""
+
+MAX_PRICE_PER_HOUR = 1_000_000
+"""USD per hour of one GPU in a catalog."""
+
+DEFAULT_PRICE_KIND = "rented"
+"""What a catalog price is when its entry does not say (``price_kind``), and the prices
+sizing compares unless told otherwise: what a provider charges by the hour."""

@@ -48,9 +48,15 @@ import pandas as pd
 from planner._validate import integer, shown
 from planner.errors import CodedError, PlanError
 from planner.fleet import expanded_node_ids
-from planner.limits import MAX_CONTEXT, MAX_LANES, MAX_LATENCY_MS, MAX_MINIMUM_NODES
-from planner.models.gpus import GpuModel
-from planner.models.spec import ModelSpec
+from planner.limits import (
+    DEFAULT_PRICE_KIND,
+    MAX_CONTEXT,
+    MAX_LANES,
+    MAX_LATENCY_MS,
+    MAX_MINIMUM_NODES,
+)
+from planner.models.gpus import PRICE_KINDS, GpuModel, catalog_kind, listed_kinds
+from planner.models.spec import ModelError, ModelSpec
 from planner.performance import (
     DEFAULT_BANDWIDTH_EFFICIENCY,
     DEFAULT_LINK_BANDWIDTH_BYTES_PER_S,
@@ -68,6 +74,11 @@ from planner.planning.inputs import NodeBudget, PlanningInput
 from planner.planning.plan import Plan
 from planner.units import format_bytes
 
+# What each kind of price is, as sizing's answers say it.
+PRICE_KIND_TEXT = {
+    "rented": "rented (what a provider charges per GPU-hour)",
+    "owned": "owned (a purchase price spread over hours of use)",
+}
 _MICRO = 1_000_000  # prices are summed in micro-USD so that equal costs compare equal
 _MAX_TOP = 1000
 _MAX_FAILURES = 16
@@ -78,14 +89,16 @@ class SizingError(CodedError):
 
     ``code`` is stable: ``InvalidTargets`` (a target out of range; ``field`` names it),
     ``UnknownKind`` (a kind asked for is not in the catalog), ``UnpricedKind`` (a kind asked
-    for has no ``price_per_hour``), ``EmptyCatalog`` (no priced kind to size with),
+    for has no ``price_per_hour``), ``OtherPriceKind`` (a kind asked for is priced as
+    owned where sizing compares rented prices, or the other way round), ``EmptyCatalog``
+    (no kind priced the way sizing compares),
     ``AmbiguousKindIds`` (two kinds whose node ids would interleave, such as ``a`` and
     ``a-1``) or ``NoFleetMeetsTargets`` (nothing within the counts available meets the
     targets; the message says why).
     """
 
-    codes = ("InvalidTargets", "UnknownKind", "UnpricedKind", "EmptyCatalog",
-             "AmbiguousKindIds", "NoFleetMeetsTargets")
+    codes = ("InvalidTargets", "UnknownKind", "UnpricedKind", "OtherPriceKind",
+             "EmptyCatalog", "AmbiguousKindIds", "NoFleetMeetsTargets")
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +237,7 @@ class SizingResult:
     skipped_kinds: tuple[str, ...]
     plans_evaluated: int
     notes: tuple[str, ...] = field(default=())
+    price_kind: str = DEFAULT_PRICE_KIND
 
     @property
     def cheapest(self) -> SizedFleet:
@@ -242,6 +256,7 @@ class SizingResult:
             "targets": {**self.targets.to_dict(), "minimum_context": self.minimum_context},
             "kinds": list(self.kinds),
             "skipped_kinds": list(self.skipped_kinds),
+            "price_kind": self.price_kind,
             "notes": [ESTIMATE_NOTE, *self.notes],
         }
 
@@ -265,43 +280,59 @@ def fleet_node_kinds(kinds: Sequence[GpuModel], counts: Sequence[int]) -> dict[s
             for node_id in expanded_node_ids(gpu.kind, count)}
 
 
-def select_kinds(catalog: Sequence[GpuModel], names: Iterable[str] | None = None
-                 ) -> tuple[list[GpuModel], list[str]]:
-    """The kinds to size with (by kind id or name, case-insensitive; all priced kinds when
-    ``names`` is ``None``) and the ids of the unpriced kinds left out."""
+def select_kinds(catalog: Sequence[GpuModel], names: Iterable[str] | None = None,
+                 price_kind: str = DEFAULT_PRICE_KIND) -> tuple[list[GpuModel], list[str]]:
+    """The kinds to size with: those ``names`` gives (kind ids or names, any case), else
+    every kind priced as ``price_kind``; and the ids of the kinds left out (no price, or
+    another kind of price). A kind named but unpriced or priced otherwise is refused."""
+    _check_price_kind(price_kind)
     if names is None:
-        chosen = list(catalog)
-        skipped = [gpu.kind for gpu in chosen if gpu.price_per_hour is None]
-        return [gpu for gpu in chosen if gpu.price_per_hour is not None], skipped
-    picked: list[GpuModel] = []
+        chosen = [gpu for gpu in catalog if gpu.price_per_hour is not None
+                  and gpu.price_kind == price_kind]
+        return chosen, [gpu.kind for gpu in catalog if gpu.price_per_hour is None
+                        or gpu.price_kind != price_kind]
+    picked: dict[str, GpuModel] = {}
     for name in names:
-        wanted = name.strip().casefold()
-        match = [gpu for gpu in catalog if wanted in (gpu.kind.casefold(), gpu.name.casefold())]
-        if not match:
-            known = ", ".join(gpu.kind for gpu in catalog)
-            raise SizingError("UnknownKind", f"no catalog kind {name!r}; known: {known}",
-                              kind=name)
-        gpu = match[0]
+        try:
+            gpu = catalog_kind(catalog, name)
+        except ModelError:
+            raise SizingError("UnknownKind", f"no catalog kind {name!r}; known: "
+                              f"{listed_kinds(catalog)}", kind=name) from None
         if gpu.price_per_hour is None:
             raise SizingError("UnpricedKind", f"kind {gpu.kind} has no price_per_hour; add "
                               "one to the catalog to size with it", kind=gpu.kind)
-        if gpu not in picked:
-            picked.append(gpu)
-    return picked, []
+        if gpu.price_kind != price_kind:
+            raise SizingError(
+                "OtherPriceKind",
+                f"kind {gpu.kind} is priced as {gpu.price_kind} and sizing compares "
+                f"{price_kind} prices: size with {gpu.price_kind} prices to use it "
+                f"(--prices {gpu.price_kind}), or give it a {price_kind} price",
+                kind=gpu.kind, price_kind=gpu.price_kind)
+        picked.setdefault(gpu.kind, gpu)
+    return list(picked.values()), []
+
+
+def _check_price_kind(price_kind: Any) -> None:
+    if price_kind not in PRICE_KINDS:
+        raise SizingError("InvalidTargets", f"price_kind must be one of "
+                          f"{', '.join(PRICE_KINDS)} (got {price_kind!r})",
+                          field="price_kind", value=price_kind)
 
 
 def _check_kind_ids(kinds: Sequence[GpuModel]) -> None:
     # Removing "any f nodes" is checked per kind count; that relies on node ids of
     # different kinds comparing the same way whatever their numbers, which fails when one
-    # kind id continues another's with "-<digit>" ("a-05" < "a-1-00" < "a-15").
-    for first, second in itertools.permutations(kinds, 2):
-        rest = second.kind[len(first.kind):]
-        if second.kind.startswith(first.kind) and len(rest) > 1 and rest[0] == "-" and (
-                rest[1].isdigit()):
+    # kind id continues another's with "-<digit>" ("a-05" < "a-1-00" < "a-15"). Sorted,
+    # the ids that continue "a" that way lie between "a-0" and "a-:" (":" follows "9").
+    ids = sorted(gpu.kind for gpu in kinds)
+    for first in ids:
+        at = bisect_left(ids, f"{first}-0")
+        if at < len(ids) and ids[at] < f"{first}-:":
+            second = ids[at]
             raise SizingError(
                 "AmbiguousKindIds",
-                f"kind ids {first.kind!r} and {second.kind!r} give node ids that interleave; "
-                "give one of them another id in the catalog", kinds=[first.kind, second.kind])
+                f"kind ids {first!r} and {second!r} give node ids that interleave; "
+                "give one of them another id in the catalog", kinds=[first, second])
 
 
 @dataclass(frozen=True, slots=True)
@@ -562,6 +593,7 @@ def size_fleet(
     pareto: bool = True,
     bandwidth_efficiency: float = DEFAULT_BANDWIDTH_EFFICIENCY,
     link_bandwidth_bytes_per_s: int = DEFAULT_LINK_BANDWIDTH_BYTES_PER_S,
+    price_kind: str = DEFAULT_PRICE_KIND,
 ) -> SizingResult:
     """The ``top`` cheapest fleets of ``catalog`` kinds that meet ``targets`` for ``model``.
 
@@ -581,9 +613,10 @@ def size_fleet(
     top = _whole(top, "top", 1, _MAX_TOP)
     fields, spec_traffic = _model_fields(model)
     traffic = traffic or spec_traffic
-    chosen, skipped = select_kinds(catalog, kinds)
+    chosen, skipped = select_kinds(catalog, kinds, price_kind)
     if not chosen:
-        raise SizingError("EmptyCatalog", "no catalog kind has a price_per_hour to size with")
+        raise SizingError("EmptyCatalog", f"no catalog kind has a {price_kind} "
+                          "price_per_hour to size with", price_kind=price_kind)
     _check_kind_ids(chosen)
     planning = {
         "minimum_nodes": targets.minimum_nodes,
@@ -622,12 +655,19 @@ def size_fleet(
                     continue
                 search.plans_evaluated += level.plans_evaluated
         front = pareto_front(pool)
-    notes = []
-    if skipped:
-        notes.append(f"left out for want of a price: {', '.join(skipped)}")
+    notes = [f"prices compared: {PRICE_KIND_TEXT[price_kind]}"]
+    left_out = set(skipped)
+    unpriced = [gpu.kind for gpu in catalog
+                if gpu.kind in left_out and gpu.price_per_hour is None]
+    if unpriced:
+        notes.append(f"left out for want of a price: {', '.join(unpriced)}")
+    other = [gpu.kind for gpu in catalog
+             if gpu.kind in left_out and gpu.price_per_hour is not None]
+    if other:
+        notes.append(f"left out as priced otherwise than {price_kind}: {', '.join(other)}")
     return SizingResult(tuple(fleets), front, targets, minimum_context,
                         tuple(gpu.kind for gpu in chosen), tuple(skipped),
-                        search.plans_evaluated, tuple(notes))
+                        search.plans_evaluated, tuple(notes), price_kind)
 
 
 def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,

@@ -11,6 +11,8 @@ One parser per kind of value, shared by fleet files, the Python API and the work
   caller's field names its unit (``model_weight_bytes``) and for ``0``. Digits may be
   grouped with ``_`` or with ``,`` in groups of three (``1,024``); any other comma
   (``1,5``) is refused, since a decimal comma would be read a thousand times off.
+- :func:`parse_bandwidth` reads a memory bandwidth in bytes per second: a size per
+  second, ``"3.35 TB/s"``, ``"2,039 GB/s"`` or ``"1 TiB/s"`` (the size's units).
 - :func:`parse_latency_ms` reads a stage-transfer latency in milliseconds: ``5``,
   ``0.5``, ``"5 ms"``, ``"0.25ms"`` or ``"500 us"``, to the microsecond (three decimals).
 - :func:`parse_context` reads a context length in tokens: ``131072``, ``"131,072"`` or
@@ -38,6 +40,8 @@ _DECIMAL = {"k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4, "p": 1000**5}
 _KNOWN_UNITS = "B, KiB, MiB, GiB, TiB, PiB, kB, MB, GB, TB, PB"
 SIZE_FORMS = ("write a number and a unit: '80 GiB' (1024-based), '24 GB' (1000-based), "
               "'512 MiB', '1.5 TiB', or '1024 B' for bytes")
+BANDWIDTH_FORMS = ("write a size per second: '3.35 TB/s' (1000-based), '900 GB/s' or "
+                   "'1 TiB/s' (1024-based)")
 LATENCY_FORMS = "write milliseconds: '5', '0.5', '5 ms', '0.25 ms' or '500 us'"
 CONTEXT_FORMS = "write tokens: '131072', '131,072' or '128k' (k = 1024 tokens)"
 # Digits kept from one number: far beyond any real value, small enough that reading a
@@ -214,6 +218,45 @@ def parse_bytes(text: str | int, *, bare_bytes: bool = False) -> int:
         raise UnitError(f"{quoted(text)} is not a whole number of bytes", value=text)
     # "1.3 GiB" is not a whole number of bytes; the nearest byte is what anyone means.
     return int(scaled.to_integral_value(rounding=ROUND_HALF_UP))
+
+
+def parse_bandwidth(value: str | int | float, *, bare_bytes_per_s: bool = False) -> int:
+    """Read a memory bandwidth (``"3.35 TB/s"``, ``"900 GB/s"``, ``"1 TiB/s"``) as bytes
+    per second, to the nearest byte.
+
+    A number without a unit (``3.35e12``, ``1_000_000``) is refused unless
+    ``bare_bytes_per_s`` says the field's name carries the unit
+    (``memory_bandwidth_bytes_per_s``); then it is bytes per second.
+
+    >>> parse_bandwidth("3.35 TB/s")
+    3350000000000
+    """
+    if isinstance(value, float):
+        if not bare_bytes_per_s:
+            raise UnitError(f"{quoted(value)} has no unit; {BANDWIDTH_FORMS}", value=value)
+        if not math.isfinite(value) or value < 0:
+            raise UnitError(f"a bandwidth must be a finite number at least 0 (got "
+                            f"{quoted(value)})", value=value)
+        return int(Decimal(value).to_integral_value(rounding=ROUND_HALF_UP))
+    if _integral(value) is not None:
+        if value and not bare_bytes_per_s:
+            raise UnitError(f"{quoted(value)} has no unit; {BANDWIDTH_FORMS}", value=value)
+        return parse_bytes(value, bare_bytes=True)
+    _refuse_non_string(value, UnitError, BANDWIDTH_FORMS, "a bandwidth")
+    assert isinstance(value, str)
+    stripped = value.strip(_BLANKS)
+    if stripped.endswith("/s"):
+        size = stripped[:-2].rstrip(_BLANKS)
+    elif bare_bytes_per_s and stripped and all(c in _NUMBER_CHARS for c in stripped):
+        size = stripped
+    else:
+        raise UnitError(f"cannot read {quoted(value)} as a bandwidth; {BANDWIDTH_FORMS}",
+                        value=value)
+    try:
+        return parse_bytes(size, bare_bytes=bare_bytes_per_s)
+    except UnitError as error:
+        raise UnitError(f"cannot read {quoted(value)} as a bandwidth ({error.message})",
+                        value=value) from None
 
 
 def _bare_message(number: str) -> str:

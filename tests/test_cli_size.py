@@ -40,7 +40,8 @@ def test_json_lists_the_cheapest_fleets_with_the_documented_keys() -> None:
 def test_text_and_csv_say_it_is_an_estimate() -> None:
     text = run("size", "llama-3.1-70b", "--kinds", KINDS, "--top", "2")
     assert text.returncode == 0, text.stderr
-    assert "Cheapest:" in text.stdout and "estimate" in text.stdout
+    assert "Cheapest at rented prices:" in text.stdout and "estimate" in text.stdout
+    assert "; rented prices" in text.stdout and "prices compared: rented" in text.stdout
     assert "Pareto front" in text.stdout
     table = run("size", "llama-3.1-70b", "--kinds", KINDS, "--top", "2", "--csv")
     rows = list(csv.reader(io.StringIO(table.stdout)))
@@ -75,7 +76,27 @@ def test_bad_input_exits_2(tmp_path: Path) -> None:
     assert_user_error(run("size", "llama-3.1-70b", "--catalog", tmp_path / "none.toml"), 2,
                       "GpuCatalogNotFound")
     bad = tmp_path / "bad.toml"
-    bad.write_text(CARD.replace("price_date = 2026-11-30\n", ""))
+    bad.write_text(CARD.replace("price_date = 2026-11-30\n", "price_date = \"soon\"\n"))
     assert_user_error(run("size", "llama-3.1-70b", "--catalog", bad), 2, "price_date")
     assert_user_error(run("size", "llama-3.1-70b", "--min-context", "999999999"), 2,
                       "native context")
+
+
+def test_sizing_compares_rented_prices_unless_asked_for_owned_and_says_which() -> None:
+    """The Apple machines are priced as list price over three years (owned): they are
+    not compared with rented GPUs, which they would beat at $0.21 an hour."""
+    args = ("size", "qwen3-coder-480b-a35b", "--min-context", "131072", "--tolerate", "1",
+            "--json", "--top", "2")
+    rented = json.loads(run(*args).stdout)
+    apple = {gpu.kind for gpu in load_gpu_catalog() if gpu.vendor == "Apple"}
+    assert rented["price_kind"] == "rented"
+    assert not apple & {kind for fleet in rented["fleets"] for kind in fleet["counts"]}
+    assert any(note.startswith("left out as priced otherwise than rented: m2-ultra")
+               for note in rented["notes"])
+    owned = json.loads(run(*args, "--prices", "owned").stdout)
+    assert owned["price_kind"] == "owned"
+    assert {kind for fleet in owned["fleets"] for kind in fleet["counts"]} <= apple
+    assert_user_error(run("size", "llama-3.1-70b", "--kinds", "l40s,m3-ultra-512gb"), 2,
+                      "OtherPriceKind", "priced as owned", "--prices owned")
+    wrong = run("size", "llama-3.1-70b", "--prices", "leased")
+    assert wrong.returncode == 2 and "--prices: invalid choice: 'leased'" in wrong.stderr

@@ -2,22 +2,74 @@
 
 from __future__ import annotations
 
+import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from planner.models import GpuModel, ModelError, load_gpu_catalog
+from planner.models import GpuModel, ModelError, data_dir, load_gpu_catalog
 
 ENTRY = ('[[gpu]]\nname = "Card"\nvendor = "V"\nmemory_bytes = 1024\nnote = "n"\n')
 
 
 def test_every_shipped_kind_has_a_cited_price_and_bandwidth() -> None:
-    for gpu in load_gpu_catalog():
+    """A user's file may leave the sources out; the shipped catalog never does, and says
+    of every price whether it is rented or owned."""
+    raw = tomllib.loads((data_dir() / "gpus.toml").read_text(encoding="utf-8"))["gpu"]
+    for entry, gpu in zip(raw, load_gpu_catalog(), strict=True):
+        assert gpu.vendor and gpu.note, gpu.name
         assert gpu.price_per_hour and gpu.price_per_hour > 0, gpu.name
         assert gpu.price_source and gpu.price_date, gpu.name
+        assert entry["price_kind"] == ("owned" if gpu.vendor == "Apple" else "rented")
         assert gpu.memory_bandwidth_bytes_per_s and gpu.memory_bandwidth_source, gpu.name
     kinds = [gpu.kind for gpu in load_gpu_catalog()]
     assert "h100-sxm-80gb" in kinds and len(set(kinds)) == len(kinds)
+
+
+def test_the_h100_sxm_and_pcie_cards_are_separate_kinds() -> None:
+    catalog = {gpu.kind: gpu for gpu in load_gpu_catalog()}
+    sxm, pcie = catalog["h100-sxm-80gb"], catalog["h100-pcie-80gb"]
+    assert sxm.memory_bytes == pcie.memory_bytes == 81_559 * 2**20
+    assert sxm.memory_bandwidth_bytes_per_s == 3_350_000_000_000
+    assert pcie.memory_bandwidth_bytes_per_s == 2_000_000_000_000
+    assert "PCIe" in pcie.memory_bandwidth_source and "datasheet" in sxm.memory_bandwidth_source
+
+
+def test_a_users_catalog_needs_only_a_name_memory_and_a_price(tmp_path: Path) -> None:
+    path = tmp_path / "mine.toml"
+    path.write_text('[[gpu]]\nname = "H100 at our provider"\nmemory = "80 GiB"\n'
+                    "price_per_hour = 2.10\n\n"
+                    '[[gpu]]\nname = "Lab card"\nmemory_bytes = 1.0e12\n'
+                    'memory_bandwidth = "3.35 TB/s"\n\n'
+                    '[[gpu]]\nname = "Old card"\nmemory = "24 GB"\n'
+                    "memory_bandwidth_bytes_per_s = 9.36e11\nheadroom = \"1.5 GiB\"\n"
+                    'price_per_hour = 0.5\nprice_kind = "owned"\n'
+                    'stage_transfer_latency_ms = "500 us"\n')
+    rented, lab, old = load_gpu_catalog(path)
+    assert (rented.kind, rented.memory_bytes, rented.price_per_hour, rented.price_kind) == (
+        "h100-at-our-provider", 80 * 2**30, 2.10, "rented")
+    assert rented.vendor is None and rented.price_source is None
+    assert (lab.memory_bytes, lab.memory_bandwidth_bytes_per_s, lab.price_kind) == (
+        10**12, 3_350_000_000_000, None)
+    assert (old.memory_bytes, old.memory_bandwidth_bytes_per_s, old.headroom_bytes,
+            old.price_kind, old.stage_transfer_latency_ms) == (
+        24 * 10**9, 936 * 10**9, 3 * 2**29, "owned", 0.5)
+    for gpu in (rented, lab, old):
+        assert GpuModel.from_dict(gpu.to_dict()) == gpu
+
+
+def test_a_kind_is_checked_however_it_is_made() -> None:
+    gpu = GpuModel("Card", 2**30, price_per_hour=1)
+    assert gpu.price_kind == "rented" and gpu.price_per_hour == 1.0
+    for make in (lambda: GpuModel("Card", -1), lambda: replace(gpu, price_per_hour=0),
+                 lambda: replace(gpu, price_kind="leased"),
+                 lambda: GpuModel("Card", 2**30, price_source="quote"),
+                 lambda: replace(gpu, memory_bandwidth_bytes_per_s="fast")):
+        with pytest.raises(ModelError) as caught:
+            make()
+        assert caught.value.code == "InvalidGpuCatalog"
+        assert caught.value.message.startswith("GpuModel: ")
 
 
 def test_a_user_catalog_file_loads_with_every_field(tmp_path: Path) -> None:
@@ -34,10 +86,16 @@ def test_a_user_catalog_file_loads_with_every_field(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("extra", "field"), [
-    ('price_per_hour = 1.0\n', "price_source"),
+    ('price_source = "quote"\n', "price_source"),
+    ('price_per_hour = 1.0\nprice_kind = "leased"\n', "price_kind"),
+    ("price_per_hour = 1e-300\n", "price_per_hour"),
+    ("price_per_hour = inf\n", "price_per_hour"),
     ('price_per_hour = -1.0\nprice_source = "s"\nprice_date = 2026-01-01\n', "price_per_hour"),
     ('price_per_hour = 1.0\nprice_source = "s"\nprice_date = "soon"\n', "price_date"),
-    ("memory_bandwidth_bytes_per_s = 5\n", "memory_bandwidth_source"),
+    ('memory_bandwidth_source = "datasheet"\n', "memory_bandwidth_source"),
+    ('memory_bandwidth = "3.35"\n', "memory_bandwidth"),
+    ('memory_bandwidth = "3.35 Tb/s"\n', "memory_bandwidth"),
+    ('memory = "80 GiB"\n', "memory"),
     ("max_count = -1\n", "max_count"),
     ("headroom_bytes = 1.5\n", "headroom_bytes"),
     ('id = "Bad Id"\n', "id"),
@@ -62,3 +120,14 @@ def test_missing_file_and_clashing_kind_ids(tmp_path: Path) -> None:
     with pytest.raises(ModelError) as caught:
         load_gpu_catalog(path)
     assert caught.value.details["field"] == "id"
+    assert "'x' is the kind id of two entries ('Card' and 'Other')" in caught.value.message
+
+
+def test_an_entry_needs_its_memory(tmp_path: Path) -> None:
+    for text, field in (('[[gpu]]\nname = "Card"\n', "memory (or memory_bytes)"),
+                        ('[[gpu]]\nname = "Card"\nmemory = "80"\n', "memory")):
+        path = tmp_path / "bad.toml"
+        path.write_text(text)
+        with pytest.raises(ModelError) as caught:
+            load_gpu_catalog(path)
+        assert caught.value.details["field"] == field, caught.value.message

@@ -12,7 +12,9 @@ from typing import Any
 
 from planner.cli._common import EXIT_NO_TOPOLOGY, EXIT_OK, UserError, add_command
 from planner.fleet import load_fleet
+from planner.limits import DEFAULT_PRICE_KIND
 from planner.models import ModelSpec, from_gguf, load_gpu_catalog, load_preset
+from planner.models.gpus import PRICE_KINDS
 from planner.performance import ESTIMATE_NOTE
 from planner.reports.sizing import answer_text, fleet_table
 from planner.reports.tables import spreadsheet_safe, terminal_safe, text_table
@@ -50,6 +52,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                         help="estimated time per output token the plan must stay within")
     parser.add_argument("--kinds", metavar="NAME,...",
                         help="only these catalog kinds (ids or names, comma-separated)")
+    parser.add_argument("--prices", choices=PRICE_KINDS, default=DEFAULT_PRICE_KIND,
+                        help="which catalog prices to compare: rented (what a provider "
+                             "charges per GPU-hour, the default) or owned (a purchase "
+                             "spread over hours of use, as the Apple machines are priced); "
+                             "kinds priced the other way are left out")
     parser.add_argument("--top", type=int, default=5, metavar="K",
                         help="how many fleets to list (default 5)")
     output = parser.add_mutually_exclusive_group()
@@ -91,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         result = size_fleet(model, catalog, targets, top=args.top, kinds=kinds,
                             context_length_override=planning.get("context_length_override"),
                             parallel_lanes_override=planning.get("parallel_lanes_override"),
-                            pareto=not (args.json or args.csv))
+                            pareto=not (args.json or args.csv), price_kind=args.prices)
     except SizingError as error:
         if error.code != "NoFleetMeetsTargets":
             raise
@@ -101,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_NO_TOPOLOGY
     fleets = [fleet.to_dict() for fleet in result.fleets]
     if args.json:
-        print(json.dumps({"fleets": fleets, "notes": [ESTIMATE_NOTE, *result.notes]},
+        print(json.dumps({"fleets": fleets, "price_kind": result.price_kind,
+                          "notes": [ESTIMATE_NOTE, *result.notes]},
                          indent=2, ensure_ascii=False))
         return EXIT_OK
     if args.csv:
@@ -117,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(terminal_safe(f"{name}: context >= {result.minimum_context:,}, lanes >= "
                         f"{targets.minimum_lanes}, tolerating {targets.failures_tolerated} "
-                        f"failed node(s)" + ("" if tpot is None else f", TPOT <= {tpot} ms")))
+                        f"failed node(s)" + ("" if tpot is None else f", TPOT <= {tpot} ms")
+                        + f"; {result.price_kind} prices"))
     print(terminal_safe(answer_text(result)))
     print()
     print(text_table(fleet_table(result.fleets)))

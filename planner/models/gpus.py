@@ -1,61 +1,94 @@
 """A catalog of accelerators: memory, and what sizing and the speed estimate need.
 
 Read from ``data/gpus.toml`` or a catalog file of the same format: one ``[[gpu]]`` table
-per accelerator kind. Every entry has ``name``, ``vendor``, ``memory_bytes`` and ``note``.
-Apple machines list the Metal working-set budget (the GPU's share of unified memory), not
-the total RAM; they also give ``unified_memory_bytes`` and ``working_set_fraction``, and
-the budget must equal their product.
+per accelerator kind. An entry needs only ``name`` and its memory; everything else is
+optional, so a file with your own prices needs no more than this::
 
-Optional fields: ``annual_failure_rate`` (failures per node-year) and ``repair_hours``
-(mean time to repair), used by :mod:`planner.availability` (the file says where each
-figure comes from); and, used by :mod:`planner.performance` and :mod:`planner.sizing`:
+    [[gpu]]
+    name = "H100 at our provider"
+    memory = "80 GiB"
+    price_per_hour = 2.10
 
+Sizes and bandwidths are written with units (``memory = "80 GiB"``,
+``memory_bandwidth = "3.35 TB/s"``) or as numbers in the unit a ``*_bytes`` or
+``*_bytes_per_s`` key names (``memory_bytes = 85899345920``, ``1.0e12``), not both. The
+shipped catalog gives every source (a test keeps it so). The fields:
+
+``name`` (required), ``vendor``, ``note``
+    What the kind is; ``note`` says where its memory figure comes from.
+``memory`` / ``memory_bytes`` (required)
+    The memory a model may use on one node. Apple machines list the Metal working-set
+    budget (the GPU's share of unified memory), not the total RAM; they also give
+    ``unified_memory`` (``unified_memory_bytes``) and ``working_set_fraction``, and the
+    budget must equal their product.
 ``id``
     The kind's id, used for node ids (``<id>-00``, ``<id>-01``, ...). Default: derived
     from the name (``"NVIDIA H100 SXM 80GB"`` -> ``"h100-sxm-80gb"``).
-``price_per_hour``, ``price_source``, ``price_date``
-    Indicative on-demand price in USD per GPU-hour, where it was listed and when
-    (``YYYY-MM-DD``). The three go together.
-``memory_bandwidth_bytes_per_s``, ``memory_bandwidth_source``
-    The vendor's peak memory bandwidth and where it is stated. They go together.
-``headroom_bytes``
+``price_per_hour``, ``price_kind``, ``price_source``, ``price_date``
+    USD per GPU-hour; whether it is ``"rented"`` (what a provider charges, the default)
+    or ``"owned"`` (a purchase price spread over hours of use); where it was listed and
+    when (``YYYY-MM-DD``). Sizing compares one kind of price at a time.
+``memory_bandwidth`` / ``memory_bandwidth_bytes_per_s``, ``memory_bandwidth_source``
+    The vendor's peak memory bandwidth and where it is stated.
+``headroom`` / ``headroom_bytes``
     Runtime headroom of a node of this kind (its ``runtime_headroom_bytes``), default 0.
 ``stage_transfer_latency_ms``
-    Stage-transfer latency of a node of this kind, unknown when absent.
+    Stage-transfer latency of a node of this kind (``5``, ``0.5``, ``"500 us"``),
+    unknown when absent.
 ``max_count``
     How many of this kind can be had; unlimited when absent.
+``annual_failure_rate``, ``repair_hours``
+    Failures per node-year and mean hours to repair (:mod:`planner.availability`).
+``backend``, ``llamacpp_overhead`` / ``llamacpp_overhead_bytes``
+    The llama.cpp backend the kind runs and its own fixed overhead per device
+    (:mod:`planner.memory`); a backend's default is in
+    ``[llamacpp.backend_overhead_bytes]``.
 
-Every problem raises :class:`~planner.models.ModelError` with code ``InvalidGpuCatalog``
-naming the file, the entry and the field; a catalog file that does not exist raises
-``GpuCatalogNotFound``.
+:class:`GpuModel` checks its fields however it is made (a file, ``from_dict``, a
+constructor call, ``dataclasses.replace``). Every problem raises
+:class:`~planner.models.ModelError` with code ``InvalidGpuCatalog`` naming the file, the
+entry and the field; a catalog file that does not exist raises ``GpuCatalogNotFound``.
 """
 
 from __future__ import annotations
 
 import datetime
+import math
 import re
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from planner._validate import Fail, integer, number, shown
-from planner.limits import MAX_BYTES, MAX_LATENCY_MS, MAX_NODES
+from planner._validate import integer, number, shown, text
+from planner.limits import (
+    DEFAULT_PRICE_KIND,
+    MAX_BYTES,
+    MAX_LATENCY_MS,
+    MAX_NODE_BYTES,
+    MAX_NODES,
+    MAX_PRICE_PER_HOUR,
+    MIN_PRICE_PER_HOUR,
+)
 from planner.models.presets import data_dir
 from planner.models.spec import ModelError
+from planner.units import UnitError, parse_bandwidth, parse_bytes, parse_latency_ms
 
-GPU_FIELDS = ("name", "vendor", "memory_bytes", "note", "unified_memory_bytes",
-              "working_set_fraction", "annual_failure_rate", "repair_hours", "id",
-              "price_per_hour", "price_source", "price_date",
-              "memory_bandwidth_bytes_per_s", "memory_bandwidth_source", "headroom_bytes",
-              "stage_transfer_latency_ms", "max_count", "backend", "llamacpp_overhead_bytes")
 # llama.cpp backends a GPU kind can run (planner.memory's fixed overhead per device).
 BACKENDS = ("cuda", "rocm", "metal", "vulkan", "sycl", "cpu", "rpc")
+# What a price per hour is: what a provider charges, or a purchase spread over hours.
+PRICE_KINDS = ("rented", "owned")
+# The unit forms a catalog file may write instead of a field whose name carries the unit.
+UNIT_SPELLINGS = {"memory": "memory_bytes", "unified_memory": "unified_memory_bytes",
+                  "headroom": "headroom_bytes", "llamacpp_overhead": "llamacpp_overhead_bytes",
+                  "memory_bandwidth": "memory_bandwidth_bytes_per_s"}
 
 _KIND_ID = re.compile(r"^[a-z0-9]+(?:[-_.][a-z0-9]+)*$")
 _VENDOR_WORDS = {"nvidia", "amd", "apple", "intel", "geforce", "radeon"}
+# A message lists at most this many kinds.
+_LISTED_KINDS = 20
 
 
 def kind_id(name: str) -> str:
@@ -65,30 +98,174 @@ def kind_id(name: str) -> str:
     return "-".join(kept)[:24].strip("-") or "gpu"
 
 
+def listed_kinds(catalog: Sequence[GpuModel]) -> str:
+    """The catalog's kind ids for a message, the first few of a long catalog."""
+    ids = [gpu.kind for gpu in catalog[:_LISTED_KINDS]]
+    more = len(catalog) - len(ids)
+    return ", ".join(ids) + (f" and {more:,} more" if more > 0 else "") if ids else "none"
+
+
+def _fail(problem: str, value: Any = None) -> ModelError:
+    """A field's problem, before the file and field are known (:func:`_located`)."""
+    return ModelError("InvalidGpuCatalog", problem, problem=problem, value=value)
+
+
+def _located(error: ModelError, where: str, field_name: str) -> ModelError:
+    return _bad(where, field_name, error.details.get("problem", error.message),
+                error.details.get("value"))
+
+
+def _whole(minimum: int, maximum: int) -> Callable[[Any], int]:
+    return lambda value: integer(value, _fail, minimum=minimum, maximum=maximum)
+
+
+def _real(**bounds: float) -> Callable[[Any], float]:
+    return lambda value: float(number(value, _fail, **bounds))
+
+
+def _text(value: Any) -> str:
+    return text(value, _fail)
+
+
+def _kind_id(value: Any) -> str:
+    if not isinstance(value, str) or not _KIND_ID.match(value):
+        raise _fail("must be lower-case letters and digits joined by - _ or .", value)
+    return value
+
+
+def _date(value: Any) -> str:
+    if isinstance(value, str):
+        try:
+            return datetime.date.fromisoformat(value).isoformat()
+        except ValueError:
+            pass
+    raise _fail("must be a date written YYYY-MM-DD", value)
+
+
+def _latency(value: Any) -> int | float:
+    latency = number(value, _fail, minimum=0, maximum=MAX_LATENCY_MS)
+    return latency if isinstance(latency, int) or not latency.is_integer() else int(latency)
+
+
+def _one_of(options: tuple[str, ...]) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if value not in options:
+            raise _fail(f"must be one of {', '.join(options)}", value)
+        return str(value)
+    return check
+
+
+# How each field of GpuModel is checked (``None``: absent). A new field is a GpuModel
+# attribute and a row here (and, for a file spelling with units, a row of _FROM_FILE).
+_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "name": _text,
+    "memory_bytes": _whole(1, MAX_NODE_BYTES),
+    "vendor": _text,
+    "note": _text,
+    "unified_memory_bytes": _whole(1, MAX_BYTES),
+    "working_set_fraction": _real(above=0, maximum=1),
+    "annual_failure_rate": _real(minimum=0),
+    "repair_hours": _real(minimum=0),
+    "id": _kind_id,
+    "price_per_hour": _real(minimum=MIN_PRICE_PER_HOUR, maximum=MAX_PRICE_PER_HOUR),
+    "price_kind": _one_of(PRICE_KINDS),
+    "price_source": _text,
+    "price_date": _date,
+    "memory_bandwidth_bytes_per_s": _whole(1, MAX_BYTES),
+    "memory_bandwidth_source": _text,
+    "headroom_bytes": _whole(0, MAX_NODE_BYTES),
+    "stage_transfer_latency_ms": _latency,
+    "max_count": _whole(0, MAX_NODES),
+    "backend": _one_of(BACKENDS),
+    "llamacpp_overhead_bytes": _whole(0, MAX_BYTES),
+}
+
+
+def _file_bytes(value: Any) -> Any:
+    """A ``*_bytes`` value as a file may write it: a whole number (``1.0e12`` too) or a
+    size with a unit."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        return parse_bytes(value, bare_bytes=True)
+    return value
+
+
+def _file_date(value: Any) -> Any:
+    if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+        return value.isoformat()
+    return value
+
+
+# What a catalog file may write beyond the constructor's values, read into them: the
+# unit spellings (UNIT_SPELLINGS) and these.
+_FROM_FILE: dict[str, Callable[[Any], Any]] = {
+    "memory_bytes": _file_bytes,
+    "unified_memory_bytes": _file_bytes,
+    "headroom_bytes": _file_bytes,
+    "llamacpp_overhead_bytes": _file_bytes,
+    "memory_bandwidth_bytes_per_s": lambda value: parse_bandwidth(value, bare_bytes_per_s=True),
+    "stage_transfer_latency_ms": parse_latency_ms,
+    "price_date": _file_date,
+}
+# Fields that say something about another and mean nothing without it.
+_NEEDS = {"price_kind": "price_per_hour", "price_source": "price_per_hour",
+          "price_date": "price_per_hour",
+          "memory_bandwidth_source": "memory_bandwidth_bytes_per_s",
+          "unified_memory_bytes": "working_set_fraction",
+          "working_set_fraction": "unified_memory_bytes"}
+
+
 @dataclass(frozen=True, slots=True)
 class GpuModel:
     """One accelerator kind of the catalog (the optional fields are ``None`` when the
-    catalog does not give them)."""
+    catalog does not give them; ``price_kind`` is ``"rented"`` when a price is given
+    without one). Made any way, its fields are checked (``InvalidGpuCatalog``)."""
 
     name: str
     memory_bytes: int
-    vendor: str
-    note: str
+    vendor: str | None = None
+    note: str | None = None
+    unified_memory_bytes: int | None = None
+    working_set_fraction: float | None = None
     # Failures per node-year and mean hours to repair (``planner.availability``).
     annual_failure_rate: float | None = None
     repair_hours: float | None = None
     id: str | None = None
     price_per_hour: float | None = None
+    price_kind: str | None = None
     price_source: str | None = None
     price_date: str | None = None
     memory_bandwidth_bytes_per_s: int | None = None
     memory_bandwidth_source: str | None = None
     headroom_bytes: int | None = None
-    stage_transfer_latency_ms: int | None = None
+    stage_transfer_latency_ms: int | float | None = None
     max_count: int | None = None
     # The llama.cpp backend it runs, and its own fixed overhead (planner.memory).
     backend: str | None = None
     llamacpp_overhead_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        for key, check in _CHECKS.items():
+            value = getattr(self, key)
+            if value is None and key in ("name", "memory_bytes"):
+                raise _bad("GpuModel", key, "is required")
+            if value is not None:
+                try:
+                    object.__setattr__(self, key, check(value))
+                except ModelError as error:
+                    raise _located(error, "GpuModel", key) from None
+        for key, needed in _NEEDS.items():
+            if getattr(self, key) is not None and getattr(self, needed) is None:
+                raise _bad("GpuModel", key, f"is given without {needed}")
+        if self.price_per_hour is not None and self.price_kind is None:
+            object.__setattr__(self, "price_kind", DEFAULT_PRICE_KIND)
+        if self.unified_memory_bytes is not None and self.working_set_fraction is not None:
+            budget = self.unified_memory_bytes * Fraction(str(self.working_set_fraction))
+            if budget != self.memory_bytes:
+                raise _bad("GpuModel", "memory_bytes",
+                           f"must be unified_memory_bytes x working_set_fraction = {budget}",
+                           self.memory_bytes)
 
     def llamacpp_overhead(self, defaults: Mapping[str, int]) -> int:
         """Bytes llama.cpp's backend takes on this GPU beyond its logged buffers: the
@@ -112,6 +289,7 @@ class GpuModel:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GpuModel:
+        """An entry as a catalog file or :meth:`to_dict` writes it (units allowed)."""
         return _gpu(data, "GpuModel.from_dict")
 
 
@@ -132,9 +310,8 @@ class _KindIndex:
     def named_kind(self, name: str) -> GpuModel:
         found = self.named.get(name.strip().casefold()) if isinstance(name, str) else None
         if found is None:
-            known = ", ".join(gpu.kind for gpu in self.catalog) or "none"
-            raise ModelError("UnknownGpuKind",
-                             f"gpu {name!r} is not in the catalog; known kinds: {known}",
+            raise ModelError("UnknownGpuKind", f"gpu {shown(name)} is not in the catalog; "
+                             f"known kinds: {listed_kinds(self.catalog)}",
                              field="gpu", value=name)
         return found
 
@@ -190,109 +367,43 @@ def catalog_kind(catalog: Sequence[GpuModel], name: str) -> GpuModel:
 def _bad(where: str, field_name: str, problem: str, value: Any = None) -> ModelError:
     got = f" (got {shown(value)})" if value is not None else ""
     return ModelError("InvalidGpuCatalog", f"{where}: {field_name} {problem}{got}",
-                      file=where, field=field_name)
+                      file=where, field=field_name, problem=problem, value=value)
 
 
-def _fail(where: str, field_name: str) -> Fail:
-    return lambda problem, value: _bad(where, field_name, problem, value)
-
-
-def _int(entry: Mapping[str, Any], key: str, where: str, *, minimum: int,
-         maximum: int) -> int | None:
-    value = entry.get(key)
-    if value is None:
-        return None
-    return integer(value, _fail(where, key), minimum=minimum, maximum=maximum)
-
-
-def _text(entry: Mapping[str, Any], key: str, where: str) -> str | None:
-    value = entry.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise _bad(where, key, "must be a non-empty string", value)
-    return value
-
-
-def _together(entry: Mapping[str, Any], keys: tuple[str, ...], where: str) -> None:
-    present = [key in entry for key in keys]
-    if any(present) and not all(present):
-        missing = [key for key, there in zip(keys, present, strict=True) if not there]
-        raise _bad(where, missing[0], f"is missing; {', '.join(keys)} go together")
-
-
-def _price(entry: Mapping[str, Any], where: str) -> tuple[float | None, str | None]:
-    _together(entry, ("price_per_hour", "price_source", "price_date"), where)
-    price = entry.get("price_per_hour")
-    if price is None:
-        return None, None
-    price = number(price, _fail(where, "price_per_hour"), above=0, maximum=1_000_000)
-    date = entry["price_date"]
-    if isinstance(date, datetime.date) and not isinstance(date, datetime.datetime):
-        return float(price), date.isoformat()
-    if isinstance(date, str):
-        try:
-            return float(price), datetime.date.fromisoformat(date).isoformat()
-        except ValueError:
-            pass
-    raise _bad(where, "price_date", "must be a date written YYYY-MM-DD", date)
+_FIELD_NAMES = tuple(field.name for field in fields(GpuModel))
+_FILE_KEYS = (*_FIELD_NAMES, *UNIT_SPELLINGS)
 
 
 def _gpu(entry: Any, where: str) -> GpuModel:
+    """One ``[[gpu]]`` table: its unit forms read, then checked as a :class:`GpuModel`."""
     if not isinstance(entry, Mapping):
         raise _bad(where, "entry", "must be a table", entry)
-    for key in entry:
-        if key not in GPU_FIELDS:
-            raise _bad(where, key, f"is not a known field; expected {', '.join(GPU_FIELDS)}")
-    for key in ("name", "vendor", "note"):
-        if not isinstance(entry.get(key), str) or not entry[key].strip():
-            raise _bad(where, key, "must be a non-empty string", entry.get(key))
-    memory = integer(entry.get("memory_bytes"), _fail(where, "memory_bytes"), minimum=1,
-                     maximum=MAX_BYTES)
-    unified = entry.get("unified_memory_bytes")
-    fraction = entry.get("working_set_fraction")
-    if (unified is None) != (fraction is None):
-        raise _bad(where, "unified_memory_bytes", "and working_set_fraction go together")
-    if unified is not None:
-        unified = integer(unified, _fail(where, "unified_memory_bytes"), minimum=memory,
-                          maximum=MAX_BYTES)
-        fraction = number(fraction, _fail(where, "working_set_fraction"), above=0, maximum=1)
-        budget = unified * Fraction(str(fraction))
-        if budget != memory:
-            raise _bad(where, "memory_bytes",
-                       f"must be unified_memory_bytes x working_set_fraction = {budget}", memory)
-    reliability = {key: None if entry.get(key) is None else number(entry[key], _fail(where, key))
-                   for key in ("annual_failure_rate", "repair_hours")}
-    kind = _text(entry, "id", where)
-    if kind is not None and not _KIND_ID.match(kind):
-        raise _bad(where, "id", "must be lower-case letters and digits joined by - _ or .",
-                   kind)
-    price, price_date = _price(entry, where)
-    _together(entry, ("memory_bandwidth_bytes_per_s", "memory_bandwidth_source"), where)
-    return GpuModel(
-        name=entry["name"], memory_bytes=memory, vendor=entry["vendor"], note=entry["note"],
-        annual_failure_rate=reliability["annual_failure_rate"],
-        repair_hours=reliability["repair_hours"], id=kind, price_per_hour=price,
-        price_source=_text(entry, "price_source", where),
-        price_date=price_date,
-        memory_bandwidth_bytes_per_s=_int(entry, "memory_bandwidth_bytes_per_s", where,
-                                          minimum=1, maximum=MAX_BYTES),
-        memory_bandwidth_source=_text(entry, "memory_bandwidth_source", where),
-        headroom_bytes=_int(entry, "headroom_bytes", where, minimum=0, maximum=MAX_BYTES),
-        stage_transfer_latency_ms=_int(entry, "stage_transfer_latency_ms", where, minimum=0,
-                                       maximum=MAX_LATENCY_MS),
-        max_count=_int(entry, "max_count", where, minimum=0, maximum=MAX_NODES),
-        backend=_backend(entry, where),
-        llamacpp_overhead_bytes=_int(entry, "llamacpp_overhead_bytes", where, minimum=0,
-                                     maximum=MAX_BYTES),
-    )
-
-
-def _backend(entry: Mapping[str, Any], where: str) -> str | None:
-    backend = entry.get("backend")
-    if backend is not None and backend not in BACKENDS:
-        raise _bad(where, "backend", f"must be one of {', '.join(BACKENDS)}", backend)
-    return backend
+    values: dict[str, Any] = {}
+    for key, value in entry.items():
+        if key not in _FILE_KEYS:
+            raise _bad(where, str(key), f"is not a known field; expected one of "
+                       f"{', '.join(_FILE_KEYS)}")
+        canonical = UNIT_SPELLINGS.get(key, key)
+        if canonical in values:
+            raise _bad(where, key, f"and {canonical} say the same: give one of them")
+        try:
+            if key in UNIT_SPELLINGS:
+                value = (parse_bandwidth(value) if canonical.endswith("_per_s")
+                         else parse_bytes(value))
+            elif key in _FROM_FILE:
+                value = _FROM_FILE[key](value)
+        except UnitError as error:
+            raise _bad(where, key, error.message) from None
+        values[canonical] = value
+    for key in ("name", "memory_bytes"):
+        if key not in values:
+            spelled = "memory (or memory_bytes)" if key == "memory_bytes" else key
+            raise _bad(where, spelled, "is required")
+    try:
+        return GpuModel(**values)
+    except ModelError as error:
+        field_name = error.details.get("field", "entry")
+        raise _located(error, where, field_name) from None
 
 
 def _read(path: Path, shipped: bool) -> Any:
@@ -325,13 +436,15 @@ def parse_gpu_catalog(raw: Any, where: str) -> list[GpuModel]:
         _overheads(raw, where)
     catalog = [_gpu(entry, f"{where} [[gpu]] #{index + 1}")
                for index, entry in enumerate(entries)]
-    for label, key in (("name", lambda gpu: gpu.name.casefold()),
-                       ("id", lambda gpu: gpu.kind)):
-        folded = [key(gpu) for gpu in catalog]
-        duplicates = sorted({gpu.name for gpu in catalog if folded.count(key(gpu)) > 1})
-        if duplicates:
-            what = "name" if label == "name" else "kind id"
-            raise _bad(where, label, f"{what} appears more than once: {', '.join(duplicates)}")
+    for label, key in (("name", lambda gpu: gpu.name.strip().casefold()),
+                       ("kind id", lambda gpu: gpu.kind)):
+        seen: dict[str, GpuModel] = {}
+        for gpu in catalog:
+            first = seen.setdefault(key(gpu), gpu)
+            if first is not gpu:
+                raise _bad(where, "id" if label == "kind id" else "name",
+                           f"{key(gpu)!r} is the {label} of two entries ({first.name!r} and "
+                           f"{gpu.name!r}); give one of them another")
     return catalog
 
 
@@ -342,12 +455,16 @@ def _overheads(raw: Mapping[str, Any], where: str) -> dict[str, int]:
     table = section.get("backend_overhead_bytes", {})
     if not isinstance(table, Mapping):
         raise _bad(where, "llamacpp.backend_overhead_bytes", "must be a table", table)
-    for name in table:
+    overheads = {}
+    for name, value in table.items():
+        field_name = f"llamacpp.backend_overhead_bytes.{name}"
         if name not in BACKENDS:
-            raise _bad(where, f"llamacpp.backend_overhead_bytes.{name}",
-                       f"is not a backend; expected {', '.join(BACKENDS)}")
-    return {name: integer(value, _fail(where, f"llamacpp.backend_overhead_bytes.{name}"),
-                          maximum=MAX_BYTES) for name, value in table.items()}
+            raise _bad(where, field_name, f"is not a backend; expected {', '.join(BACKENDS)}")
+        try:
+            overheads[name] = integer(value, _fail, maximum=MAX_BYTES)
+        except ModelError as error:
+            raise _located(error, where, field_name) from None
+    return overheads
 
 
 def load_backend_overheads(path: str | Path | None = None) -> dict[str, int]:

@@ -14,7 +14,7 @@ from planner.fleet import FleetFileError, write_text_atomic
 from planner.performance import ESTIMATE_NOTE
 from planner.reports.markdown import md_text
 from planner.reports.tables import TextTable
-from planner.sizing import SizedFleet, SizingResult
+from planner.sizing import PRICE_KIND_TEXT, SizedFleet, SizingResult
 
 SIZING_REPORT_SUFFIXES = (".html", ".htm", ".md", ".json")
 
@@ -49,6 +49,7 @@ def question_rows(result: SizingResult, model_name: str) -> list[tuple[str, str]
         ("TPOT target", "none" if tpot is None else f"{tpot} ms (estimated TPOT)"),
         ("failures tolerated", str(targets.failures_tolerated)),
         ("kinds", ", ".join(result.kinds)),
+        ("prices", PRICE_KIND_TEXT[result.price_kind]),
         ("plans evaluated", f"{result.plans_evaluated:,}"),
     ]
 
@@ -58,7 +59,8 @@ def answer_text(result: SizingResult) -> str:
     tpot = best.estimated_tpot_ms
     speed = "" if tpot is None else (f", estimated TPOT {tpot:,.1f} ms, "
                                      f"{best.tokens_per_s:,.1f} tokens/s")
-    return (f"Cheapest: {best.label} at USD {best.cost_per_hour_usd:,.2f} per hour, "
+    return (f"Cheapest at {result.price_kind} prices: {best.label} at USD "
+            f"{best.cost_per_hour_usd:,.2f} per hour, "
             f"context {best.plan.context_length:,} over {best.plan.stage_count} stages"
             f"{speed}.")
 

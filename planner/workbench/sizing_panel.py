@@ -22,7 +22,14 @@ import pandas as pd
 
 from planner.errors import CodedError
 from planner.figures.sizing import sizing_figure
-from planner.limits import MAX_CONTEXT, MAX_LANES, MAX_LATENCY_MS, MAX_MINIMUM_NODES, MAX_NODES
+from planner.limits import (
+    DEFAULT_PRICE_KIND,
+    MAX_CONTEXT,
+    MAX_LANES,
+    MAX_LATENCY_MS,
+    MAX_MINIMUM_NODES,
+    MAX_NODES,
+)
 from planner.models import GpuModel
 from planner.performance import ESTIMATE_NOTE, ModelTraffic
 from planner.reports.sizing import answer_text, fleet_table
@@ -40,7 +47,9 @@ class CatalogRow(widgets.HBox):
 
     def __init__(self, gpu: GpuModel) -> None:
         self.gpu = gpu
-        self.use = widgets.Checkbox(value=gpu.price_per_hour is not None, indent=False,
+        # Rented prices by default: sizing compares one kind of price (planner.sizing).
+        self.use = widgets.Checkbox(value=gpu.price_per_hour is not None
+                                    and gpu.price_kind == DEFAULT_PRICE_KIND, indent=False,
                                     layout=widgets.Layout(width="28px"))
         self.price = widgets.Text(
             value="" if gpu.price_per_hour is None else f"{gpu.price_per_hour:g}",
