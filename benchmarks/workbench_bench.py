@@ -26,7 +26,7 @@ _QWEN_480B = ModelFields(layer_count=62, native_context_length=262_144,
 def uniform_fleet() -> WorkbenchState:
     """64 nodes of 80 GiB."""
     rows = tuple(NodeRow(f"gpu-{i:02d}", "80 GiB") for i in range(64))
-    return WorkbenchState(model=_QWEN_480B, nodes=rows, name="64 x 80 GiB")
+    return WorkbenchState.from_text(_QWEN_480B, rows, name="64 x 80 GiB")
 
 
 def mixed_fleet() -> WorkbenchState:
@@ -38,7 +38,7 @@ def mixed_fleet() -> WorkbenchState:
                 headroom="2 GiB" if i % 3 == 0 else "0",
                 latency_ms=str(2 + i % 9))
         for i in range(64))
-    return WorkbenchState(model=_QWEN_480B, nodes=rows, name="64 mixed nodes")
+    return WorkbenchState.from_text(_QWEN_480B, rows, name="64 mixed nodes")
 
 
 def _measure(state: WorkbenchState) -> dict[str, Any]:

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import DATA
+from fleet_strategies import documents, node_sizes
 from gguf import GGUFWriter
-from hypothesis import assume, given
-from hypothesis import strategies as st
+from hypothesis import given
 
 import planner
 from planner.fleet import (
@@ -32,7 +32,6 @@ from planner.fleet import (
     save_fleet,
 )
 from planner.limits import MAX_NODE_BYTES
-from planner.planning import NodeBudget
 
 FLEETS = Path(__file__).resolve().parent.parent / "data" / "fleets"
 GIB = 1024**3
@@ -411,85 +410,24 @@ def test_saved_file_is_an_ordinary_readable_file(tmp_path: Path) -> None:
 
 # -- round trips ------------------------------------------------------------------------
 
-_ids = st.text(min_size=1, max_size=10).filter(lambda text: bool(text.strip()))
-_sizes = st.integers(min_value=0, max_value=2**53)
-# A node's VRAM and cap go up to 1 PiB (MAX_NODE_BYTES); headroom and model sizes to 8 PiB.
-_node_sizes = st.integers(min_value=0, max_value=MAX_NODE_BYTES)
-_optional = st.none() | st.integers(min_value=0, max_value=10**6)
-
-
-@st.composite
-def _node_entries(draw: st.DrawFn) -> list[NodeBudget]:
-    detected = draw(_node_sizes)
-    budget = {
-        "detected_vram_bytes": detected,
-        "max_vram_bytes": draw(st.none() | _node_sizes),
-        "runtime_headroom_bytes": draw(st.sampled_from([0, GIB]) | _sizes),
-        "stage_transfer_latency_ms": draw(_optional),
-    }
-    base = draw(_ids)
-    if draw(st.booleans()):
-        ids = expanded_node_ids(base, draw(st.integers(min_value=1, max_value=4)))
-    else:
-        ids = [base]
-    return [NodeBudget(node_id=node_id, **budget) for node_id in ids]
-
-
-@st.composite
-def _models(draw: st.DrawFn, numbers_only: bool = False) -> ModelChoice:
-    name = draw(st.none() | _ids)
-    kind = "numbers" if numbers_only else draw(st.sampled_from(["preset", "gguf", "numbers"]))
-    if kind == "numbers":
-        layers = draw(st.integers(min_value=0, max_value=4096))
-        numbers: dict[str, Any] = {
-            "native_context_length": draw(st.integers(min_value=0, max_value=2**31)),
-            "layer_count": layers,
-            "model_weight_bytes": draw(_sizes),
-            "kv_bytes_per_token": draw(_sizes),
-        }
-        if 0 < layers <= 6 and draw(st.booleans()):
-            numbers["layer_weight_bytes"] = tuple(draw(_sizes) for _ in range(layers))
-        return ModelChoice(numbers=numbers, name=name)
-    kv = draw(st.none() | st.sampled_from(["f16", "q8_0", "q4_0"]))
-    if kind == "preset":
-        return ModelChoice(preset=draw(_ids), kv_cache_type=kv, name=name)
-    return ModelChoice(gguf=draw(_ids), kv_cache_type=kv, name=name)
-
-
-@st.composite
-def _documents(draw: st.DrawFn, numbers_only: bool = False) -> FleetDocument:
-    nodes = [node for entry in draw(st.lists(_node_entries(), max_size=5)) for node in entry]
-    ids = [node.node_id for node in nodes]
-    assume(len(ids) == len(set(ids)))
-    return FleetDocument(
-        model=draw(_models(numbers_only)),
-        nodes=tuple(nodes),
-        minimum_nodes=draw(st.integers(min_value=0, max_value=100)),
-        context_length_override=draw(st.none() | st.integers(min_value=0, max_value=2**31)),
-        parallel_lanes_override=draw(st.none() | st.integers(min_value=0, max_value=4096)),
-        target_decode_tpot_ms=draw(_optional),
-        name=draw(st.none() | _ids),
-    )
-
-
-@given(_documents())
+@given(documents())
 def test_toml_text_round_trips(document: FleetDocument) -> None:
     assert parse_fleet_toml(fleet_to_toml(document)) == document
 
 
-@given(_documents())
+@given(documents())
 def test_save_then_load_gives_an_equal_document(tmp_path_factory: pytest.TempPathFactory,
                                                 document: FleetDocument) -> None:
     path = tmp_path_factory.mktemp("fleet") / "fleet.toml"
     assert load_fleet(save_fleet(document, path)) == document
 
 
-@given(_documents(numbers_only=True))
+@given(documents(numbers_only=True, with_addresses=False))
 def test_json_round_trips_for_models_given_by_numbers(document: FleetDocument) -> None:
     assert parse_fleet_json(fleet_to_json(document)) == document
 
 
-@given(_documents())
+@given(documents())
 def test_plain_data_round_trips(document: FleetDocument) -> None:
     assert FleetDocument.from_dict(json.loads(json.dumps(document.to_dict()))) == document
 
@@ -512,7 +450,7 @@ def test_sizes_are_written_in_exact_human_units(size: int, written: str) -> None
     assert f"\nvram = {written}\n" in fleet_to_toml(_small_document(size))
 
 
-@given(_node_sizes)
+@given(node_sizes)
 def test_written_sizes_read_back_exactly(size: int) -> None:
     from planner.units import parse_bytes
 
@@ -548,3 +486,30 @@ def test_a_long_line_of_spaces_does_not_stall_the_line_finder() -> None:
                             timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split(None, 1) == ["11", 'vram = "lots"\n']
+
+
+def test_a_gguf_path_naming_a_user_without_a_home_is_a_missing_file(tmp_path: Path) -> None:
+    # "~nobody-here/m.gguf" once raised RuntimeError ("Could not determine home
+    # directory") from Path.expanduser, on save and on planning.
+    document = FleetDocument(model=ModelChoice(gguf="~nobody-here/m.gguf"),
+                             nodes=(planner.NodeBudget("a", GIB),))
+    loaded = load_fleet(save_fleet(document, tmp_path / "fleet.toml"))
+    assert loaded == document
+    with pytest.raises(FleetFileError) as caught:
+        loaded.to_request()
+    assert caught.value.code == "ModelUnavailable" and caught.value.field == "model.gguf"
+
+
+@pytest.mark.parametrize("gguf", ["a\x00b.gguf", "folder"])
+def test_a_gguf_path_no_file_can_have_is_a_missing_file(tmp_path: Path, gguf: str) -> None:
+    # A NUL byte once raised ValueError ("embedded null byte") when a save moved the
+    # path to another folder; a folder is no GGUF file either.
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    document = FleetDocument(model=ModelChoice(gguf=gguf), nodes=(planner.NodeBudget("a", GIB),))
+    first = load_fleet(save_fleet(document, tmp_path / "fleet.toml"))
+    loaded = load_fleet(save_fleet(first, tmp_path / "elsewhere" / "fleet.toml"))
+    assert loaded.model.gguf == f"../{gguf}"
+    with pytest.raises(FleetFileError) as caught:
+        loaded.to_request()
+    assert caught.value.code == "ModelUnavailable" and caught.value.field == "model.gguf"

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from dataclasses import replace
-
 import planner
 from planner import NodeBudget, PlanningInput
 from planner.planning.warnings import fleet_warnings
@@ -71,7 +69,7 @@ def _mismatched_state() -> WorkbenchState:
     model = ModelFields(layer_count=3, native_context_length=8192,
                         model_weight_bytes="40 GiB", kv_bytes_per_token="1024",
                         layer_weight_bytes=(1, 1, 1))
-    return replace(state, model=model, nodes=(NodeRow("a", "80 GiB"),))
+    return state.with_model(model).with_nodes((NodeRow("a", "80 GiB"),))
 
 
 def test_the_workbench_and_the_reports_show_the_mismatch() -> None:

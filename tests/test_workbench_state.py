@@ -28,9 +28,9 @@ GIB = 1024**3
 
 
 def fleet(*vram: str, **options: str | int) -> WorkbenchState:
-    state = WorkbenchState.design_default()
     rows = tuple(NodeRow(f"gpu-{i:02d}", size) for i, size in enumerate(vram))
-    return replace(state, nodes=rows, options=PlanOptions(**options))
+    return WorkbenchState.design_default().with_nodes(rows).with_options(
+        PlanOptions(**options))
 
 
 # -- reading typed values ------------------------------------------------------------------
@@ -125,10 +125,18 @@ def test_request_holds_what_was_typed() -> None:
             request.target_decode_tpot_ms, request.minimum_nodes) == (65536, 2, 40, 2)
 
 
-def test_state_round_trips_through_a_dict() -> None:
+def test_the_document_is_what_the_editors_read_as() -> None:
     state = fleet("80 GiB", "24 GB", target_decode_tpot_ms="33")
-    state = state.with_model(replace(state.model, layer_weight_bytes=None, preset="x"))
-    assert WorkbenchState.from_dict(state.to_dict()) == state
+    assert state.document == state.to_document()
+    assert state.document.nodes[1].detected_vram_bytes == 24 * 10**9
+    assert state.document.target_decode_tpot_ms == 33
+    # Text that cannot be read leaves the document as it was, and says so.
+    bad = state.with_node(1, NodeRow("gpu-01", "24 GX"))
+    assert bad.document == state.document
+    with pytest.raises(WorkbenchInputError, match="'GX'"):
+        bad.to_document()
+    fixed = bad.with_node(1, NodeRow("gpu-01", "48 GiB"))
+    assert fixed.document.nodes[1].detected_vram_bytes == 48 * GIB
 
 
 # -- edits ----------------------------------------------------------------------------------
@@ -147,17 +155,17 @@ def test_add_duplicate_and_remove_keep_ids_unique() -> None:
 
 
 def test_add_node_to_an_empty_fleet() -> None:
-    state = replace(fleet(), nodes=()).add_node()
+    state = fleet().add_node()
     assert state.nodes == (NodeRow("node-00", "80 GiB"),)
 
 
 def test_duplicate_an_unnumbered_node() -> None:
-    state = replace(fleet(), nodes=(NodeRow("studio", "192 GiB"),)).duplicate_node(0)
+    state = fleet().with_nodes((NodeRow("studio", "192 GiB"),)).duplicate_node(0)
     assert [row.node_id for row in state.nodes] == ["studio", "studio-00"]
 
 
 def test_add_gpus_numbers_on_from_ids_in_use() -> None:
-    state = replace(fleet(), nodes=(NodeRow("h100-80gb-00", "80 GiB"),))
+    state = fleet().with_nodes((NodeRow("h100-80gb-00", "80 GiB"),))
     state = state.add_gpus("NVIDIA H100 80GB", 80 * GIB, 3)
     assert [row.node_id for row in state.nodes] == [
         "h100-80gb-00", "h100-80gb-01", "h100-80gb-02", "h100-80gb-03"]
@@ -179,7 +187,7 @@ def test_typing_model_numbers_leaves_the_preset() -> None:
                         model_weight_bytes="4000", kv_bytes_per_token="8",
                         layer_weight_bytes=(1000, 1000, 1500, 500), name="P",
                         preset="p", kv_cache_type="f16")
-    state = replace(fleet("80 GiB"), model=model)
+    state = fleet("80 GiB").with_model(model)
     same = state.with_model_numbers(layer_count=4)
     assert same is state
     kv = state.with_model_numbers(kv_bytes_per_token="16")
@@ -228,6 +236,7 @@ def test_state_from_a_fleet_file_and_back(tmp_path: Path) -> None:
     document = load_fleet(path)
     state = WorkbenchState.from_document(document)
     assert state.name == "Two sizes" and state.source == str(path)
+    assert state.document == document and state.provenance == "from two.toml"
     assert state.model.model_weight_bytes == "315.68 GB"
     assert state.nodes[0] == NodeRow("big-00", "80 GiB", "", "0", "8")
     assert state.nodes[4] == NodeRow("small", "48 GiB", "40 GiB", "1 GiB", "")
@@ -318,7 +327,7 @@ def test_model_problems() -> None:
 
 
 def test_empty_fleet_is_a_problem() -> None:
-    assert evaluate(replace(fleet(), nodes=())).problem.code == "MissingNodes"
+    assert evaluate(fleet()).problem.code == "MissingNodes"
 
 
 def test_limiting_node_is_the_stage_with_least_room() -> None:
@@ -427,7 +436,7 @@ def test_a_huge_latency_or_target_is_a_problem_not_an_exception(huge: str) -> No
     problem = evaluate(timed).problem
     assert problem is not None and problem.code == "InvalidEditorValue"
     assert problem.field == "nodes[0].latency_ms" and len(problem.message) < 300
-    target = evaluate(replace(state, options=PlanOptions(target_decode_tpot_ms=huge))).problem
+    target = evaluate(state.with_options(PlanOptions(target_decode_tpot_ms=huge))).problem
     assert target is not None and target.field == "target_decode_tpot_ms"
 
 
@@ -447,7 +456,7 @@ def test_weights_show_in_one_form_for_every_preset_and_plan_exactly() -> None:
         # The rounded text stands for the preset's exact weights.
         assert (model.model.planning_fields()["model_weight_bytes"]
                 == source.fields.exact_weight_bytes)
-        assert WorkbenchState.from_dict(model.to_dict()) == model
+        assert WorkbenchState.from_document(model.to_document()).model == model.model
     # Typing a new figure plans that figure.
     retyped = state.with_model(preset_source(name).fields).with_model_numbers(
         model_weight_bytes="300 GB")

@@ -4,7 +4,6 @@ and check the summary, the tables, the figures and the messages that follow."""
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from html import unescape
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,8 @@ GIB = 1024**3
 
 def five_by_80() -> WorkbenchState:
     state = WorkbenchState.design_default()
-    return replace(state, nodes=tuple(NodeRow(f"gpu-{i:02d}", "80 GiB") for i in range(5)),
-                   options=PlanOptions(), source=None)
+    return state.with_nodes(tuple(NodeRow(f"gpu-{i:02d}", "80 GiB") for i in range(5))
+                            ).with_options(PlanOptions())
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ JSON modules read and write it, :mod:`planner.fleet.files` loads and saves it.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,7 +99,10 @@ class ModelChoice:
         """The GGUF file, with a relative path taken from ``base_dir``."""
         if self.gguf is None:
             return None
-        path = Path(self.gguf).expanduser()
+        path = Path(self.gguf)
+        # "~user" for a user with no home is a name, not a home.
+        with contextlib.suppress(RuntimeError):
+            path = path.expanduser()
         if not path.is_absolute() and base_dir is not None:
             path = Path(base_dir) / path
         return path
@@ -117,7 +121,11 @@ class ModelChoice:
                 return models.load_preset(self.preset, kv_cache_type=self.kv_cache_type)
             path = self.gguf_path(base_dir)
             assert path is not None
-            if not path.exists():
+            try:
+                found = path.is_file()
+            except (OSError, ValueError):  # a name no file system takes (a NUL byte)
+                found = False
+            if not found:
                 raise FleetFileError("ModelUnavailable", f"GGUF file {str(path)!r} not found",
                                      field="model.gguf")
             if self.kv_cache_type is None:

@@ -98,9 +98,12 @@ def _rebased(document: FleetDocument, destination: Path) -> FleetDocument:
     """Keep a relative GGUF path pointing at the same file from the new folder."""
     gguf = document.model.gguf
     base = document.base_dir
-    if gguf is None or base is None or Path(gguf).expanduser().is_absolute():
+    path = document.model.gguf_path()
+    if gguf is None or base is None or path is None or path.is_absolute():
         return document
-    target = (base / gguf).resolve()
+    # The file's part of the path is joined as text: it need not exist (nor be a name
+    # a file system takes) for the path to keep pointing at it.
+    target = os.path.normpath(base.resolve() / gguf)
     new_base = destination.parent.resolve()
     if base.resolve() == new_base:
         return document

@@ -251,6 +251,9 @@ class Workbench(widgets.VBox):
         """Plan the current state once and redraw."""
         self._evaluation = evaluate(self._state)
         self.evaluations += 1
+        self.title.value = (f"<h2 style='margin:4px 0 0 0'>{escape(self._state.title)}</h2>"
+                            f"<div class='wb-hint wb-provenance'>"
+                            f"{escape(self._state.provenance)}</div>")
         # A note on the last action ("Saved ...", "Loaded ...") is stale once the plan
         # changes; errors stay until they are fixed or replaced.
         if "wb-message-box" in self.message.value:
@@ -266,7 +269,6 @@ class Workbench(widgets.VBox):
             source = Path(state.source) if state.source is not None else None
             if source is not None and source.resolve().parent == self.fleet_dir.resolve():
                 self.fleet_editor.set_fleet_files(self._fleet_files(), source.name)
-        self.title.value = f"<h2 style='margin:4px 0'>{escape(state.name or 'Workbench')}</h2>"
 
     def _load_model_editor(self, source: ModelSource | None = None) -> None:
         model = self._state.model
@@ -280,12 +282,15 @@ class Workbench(widgets.VBox):
                                         source.description if source else "")
 
     def _base_dir(self) -> Path | None:
-        return Path(self._state.source).parent if self._state.source else None
+        return self._state.base_dir
 
     # -- edits ----------------------------------------------------------------------------
     def _edited(self) -> None:
-        self._state = replace(self._state, nodes=self.fleet_editor.rows(),
-                              options=self.options_editor.options())
+        rows = self.fleet_editor.rows()
+        state = self._state
+        if rows != state.nodes:
+            state = state.with_nodes(rows, state.extras)
+        self._state = state.with_options(self.options_editor.options())
         self.refresh()
 
     def _numbers_changed(self) -> None:
@@ -301,7 +306,8 @@ class Workbench(widgets.VBox):
         try:
             if choice == CUSTOM_MODEL:
                 self._state = self._state.with_model(
-                    replace(model, preset=None, gguf=None, kv_cache_type=None))
+                    replace(model, preset=None, gguf=None, kv_cache_type=None,
+                            name=model.label))
                 source = None
             elif choice.startswith("gguf:"):
                 source = gguf_source(choice[len("gguf:"):], self._base_dir())
@@ -348,7 +354,8 @@ class Workbench(widgets.VBox):
 
     def add_gpus(self, gpu: GpuModel, count: int) -> None:
         """Add ``count`` nodes of a catalog GPU."""
-        self._restructure(self._state.add_gpus(gpu.name, gpu.memory_bytes, count))
+        self._restructure(self._state.add_gpus(gpu.name, gpu.memory_bytes, count,
+                                               kind=gpu.kind))
 
     def _add_gpus(self) -> None:
         gpu = self.fleet_editor.chosen_gpu()
@@ -368,7 +375,7 @@ class Workbench(widgets.VBox):
     def load_fleet(self, path: str | Path) -> None:
         """Replace the model, fleet and options with those of a fleet file."""
         state = WorkbenchState.from_document(load_fleet(path))
-        self.set_state(state)
+        self.set_state(state.with_memory_model(self._state.memory_model))
         self._say(f"Loaded {path}.")
 
     def _fleet_path(self, name: str) -> Path:
@@ -404,9 +411,10 @@ class Workbench(widgets.VBox):
             raise FleetFileError(error.code, error.message.replace(
                 KEEP_COMMENTS_HINT, "press save again to overwrite it without them, or "
                 "save under another name"), path=error.path) from None
-        self._state = replace(self._state, source=str(written))
-        with self._quietly():
-            self.fleet_editor.set_fleet_files(self._fleet_files(), written.name)
+        # What the file now holds (a relative GGUF path rebased to its folder, a .json
+        # file's model as numbers) is what the editors show and what is edited next.
+        self.set_state(WorkbenchState.from_document(load_fleet(written)).with_memory_model(
+            self._state.memory_model))
         self._say(f"Saved {written}.")
         return written
 

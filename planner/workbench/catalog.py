@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from planner.fleet import ModelChoice
 from planner.models import (
     GpuModel,
     ModelError,
@@ -62,6 +63,14 @@ def _source(spec: ModelSpec, *, preset: str | None = None, gguf: str | None = No
     return ModelSource(fields, tuple(spec.kv_bytes_per_token_by_type), describe_model(spec))
 
 
+def gguf_path(path: str, base_dir: Path | None) -> Path:
+    """The GGUF file ``path`` names, as a fleet file's ``gguf`` (relative paths start at
+    ``base_dir``)."""
+    resolved = ModelChoice(gguf=path).gguf_path(base_dir)
+    assert resolved is not None
+    return resolved.resolve()
+
+
 def preset_source(name: str, kv_cache_type: str | None = None) -> ModelSource:
     """A preset at a KV cache type (its own default when ``None``).
 
@@ -73,10 +82,8 @@ def preset_source(name: str, kv_cache_type: str | None = None) -> ModelSource:
 def gguf_source(path: str, base_dir: Path | None, kv_cache_type: str | None = None,
                 name: str | None = None) -> ModelSource:
     """A GGUF file (relative paths start at ``base_dir``) at a KV cache type."""
-    resolved = Path(path).expanduser()
-    if not resolved.is_absolute() and base_dir is not None:
-        resolved = base_dir / resolved
-    return _source(_gguf(resolved.resolve(), kv_cache_type), gguf=path, name=name)
+    resolved = gguf_path(path, base_dir)
+    return _source(_gguf(resolved, kv_cache_type), gguf=path, name=name)
 
 
 def model_source(model: ModelFields, base_dir: Path | None) -> ModelSource | None:
@@ -95,10 +102,7 @@ def model_traffic(model: ModelFields, base_dir: Path | None) -> ModelTraffic | N
         if model.preset is not None:
             spec = _preset(model.preset, model.kv_cache_type)
         elif model.gguf is not None:
-            resolved = Path(model.gguf).expanduser()
-            if not resolved.is_absolute() and base_dir is not None:
-                resolved = base_dir / resolved
-            spec = _gguf(resolved.resolve(), model.kv_cache_type)
+            spec = _gguf(gguf_path(model.gguf, base_dir), model.kv_cache_type)
         else:
             return None
     except (ModelError, OSError):

@@ -8,11 +8,10 @@ are unused. Bad input never raises here; it becomes the evaluation's :class:`Pro
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import pandas as pd
 
-from planner.errors import PlanError
+from planner.errors import CodedError, PlanError
 from planner.performance import (
     PlanEstimate,
     try_estimate,
@@ -32,7 +31,7 @@ from planner.planning import (
 from planner.planning.warnings import fleet_warnings as core_fleet_warnings
 from planner.units import format_bytes
 from planner.workbench.catalog import gpu_catalog, model_traffic
-from planner.workbench.state import Problem, WorkbenchInputError, WorkbenchState
+from planner.workbench.state import Problem, WorkbenchState
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +189,7 @@ def evaluate(state: WorkbenchState) -> Evaluation:
     """
     try:
         request = state.to_request()
-    except (WorkbenchInputError, PlanError) as error:
+    except CodedError as error:  # text that cannot be read, a model that cannot be found
         return Evaluation(state=state, problem=Problem.from_exception(error))
     warnings = fleet_warnings(request)
     budgets = node_budgets(request)
@@ -206,17 +205,23 @@ def evaluate(state: WorkbenchState) -> Evaluation:
         return Evaluation(state=state, request=request, candidates=table, budgets=budgets,
                           problem=Problem.from_exception(error), warnings=warnings,
                           unused=unused_nodes(request, None))
-    traffic = model_traffic(state.model,
-                            Path(state.source).parent if state.source else None)
+    traffic = model_traffic(state.model, state.base_dir)
     catalog = gpu_catalog()
-    estimate, reason = try_estimate(request, plan, traffic, catalog)
+    kinds = state.node_kinds
+    try:
+        estimate, reason = try_estimate(request, plan, traffic, catalog, node_kinds=kinds)
+        estimated = with_candidate_estimates(table, request, traffic, catalog,
+                                             node_kinds=kinds)
+    except CodedError as error:  # a node naming a kind the catalog lacks
+        estimate, reason = None, f"{error.code}: {error.message}"
+        estimated = with_candidate_estimates(table, request, None, catalog)
     stages = stage_usage(request, plan)
     choice = explain_choice(request)
     return Evaluation(
         state=state,
         request=request,
         plan=plan,
-        candidates=with_candidate_estimates(table, request, traffic, catalog),
+        candidates=estimated,
         stages=with_stage_estimates(stages, estimate),
         estimate=estimate,
         estimate_reason=reason,

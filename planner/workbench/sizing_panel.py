@@ -22,6 +22,7 @@ import pandas as pd
 
 from planner.errors import CodedError
 from planner.figures.sizing import sizing_figure
+from planner.fleet import ReliabilityOverride
 from planner.limits import (
     DEFAULT_PRICE_KIND,
     MAX_CONTEXT,
@@ -33,11 +34,18 @@ from planner.limits import (
 from planner.models import GpuModel
 from planner.performance import ESTIMATE_NOTE, ModelTraffic
 from planner.reports.sizing import answer_text, fleet_table
-from planner.sizing import SizedFleet, SizingResult, SizingTargets, fleet_nodes, size_fleet
+from planner.sizing import (
+    SizedFleet,
+    SizingResult,
+    SizingTargets,
+    fleet_node_kinds,
+    fleet_nodes,
+    size_fleet,
+)
 from planner.units import format_bytes
 from planner.workbench.catalog import gpu_catalog, model_traffic
 from planner.workbench.chart import Chart
-from planner.workbench.state import NodeRow, WorkbenchInputError
+from planner.workbench.state import NodeExtras, NodeRow, WorkbenchInputError
 from planner.workbench.view import STYLE
 
 
@@ -268,9 +276,13 @@ class SizingPanel(widgets.VBox):
         self.table.value = fleets_html(self.result.fleets, index)
         workbench = self._source
         if hasattr(workbench, "set_state"):
-            state = workbench.state.with_nodes([NodeRow.from_budget(n) for n in nodes])
-            workbench.set_state(replace(state, name=f"{self._model().label} on "
-                                                    f"{fleet.label}"))
+            # Each node names the kind it was sized as (its `gpu`), as a fleet file would.
+            named = fleet_node_kinds([kinds[kind] for kind, _ in fleet.counts],
+                                     [count for _, count in fleet.counts])
+            state = workbench.state.with_nodes(
+                [NodeRow.from_budget(n) for n in nodes],
+                [NodeExtras(ReliabilityOverride(gpu=named[n.node_id])) for n in nodes])
+            workbench.set_state(state.with_name(f"{self._model().label} on {fleet.label}"))
 
     def _say(self, message: str) -> None:
         self.problem.value = f"<div class='wb-error-box'>{escape(message)}</div>"

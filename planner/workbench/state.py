@@ -18,6 +18,7 @@ from typing import Any
 
 from planner._validate import shown
 from planner.errors import CodedError
+from planner.fleet import FleetDocument, FleetFileError, ModelChoice, ReliabilityOverride
 from planner.planning import NodeBudget, PlanningInput
 from planner.units import (
     UnitError,
@@ -192,9 +193,9 @@ class NodeRow:
 
     def to_budget(self, index: int) -> NodeBudget:
         """The node as the planner sees it. Raises :class:`WorkbenchInputError`."""
-        node_id = self.node_id.strip()
+        node_id = self.node_id
         where = f"nodes[{index}]"
-        if not node_id:
+        if not node_id.strip():
             raise WorkbenchInputError(f"{where}.node_id", "every node needs an id",
                                       label=f"row {index + 1} id")
         label = f"node {node_id!r}"
@@ -350,59 +351,161 @@ def gpu_id_base(name: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class WorkbenchState:
-    """Everything the workbench edits: the model, the fleet rows and the options.
+class NodeExtras:
+    """What a fleet file says of a node besides its planning fields: its own ``gpu``
+    kind and failure figures, and its rpc-server ``address``. The editor does not show
+    them as text; they stay with the node's row through every edit and are saved."""
 
-    ``source`` is the fleet file the state was loaded from (relative GGUF paths start at
-    its folder); ``name`` the fleet's display name; ``memory_model`` the memory rule
-    the plan uses (``design`` or ``llamacpp``).
+    reliability: ReliabilityOverride | None = None
+    address: str | None = None
+
+    @property
+    def gpu(self) -> str | None:
+        return self.reliability.gpu if self.reliability is not None else None
+
+    def copied(self) -> NodeExtras:
+        """The extras of a copy of the node: the same kind of GPU, at another address."""
+        return NodeExtras(self.reliability)
+
+
+def _model_fields(choice: ModelChoice, base_dir: Path | None) -> ModelFields:
+    """The model as the editor shows it; a preset or GGUF file that cannot be read shows
+    its name with no numbers (planning it says why)."""
+    source = {"name": choice.name, "preset": choice.preset, "gguf": choice.gguf,
+              "kv_cache_type": choice.kv_cache_type}
+    try:
+        fields = choice.resolve(base_dir)
+    except CodedError:
+        return ModelFields(layer_count=0, native_context_length=0, model_weight_bytes="",
+                           kv_bytes_per_token="", **source)
+    return ModelFields.from_planning_fields(fields, **source)
+
+
+def _text(value: int | float | None) -> str:
+    return "" if value is None else str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkbenchState:
+    """A fleet document being edited, and the editors' text.
+
+    ``document`` is the :class:`planner.fleet.FleetDocument` the workbench edits: what
+    Save writes, what the plan and every panel are made from. ``model``, ``nodes`` and
+    ``options`` are what the editors show, as typed (``nodes`` one row per node, in
+    order; ``extras`` each row's ``gpu`` kind, failure figures and address). Every edit
+    reads the text back into ``document``; text that cannot be read leaves ``document``
+    at the last one that could, and :meth:`to_document` raises
+    :class:`WorkbenchInputError` naming the field until it is fixed.
+
+    ``memory_model`` is the memory rule the plan uses (``design`` or ``llamacpp``);
+    ``loaded`` the document as read from (or last saved to) its file.
     """
 
+    document: FleetDocument
     model: ModelFields
     nodes: tuple[NodeRow, ...]
+    extras: tuple[NodeExtras, ...]
     options: PlanOptions = field(default_factory=PlanOptions)
-    name: str | None = None
-    source: str | None = None
     memory_model: str = "design"
-    addresses: tuple[tuple[str, str], ...] = ()
-    """The fleet file's rpc-server ``address`` per node id (``planner launch``)."""
+    loaded: FleetDocument | None = None
 
     # -- building ---------------------------------------------------------------------
     @classmethod
     def design_default(cls) -> WorkbenchState:
         """The design's Qwen3-Coder-480B-A35B on five 80 GiB nodes."""
-        model = ModelFields.from_planning_fields(_DESIGN_MODEL, name=_DESIGN_MODEL_NAME)
-        nodes = tuple(NodeRow(f"gpu-{i:02d}", "80 GiB") for i in range(5))
-        return cls(model=model, nodes=nodes, name="Qwen 480B on 5 x 80 GiB")
+        document = FleetDocument(
+            model=ModelChoice(numbers=_DESIGN_MODEL, name=_DESIGN_MODEL_NAME),
+            nodes=tuple(NodeBudget(f"gpu-{i:02d}", 80 * 2**30) for i in range(5)),
+            name="Qwen 480B on 5 x 80 GiB")
+        return cls.from_document(document, loaded=False)
 
     @classmethod
-    def from_document(cls, document: Any) -> WorkbenchState:
-        """A state from a :class:`planner.fleet.FleetDocument` (resolving its model)."""
-        choice = document.model
-        fields = choice.resolve(document.base_dir)
-        model = ModelFields.from_planning_fields(
-            fields, name=choice.name, preset=choice.preset, gguf=choice.gguf,
-            kv_cache_type=choice.kv_cache_type)
-
-        def text(value: int | None) -> str:
-            return "" if value is None else str(value)
-
+    def from_document(cls, document: FleetDocument, *, loaded: bool = True
+                      ) -> WorkbenchState:
+        """The editors on ``document`` (``loaded``: as read from its file)."""
+        extras = tuple(NodeExtras(document.reliability.get(node.node_id),
+                                  dict(document.addresses).get(node.node_id))
+                       for node in document.nodes)
         options = PlanOptions(
             minimum_nodes=document.minimum_nodes,
-            context_length_override=text(document.context_length_override),
-            parallel_lanes_override=text(document.parallel_lanes_override),
-            target_decode_tpot_ms=text(document.target_decode_tpot_ms),
+            context_length_override=_text(document.context_length_override),
+            parallel_lanes_override=_text(document.parallel_lanes_override),
+            target_decode_tpot_ms=_text(document.target_decode_tpot_ms),
         )
-        return cls(model=model, nodes=tuple(NodeRow.from_budget(n) for n in document.nodes),
-                   options=options, name=document.name, source=document.source,
-                   addresses=tuple(document.addresses))
+        return cls(document=document, model=_model_fields(document.model, document.base_dir),
+                   nodes=tuple(NodeRow.from_budget(node) for node in document.nodes),
+                   extras=extras, options=options, loaded=document if loaded else None)
+
+    @classmethod
+    def from_text(cls, model: ModelFields, nodes: Sequence[NodeRow],
+                  options: PlanOptions | None = None, *, name: str | None = None
+                  ) -> WorkbenchState:
+        """A state holding what was typed (which need not read: planning it says why)."""
+        base = cls.design_default()
+        state = replace(base, document=replace(base.document, name=name))
+        return state.with_model(model).with_nodes(nodes).with_options(
+            options or PlanOptions())
 
     # -- reading ----------------------------------------------------------------------
+    @property
+    def name(self) -> str | None:
+        """The fleet's name (a fleet file's ``name``)."""
+        return self.document.name
+
+    @property
+    def source(self) -> str | None:
+        """The fleet file the document was read from or saved to."""
+        return self.document.source
+
+    @property
+    def base_dir(self) -> Path | None:
+        """Where relative GGUF paths start: the fleet file's folder."""
+        return self.document.base_dir
+
+    @property
+    def node_kinds(self) -> dict[str, str]:
+        """The catalog kind each row names (``gpu``), by the row's node id."""
+        return {row.node_id: extra.gpu for row, extra in zip(self.nodes, self.extras,
+                                                             strict=True) if extra.gpu}
+
+    @property
+    def title(self) -> str:
+        """The fleet's name, else what it is: ``"llama-3.1-70b on 5 nodes"``."""
+        if self.name:
+            return self.name
+        count = len(self.nodes)
+        return f"{self.model.label} on {count} node{'s' if count != 1 else ''}"
+
+    @property
+    def provenance(self) -> str:
+        """Where the fleet on screen comes from: ``"from x.toml"``, ``"edited from
+        x.toml"`` once anything differs from the file, or ``"not saved to a file"``."""
+        source = self.loaded.source if self.loaded is not None else None
+        if source is None or source.startswith("<"):
+            return "not saved to a file"
+        name = Path(source).name
+        return f"edited from {name}" if self.edited else f"from {name}"
+
+    @property
+    def edited(self) -> bool:
+        """Whether the fleet differs from its file (always, for one never saved)."""
+        if self.loaded is None:
+            return True
+        try:
+            return self.to_document() != self.loaded
+        except WorkbenchInputError:
+            return True
+
     def budgets(self) -> tuple[NodeBudget, ...]:
         """The fleet as the planner sees it. Raises :class:`WorkbenchInputError`."""
+        originals = {index: node.node_id for index, node in enumerate(self.document.nodes)}
         budgets = []
         seen: dict[str, int] = {}
         for index, row in enumerate(self.nodes):
+            # An id is used as typed only where it is the document's own (fleet files
+            # may hold ids with spaces around them); text typed here is trimmed.
+            if row.node_id != originals.get(index):
+                row = replace(row, node_id=row.node_id.strip())
             budget = row.to_budget(index)
             if budget.node_id in seen:
                 raise WorkbenchInputError(
@@ -414,45 +517,62 @@ class WorkbenchState:
             budgets.append(budget)
         return tuple(budgets)
 
-    def to_request(self) -> PlanningInput:
-        """The planning request. Raises :class:`WorkbenchInputError` or
-        :class:`~planner.errors.InvalidInput`."""
-        if self.memory_model != "design":
-            from planner.fleet import FleetFileError
-
-            try:
-                return self.to_document().to_request(self.memory_model)
-            except FleetFileError as error:
-                raise WorkbenchInputError(error.field or "model", error.message,
-                                          label="memory model llamacpp") from None
-        return PlanningInput(**self.model.planning_fields(), nodes=self.budgets(),
-                             **self.options.planning_fields())
-
-    def to_document(self) -> Any:
-        """The state as a :class:`planner.fleet.FleetDocument`, ready to save."""
-        from planner.fleet import FleetDocument, ModelChoice
-
+    def _model_choice(self) -> ModelChoice:
         model = self.model
         if model.preset is not None:
-            choice = ModelChoice(preset=model.preset, kv_cache_type=model.kv_cache_type,
-                                 name=model.name)
-        elif model.gguf is not None:
-            choice = ModelChoice(gguf=model.gguf, kv_cache_type=model.kv_cache_type,
-                                 name=model.name)
-        else:
-            numbers = model.planning_fields()
-            if numbers["layer_weight_bytes"] is None:
-                del numbers["layer_weight_bytes"]
-            choice = ModelChoice(numbers=numbers, name=model.name)
-        options = self.options.planning_fields()
-        budgets = self.budgets()
-        # Addresses of nodes still in the fleet (rows can be renamed or removed).
-        ids = {budget.node_id for budget in budgets}
-        addresses = tuple((node, where) for node, where in self.addresses if node in ids)
-        return FleetDocument(model=choice, nodes=budgets, name=self.name,
-                             source=self.source, addresses=addresses, **options)
+            return ModelChoice(preset=model.preset, kv_cache_type=model.kv_cache_type,
+                               name=model.name)
+        if model.gguf is not None:
+            return ModelChoice(gguf=model.gguf, kv_cache_type=model.kv_cache_type,
+                               name=model.name)
+        numbers = model.planning_fields()
+        if numbers["layer_weight_bytes"] is None:
+            del numbers["layer_weight_bytes"]
+        try:
+            return ModelChoice(numbers=numbers, name=model.name)
+        except FleetFileError as error:
+            name = (error.field or "model").removeprefix("model.")
+            raise WorkbenchInputError(name, error.message, label=name.replace("_", " ")
+                                      ) from None
 
-    # -- editing (each returns a new state) -------------------------------------------
+    def to_document(self) -> FleetDocument:
+        """The fleet document the editors hold, ready to save and plan. Raises
+        :class:`WorkbenchInputError` naming text that cannot be read."""
+        budgets = self.budgets()
+        reliability = {budget.node_id: extra.reliability
+                       for budget, extra in zip(budgets, self.extras, strict=True)
+                       if extra.reliability is not None}
+        addresses = tuple((budget.node_id, extra.address)
+                          for budget, extra in zip(budgets, self.extras, strict=True)
+                          if extra.address is not None)
+        try:
+            return replace(self.document, model=self._model_choice(), nodes=budgets,
+                           reliability=reliability, addresses=addresses,
+                           **self.options.planning_fields())
+        except FleetFileError as error:
+            raise WorkbenchInputError(error.field or "document", error.message,
+                                      node_id=error.node_id,
+                                      label=error.field or "fleet") from None
+
+    def to_request(self) -> PlanningInput:
+        """The planning request of :meth:`to_document` under :attr:`memory_model`, as
+        ``planner plan --memory-model`` makes it. Raises :class:`WorkbenchInputError`,
+        :class:`planner.fleet.FleetFileError` (a model that cannot be read) or
+        :class:`~planner.errors.InvalidInput`."""
+        return self.to_document().to_request(self.memory_model)
+
+    # -- editing (each returns a new state, its document read from the new text) ------
+    def _settled(self) -> WorkbenchState:
+        try:
+            return replace(self, document=self.to_document())
+        except WorkbenchInputError:
+            return self
+
+    def with_document(self, document: FleetDocument) -> WorkbenchState:
+        """Another document in the editors, planned under the same memory rule."""
+        return replace(WorkbenchState.from_document(document, loaded=False),
+                       memory_model=self.memory_model, loaded=self.loaded)
+
     def with_model_numbers(self, **changes: Any) -> WorkbenchState:
         """Model numbers typed by hand: the model is no longer a preset or GGUF file, and
         exact per-layer weights are dropped once layers or weights change."""
@@ -467,84 +587,81 @@ class WorkbenchState:
                          layer_weight_bytes=weights,
                          exact_weight_bytes=None if retyped else model.exact_weight_bytes,
                          name=None if (self.model.preset or self.model.gguf) else model.name)
-        return replace(self, model=custom)
+        return self.with_model(custom)
 
     def with_model(self, model: ModelFields) -> WorkbenchState:
-        return replace(self, model=model)
+        """Another model. The fleet's name is dropped with the model it named."""
+        state = replace(self, model=model)
+        if model.label != self.model.label and self.name:
+            state = replace(state, document=replace(state.document, name=None))
+        return state._settled()
+
+    def with_name(self, name: str | None) -> WorkbenchState:
+        return replace(self, document=replace(self.document, name=name))._settled()
+
+    def with_options(self, options: PlanOptions) -> WorkbenchState:
+        return replace(self, options=options)._settled()
+
+    def with_memory_model(self, memory_model: str) -> WorkbenchState:
+        return replace(self, memory_model=memory_model)
 
     def with_node(self, index: int, row: NodeRow) -> WorkbenchState:
         nodes = list(self.nodes)
         nodes[index] = row
-        return replace(self, nodes=tuple(nodes))
+        return replace(self, nodes=tuple(nodes))._settled()
 
-    def with_nodes(self, rows: Sequence[NodeRow]) -> WorkbenchState:
-        return replace(self, nodes=tuple(rows))
+    def with_nodes(self, rows: Sequence[NodeRow],
+                   extras: Sequence[NodeExtras] | None = None) -> WorkbenchState:
+        """Rows in place of the fleet's; without ``extras`` a row keeps the extras of the
+        row with its id, if there was one."""
+        if extras is None:
+            by_id = dict(zip((row.node_id for row in self.nodes), self.extras, strict=True))
+            extras = [by_id.get(row.node_id, NodeExtras()) for row in rows]
+        return replace(self, nodes=tuple(rows), extras=tuple(extras))._settled()
+
+    def _rows(self, rows: list[NodeRow], extras: list[NodeExtras]) -> WorkbenchState:
+        return replace(self, nodes=tuple(rows), extras=tuple(extras))._settled()
+
+    def _taken(self) -> set[str]:
+        return {row.node_id for row in self.nodes}
 
     def add_node(self) -> WorkbenchState:
-        """A new row like the last one (80 GiB when the fleet is empty), with a fresh id."""
-        template = self.nodes[-1] if self.nodes else NodeRow("node", "80 GiB")
+        """A new row like the last one (80 GiB when the fleet is empty), with a fresh id:
+        the same kind of GPU, without the last one's address."""
+        if self.nodes:
+            template, extra = self.nodes[-1], self.extras[-1].copied()
+        else:
+            template, extra = NodeRow("node", "80 GiB"), NodeExtras()
         base = (_numbered(template.node_id) or (template.node_id.strip() or "node", 0))[0]
-        new_id = _free_ids(base, {row.node_id for row in self.nodes}, 1)[0]
-        return replace(self, nodes=(*self.nodes, replace(template, node_id=new_id)))
+        new_id = _free_ids(base, self._taken(), 1)[0]
+        return self._rows([*self.nodes, replace(template, node_id=new_id)],
+                          [*self.extras, extra])
 
     def duplicate_node(self, index: int) -> WorkbenchState:
-        """A copy of row ``index`` right after it, with a fresh id."""
+        """A copy of row ``index`` right after it, with a fresh id (the same kind of GPU,
+        without its address)."""
         row = self.nodes[index]
         base = (_numbered(row.node_id) or (row.node_id.strip() or "node", 0))[0]
-        new_id = _free_ids(base, {r.node_id for r in self.nodes}, 1)[0]
-        nodes = list(self.nodes)
-        nodes.insert(index + 1, replace(row, node_id=new_id))
-        return replace(self, nodes=tuple(nodes))
+        new_id = _free_ids(base, self._taken(), 1)[0]
+        rows, extras = list(self.nodes), list(self.extras)
+        rows.insert(index + 1, replace(row, node_id=new_id))
+        extras.insert(index + 1, extras[index].copied())
+        return self._rows(rows, extras)
 
     def remove_node(self, index: int) -> WorkbenchState:
-        nodes = list(self.nodes)
-        del nodes[index]
-        return replace(self, nodes=tuple(nodes))
+        rows, extras = list(self.nodes), list(self.extras)
+        del rows[index], extras[index]
+        return self._rows(rows, extras)
 
-    def add_gpus(self, gpu_name: str, memory_bytes: int, count: int) -> WorkbenchState:
-        """``count`` nodes of one GPU model, ids numbered on from any already in use."""
+    def add_gpus(self, gpu_name: str, memory_bytes: int, count: int, *,
+                 kind: str | None = None) -> WorkbenchState:
+        """``count`` nodes of one GPU model, ids numbered on from any already in use;
+        ``kind`` is the catalog kind they are (their ``gpu``)."""
         if count < 1:
             raise WorkbenchInputError("count", "must be at least 1", value=str(count),
                                       label="number of GPUs to add")
-        ids = _free_ids(gpu_id_base(gpu_name), {row.node_id for row in self.nodes}, count)
+        ids = _free_ids(gpu_id_base(kind or gpu_name), self._taken(), count)
         vram = exact_size_text(memory_bytes)
-        return replace(self, nodes=(*self.nodes, *(NodeRow(i, vram) for i in ids)))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": {
-                "layer_count": self.model.layer_count,
-                "native_context_length": self.model.native_context_length,
-                "model_weight_bytes": self.model.model_weight_bytes,
-                "kv_bytes_per_token": self.model.kv_bytes_per_token,
-                "layer_weight_bytes": (list(self.model.layer_weight_bytes)
-                                       if self.model.layer_weight_bytes is not None else None),
-                "name": self.model.name,
-                "preset": self.model.preset,
-                "gguf": self.model.gguf,
-                "kv_cache_type": self.model.kv_cache_type,
-                "exact_weight_bytes": self.model.exact_weight_bytes,
-            },
-            "nodes": [row.to_dict() for row in self.nodes],
-            "options": {
-                "minimum_nodes": self.options.minimum_nodes,
-                "context_length_override": self.options.context_length_override,
-                "parallel_lanes_override": self.options.parallel_lanes_override,
-                "target_decode_tpot_ms": self.options.target_decode_tpot_ms,
-            },
-            "name": self.name,
-            "source": self.source,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> WorkbenchState:
-        model = dict(data["model"])
-        if model.get("layer_weight_bytes") is not None:
-            model["layer_weight_bytes"] = tuple(model["layer_weight_bytes"])
-        return cls(
-            model=ModelFields(**model),
-            nodes=tuple(NodeRow.from_dict(row) for row in data["nodes"]),
-            options=PlanOptions(**data.get("options", {})),
-            name=data.get("name"),
-            source=data.get("source"),
-        )
+        extra = NodeExtras(ReliabilityOverride(gpu=kind) if kind is not None else None)
+        return self._rows([*self.nodes, *(NodeRow(i, vram) for i in ids)],
+                          [*self.extras, *([extra] * count)])
