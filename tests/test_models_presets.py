@@ -28,6 +28,14 @@ DATA = Path(__file__).resolve().parent / "data"
 REQUIRED_PRESETS = {
     "qwen3-coder-480b-a35b", "qwen3-235b-a22b", "llama-3.1-70b", "llama-3.1-405b",
     "deepseek-v3", "gpt-oss-120b", "mixtral-8x22b", "glm-4.5",
+    # The models people deploy now, hybrids among them.
+    "qwen3-next-80b-a3b", "qwen3.5-35b-a3b", "deepseek-v3.2", "kimi-k2", "glm-4.6",
+    "llama-4-scout", "llama-4-maverick", "gpt-oss-20b", "nemotron-nano-9b-v2",
+}
+# Presets that state the cache as GGUF metadata ([metadata]) rather than [attention].
+METADATA_PRESETS = {
+    "qwen3-next-80b-a3b", "qwen3.5-35b-a3b", "deepseek-v3.2", "kimi-k2", "glm-4.6",
+    "llama-4-scout", "llama-4-maverick", "gpt-oss-20b", "nemotron-nano-9b-v2",
 }
 # Bytes per element of each KV cache type: block bytes over block elements.
 ELEMENT_BYTES = {
@@ -69,7 +77,9 @@ def test_every_preset_loads_with_positive_numbers(preset_id: str) -> None:
     assert isinstance(spec, ModelSpec)
     fields = spec.planning_fields()
     assert set(fields) == SPEC_PLANNING_FIELDS
-    assert fields["layer_weight_bytes"] is None
+    layers = fields["layer_weight_bytes"]
+    assert layers is None or (len(layers) == spec.layer_count
+                              and sum(layers) == spec.model_weight_bytes)
     for key in SPEC_PLANNING_FIELDS - {"layer_weight_bytes"}:
         assert isinstance(fields[key], int) and fields[key] > 0, key
     assert all(size > 0 for size in spec.kv_bytes_per_token_by_type.values())
@@ -77,7 +87,7 @@ def test_every_preset_loads_with_positive_numbers(preset_id: str) -> None:
     assert "huggingface.co" in spec.source
 
 
-@pytest.mark.parametrize("preset_id", sorted(REQUIRED_PRESETS))
+@pytest.mark.parametrize("preset_id", sorted(REQUIRED_PRESETS - METADATA_PRESETS))
 def test_kv_per_token_agrees_with_the_architecture_facts(preset_id: str) -> None:
     raw = preset_file(preset_id)
     stated = raw["kv"].get("stated", {})
@@ -119,12 +129,121 @@ def test_published_architecture_facts() -> None:
         "gpt-oss-120b": (36, 131_072, 18 * 2 * 8 * 64 * 2),
         "mixtral-8x22b": (56, 65_536, 56 * 2 * 8 * 128 * 2),
         "glm-4.5": (93, 131_072, 92 * 2 * 8 * 128 * 2),
+        # Hybrids: only the full-attention layers (one in four, the MTP block none) cache.
+        "qwen3-next-80b-a3b": (49, 262_144, 12 * 2 * 2 * 256 * 2),
+        "qwen3.5-35b-a3b": (41, 262_144, 10 * 2 * 2 * 256 * 2),
+        # Latent attention: one 576-element row per layer; DSA adds a 128-element key.
+        "deepseek-v3.2": (62, 163_840, 61 * (576 + 128) * 2),
+        "kimi-k2": (61, 131_072, 61 * 576 * 2),
+        "glm-4.6": (93, 202_752, 92 * 2 * 8 * 128 * 2),
+        # Chunked (8192) on 3 layers in 4, sliding (128) on every other layer: only the
+        # full-attention layers grow with the context.
+        "llama-4-scout": (48, 10_485_760, 12 * 2 * 8 * 128 * 2),
+        "llama-4-maverick": (48, 1_048_576, 12 * 2 * 8 * 128 * 2),
+        "gpt-oss-20b": (24, 131_072, 12 * 2 * 8 * 64 * 2),
+        "nemotron-nano-9b-v2": (56, 131_072, 4 * 2 * 8 * 128 * 2),
     }
     for preset_id, (layers, context, kv_f16) in facts.items():
         spec = load_preset(preset_id)
         assert spec.layer_count == layers, preset_id
         assert spec.native_context_length == context, preset_id
         assert spec.kv_bytes_per_token_by_type["f16"] == kv_f16, preset_id
+
+
+NEMOTRON_PATTERN = "M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-"
+
+
+def test_hybrid_presets_cost_each_layer() -> None:
+    """A hybrid's attention layers carry KV per token and its recurrent layers a fixed
+    state per sequence (llama.cpp's f32 R and S rows), worked here from the configs."""
+    qwen = load_preset("qwen3-next-80b-a3b")
+    # Gated delta-net: R = (conv 4 - 1) x (value dim 4096 + 2 x 16 key heads x 128),
+    # S = 128 x 4096, in f32.
+    state = ((4 - 1) * (4096 + 2 * 16 * 128) + 128 * 4096) * 4
+    full = [i for i in range(48) if (i + 1) % 4 == 0]
+    assert qwen.layer_state_bytes_per_sequence == tuple(
+        0 if i in full or i == 48 else state for i in range(49))
+    assert qwen.layer_kv_bytes_per_token == tuple(
+        2 * 2 * 256 * 2 if i in full else 0 for i in range(49))
+    nemotron = load_preset("nemotron-nano-9b-v2")
+    # Mamba-2: R = 3 x (10240 + 2 x 8 groups x 128), S = 128 x 10240, in f32.
+    mamba = (3 * (10240 + 2 * 8 * 128) + 128 * 10240) * 4
+    assert nemotron.layer_state_bytes_per_sequence == tuple(
+        mamba if kind == "M" else 0 for kind in NEMOTRON_PATTERN)
+    assert nemotron.layer_kv_bytes_per_token == tuple(
+        2 * 8 * 128 * 2 if kind == "*" else 0 for kind in NEMOTRON_PATTERN)
+    q8 = nemotron.with_kv_cache_type("q8_0")
+    assert q8.layer_kv_bytes_per_token == tuple(
+        2 * 8 * 128 // 32 * 34 if kind == "*" else 0 for kind in NEMOTRON_PATTERN)
+    dsa = load_preset("deepseek-v3.2")
+    assert dsa.layer_kv_bytes_per_token == (*((576 + 128) * 2,) * 61, 0)
+    assert dsa.layer_state_bytes_per_sequence is None
+
+
+def _raw_parts(preset_id: str) -> list[dict[str, Any]]:
+    return preset_file(preset_id)["weights"]["parts"]
+
+
+def _part_bytes(part: dict[str, Any]) -> int:
+    size = Fraction(part["parameters"]) * Fraction(str(part["bits_per_weight"])) / 8
+    return -(-size.numerator // size.denominator)
+
+
+@pytest.mark.parametrize("preset_id", sorted(REQUIRED_PRESETS - {"qwen3-coder-480b-a35b"}))
+def test_active_bytes_read_shared_weights_whole_and_the_used_experts(preset_id: str) -> None:
+    """A token reads the shared tensors whole, experts_used / expert_count of the routed
+    experts and one row of the input embedding (none counted): the GGUF reader's rule."""
+    raw = preset_file(preset_id)
+    spec = load_preset(preset_id)
+    parts = _raw_parts(preset_id)
+    shared = sum(_part_bytes(p) for p in parts if p.get("role", "shared") == "shared")
+    routed = [_part_bytes(p) for p in parts if p.get("role") == "routed_experts"]
+    if "experts" in raw:
+        used, count = raw["experts"]["experts_used"], raw["experts"]["expert_count"]
+        assert routed
+        expected = shared + sum(-(-size * used // count) for size in routed)
+    else:
+        assert not routed
+        expected = shared
+    assert spec.active_weight_bytes == expected
+    assert any(f"decode reads {expected:,} weight bytes" in note for note in spec.notes)
+
+
+def test_a_moe_reads_more_than_its_parameter_share() -> None:
+    """gpt-oss-120b keeps its shared tensors at 16 bits and its experts at 4.25: a token
+    reads far more than 5.1/117 of the bytes."""
+    spec = load_preset("gpt-oss-120b")
+    share = spec.model_weight_bytes * 51 // 1170
+    assert spec.active_weight_bytes > 1.5 * share
+
+
+@pytest.mark.parametrize("preset_id", sorted(REQUIRED_PRESETS))
+def test_per_layer_weights_follow_the_parts(preset_id: str) -> None:
+    """Where every part says where it lies, each block carries its share of each part;
+    the input embedding is in block 0 and the output head in the last block."""
+    spec = load_preset(preset_id)
+    parts = _raw_parts(preset_id) if "parts" in preset_file(preset_id)["weights"] else []
+    if not parts or any("layers" not in p and p.get("role") != "input_embedding"
+                        for p in parts):
+        assert spec.layer_weight_bytes is None
+        return
+    expected = [0] * spec.layer_count
+    for part in parts:
+        size = _part_bytes(part)
+        where = part.get("layers", "input")
+        if where in ("input", "output"):
+            expected[0 if where == "input" else -1] += size
+            continue
+        blocks: list[int] = []
+        for entry in (range(spec.layer_count) if where == "all" else where):
+            if isinstance(entry, str):
+                first, last = map(int, entry.split("-"))
+                blocks.extend(range(first, last + 1))
+            else:
+                blocks.append(entry)
+        for index, block in enumerate(blocks):
+            expected[block] += size // len(blocks) + (index < size % len(blocks))
+    assert spec.layer_weight_bytes == tuple(expected)
 
 
 def test_qwen_480b_reproduces_the_design_inputs() -> None:
@@ -269,6 +388,131 @@ bits_per_weight = 8.5
     assert "1,063" in str(caught.value)
     path.write_text(text.replace("bytes = 1000\n", "bytes = 1063\n", 1))
     assert load_preset("tiny").model_weight_bytes == 1063
+
+
+HYBRID_PRESET = """
+id = "tiny"
+name = "Tiny Hybrid"
+architecture = "qwen3next"
+[config]
+source = "https://example.org/config.json"
+layer_count = 4
+native_context_length = 8192
+hidden_size = 64
+[metadata]
+attention.head_count = 4
+attention.head_count_kv = 2
+attention.key_length = 32
+attention.value_length = 32
+full_attention_interval = 2
+ssm.conv_kernel = 4
+ssm.state_size = 16
+ssm.group_count = 2
+ssm.time_step_rank = 4
+ssm.inner_size = 64
+expert_count = 4
+expert_used_count = 1
+[weights]
+bytes = 4000
+method = "estimate"
+quantisation = "F16"
+source = "parts"
+[[weights.parts]]
+what = "embedding"
+role = "input_embedding"
+parameters = 400
+bits_per_weight = 16
+[[weights.parts]]
+what = "head"
+parameters = 400
+bits_per_weight = 16
+layers = "output"
+[[weights.parts]]
+what = "blocks"
+parameters = 600
+bits_per_weight = 16
+layers = ["0-1", 3, 2]
+[[weights.parts]]
+what = "experts"
+role = "routed_experts"
+parameters = 600
+bits_per_weight = 16
+layers = "all"
+[experts]
+expert_count = 4
+experts_used = 1
+source = "config"
+[kv]
+default_cache_type = "f16"
+"""
+
+
+def test_a_hybrid_preset_from_its_metadata(monkeypatch: pytest.MonkeyPatch,
+                                           tmp_path: Path) -> None:
+    _data_dir_with(tmp_path, HYBRID_PRESET, monkeypatch)
+    spec = load_preset("tiny")
+    # Layers 1 and 3 are full attention (interval 2); 0 and 2 keep the state.
+    assert spec.layer_kv_bytes_per_token == (0, 2 * 2 * 32 * 2, 0, 2 * 2 * 32 * 2)
+    state = ((4 - 1) * (64 + 2 * 2 * 16) + 16 * 64) * 4
+    assert spec.layer_state_bytes_per_sequence == (state, 0, state, 0)
+    assert spec.kv_bytes_per_token == 2 * 2 * 2 * 32 * 2
+    # 800 B embedding in block 0, 800 B head in block 3, 1200 B over 4 blocks, 1200 B of
+    # experts over 4 blocks.
+    assert spec.layer_weight_bytes == (800 + 300 + 300, 600, 600, 800 + 600)
+    # Shared: head 800 + blocks 1200; experts 1200 x 1/4; embedding none.
+    assert spec.active_weight_bytes == 800 + 1200 + 300
+
+
+@pytest.mark.parametrize(
+    ("edit", "field_name"),
+    [
+        (('role = "routed_experts"', 'role = "experts"'), "weights.parts[3].role"),
+        (('layers = ["0-1", 3, 2]', 'layers = ["0-1", 1]'), "weights.parts[2].layers"),
+        (('layers = ["0-1", 3, 2]', 'layers = ["2-1"]'), "weights.parts[2].layers"),
+        (('layers = ["0-1", 3, 2]', 'layers = [4]'), "weights.parts[2].layers"),
+        (('layers = ["0-1", 3, 2]', 'layers = "middle"'), "weights.parts[2].layers"),
+        (("experts_used = 1", "experts_used = 5"), "experts.experts_used"),
+        (('role = "routed_experts"\n', ""), "experts."),
+        (("[experts]\nexpert_count = 4\nexperts_used = 1\nsource = \"config\"\n", ""),
+         "experts"),
+        (("[metadata]\n", "[metadata]\nblock_count = 4\n"), "metadata.block_count"),
+        (("ssm.inner_size = 64", "ssm.inner_size = -1"), "metadata"),
+        (("[kv]", "[attention]\nkind = \"full\"\n[kv]"), "attention"),
+    ],
+)
+def test_invalid_hybrid_preset_names_the_field(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, edit: tuple[str, str],
+        field_name: str) -> None:
+    assert edit[0] in HYBRID_PRESET
+    _data_dir_with(tmp_path, HYBRID_PRESET.replace(*edit), monkeypatch)
+    with pytest.raises(ModelError) as caught:
+        load_preset("tiny")
+    assert caught.value.code == "InvalidPreset"
+    assert caught.value.details["field"] == field_name
+
+
+def test_a_stated_total_is_shared_by_parameters(monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    """A file size or the design's figure has no bits per part: its parts share it by
+    parameters, so the active bytes still follow the roles."""
+    text = MINIMAL_PRESET + """
+[[weights.parts]]
+what = "shared"
+parameters = 300
+[[weights.parts]]
+what = "experts"
+role = "routed_experts"
+parameters = 700
+[experts]
+expert_count = 7
+experts_used = 2
+source = "config"
+"""
+    _data_dir_with(tmp_path, text.replace("[kv]\ndefault", "[kv]\ndefault"), monkeypatch)
+    spec = load_preset("tiny")
+    assert spec.model_weight_bytes == 1000
+    assert spec.active_weight_bytes == 300 + 700 * 2 // 7
+    assert spec.layer_weight_bytes is None
 
 
 # --- GPU catalog -------------------------------------------------------------------------

@@ -125,7 +125,7 @@ def fleet_file_load(page: Any) -> None:
     load_fleet_file(page, name)
     state = state_of(name)
     chart = wait_for_layers(page, state, f"the plan of {name}")
-    assert len(trace(chart, "layers")["y"]) == 10
+    assert len(trace(chart, "layers")["y"]) == 11
     assert "61 layers" in chart["drawn_title"]
     wait_for_memory(page, state, f"the nodes of {name}")
 

@@ -32,12 +32,16 @@ def run(args: argparse.Namespace) -> int:
                          indent=2))
         return EXIT_OK
     rows = [(name, spec.name, str(spec.layer_count), format_bytes(spec.model_weight_bytes),
+             format_bytes(spec.active_weight_bytes or spec.model_weight_bytes),
              f"{spec.native_context_length:,}",
-             f"{spec.kv_cache_type} ({format_bytes(spec.kv_bytes_per_token)}/token)")
+             f"{spec.kv_cache_type} ({format_bytes(spec.kv_bytes_per_token)}/token)",
+             format_bytes(sum(spec.layer_state_bytes_per_sequence or ()))
+             if spec.layer_state_bytes_per_sequence else "-")
             for name, spec in specs.items()]
     print(text_table(TextTable(
-        ("preset", "model", "layers", "weights", "native context", "default KV cache"),
-        tuple(rows), tuple("llrrrl"))))
+        ("preset", "model", "layers", "weights", "read per token", "native context",
+         "default KV cache", "state per sequence"),
+        tuple(rows), tuple("llrrrrlr"))))
     print("\nUse one in a fleet file as [model] preset = \"<preset>\" "
           "(kv_cache_type = \"q8_0\" etc. to change the KV cache).")
     return EXIT_OK

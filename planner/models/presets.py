@@ -37,16 +37,42 @@ File layout::
     parameters = 70553706496
     bits_per_weight = 8.5
 
+    [[weights.parts]]                    # optional keys of a part:
+    what = "routed experts"
+    parameters = 64_424_509_440
+    bits_per_weight = 8.5
+    role = "routed_experts"              # "shared" (default), "routed_experts" or
+                                         # "input_embedding"
+    layers = ["3-60"]                    # blocks the part is spread over (ints, "a-b"
+                                         # ranges, "all"); "input" / "output" for the
+                                         # tensors outside the blocks
+
     [experts]                            # mixture of experts only
-    total_parameters = 671_000_000_000   # as the model card states them
-    active_parameters = 37_000_000_000
-    source = "<model card>"
+    expert_count = 256                   # routed experts per layer
+    experts_used = 8                     # routed experts each token runs
+    source = "<config.json>"
+
+    [metadata]                           # instead of [attention]: the GGUF metadata
+    attention.head_count = 16            # llama.cpp's converter writes for the config
+    ssm.conv_kernel = 4                  # (keys without the architecture prefix)
 
     [kv]
     default_cache_type = "f16"
     [kv.stated.q8_0]                     # optional
     bytes_per_token = 131072
     reason = "..."
+
+``[metadata]`` describes what ``[attention]`` cannot: a hybrid (attention KV on some
+layers, recurrent state on the others), a sparse-attention indexer cache, per-layer head
+counts. The per-layer KV and recurrent state then come from the same reading of the
+metadata as for a GGUF file (:mod:`planner.models.layer_memory`); ``block_count``,
+``context_length`` and ``embedding_length`` are taken from ``[config]``.
+
+A preset whose weights are an estimate states each part's role: one decode step reads a
+shared part whole, ``experts_used / expert_count`` of a routed-experts part and one row of
+an input embedding (counted as none), the same rule as for a GGUF file's tensors. When
+every part names its ``layers``, the preset also gives each layer's weight bytes (the
+input parts in layer 0, the output parts in the last layer, as for a GGUF file).
 
 The data directory is the package ``planner.data`` (the repository's ``data/``;
 ``PLANNER_DATA_DIR`` overrides it).
@@ -57,7 +83,7 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from importlib.resources import files
 from pathlib import Path
@@ -70,6 +96,7 @@ from planner.models.kv_cache import (
     check_cache_type,
     full_attention_layout,
     latent_attention_layout,
+    layout_from_gguf,
     sliding_window_layout,
 )
 from planner.models.spec import ModelError, ModelSpec
@@ -205,7 +232,55 @@ def _attention_layout(attention: _Table, layer_count: int) -> KvLayout:
     raise attention.error("kind", f"must be one of {', '.join(ATTENTION_KINDS)}", kind)
 
 
-def _weights(weights: _Table) -> tuple[int, str]:
+PART_ROLES = ("shared", "routed_experts", "input_embedding")
+_OUTSIDE = ("input", "output")
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """One part of a preset's weights: its bytes, role and where it lies: the blocks it is
+    spread over, ``"input"`` / ``"output"`` for the tensors outside the blocks, or None
+    when the preset does not say."""
+
+    size: int
+    role: str
+    place: tuple[int, ...] | str | None
+
+
+def _part_place(part: _Table, role: str, layer_count: int) -> tuple[int, ...] | str | None:
+    value = part.data.get("layers")
+    if value is None:
+        return "input" if role == "input_embedding" else None
+    if value in _OUTSIDE or value == "all":
+        return tuple(range(layer_count)) if value == "all" else value
+    if not isinstance(value, list) or not value:
+        raise part.error("layers", "must be \"all\", \"input\", \"output\" or a non-empty "
+                         "list of block indices and \"a-b\" ranges", value)
+    blocks: list[int] = []
+    for entry in value:
+        if isinstance(entry, str) and entry.count("-") == 1:
+            first, _, last = entry.partition("-")
+            if not (first.isdecimal() and last.isdecimal()) or int(first) > int(last):
+                raise part.error("layers", f"has a bad range {entry!r}", value)
+            blocks.extend(range(int(first), int(last) + 1))
+        elif isinstance(entry, int) and not isinstance(entry, bool):
+            blocks.append(entry)
+        else:
+            raise part.error("layers", f"has an entry that is not a block or a range: "
+                             f"{entry!r}", value)
+    if len(set(blocks)) != len(blocks) or not all(0 <= b < layer_count for b in blocks):
+        raise part.error("layers", f"must name distinct blocks 0-{layer_count - 1}", value)
+    return tuple(blocks)
+
+
+def _part_role(part: _Table) -> str:
+    role = part.text("role") if part.has("role") else "shared"
+    if role not in PART_ROLES:
+        raise part.error("role", f"must be one of {', '.join(PART_ROLES)}", role)
+    return role
+
+
+def _weights(weights: _Table, layer_count: int) -> tuple[int, list[_Part], str]:
     weights.only("bytes", "method", "quantisation", "source", "parts")
     size = weights.positive("bytes")
     method = weights.text("method")
@@ -213,37 +288,119 @@ def _weights(weights: _Table) -> tuple[int, str]:
         raise weights.error("method", f"must be one of {', '.join(WEIGHT_METHODS)}", method)
     quantisation = weights.text("quantisation")
     source = weights.text("source")
+    parts: list[_Part] = []
     if method == "estimate":
-        parts = []
         for part in weights.tables("parts"):
-            part.only("parameters", "bits_per_weight", "what")
-            parts.append((part.positive("parameters"), part.number("bits_per_weight")))
-        expected = estimate_bytes(parts)
+            part.only("parameters", "bits_per_weight", "what", "role", "layers")
+            role = _part_role(part)
+            part_bytes = estimate_bytes([(part.positive("parameters"),
+                                          part.number("bits_per_weight"))])
+            parts.append(_Part(part_bytes, role, _part_place(part, role, layer_count)))
+        expected = sum(part.size for part in parts)
         if expected != size:
             raise weights.error("bytes", f"does not match its parts: parameters x bits / 8 "
                                 f"gives {expected:,}", size)
         note = f"weights: ESTIMATE for {quantisation} (parameters x bits per weight): {source}"
-    elif method == "file_size":
-        note = f"weights: {quantisation} GGUF file size: {source}"
     else:
-        note = f"weights: {quantisation}, the design's figure: {source}"
-    return size, note
+        note = (f"weights: {quantisation} GGUF file size: {source}" if method == "file_size"
+                else f"weights: {quantisation}, the design's figure: {source}")
+        if not weights.has("parts"):
+            return size, [_Part(size, "shared", None)], note
+        # A stated total with no bits per part: the parts share it by parameters, so the
+        # roles still split it.
+        tables = weights.tables("parts")
+        counts = []
+        for part in tables:
+            part.only("parameters", "what", "role")
+            counts.append(part.positive("parameters"))
+        total = sum(counts)
+        shares = [size * count // total for count in counts]
+        shares[0] += size - sum(shares)
+        parts = [_Part(share, _part_role(part), None)
+                 for share, part in zip(shares, tables, strict=True)]
+    return size, parts, note
 
 
-def _active_weights(root: _Table, weight_bytes: int) -> tuple[int, str]:
-    """Weight bytes one decode step reads: all of them for a dense model; for a mixture of
-    experts the stated active share, ``ceil(bytes x active / total parameters)``."""
+def _layer_weights(parts: list[_Part], layer_count: int) -> tuple[int, ...] | None:
+    """Each block's weight bytes when every part says where it lies: a part spread evenly
+    over its blocks (the first ones taking the remainder), input parts in block 0 and
+    output parts in the last block, as for a GGUF file."""
+    if any(part.place is None for part in parts):
+        return None
+    sizes = [0] * layer_count
+    for part in parts:
+        if part.place == "input":
+            sizes[0] += part.size
+        elif part.place == "output":
+            sizes[-1] += part.size
+        else:
+            blocks = part.place
+            assert isinstance(blocks, tuple)
+            share, extra = divmod(part.size, len(blocks))
+            for index, block in enumerate(blocks):
+                sizes[block] += share + (1 if index < extra else 0)
+    return tuple(sizes)
+
+
+def _active_weights(root: _Table, weight_bytes: int, parts: list[_Part]) -> tuple[int, str]:
+    """Weight bytes one decode step reads: a shared part whole, ``ceil(bytes x used /
+    count)`` of a routed-experts part and nothing of an input embedding (one row per
+    token); a dense model without roles reads every weight."""
+    routed = sum(part.size for part in parts if part.role == "routed_experts")
+    embedding = sum(part.size for part in parts if part.role == "input_embedding")
+    shared = weight_bytes - routed - embedding
     if not root.has("experts"):
-        return weight_bytes, "decode reads every weight (dense model)"
+        if routed:
+            raise root.error("experts", "is missing, but a weight part holds routed experts")
+        active = shared
+        read = (f"decode reads {active:,} weight bytes: every weight but the input "
+                f"embedding, read one row per token" if embedding else
+                f"decode reads {active:,} weight bytes: every weight (dense model)")
+        return active, read
     experts = root.table("experts")
-    experts.only("total_parameters", "active_parameters", "source")
-    total = experts.positive("total_parameters")
-    active = experts.positive("active_parameters")
-    if active > total:
-        raise experts.error("active_parameters", f"exceeds total_parameters {total:,}", active)
-    share = -(-weight_bytes * active // total)
-    return share, (f"decode reads {active:,} of {total:,} parameters (mixture of experts), "
-                   f"{share:,} weight bytes: {experts.text('source')}")
+    experts.only("expert_count", "experts_used", "source")
+    count = experts.positive("expert_count")
+    used = experts.positive("experts_used")
+    if used > count:
+        raise experts.error("experts_used", f"exceeds expert_count {count}", used)
+    if not routed:
+        raise experts.error("", "is given, but no weight part has role \"routed_experts\"")
+    read = sum(-(-part.size * used // count) for part in parts
+               if part.role == "routed_experts")
+    active = shared + read
+    return active, (f"decode reads {active:,} weight bytes: {shared:,} of shared weights "
+                    f"whole and {read:,} of the routed experts' {routed:,} ({used} of "
+                    f"{count} experts per token); the input embedding is read one row per "
+                    f"token ({experts.text('source')})")
+
+
+def _metadata_layout(metadata: _Table, architecture: str, config: _Table,
+                     layer_count: int, where: str) -> KvLayout:
+    """The KV layout llama.cpp builds from the GGUF metadata the preset states."""
+    keys = {f"{architecture}.{key}": value for key, value in _flatten(metadata.data)}
+    for key, value in (("block_count", layer_count),
+                       ("context_length", config.positive("native_context_length")),
+                       ("embedding_length", config.positive("hidden_size"))):
+        if f"{architecture}.{key}" in keys:
+            raise metadata.error(key, "comes from [config]; leave it out")
+        keys[f"{architecture}.{key}"] = value
+    keys["general.architecture"] = architecture
+    try:
+        return layout_from_gguf(architecture, keys, layer_count, where)
+    except ModelError as exc:
+        raise ModelError("InvalidPreset", f"{where}: [metadata]: {exc.message}",
+                         file=where, field="metadata") from None
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """TOML's dotted keys as GGUF keys (``attention.head_count``)."""
+    entries: list[tuple[str, Any]] = []
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            entries.extend(_flatten(value, f"{prefix}{key}."))
+        else:
+            entries.append((f"{prefix}{key}", value))
+    return entries
 
 
 def _kv(kv: _Table, layout: KvLayout) -> tuple[str, tuple[tuple[str, int], ...], list[str]]:
@@ -285,24 +442,37 @@ def _parse(path: Path) -> tuple[str, ModelSpec]:
         raise ModelError("InvalidPreset", f"{where}: not valid TOML: {exc}",
                          file=where) from None
     root = _Table(raw, where)
-    root.only("id", "name", "architecture", "config", "attention", "weights", "experts", "kv")
+    root.only("id", "name", "architecture", "config", "attention", "metadata", "weights",
+              "experts", "kv")
     preset_id = root.text("id")
     if preset_id != path.stem:
         raise root.error("id", f"must match the file name {path.stem!r}", preset_id)
+    architecture = root.text("architecture")
     config = root.table("config")
     config.only("source", "layer_count", "native_context_length", "hidden_size")
     layer_count = config.positive("layer_count")
-    layout = _layout(root.table("attention"), layer_count)
-    weight_bytes, weight_note = _weights(root.table("weights"))
-    active_bytes, active_note = _active_weights(root, weight_bytes)
+    if root.has("attention") == root.has("metadata"):
+        raise root.error("attention", "or [metadata] (not both) must describe the cache")
+    if root.has("metadata"):
+        layout = _metadata_layout(root.table("metadata"), architecture, config, layer_count,
+                                  where)
+    else:
+        layout = _layout(root.table("attention"), layer_count)
+    weight_bytes, parts, weight_note = _weights(root.table("weights"), layer_count)
+    active_bytes, active_note = _active_weights(root, weight_bytes, parts)
     default, table, kv_notes = _kv(root.table("kv"), layout)
+    layer_kv = []
+    for cache_type, _ in table:
+        sizes = layout.layer_bytes_per_token(cache_type)
+        if sizes is not None and sum(sizes) == dict(table)[cache_type]:
+            layer_kv.append((cache_type, sizes))
     spec = ModelSpec(
         name=root.text("name"),
-        architecture=root.text("architecture"),
+        architecture=architecture,
         layer_count=layer_count,
         native_context_length=config.positive("native_context_length"),
         model_weight_bytes=weight_bytes,
-        layer_weight_bytes=None,
+        layer_weight_bytes=_layer_weights(parts, layer_count),
         kv_bytes_per_token=dict(table)[default],
         kv_cache_type=default,
         kv_cache_table=table,
@@ -311,6 +481,8 @@ def _parse(path: Path) -> tuple[str, ModelSpec]:
         notes=(weight_note, active_note, *kv_notes, *layout.notes),
         hidden_size=config.positive("hidden_size") if config.has("hidden_size") else None,
         active_weight_bytes=active_bytes,
+        layer_kv_table=tuple(layer_kv),
+        layer_state_bytes_per_sequence=layout.layer_state_bytes_per_sequence(),
     )
     return preset_id, spec
 
@@ -331,6 +503,11 @@ def list_presets() -> list[str]:
 def load_preset(name: str, kv_cache_type: str | None = None) -> ModelSpec:
     """The preset whose id or display name is ``name`` (case-insensitive)."""
     wanted = name.strip().casefold()
+    # An id names its file: read that one alone; a display name needs them all.
+    for path in sorted(presets_dir().glob("*.toml")):
+        if path.stem.casefold() == wanted:
+            spec = _parse(path)[1]
+            return spec if kv_cache_type is None else spec.with_kv_cache_type(kv_cache_type)
     presets = _load_all()
     for preset_id, spec in presets.items():
         if wanted in (preset_id.casefold(), spec.name.casefold()):

@@ -334,6 +334,18 @@ def describe_model(spec: ModelSpec) -> str:
         f"  KV cache              {spec.kv_cache_type}: {spec.kv_bytes_per_token:,} B per token "
         f"({_bytes(spec.kv_bytes_per_token * spec.native_context_length)} at native context)"
     )
+    per_layer = spec.layer_kv_bytes_per_token
+    if per_layer is not None and 0 in per_layer:
+        lines.append(f"  KV layers             {sum(1 for size in per_layer if size)} of "
+                     f"{spec.layer_count} layers grow with the context")
+    state = spec.layer_state_bytes_per_sequence
+    if state is not None and any(state):
+        lines.append(f"  recurrent state       {sum(1 for size in state if size)} of "
+                     f"{spec.layer_count} layers, {_bytes(sum(state))} per sequence, "
+                     f"whatever the context")
+    if spec.active_weight_bytes is not None and \
+            spec.active_weight_bytes != spec.model_weight_bytes:
+        lines.append(f"  read per token        {_bytes(spec.active_weight_bytes)}")
     others = ", ".join(
         f"{cache_type} {size:,}" for cache_type, size in spec.kv_cache_table
         if cache_type != spec.kv_cache_type
