@@ -39,14 +39,15 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 
 from planner._validate import Fail, flag, integer, is_integral, shown
-from planner.errors import CodedError
+from planner.errors import CodedError, InvalidInput
 from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_PARALLEL_LANES, DEFAULT_UBATCH
 from planner.models.kv_cache import CACHE_TYPES, check_cache_type, row_bytes
+from planner.planning.memory_rule import LayerCosts
 
 COMPONENTS = ("weights_bytes", "kv_bytes", "state_bytes", "compute_bytes", "output_bytes",
               "overhead_bytes")
@@ -598,33 +599,64 @@ class LlamaCppCosts:
             cache_type_v=self.cache_type_v, parallel=self.lanes, kv_unified=True,
             ubatch=self.ubatch, flash_attn=self.flash_attn)
 
-    def layer_bytes(self, context_length: int) -> tuple[int, ...]:
+    # -- the memory rule the planner costs layers and nodes with ------------------------
+    name: ClassVar[str] = "llamacpp"
+
+    def check(self, request: Any) -> None:
+        if self.layer_count != request.layer_count:
+            raise InvalidInput("memory_rule", f"describes {self.layer_count} layers but "
+                               f"layer_count is {request.layer_count}",
+                               value=self.layer_count)
+
+    def layer_costs(self, request: Any, context_length: int, lanes: int) -> LayerCosts:
+        """Each layer's weights and KV cache as llama.cpp allocates them at the context;
+        the last layer's ``other`` is the output head and the output device's compute
+        buffer. Sized for :attr:`lanes`, the most the search tries."""
         settings = self.settings(context_length)
         model = self.model
-        costs = [layer.weight_bytes + layer_kv_bytes(model, index, settings)
-                 + layer_state_bytes(model, index, settings)
-                 for index, layer in enumerate(model.layers)]
-        last = model.layer_count - 1
-        costs[last] += (model.output_bytes + model.tied_embedding_bytes
-                        + compute_bytes(model, range(last, last + 1), settings,
-                                        role="output", copies=SCHED_MAX_COPIES))
-        return tuple(costs)
+        count = model.layer_count
+        other = [0] * count
+        other[count - 1] = (model.output_bytes + model.tied_embedding_bytes
+                            + compute_bytes(model, range(count - 1, count), settings,
+                                            role="output", copies=SCHED_MAX_COPIES))
+        return LayerCosts(
+            weights=tuple(layer.weight_bytes for layer in model.layers),
+            kv=tuple(layer_kv_bytes(model, index, settings) for index in range(count)),
+            state=tuple(layer_state_bytes(model, index, settings) for index in range(count)),
+            other=tuple(other))
+
+    def node_reserves(self, request: Any, context_length: int,
+                      lanes: int) -> dict[str, int]:
+        """Per node: its backend overhead and the compute buffer of a pipeline stage
+        before the last."""
+        compute = self._stage_compute_bytes(context_length)
+        overheads = dict(self.overhead_bytes)
+        return {node.node_id: overheads.get(node.node_id, 0) + compute
+                for node in request.nodes}
+
+    def _stage_compute_bytes(self, context_length: int) -> int:
+        settings = self.settings(context_length)
+        model = self.model
+        return max(compute_bytes(model, range(model.layer_count), settings, role=role,
+                                 copies=SCHED_MAX_COPIES) for role in ("first", "middle"))
+
+    def lanes_matter(self, request: Any) -> bool:
+        return False
+
+    def layer_bytes(self, context_length: int) -> tuple[int, ...]:
+        return self.layer_costs(None, context_length, self.lanes).totals
 
     def kv_bytes(self, context_length: int, layer_start: int, layer_end: int) -> int:
         """KV cache of layers ``[layer_start, layer_end)`` at the context."""
-        settings = self.settings(context_length)
-        return sum(layer_kv_bytes(self.model, index, settings)
-                   for index in range(layer_start, layer_end))
+        return sum(self.layer_costs(None, context_length, self.lanes).kv[layer_start:layer_end])
 
     def reserve_bytes(self, node_id: str, context_length: int) -> int:
-        settings = self.settings(context_length)
-        model = self.model
-        compute = max(compute_bytes(model, range(model.layer_count), settings, role=role,
-                                    copies=SCHED_MAX_COPIES) for role in ("first", "middle"))
-        return dict(self.overhead_bytes).get(node_id, 0) + compute
+        return (dict(self.overhead_bytes).get(node_id, 0)
+                + self._stage_compute_bytes(context_length))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model.to_dict(), "cache_type_k": self.cache_type_k,
+        return {"name": self.name, "model": self.model.to_dict(),
+                "cache_type_k": self.cache_type_k,
                 "cache_type_v": self.cache_type_v, "flash_attn": self.flash_attn,
                 "ubatch": self.ubatch, "lanes": self.lanes,
                 "overhead_bytes": dict(self.overhead_bytes)}
@@ -632,6 +664,7 @@ class LlamaCppCosts:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LlamaCppCosts:
         values = dict(data)
+        values.pop("name", None)  # the rule's name, as the request's dict form gives it
         values["model"] = LlamaCppModel.from_dict(values["model"])
         values["overhead_bytes"] = tuple(dict(values.get("overhead_bytes") or {}).items())
         return cls(**values)

@@ -328,8 +328,9 @@ def with_candidate_estimates(frame: pd.DataFrame, request: PlanningInput,
     every feasible row whose nodes are catalog kinds (NA elsewhere); each row is
     estimated as the plan its node set and shape would give."""
     weights = layer_weights(request)
-    by_id = {node.node_id: node for node in request.nodes}
-    budgets: dict[int, dict[str, NodeBudget]] = {}
+    # The budgets and layer bytes the search walked, per shape: after the memory rule's
+    # fixed costs per node (none under the design rule).
+    walked: dict[tuple[int, int], tuple[dict[str, NodeBudget], tuple[int, ...]]] = {}
     speeds = node_speeds(request.nodes, catalog, node_kinds)
     values: dict[str, list[Any]] = {column: [] for column in ESTIMATE_COLUMNS}
     for row in frame.itertuples(index=False):
@@ -339,19 +340,16 @@ def with_candidate_estimates(frame: pd.DataFrame, request: PlanningInput,
         if row.feasible and traffic is not None and all(
                 node_id in speeds and speeds[node_id].memory_bandwidth_bytes_per_s
                 for node_id in row.node_ids):
-            context = int(row.context_length)
-            if request.memory_model != "design":
-                # The budgets the search walked: after llama.cpp's fixed costs per node.
-                if context not in budgets:
-                    budgets[context] = {node.node_id: node
-                                        for node in at_context(request, context).nodes}
-                ordered = [budgets[context][node_id] for node_id in row.node_ids]
-            else:
-                ordered = [by_id[node_id] for node_id in row.node_ids]
-            walk = walk_stages([node.usable_bytes for node in ordered],
-                               layer_bytes(request, context))
+            shape = (int(row.context_length), int(row.parallel_lanes))
+            if shape not in walked:
+                walked[shape] = (
+                    {node.node_id: node for node in at_context(request, *shape).nodes},
+                    layer_bytes(request, *shape))
+            budgets, costs = walked[shape]
+            ordered = [budgets[node_id] for node_id in row.node_ids]
+            walk = walk_stages([node.usable_bytes for node in ordered], costs)
             if walk.fits:
-                plan = Plan(context, int(row.parallel_lanes),
+                plan = Plan(shape[0], shape[1],
                             build_stages(ordered, walk.spans, weights), None, None)
                 estimate = estimate_plan(request, plan, traffic, speeds, **options)
         for column in ESTIMATE_COLUMNS:

@@ -21,6 +21,7 @@ from planner.memory import (
     LlamaCppModel,
     compute_bytes,
 )
+from planner.planning.memory_rule import DESIGN_RULE
 from planner.planning.tables import stage_usage
 from planner.reports.content import build_report
 
@@ -40,13 +41,13 @@ def _model() -> LlamaCppModel:
 
 
 def _request(memory_model: str = "design", vram: int = 1400 * MIB) -> planner.PlanningInput:
-    costs = LlamaCppCosts(_model(), lanes=1) if memory_model == "llamacpp" else None
+    rule = LlamaCppCosts(_model(), lanes=1) if memory_model == "llamacpp" else DESIGN_RULE
     return planner.PlanningInput(
         native_context_length=CONTEXT, layer_count=4, model_weight_bytes=4 * WEIGHT,
         # K and V, 2 bytes each, 1024 elements, 4 layers: 16 KiB per token.
         kv_bytes_per_token=4 * 2 * ELEMENTS * 2,
         nodes=(planner.NodeBudget("a", vram), planner.NodeBudget("b", vram)),
-        parallel_lanes_override=1, memory_model=memory_model, llamacpp=costs)
+        parallel_lanes_override=1, memory_rule=rule)
 
 
 def test_the_two_memory_models_give_different_plans_worked_by_hand() -> None:
@@ -99,31 +100,30 @@ def test_node_overheads_come_off_each_node() -> None:
 
 def test_the_design_rule_is_the_default_and_its_request_has_the_spec_fields_only() -> None:
     request = _request()
-    assert request.memory_model == "design"
-    assert "memory_model" not in request.to_dict()
+    assert request.memory_model == "design" and request.memory_rule == DESIGN_RULE
+    assert "memory_rule" not in request.to_dict()
     llamacpp = _request("llamacpp")
     data = json.loads(json.dumps(llamacpp.to_dict()))
+    assert data["memory_rule"]["name"] == "llamacpp"
     with pytest.raises(InvalidInput) as caught:
         planner.PlanningInput.from_dict(data)
-    assert caught.value.field == "llamacpp" and "from_dict" in caught.value.message
+    assert caught.value.field == "memory_rule" and "from_dict" in caught.value.message
     again = planner.PlanningInput.from_dict(
-        {**data, "llamacpp": LlamaCppCosts.from_dict(data["llamacpp"])})
+        {**data, "memory_rule": LlamaCppCosts.from_dict(data["memory_rule"])})
     assert again == llamacpp
     assert planner.plan_topology(again) == planner.plan_topology(llamacpp)
 
 
-@pytest.mark.parametrize(("changes", "field"), [
-    ({"memory_model": "exact"}, "memory_model"),
-    ({"memory_model": "llamacpp", "llamacpp": None}, "llamacpp"),
-    ({"memory_model": "llamacpp", "layer_count": 5}, "llamacpp"),
+@pytest.mark.parametrize("changes", [
+    {"memory_rule": "llamacpp"},
+    {"memory_rule": None},
+    {"memory_rule": {"name": "design"}},
+    {"memory_rule": LlamaCppCosts(_model()), "layer_count": 5},
 ])
-def test_bad_memory_models_are_refused_by_field(changes: dict, field: str) -> None:
-    fields = {**_request().to_dict(), "llamacpp": LlamaCppCosts(_model()), **changes}
-    if fields["memory_model"] == "design":
-        fields.pop("llamacpp")
+def test_bad_memory_rules_are_refused_by_field(changes: dict) -> None:
     with pytest.raises(InvalidInput) as caught:
-        planner.PlanningInput.from_dict(fields)
-    assert caught.value.field == field
+        planner.PlanningInput.from_dict({**_request().to_dict(), **changes})
+    assert caught.value.field == "memory_rule"
 
 
 def _fleet(tmp_path: Path, model: str, vram: str = "300 MiB") -> Path:
@@ -149,7 +149,7 @@ def test_fleet_files_and_reports_plan_with_the_chosen_model(tmp_path: Path) -> N
                                 .read_text())
     assert document.to_request().memory_model == "design"
     request = document.to_request("llamacpp")
-    assert request.memory_model == "llamacpp" and request.llamacpp.layer_count == 6
+    assert request.memory_model == "llamacpp" and request.memory_rule.layer_count == 6
     # The small model's weights and KV are a few MiB, but llama.cpp's compute buffers
     # (4 pipeline copies of the KQ masks at 32k cells, the logits of a ubatch over its
     # vocabulary) are well over 100 MiB: 100 MiB nodes fit it by design only.
@@ -164,7 +164,7 @@ def test_fleet_files_and_reports_plan_with_the_chosen_model(tmp_path: Path) -> N
     assert content.planning["memory_model"] == "llamacpp"
     rows = content.memory["stages"]
     assert [row["stage_id"] for row in rows] == ["stage-0", "host"]
-    model = request.llamacpp.model
+    model = request.memory_rule.model
     # The stage holds the tied head's second copy of token_embd; the host the first.
     assert rows[0]["weights_bytes"] == (sum(layer.weight_bytes for layer in model.layers)
                                         + model.output_bytes + model.tied_embedding_bytes)
@@ -205,7 +205,7 @@ def test_a_node_left_with_nothing_usable_is_skipped() -> None:
     small = planner.NodeBudget("c", 100 * MIB)
     with_small = planner.PlanningInput.from_dict(
         {**request.to_dict(), "nodes": [*request.nodes, small],
-         "llamacpp": request.llamacpp})
+         "memory_rule": request.memory_rule})
     assert planner.plan_topology(with_small) == planner.plan_topology(request)
     design = planner.PlanningInput.from_dict(
         {**_request().to_dict(), "nodes": [*_request().nodes,

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 import planner
 from planner.errors import CodedError, PlanError
 from planner.fleet import FleetDocument, load_fleet
+from planner.planning.memory_rule import MEMORY_MODELS
 from planner.reports.tables import terminal_safe
 
 EXIT_OK = 0
@@ -41,7 +42,7 @@ def add_fleet_argument(parser: argparse.ArgumentParser) -> None:
 
 def add_memory_model_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--memory-model", choices=("design", "llamacpp"), default="design",
+        "--memory-model", choices=MEMORY_MODELS, default="design",
         help="memory rule to plan with: design (default; weights + ceil(kv/L) x context "
              "per layer) or llamacpp (what llama.cpp allocates per device, read from the "
              "fleet's GGUF file; a quantized V cache needs flash attention)")
@@ -86,10 +87,20 @@ def plan_or_exit_code(source: str, request: planner.PlanningInput,
                       as_json: bool) -> planner.Plan | int:
     """The plan for ``request``, or, when there is none, the exit code after the error was
     said on stderr (and printed as ``{"error": ...}`` on stdout with ``as_json``)."""
+    result = result_or_exit_code(source, request, as_json)
+    return result if isinstance(result, int) else result.plan_or_raise()
+
+
+def result_or_exit_code(source: str, request: planner.PlanningInput,
+                        as_json: bool) -> planner.PlanningResult | int:
+    """``request`` planned once (:func:`planner.plan_request`) with a plan, or, when there
+    is none, the exit code after the error was said as :func:`plan_or_exit_code` says it."""
     try:
-        return planner.plan_topology(request)
+        result = planner.plan_request(request)
+        result.plan_or_raise()
     except PlanError as error:
         if as_json:
             print(json.dumps({"error": error.to_dict()}, indent=2))
         say_error(source, error)
         return exit_code(error)
+    return result

@@ -12,7 +12,7 @@ from planner.cli._common import (
     add_fleet_argument,
     add_memory_model_argument,
     load_request,
-    plan_or_exit_code,
+    result_or_exit_code,
 )
 from planner.reports.content import build_report
 from planner.reports.tables import (
@@ -44,14 +44,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     document, request = load_request(args.fleet, args.memory_model)
-    plan = plan_or_exit_code(args.fleet, request, args.json)
-    if isinstance(plan, int):
-        return plan
+    result = result_or_exit_code(args.fleet, request, args.json)
+    if isinstance(result, int):
+        return result
+    plan = result.plan_or_raise()
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2))
         return EXIT_OK
     content = build_report(document, include_candidates=False, include_what_if=False,
-                           memory_model=args.memory_model)
+                           planned=result)
     # The model's own name whichever way the file gives it (preset, GGUF or numbers), as
     # the reports show it.
     print(terminal_safe(f"{document.title}: {content.model['name']}"))

@@ -26,6 +26,7 @@ from planner.fleet._fields import (
 from planner.fleet.errors import FleetFileError
 from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_PARALLEL_LANES
 from planner.planning import NodeBudget, PlanningInput
+from planner.planning.memory_rule import DESIGN_RULE, MEMORY_MODELS
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,9 +301,10 @@ class FleetDocument:
             model_fields = self.model.resolve(self.base_dir)
         except FleetFileError as error:
             raise error.located(self.source) from None
-        llamacpp = None
-        if memory_model == "llamacpp":
-            llamacpp = self._llamacpp_costs()
+        if memory_model not in MEMORY_MODELS:
+            raise InvalidInput("memory_model", f"must be one of {', '.join(MEMORY_MODELS)}",
+                               value=memory_model)
+        rule = self._llamacpp_costs() if memory_model == "llamacpp" else DESIGN_RULE
         return PlanningInput(
             **model_fields,
             nodes=self.nodes,
@@ -310,8 +312,7 @@ class FleetDocument:
             context_length_override=self.context_length_override,
             parallel_lanes_override=self.parallel_lanes_override,
             target_decode_tpot_ms=self.target_decode_tpot_ms,
-            memory_model=memory_model,
-            llamacpp=llamacpp,
+            memory_rule=rule,
         )
 
     def _llamacpp_costs(self) -> Any:

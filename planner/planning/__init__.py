@@ -3,22 +3,30 @@
 from planner.planning.api import CANDIDATE_COLUMNS, candidates, plan_topology
 from planner.planning.explain import ChoiceExplanation, HigherContext, ShapeOption, explain_choice
 from planner.planning.inputs import NodeBudget, PlanningInput, as_planning_input
+from planner.planning.memory_rule import DESIGN_RULE, DesignRule, LayerCosts, MemoryRule
 from planner.planning.plan import Plan, Stage
+from planner.planning.result import PlanningResult, plan_request
 from planner.planning.tables import node_budgets, stage_usage
 
 __all__ = [
     "CANDIDATE_COLUMNS",
+    "DESIGN_RULE",
     "ChoiceExplanation",
+    "DesignRule",
     "HigherContext",
+    "LayerCosts",
+    "MemoryRule",
     "NodeBudget",
     "Plan",
     "PlanningInput",
+    "PlanningResult",
     "ShapeOption",
     "Stage",
     "as_planning_input",
     "candidates",
     "explain_choice",
     "node_budgets",
+    "plan_request",
     "plan_topology",
     "stage_usage",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -18,7 +19,7 @@ from planner.planning.rules import (
     context_floor,
     lane_candidates,
     layer_bytes,
-    layer_weights,
+    layer_costs,
     node_count_range,
     stage_order,
     walk_stages,
@@ -37,12 +38,14 @@ def target_met(request: PlanningInput, estimate: int | float | None) -> bool | N
     return latency_microseconds(estimate) <= request.target_decode_tpot_ms * 1000
 
 
-def _to_plan(request: PlanningInput, choice: NodeSetChoice, lanes: int) -> Plan:
+def _to_plan(request: PlanningInput, shape: Shape) -> Plan:
+    choice = shape.choice
     estimate = choice.estimated_decode_network_ms_per_token
+    weights = layer_costs(request, choice.context_length, shape.lanes).weights
     return Plan(
         context_length=choice.context_length,
-        parallel_lanes=lanes,
-        stages=build_stages(choice.nodes, choice.spans, layer_weights(request)),
+        parallel_lanes=shape.lanes,
+        stages=build_stages(choice.nodes, choice.spans, weights),
         estimated_decode_network_ms_per_token=estimate,
         decode_tpot_target_met=target_met(request, estimate),
     )
@@ -56,51 +59,80 @@ def _set_order(choice: NodeSetChoice) -> tuple[int, int, tuple[str, ...]]:
 def shape_rank(request: PlanningInput, estimate_us: int,
                context: int) -> tuple[bool, int, int]:
     """docs/rules.md §6, latency-aware: target met (unknown counts as met), lower estimate
-    (unknown counts as 0; in whole microseconds, so exact), higher context; lanes are
-    always the most allowed."""
+    (unknown counts as 0; in whole microseconds, so exact), higher context (then more
+    lanes, which :func:`select_shape` ranks next)."""
     target = request.target_decode_tpot_ms
     return (target is not None and estimate_us > target * 1000, estimate_us, -context)
 
 
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """A shape the planner may choose: a node set (its context and stage count) and the
+    parallel lanes it runs."""
+
+    choice: NodeSetChoice
+    lanes: int
+
+
 class Shapes:
-    """The search at each context, run at most once per context and stage count, so that
-    :func:`select_shape` and the candidates table share their results."""
+    """The search at each context (and lane count, where the memory rule charges by
+    lanes), run at most once per distinct cost of the layers and nodes and per stage
+    count, so that the plan, the candidates table and the explanation share it."""
 
     def __init__(self, request: PlanningInput) -> None:
         self.request = request
         self.counts = node_count_range(request)
-        self._searches: dict[int, ContextSearch] = {}
+        self.lanes = lane_candidates(request)
+        self._lanes_matter = request.memory_rule.lanes_matter(request)
+        self._searches: dict[Any, ContextSearch] = {}
+        self._keys: dict[tuple[int, int], Any] = {}
         self._budget = SearchBudget()
-        self._fitting: dict[int, dict[int, int]] = {}
-        self._best: dict[tuple[int, int], NodeSetChoice] = {}
+        self._fitting: dict[Any, dict[int, int]] = {}
+        self._best: dict[tuple[Any, int], NodeSetChoice] = {}
 
-    def _search(self, context: int) -> ContextSearch:
-        if context not in self._searches:
-            self._searches[context] = ContextSearch(self.request, context, self._budget)
-        return self._searches[context]
+    def key(self, context: int, lanes: int) -> Any:
+        """Equal for lane counts that cost every layer and node the same."""
+        if not self._lanes_matter:
+            return context
+        if (context, lanes) not in self._keys:
+            rule = self.request.memory_rule
+            reserves = rule.node_reserves(self.request, context, lanes)
+            self._keys[(context, lanes)] = (
+                context, rule.layer_costs(self.request, context, lanes).totals,
+                tuple(sorted(reserves.items())))
+        return self._keys[(context, lanes)]
 
-    def fitting(self, context: int) -> dict[int, int]:
+    def _search(self, context: int, lanes: int) -> ContextSearch:
+        key = self.key(context, lanes)
+        if key not in self._searches:
+            self._searches[key] = ContextSearch(self.request, context, self._budget, lanes)
+        return self._searches[key]
+
+    def fitting(self, context: int, lanes: int) -> dict[int, int]:
         """Stage count -> smallest max latency in microseconds (unknown as 0), for the
         counts that fit."""
-        if context not in self._fitting:
-            found = self._search(context).min_max_latency()
-            self._fitting[context] = {k: v for k, v in found.items() if k in self.counts}
-        return self._fitting[context]
+        key = self.key(context, lanes)
+        if key not in self._fitting:
+            found = self._search(context, lanes).min_max_latency()
+            self._fitting[key] = {k: v for k, v in found.items() if k in self.counts}
+        return self._fitting[key]
 
-    def best(self, context: int, counts: Iterable[int]) -> dict[int, NodeSetChoice]:
-        """The docs/rules.md §5 best set for each of ``counts`` that fits at ``context``."""
-        fitting = self.fitting(context)
+    def best(self, context: int, lanes: int, counts: Iterable[int]) -> dict[int, NodeSetChoice]:
+        """The docs/rules.md §5 best set for each of ``counts`` that fits at ``context``
+        with ``lanes``."""
+        fitting = self.fitting(context, lanes)
+        key = self.key(context, lanes)
         wanted = [k for k in counts if k in fitting]
-        missing = [k for k in wanted if (context, k) not in self._best]
+        missing = [k for k in wanted if (key, k) not in self._best]
         if missing:
-            for k, choice in self._search(context).best_for_counts(missing).items():
-                self._best[(context, k)] = choice
-        return {k: self._best[(context, k)] for k in wanted}
+            for k, choice in self._search(context, lanes).best_for_counts(missing).items():
+                self._best[(key, k)] = choice
+        return {k: self._best[(key, k)] for k in wanted}
 
 
 def select_shape(request: PlanningInput, shapes: Shapes,
-                 contexts: Iterable[int] | None = None) -> NodeSetChoice | None:
-    """docs/rules.md §6: the chosen (context, stage count) and its node set, or None.
+                 contexts: Iterable[int] | None = None) -> Shape | None:
+    """docs/rules.md §6: the chosen shape and its node set, or None.
 
     ``contexts`` (highest first) narrows the choice to those context lengths; by default
     every context candidate takes part.
@@ -108,27 +140,29 @@ def select_shape(request: PlanningInput, shapes: Shapes,
     counts = shapes.counts
     contexts = context_candidates(request) if contexts is None else tuple(contexts)
     if not request.has_latency:
-        # Highest context first, then fewest nodes: the first shape that fits wins.
+        # Highest context first, then fewest nodes, then most lanes: the first shape
+        # that fits wins.
         for context in contexts:
-            fitting = shapes.fitting(context)
             for count in counts:
-                if count in fitting:
-                    return shapes.best(context, [count])[count]
+                for lanes in shapes.lanes:
+                    if count in shapes.fitting(context, lanes):
+                        return Shape(shapes.best(context, lanes, [count])[count], lanes)
         return None
-    # Latency-aware: rank every fitting shape by target met, estimate, context (the
-    # estimate needs only the smallest max latency); ties between stage counts go to the
-    # docs/rules.md §5 rules, which need the sets themselves.
+    # Latency-aware: rank every fitting shape by target met, estimate, context, lanes
+    # (the estimate needs only the smallest max latency); ties go to the docs/rules.md §5
+    # rules, which need the sets themselves.
     ranked = [
-        (shape_rank(request, count * latency, context), context, count)
+        ((*shape_rank(request, count * latency, context), -lanes), context, lanes, count)
         for context in contexts
-        for count, latency in shapes.fitting(context).items()
+        for lanes in shapes.lanes
+        for count, latency in shapes.fitting(context, lanes).items()
     ]
     if not ranked:
         return None
-    best_key = min(key for key, _, _ in ranked)
-    finalists = [shapes.best(context, [count])[count]
-                 for key, context, count in ranked if key == best_key]
-    return min(finalists, key=_set_order)
+    best_key = min(key for key, _, _, _ in ranked)
+    finalists = [Shape(shapes.best(context, lanes, [count])[count], lanes)
+                 for key, context, lanes, count in ranked if key == best_key]
+    return min(finalists, key=lambda shape: _set_order(shape.choice))
 
 
 def plan_topology(request: Request) -> Plan:
@@ -148,17 +182,25 @@ def plan_topology(request: Request) -> Plan:
     """
     req = as_planning_input(request)
     check_request(req)
-    choice = select_shape(req, Shapes(req))
-    if choice is None:
+    plan = plan_with(req, Shapes(req))
+    if plan is None:
         raise no_valid_topology(req)
-    return _to_plan(req, choice, lane_candidates(req)[0])
+    return plan
+
+
+def plan_with(request: PlanningInput, shapes: Shapes) -> Plan | None:
+    """The plan of a checked request from ``shapes``' searches, or None."""
+    shape = select_shape(request, shapes)
+    return None if shape is None else _to_plan(request, shape)
 
 
 def no_valid_topology(request: PlanningInput) -> PlanError:
     """The NoValidTopology error, with how close the fleet came at the lowest context."""
     contexts = context_candidates(request)
     lowest = contexts[-1]
-    request = at_context(request, lowest)
+    # The most room any shape has: the lowest context, the fewest lanes.
+    lanes = lane_candidates(request)[-1]
+    request = at_context(request, lowest, lanes)
     floor = context_floor(request)
     layers = request.layer_count
     counts = node_count_range(request)
@@ -172,7 +214,7 @@ def no_valid_topology(request: PlanningInput) -> PlanError:
         why = "no node has usable memory (each node's VRAM, cap and headroom leave 0 bytes)"
         placed = 0
     else:
-        costs = layer_bytes(request, lowest)
+        costs = layer_bytes(request, lowest, lanes)
         ordered = stage_order(usable_nodes)[:layers]
         placed = _greedy_layers(ordered, costs)
         missing = sum(costs[placed:])
@@ -253,7 +295,8 @@ def candidates(request: Request) -> pd.DataFrame:
     ``stage_count`` (int)
         Number of nodes, one pipeline stage each.
     ``parallel_lanes`` (int)
-        Parallel decode lanes (they share one KV cache, so they never change memory).
+        Parallel decode lanes (they share one KV cache; they change memory only where
+        the memory rule charges a fixed state per sequence).
     ``feasible`` (bool)
         Whether some node set of that size fits at that context.
     ``node_ids`` (tuple of str)
@@ -275,31 +318,46 @@ def candidates(request: Request) -> pd.DataFrame:
     """
     req = as_planning_input(request)
     check_request(req)
-    lanes = lane_candidates(req)
-    counts = list(node_count_range(req))
+    return candidates_with(req, Shapes(req))
+
+
+def candidates_with(request: PlanningInput, shapes: Shapes) -> pd.DataFrame:
+    """The candidates table of a checked request from ``shapes``' searches."""
+    counts = list(shapes.counts)
     rows: list[dict[str, Any]] = []
-    shapes = Shapes(req)
-    for context in context_candidates(req):
-        best = shapes.best(context, counts)
-        costs = layer_bytes(req, context)
-        # Sorted once per context: the reason of every infeasible count walks a prefix.
-        ordered = stage_order([n for n in at_context(req, context).nodes
-                               if n.usable_bytes > 0])
+    for context in context_candidates(request):
+        best: dict[int, dict[int, NodeSetChoice]] = {}
+        reasons: dict[Any, dict[int, str]] = {}
+        for lanes in shapes.lanes:
+            best[lanes] = shapes.best(context, lanes, counts)
+            missing = [count for count in counts if count not in best[lanes]]
+            key = shapes.key(context, lanes)
+            if missing and key not in reasons:
+                reasons[key] = _infeasible_reasons(request, context, lanes, missing)
         for count in counts:
-            choice = best.get(count)
-            reason = "" if choice is not None else _infeasible_reason(ordered, count, costs)
-            for lane in lanes:
-                rows.append(_row(req, context, count, lane, choice, reason))
+            for lanes in shapes.lanes:
+                reason = reasons.get(shapes.key(context, lanes), {}).get(count, "")
+                rows.append(_row(request, context, count, lanes, best[lanes].get(count),
+                                 reason))
     frame = candidate_frame(rows)
-    selected = select_shape(req, shapes)
+    selected = select_shape(request, shapes)
     if selected is not None:
         chosen = (
-            (frame["context_length"] == selected.context_length)
-            & (frame["stage_count"] == selected.stage_count)
-            & (frame["parallel_lanes"] == lanes[0])
+            (frame["context_length"] == selected.choice.context_length)
+            & (frame["stage_count"] == selected.choice.stage_count)
+            & (frame["parallel_lanes"] == selected.lanes)
         )
         frame.loc[chosen, "selected"] = True
     return frame
+
+
+def _infeasible_reasons(request: PlanningInput, context: int, lanes: int,
+                        counts: Iterable[int]) -> dict[int, str]:
+    """Why no set of each of ``counts`` fits; the fleet is sorted once."""
+    costs = layer_bytes(request, context, lanes)
+    ordered = stage_order([n for n in at_context(request, context, lanes).nodes
+                           if n.usable_bytes > 0])
+    return {count: _infeasible_reason(ordered, count, costs) for count in counts}
 
 
 def _row(request: PlanningInput, context: int, count: int, lanes: int,

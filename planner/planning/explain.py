@@ -14,6 +14,7 @@ from typing import Any
 
 from planner.planning.api import (
     Request,
+    Shape,
     Shapes,
     no_valid_topology,
     select_shape,
@@ -21,8 +22,7 @@ from planner.planning.api import (
     target_met,
 )
 from planner.planning.inputs import PlanningInput, as_planning_input
-from planner.planning.rules import check_request, context_candidates, lane_candidates
-from planner.planning.search import NodeSetChoice
+from planner.planning.rules import check_request, context_candidates
 from planner.units import latency_microseconds
 
 TARGET_MET = "target_met"
@@ -106,34 +106,42 @@ def explain_choice(request: Request) -> ChoiceExplanation:
     """
     req = as_planning_input(request)
     check_request(req)
-    shapes = Shapes(req)
-    choice = select_shape(req, shapes)
-    if choice is None:
+    explanation = explain_with(req, Shapes(req))
+    if explanation is None:
         raise no_valid_topology(req)
-    lanes = lane_candidates(req)[0]
-    chosen = _option(req, choice, lanes)
+    return explanation
+
+
+def explain_with(request: PlanningInput, shapes: Shapes) -> ChoiceExplanation | None:
+    """The explanation of a checked request from ``shapes``' searches (None when no shape
+    fits)."""
+    shape = select_shape(request, shapes)
+    if shape is None:
+        return None
+    chosen = _option(request, shape)
     higher = []
-    for context in context_candidates(req):
-        if context <= choice.context_length:
+    for context in context_candidates(request):
+        if context <= shape.choice.context_length:
             break
-        best = select_shape(req, shapes, contexts=(context,))
+        best = select_shape(request, shapes, contexts=(context,))
         if best is not None:
-            higher.append(_compare(req, _option(req, best, lanes), chosen))
+            higher.append(_compare(request, _option(request, best), chosen))
     return ChoiceExplanation(
-        latency_aware=req.has_latency,
-        target_decode_tpot_ms=req.target_decode_tpot_ms,
+        latency_aware=request.has_latency,
+        target_decode_tpot_ms=request.target_decode_tpot_ms,
         chosen=chosen,
         higher_contexts=tuple(higher),
-        summary=_summary(req, chosen, higher),
+        summary=_summary(request, chosen, higher),
     )
 
 
-def _option(request: PlanningInput, choice: NodeSetChoice, lanes: int) -> ShapeOption:
+def _option(request: PlanningInput, shape: Shape) -> ShapeOption:
+    choice = shape.choice
     estimate = choice.estimated_decode_network_ms_per_token
     return ShapeOption(
         context_length=choice.context_length,
         stage_count=choice.stage_count,
-        parallel_lanes=lanes,
+        parallel_lanes=shape.lanes,
         node_ids=choice.node_ids,
         estimated_decode_network_ms_per_token=estimate,
         decode_tpot_target_met=target_met(request, estimate),

@@ -25,6 +25,7 @@ from planner.limits import (
     MAX_NODE_BYTES,
     MAX_NODES,
 )
+from planner.planning.memory_rule import DESIGN_RULE, MemoryRule
 from planner.units import LatencyError, latency_microseconds, parse_latency_ms
 
 _INT_LIMITS = {
@@ -175,10 +176,10 @@ class PlanningInput:
     context_length_override: int | None = None
     parallel_lanes_override: int | None = None
     target_decode_tpot_ms: int | None = None
-    memory_model: str = "design"
-    """``"design"``: the per-layer rule of docs/rules.md §3. ``"llamacpp"``: what llama.cpp
-    allocates, from ``llamacpp`` (a :class:`planner.memory.LlamaCppCosts`)."""
-    llamacpp: Any = None
+    memory_rule: MemoryRule = DESIGN_RULE
+    """What each layer and node costs (:mod:`planner.planning.memory_rule`): the design
+    rule of docs/rules.md §3 unless another is given (llama.cpp's:
+    :class:`planner.memory.LlamaCppCosts`, docs/rules.md §12)."""
 
     def __post_init__(self) -> None:
         for name, maximum in _INT_LIMITS.items():
@@ -219,21 +220,18 @@ class PlanningInput:
                     "give one weight per layer or null",
                 )
             object.__setattr__(self, "layer_weight_bytes", weights)
-        if self.memory_model not in MEMORY_MODELS:
-            raise InvalidInput("memory_model", f"must be one of {', '.join(MEMORY_MODELS)}",
-                               value=self.memory_model)
-        if self.memory_model == "llamacpp":
-            costs = self.llamacpp
-            if not (callable(getattr(costs, "layer_bytes", None))
-                    and callable(getattr(costs, "reserve_bytes", None))):
-                raise InvalidInput(
-                    "llamacpp", "memory_model llamacpp needs the model's llama.cpp layout "
-                    "(a planner.memory.LlamaCppCosts, e.g. costs_from_gguf(path); from "
-                    "JSON, LlamaCppCosts.from_dict)", value=type(costs).__name__)
-            if costs.layer_count != self.layer_count:
-                raise InvalidInput(
-                    "llamacpp", f"describes {costs.layer_count} layers but layer_count is "
-                    f"{self.layer_count}", value=costs.layer_count)
+        if not isinstance(self.memory_rule, MemoryRule):
+            raise InvalidInput(
+                "memory_rule", "must be a memory rule: planner.planning.memory_rule."
+                "DesignRule() or llama.cpp's (a planner.memory.LlamaCppCosts, e.g. "
+                "costs_from_gguf(path); from JSON, LlamaCppCosts.from_dict)",
+                value=type(self.memory_rule).__name__)
+        self.memory_rule.check(self)
+
+    @property
+    def memory_model(self) -> str:
+        """The memory rule's name: ``"design"`` or ``"llamacpp"``."""
+        return self.memory_rule.name
 
     @property
     def usable_bytes(self) -> dict[str, int]:
@@ -259,9 +257,9 @@ class PlanningInput:
             "context_length_override": self.context_length_override,
             "parallel_lanes_override": self.parallel_lanes_override,
             "target_decode_tpot_ms": self.target_decode_tpot_ms,
-            # The fields of docs/rules.md §1 only, unless the request plans with llama.cpp's memory.
-            **({} if self.memory_model == "design" else {
-                "memory_model": self.memory_model, "llamacpp": self.llamacpp.to_dict()}),
+            # The fields of docs/rules.md §1 only, unless another rule costs the memory.
+            **({} if self.memory_rule == DESIGN_RULE else {
+                "memory_rule": self.memory_rule.to_dict()}),
         }
 
     @classmethod
@@ -298,12 +296,10 @@ class PlanningInput:
             context_length_override=data.get("context_length_override"),
             parallel_lanes_override=data.get("parallel_lanes_override"),
             target_decode_tpot_ms=data.get("target_decode_tpot_ms"),
-            memory_model=data.get("memory_model", "design"),
-            llamacpp=data.get("llamacpp"),
+            memory_rule=data.get("memory_rule", DESIGN_RULE),
         )
 
 
-MEMORY_MODELS = ("design", "llamacpp")
 _REQUEST_FIELDS = (
     "native_context_length",
     "layer_count",
@@ -315,8 +311,7 @@ _REQUEST_FIELDS = (
     "context_length_override",
     "parallel_lanes_override",
     "target_decode_tpot_ms",
-    "memory_model",
-    "llamacpp",
+    "memory_rule",
 )
 
 

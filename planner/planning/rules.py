@@ -10,6 +10,7 @@ from itertools import accumulate
 from planner.errors import PlanError
 from planner.limits import DEFAULT_PARALLEL_LANES
 from planner.planning.inputs import NodeBudget, PlanningInput
+from planner.planning.memory_rule import LayerCosts
 from planner.planning.plan import Stage
 
 CONTEXT_FLOOR = 65_536
@@ -57,26 +58,33 @@ def kv_bytes_per_layer_token(request: PlanningInput) -> int:
     return -(-request.kv_bytes_per_token // request.layer_count)
 
 
-def layer_bytes(request: PlanningInput, context_length: int) -> tuple[int, ...]:
-    """Bytes each layer needs at ``context_length``: weights plus its KV cache (with
-    ``memory_model="llamacpp"``, as llama.cpp allocates them, the last layer carrying the
-    output head and the output device's compute buffer)."""
-    if request.memory_model == "llamacpp":
-        return request.llamacpp.layer_bytes(context_length)
-    kv = kv_bytes_per_layer_token(request) * context_length
-    return tuple(weight + kv for weight in layer_weights(request))
+def layer_costs(request: PlanningInput, context_length: int,
+                lanes: int | None = None) -> LayerCosts:
+    """Each layer's bytes by part under the request's memory rule, at ``context_length``
+    with ``lanes`` parallel sequences (by default the most the request allows)."""
+    lanes = lane_candidates(request)[0] if lanes is None else lanes
+    return request.memory_rule.layer_costs(request, context_length, lanes)
 
 
-def at_context(request: PlanningInput, context_length: int) -> PlanningInput:
-    """The request whose node budgets the search walks at ``context_length``: itself
-    under the design rule; with ``memory_model="llamacpp"``, each node's headroom grows
-    by what llama.cpp takes on a device besides its layers (backend overhead, a stage's
-    compute buffer), so the same search runs on what is left."""
-    if request.memory_model != "llamacpp":
+def layer_bytes(request: PlanningInput, context_length: int,
+                lanes: int | None = None) -> tuple[int, ...]:
+    """Bytes each layer needs at ``context_length`` under the request's memory rule
+    (docs/rules.md §3: weights plus its KV cache)."""
+    return layer_costs(request, context_length, lanes).totals
+
+
+def at_context(request: PlanningInput, context_length: int,
+               lanes: int | None = None) -> PlanningInput:
+    """The request whose node budgets the search walks at ``context_length``: each
+    node's headroom grows by what the memory rule takes on it besides its layers
+    (llama.cpp's backend overhead and a stage's compute buffer; nothing under the design
+    rule), so the same search runs on what is left."""
+    lanes = lane_candidates(request)[0] if lanes is None else lanes
+    reserves = request.memory_rule.node_reserves(request, context_length, lanes)
+    if not any(reserves.values()):
         return request
-    costs = request.llamacpp
     nodes = tuple(replace(node, runtime_headroom_bytes=node.runtime_headroom_bytes
-                          + costs.reserve_bytes(node.node_id, context_length))
+                          + reserves.get(node.node_id, 0))
                   for node in request.nodes)
     return replace(request, nodes=nodes)
 

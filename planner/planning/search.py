@@ -163,16 +163,17 @@ class _Lanes:
 
 
 class ContextSearch:
-    """Exact best node sets for every stage count at one context length."""
+    """Exact best node sets for every stage count at one context length (and lane count,
+    where the memory rule charges by lanes)."""
 
     def __init__(self, request: PlanningInput, context_length: int,
-                 budget: SearchBudget | None = None) -> None:
-        request = at_context(request, context_length)
+                 budget: SearchBudget | None = None, lanes: int | None = None) -> None:
+        request = at_context(request, context_length, lanes)
         self.request = request
         self.context_length = context_length
         self.layer_count = layer_count = request.layer_count
         self.max_stages = min(len(request.nodes), layer_count)
-        costs = layer_bytes(request, context_length)
+        costs = layer_bytes(request, context_length, lanes)
         self.costs = costs
         self.width = layer_count + 1
         self.budget = SearchBudget() if budget is None else budget

@@ -10,13 +10,7 @@ import pandas as pd
 from planner.errors import PlanError
 from planner.planning.inputs import PlanningInput
 from planner.planning.plan import Plan
-from planner.planning.rules import (
-    at_context,
-    kv_bytes_per_layer_token,
-    layer_bytes,
-    layer_weights,
-    walk_stages,
-)
+from planner.planning.rules import at_context, layer_costs, walk_stages
 
 
 def milliseconds_dtype(values: Iterable[Any]) -> str:
@@ -62,44 +56,46 @@ def node_budgets(request: PlanningInput) -> pd.DataFrame:
     })
 
 
+STAGE_USAGE_COLUMNS = (
+    "stage_id", "stage_index", "node_id", "layer_start", "layer_end", "layer_count",
+    "parameter_bytes", "kv_cache_bytes", "state_bytes", "other_bytes", "used_bytes",
+    "usable_vram_bytes", "remaining_bytes")
+
+
 def stage_usage(request: PlanningInput, plan: Plan) -> pd.DataFrame:
-    """One row per stage of ``plan``: what it holds and what is left on its node.
+    """One row per stage of ``plan``: what it holds and what is left on its node, every
+    figure under the request's memory rule.
 
     Columns: ``stage_id``, ``stage_index``, ``node_id``, ``layer_start``, ``layer_end``
-    (exclusive), ``layer_count``, ``parameter_bytes``, ``kv_cache_bytes`` (the stage's
-    layers' KV cache at the plan's context), ``used_bytes``, ``usable_vram_bytes``,
-    ``remaining_bytes``.
+    (exclusive), ``layer_count``, ``parameter_bytes`` (the stage's layers' weights),
+    ``kv_cache_bytes`` (their KV cache at the plan's context), ``state_bytes`` (their
+    fixed state per sequence times the plan's lanes), ``other_bytes`` (what else the
+    rule charges to them: under llama.cpp's rule, the output head and the output
+    device's compute buffer on the last stage), ``used_bytes`` (the sum of those four:
+    what the walk charged), ``usable_vram_bytes``, ``remaining_bytes``.
 
     ``plan`` must be the plan of ``request`` (its stages are the docs/rules.md §4 walk
     over its nodes); any other plan raises :class:`~planner.errors.PlanError`.
 
-    With ``memory_model="llamacpp"`` the usable bytes are what is left after llama.cpp's
-    fixed costs on the node, the KV cache is llama.cpp's and the used bytes are what the
-    walk charged (the last stage's include the output head and its compute buffer).
+    Under llama.cpp's rule the usable bytes are what is left after its fixed costs on the
+    node (backend overhead, a stage's compute buffer).
     """
-    request = at_context(request, plan.context_length)
-    usable = request.usable_bytes
+    lanes = plan.parallel_lanes
+    budgets = at_context(request, plan.context_length, lanes)
+    usable = budgets.usable_bytes
     missing = [stage.node_id for stage in plan.stages if stage.node_id not in usable]
     if missing:
         raise PlanError("PlanMismatch",
                         f"the plan's node {missing[0]!r} is not in the request's fleet")
-    costs = layer_bytes(request, plan.context_length)
-    walk = walk_stages([usable[stage.node_id] for stage in plan.stages], costs)
+    costs = layer_costs(request, plan.context_length, lanes)
+    walk = walk_stages([usable[stage.node_id] for stage in plan.stages], costs.totals)
     if not walk.fits or walk.spans != tuple(stage.layer_count for stage in plan.stages):
         raise PlanError("PlanMismatch",
                         "the plan's layer ranges are not the stage walk of the request's "
                         "nodes at its context; plan the request again")
-    kv_per_layer = kv_bytes_per_layer_token(request) * plan.context_length
-    weights = layer_weights(request)
     rows = []
     for stage, remaining in zip(plan.stages, walk.remaining_bytes, strict=True):
-        parameter_bytes = sum(weights[stage.layer_start:stage.layer_end])
-        kv = kv_per_layer * stage.layer_count
-        used = parameter_bytes + kv
-        if request.memory_model == "llamacpp":
-            kv = request.llamacpp.kv_bytes(plan.context_length, stage.layer_start,
-                                           stage.layer_end)
-            used = sum(costs[stage.layer_start:stage.layer_end])
+        parts = costs.stage(stage.layer_start, stage.layer_end)
         rows.append({
             "stage_id": stage.stage_id,
             "stage_index": stage.stage_index,
@@ -107,13 +103,12 @@ def stage_usage(request: PlanningInput, plan: Plan) -> pd.DataFrame:
             "layer_start": stage.layer_start,
             "layer_end": stage.layer_end,
             "layer_count": stage.layer_count,
-            "parameter_bytes": parameter_bytes,
-            "kv_cache_bytes": kv,
-            "used_bytes": used,
+            "parameter_bytes": parts["weights"],
+            "kv_cache_bytes": parts["kv"],
+            "state_bytes": parts["state"],
+            "other_bytes": parts["other"],
+            "used_bytes": parts["total"],
             "usable_vram_bytes": usable[stage.node_id],
             "remaining_bytes": remaining,
         })
-    columns = ["stage_id", "stage_index", "node_id", "layer_start", "layer_end", "layer_count",
-               "parameter_bytes", "kv_cache_bytes", "used_bytes", "usable_vram_bytes",
-               "remaining_bytes"]
-    return pd.DataFrame(rows, columns=columns)
+    return pd.DataFrame(rows, columns=list(STAGE_USAGE_COLUMNS))

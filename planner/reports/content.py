@@ -31,11 +31,10 @@ from planner.performance import (
 from planner.planning import (
     Plan,
     PlanningInput,
+    PlanningResult,
     as_planning_input,
-    candidates,
-    explain_choice,
+    plan_request,
     plan_topology,
-    stage_usage,
 )
 from planner.planning.api import candidate_frame
 from planner.planning.rules import context_floor, kv_bytes_per_layer_token, layer_weights
@@ -215,6 +214,15 @@ def _try_plan(request: PlanningInput) -> tuple[Plan | None, PlanError | None]:
         return None, error
 
 
+def _try_result(request: PlanningInput) -> tuple[PlanningResult | None, PlanError | None]:
+    """The request planned once, or the error that refused it before any search."""
+    try:
+        result = plan_request(request)
+    except PlanError as error:
+        return None, error
+    return result, result.error
+
+
 def _error_dict(error: PlanError) -> dict[str, Any]:
     return {"code": error.code, "message": error.message,
             "details": {key: _plain(value) for key, value in error.details.items()}}
@@ -266,15 +274,13 @@ def candidate_records(frame: pd.DataFrame) -> tuple[dict[str, Any], ...]:
                  for record in frame.to_dict(orient="records"))
 
 
-def _candidate_rows(request: PlanningInput, traffic: ModelTraffic | None,
+def _candidate_rows(result: PlanningResult | None, traffic: ModelTraffic | None,
                     catalog: Sequence[GpuModel],
                     node_kinds: Mapping[str, str]) -> tuple[dict[str, Any], ...]:
-    try:
-        frame = candidates(request)
-    except PlanError:
+    if result is None:
         return ()
-    return candidate_records(with_candidate_estimates(frame, request, traffic, catalog,
-                                                      node_kinds=node_kinds))
+    return candidate_records(with_candidate_estimates(
+        result.candidates, result.request, traffic, catalog, node_kinds=node_kinds))
 
 
 def _traffic(source: ReportSource) -> ModelTraffic | None:
@@ -310,6 +316,7 @@ def build_report(
     catalog: Sequence[GpuModel] | None = None,
     traffic: ModelTraffic | None = None,
     memory_model: str = "design",
+    planned: PlanningResult | None = None,
 ) -> ReportContent:
     """Plan ``source`` (a :class:`~planner.fleet.FleetDocument`, a
     :class:`~planner.planning.PlanningInput` or a planning request dict) and gather the report.
@@ -321,11 +328,19 @@ def build_report(
     node's bandwidth and price from its ``catalog`` kind (default: the shipped catalog)
     and the model's decode traffic from a preset or GGUF model (or ``traffic``).
     ``memory_model`` (``design`` or ``llamacpp``) is the memory rule a fleet document is
-    planned with; a request carries its own.
+    planned with; a request carries its own. ``planned``, when given, is the source's
+    request already planned (:func:`planner.planning.plan_request`; its GGUF file already
+    read): the report uses its one search for the plan, candidates, explanation and
+    stage table. Otherwise the request is planned once here.
     A malformed request or a model that cannot be resolved raises
     (:class:`~planner.errors.InvalidInput`, :class:`~planner.fleet.FleetFileError`).
     """
-    if isinstance(source, FleetDocument):
+    if planned is not None:
+        request = planned.request
+        default_title = source.title if isinstance(source, FleetDocument) else (
+            model_name or "Topology report")
+        origin = source.source if isinstance(source, FleetDocument) else None
+    elif isinstance(source, FleetDocument):
         request = source.to_request(memory_model)
         default_title = source.title
         origin = source.source
@@ -333,7 +348,8 @@ def build_report(
         request = as_planning_input(source)
         default_title = model_name or "Topology report"
         origin = None
-    plan, error = _try_plan(request)
+    result, error = (planned, planned.error) if planned is not None else _try_result(request)
+    plan = result.plan if result is not None else None
     moment = (now or datetime.now(UTC)).astimezone(UTC).replace(microsecond=0)
     stages: tuple[dict[str, Any], ...] = ()
     quorum = None
@@ -344,7 +360,8 @@ def build_report(
     if plan is not None:
         found, reason = try_estimate(request, plan, traffic, catalog, node_kinds=kinds)
         estimate = estimate_section(found, reason)
-        usage = with_stage_estimates(stage_usage(request, plan), found)
+        assert result is not None and result.stages is not None
+        usage = with_stage_estimates(result.stages, found)
         stages = tuple({key: _plain(value) for key, value in record.items()}
                        for record in usage.to_dict(orient="records"))
         needed = quorum_requirement(plan.stage_count)
@@ -374,13 +391,14 @@ def build_report(
         summary=_summary(plan) if plan is not None else f"no plan: {error}",
         stages=stages,
         quorum=quorum,
-        candidates=(_candidate_rows(request, traffic, catalog, kinds)
+        candidates=(_candidate_rows(result, traffic, catalog, kinds)
                     if include_candidates else ()),
         # Without a plan there is nothing to lose: fewer nodes never fit where more did not.
         failure_what_if=(_what_if(request, plan)
                          if plan is not None and include_what_if else ()),
         warnings=_warnings(request),
-        choice=explain_choice(request).to_dict() if plan is not None else None,
+        choice=(result.explanation.to_dict()
+                if result is not None and result.explanation is not None else None),
         estimate=estimate,
         memory=memory_section(request, plan),
     )
@@ -390,11 +408,11 @@ def memory_section(request: PlanningInput, plan: Plan | None) -> dict[str, Any]:
     """Which memory rule planned ``request`` and, under ``llamacpp``, each stage's
     components as llama.cpp allocates them (:func:`planner.memory.estimate`)."""
     section: dict[str, Any] = {"memory_model": request.memory_model, "stages": []}
-    if request.memory_model != "llamacpp" or plan is None:
-        return section
-    from planner.memory import estimate
+    from planner.memory import LlamaCppCosts, estimate
 
-    costs = request.llamacpp
+    costs = request.memory_rule
+    if not isinstance(costs, LlamaCppCosts) or plan is None:
+        return section
     result = estimate(costs.model, costs.settings(plan.context_length),
                       [(stage.layer_start, stage.layer_end) for stage in plan.stages])
     overheads = dict(costs.overhead_bytes)

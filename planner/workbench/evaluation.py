@@ -22,11 +22,8 @@ from planner.planning import (
     ChoiceExplanation,
     Plan,
     PlanningInput,
-    candidates,
-    explain_choice,
     node_budgets,
-    plan_topology,
-    stage_usage,
+    plan_request,
 )
 from planner.planning.warnings import fleet_warnings as core_fleet_warnings
 from planner.units import format_bytes
@@ -194,16 +191,18 @@ def evaluate(state: WorkbenchState) -> Evaluation:
     warnings = fleet_warnings(request)
     budgets = node_budgets(request)
     try:
-        table = candidates(request)
+        # One search serves the candidates, the plan, the stage table and the explanation.
+        result = plan_request(request)
     except PlanError as error:
         return Evaluation(state=state, request=request, budgets=budgets,
                           problem=Problem.from_exception(error), warnings=warnings,
                           unused=unused_nodes(request, None))
-    try:
-        plan = plan_topology(request)
-    except PlanError as error:
+    table = result.candidates
+    plan = result.plan
+    if plan is None:
+        assert result.error is not None
         return Evaluation(state=state, request=request, candidates=table, budgets=budgets,
-                          problem=Problem.from_exception(error), warnings=warnings,
+                          problem=Problem.from_exception(result.error), warnings=warnings,
                           unused=unused_nodes(request, None))
     traffic = model_traffic(state.model, state.base_dir)
     catalog = gpu_catalog()
@@ -215,8 +214,9 @@ def evaluate(state: WorkbenchState) -> Evaluation:
     except CodedError as error:  # a node naming a kind the catalog lacks
         estimate, reason = None, f"{error.code}: {error.message}"
         estimated = with_candidate_estimates(table, request, None, catalog)
-    stages = stage_usage(request, plan)
-    choice = explain_choice(request)
+    stages = result.stages
+    choice = result.explanation
+    assert stages is not None and choice is not None
     return Evaluation(
         state=state,
         request=request,

@@ -1,0 +1,155 @@
+"""One search serves the plan, the candidates, the explanation and the stage table, and
+the stage table shows one memory rule's figures only."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_memory import write_gemma_like
+
+import planner
+from planner.cli import main
+from planner.fleet import load_fleet
+from planner.memory import LlamaCppCosts, layer_kv_bytes
+from planner.planning import explain_choice, search
+from planner.planning.rules import context_candidates, layer_costs
+from planner.workbench.evaluation import evaluate
+from planner.workbench.state import WorkbenchState
+
+MIB = 2**20
+GIB = 2**30
+
+
+@pytest.fixture
+def searches(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[int]]:
+    """Counts the searches started, by context length."""
+    started: Counter[int] = Counter()
+    original = search.ContextSearch.__init__
+
+    def counted(self: Any, request: Any, context_length: int, *args: Any,
+                **kwargs: Any) -> None:
+        started[context_length] += 1
+        original(self, request, context_length, *args, **kwargs)
+
+    monkeypatch.setattr(search.ContextSearch, "__init__", counted)
+    yield started
+
+
+def _mesh() -> planner.PlanningInput:
+    """Eight nodes of distinct sizes with latencies: every context is ranked."""
+    nodes = [planner.NodeBudget(f"n{i}", (20 + 3 * i) * GIB, stage_transfer_latency_ms=1 + i)
+             for i in range(8)]
+    return planner.PlanningInput(native_context_length=131072, layer_count=32,
+                                 model_weight_bytes=60 * GIB, kv_bytes_per_token=2**17,
+                                 nodes=tuple(nodes), target_decode_tpot_ms=20)
+
+
+def test_the_result_searches_each_context_once(searches: Counter[int]) -> None:
+    request = _mesh()
+    result = planner.plan_request(request)
+    assert result.plan is not None and result.error is None
+    _ = result.candidates, result.explanation, result.stages
+    contexts = context_candidates(request)
+    assert dict(searches) == {context: 1 for context in contexts}
+    # And it is what the three separate calls give, each of which searches on its own.
+    searches.clear()
+    assert result.plan == planner.plan_topology(request)
+    assert result.candidates.equals(planner.candidates(request))
+    assert result.explanation == explain_choice(request)
+    assert result.stages.equals(planner.stage_usage(request, result.plan))
+    assert sum(searches.values()) == 3 * len(contexts)
+
+
+def test_a_request_nothing_fits_gives_a_result_with_the_error(searches: Counter[int]) -> None:
+    request = planner.PlanningInput(native_context_length=4096, layer_count=4,
+                                    model_weight_bytes=100 * GIB, kv_bytes_per_token=4,
+                                    nodes=(planner.NodeBudget("a", GIB),))
+    result = planner.plan_request(request)
+    assert result.plan is None and result.explanation is None and result.stages is None
+    assert result.error is not None and result.error.code == "NoValidTopology"
+    assert not result.candidates["feasible"].any()
+    with pytest.raises(planner.PlanError) as caught:
+        result.plan_or_raise()
+    assert caught.value.code == "NoValidTopology"
+    assert sum(searches.values()) == len(context_candidates(request))
+
+
+def test_each_workbench_edit_searches_once(searches: Counter[int]) -> None:
+    state = WorkbenchState.design_default()
+    evaluation = evaluate(state)
+    assert evaluation.plan is not None and evaluation.choice is not None
+    assert evaluation.stages is not None and evaluation.candidates is not None
+    request = evaluation.request
+    assert dict(searches) == {context: 1 for context in context_candidates(request)}
+
+
+def _fleet(tmp_path: Path) -> Path:
+    gguf = write_gemma_like(tmp_path)
+    path = tmp_path / "fleet.toml"
+    path.write_text(f"[model]\ngguf = {json.dumps(str(gguf))}\n\n"
+                    '[[nodes]]\nid = "a"\nvram = "300 MiB"\n\n'
+                    '[[nodes]]\nid = "b"\nvram = "300 MiB"\n')
+    return path
+
+
+def test_planner_plan_with_llama_cpp_reads_the_model_once_and_searches_once(
+        tmp_path: Path, searches: Counter[int], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import planner.memory
+
+    reads: list[Path] = []
+    original = planner.memory.model_from_gguf
+
+    def counted(path: Any) -> Any:
+        reads.append(Path(path))
+        return original(path)
+
+    monkeypatch.setattr(planner.memory, "model_from_gguf", counted)
+    fleet = _fleet(tmp_path)
+    assert main(["plan", str(fleet), "--memory-model", "llamacpp"]) == 0
+    assert "what llama.cpp allocates per stage" in capsys.readouterr().out
+    assert len(reads) == 1
+    request = load_fleet(fleet).to_request()
+    assert max(searches.values()) == 1
+    assert set(searches) <= set(context_candidates(request))
+
+
+def test_the_stage_table_shows_one_rule(tmp_path: Path) -> None:
+    document = load_fleet(_fleet(tmp_path))
+    for memory_model in ("design", "llamacpp"):
+        request = document.to_request(memory_model)
+        result = planner.plan_request(request)
+        table = result.stages
+        plan = result.plan
+        assert table is not None and plan is not None
+        costs = layer_costs(request, plan.context_length, plan.parallel_lanes)
+        parts = ["parameter_bytes", "kv_cache_bytes", "state_bytes", "other_bytes"]
+        assert (table[parts].sum(axis=1) == table["used_bytes"]).all()
+        assert (table["used_bytes"] + table["remaining_bytes"]
+                == table["usable_vram_bytes"]).all()
+        for stage, row in zip(plan.stages, table.itertuples(), strict=True):
+            assert row.parameter_bytes == stage.parameter_bytes
+            assert row.parameter_bytes == sum(costs.weights[stage.layer_start:stage.layer_end])
+        if memory_model == "design":
+            kv_layer = -(-request.kv_bytes_per_token // request.layer_count)
+            assert list(table["kv_cache_bytes"]) == [
+                kv_layer * plan.context_length * s.layer_count for s in plan.stages]
+            assert not table["other_bytes"].any()
+            continue
+        rule = request.memory_rule
+        assert isinstance(rule, LlamaCppCosts)
+        model = rule.model
+        settings = rule.settings(plan.context_length)
+        for stage, row in zip(plan.stages, table.itertuples(), strict=True):
+            layers = range(stage.layer_start, stage.layer_end)
+            # llama.cpp's weights and KV, never the design rule's.
+            assert row.parameter_bytes == sum(model.layers[j].weight_bytes for j in layers)
+            assert row.kv_cache_bytes == sum(layer_kv_bytes(model, j, settings)
+                                             for j in layers)
+        # The last stage carries the output head and its compute buffer.
+        assert table["other_bytes"].iloc[-1] > model.output_bytes
