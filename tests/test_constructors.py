@@ -154,6 +154,7 @@ EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
 NOT_INPUT = {
     "planner.planning.search.NodeSetChoice": "a search result, built only by the search",
     "planner.fence.check.model.Rules": "holds functions, no numbers",
+    "planner.planning.memory_rule.LayerCosts": "built only by the memory rules",
 }
 STATE_FIELDS = {
     "planner.fence.coordinator.Coordinator": {
