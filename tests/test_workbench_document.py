@@ -171,10 +171,10 @@ def test_under_llama_cpp_the_page_plans_as_the_cli(path: Path, tmp_path: Path,
 def test_the_page_takes_each_nodes_llama_cpp_overhead_from_its_kind(
         home_lab: Path, capsys: pytest.CaptureFixture[str]) -> None:
     request = load_fleet(home_lab).to_request("llamacpp")
-    overheads = dict(request.llamacpp.overhead_bytes)
+    overheads = dict(request.memory_rule.overhead_bytes)
     assert overheads["desk-00"] > 0 and overheads["den"] > 0 and "mini" not in overheads
     bench = _page(home_lab, "llamacpp")
-    assert dict(bench.evaluation.request.llamacpp.overhead_bytes) == overheads
+    assert dict(bench.evaluation.request.memory_rule.overhead_bytes) == overheads
     assert bench.evaluation.plan == _cli_plan(capsys, home_lab, "llamacpp")
     stages = bench.evaluation.stages.set_index("node_id")
     plan = planner.plan_topology(request)
