@@ -35,8 +35,10 @@ lab: $(STAMP)
 app: $(STAMP)
 	$(BIN)/python -m planner.workbench.serve app --port $(APP_PORT)
 
+# ruff on everything; mypy on the package, strict on the core (pyproject.toml [tool.mypy]).
 lint: $(STAMP)
 	$(BIN)/ruff check planner tests benchmarks
+	$(BIN)/mypy
 
 test: lint
 	$(BIN)/python -m pytest --durations=25
@@ -58,4 +60,4 @@ fence-check: $(STAMP)
 	$(BIN)/python -m planner.fence.check --workers 2
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis

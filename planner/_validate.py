@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, SupportsIndex, TypeGuard
 
 Fail = Callable[[str, Any], Exception]
 """Builds the caller's error from a problem text and the value that was given."""
@@ -62,7 +62,7 @@ def _digit_count(value: int) -> int:
     return e + 2 if magnitude >= 10 ** (e + 1) else e + 1
 
 
-def is_integral(value: Any) -> bool:
+def is_integral(value: Any) -> TypeGuard[SupportsIndex]:
     """True for ``int``, numpy integers and other ``__index__`` types; not for bools."""
     if isinstance(value, bool) or _is_numpy_bool(value):
         return False

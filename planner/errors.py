@@ -60,7 +60,7 @@ class PlanError(CodedError):
     Malformed requests raise the subclass :class:`InvalidInput`.
     """
 
-    codes = (
+    codes: ClassVar[tuple[str, ...]] = (
         "MissingNativeContext",
         "MissingLayers",
         "MissingModelWeights",

@@ -500,7 +500,7 @@ def estimate(model: LlamaCppModel, settings: LlamaCppSettings,
         _check_device_count(layer_count, count, "devices")
         ranges = [] if count == 0 else even_ranges(layer_count, count)
     _check_device_count(layer_count, len(ranges), "ranges")
-    ranges = [tuple(r) for r in ranges]
+    ranges = [(start, end) for start, end in ranges]
     expected = 0
     for start, end in ranges:
         if start != expected or end <= start:

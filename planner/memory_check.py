@@ -42,7 +42,8 @@ class Comparison:
 
 
 def load_record(path: str | Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text())
+    record: dict[str, Any] = json.loads(Path(path).read_text())
+    return record
 
 
 def _parts(result: MemoryEstimate) -> dict[str, Any]:
@@ -57,9 +58,11 @@ def compare_model(entry: Mapping[str, Any], settings: LlamaCppSettings
     header = entry["header"]
     tensors = [SimpleNamespace(name=n, type_name=t, n_bytes=b) for n, t, b in header["tensors"]]
     model = model_from_header(entry["file"], header["metadata"], tensors, entry["file"])
-    runs = [("host", entry.get("host"), None)]
+    runs: list[tuple[str, Any, list[tuple[int, int]] | None]] = [
+        ("host", entry.get("host"), None)]
     if entry.get("split"):
-        runs.append(("split", entry["split"], [tuple(r) for r in entry["split"]["ranges"]]))
+        split_ranges = [(start, end) for start, end in entry["split"]["ranges"]]
+        runs.append(("split", entry["split"], split_ranges))
     for run_name, run, ranges in runs:
         if not run or run.get("error") or not run.get("memory"):
             continue

@@ -209,8 +209,9 @@ def simulate(
     rng = np.random.default_rng(seed)
     changes: list[tuple[float, int, str, bool]] = []
     for order, node in enumerate(req.nodes):
-        for when, up in _node_timelines(rng, per_node[node.node_id], float(horizon_hours)):
-            changes.append((when, order, node.node_id, up))
+        for when, comes_up in _node_timelines(rng, per_node[node.node_id],
+                                              float(horizon_hours)):
+            changes.append((when, order, node.node_id, comes_up))
     changes.sort()
     failures = sum(1 for change in changes if not change[3])
 

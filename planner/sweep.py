@@ -309,8 +309,9 @@ def _evaluate_simulation(row: Mapping[str, Any], document: FleetDocument) -> dic
 
 def _evaluate_size(row: Mapping[str, Any], documents: Mapping[str, FleetDocument]
                    ) -> dict[str, Any]:
-    from planner.models import load_preset
+    from planner.models import ModelSpec, load_preset
 
+    model: ModelSpec | dict[str, Any]
     if "model" in row:
         model = load_preset(row["model"], kv_cache_type=row.get("kv_cache_type"))
         planning: dict[str, Any] = {}

@@ -13,7 +13,7 @@ other workers, and the batches already yielded were saved by the caller.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from distributed import Client, KilledWorker, LocalCluster, as_completed
@@ -32,7 +32,7 @@ def local_cluster(workers: int | None = None, *, processes: bool = True) -> Loca
 
 
 def results(batches: Sequence[Any], function: Callable[[Any], Any], *,
-            scheduler: Any = None, workers: int | None = None) -> Iterator[Any]:
+            scheduler: Any = None, workers: int | None = None) -> Generator[Any]:
     """``function(batch)`` for every batch, run on the cluster, yielded in the order
     they complete. Raises one of :data:`CLUSTER_FAILURES` when the cluster fails; the
     results yielded before stand."""

@@ -128,9 +128,10 @@ def _number(number: str, text: str, error: type[UnitError], forms: str) -> Decim
     return Decimal(digits)
 
 
-def _refuse_non_string(value: Any, error: type[UnitError], forms: str, kind: str) -> None:
+def _refuse_non_string(value: Any, error: type[UnitError], forms: str, kind: str) -> str:
     if isinstance(value, bool) or not isinstance(value, str):
         raise error(f"not {kind}: {quoted(value)}; {forms}", value=value)
+    return value
 
 
 def _refuse_negative(stripped: str, text: str, error: type[UnitError], kind: str,
@@ -199,7 +200,7 @@ def parse_bytes(text: str | int, *, bare_bytes: bool = False) -> int:
         if text and not bare_bytes:
             raise UnitError(_bare_message(str(text)), value=text)
         return text
-    _refuse_non_string(text, UnitError, SIZE_FORMS, "a size")
+    text = _refuse_non_string(text, UnitError, SIZE_FORMS, "a size")
     stripped, number, unit = _split(text)
     _refuse_negative(stripped, text, UnitError, "a size", SIZE_FORMS)
     if not number:
@@ -356,7 +357,7 @@ def parse_latency_ms(value: str | int | float) -> int | float:
                                f"(got {quoted(value)})", value=value)
         # repr is the shortest text that reads back as this float: 0.1, not 0.1000...0555.
         return _exact_ms(Decimal(repr(float(value))), value)
-    _refuse_non_string(value, LatencyError, LATENCY_FORMS, "a latency")
+    value = _refuse_non_string(value, LatencyError, LATENCY_FORMS, "a latency")
     stripped, number, unit = _split(value)
     _refuse_negative(stripped, value, LatencyError, "a latency", LATENCY_FORMS)
     if not number or unit.lower() not in ("", "ms", "us", "µs"):
@@ -411,7 +412,7 @@ def parse_context(value: str | int) -> int:
             raise ContextError(f"cannot be negative (got {quoted(value)})",
                                value=value)
         return value
-    _refuse_non_string(value, ContextError, CONTEXT_FORMS, "a context length")
+    value = _refuse_non_string(value, ContextError, CONTEXT_FORMS, "a context length")
     stripped, number, unit = _split(value)
     _refuse_negative(stripped, value, ContextError, "a context length",
                      CONTEXT_FORMS)

@@ -22,6 +22,7 @@ import functools
 import re
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +116,14 @@ def layout_rows() -> dict[str, Row]:
         rows[path] = Row(path, layer, owns, units, frozenset(words), number)
     assert rows, "README.md has no ## Layout table of planner/ rows"
     return rows
+
+
+def strictly_checked() -> list[str]:
+    """The modules pyproject.toml's mypy configuration checks strictly."""
+    overrides = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"][
+        "overrides"]
+    return [module for override in overrides if override.get("disallow_untyped_defs")
+            for module in override["module"]]
 
 
 def required_paths() -> list[str]:
@@ -402,3 +411,20 @@ def test_the_import_reader_sees_lazy_relative_and_submodule_imports() -> None:
     }
     fleet = rows["planner/fleet/"]
     assert "plotly" not in fleet.libraries and "workbench" not in fleet.units
+
+
+def test_the_core_is_type_checked_strictly() -> None:
+    strict = strictly_checked()
+
+    def covered(module: str, package: bool) -> bool:
+        # mypy's "a.*" covers a itself and every module below it; a package needs it.
+        return (module in strict and not package) or any(
+            pattern.endswith(".*") and (module + ".").startswith(pattern[:-1])
+            for pattern in strict)
+
+    core = {"planner" if row.unit == "planner" else f"planner.{row.unit}":
+            row.path.endswith("/") for row in layout_rows().values() if row.layer == "core"}
+    missing = [module for module, package in core.items() if not covered(module, package)]
+    assert core and missing == [], (
+        "core modules outside pyproject.toml's strict mypy list (make them pass "
+        "`mypy` with the strict flags and add them): " + ", ".join(missing))

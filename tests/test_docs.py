@@ -14,6 +14,8 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -165,3 +167,134 @@ def test_the_gpu_table_is_the_shipped_catalog() -> None:
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
     print(catalog_table())
+
+
+# -- the examples -----------------------------------------------------------------------------
+# Every Python example in the README and docs/ runs, and every command-line example runs
+# and succeeds, unless the line before its block says why it cannot run here:
+# <!-- not run: needs a Dask scheduler -->. A block whose last statement is an expression
+# followed by a comment holding a Python literal (# (262144, 4)) must give that value.
+
+BLOCK = re.compile(r"(?:<!-- not run: (?P<reason>[^>]+?) -->\n)?```(?P<lang>\w+)\n(?P<code>.*?)```",
+                   re.S)
+PLANNER_PATH = re.compile(r"\bplanner(?:\.[A-Za-z_]\w*)+")
+
+
+def _documents() -> list[Path]:
+    return [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+
+
+def _blocks(language: str) -> list[tuple[str, int, str, str | None]]:
+    """(document, line, code, reason not run) of every ``language`` block."""
+    found = []
+    for path in _documents():
+        text = path.read_text(encoding="utf-8")
+        for match in BLOCK.finditer(text):
+            if match.group("lang") == language:
+                line = text.count("\n", 0, match.start("code")) + 1
+                found.append((path.relative_to(ROOT).as_posix(), line, match.group("code"),
+                              match.group("reason")))
+    return found
+
+
+def _units() -> set[str]:
+    """The modules an example may name: the package and every Layout row's module."""
+    from tests.test_architecture import layout_rows
+
+    return {"planner", *(f"planner.{row.unit}" for row in layout_rows().values()
+                         if row.unit != "planner")}
+
+
+def _module_and_names(dotted: str) -> tuple[str, list[str]]:
+    """``planner.sweep.grid_from_axes`` -> (``planner.sweep``, [``grid_from_axes``])."""
+    parts = dotted.split(".")
+    module = parts[0]
+    for index, part in enumerate(parts[1:], 1):
+        try:
+            importlib.import_module(f"{module}.{part}")
+        except ModuleNotFoundError:
+            return module, parts[index:]
+        module = f"{module}.{part}"
+    return module, []
+
+
+def test_every_planner_name_the_documents_use_exists() -> None:
+    """Each ``planner.x.y`` in a document's code names something that exists; in the README
+    and the guides (not rules.md and sources.md, which say where in the code each rule and
+    figure lives) it is a public name: one level below the package or a Layout unit."""
+    units = _units()
+    problems = []
+    for path in _documents():
+        public = path.name not in CITED
+        text = path.read_text(encoding="utf-8")
+        spans = re.findall(r"```\w*\n.*?```|`[^`\n]+`", text, re.S)
+        for dotted in sorted({m for span in spans for m in PLANNER_PATH.findall(span)}):
+            module, names = _module_and_names(dotted)
+            if public and module not in units:
+                problems.append(f"{path.name}: {dotted} names module {module}, which is not "
+                                "public (export the name from its package)")
+                continue
+            value: object = importlib.import_module(module)
+            for name in names:
+                if not hasattr(value, name):
+                    problems.append(f"{path.name}: {dotted}: {module} has no {'.'.join(names)}")
+                    break
+                value = getattr(value, name)
+    assert problems == [], "\n".join(problems)
+
+
+def _expected(code: str) -> tuple[str, object] | None:
+    """The code before a trailing "# (value)" comment, and that value."""
+    body, _, comment = code.rstrip().partition("\n# (")
+    if not comment:
+        return None
+    return body, ast.literal_eval("(" + comment.replace("\n#", "\n"))
+
+
+@pytest.mark.parametrize(("document", "line", "code", "reason"), _blocks("python"),
+                         ids=[f"{d}:{n}" for d, n, _, _ in _blocks("python")])
+def test_each_python_example_runs(document: str, line: int, code: str, reason: str | None,
+                                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if reason is not None:
+        pytest.skip(f"{document}:{line}: {reason}")
+    # Examples name the shipped files as data/...; their output files land in tmp_path.
+    (tmp_path / "data").symlink_to(ROOT / "data")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"__name__": "example"}
+    expected = _expected(code)
+    if expected is None:
+        exec(compile(code, f"{document}:{line}", "exec"), namespace)
+        return
+    tree = ast.parse(expected[0])
+    last = tree.body.pop()
+    assert isinstance(last, ast.Expr), (
+        f"{document}:{line}: the commented value follows no expression")
+    exec(compile(tree, f"{document}:{line}", "exec"), namespace)
+    value = eval(compile(ast.Expression(last.value), f"{document}:{line}", "eval"), namespace)
+    assert value == expected[1], f"{document}:{line}: the example gives {value!r}"
+
+
+def _commands() -> list[tuple[str, int, str, str | None]]:
+    """Each ``planner ...`` line of the bash blocks (continuations joined)."""
+    found = []
+    for document, line, code, reason in _blocks("bash"):
+        joined = code.replace("\\\n", " ")
+        for offset, text in enumerate(joined.splitlines()):
+            command = text.split("  #")[0].split(" # ")[0].strip()
+            command = command.removeprefix(".venv/bin/")
+            if command.startswith("planner "):
+                found.append((document, line + offset, command, reason))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("document", "line", "command", "reason"), _commands(),
+                         ids=[f"{d}:{n}" for d, n, _, _ in _commands()])
+def test_each_command_line_example_succeeds(document: str, line: int, command: str,
+                                            reason: str | None, tmp_path: Path) -> None:
+    if reason is not None:
+        pytest.skip(f"{document}:{line}: {reason}")
+    (tmp_path / "data").symlink_to(ROOT / "data")
+    argv = [str(Path(sys.executable).with_name("planner")), *shlex.split(command)[1:]]
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{document}:{line}: {command}\n{done.stderr}"

@@ -184,6 +184,26 @@ def test_stop_and_resend_use_the_last_claim() -> None:
 # -- the simulator --------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(("prepare_ms", "resend_at"), [(1_000, 500), (0, 500)])
+def test_a_repeated_load_starts_nothing_new(prepare_ms: int, resend_at: int) -> None:
+    # The loads are sent again while the stages prepare (or, with no preparation, run)
+    # the work the first loads started: each stage prepares and runs it once and reports
+    # it ready once.
+    sim = mesh(prepare_ms=prepare_ms)
+    sim.add_coordinator("c1", plan())
+    sim.start_coordinator(0, "c1")
+    sim.resend_loads(resend_at, "c1")
+    sim.run(10_000)
+    for stage in STAGES:
+        kinds = [event.kind for event in sim.events if event.node == stage]
+        assert kinds.count("load") == 2
+        assert kinds.count("preparing") == (1 if prepare_ms else 0)
+        assert kinds.count("running") == 1
+    ready = [event for event in sim.events
+             if event.kind == "send" and event.message == "StageReady"]
+    assert len(ready) == len(STAGES)
+
+
 def run_fresh(seed: int, **network: object) -> Simulation:
     sim = mesh(seed, network=NetworkConfig(**network))  # type: ignore[arg-type]
     sim.add_coordinator("c1", plan())

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import sysconfig
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,13 @@ def test_the_wheel_installed_in_a_fresh_venv_plans_a_fleet_naming_a_preset(
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w",
                     str(wheels), str(ROOT)], check=True, capture_output=True, timeout=600)
     (wheel,) = wheels.glob("planner-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        carried = set(archive.namelist())
+    data = ROOT / "planner" / "data"
+    needed = {"planner/py.typed", *(path.relative_to(ROOT).as_posix()
+                                    for path in data.rglob("*")
+                                    if path.is_file() and path.suffix in (".toml", ".json"))}
+    assert needed - carried == set(), "the wheel leaves out package data"
     fresh = tmp_path / "fresh"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(fresh)], check=True)
     python = fresh / "bin" / "python"
@@ -100,3 +108,12 @@ def test_the_wheel_installed_in_a_fresh_venv_plans_a_fleet_naming_a_preset(
                               ".title)"], cwd=work, env=env, capture_output=True, text=True)
     assert example.returncode == 0, example.stderr
     assert example.stdout.strip()
+    # The GPU catalog and the checker's saved results load from the installed package (the
+    # saved results only when the installed code is the code they were computed by).
+    shipped = subprocess.run([str(python), "-c", "from planner.models.gpus import "
+                              "load_gpu_catalog; from planner.fence.check import load_report; "
+                              "print(len(load_gpu_catalog()), len(load_report().runs))"],
+                             cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert shipped.returncode == 0, shipped.stderr
+    kinds, results = (int(word) for word in shipped.stdout.split())
+    assert kinds >= 10 and results >= 1

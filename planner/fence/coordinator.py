@@ -46,9 +46,12 @@ def _short_hash(*parts: str) -> str:
 
 
 class _StageLike(Protocol):
-    node_id: str
-    layer_start: int
-    layer_end: int
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def layer_start(self) -> int: ...
+    @property
+    def layer_end(self) -> int: ...
 
 
 def _layer_ranges(value: Any) -> tuple[tuple[int, int], ...]:

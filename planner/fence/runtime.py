@@ -176,6 +176,9 @@ class ClaimOutcome:
 
 @dataclass(frozen=True, slots=True)
 class LoadOutcome:
+    """``started`` is the work an accepted load authorises, also when the stage already
+    prepares or runs it (a repeated load then changes nothing); ``None`` when refused."""
+
     decision: LoadDecision
     started: StageWork | None = None
 

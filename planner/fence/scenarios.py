@@ -283,7 +283,7 @@ def _build_too_many_down(seed: int) -> Simulation:
 
 
 def _check_too_many_down(sim: Simulation, log: EventLog) -> list[Expectation]:
-    attempts = [e.term for e in log.where("attempt", node="coord-1")]
+    attempts = [e.term for e in log.where("attempt", node="coord-1") if e.term is not None]
     failed = log.where("no_quorum", node="coord-1")
     return [
         _expect("each attempt gets 1 of 3 accepts, short of the quorum of 2",
@@ -467,8 +467,8 @@ def _build_partition(seed: int) -> Simulation:
 
 
 def _check_partition(sim: Simulation, log: EventLog) -> list[Expectation]:
-    during = {"after_ms": _PARTITION_AT, "before_ms": _HEAL_AT}
-    after = {"after_ms": _HEAL_AT}
+    during: dict[str, Any] = {"after_ms": _PARTITION_AT, "before_ms": _HEAL_AT}
+    after: dict[str, Any] = {"after_ms": _HEAL_AT}
     a_quorum = log.where("quorum", node="coord-a", **during)
     side_a_runs = {e.node for e in log.where("running", term=2, **during)}
     stale_after = {e.node for e in log.where("claim", term=1, reason=STALE_TERM, **after)}

@@ -484,35 +484,38 @@ class Simulation:
         node = self._stages[stage_id]
         now = self.clock(stage_id)
         if isinstance(message, ClaimCoordinator):
-            node.runtime, outcome = node.runtime.accept_claim(message.claim, now)
-            decision = outcome.decision
+            node.runtime, claimed = node.runtime.accept_claim(message.claim, now)
+            decision = claimed.decision
             self._log(stage_id, "claim", message=message.name, peer=src, term=message.term,
                       accepted=decision.accepted, reason=decision.reason,
                       lease_until_ms=message.claim.lease_until_unix_ms,
                       detail=decision.message)
-            for work in outcome.shut_down:
+            for work in claimed.shut_down:
                 self._log(stage_id, "shutdown", term=work.coordinator_term,
                           detail=f"shut down {work.describe()}: superseded by term "
                                  f"{message.term}")
-            for work in outcome.cancelled:
+            for work in claimed.cancelled:
                 self._log(stage_id, "cancel", term=work.coordinator_term,
                           detail=f"cancelled preparing {work.describe()}: superseded by term "
                                  f"{message.term}")
             self._reply(stage_id, src, ClaimReply(decision, message.term, message.round_id))
         elif isinstance(message, LoadStage):
-            node.runtime, outcome = node.runtime.load(message.load, now,
-                                                      prepare=self.prepare_ms > 0)
-            load_decision = outcome.decision
+            before = node.runtime
+            node.runtime, loaded = before.load(message.load, now, prepare=self.prepare_ms > 0)
+            load_decision = loaded.decision
             held = load_decision.current
             self._log(stage_id, "load", message=message.name, peer=src, term=message.term,
                       accepted=load_decision.accepted, reason=load_decision.reason,
                       lease_until_ms=None if held is None else held.lease_until_unix_ms,
                       detail=load_decision.message)
-            if outcome.started is not None:
+            started = loaded.started
+            # A repeated load names work the stage already prepares or runs: nothing new
+            # starts, so it is neither prepared again nor reported ready again.
+            if started is not None and started not in (*before.preparing, *before.running):
                 if self.prepare_ms > 0:
-                    self._prepare(stage_id, outcome.started, src)
+                    self._prepare(stage_id, started, src)
                 else:
-                    self._started(stage_id, outcome.started, src)
+                    self._started(stage_id, started, src)
             self._reply(stage_id, src, LoadReply(load_decision, message.term, message.round_id))
         elif isinstance(message, StopStage):
             node.runtime, stop = node.runtime.stop(message.request)
@@ -534,8 +537,6 @@ class Simulation:
     def _prepare(self, stage_id: str, work: StageWork, coordinator: str | None) -> None:
         node = self._stages[stage_id]
         incarnation = node.incarnation
-        if work not in node.runtime.preparing:
-            return  # already preparing or running: a repeated load starts nothing new
         self._log(stage_id, "preparing", term=work.coordinator_term,
                   detail=f"preparing {work.describe()}")
 

@@ -452,8 +452,10 @@ def sequence_figure(
         name = arrow.message if arrow.message in MESSAGE_COLOURS else OTHER_MESSAGES
         if arrow.outcome == "in flight":
             name = "in flight"
-        y0, y1 = lane_y[arrow.source], lane_y[arrow.target]
-        x0, x1 = getattr(arrow, start), getattr(arrow, end)
+        y0: float = lane_y[arrow.source]
+        y1: float = lane_y[arrow.target]
+        x0: float = getattr(arrow, start)
+        x1: float = getattr(arrow, end)
         if arrow.outcome == "lost":
             # A lost message stops short of its receiver.
             y1 = y0 + (y1 - y0) * 0.45
@@ -547,7 +549,7 @@ def accepted_terms_figure(
     _check_x(x)
     terms = accepted_terms(events)
     end = float(events[x].max()) if not events.empty else 0.0
-    traces = []
+    traces: list[dict[str, Any]] = []
     for node in sorted(set(terms["node"])):
         mine = terms[terms["node"] == node]
         ys = [*mine["term"].tolist(), int(mine["term"].iloc[-1])]

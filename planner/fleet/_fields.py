@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from planner._validate import Fail, integer, known_keys, number, shown, text
 from planner.fleet.errors import FleetFileError
@@ -178,7 +178,7 @@ def as_text(value: Any, field_name: str, *, node_id: str | None = None) -> str:
     return text(value, bad(field_name, node_id))
 
 
-def is_address(value: Any) -> bool:
+def is_address(value: Any) -> TypeGuard[str]:
     """Whether ``value`` is a ``host:port`` address (an IPv6 host in brackets)."""
     match = _ADDRESS.match(value) if isinstance(value, str) else None
     return match is not None and 0 < int(match["port"]) < 65536

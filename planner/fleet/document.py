@@ -43,7 +43,7 @@ class ModelChoice:
     preset: str | None = None
     gguf: str | None = None
     kv_cache_type: str | None = None
-    numbers: dict | None = None
+    numbers: dict[str, Any] | None = None
     name: str | None = None
 
     def __post_init__(self) -> None:
@@ -86,7 +86,8 @@ class ModelChoice:
     def resolve(self, base_dir: Path | None = None) -> dict[str, Any]:
         """The five model fields of the request (``layer_weight_bytes`` ``None`` when unknown)."""
         spec = self.spec(base_dir)
-        fields = dict(self.numbers) if spec is None else spec.planning_fields()
+        # Exactly one of preset, gguf and numbers is set: no spec means the numbers.
+        fields = dict(self.numbers or {}) if spec is None else spec.planning_fields()
         weights = fields.get("layer_weight_bytes")
         return {
             "native_context_length": fields["native_context_length"],

@@ -79,7 +79,7 @@ def _document_from_json(data: Any) -> FleetDocument:
         code = "UnknownField" if "unknown field" in error.message else "InvalidField"
         problem = error.message.split(": ", 1)[-1]
         raise FleetFileError(code, problem, field=error.field, node_id=error.node_id) from None
-    numbers = {
+    numbers: dict[str, Any] = {
         "native_context_length": request.native_context_length,
         "layer_count": request.layer_count,
         "model_weight_bytes": request.model_weight_bytes,

@@ -4,7 +4,12 @@ Pure core: no widgets, no plotting.
 """
 
 from planner.models.gguf_reader import from_gguf
-from planner.models.gpus import GpuModel, load_backend_overheads, load_gpu_catalog
+from planner.models.gpus import (
+    GpuModel,
+    load_backend_overheads,
+    load_gpu_catalog,
+    node_gpu_kind,
+)
 from planner.models.kv_cache import CACHE_TYPES, SUPPORTED_ARCHITECTURES
 from planner.models.presets import data_dir, list_presets, load_preset
 from planner.models.spec import ModelError, ModelSpec, describe_model
@@ -22,4 +27,5 @@ __all__ = [
     "load_backend_overheads",
     "load_gpu_catalog",
     "load_preset",
+    "node_gpu_kind",
 ]

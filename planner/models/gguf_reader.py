@@ -433,7 +433,7 @@ def from_gguf(path: str | Path, kv_cache_type: str = DEFAULT_CACHE_TYPE) -> Mode
         kv_cache_table=table,
         source=str(where),
         notes=tuple(notes),
-        hidden_size=hidden if _is_count(hidden) else None,
+        hidden_size=_count(hidden),
         active_weight_bytes=active_bytes,
         layer_kv_table=_layer_kv_table(layout, table_types),
         layer_state_bytes_per_sequence=layout.layer_state_bytes_per_sequence(),
@@ -452,18 +452,19 @@ def _layer_kv_table(layout: KvLayout, cache_types: list[str]
     return tuple(entries)
 
 
-def _is_count(value: object) -> bool:
-    return is_integral(value) and operator.index(value) > 0
+def _count(value: object) -> int | None:
+    """``value`` as a positive count, or None when it is not one."""
+    return operator.index(value) if is_integral(value) and operator.index(value) > 0 else None
 
 
 def _active_weight_bytes(metadata: Mapping[str, Any], architecture: str,
                          tensors: list[TensorEntry], total: int) -> tuple[int, str]:
     """Weight bytes one decode step reads: every tensor, except that of the stacked expert
     tensors (``*_exps``) only ``expert_used_count / expert_count`` is read."""
-    count = metadata.get(f"{architecture}.expert_count")
-    used = metadata.get(f"{architecture}.expert_used_count")
+    count = _count(metadata.get(f"{architecture}.expert_count"))
+    used = _count(metadata.get(f"{architecture}.expert_used_count"))
     expert_bytes = sum(t.n_bytes for t in tensors if "_exps" in t.name)
-    if not (_is_count(count) and _is_count(used)) or expert_bytes == 0 or used >= count:
+    if count is None or used is None or expert_bytes == 0 or used >= count:
         return total, "decode reads every weight (no routed experts)"
     share = total - expert_bytes + -(-expert_bytes * used // count)
     return share, (f"decode reads {share:,} of {total:,} weight bytes: {used} of {count} "

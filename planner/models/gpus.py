@@ -383,7 +383,7 @@ def _gpu(entry: Any, where: str) -> GpuModel:
         if key not in _FILE_KEYS:
             raise _bad(where, str(key), f"is not a known field; expected one of "
                        f"{', '.join(_FILE_KEYS)}")
-        canonical = UNIT_SPELLINGS.get(key, key)
+        canonical = UNIT_SPELLINGS[key] if key in UNIT_SPELLINGS else str(key)
         if canonical in values:
             raise _bad(where, key, f"and {canonical} say the same: give one of them")
         try:

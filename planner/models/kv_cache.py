@@ -24,6 +24,7 @@ models, shared-KV models, unknown names) are refused with ``UnsupportedArchitect
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -329,7 +330,8 @@ class MetadataReader:
             raise self.missing(name)
         return value
 
-    def per_layer(self, name: str, default: list[int] | None = None) -> list[int]:
+    def per_layer(self, name: str, default: list[builtins.int] | None = None
+                  ) -> list[builtins.int]:
         """A key that is either one integer for all layers or an array of one per layer."""
         value = self.metadata.get(self.key(name))
         if value is None:

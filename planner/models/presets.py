@@ -365,11 +365,11 @@ def _active_weights(root: _Table, weight_bytes: int, parts: list[_Part]) -> tupl
         raise experts.error("experts_used", f"exceeds expert_count {count}", used)
     if not routed:
         raise experts.error("", "is given, but no weight part has role \"routed_experts\"")
-    read = sum(-(-part.size * used // count) for part in parts
-               if part.role == "routed_experts")
-    active = shared + read
+    routed_read = sum(-(-part.size * used // count) for part in parts
+                      if part.role == "routed_experts")
+    active = shared + routed_read
     return active, (f"decode reads {active:,} weight bytes: {shared:,} of shared weights "
-                    f"whole and {read:,} of the routed experts' {routed:,} ({used} of "
+                    f"whole and {routed_read:,} of the routed experts' {routed:,} ({used} of "
                     f"{count} experts per token); the input embedding is read one row per "
                     f"token ({experts.text('source')})")
 

@@ -7,12 +7,14 @@ from planner.planning.memory_rule import DESIGN_RULE, DesignRule, LayerCosts, Me
 from planner.planning.plan import Plan, Stage
 from planner.planning.result import PlanningResult, plan_request
 from planner.planning.tables import node_budgets, stage_usage
+from planner.planning.warnings import FleetWarning, fleet_warnings
 
 __all__ = [
     "CANDIDATE_COLUMNS",
     "DESIGN_RULE",
     "ChoiceExplanation",
     "DesignRule",
+    "FleetWarning",
     "HigherContext",
     "LayerCosts",
     "MemoryRule",
@@ -25,6 +27,7 @@ __all__ = [
     "as_planning_input",
     "candidates",
     "explain_choice",
+    "fleet_warnings",
     "node_budgets",
     "plan_request",
     "plan_topology",

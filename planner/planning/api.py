@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -276,7 +276,7 @@ CANDIDATE_DTYPES = {
 }
 
 
-def candidate_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+def candidate_frame(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """Candidate rows (dicts with :data:`CANDIDATE_COLUMNS`) as the typed DataFrame
     :func:`candidates` returns; ``node_ids`` become tuples."""
     rows = [{**row, "node_ids": tuple(row["node_ids"])} for row in rows]

@@ -114,7 +114,9 @@ class NodeBudget:
         fields = {name: data.get(name) for name in _NODE_FIELDS}
         if fields["runtime_headroom_bytes"] is None:
             fields["runtime_headroom_bytes"] = 0
-        return cls(*_node_fields(*fields.values(), where))
+        return cls(*_node_fields(fields["node_id"], fields["detected_vram_bytes"],
+                                 fields["max_vram_bytes"], fields["runtime_headroom_bytes"],
+                                 fields["stage_transfer_latency_ms"], where))
 
 
 def _node_fields(node_id: Any, detected: Any, max_vram: Any, headroom: Any, latency: Any,

@@ -48,7 +48,7 @@ class Plan:
     context_length: int
     parallel_lanes: int
     stages: tuple[Stage, ...]
-    estimated_decode_network_ms_per_token: int | None
+    estimated_decode_network_ms_per_token: int | float | None
     decode_tpot_target_met: bool | None
 
     @property

@@ -198,7 +198,8 @@ class ContextSearch:
         starts = np.arange(self.width)
         ends = np.searchsorted(self.prefix, self.prefix[None, :] + usables[:, None],
                                side="right") - 1
-        return np.minimum(ends, self.layer_count) - starts[None, :]
+        most: np.ndarray = np.minimum(ends, self.layer_count) - starts[None, :]
+        return most
 
     def _make_classes(self, nodes: Sequence[NodeBudget]) -> tuple[_SpanClass, ...]:
         """Group ``nodes`` into span classes (stage order) and drop the nodes no best set of
@@ -294,7 +295,8 @@ class ContextSearch:
             end = np.minimum(end, layers - (counts - 1 - index))
             alive &= ~active | (end > position)
             position = np.where(active & alive, end, position)
-        return alive & (position == layers)
+        finished: np.ndarray = alive & (position == layers)
+        return finished
 
     def min_max_latency(self) -> dict[int, int]:
         if self._min_max_latency is None:
@@ -392,8 +394,9 @@ class ContextSearch:
         ``c`` once ``taken`` of its nodes are used: enough allowed nodes for the stages left,
         and enough of the widest span left for the layers left."""
         layers = self.layer_count
-        return ((s >= 1) & (n + s < layers) & (s <= allowed.left[c] - taken)
-                & (layers - n <= s * self.classes[c].widest))
+        open_states: np.ndarray = ((s >= 1) & (n + s < layers) & (s <= allowed.left[c] - taken)
+                                   & (layers - n <= s * self.classes[c].widest))
+        return open_states
 
     def _step(self, c: int, s: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Span and bytes of the stage a node of class ``c`` takes from each state."""

@@ -16,6 +16,7 @@ from planner.planning import PlanningInput
 from planner.reports.content import ReportContent, build_report
 from planner.reports.jsonreport import render_json
 from planner.reports.markdown import render_markdown
+from planner.reports.sizing import write_sizing_report
 
 REPORT_SUFFIXES = (".html", ".htm", ".md", ".json")
 
@@ -73,4 +74,5 @@ __all__ = [
     "render_markdown",
     "render_report",
     "write_report",
+    "write_sizing_report",
 ]

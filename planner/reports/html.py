@@ -80,13 +80,14 @@ def _facts(rows: Sequence[tuple[str, str]], *, table_id: str) -> str:
 
 def _figure_html(figure: go.Figure, div_id: str, *, with_plotlyjs: bool) -> str:
     # plotly.js goes inline once, with the first chart; the others reuse it.
-    return figure.to_html(
+    html: str = figure.to_html(
         full_html=False,
         include_plotlyjs=with_plotlyjs,
         div_id=div_id,
         config={"displaylogo": False, "responsive": True},
         default_height="auto",
     )
+    return html
 
 
 def _figures(content: ReportContent) -> dict[str, str]:

@@ -5,6 +5,8 @@ the plan change.
 to. ``editor``, ``view`` and ``app`` are the ipywidgets on top.
 """
 
+import importlib
+
 from planner.workbench.evaluation import (
     Evaluation,
     LimitingNode,
@@ -21,23 +23,31 @@ from planner.workbench.state import (
     WorkbenchState,
 )
 
+# The widgets load only when asked for, so the pure state imports no ipywidgets.
+_WIDGETS = {
+    "Workbench": "planner.workbench.app",
+    "AvailabilityPanel": "planner.workbench.availability_panel",
+    "SizingPanel": "planner.workbench.sizing_panel",
+    "ProgressBar": "planner.workbench.progress",
+}
+
 
 def __getattr__(name: str) -> object:
-    # The widgets load only when asked for, so the pure state imports no ipywidgets.
-    if name == "Workbench":
-        from planner.workbench.app import Workbench
-
-        return Workbench
+    if name in _WIDGETS:
+        return getattr(importlib.import_module(_WIDGETS[name]), name)
     raise AttributeError(f"module 'planner.workbench' has no attribute {name!r}")
 
 
 __all__ = [
+    "AvailabilityPanel",
     "Evaluation",
     "LimitingNode",
     "ModelFields",
     "NodeRow",
     "PlanOptions",
     "Problem",
+    "ProgressBar",
+    "SizingPanel",
     "UnusedNode",
     "Workbench",
     "WorkbenchInputError",

@@ -190,7 +190,7 @@ class Workbench(widgets.VBox):
         finally:
             self._quiet -= 1
 
-    def _guard(self, handler: Callable[P, None]) -> Callable[P, None]:
+    def _guard(self, handler: Callable[P, object]) -> Callable[P, None]:
         """Ignore callbacks while quiet; show any error as a message, not a traceback."""
 
         @functools.wraps(handler)

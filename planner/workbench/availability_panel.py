@@ -9,7 +9,6 @@ availability takes a while, so it does not run on every keystroke).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
 from typing import Any
@@ -126,7 +125,7 @@ class AvailabilityPanel(widgets.VBox):
             return source
         if hasattr(source, "evaluation"):
             return source.evaluation.request
-        if isinstance(source, Callable):
+        if callable(source):
             return source()
         raise TypeError(f"cannot read a fleet from {type(source).__name__}")
 

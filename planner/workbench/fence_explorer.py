@@ -467,6 +467,8 @@ class QuorumExplorer(_ChartHolder, widgets.VBox):
 class EventStepper(_ChartHolder, widgets.VBox):
     """Step through an event log on a sequence chart, one event at a time."""
 
+    children: tuple[Any, ...]  # the VBox trait, typed for the checker
+
     def __init__(self, events: pd.DataFrame | None = None, *, title: str = "",
                  header: str = "") -> None:
         self.header = widgets.HTML()

@@ -7,6 +7,7 @@ workbench's panels, the fencing notebook's steppers) makes only what a person op
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import ipywidgets as widgets
 
@@ -19,6 +20,10 @@ class LazySections(widgets.Accordion):
     ``guard`` wraps the handler that runs when a person opens a section (the workbench
     passes the one that shows errors as a message instead of a traceback).
     """
+
+    # The widget's traits, typed for the checker (ipywidgets carries no types).
+    children: tuple[Any, ...]
+    titles: tuple[str, ...]
 
     def __init__(self, *, guard: Callable[[Callable[..., None]], Callable[..., None]]
                  | None = None) -> None:

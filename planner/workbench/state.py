@@ -264,6 +264,7 @@ class ModelFields:
         """The five model fields of the request (docs/rules.md §1). Raises
         :class:`WorkbenchInputError`."""
         exact = self.exact_weight_bytes
+        weights: int | None
         if exact is not None and self.model_weight_bytes.strip() == weight_size_text(exact):
             weights = exact
         else:
@@ -332,7 +333,7 @@ def _free_ids(base: str, taken: set[str], count: int) -> list[str]:
     used = [n for nid in taken if (p := _numbered(nid)) and p[0] == base for n in [p[1]]]
     start = max(used) + 1 if used else 0
     width = max(2, len(str(start + count - 1)))
-    ids = []
+    ids: list[str] = []
     number = start
     while len(ids) < count:
         candidate = f"{base}-{number:0{width}d}"
@@ -371,8 +372,8 @@ class NodeExtras:
 def _model_fields(choice: ModelChoice, base_dir: Path | None) -> ModelFields:
     """The model as the editor shows it; a preset or GGUF file that cannot be read shows
     its name with no numbers (planning it says why)."""
-    source = {"name": choice.name, "preset": choice.preset, "gguf": choice.gguf,
-              "kv_cache_type": choice.kv_cache_type}
+    source: dict[str, Any] = {"name": choice.name, "preset": choice.preset,
+                              "gguf": choice.gguf, "kv_cache_type": choice.kv_cache_type}
     try:
         fields = choice.resolve(base_dir)
     except CodedError:

@@ -59,7 +59,7 @@ def _event_rows(number: int, step: TraceStep) -> list[dict[str, Any]]:
     lease = None if step.lease_until_unix_ms is None else (
         step.lease_until_unix_ms - START_UNIX_MS)
 
-    def row(node: str | None, kind: str, clock: int | None = None, **values: Any) -> dict:
+    def row(node: str | None, kind: str, clock: int | None = None, **values: Any) -> dict[str, Any]:
         base = {"step": number, "time_ms": time_ms, "node": node, "kind": kind,
                 "clock_ms": time_ms if clock is None else clock, "message": None, "peer": None,
                 "term": step.term, "accepted": None, "reason": None, "lease_until_ms": None,
