@@ -18,18 +18,25 @@ The lanes share one unified KV cache (``-kvu``), which is what the planner assum
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from planner._validate import shown
 from planner.errors import CodedError
-from planner.fleet import FleetDocument, is_address
+from planner.fleet import FleetDocument
+from planner.fleet._fields import address_problem
 from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_UBATCH
 from planner.memory import LlamaCppSettings
 from planner.planning import Plan
 
 DEFAULT_RPC_PORT = 50052
+# llama.cpp's rpc-server binds only an IPv4 address (``inet_addr`` in
+# ``ggml-rpc/transport.cpp``: "Invalid host address" otherwise); a node reached by host
+# name listens on every IPv4 interface.
+ANY_IPV4 = "0.0.0.0"
 RPC_SERVER = "ggml-rpc-server"
 LLAMA_SERVER = "llama-server"
 
@@ -66,17 +73,22 @@ class Launch:
         }
 
     def shell(self) -> str:
-        """The commands as shell lines, each argument quoted (:func:`shell_quote`), each
+        """The commands as bash lines, each argument quoted (:func:`shell_quote`), each
         preceded by a comment saying where it runs."""
-        lines = []
+        lines = [BASH_NOTE]
         for server in self.rpc_servers:
             stage = _stage(self, server.node_id)
+            everywhere = (", listening on every IPv4 interface"
+                          if server.argv[server.argv.index("--host") + 1] == ANY_IPV4 else "")
             lines.append(f"# on {_comment(server.node_id)} (layers "
-                         f"{stage.layer_start}-{stage.layer_end - 1})")
+                         f"{stage.layer_start}-{stage.layer_end - 1}){everywhere}")
             lines.append(shell_join(server.argv))
         lines.append("# on the host that serves requests")
         lines.append(shell_join(self.llama_server))
         return "\n".join(lines) + "\n"
+
+
+BASH_NOTE = "# bash commands (an argument written $'...' needs bash), one per host"
 
 
 def _comment(text: str) -> str:
@@ -84,23 +96,22 @@ def _comment(text: str) -> str:
     return "".join("?" if not ch.isprintable() else ch for ch in text)
 
 
+_SAFE_ASCII = frozenset(chr(code) for code in range(0x20, 0x7F)) - {"\\", "'"}
+
+
 def shell_quote(argument: str) -> str:
-    """``argument`` as one shell word. Printable text is single-quoted as
-    :func:`shlex.quote` does; text with control characters (a line break, an escape)
-    is written ``$'...'`` with each such character escaped, so the printed command shows
-    no raw control character and still passes the argument unchanged."""
+    """``argument`` as one bash word. Printable text is single-quoted as
+    :func:`shlex.quote` does (bash passes its bytes unchanged). Other text (a control
+    character, a bidirectional override, bytes that are not UTF-8, carried as
+    surrogate escapes) is written ``$'...'`` with every byte outside printable ASCII as
+    ``\\xHH``: bash turns those into the same bytes in every locale, and the printed
+    command shows no raw control character."""
     if argument.isprintable():
         return shlex.quote(argument)
     escaped = []
-    for ch in argument:
-        if ch in "\\'":
-            escaped.append("\\" + ch)
-        elif ch.isprintable():
-            escaped.append(ch)
-        else:
-            code = ord(ch)
-            escaped.append(f"\\x{code:02x}" if code < 0x80 else
-                           f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    for byte in os.fsencode(argument):
+        ch = chr(byte)
+        escaped.append(ch if ch in _SAFE_ASCII else f"\\x{byte:02x}")
     return "$'" + "".join(escaped) + "'"
 
 
@@ -141,28 +152,43 @@ def split_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _is_ipv4(host: str) -> bool:
+    return all(ch in "0123456789." for ch in host)
+
+
 def build_launch(stages: Sequence[Any], model_path: str, settings: LlamaCppSettings,
                  layer_count: int, addresses: Mapping[str, str] | None = None, *,
                  rpc_server: str = RPC_SERVER, llama_server: str = LLAMA_SERVER,
                  extra_server_args: Sequence[str] = ()) -> Launch:
     """Commands for ``stages`` (objects with ``node_id``, ``layer_start``,
     ``layer_end``, in order). A node without an address is reached as
-    ``{node_id}:50052``."""
+    ``{node_id}:50052``. An rpc-server reached by host name listens on every IPv4
+    interface (``--host 0.0.0.0``): llama.cpp's rpc-server binds IPv4 addresses only."""
     addresses = dict(addresses or {})
     placed = []
     servers = []
     for stage in stages:
-        address = addresses.get(stage.node_id, f"{stage.node_id}:{DEFAULT_RPC_PORT}")
-        if stage.node_id not in addresses and not is_address(address):
-            raise LaunchError(
-                "NoAddress",
-                f"node {stage.node_id!r} has no rpc-server address and its id is not a host "
-                f"name; give it one (address = \"host:port\" in the fleet file)",
-                field="address", node_id=stage.node_id)
+        if stage.node_id in addresses:
+            address = addresses[stage.node_id]
+            problem = address_problem(address)
+            if problem is not None:
+                raise LaunchError("InvalidLaunchSettings",
+                                  f"node {shown(stage.node_id)}: the address {problem} "
+                                  f"(got {shown(address)})", field="address",
+                                  node_id=stage.node_id, value=address)
+        else:
+            address = f"{stage.node_id}:{DEFAULT_RPC_PORT}"
+            if address_problem(address) is not None:
+                raise LaunchError(
+                    "NoAddress",
+                    f"node {shown(stage.node_id)} has no rpc-server address and its id is "
+                    "not a host name or an IPv4 address; give it one (address = "
+                    "\"host:port\" in the fleet file)", field="address", node_id=stage.node_id)
         host, port = split_address(address)
         placed.append(LaunchStage(stage.node_id, address, stage.layer_start, stage.layer_end))
         servers.append(RpcServer(stage.node_id, address,
-                                 (rpc_server, "--host", host.strip("[]"), "--port", str(port))))
+                                 (rpc_server, "--host", host if _is_ipv4(host) else ANY_IPV4,
+                                  "--port", str(port))))
     ranges = [(stage.layer_start, stage.layer_end) for stage in placed]
     argv = [
         llama_server, "--model", model_path,
@@ -187,9 +213,9 @@ def build_launch(stages: Sequence[Any], model_path: str, settings: LlamaCppSetti
 
 class LaunchError(CodedError):
     """A plan's launch commands cannot be written. ``code`` is stable: ``NoModelFile``,
-    ``NoAddress``."""
+    ``NoAddress``, ``InvalidLaunchSettings``."""
 
-    codes = ("NoModelFile", "NoAddress")
+    codes = ("NoModelFile", "NoAddress", "InvalidLaunchSettings")
 
 
 def launch_for_plan(document: FleetDocument, plan: Plan, *, model_path: str | None = None,

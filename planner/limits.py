@@ -38,6 +38,17 @@ MAX_NODES = 10_000
 ``count`` of one entry and of one GPU kind. The search is held to its time and memory
 targets up to here (``make bench``)."""
 
+MAX_SIMULATED_CHANGES = 200_000
+"""Failures and repairs one simulated horizon may hold (``planner.simulation``): about
+5 s of re-planning a small fleet; drawn one by one and refused as soon as passed."""
+
+MAX_FENCE_TERMS = 5_000
+"""Re-plans one simulated horizon may run through the fence simulator, each a claim
+exchange of about 3 ms and 25 KB."""
+
+MAX_SIMULATION_RUNS = 10_000
+"""Horizons one ``simulate_many`` call runs."""
+
 DEFAULT_CACHE_TYPE = "f16"
 """The KV cache type when none is chosen (llama.cpp's ``-ctk``/``-ctv`` default)."""
 

@@ -95,14 +95,25 @@ def _pad(value: int, to: int) -> int:
     return -(-value // to) * to
 
 
-def _bad(name: str) -> Fail:
+# llama.cpp's own limits on its settings (docs/sources.md §2): llama-server reads -c, -np,
+# -ub and -b as 32-bit integers, and llama_context refuses more than 256 sequences.
+LLAMA_MAX_INT = 2**31 - 1
+LLAMA_MAX_SEQ = 256
+SETTING_MAXIMUMS = {"context_length": LLAMA_MAX_INT, "parallel": LLAMA_MAX_SEQ,
+                    "ubatch": LLAMA_MAX_INT, "batch": LLAMA_MAX_INT}
+
+
+def _bad(name: str, limit: str = "") -> Fail:
     return lambda problem, value: MemoryModelError(
-        "InvalidMemorySettings", f"{name}: {problem} (got {shown(value)})", field=name,
-        value=value)
+        "InvalidMemorySettings",
+        f"{name}: {problem}{limit if problem.startswith('must be at most') else ''} "
+        f"(got {shown(value)})", field=name, value=value)
 
 
-def _check_positive(value: Any, name: str, minimum: int = 1) -> int:
-    return integer(value, _bad(name), minimum=minimum)
+def _check_positive(value: Any, name: str, minimum: int = 1,
+                    maximum: int | None = None) -> int:
+    limit = " (llama.cpp's limit)" if maximum is not None else ""
+    return integer(value, _bad(name, limit), minimum=minimum, maximum=maximum)
 
 
 def require_flash_attention(cache_type_v: str, flash_attn: bool) -> None:
@@ -261,9 +272,11 @@ class LlamaCppSettings:
     """Backend overhead per device (not the host)."""
 
     def __post_init__(self) -> None:
-        for name in ("context_length", "parallel", "ubatch", "batch", "overhead_bytes"):
-            object.__setattr__(self, name, _check_positive(
-                getattr(self, name), name, minimum=0 if name == "overhead_bytes" else 1))
+        for name, maximum in SETTING_MAXIMUMS.items():
+            object.__setattr__(self, name, _check_positive(getattr(self, name), name,
+                                                           maximum=maximum))
+        object.__setattr__(self, "overhead_bytes",
+                           _check_positive(self.overhead_bytes, "overhead_bytes", minimum=0))
         for name in ("kv_unified", "flash_attn"):
             object.__setattr__(self, name, flag(getattr(self, name), _bad(name)))
         check_cache_type(self.cache_type_k)

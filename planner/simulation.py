@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from planner._validate import number, shown
+from planner._validate import integer, number, shown
 from planner.availability import (
     HOURS_PER_YEAR,
     AvailabilityError,
@@ -38,8 +38,10 @@ from planner.availability import (
     targets_check,
     with_targets,
 )
+from planner.errors import CodedError
 from planner.fence.coordinator import CoordinatorPolicy, SplitPlan
 from planner.fence.simulator import NetworkConfig, Simulation
+from planner.limits import MAX_FENCE_TERMS, MAX_SIMULATED_CHANGES, MAX_SIMULATION_RUNS
 from planner.planning import PlanningInput
 from planner.planning.inputs import as_planning_input
 from planner.sizing import SizingTargets
@@ -105,23 +107,43 @@ class SimulatedYear:
         }
 
 
+class SimulationLimitError(CodedError):
+    """``SimulationTooLarge``: the simulated horizon holds more failures and repairs than
+    :data:`MAX_SIMULATED_CHANGES`, or (with the fence on) more re-plans than
+    :data:`MAX_FENCE_TERMS` (``planner.limits``). Every failure and repair is drawn and
+    checked one by one, so a failure rate or horizon far beyond any real one ends in this
+    error within seconds instead of filling memory."""
+
+    codes = ("SimulationTooLarge",)
+
+
+def _too_many_changes(horizon: float) -> SimulationLimitError:
+    return SimulationLimitError(
+        "SimulationTooLarge",
+        f"the fleet fails and is repaired more than {MAX_SIMULATED_CHANGES:,} times in "
+        f"{horizon:,g} hours; simulate a shorter horizon or check the failure rates "
+        "(failures per node-year) and repair hours", limit=MAX_SIMULATED_CHANGES,
+        horizon_hours=horizon)
+
+
 def _node_timelines(rng: np.random.Generator, reliability: NodeReliability,
-                    horizon: float) -> list[tuple[float, bool]]:
-    """(time, up after the change) for one node, starting up at time 0."""
+                    horizon: float, budget: int) -> list[tuple[float, bool]]:
+    """(time, up after the change) for one node, starting up at time 0; at most
+    ``budget`` changes, else :class:`SimulationLimitError`."""
     changes: list[tuple[float, bool]] = []
     rate = reliability.failures_per_hour
     if rate == 0:
         return changes
-    now = 0.0
+    now, up = 0.0, True
     while True:
-        now += rng.exponential(1 / rate)
+        now += (rng.exponential(1 / rate) if up else
+                rng.exponential(reliability.repair_hours) if reliability.repair_hours else 0.0)
         if now >= horizon:
             return changes
-        changes.append((now, False))
-        now += rng.exponential(reliability.repair_hours) if reliability.repair_hours else 0.0
-        if now >= horizon:
-            return changes
-        changes.append((now, True))
+        up = not up
+        changes.append((now, up))
+        if len(changes) > budget:
+            raise _too_many_changes(horizon)
 
 
 class _Fence:
@@ -176,6 +198,49 @@ class _Fence:
         }
 
 
+def _bad_argument(name: str, problem: str, value: Any) -> AvailabilityError:
+    return AvailabilityError("InvalidTarget", f"{name} {problem} (got {shown(value)})",
+                             field=name, value=value)
+
+
+def _horizon(value: Any) -> float:
+    def fail(problem: str, got: Any) -> AvailabilityError:
+        return _bad_argument("horizon_hours", problem, got)
+
+    return float(number(value, fail, above=0))
+
+
+def _seed(value: Any) -> int:
+    def fail(problem: str, got: Any) -> AvailabilityError:
+        return _bad_argument("seed", problem, got)
+
+    return integer(value, fail, minimum=0, maximum=2**63 - 1)
+
+
+def _per_node_reliability(request: PlanningInput, reliability: Any
+                          ) -> dict[str, NodeReliability]:
+    """Each node's figures: one :class:`NodeReliability` for all, or a mapping by node
+    id (a node not in it takes the defaults)."""
+    if isinstance(reliability, NodeReliability) or reliability is None:
+        shared = reliability or NodeReliability()
+        return {node.node_id: shared for node in request.nodes}
+    if not isinstance(reliability, Mapping):
+        raise AvailabilityError(
+            "InvalidReliability", "reliability must be a NodeReliability or a mapping of "
+            f"node id to NodeReliability (got {shown(reliability)})", field="reliability",
+            value=reliability)
+    per_node = {}
+    for node in request.nodes:
+        figures = reliability.get(node.node_id, NodeReliability())
+        if not isinstance(figures, NodeReliability):
+            raise AvailabilityError(
+                "InvalidReliability", f"reliability of node {shown(node.node_id)} must be a "
+                f"NodeReliability (got {shown(figures)})", field="reliability",
+                node_id=node.node_id, value=figures)
+        per_node[node.node_id] = figures
+    return per_node
+
+
 def simulate(
     request: PlanningInput | Mapping[str, Any],
     reliability: Mapping[str, NodeReliability] | NodeReliability | None = None,
@@ -195,22 +260,18 @@ def simulate(
     off, terms are still counted but no fence messages are simulated (zeros).
     """
     req = with_targets(as_planning_input(request), targets)
-    horizon_hours = number(horizon_hours, lambda problem, value: AvailabilityError(
-        "InvalidTarget", f"horizon_hours: {problem} (got {shown(value)})",
-        field="horizon_hours", value=value), above=0)
+    horizon = _horizon(horizon_hours)
+    seed = _seed(seed)
+    if not isinstance(fence, bool):
+        raise _bad_argument("fence", "must be True or False", fence)
+    per_node = _per_node_reliability(req, reliability)
     check = meets or targets_check(min_context=min_context, min_lanes=min_lanes,
                                    targets=targets)
-    if isinstance(reliability, NodeReliability) or reliability is None:
-        shared = reliability or NodeReliability()
-        per_node = {node.node_id: shared for node in req.nodes}
-    else:
-        per_node = {node.node_id: reliability.get(node.node_id, NodeReliability())
-                    for node in req.nodes}
     rng = np.random.default_rng(seed)
     changes: list[tuple[float, int, str, bool]] = []
     for order, node in enumerate(req.nodes):
-        for when, comes_up in _node_timelines(rng, per_node[node.node_id],
-                                              float(horizon_hours)):
+        for when, comes_up in _node_timelines(rng, per_node[node.node_id], horizon,
+                                              MAX_SIMULATED_CHANGES - len(changes)):
             changes.append((when, order, node.node_id, comes_up))
     changes.sort()
     failures = sum(1 for change in changes if not change[3])
@@ -225,7 +286,7 @@ def simulate(
 
     up = {node.node_id for node in req.nodes}
     full = outcome_of(up)
-    fence_sim = _Fence([n.node_id for n in req.nodes], float(horizon_hours), seed) if (
+    fence_sim = _Fence([n.node_id for n in req.nodes], horizon, seed) if (
         fence and req.nodes) else None
     terms: list[dict[str, Any]] = []
     running: tuple[Any, ...] | None = None
@@ -239,6 +300,14 @@ def simulate(
         if layout != running:
             running = layout
             if fence_sim is not None:
+                if len(terms) >= MAX_FENCE_TERMS:
+                    raise SimulationLimitError(
+                        "SimulationTooLarge",
+                        f"the fleet is re-planned more than {MAX_FENCE_TERMS:,} times in "
+                        f"{horizon:,g} hours, each a claim exchange in the fence "
+                        "simulator; simulate a shorter horizon, or with fence=False for the "
+                        "hours and counts alone", limit=MAX_FENCE_TERMS,
+                        horizon_hours=horizon)
                 terms.append(fence_sim.claim(hours, outcome))
             else:
                 terms.append({"term": len(terms) + 1, "start_hours": hours,
@@ -253,7 +322,7 @@ def simulate(
     term = adopt(0.0, full)
     index = 0
     while index <= len(changes):
-        end = changes[index][0] if index < len(changes) else float(horizon_hours)
+        end = changes[index][0] if index < len(changes) else horizon
         if end > start:
             rows.append({"start_hours": start, "end_hours": end, "up_nodes": len(up),
                          "context_length": current.context_length,
@@ -282,7 +351,7 @@ def simulate(
         {"up_nodes": "int64", "context_length": "int64", "meets_targets": "bool",
          "reduced_context": "bool", "term": "Int64"})
     term_frame = pd.DataFrame(terms, columns=list(TERM_COLUMNS))
-    return SimulatedYear(float(horizon_hours), seed, timeline, term_frame, failures,
+    return SimulatedYear(horizon, seed, timeline, term_frame, failures,
                          full.context_length)
 
 
@@ -291,7 +360,14 @@ def simulate_many(request: PlanningInput | Mapping[str, Any],
                   *, runs: int, horizon_hours: float = HOURS_PER_YEAR, seed: int = 0,
                   **targets: Any) -> pd.DataFrame:
     """``runs`` independent horizons (seeds ``seed .. seed + runs - 1``), one summary row
-    each, without the fence exchange (for estimates that need many runs)."""
+    each, without the fence exchange (for estimates that need many runs); at most
+    :data:`MAX_SIMULATION_RUNS` runs."""
+
+    def fail(problem: str, got: Any) -> AvailabilityError:
+        return _bad_argument("runs", problem, got)
+
+    runs = integer(runs, fail, minimum=0, maximum=MAX_SIMULATION_RUNS)
+    seed = _seed(seed)
     rows = []
     for offset in range(runs):
         year = simulate(request, reliability, horizon_hours=horizon_hours,
@@ -299,6 +375,5 @@ def simulate_many(request: PlanningInput | Mapping[str, Any],
         rows.append({"seed": seed + offset, **year.summary()})
     return pd.DataFrame(rows)
 
-
-__all__ = ["TERM_COLUMNS", "TIMELINE_COLUMNS", "SimulatedYear", "simulate",
-           "simulate_many"]
+__all__ = ["TERM_COLUMNS", "TIMELINE_COLUMNS", "SimulatedYear", "SimulationLimitError",
+           "simulate", "simulate_many"]

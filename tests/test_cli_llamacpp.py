@@ -18,7 +18,7 @@ from test_memory import write_gemma_like
 
 import planner
 from planner.fleet import load_fleet
-from planner.launch import shell_join, shell_quote
+from planner.launch import BASH_NOTE, shell_join, shell_quote
 from planner.memory import LlamaCppSettings, estimate, model_from_gguf, within_target
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -217,8 +217,9 @@ def test_launch_shell_is_quoted(tmp_path: Path, gemma: Path) -> None:
     result = run("launch", _fleet(tmp_path, spaced))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("# on a (layers 0-")
-    assert shlex.split(lines[1]) == ["ggml-rpc-server", "--host", "10.0.0.1", "--port",
+    assert lines[0] == BASH_NOTE
+    assert lines[1].startswith("# on a (layers 0-")
+    assert shlex.split(lines[2]) == ["ggml-rpc-server", "--host", "10.0.0.1", "--port",
                                      "6000"]
     argv = json.loads(run("launch", _fleet(tmp_path, spaced), "--json").stdout)
     assert shlex.split(lines[-1]) == argv["llama_server"]["argv"]
@@ -231,7 +232,6 @@ def test_shell_quoting_survives_a_real_shell() -> None:
              "$(touch x)", "\u202egnp.exe", "caf\u00e9", "\x85"]
     script = "printf '%s\\0' " + shell_join(nasty)
     assert all(ch.isprintable() or ch == " " for ch in script)
-    # $'\\u....' needs a UTF-8 locale in bash, as any non-ASCII argument does.
     done = subprocess.run(["bash", "-c", script], capture_output=True, check=True,
                           env={"LC_ALL": "C.UTF-8", "PATH": "/usr/bin:/bin"})
     assert done.stdout.decode().split("\0")[:-1] == nasty
@@ -267,3 +267,29 @@ def test_launch_needs_a_model_file_and_addresses(tmp_path: Path, gemma: Path) ->
     assert argv[argv.index("--model") + 1] == "/srv/model.gguf"
     odd = run("launch", _fleet(tmp_path, gemma, second="gpu b\nrm -rf ~"))
     assert odd.returncode == 2 and "NoAddress" in odd.stderr and "address" in odd.stderr
+
+
+@pytest.mark.parametrize(("planning", "flags", "named"), [
+    ("parallel_lanes_override = 300", (), "parallel"),
+    ("", ("--ubatch", "99999999999999999999"), "ubatch"),
+])
+def test_launch_refuses_what_llama_cpp_refuses(tmp_path: Path, gemma: Path, planning: str,
+                                               flags: tuple[str, ...], named: str) -> None:
+    fleet = _fleet(tmp_path, gemma, kv="f16")
+    fleet.write_text(fleet.read_text().replace("minimum_nodes = 2",
+                                               f"minimum_nodes = 2\n{planning}"))
+    result = run("launch", fleet, *flags)
+    assert result.returncode == 2, result.stdout
+    assert "InvalidMemorySettings" in result.stderr and named in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+@pytest.mark.parametrize("flags", [("--context", str(2**63)), ("--context", str(2**31)),
+                                   ("--context", "4096", "--parallel", str(10**18)),
+                                   ("--context", "4096", "--parallel", "257"),
+                                   ("--context", "4096", "--ubatch", str(2**31))])
+def test_memory_refuses_what_llama_cpp_refuses(gemma: Path, flags: tuple[str, ...]) -> None:
+    result = run("memory", gemma, *flags)
+    assert result.returncode == 2, result.stdout
+    assert "InvalidMemorySettings" in result.stderr and "llama.cpp's limit" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -3,15 +3,29 @@ computed the way llama.cpp assigns layers (float32 split points, output layer la
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import shlex
+import shutil
+import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from planner.fleet import FleetFileError, fleet_to_toml, parse_fleet_toml
-from planner.launch import build_launch, layer_devices, tensor_split
-from planner.memory import LlamaCppSettings
+from planner.launch import (
+    BASH_NOTE,
+    LaunchError,
+    build_launch,
+    launch_for_plan,
+    layer_devices,
+    shell_join,
+    tensor_split,
+)
+from planner.memory import LlamaCppSettings, MemoryModelError
+from planner.planning import plan_topology
 
 
 @dataclass
@@ -102,11 +116,107 @@ def test_bad_addresses_are_refused_by_field(text: str) -> None:
 
 
 def test_a_node_without_an_address_is_reached_by_its_id_when_that_is_a_host_name() -> None:
-    from planner.launch import LaunchError
-
     settings = LlamaCppSettings(context_length=4096)
     launch = build_launch([Stage("gpu-01.lan", 0, 4)], "m.gguf", settings, 4)
     assert launch.stages[0].address == "gpu-01.lan:50052"
     with pytest.raises(LaunchError) as caught:
         build_launch([Stage("gpu 01", 0, 4)], "m.gguf", settings, 4)
     assert caught.value.code == "NoAddress" and caught.value.details["node_id"] == "gpu 01"
+
+
+# -- hostile addresses, settings and arguments -------------------------------------------
+
+HOSTILE = json.loads((Path(__file__).parent / "data" / "hostile" / "addresses.json")
+                     .read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("address", HOSTILE["refused"])
+def test_an_address_is_a_host_name_or_ipv4_and_an_ascii_port(address: str) -> None:
+    bad = FLEET.replace('address = "192.168.1.20:50052"', f"address = {json.dumps(address)}")
+    with pytest.raises(FleetFileError) as caught:
+        parse_fleet_toml(bad)
+    assert caught.value.field == "nodes[0].address"
+    settings = LlamaCppSettings(context_length=4096)
+    with pytest.raises(LaunchError) as given:
+        build_launch([Stage("a", 0, 4)], "m.gguf", settings, 4, {"a": address})
+    assert given.value.code == "InvalidLaunchSettings"
+    assert given.value.details["node_id"] == "a"
+
+
+@pytest.mark.parametrize("address", HOSTILE["accepted"])
+def test_host_names_and_ipv4_addresses_are_accepted(address: str) -> None:
+    good = FLEET.replace('address = "192.168.1.20:50052"', f"address = {json.dumps(address)}")
+    assert dict(parse_fleet_toml(good).addresses) == {"a": address}
+
+
+@pytest.mark.parametrize("node_id", HOSTILE["refused_ids"] + [
+    address.rpartition(":")[0] for address in HOSTILE["refused"]
+    if address.endswith(":50052") and address.rpartition(":")[0]])
+def test_a_node_id_that_is_no_host_name_needs_an_address(node_id: str) -> None:
+    settings = LlamaCppSettings(context_length=4096)
+    with pytest.raises(LaunchError) as caught:
+        build_launch([Stage(node_id, 0, 4)], "m.gguf", settings, 4)
+    assert caught.value.code == "NoAddress" and caught.value.details["node_id"] == node_id
+
+
+def test_an_rpc_server_reached_by_host_name_listens_on_every_ipv4_interface() -> None:
+    # llama.cpp's rpc-server binds an IPv4 address only ("Invalid host address: gpu-b").
+    settings = LlamaCppSettings(context_length=4096)
+    launch = build_launch([Stage("a", 0, 2), Stage("gpu-b", 2, 4)], "m.gguf", settings, 4,
+                          {"a": "10.0.0.1:6000"})
+    assert [s.argv for s in launch.rpc_servers] == [
+        ("ggml-rpc-server", "--host", "10.0.0.1", "--port", "6000"),
+        ("ggml-rpc-server", "--host", "0.0.0.0", "--port", "50052")]
+    assert launch.to_dict()["stages"][1]["address"] == "gpu-b:50052"
+    lines = launch.shell().splitlines()
+    assert lines[0] == BASH_NOTE
+    assert lines[3] == "# on gpu-b (layers 2-3), listening on every IPv4 interface"
+
+
+@pytest.mark.parametrize(("settings", "field"), [
+    ({"context_length": 2**31}, "context_length"),  # llama-server's stoi
+    ({"context_length": 4096, "parallel": 257}, "parallel"),  # LLAMA_MAX_SEQ
+    ({"context_length": 4096, "parallel": 10**18}, "parallel"),
+    ({"context_length": 4096, "ubatch": 10**20}, "ubatch"),
+    ({"context_length": 4096, "batch": 2**31}, "batch"),
+    ({"context_length": 4096, "flash_attn": "off"}, "flash_attn"),
+    ({"context_length": 4096, "flash_attn": 0}, "flash_attn"),
+    ({"context_length": 4096, "kv_unified": "no"}, "kv_unified"),
+    ({"context_length": 4096.0}, "context_length"),
+])
+def test_settings_llama_cpp_refuses_are_refused(settings: dict, field: str) -> None:
+    with pytest.raises(MemoryModelError) as caught:
+        LlamaCppSettings(**settings)
+    assert caught.value.code == "InvalidMemorySettings"
+    assert caught.value.details["field"] == field
+
+
+def test_llama_cpp_limits_themselves_are_accepted() -> None:
+    top = LlamaCppSettings(context_length=2**31 - 1, parallel=256, ubatch=2**31 - 1,
+                           batch=2**31 - 1, kv_unified=True)
+    assert top.n_ctx == 2**31  # padded to 256 cells, as llama_context does (uint32)
+
+
+def test_a_string_switch_is_not_read_as_on() -> None:
+    document = parse_fleet_toml(FLEET.replace('address = "192.168.1.20:50052"',
+                                              'address = "10.0.0.1:1"'))
+    plan = plan_topology(document.to_request())
+    for value in ("off", "no", "", 1, None):
+        with pytest.raises(MemoryModelError) as caught:
+            launch_for_plan(document, plan, model_path="m.gguf", flash_attn=value)
+        assert caught.value.details["field"] == "flash_attn"
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("locale", ["C", "POSIX", "C.UTF-8"])
+def test_shell_words_carry_the_exact_bytes_in_every_locale(locale: str) -> None:
+    nasty = ["plain", "caf\u00e9", "nb\u00a0sp", "\u202egnp.exe", "a\nb", "esc\x1b[31m",
+             "it's", "back\\slash", "\x85", "emoji \U0001f600\x07",
+             os.fsdecode(b"raw \xff\xfe bytes"), os.fsdecode(b"model-\xe9.gguf"),
+             "\\x41 stays", "$(touch x)"]
+    script = "printf '%s\\0' " + shell_join(nasty)
+    assert script.isascii() or all(ch.isprintable() for ch in script)
+    assert "\\u" not in script.replace("\\\\u", "")  # no locale-dependent escapes
+    done = subprocess.run(["bash", "-c", script], capture_output=True, check=True,
+                          env={"LC_ALL": locale, "PATH": "/usr/bin:/bin"})
+    assert done.stdout.split(b"\0")[:-1] == [os.fsencode(word) for word in nasty]

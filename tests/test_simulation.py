@@ -7,10 +7,18 @@ import math
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
+from planner import simulation
 from planner.availability import NodeReliability, fleet_availability
+from planner.errors import CodedError
 from planner.fleet import load_fleet
-from planner.simulation import simulate, simulate_many
+from planner.limits import MAX_SIMULATED_CHANGES, MAX_SIMULATION_RUNS
+from planner.simulation import (
+    SimulationLimitError,
+    simulate,
+    simulate_many,
+)
 
 FIVE = Path(__file__).resolve().parents[1] / "data" / "fleets" / "qwen480b-5x80.toml"
 FLAKY = NodeReliability(annual_failure_rate=3.0, repair_hours=300)
@@ -77,3 +85,61 @@ def test_a_fleet_that_never_fails_has_one_term() -> None:
     year = simulate(_request(), NodeReliability(annual_failure_rate=0), seed=0)
     assert year.failures == 0 and year.replans == 0 and year.hours_down == 0
     assert len(year.timeline) == 1
+
+
+# -- hostile settings ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("reliability", "horizon", "fence"), [
+    (NodeReliability(annual_failure_rate=1e9, repair_hours=0.001), 8760, True),
+    (NodeReliability(annual_failure_rate=1e9, repair_hours=0), 8760, False),
+    (NodeReliability(annual_failure_rate=1, repair_hours=24), 1e9, False),
+    (NodeReliability(annual_failure_rate=1e300, repair_hours=1e-300), 1e300, False),
+])
+def test_a_horizon_of_too_many_changes_is_refused_by_name(
+        reliability: NodeReliability, horizon: float, fence: bool) -> None:
+    with pytest.raises(SimulationLimitError) as caught:
+        simulate(_request(), reliability, horizon_hours=horizon, fence=fence)
+    assert caught.value.code == "SimulationTooLarge"
+    assert caught.value.details["limit"] == MAX_SIMULATED_CHANGES
+
+
+def test_too_many_fence_exchanges_are_refused_and_the_counts_alone_still_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The limit is lowered so that the test stays quick; make bench runs the real one.
+    monkeypatch.setattr(simulation, "MAX_FENCE_TERMS", 50)
+    # About two re-plans an hour: more coordinator terms than the fence may run.
+    flaky = NodeReliability(annual_failure_rate=8760, repair_hours=0.5)
+    with pytest.raises(SimulationLimitError) as caught:
+        simulate(_request(), flaky, horizon_hours=200, min_context=65536)
+    assert caught.value.details["limit"] == 50
+    year = simulate(_request(), flaky, horizon_hours=200, min_context=65536, fence=False)
+    assert year.replans > 50
+
+
+@pytest.mark.parametrize(("arguments", "field"), [
+    ({"fence": "no"}, "fence"), ({"fence": 0}, "fence"), ({"fence": None}, "fence"),
+    ({"seed": -1}, "seed"), ({"seed": "3"}, "seed"), ({"seed": 1.5}, "seed"),
+    ({"horizon_hours": "8760"}, "horizon_hours"), ({"horizon_hours": math.nan}, "horizon_hours"),
+])
+def test_wrong_settings_are_refused_by_field(arguments: dict, field: str) -> None:
+    with pytest.raises(CodedError) as caught:
+        simulate(_request(), FLAKY, **arguments)
+    assert caught.value.details["field"] == field
+
+
+@pytest.mark.parametrize("reliability", [[FLAKY], "flaky", 3, {"gpu-0": 0.5}])
+def test_reliability_of_the_wrong_type_is_refused(reliability: object) -> None:
+    request = _request()
+    if isinstance(reliability, dict):
+        reliability = {request.nodes[0].node_id: 0.5}
+    with pytest.raises(CodedError) as caught:
+        simulate(request, reliability)
+    assert caught.value.code == "InvalidReliability"
+
+
+@pytest.mark.parametrize("runs", [-1, "3", 2.0, MAX_SIMULATION_RUNS + 1])
+def test_simulate_many_refuses_a_bad_number_of_runs(runs: object) -> None:
+    with pytest.raises(CodedError) as caught:
+        simulate_many(_request(), FLAKY, runs=runs)
+    assert caught.value.details["field"] == "runs"

@@ -26,7 +26,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                     "llama.cpp: one rpc-server per stage node (at the node's address = "
                     "\"host:port\", else NODE_ID:50052) and the llama-server command with "
                     "--rpc, a --tensor-split that puts exactly the plan's layers on each "
-                    "node, the plan's context and lanes and the model's KV cache type.\n\n"
+                    "node, the plan's context and lanes and the model's KV cache type. "
+                    "The commands are for bash (an argument with control characters is "
+                    "written $'...' with \\xHH bytes).\n\n"
                     "llama.cpp refuses a quantized V cache without flash attention, so "
                     "--flash-attn off works only with an f16/bf16/f32 KV cache.",
         examples=("planner launch fleet.toml", "planner launch fleet.toml --json",

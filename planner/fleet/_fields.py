@@ -7,6 +7,7 @@ value the same way.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -47,7 +48,11 @@ NODE_KEYS = ("id", "count", "vram", "max_vram", "headroom", "latency_ms",
              *RELIABILITY_KEYS, "address")
 TOP_KEYS = ("name", "model", "planning", "nodes")
 JSON_EXTRA_KEYS = ("model_name", "name")
-_ADDRESS = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(?P<port>\d{1,5})$")
+# A host name's labels (RFC 1123, and "_" as resolvers allow it): ASCII letters, digits,
+# "-" and "_", never starting or ending with "-" (so no label reads as a command option).
+_HOST_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
+_PORT = re.compile(r"[0-9]{1,5}")
+_MAX_HOST_NAME = 253
 # The same bounds the planning request enforces, so a file that reads always plans.
 LIMITS = {
     "native_context_length": MAX_CONTEXT,
@@ -178,17 +183,54 @@ def as_text(value: Any, field_name: str, *, node_id: str | None = None) -> str:
     return text(value, bad(field_name, node_id))
 
 
+def address_problem(value: Any) -> str | None:
+    """Why ``value`` is not an rpc-server address ``host:port``, or ``None`` when it is.
+
+    llama.cpp's RPC backend is IPv4 only (``socket(AF_INET, ...)`` and ``gethostbyname``
+    in ``ggml-rpc/transport.cpp``) and splits an endpoint at its first ``:``
+    (``parse_endpoint`` in ``ggml-rpc.cpp``), so the host is a host name or an IPv4
+    address, never an IPv6 literal; the port is 1 to 65535 in ASCII digits.
+    """
+    if not isinstance(value, str):
+        return "must be host:port text"
+    host, colon, port = value.rpartition(":")
+    if not colon or not host:
+        return "must be host:port"
+    if _PORT.fullmatch(port) is None or not 0 < int(port) < 65536:
+        return "must end in a port from 1 to 65535 (ASCII digits)"
+    if host.startswith("[") or ":" in host:
+        return ("has an IPv6 address (or brackets), and llama.cpp's RPC connects over IPv4 "
+                "only; give a host name or an IPv4 address")
+    return host_problem(host)
+
+
+def host_problem(host: str) -> str | None:
+    """Why ``host`` is neither a host name nor an IPv4 address, or ``None``."""
+    if any(ch in "0123456789" for ch in host) and all(ch in "0123456789." for ch in host):
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            return "has a host of digits and dots that is not an IPv4 address"
+        return None
+    labels = host.split(".")
+    if (len(host) > _MAX_HOST_NAME
+            or not all(_HOST_LABEL.fullmatch(label) for label in labels)
+            or labels[-1].isdigit()):
+        return ("must start with a host name (letters, digits, '-' and '_' in dot-separated "
+                "labels, none starting or ending with '-') or an IPv4 address")
+    return None
+
+
 def is_address(value: Any) -> TypeGuard[str]:
-    """Whether ``value`` is a ``host:port`` address (an IPv6 host in brackets)."""
-    match = _ADDRESS.match(value) if isinstance(value, str) else None
-    return match is not None and 0 < int(match["port"]) < 65536
+    """Whether ``value`` is an rpc-server address ``host:port`` (:func:`address_problem`)."""
+    return address_problem(value) is None
 
 
 def as_address(value: Any, field_name: str, node_id: str | None) -> str:
-    """A ``host:port`` address (an IPv6 host in brackets)."""
-    if not is_address(value):
-        raise FleetFileError("InvalidField",
-                             f"must be host:port with a port from 1 to 65535 (got {shown(value)})",
+    """An rpc-server address ``host:port`` (:func:`address_problem`)."""
+    problem = address_problem(value)
+    if problem is not None:
+        raise FleetFileError("InvalidField", f"{problem} (got {shown(value)})",
                              field=field_name, node_id=node_id)
     return value
 

@@ -54,7 +54,7 @@ WINDOW_CACHE_PADDING = 256
 
 
 def check_cache_type(cache_type: str) -> str:
-    if cache_type not in CACHE_TYPES:
+    if not isinstance(cache_type, str) or cache_type not in CACHE_TYPES:
         raise ModelError(
             "UnknownKvCacheType",
             f"unknown KV cache type {cache_type!r}; use one of {', '.join(CACHE_TYPES)}",
