@@ -228,11 +228,10 @@ def is_address(value: Any) -> TypeGuard[str]:
 
 def as_address(value: Any, field_name: str, node_id: str | None) -> str:
     """An rpc-server address ``host:port`` (:func:`address_problem`)."""
-    problem = address_problem(value)
-    if problem is not None:
-        raise FleetFileError("InvalidField", f"{problem} (got {shown(value)})",
-                             field=field_name, node_id=node_id)
-    return value
+    if is_address(value):
+        return value
+    raise FleetFileError("InvalidField", f"{address_problem(value)} (got {shown(value)})",
+                         field=field_name, node_id=node_id)
 
 
 def reject_unknown(table: Mapping[str, Any], allowed: Sequence[str], prefix: str,
