@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 import pytest
 import reference_planner as ref
-from hypothesis import example, given, settings
+from hypothesis import Phase, example, find, given, settings
 from hypothesis import strategies as st
 from planner_strategies import requests
 
@@ -40,39 +40,76 @@ def _assert_plan_and_candidates_match(request: dict[str, Any]) -> None:
     ref.assert_candidates_match(request, frame)
 
 
+def _small(**changes: Any) -> dict[str, Any]:
+    """A request that plans (4 layers on two nodes), changed by ``changes``."""
+    request: dict[str, Any] = {
+        "native_context_length": 4096, "layer_count": 4, "model_weight_bytes": 4 * 2**20,
+        "kv_bytes_per_token": 64, "minimum_nodes": 1,
+        "nodes": [{"node_id": "a", "detected_vram_bytes": 2**23},
+                  {"node_id": "b", "detected_vram_bytes": 2**22}],
+        "context_length_override": None, "parallel_lanes_override": None,
+    }
+    return {**request, **changes}
+
+
+# One request that reaches each refusal of docs/rules.md §2, in check order, and one that
+# breaks several checks at once (the first in order wins).
+REFUSALS: dict[str, dict[str, Any]] = {
+    "InvalidInput": _small(layer_weight_bytes=[2**20] * 3),
+    "MissingNativeContext": _small(native_context_length=0),
+    "MissingLayers": _small(layer_count=0),
+    "MissingModelWeights": _small(model_weight_bytes=0),
+    "MissingKvBytesPerToken": _small(kv_bytes_per_token=0),
+    "MissingNodes": _small(nodes=[]),
+    "ContextExceedsNative": _small(context_length_override=4097),
+    "ContextBelowMinimum": _small(context_length_override=4095),
+    "ZeroParallelLanes": _small(parallel_lanes_override=0),
+    "NoValidTopology": _small(nodes=[{"node_id": "a", "detected_vram_bytes": 2**20}]),
+}
+SEVERAL_BROKEN = _small(layer_count=0, kv_bytes_per_token=0, nodes=[],
+                        parallel_lanes_override=0)
+
+
+def _with_refusal_examples(test: Any) -> Any:
+    for request in (*REFUSALS.values(), SEVERAL_BROKEN):
+        test = example(request)(test)
+    return test
+
+
 @settings(max_examples=1200)
 @given(requests())
+@_with_refusal_examples
 def test_plan_matches_exhaustive_reference(request: dict[str, Any]) -> None:
     assert _planner_outcome(request) == _reference_outcome(request)
 
 
-SPEC_CODES = ("InvalidInput", "MissingNativeContext", "MissingLayers", "MissingModelWeights",
-              "MissingKvBytesPerToken", "MissingNodes", "ContextExceedsNative",
-              "ContextBelowMinimum", "ZeroParallelLanes", "NoValidTopology")
+def test_the_examples_reach_every_refusal() -> None:
+    # The differential test above runs these first, whatever hypothesis draws.
+    for code, request in REFUSALS.items():
+        assert _reference_outcome(request) == {"error": code}
+        assert _planner_outcome(request) == {"error": code}
+    assert _planner_outcome(SEVERAL_BROKEN) == {"error": "MissingLayers"}
+    assert set(REFUSALS) == set(planner.PlanError.codes) - {
+        "PlanMismatch", "TooManyNodes", "SearchTooLarge"} | {"InvalidInput"}
 
 
-def test_random_requests_reach_every_refusal_and_the_larger_sizes() -> None:
-    # The differential test above only exercises the validation order if the strategy
-    # produces each refusal, several at once, and fleets beyond the small sizes.
-    seen: set[str] = set()
-    several = large = 0
+@pytest.mark.parametrize("code", [*REFUSALS, "several", "large"])
+def test_the_strategy_draws_each_refusal_and_the_larger_sizes(code: str) -> None:
+    # Random requests reach each refusal on their own, several at once, and fleets beyond
+    # the small sizes: hypothesis searches until it finds one, whatever ran before.
+    def wanted(request: dict[str, Any]) -> bool:
+        if code == "large":
+            return len(request["nodes"]) > 9 and request["layer_count"] > 12
+        if code == "several":
+            return sum((request["native_context_length"] == 0, request["layer_count"] == 0,
+                        request["model_weight_bytes"] == 0,
+                        request["kv_bytes_per_token"] == 0, not request["nodes"],
+                        request["parallel_lanes_override"] == 0)) >= 2
+        return _planner_outcome(request).get("error") == code  # the fast side searches
 
-    @settings(max_examples=500, database=None, derandomize=True)
-    @given(requests())
-    def draw(request: dict[str, Any]) -> None:
-        nonlocal several, large
-        outcome = _reference_outcome(request)
-        assert _planner_outcome(request) == outcome
-        seen.add(outcome.get("error", "ok"))
-        broken = sum((request["native_context_length"] == 0, request["layer_count"] == 0,
-                      request["model_weight_bytes"] == 0, request["kv_bytes_per_token"] == 0,
-                      not request["nodes"], request["parallel_lanes_override"] == 0))
-        several += broken >= 2
-        large += len(request["nodes"]) > 9 and request["layer_count"] > 12
-
-    draw()
-    assert seen == {*SPEC_CODES, "ok"}
-    assert several > 0 and large > 0
+    found = find(requests(), wanted, settings=settings(max_examples=5000, database=None,
+                                                       phases=[Phase.generate]))
+    assert _planner_outcome(found) == _reference_outcome(found)
 
 
 @settings(max_examples=500)
