@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -477,6 +478,45 @@ def ignore_lease(
     return decision
 
 
+def accept_every_stop(current: CoordinatorClaim | None, request: StopRequest) -> StopDecision:
+    return StopDecision(True, None, current, request)
+
+
+def accept_conflicts(
+    current: CoordinatorClaim | None, claim: CoordinatorClaim, now_unix_ms: int
+) -> ClaimDecision:
+    decision = decide_claim(current, claim, now_unix_ms)
+    if decision.reason == "ConflictingSameTerm":
+        return ClaimDecision(True, None, None, current, claim, now_unix_ms)
+    return decision
+
+
+# The smallest meshes on which each broken rule breaks a property the real rule keeps
+# (under a second in all, so they run in the fast suite; the tests below explore more).
+SMALL_BREAKS = [
+    (CheckConfig(stages=1, coordinators=2, max_term=2, clock_bound=0, stops=False),
+     {"claim_rule": accept_stale_terms}, "term_never_decreases"),
+    (CheckConfig(stages=1, coordinators=1, max_term=1, clock_bound=2, stops=False),
+     {"load_rule": ignore_lease}, "load_matches_claim_within_lease"),
+    (CheckConfig(stages=1, coordinators=2, max_term=1, clock_bound=0, stops=False),
+     {"claim_rule": accept_conflicts}, "same_term_same_claim"),
+    (CheckConfig(stages=2, coordinators=2, max_term=1, clock_bound=0, stops=False),
+     {"claim_rule": accept_conflicts}, "one_majority_per_term"),
+    (CheckConfig(stages=1, coordinators=2, max_term=2, clock_bound=0),
+     {"stop_rule": accept_every_stop}, "stale_stop_stops_nothing"),
+]
+
+
+@pytest.mark.parametrize(("config", "rules", "name"), SMALL_BREAKS,
+                         ids=[f"{next(iter(r.values())).__name__}-{n}"
+                              for _, r, n in SMALL_BREAKS])
+def test_a_broken_rule_is_caught_on_a_small_mesh(config: CheckConfig, rules: dict[str, Any],
+                                                 name: str) -> None:
+    broken = check(config, properties=[name], **rules).result(name)
+    assert not broken.holds and broken.counterexample is not None
+    assert check(config, properties=[name]).result(name).holds
+
+
 @pytest.mark.slow
 def test_a_fence_that_accepts_stale_terms_is_caught() -> None:
     config = CheckConfig(stages=1, coordinators=2, max_term=2, clock_bound=0)
@@ -512,22 +552,10 @@ def test_a_fence_that_ignores_the_lease_is_caught() -> None:
 
 @pytest.mark.slow
 def test_a_fence_without_same_term_conflicts_is_caught() -> None:
-    def accept_conflicts(
-        current: CoordinatorClaim | None, claim: CoordinatorClaim, now_unix_ms: int
-    ) -> ClaimDecision:
-        decision = decide_claim(current, claim, now_unix_ms)
-        if decision.reason == "ConflictingSameTerm":
-            return ClaimDecision(True, None, None, current, claim, now_unix_ms)
-        return decision
-
     race = CheckConfig(stages=3, coordinators=2, max_term=1, clock_bound=0, stops=False)
     result = check(race, claim_rule=accept_conflicts)
     assert not result.result("same_term_same_claim").holds
     assert not result.result("one_majority_per_term").holds
-
-
-def accept_every_stop(current: CoordinatorClaim | None, request: StopRequest) -> StopDecision:
-    return StopDecision(True, None, current, request)
 
 
 def test_a_stop_rule_that_ignores_terms_is_caught() -> None:

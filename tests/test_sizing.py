@@ -119,6 +119,17 @@ def questions(draw: st.DrawFn) -> tuple[dict[str, Any], list[GpuModel], SizingTa
 @settings(max_examples=100)
 @given(questions())
 def test_size_fleet_matches_brute_force(question: tuple) -> None:
+    _assert_matches_brute_force(question)
+
+
+# A small instance of the oracle for the fast suite: the same questions, fewer of them.
+@settings(max_examples=20, derandomize=True, database=None)
+@given(questions())
+def test_size_fleet_matches_brute_force_on_a_few_questions(question: tuple) -> None:
+    _assert_matches_brute_force(question)
+
+
+def _assert_matches_brute_force(question: tuple) -> None:
     model, kinds, targets = question
     traffic = ModelTraffic.dense(model["model_weight_bytes"], hidden_size=16)
     expected = _brute_force(model, traffic, kinds, targets)
