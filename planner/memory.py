@@ -6,7 +6,8 @@ what makes a real split run out of memory. This module follows llama.cpp's own c
 
 weights (``llama_model::load_tensors``)
     Each ``blk.N.*`` tensor lives on the device of layer N. The input embeddings
-    (``token_embd`` and the other input tensors) always stay in host memory. Every other
+    (``token_embd`` and the other input tensors) always stay in host memory, which maps
+    the file from the first of them to the end of the last. Every other
     tensor (``output``, ``output_norm``, ...) goes to the output device, the last one; a
     model without ``output.weight`` ties its head to ``token_embd``, and llama.cpp loads a
     second copy of it there (``TENSOR_DUPLICATED``). Tensors are padded to the buffer's
@@ -142,6 +143,8 @@ class LayerLayout:
     index_key_elements: int = 0
     index_value_elements: int = 0
     state_elements: int = 0
+    compressed_elements: int = 0
+    compress_ratio: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +168,11 @@ class LlamaCppModel:
     output device."""
     sliding_window: int = 0
     latent_attention: bool = False
+    per_sequence_streams: bool = False
+    """The caches keep one stream per sequence even with ``--kv-unified`` (DeepSeek-V4)."""
+    host_mapped_bytes: int = 0
+    """What the host maps of the file in a split: from the first input tensor to the end
+    of the last (0: just the input tensors)."""
 
     @property
     def layer_count(self) -> int:
@@ -212,22 +220,30 @@ def model_from_header(name: str, metadata: Mapping[str, Any], tensors: Sequence[
     empty = (0, 0, 0, 0)
     per_cell = [(c.key_elements, c.value_elements, c.index_key_elements,
                  c.index_value_elements) if c is not None else empty for c in caches.layers]
+    compressed = [(c.compressed_elements, c.compress_ratio) if c is not None else (0, 0)
+                  for c in caches.layers]
     weights = [0] * layers_n
     input_bytes = output_bytes = 0
     token_embd = None
     has_output = False
-    for tensor in tensors:
+    inputs = []
+    for position, tensor in enumerate(tensors):
         size = _aligned(tensor.n_bytes)
         match = _BLOCK.match(tensor.name)
         if match is not None:
             weights[int(match[1])] += size
         elif tensor.name.startswith(INPUT_TENSOR_PREFIXES):
-            input_bytes += size
+            inputs.append(position)
             if tensor.name == "token_embd.weight":
                 token_embd = tensor
         else:
             output_bytes += size
             has_output = has_output or tensor.name == "output.weight"
+    input_bytes = sum(_aligned(tensors[position].n_bytes) for position in inputs)
+    # The host maps the file from its first input tensor to the end of its last
+    # (llama_model::load_tensors, CPU_Mapped): tensors stored between them count too.
+    mapped = sum(_aligned(tensor.n_bytes)
+                 for tensor in tensors[inputs[0]:inputs[-1] + 1]) if inputs else 0
     embedding = meta.int("embedding_length")
     vocab = metadata.get(f"{arch}.vocab_size")
     if not isinstance(vocab, int) and token_embd is not None:
@@ -241,7 +257,7 @@ def model_from_header(name: str, metadata: Mapping[str, Any], tensors: Sequence[
     states = caches.state_elements or (0,) * layers_n
     layers = tuple(
         LayerLayout(weights[i], per_cell[i][0], per_cell[i][1], caches.sliding[i],
-                    per_cell[i][2], per_cell[i][3], states[i])
+                    per_cell[i][2], per_cell[i][3], states[i], *compressed[i])
         for i in range(layers_n))
     return LlamaCppModel(
         name=name, architecture=arch, native_context_length=meta.int("context_length"),
@@ -250,6 +266,8 @@ def model_from_header(name: str, metadata: Mapping[str, Any], tensors: Sequence[
         output_bytes=output_bytes, tied_embedding_bytes=tied,
         sliding_window=caches.sliding_window,
         latent_attention=any(k > 0 and v == 0 for k, v, _, _ in per_cell),
+        per_sequence_streams=arch == "deepseek4",
+        host_mapped_bytes=mapped,
     )
 
 
@@ -310,9 +328,10 @@ class LlamaCppSettings:
     def n_ubatch(self) -> int:
         return min(self.n_batch, self.ubatch)
 
-    def window_cells(self, window: int) -> int:
-        """Cells per stream of the sliding-window cache (llama_kv_cache_iswa)."""
-        lanes = self.parallel if self.kv_unified else 1
+    def window_cells(self, window: int, unified: bool | None = None) -> int:
+        """Cells per stream of the sliding-window cache (llama_kv_cache_iswa); ``unified``:
+        whether that cache is unified (default: ``kv_unified``)."""
+        lanes = self.parallel if (self.kv_unified if unified is None else unified) else 1
         return _pad(min(self.n_ctx_seq, window * lanes + self.n_ubatch), KV_PADDING)
 
     def to_dict(self) -> dict[str, Any]:
@@ -425,13 +444,15 @@ def ranges_from_counts(layer_count: int, counts: Sequence[int]) -> list[tuple[in
 
 
 def layer_kv_bytes(model: LlamaCppModel, index: int, settings: LlamaCppSettings) -> int:
-    """KV bytes llama.cpp allocates for one layer: its K and V rows and, for a sparse
-    attention, its indexer cache's rows. Without flash attention V is stored transposed
-    and every layer's V row is padded to the widest (llama_kv_cache, TAG_V_CACHE_VARIABLE)."""
+    """KV bytes llama.cpp allocates for one layer: its K and V rows, a sparse attention's
+    indexer rows and a compressed attention's caches. Without flash attention V is stored
+    transposed and every layer's V row is padded to the widest (llama_kv_cache,
+    TAG_V_CACHE_VARIABLE)."""
     layer = model.layers[index]
-    cells = (settings.window_cells(model.sliding_window) if layer.sliding
-             else settings.n_ctx_seq)
-    cells *= settings.streams
+    unified = settings.kv_unified and not model.per_sequence_streams
+    streams = 1 if unified else settings.parallel
+    cells = (settings.window_cells(model.sliding_window, unified) if layer.sliding
+             else settings.n_ctx_seq) * streams
     value = layer.value_elements
     if value and not settings.flash_attn:
         value = max(other.value_elements for other in model.layers)
@@ -442,6 +463,11 @@ def layer_kv_bytes(model: LlamaCppModel, index: int, settings: LlamaCppSettings)
                                  (layer.index_value_elements, settings.cache_type_v)):
         if elements:
             size += _aligned(row_bytes(cache_type, elements) * cells)
+    if layer.compressed_elements:
+        # llama_kv_cache_dsv4: max(1, ceil(cells / ratio)) padded to 256, per sequence.
+        compressed = _pad(max(1, -(-settings.n_ctx_seq // layer.compress_ratio)), KV_PADDING)
+        size += _aligned(row_bytes(settings.cache_type_k, layer.compressed_elements)
+                         * compressed * streams)
     return size
 
 
@@ -558,7 +584,8 @@ def estimate(model: LlamaCppModel, settings: LlamaCppSettings,
             0, settings.overhead_bytes,
             sum(layer_state_bytes(model, i, settings) for i in layers)))
     host_compute = compute_bytes(model, range(0), settings, role="host", copies=copies)
-    host = DeviceMemory("host", 0, 0, model.input_bytes, 0, host_compute, output_buffer, 0)
+    host = DeviceMemory("host", 0, 0, max(model.input_bytes, model.host_mapped_bytes), 0,
+                        host_compute, output_buffer, 0)
     if model.tied_embedding_bytes:
         notes.append("the output head is tied to token_embd: the last device holds a "
                      "second copy of it, the host the first")

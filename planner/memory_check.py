@@ -1,5 +1,6 @@
 """The estimator against llama.cpp's recorded runs of every architecture (make validate's
-validation/results/llamacpp-archs.json): each recorded model rebuilt from its GGUF header,
+validation/results/archs/, one file per model): each recorded model rebuilt from its GGUF
+header,
 estimated on the host alone and split as it ran, compared device by device and component
 by component with :data:`planner.memory.ACCURACY_TARGETS`."""
 
@@ -42,7 +43,12 @@ class Comparison:
 
 
 def load_record(path: str | Path) -> dict[str, Any]:
-    record: dict[str, Any] = json.loads(Path(path).read_text())
+    """The run's settings and every model's record, from the folder ``validate`` wrote."""
+    folder = Path(path)
+    run = json.loads((folder / "run.json").read_text())
+    models = [json.loads((folder / f"{Path(name).stem}.json").read_text())
+              for name in run["files"]]
+    record: dict[str, Any] = {**run, "models": models}
     return record
 
 
@@ -99,6 +105,30 @@ def family(architecture: str) -> str:
     return architecture
 
 
+_GROUPS = {"weights": ("weights_bytes", "output_bytes"),
+           "KV + state": ("kv_bytes", "state_bytes"),
+           "compute": ("compute_bytes",), "total": ("total_bytes",)}
+
+
+def run_summary(rows: list[Comparison]) -> str:
+    """A Markdown table: for the run on one device and the split over two, how many
+    models meet each target on every device (the host's included)."""
+    lines = ["| run | models | weights | KV + state | compute | total |",
+             "|---|---|---|---|---|---|"]
+    for run, label in (("host", "one device (CPU)"), ("split", "split over two rpc-servers")):
+        mine = [row for row in rows if row.run == run]
+        files = {row.file for row in mine}
+        cells = [label, str(len(files))]
+        for components in _GROUPS.values():
+            keyed: dict[str, bool] = {}
+            for row in mine:
+                if row.component in components:
+                    keyed[row.file] = keyed.get(row.file, True) and row.within_target
+            cells.append(f"{sum(keyed.values())}/{len(keyed)}" if keyed else "—")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def family_summary(rows: list[Comparison]) -> str:
     """A Markdown table: per architecture family, how many recorded device runs meet each
     target (weights, KV cache and recurrent state, compute, total)."""
@@ -107,13 +137,10 @@ def family_summary(rows: list[Comparison]) -> str:
         families.setdefault(family(row.architecture), []).append(row)
     lines = ["| family | models | weights | KV + state | compute | total |",
              "|---|---|---|---|---|---|"]
-    groups = {"weights": ("weights_bytes", "output_bytes"),
-              "KV + state": ("kv_bytes", "state_bytes"),
-              "compute": ("compute_bytes",), "total": ("total_bytes",)}
     for name in sorted(families):
         mine = families[name]
         cells = [name, str(len({row.file for row in mine}))]
-        for components in groups.values():
+        for components in _GROUPS.values():
             # One device of one run counts as meeting a target when every one of its
             # components in the group does.
             keyed: dict[tuple[str, str, str], bool] = {}

@@ -297,3 +297,33 @@ def test_gemma3n_layers_past_twenty_reuse_an_earlier_cache() -> None:
     per_layer = layout.layer_bytes_per_token("f16")
     assert per_layer is not None and per_layer[20:] == (0, 0)
     assert len(layout.context_layers) + len(layout.window_layers) == 20
+
+
+def test_a_pooled_indexer_keeps_its_raw_and_pooled_keys_in_one_row() -> None:
+    """glm5-next's k-pool indexer caches key | gate | pooled rows of
+    attention.indexer.key_length each, with no V (llama_memory_hybrid_idx); without a
+    k-pool, the key alone."""
+    common = {"attention__head_count_kv": [1, 0], "attention__key_length": 512,
+              "attention__value_length": 512, "attention__key_length_mla": 192,
+              "attention__value_length_mla": 128, "attention__indexer__key_length": 128,
+              "kda__head_dim": 128, "ssm__conv_kernel": 4}
+    pooled = _layout("glm5-next", 2, attention__indexer__kpool=4, **common)
+    assert pooled.layer_bytes_per_token("f16") == ((512 + 3 * 128) * 2, 0)
+    plain = _layout("glm5-next", 2, attention__indexer__kpool=0, **common)
+    assert plain.layer_bytes_per_token("f16") == ((512 + 128) * 2, 0)
+
+
+def test_compressed_attention_grows_by_its_ratio_and_keeps_compressor_state() -> None:
+    """deepseek4: a K-only window cache on every layer; a CSA layer (ratio 4) adds a
+    compressed K cache and a lightning-indexer cache of one cell per 4 tokens, an HCA
+    layer (ratio 128) a compressed K cache of one cell per 128 tokens; the compressors keep
+    a kv and a score plane in f32 per sequence."""
+    layout = _layout("deepseek4", 4, attention__head_count_kv=1, attention__key_length=64,
+                     attention__sliding_window=32, attention__indexer__key_length=128,
+                     attention__compress_ratios=[0, 0, 4, 128])
+    assert layout.layer_bytes_per_token("f16") == (0, 0, (64 + 128) * 2 // 4,
+                                                  -(-64 * 2 // 128))
+    csa = 2 * 8 * (2 * 64) + 2 * 8 * (2 * 128)
+    hca = 2 * 128 * 64
+    assert layout.layer_state_bytes_per_sequence() == (0, 0, csa * 4, hca * 4)
+    assert len(layout.window_layers) == 4

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from planner._validate import Fail, integer
@@ -91,12 +91,29 @@ class LayerCache:
     value_elements: int
     index_key_elements: int = 0
     index_value_elements: int = 0
+    compressed_elements: int = 0
+    """K elements per cell of a compressed cache holding one cell per ``compress_ratio``
+    tokens (DeepSeek-V4)."""
+    compress_ratio: int = 0
 
     def bytes_per_token(self, cache_type: str) -> int:
         return (row_bytes(cache_type, self.key_elements)
                 + row_bytes(cache_type, self.value_elements)
                 + row_bytes(cache_type, self.index_key_elements)
-                + row_bytes(cache_type, self.index_value_elements))
+                + row_bytes(cache_type, self.index_value_elements)
+                + self.compressed_bytes_per_token(cache_type))
+
+    def compressed_bytes_per_token(self, cache_type: str) -> int:
+        """The compressed cache's bytes per token of context, rounded up."""
+        if not self.compressed_elements:
+            return 0
+        return -(-row_bytes(cache_type, self.compressed_elements) // self.compress_ratio)
+
+    @property
+    def compressed_only(self) -> LayerCache:
+        """The part of the layer that grows with the context when its main cache is a
+        sliding window."""
+        return LayerCache(0, 0, 0, 0, self.compressed_elements, self.compress_ratio)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +136,13 @@ class KvLayout:
 
     def layer_bytes_per_token(self, cache_type: str) -> tuple[int, ...] | None:
         """Each block's KV bytes per token of context (0 for a block with no cache, a
-        recurrent block or a windowed one, whose cache does not grow with the context)."""
+        recurrent block or a windowed one, whose cache does not grow with the context; a
+        windowed block's compressed cache does)."""
         if self.layers is None:
             return None
-        return tuple(0 if layer is None or window else layer.bytes_per_token(cache_type)
+        return tuple(0 if layer is None else
+                     layer.compressed_bytes_per_token(cache_type) if window else
+                     layer.bytes_per_token(cache_type)
                      for layer, window in zip(self.layers.layers, self.layers.sliding,
                                               strict=True))
 
@@ -396,7 +416,8 @@ def layer_caches_from_gguf(architecture: str, metadata: Mapping[str, Any], layer
     memory = model_memory(architecture, metadata, layer_count, where)
     layers = tuple(
         LayerCache(layer.key_elements, layer.value_elements, layer.index_key_elements,
-                   layer.index_value_elements) if layer.has_kv else None
+                   layer.index_value_elements, layer.compressed_elements,
+                   layer.compress_ratio) if layer.has_kv else None
         for layer in memory.layers)
     return LayerCaches(layers, tuple(layer.sliding for layer in memory.layers),
                        memory.sliding_window, memory.notes,
@@ -414,8 +435,14 @@ def layout_from_gguf(architecture: str, metadata: Mapping[str, Any], layer_count
     kept = [(layer, flag) for layer, flag in zip(caches.layers, caches.sliding, strict=True)
             if layer is not None]
     if caches.sliding_window:
-        layout = sliding_window_layout([layer for layer, _ in kept],
-                                       [flag for _, flag in kept], caches.sliding_window)
+        # A windowed layer's compressed cache (DeepSeek-V4) still grows with the context.
+        windowed = [replace(layer, compressed_elements=0, compress_ratio=0) if flag else layer
+                    for layer, flag in kept]
+        layout = sliding_window_layout(windowed, [flag for _, flag in kept],
+                                       caches.sliding_window)
+        compressed = tuple(layer.compressed_only for layer, flag in kept
+                           if flag and layer.compressed_elements)
+        layout = replace(layout, context_layers=layout.context_layers + compressed)
     else:
         layout = KvLayout(context_layers=tuple(layer for layer, _ in kept))
     return KvLayout(

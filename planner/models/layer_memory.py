@@ -24,6 +24,13 @@ hybrid
     nemotron_h, qwen3next, qwen35, lfm2, kimi-linear, ...); which layer is which follows
     each architecture's rule (no KV heads, a recurrent-layers array or a full-attention
     interval).
+compressed attention
+    DeepSeek-V4 (``deepseek4``): every layer keeps a K-only sliding-window cache; a layer
+    whose ``attention.compress_ratios`` entry is 4 (CSA) adds a compressed K cache and a
+    lightning-indexer cache of one cell per 4 tokens, one whose entry is 128 (HCA) a
+    compressed K cache of one cell per 128 tokens, and each keeps f32 compressor state per
+    sequence (``llama_kv_cache_dsv4``). Its caches keep one stream per sequence whatever
+    ``--kv-unified`` says.
 sparse attention
     The DSA/MSA architectures (deepseek32, glm-dsa, minimax-m3, hy_v4, dots3note,
     glm5-next, qwen4exp) keep, beside the main cache, an indexer cache of one
@@ -91,6 +98,10 @@ _RECURRENT_BY_INTERVAL = frozenset({"qwen3next", "qwen35", "qwen35moe", "qwen4ex
 # Architectures with a sparse-attention indexer cache beside the main one.
 INDEXED = frozenset({"deepseek32", "glm-dsa", "minimax-m3", "hy_v4", "dots3note",
                      "glm5-next", "qwen4exp"})
+# llama_memory_hybrid_idx: a K-only indexer cache whose row holds, when the indexer pools
+# its keys (k-pool), the raw key beside the pooled ones: key | gate | pooled for
+# glm5-next, key | pooled for qwen4exp (llama_hparams::indexer_kpool_row).
+_POOLED_INDEX_ROW = {"glm5-next": 3, "qwen4exp": 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,11 +159,15 @@ class LayerMemory:
     index_value_elements: int = 0
     state_elements: int = 0
     sliding: bool = False
+    compressed_elements: int = 0
+    """Elements per cell of the layer's compressed caches (DeepSeek-V4: one cell per
+    ``compress_ratio`` tokens, K only, in the K cache type)."""
+    compress_ratio: int = 0
 
     @property
     def has_kv(self) -> bool:
         return bool(self.key_elements or self.value_elements or self.index_key_elements
-                    or self.index_value_elements)
+                    or self.index_value_elements or self.compressed_elements)
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,6 +328,44 @@ def _state_elements(meta: _Meta, n_embd: int, n_head: int) -> int:
     return r + s
 
 
+# llama-kv-cache-dsv4.h: the two compression ratios DeepSeek-V4 caches.
+DSV4_CSA_RATIO = 4
+DSV4_HCA_RATIO = 128
+
+
+def _compressed_attention(meta: _Meta, layer_count: int, notes: list[str]) -> ModelMemory:
+    """DeepSeek-V4's caches (llama_kv_cache_dsv4): K-only rows of ``key_length`` in a
+    sliding-window cache on every layer, and by each layer's compression ratio a compressed
+    cache (with, for CSA, the lightning indexer's ``indexer.key_length`` rows) and the
+    compressors' f32 state: a kv and a score plane of ``2 x ratio`` rows of ``2 x width``
+    for CSA and its indexer, ``ratio`` rows of ``width`` for HCA."""
+    head_k = meta.get("attention.key_length")
+    index_k = meta.get("attention.indexer.key_length")
+    window = meta.get("attention.sliding_window")
+    if not head_k:
+        raise meta.missing("attention.key_length")
+    ratios = meta.per_layer("attention.compress_ratios", [0] * layer_count)
+    nextn = meta.get("nextn_predict_layers")
+    layers = []
+    for index in range(layer_count):
+        ratio = ratios[index] if index < layer_count - nextn else 0
+        compressed = state = 0
+        if ratio == DSV4_CSA_RATIO:
+            compressed = head_k + index_k
+            state = 2 * (2 * ratio) * (2 * head_k) + 2 * (2 * ratio) * (2 * index_k)
+        elif ratio == DSV4_HCA_RATIO:
+            compressed = head_k
+            state = 2 * ratio * head_k
+        layers.append(LayerMemory(head_k, 0, 0, 0, state, bool(window), compressed,
+                                  ratio if compressed else 0))
+    notes.append(f"compressed attention: every layer caches {head_k}-element K rows in a "
+                 f"{window}-token window; {sum(1 for r in ratios if r == DSV4_CSA_RATIO)} "
+                 f"layer(s) add a cache of one cell per {DSV4_CSA_RATIO} tokens (with the "
+                 f"lightning indexer's), {sum(1 for r in ratios if r == DSV4_HCA_RATIO)} "
+                 f"one of one cell per {DSV4_HCA_RATIO} tokens")
+    return ModelMemory("compressed", tuple(layers), window, tuple(notes))
+
+
 def model_memory(architecture: str, metadata: Mapping[str, Any], layer_count: int,
                  where: str) -> ModelMemory:
     """Each layer's cache and state as llama.cpp b11434 builds them for a GGUF model."""
@@ -329,6 +382,8 @@ def model_memory(architecture: str, metadata: Mapping[str, Any], layer_count: in
     nextn = meta.get("nextn_predict_layers")
     if nextn > layer_count:
         raise meta.bad("nextn_predict_layers", f"exceeds the {layer_count} blocks", nextn)
+    if architecture == "deepseek4":
+        return _compressed_attention(meta, layer_count, notes)
     n_layer = layer_count - nextn
     n_embd = meta.get("embedding_length")
     heads = meta.per_layer("attention.head_count", [0] * layer_count)
@@ -384,6 +439,11 @@ def model_memory(architecture: str, metadata: Mapping[str, Any], layer_count: in
 
     index_key = meta.get("attention.indexer.key_length") if architecture in INDEXED else 0
     index_flags = meta.flags("attention.indexer.types")
+    if architecture in _POOLED_INDEX_ROW:
+        # qwen4exp pools by its compress ratios, glm5-next by attention.indexer.kpool.
+        kpool = (max(meta.per_layer("attention.compress_ratios", [0] * layer_count))
+                 if architecture == "qwen4exp" else meta.get("attention.indexer.kpool"))
+        index_row = index_key * (_POOLED_INDEX_ROW[architecture] if kpool else 1)
     layers = []
     for index in range(layer_count):
         swa = sliding[index]
@@ -395,8 +455,11 @@ def model_memory(architecture: str, metadata: Mapping[str, Any], layer_count: in
             if index_key and (index_flags is None or index_flags[index]) and \
                     not (architecture == "minimax-m3"
                          and index < meta.get("leading_dense_block_count")):
-                ik = index_key
-                iv = 0 if latent else (head_v_swa if swa else head_v)
+                if architecture in _POOLED_INDEX_ROW:
+                    ik, iv = index_row, 0
+                else:
+                    ik = index_key
+                    iv = 0 if latent else (head_v_swa if swa else head_v)
         layers.append(LayerMemory(k, v, ik, iv, state if recurrent[index] else 0,
                                   swa and bool(k or v)))
     kind = ("recurrent" if architecture in RECURRENT else

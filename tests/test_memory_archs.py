@@ -1,0 +1,62 @@
+"""Every architecture llama.cpp supports, against what llama.cpp allocated for it:
+`make validate` saved llama.cpp's own small random-weight model of each architecture
+(test-llama-archs), ran it on the CPU backend and split over two rpc-servers, and recorded
+each model's GGUF header beside the memory of each run
+(validation/results/archs/, one file per model). Here each model is rebuilt from its header
+and estimated today, family by family."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner.memory_check import (
+    Comparison,
+    compare_record,
+    family,
+    family_summary,
+    load_record,
+    run_summary,
+)
+from planner.models.layer_memory import LLAMA_CPP_ARCHITECTURES
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORD_PATH = ROOT / "validation" / "results" / "archs"
+RECORD = load_record(RECORD_PATH)
+ROWS = compare_record(RECORD)
+FAMILIES = sorted({family(entry["architecture"]) for entry in RECORD["models"]})
+README_START = "<!-- validation-archs:start -->"
+README_END = "<!-- validation-archs:end -->"
+
+
+def _failing(rows: list[Comparison], components: tuple[str, ...]) -> set[str]:
+    return {row.file for row in rows if row.component in components and not row.within_target}
+
+
+def test_the_record_holds_every_architecture_llama_cpp_saved() -> None:
+    architectures = {entry["architecture"] for entry in RECORD["models"]}
+    assert len(RECORD["models"]) >= 100
+    assert architectures <= LLAMA_CPP_ARCHITECTURES
+    for entry in RECORD["models"]:
+        assert not entry["host"].get("error"), entry["file"]
+        assert not entry["split"].get("error"), entry["file"]
+        # llama.cpp put every layer where the split asked.
+        assert entry["split"]["layers_as_planned"], entry["file"]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_weights_kv_and_state_of_each_family_match_llama_cpp(name: str) -> None:
+    """Weights, KV cache (with indexer and compressed caches), recurrent state and the
+    output buffer within 0.05 MiB on every device of every run, on one device and split
+    over two."""
+    rows = [row for row in ROWS if family(row.architecture) == name]
+    assert {row.run for row in rows} == {"host", "split"}
+    assert _failing(rows, ("weights_bytes", "output_bytes", "kv_bytes", "state_bytes")) == set()
+
+
+def test_the_readme_table_is_true_of_the_estimator_today() -> None:
+    readme = (ROOT / "README.md").read_text()
+    shown = readme.split(README_START)[1].split(README_END)[0]
+    assert run_summary(ROWS) in shown
+    assert family_summary(ROWS) in shown
