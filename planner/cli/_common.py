@@ -21,7 +21,7 @@ EXIT_BAD_INPUT = 2
 FORMATTER = argparse.RawDescriptionHelpFormatter
 
 
-def add_command(commands: argparse._SubParsersAction, name: str,
+def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser], name: str,
                 run: Callable[[argparse.Namespace], int], *, help: str, description: str,
                 examples: Sequence[str], exit_codes: str | None = None,
                 ) -> argparse.ArgumentParser:

@@ -30,7 +30,7 @@ from planner.reports.tables import TextTable, terminal_safe, text_table
 NAME = "availability"
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         commands, NAME, run, help="how often the fleet can run the model when nodes fail",
         description=(

@@ -31,7 +31,7 @@ from planner.reports.tables import (
 NAME = "candidates"
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         commands, NAME, run, help="list every shape the planner considers",
         description="List every (context, stage count, lanes) shape the planner tries, in "

@@ -13,7 +13,7 @@ from planner.reports.tables import terminal_lines
 NAME = "inspect"
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         commands, NAME, run, help="show what the planner reads from a GGUF file",
         description="Read a GGUF model file's metadata and print the numbers the planner "

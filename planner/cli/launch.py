@@ -19,7 +19,7 @@ from planner.limits import DEFAULT_UBATCH
 NAME = "launch"
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         commands, NAME, run, help="print the llama.cpp commands that run a fleet's plan",
         description="Plan a fleet file and print the commands that run the plan with "

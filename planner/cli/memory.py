@@ -15,7 +15,7 @@ from planner.units import UnitError, parse_bytes, parse_context
 NAME = "memory"
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         commands, NAME, run, help="show llama.cpp's memory per device for one model",
         description="Estimate what llama.cpp allocates on each device of a layer split of "

@@ -28,7 +28,7 @@ from planner.reports.tables import (
 NAME = "plan"
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         commands, NAME, run, help="print the plan for a fleet file",
         description="Plan a fleet file (.toml, or .json with a planning request's field names) and "

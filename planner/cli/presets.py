@@ -11,7 +11,7 @@ from planner.reports.tables import TextTable, text_table
 NAME = "presets"
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         commands, NAME, run, help="list the model presets",
         description="List the model presets a fleet file can name in [model] preset = ...",

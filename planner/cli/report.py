@@ -23,7 +23,7 @@ from planner.reports.tables import terminal_safe
 NAME = "report"
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         commands, NAME, run, help="write an HTML, Markdown or JSON report",
         description="Write a topology report: inputs, usable memory per node, the plan, "

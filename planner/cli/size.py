@@ -23,7 +23,7 @@ from planner.sizing import SizingError, SizingTargets, size_fleet
 NAME = "size"
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         commands, NAME, run,
         help="the cheapest fleets of catalog GPUs that meet a model's targets",

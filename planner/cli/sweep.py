@@ -12,7 +12,7 @@ from planner.sweep import SweepError, load_grid, sweep
 NAME = "sweep"
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         commands, NAME, run,
         help="evaluate a grid of what-ifs (plan, size, availability, simulation)",
