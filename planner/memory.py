@@ -209,8 +209,7 @@ def model_from_header(name: str, metadata: Mapping[str, Any], tensors: Sequence[
                       where: str = "model") -> LlamaCppModel:
     """The llama.cpp layout of a model from its GGUF metadata and tensor table (entries
     with ``name``, ``type_name`` and ``n_bytes``)."""
-    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
+    from planner.models.gguf_reader import token_embedding
     from planner.models.kv_cache import MetadataReader, layer_caches_from_gguf
 
     arch = metadata["general.architecture"]
@@ -244,13 +243,7 @@ def model_from_header(name: str, metadata: Mapping[str, Any], tensors: Sequence[
     # (llama_model::load_tensors, CPU_Mapped): tensors stored between them count too.
     mapped = sum(_aligned(tensor.n_bytes)
                  for tensor in tensors[inputs[0]:inputs[-1] + 1]) if inputs else 0
-    embedding = meta.int("embedding_length")
-    vocab = metadata.get(f"{arch}.vocab_size")
-    if not isinstance(vocab, int) and token_embd is not None:
-        block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType[token_embd.type_name]]
-        vocab = token_embd.n_bytes // (embedding // block * type_size)
-    if not isinstance(vocab, int) or vocab <= 0:
-        raise meta.missing("vocab_size")
+    embedding, vocab = token_embedding(metadata, tensors, arch, where)
     heads = meta.per_layer("attention.head_count", default=[0] * layers_n)
     ffn = meta.per_layer("feed_forward_length", default=[4 * embedding] * layers_n)
     tied = _aligned(token_embd.n_bytes) if token_embd is not None and not has_output else 0

@@ -12,10 +12,12 @@ import struct
 import tempfile
 from pathlib import Path
 
+import gguf_files
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.errors import CodedError
+from planner.memory import LlamaCppSettings, estimate, model_from_gguf
 from planner.models import from_gguf
 
 FUZZ = settings(max_examples=250, deadline=None,
@@ -132,6 +134,47 @@ def test_any_model_numbers_read_or_are_refused_by_name(data: bytes) -> None:
     try:
         spec = from_gguf(path)
         assert 1 <= spec.layer_count <= 4096
+    except CodedError as error:
+        assert error.code and str(path) in error.message
+    finally:
+        path.unlink()
+
+
+_SIZES = st.one_of(st.integers(0, 70), st.sampled_from([16, 32, 64, 256, 2**31, 2**32 - 1]))
+
+
+@st.composite
+def _gemma(draw: st.DrawFn) -> bytes:
+    """A gemma3 file whose token embedding, vocabulary and tokenizer disagree in every
+    way: into the width, vocabulary and memory rules llama.cpp's allocations follow."""
+    embedding = draw(_SIZES)
+    extra = []
+    if draw(st.booleans()):
+        extra.append(gguf_files.u32("gemma3.vocab_size", draw(_SIZES)))
+    if draw(st.booleans()):
+        key = draw(st.sampled_from(["tokenizer.ggml.tokens", "general.junk"]))
+        extra.append(gguf_files.one_byte_strings(key, draw(st.integers(0, 300))))
+    if draw(st.booleans()):
+        extra.append(gguf_files.u32(draw(st.sampled_from(
+            ["tokenizer.ggml.tokens", "gemma3.expert_used_count", "gemma3.expert_count"])),
+            draw(_SIZES)))
+    row = draw(st.one_of(st.just(embedding), st.sampled_from([0, 16, 32, 64])))
+    embd_type = draw(st.sampled_from(["F16", "Q8_0", "Q4_0", "F32"]))
+    vocab = draw(st.integers(0, 300))
+    return gguf_files.gemma3(embedding=min(embedding, 4096), embd_row=min(row, 4096),
+                             vocab=vocab, embd_type=embd_type, extra=extra)
+
+
+@FUZZ
+@given(_gemma())
+def test_any_token_embedding_is_estimated_or_refused_by_name(data: bytes) -> None:
+    path = _FOLDER / f"gemma-{next(_NUMBER)}.gguf"
+    path.write_bytes(data)
+    try:
+        model = model_from_gguf(path)
+        assert model.vocab_size > 0 and model.embedding_length > 0
+        result = estimate(model, LlamaCppSettings(context_length=1024), devices=2)
+        assert all(part.total_bytes >= 0 for part in (*result.devices, result.host))
     except CodedError as error:
         assert error.code and str(path) in error.message
     finally:

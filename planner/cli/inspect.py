@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from planner.cli._common import EXIT_OK, UserError, add_command
+from planner.cli._common import EXIT_OK, add_command
 from planner.limits import DEFAULT_CACHE_TYPE
 from planner.reports.tables import terminal_lines
 
@@ -30,13 +30,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     from planner import models
 
-    path = Path(args.model)
-    if not path.is_file():
-        raise UserError(f"{args.model}: no such file")
-    try:
-        spec = models.from_gguf(path, kv_cache_type=args.kv_cache_type)
-    except models.ModelError as error:
-        raise UserError(f"{args.model}: {error}") from None
+    # A missing file, a device or a folder is refused by the reader, by name.
+    spec = models.from_gguf(Path(args.model), kv_cache_type=args.kv_cache_type)
     if args.json:
         print(json.dumps(spec.to_dict(), indent=2))
     else:

@@ -78,12 +78,9 @@ def _layer_counts(values: list[str]) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from planner import models
     from planner.memory import LlamaCppSettings, estimate, model_from_gguf, ranges_from_counts
 
     path = Path(args.model)
-    if not path.is_file():
-        raise UserError(f"{args.model}: no such file")
     try:
         context = parse_context(args.context)
     except UnitError as error:
@@ -98,10 +95,7 @@ def run(args: argparse.Namespace) -> int:
         cache_type_v=args.cache_type_v or both, parallel=args.parallel,
         kv_unified=args.kv_unified, ubatch=args.ubatch, flash_attn=args.flash_attn == "on",
         overhead_bytes=overhead)
-    try:
-        model = model_from_gguf(path)
-    except models.ModelError as error:
-        raise UserError(f"{args.model}: {error}") from None
+    model = model_from_gguf(path)  # a ModelError names the file
     ranges = None
     if args.layers_per_device is not None:
         counts = _layer_counts(args.layers_per_device)

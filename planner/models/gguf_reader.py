@@ -1,7 +1,12 @@
 """Planner inputs read from a GGUF file's header and tensor table.
 
-Only the metadata and the tensor table are read, memory-mapped through
-``gguf.GGUFReader``; no tensor data is touched. A split model (``name-00001-of-00003.gguf``)
+One bounded walk reads the header (ggml's GGUF format, ``docs/gguf.md`` in ggml), makes
+the checks llama.cpp's own reader makes (``ggml/src/gguf.cpp``), and builds only what
+the planner may use: every scalar, short strings, and small arrays outside
+``tokenizer.*``. Longer values are stepped over: an array of numbers in one seek, an
+array of strings one length at a time, so a 262,144-token vocabulary costs a loop over
+its lengths and no objects. A value stepped over is a :class:`SkippedValue` that
+says what it was. No tensor data is read. A split model (``name-00001-of-00003.gguf``)
 is read as one model from any of its shards.
 
 Where the weights are counted:
@@ -12,7 +17,8 @@ Where the weights are counted:
   ``per_layer_token_embd``) are added to the first layer, every other one (``output``,
   ``output_norm``, rope tables, ...) to the last layer. ``sum(layer_weight_bytes) ==
   model_weight_bytes``. The notes give the sizes moved; llama.cpp keeps the token
-  embedding in host memory, so counting it on the first stage is conservative.
+  embedding in host memory, so counting it on the first stage is conservative;
+- ``active_weight_bytes`` is what one decode step reads (see :func:`active_weight_bytes`).
 """
 
 from __future__ import annotations
@@ -38,42 +44,120 @@ GGUF_MAGIC = b"GGUF"
 SHARD_NAME = re.compile(r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
 BLOCK_TENSOR = re.compile(r"^blk\.(?P<layer>\d+)\.")
 INPUT_TENSOR_PREFIXES = ("token_embd", "position_embd", "token_types", "per_layer_token_embd")
-# Parse failures of the gguf reader that mean it ran off the end of the file.
-_CORRUPT_MARKERS = ("magic", "version", "unknown/unhandled", "is not a valid", "duplicate",
-                    "alignment")
+READABLE_VERSIONS = (2, 3)
 
-
-# GGUF value types (the spec's gguf_type) and the bytes of each scalar one.
-_SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+# GGUF value types (gguf_type) and the struct code of each scalar one.
+_SCALAR_CODES = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?",
+                 10: "Q", 11: "q", 12: "d"}
 _STRING, _ARRAY = 8, 9
-_READABLE_VERSIONS = (2, 3)
-# Real files nest arrays at most once or twice; deeper nesting is a hostile file, and
-# the gguf reader would recurse once per level.
-MAX_ARRAY_DEPTH = 8
-# ggml tensors have at most 4 dimensions.
-MAX_TENSOR_DIMS = 8
+VALUE_TYPE_NAMES = {0: "uint8", 1: "int8", 2: "uint16", 3: "int16", 4: "uint32",
+                    5: "int32", 6: "float32", 7: "bool", 8: "string", 9: "array",
+                    10: "uint64", 11: "int64", 12: "float64"}
+
+# ggml types a tensor may have: name, elements per block, bytes per block (ggml.c's
+# type_traits at llama.cpp b11434; types 4, 5 and 31-33, 36-38 were removed from GGUF).
+GGML_TYPES: Mapping[int, tuple[str, int, int]] = MappingProxyType({
+    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 40),
+    10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144),
+    13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292),
+    16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74), 18: ("IQ3_XXS", 256, 98),
+    19: ("IQ1_S", 256, 50), 20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110),
+    22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136), 24: ("I8", 1, 1), 25: ("I16", 1, 2),
+    26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8), 29: ("IQ1_M", 256, 56),
+    30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66),
+    39: ("MXFP4", 32, 17), 40: ("NVFP4", 64, 36), 41: ("Q1_0", 128, 18),
+    42: ("Q2_0", 64, 18),
+})
+
+# Limits of llama.cpp's reader (gguf.cpp, ggml.h) ...
+MAX_STRING_BYTES = 2**30  # GGUF_MAX_STRING_LENGTH
+MAX_ARRAY_ITEMS = 2**30  # GGUF_MAX_ARRAY_ELEMENTS
+MAX_TENSOR_DIMS = 4  # GGML_MAX_DIMS
+MAX_TENSOR_NAME_BYTES = 63  # GGML_MAX_NAME - 1
+DEFAULT_ALIGNMENT = 32  # GGUF_DEFAULT_ALIGNMENT
+# ... and the planner's own, far beyond real files (a few dozen keys of under 100 bytes,
+# a few thousand tensors) and small enough that a hostile header is refused by name in
+# bounded time and memory.
+MAX_GGUF_KEYS = 65_536
+MAX_KEY_BYTES = 65_536
+MAX_GGUF_TENSORS = 262_144
+# Values the walk builds: strings up to this long always; longer strings and the items
+# of arrays (outside tokenizer.*) while this budget of bytes lasts.
+SHORT_STRING_BYTES = 256
+BUILD_BUDGET_BYTES = 4 * 2**20
+_ITEM_COST = 64  # bytes a built Python number or string costs beside its text
 # The smallest encodings: a key/value (empty key, a u8) and a tensor entry (empty name,
 # no dimensions, type, offset); any count above size // these cannot be in the file.
 _MIN_KV_BYTES = 8 + 4 + 1
 _MIN_TENSOR_BYTES = 8 + 4 + 4 + 8
+_INT64_MAX = 2**63 - 1
 
 
-class _LayoutWalk:
-    """A bounds-checked walk over a GGUF header, before the gguf reader sees the file.
+@dataclass(frozen=True, slots=True)
+class SkippedValue:
+    """A metadata value the walk stepped over without building it."""
+
+    value_type: str
+    """``string``, or ``array of <item type>``."""
+    length: int
+    """Bytes of a string, items of an array."""
+
+    def __repr__(self) -> str:
+        unit = "bytes" if self.value_type == "string" else "items"
+        return f"<{self.value_type} of {self.length:,} {unit}, not read>"
+
+
+@dataclass(frozen=True, slots=True)
+class TensorEntry:
+    name: str
+    type_name: str
+    n_bytes: int
+    shape: tuple[int, ...] = ()
+    """ggml order: ``shape[0]`` is the length of a row (ne[0])."""
+    offset: int = 0
+    """Where the tensor's data starts within the data section."""
+
+
+@dataclass(frozen=True, slots=True)
+class GgufHeader:
+    """One file's metadata (plain Python values or :class:`SkippedValue`) and tensors."""
+
+    path: Path
+    metadata: Mapping[str, Any]
+    tensors: tuple[TensorEntry, ...]
+    version: int = 3
+    alignment: int = DEFAULT_ALIGNMENT
+    data_offset: int = 0
+    """Where the data section starts in the file."""
+
+
+def _pad(value: int, to: int) -> int:
+    return -(-value // to) * to
+
+
+class _Walk:
+    """The bounds-checked walk over one GGUF header.
 
     Every count and length is checked against the bytes left in the file before it is
-    used, and array nesting is bounded, so a hostile header is refused in time linear in
-    the file's header, without allocating what it declares.
+    used, so a hostile header is refused in time linear in the header's size, without
+    allocating what it declares.
     """
 
-    def __init__(self, path: Path, data: mmap.mmap | bytes, order: str) -> None:
+    def __init__(self, path: Path, data: mmap.mmap, order: str) -> None:
         self.path = path
         self.data = data
         self.size = len(data)
         self.order = order
+        self.u32 = struct.Struct(order + "I").unpack_from
+        self.u64 = struct.Struct(order + "Q").unpack_from
+        self.budget = BUILD_BUDGET_BYTES
 
     def fail(self, code: str, problem: str, **details: Any) -> ModelError:
         return ModelError(code, f"{self.path}: {problem}", file=str(self.path), **details)
+
+    def invalid(self, problem: str, **details: Any) -> ModelError:
+        return self.fail("InvalidGguf", problem, **details)
 
     def need(self, offset: int, count: int, what: str) -> None:
         if count > self.size - offset:
@@ -83,12 +167,7 @@ class _LayoutWalk:
                 f"{max(0, self.size - offset):,} left (truncated download, or a corrupt "
                 f"length field)", offset=offset)
 
-    def unsigned(self, offset: int, width: int, what: str) -> int:
-        self.need(offset, width, what)
-        code = "I" if width == 4 else "Q"
-        return int(struct.unpack_from(self.order + code, self.data, offset)[0])
-
-    def count(self, offset: int, count: int, item_bytes: int, what: str) -> None:
+    def fits(self, offset: int, count: int, item_bytes: int, what: str) -> None:
         """Refuse ``count`` items of at least ``item_bytes`` each that cannot fit."""
         left = max(0, self.size - offset)
         if count > left // item_bytes:
@@ -97,88 +176,207 @@ class _LayoutWalk:
                 f"{what} declares {count:,} items, but the {left:,} bytes left in the file "
                 f"hold at most {left // item_bytes:,} (a corrupt length field)", offset=offset)
 
+    def unsigned(self, offset: int, width: int, what: str) -> int:
+        self.need(offset, width, what)
+        return int((self.u32 if width == 4 else self.u64)(self.data, offset)[0])
+
     def string(self, offset: int, what: str) -> int:
+        """The offset of a string's text; its end is ``offset + 8 + length``."""
         length = self.unsigned(offset, 8, what)
         self.need(offset + 8, length, what)
-        return offset + 8 + length
+        if length > MAX_STRING_BYTES:
+            raise self.invalid(f"{what} is a string of {length:,} bytes; llama.cpp reads at "
+                               f"most {MAX_STRING_BYTES:,}")
+        return length
 
-    def value(self, offset: int, kind: int, what: str, depth: int = 0) -> int:
-        if kind in _SCALAR_BYTES:
-            self.need(offset, _SCALAR_BYTES[kind], what)
-            return offset + _SCALAR_BYTES[kind]
-        if kind == _STRING:
-            return self.string(offset, what)
-        if kind != _ARRAY:
-            raise self.fail("InvalidGguf", f"{what} has unknown value type {kind}")
-        if depth >= MAX_ARRAY_DEPTH:
-            raise self.fail("InvalidGguf", f"{what} nests arrays more than "
-                            f"{MAX_ARRAY_DEPTH} deep")
-        item_kind = self.unsigned(offset, 4, what)
-        length = self.unsigned(offset + 4, 8, what)
+    def name(self, offset: int, what: str, longest: int, holds: str) -> tuple[str, int]:
+        """A key's or a tensor's name, and where it ends."""
+        length = self.string(offset, what)
+        if length > longest:
+            raise self.invalid(f"{what} is {length:,} bytes long; {holds} at most {longest:,}")
+        return self.text(offset + 8, length), offset + 8 + length
+
+    def text(self, offset: int, length: int) -> str:
+        return self.data[offset:offset + length].decode("utf-8", "replace")
+
+    def skip_strings(self, offset: int, count: int, what: str) -> tuple[int, int]:
+        """Step over ``count`` strings: their end and the bytes of their text."""
+        data, u64, size, start = self.data, self.u64, self.size, offset
+        try:
+            for _ in range(count):
+                offset += 8 + u64(data, offset)[0]
+        except struct.error:
+            offset = size + 1
+        if offset > size:
+            raise self.fail("TruncatedGguf", f"{what}: its strings run past the end of the "
+                            f"file (truncated download, or a corrupt length field)")
+        return offset, offset - start - 8 * count
+
+    def array(self, offset: int, key: str, what: str) -> tuple[Any, int]:
+        item_type = self.unsigned(offset, 4, what)
+        count = self.unsigned(offset + 4, 8, what)
         offset += 12
-        if item_kind in _SCALAR_BYTES:
-            self.count(offset, length, _SCALAR_BYTES[item_kind], what)
-            return offset + length * _SCALAR_BYTES[item_kind]
-        if item_kind not in (_STRING, _ARRAY):
-            raise self.fail("InvalidGguf", f"{what} is an array of unknown type {item_kind}")
-        # A string takes at least its 8-byte length, an array its 12-byte type and length.
-        self.count(offset, length, 8 if item_kind == _STRING else 12, what)
-        for _ in range(length):
-            offset = self.value(offset, item_kind, what, depth + 1)
-        return offset
+        if item_type == _ARRAY:
+            raise self.invalid(f"{what} is an array of arrays, which llama.cpp does not read",
+                               key=key)
+        if item_type not in VALUE_TYPE_NAMES:
+            raise self.invalid(f"{what} is an array of unknown value type {item_type}",
+                               key=key)
+        code = _SCALAR_CODES.get(item_type)
+        item_bytes = 8 if code is None else struct.calcsize(code)
+        self.fits(offset, count, item_bytes, what)
+        if count > MAX_ARRAY_ITEMS:
+            raise self.invalid(f"{what} declares {count:,} items; llama.cpp reads at most "
+                               f"{MAX_ARRAY_ITEMS:,}", key=key)
+        skipped = SkippedValue(f"array of {VALUE_TYPE_NAMES[item_type]}", count)
+        build = not key.startswith("tokenizer.")
+        if code is not None:
+            end = offset + count * item_bytes
+            if not build or count * _ITEM_COST > self.budget:
+                return skipped, end
+            self.budget -= count * _ITEM_COST
+            return list(struct.unpack_from(f"{self.order}{count}{code}", self.data,
+                                           offset)), end
+        end, text_bytes = self.skip_strings(offset, count, what)
+        cost = text_bytes + count * _ITEM_COST
+        if not build or cost > self.budget:
+            return skipped, end
+        self.budget -= cost
+        items = []
+        for _ in range(count):
+            length = self.u64(self.data, offset)[0]
+            items.append(self.text(offset + 8, length))
+            offset += 8 + length
+        return items, end
 
-    def walk(self) -> None:
+    def value(self, offset: int, kind: int, key: str, what: str) -> tuple[Any, int]:
+        code = _SCALAR_CODES.get(kind)
+        if code is not None:
+            width = struct.calcsize(code)
+            self.need(offset, width, what)
+            return struct.unpack_from(self.order + code, self.data, offset)[0], offset + width
+        if kind == _STRING:
+            length = self.string(offset, what)
+            end = offset + 8 + length
+            if length <= SHORT_STRING_BYTES:
+                return self.text(offset + 8, length), end
+            if length + _ITEM_COST > self.budget:
+                return SkippedValue("string", length), end
+            self.budget -= length + _ITEM_COST
+            return self.text(offset + 8, length), end
+        if kind == _ARRAY:
+            return self.array(offset, key, what)
+        raise self.invalid(f"{what} has unknown value type {kind}", key=key)
+
+    def metadata(self, offset: int, count: int) -> tuple[dict[str, Any], int, int]:
+        """The key/value pairs, where they end, and the key type of general.alignment."""
+        self.fits(offset, count, _MIN_KV_BYTES, "the metadata table")
+        if count > MAX_GGUF_KEYS:
+            raise self.invalid(f"the metadata table declares {count:,} keys; the planner "
+                               f"reads at most {MAX_GGUF_KEYS:,} (real models have dozens)")
+        values: dict[str, Any] = {}
+        alignment_type = -1
+        for index in range(count):
+            key, offset = self.name(offset, f"metadata key {index}", MAX_KEY_BYTES,
+                                    "the planner reads keys")
+            if not key:
+                raise self.invalid(f"metadata key {index} is empty")
+            what = f"GGUF key {key[:200]!r}"
+            if key in values:
+                raise self.invalid(f"{what} appears twice", key=key)
+            kind = self.unsigned(offset, 4, what)
+            if key == "general.alignment":
+                alignment_type = kind
+            values[key], offset = self.value(offset + 4, kind, key, what)
+        return values, offset, alignment_type
+
+    def alignment(self, values: Mapping[str, Any], alignment_type: int) -> int:
+        if alignment_type == -1:
+            return DEFAULT_ALIGNMENT
+        value = values["general.alignment"]
+        if alignment_type != 4:
+            raise self.invalid(f"GGUF key 'general.alignment' must be a uint32 (got a "
+                               f"{VALUE_TYPE_NAMES.get(alignment_type, alignment_type)})",
+                               key="general.alignment")
+        if value == 0 or value & (value - 1):
+            raise self.invalid(f"GGUF key 'general.alignment' must be a power of two (got "
+                               f"{value})", key="general.alignment")
+        return int(value)
+
+    def tensor(self, offset: int, index: int, names: set[str]) -> tuple[TensorEntry, int]:
+        name, offset = self.name(offset, f"tensor {index}'s name", MAX_TENSOR_NAME_BYTES,
+                                 "ggml names hold")
+        what = f"tensor {index} ({name!r})"
+        if name in names:
+            raise self.invalid(f"{what}: the name appears twice", tensor=name)
+        names.add(name)
+        dims = self.unsigned(offset, 4, what)
+        if dims > MAX_TENSOR_DIMS:
+            raise self.invalid(f"{what} declares {dims:,} dimensions (ggml tensors have at "
+                               f"most {MAX_TENSOR_DIMS})", tensor=name)
+        self.need(offset + 4, 8 * dims + 12, what)
+        shape = struct.unpack_from(f"{self.order}{dims}Q", self.data, offset + 4)
+        offset += 4 + 8 * dims
+        elements = 1
+        for size in shape:
+            if size > _INT64_MAX:
+                raise self.invalid(f"{what} has a dimension of {size:,} elements",
+                                   tensor=name)
+            elements *= size
+        if elements > _INT64_MAX:
+            raise self.invalid(f"{what} of shape {list(shape)} has more elements than "
+                               f"ggml can count", tensor=name)
+        type_id = self.u32(self.data, offset)[0]
+        if type_id not in GGML_TYPES:
+            raise self.invalid(f"{what} has unknown ggml type {type_id}", tensor=name)
+        type_name, block, block_bytes = GGML_TYPES[type_id]
+        row = shape[0] if shape else 1
+        if row % block:
+            raise self.invalid(f"{what} of type {type_name} has {row:,} elements per row, "
+                               f"not a multiple of its block size {block}", tensor=name)
+        data_offset = self.u64(self.data, offset + 4)[0]
+        entry = TensorEntry(name, type_name, elements // block * block_bytes, tuple(shape),
+                            data_offset)
+        return entry, offset + 12
+
+    def tensors(self, offset: int, count: int) -> tuple[list[TensorEntry], int]:
+        self.fits(offset, count, _MIN_TENSOR_BYTES, "the tensor table")
+        if count > MAX_GGUF_TENSORS:
+            raise self.invalid(f"the tensor table declares {count:,} tensors; the planner "
+                               f"reads at most {MAX_GGUF_TENSORS:,} (real models have a few "
+                               f"thousand)")
+        entries: list[TensorEntry] = []
+        names: set[str] = set()
+        for index in range(count):
+            entry, offset = self.tensor(offset, index, names)
+            entries.append(entry)
+        return entries, offset
+
+    def header(self, version: int) -> GgufHeader:
         tensor_count = self.unsigned(8, 8, "the tensor count")
         kv_count = self.unsigned(16, 8, "the metadata count")
-        self.count(24, kv_count, _MIN_KV_BYTES, "the metadata table")
-        offset = 24
-        for index in range(kv_count):
-            end = self.string(offset, f"metadata key {index}")
-            key = bytes(self.data[offset + 8:end][:200]).decode("utf-8", "replace")
-            what = f"GGUF key {key!r}"
-            kind = self.unsigned(end, 4, what)
-            offset = self.value(end + 4, kind, what)
-        self.count(offset, tensor_count, _MIN_TENSOR_BYTES, "the tensor table")
-        for index in range(tensor_count):
-            what = f"tensor {index}"
-            offset = self.string(offset, what)
-            dims = self.unsigned(offset, 4, what)
-            if dims > MAX_TENSOR_DIMS:
-                raise self.fail("InvalidGguf", f"{what} declares {dims:,} dimensions "
-                                f"(ggml tensors have at most 4)")
-            offset += 4 + 8 * dims + 4 + 8
-            self.need(offset, 0, what)
-
-
-def _check_layout(path: Path) -> None:
-    """Refuse a header whose counts or lengths do not fit in the file (see _LayoutWalk)."""
-    with path.open("rb") as handle:
-        head = handle.read(8)
-        if len(head) < 8:
-            raise ModelError("TruncatedGguf", f"{path}: the file ends inside the GGUF "
-                             "version", file=str(path))
-        little = struct.unpack("<I", head[4:8])[0]
-        order = ">" if little & 0xFFFF == 0 else "<"
-        if struct.unpack(order + "I", head[4:8])[0] not in _READABLE_VERSIONS:
-            return  # the reader names the unsupported version
-        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            _LayoutWalk(path, data, order).walk()
-
-
-@dataclass(frozen=True, slots=True)
-class TensorEntry:
-    name: str
-    type_name: str
-    n_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class GgufHeader:
-    """One file's metadata (as plain Python values) and tensor table."""
-
-    path: Path
-    metadata: Mapping[str, Any]
-    tensors: tuple[TensorEntry, ...]
+        values, offset, alignment_type = self.metadata(24, kv_count)
+        entries, offset = self.tensors(offset, tensor_count)
+        alignment = self.alignment(values, alignment_type)
+        data_offset = _pad(offset, alignment)
+        expected = 0
+        for entry in entries:
+            # llama.cpp requires the tensors packed in order, each padded to the alignment.
+            if entry.offset != expected:
+                raise self.invalid(f"tensor {entry.name!r} starts at data offset "
+                                   f"{entry.offset:,}; llama.cpp expects {expected:,} (the "
+                                   f"tensors packed in order at {alignment}-byte alignment)",
+                                   tensor=entry.name)
+            end = data_offset + entry.offset + entry.n_bytes
+            if end > self.size:
+                raise self.fail(
+                    "TruncatedGguf",
+                    f"tensor {entry.name!r}'s data ends at byte {end:,}, but the file has "
+                    f"{self.size:,} (truncated download)", tensor=entry.name)
+            expected += _pad(entry.n_bytes, alignment)
+        return GgufHeader(path=self.path, metadata=MappingProxyType(values),
+                          tensors=tuple(entries), version=version, alignment=alignment,
+                          data_offset=data_offset)
 
 
 def _check_magic(path: Path) -> None:
@@ -201,18 +399,10 @@ def _check_magic(path: Path) -> None:
         )
 
 
-def _field_value(field: Any) -> Any:
-    value = field.contents()
-    if hasattr(value, "item"):
-        value = value.item()
-    return value
-
-
 def read_header(path: Path) -> GgufHeader:
-    """Parse one GGUF file's header and tensor table (memory-mapped).
+    """Read one GGUF file's header and tensor table (see the module's docstring).
 
-    Parsing a large vocabulary takes seconds, so headers are cached per file path, size
-    and modification time.
+    Headers are cached per file path, size and modification time.
     """
     try:
         _check_magic(path)
@@ -228,40 +418,22 @@ def read_header(path: Path) -> GgufHeader:
 
 @lru_cache(maxsize=32)
 def _read_header_cached(path: Path, size: int, mtime_ns: int) -> GgufHeader:
-    from gguf import GGUFReader
-
-    _check_layout(path)
-    try:
-        reader = GGUFReader(path, "r")
-    except (ValueError, IndexError, KeyError, OverflowError, TypeError) as exc:
-        text = str(exc)
-        lowered = text.lower()
-        if "version" in lowered and "handle" in lowered:
-            raise ModelError("UnsupportedGgufVersion", f"{path}: {text}",
-                             file=str(path)) from None
-        if any(marker in lowered for marker in _CORRUPT_MARKERS):
-            raise ModelError("InvalidGguf", f"{path}: malformed GGUF header: {text}",
-                             file=str(path)) from None
-        raise ModelError(
-            "TruncatedGguf",
-            f"{path}: the file ends before the header, tensor table or tensor data it "
-            f"declares (truncated download, or a corrupt length field)",
-            file=str(path), reader_error=text,
-        ) from None
-    metadata: dict[str, Any] = {}
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or key.startswith("tokenizer."):
-            continue
-        try:
-            metadata[key] = _field_value(field)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ModelError("InvalidGguf", f"{path}: GGUF key {key!r} cannot be read: {exc}",
-                             file=str(path), key=key) from None
-    tensors = tuple(
-        TensorEntry(tensor.name, tensor.tensor_type.name, int(tensor.n_bytes))
-        for tensor in reader.tensors
-    )
-    return GgufHeader(path=path, metadata=MappingProxyType(metadata), tensors=tensors)
+    with path.open("rb") as handle:
+        head = handle.read(8)
+        if len(head) < 8:
+            raise ModelError("TruncatedGguf", f"{path}: the file ends inside the GGUF "
+                             "version", file=str(path))
+        # A version whose low half is zero was written in the other byte order.
+        little = struct.unpack("<I", head[4:8])[0]
+        order = ">" if little & 0xFFFF == 0 else "<"
+        version = struct.unpack(order + "I", head[4:8])[0]
+        if version not in READABLE_VERSIONS:
+            raise ModelError("UnsupportedGgufVersion",
+                             f"{path}: GGUF version {version} cannot be read (readable: "
+                             f"{', '.join(map(str, READABLE_VERSIONS))})",
+                             file=str(path), version=version)
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return _Walk(path, data, order).header(version)
 
 
 def _split_count(header: GgufHeader) -> int:
@@ -403,6 +575,9 @@ def from_gguf(path: str | Path, kv_cache_type: str = DEFAULT_CACHE_TYPE) -> Mode
         raise ModelError("InvalidGguf", f"{where}: the model has no tensors", file=str(where))
     per_layer, to_first, to_last = layer_weights(tensors, layer_count, where)
     total = sum(tensor.n_bytes for tensor in tensors)
+    if total == 0:
+        raise ModelError("InvalidGguf", f"{where}: the model's {len(tensors)} tensors hold no "
+                         "elements", file=str(where))
     notes = [
         f"model_weight_bytes counts all {len(tensors)} tensors; tensors outside the blocks "
         f"are counted in layer_weight_bytes: {format_bytes(to_first)} of input tensors "
@@ -418,7 +593,7 @@ def from_gguf(path: str | Path, kv_cache_type: str = DEFAULT_CACHE_TYPE) -> Mode
         match = SHARD_NAME.match(where.name)
         name = match["prefix"] if match else where.stem
     table_dict = dict(table)
-    active_bytes, active_note = _active_weight_bytes(metadata, architecture, tensors, total)
+    active_bytes, active_note = active_weight_bytes(metadata, architecture, tensors, where)
     notes.append(active_note)
     hidden = metadata.get(f"{architecture}.embedding_length")
     return ModelSpec(
@@ -457,15 +632,123 @@ def _count(value: object) -> int | None:
     return operator.index(value) if is_integral(value) and operator.index(value) > 0 else None
 
 
-def _active_weight_bytes(metadata: Mapping[str, Any], architecture: str,
-                         tensors: list[TensorEntry], total: int) -> tuple[int, str]:
-    """Weight bytes one decode step reads: every tensor, except that of the stacked expert
-    tensors (``*_exps``) only ``expert_used_count / expert_count`` is read."""
-    count = _count(metadata.get(f"{architecture}.expert_count"))
-    used = _count(metadata.get(f"{architecture}.expert_used_count"))
-    expert_bytes = sum(t.n_bytes for t in tensors if "_exps" in t.name)
-    if count is None or used is None or expert_bytes == 0 or used >= count:
-        return total, "decode reads every weight (no routed experts)"
-    share = total - expert_bytes + -(-expert_bytes * used // count)
-    return share, (f"decode reads {share:,} of {total:,} weight bytes: {used} of {count} "
-                   "experts per token")
+# The routed experts' stacked tensors, which llama.cpp multiplies with GGML_OP_MUL_MAT_ID
+# (llama-arch.cpp): weights, biases and scales whose last dimension is the expert.
+ROUTED_EXPERT_TENSOR = re.compile(r"^blk\.\d+\.ffn_(?:gate|up|down|gate_up)_(?:ch)?exps\.")
+
+
+def active_weight_bytes(metadata: Mapping[str, Any], architecture: str,
+                        tensors: Iterable[TensorEntry], where: Path) -> tuple[int | None, str]:
+    """Weight bytes one decode step reads, tensor by tensor, and how they were counted.
+
+    Every tensor is read whole, except:
+
+    - a routed experts' tensor (``ffn_{gate,up,down,gate_up}_exps``), which stacks ``E``
+      experts along its last dimension: a token reads ``min(experts_used, E)`` of them,
+      ``ceil(bytes x min(experts_used, E) / E)``, ``experts_used`` being
+      ``{arch}.expert_used_count``;
+    - an input embedding (``token_embd``, ``position_embd``, ...), of which a token reads
+      one row (``GGML_OP_GET_ROWS``), counted as none; a model without ``output.weight``
+      multiplies by ``token_embd`` as its output head, so that one is read whole.
+
+    None when no tensor is read per token (a file of input tables only).
+    """
+    tensors = list(tensors)
+    tied = not any(tensor.name == "output.weight" for tensor in tensors)
+    shared = routed_total = routed_read = rows = 0
+    used: int | None = None
+    for tensor in tensors:
+        if ROUTED_EXPERT_TENSOR.match(tensor.name):
+            if used is None:
+                used = _expert_used_count(metadata, architecture, tensor, where)
+            experts = tensor.shape[-1] if tensor.shape else 1
+            routed_total += tensor.n_bytes
+            if experts:
+                routed_read += -(-tensor.n_bytes * min(used, experts) // experts)
+        elif tensor.name.startswith(INPUT_TENSOR_PREFIXES) and not (
+                tied and tensor.name == "token_embd.weight"):
+            rows += tensor.n_bytes
+        else:
+            shared += tensor.n_bytes
+    active = shared + routed_read
+    skipped = (f"; input embeddings ({format_bytes(rows)}) are read one row per token"
+               if rows else "")
+    if routed_total == 0:
+        note = f"decode reads {active:,} weight bytes: every weight (no routed experts)"
+    else:
+        note = (f"decode reads {active:,} weight bytes: {shared:,} of shared tensors whole "
+                f"and {routed_read:,} of the routed experts' {routed_total:,} ({used} "
+                f"experts per token)")
+    return (active or None), note + skipped
+
+
+def _expert_used_count(metadata: Mapping[str, Any], architecture: str,
+                       tensor: TensorEntry, where: Path) -> int:
+    key = f"{architecture}.expert_used_count"
+    used = metadata.get(key)
+    if used is None:
+        raise ModelError("MissingGgufKey", f"{where}: GGUF key {key!r} is missing, but "
+                         f"tensor {tensor.name!r} holds routed experts (llama.cpp needs the "
+                         f"experts used per token)", file=str(where), key=key)
+    count = _count(used)
+    if count is None:
+        raise ModelError("InvalidGguf", f"{where}: GGUF key {key!r} must be a positive "
+                         f"integer (got {used!r})", file=str(where), key=key)
+    return count
+
+
+TOKEN_LIST_KEY = "tokenizer.ggml.tokens"
+# Draft models whose token_embd has a row per token of the target model's vocabulary
+# (llama.cpp's eagle3.cpp: {n_embd, n_target_vocab}).
+TARGET_VOCAB_ARCHITECTURES = frozenset({"eagle3"})
+
+
+def token_embedding(metadata: Mapping[str, Any], tensors: Iterable[Any], architecture: str,
+                    where: str | Path) -> tuple[int, int]:
+    """The embedding width and the vocabulary llama.cpp builds for the model.
+
+    The width is ``{arch}.embedding_length``. The vocabulary (``llama_vocab::load``) is the
+    length of ``tokenizer.ggml.tokens``; for a file without a tokenizer,
+    ``{arch}.vocab_size``, else the rows of ``token_embd``. llama.cpp creates
+    ``token_embd`` as ``{embedding_length, vocabulary}`` and refuses a file whose tensor
+    has another shape, so the planner does too. ``tensors`` are :class:`TensorEntry` or
+    records with ``name`` (a record without a ``shape`` is not checked).
+    """
+    where = Path(where)
+    width = _positive(metadata, f"{architecture}.embedding_length", where)
+    table = next((tensor for tensor in tensors if tensor.name == "token_embd.weight"), None)
+    shape = tuple(getattr(table, "shape", ()))
+    if shape and (len(shape) != 2 or shape[0] != width or shape[1] == 0):
+        raise ModelError(
+            "InvalidGguf", f"{where}: tensor 'token_embd.weight' has shape "
+            f"{list(shape)}, but GGUF key '{architecture}.embedding_length' is {width} "
+            f"(llama.cpp expects [{width}, vocabulary] and refuses the file)",
+            file=str(where), tensor="token_embd.weight")
+    tokens = metadata.get(TOKEN_LIST_KEY)
+    if tokens is not None:
+        if isinstance(tokens, SkippedValue) and tokens.value_type == "array of string":
+            count = tokens.length
+        elif isinstance(tokens, list) and all(isinstance(t, str) for t in tokens):
+            count = len(tokens)
+        else:
+            raise ModelError("InvalidGguf", f"{where}: GGUF key {TOKEN_LIST_KEY!r} must be an "
+                             f"array of strings (got {tokens!r})", file=str(where),
+                             key=TOKEN_LIST_KEY)
+        if count == 0:
+            raise ModelError("InvalidGguf", f"{where}: GGUF key {TOKEN_LIST_KEY!r} holds no "
+                             "tokens", file=str(where), key=TOKEN_LIST_KEY)
+        if shape and shape[1] != count and architecture not in TARGET_VOCAB_ARCHITECTURES:
+            raise ModelError(
+                "InvalidGguf", f"{where}: tensor 'token_embd.weight' has {shape[1]:,} "
+                f"rows, but {TOKEN_LIST_KEY!r} holds {count:,} tokens (llama.cpp expects one "
+                f"row per token and refuses the file)", file=str(where),
+                tensor="token_embd.weight")
+        return width, count
+    key = f"{architecture}.vocab_size"
+    if key in metadata:
+        return width, _positive(metadata, key, where)
+    if shape:
+        return width, shape[1]
+    raise ModelError("MissingGgufKey", f"{where}: the vocabulary size is unknown: no "
+                     f"{TOKEN_LIST_KEY!r}, no GGUF key {key!r} and no token_embd tensor",
+                     file=str(where), key=key)
