@@ -1,6 +1,7 @@
 """``make bench``: planner speed and memory on fleets up to 1,000 nodes, then on fleets
-up to the input caps (``limits_bench.py``: 10,000 nodes, 4,096 layers), and the seconds
-until the fencing page is usable in Voilà (``fencing_page_bench.py``: 10 s).
+up to the input caps (``limits_bench.py``: 10,000 nodes, 4,096 layers), the seconds
+until the fencing page is usable in Voilà (``fencing_page_bench.py``: 10 s), and reading
+GGUF files, real and hostile (``gguf_bench.py``).
 
 Each fleet runs in a fresh process so that its peak memory is its own. The plain
 exhaustive reference planner (``tests/reference_planner.py``) runs beside it where it
@@ -124,6 +125,10 @@ def main() -> int:
 
     print()
     fencing_fast = fencing_page_bench.print_table()
+    import gguf_bench
+
+    print()
+    gguf_met = gguf_bench.print_table()
     if not sizing_fast:
         print(f"sizing: some runs took {sizing_bench.TARGET_SECONDS:g} s or more",
               file=sys.stderr)
@@ -132,6 +137,9 @@ def main() -> int:
         return 1
     if not limits_met:
         print("a fleet up to the caps missed its time or memory target", file=sys.stderr)
+        return 1
+    if not gguf_met:
+        print("reading a GGUF file missed its CPU, time or memory target", file=sys.stderr)
         return 1
     if not fencing_fast:
         print(f"the fencing page took more than {fencing_page_bench.TARGET_SECONDS:g} s to "
