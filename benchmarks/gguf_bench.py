@@ -32,7 +32,7 @@ def _write_hostile_files(folder: Path) -> dict[str, str]:
     sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
     import gguf_files as g
 
-    from planner.models.gguf_reader import MAX_GGUF_KEYS, MAX_GGUF_TENSORS
+    from planner.limits import MAX_GGUF_KEYS, MAX_GGUF_TENSORS
 
     cases = {
         "2,000,000 one-byte strings": g.gemma3(

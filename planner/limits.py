@@ -49,6 +49,20 @@ exchange of about 3 ms and 25 KB."""
 MAX_SIMULATION_RUNS = 10_000
 """Horizons one ``simulate_many`` call runs."""
 
+MAX_GGUF_KEYS = 65_536
+"""Metadata keys of one GGUF file (real models have a few dozen)."""
+
+MAX_GGUF_KEY_BYTES = 65_536
+"""Bytes of one GGUF metadata key's name (real ones are under 100)."""
+
+MAX_GGUF_TENSORS = 262_144
+"""Tensors of one GGUF file (real models have a few thousand: 4,096 layers of 64)."""
+
+GGUF_BUILD_BUDGET_BYTES = 4 * 2**20
+"""Bytes of GGUF metadata values the reader builds beyond scalars and short strings
+(each array item counted at 64 bytes more); longer values are stepped over. With the
+caps above, reading a header stays within a few hundred MB whatever the file holds."""
+
 DEFAULT_CACHE_TYPE = "f16"
 """The KV cache type when none is chosen (llama.cpp's ``-ctk``/``-ctv`` default)."""
 

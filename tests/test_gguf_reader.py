@@ -24,8 +24,8 @@ from gguf.quants import quant_shape_to_byte_shape
 from test_memory import write_gemma_like
 from test_models_gguf import llama_metadata, llama_tensors, write_gguf
 
+from planner.limits import GGUF_BUILD_BUDGET_BYTES
 from planner.models.gguf_reader import (
-    BUILD_BUDGET_BYTES,
     GGML_TYPES,
     SHORT_STRING_BYTES,
     VALUE_TYPE_NAMES,
@@ -99,8 +99,8 @@ def _values(path: Path, endianess: GGUFEndian = GGUFEndian.LITTLE) -> None:
         writer.add_key_value(f"test.{name}_array", items, GGUFValueType.ARRAY, sub_type=kind)
     writer.add_string("test.empty_string", "")
     writer.add_string("test.medium_string", "m" * (SHORT_STRING_BYTES + 1))
-    writer.add_string("test.long_string", "l" * (BUILD_BUDGET_BYTES + 1))
-    writer.add_key_value("test.long_array", list(range(BUILD_BUDGET_BYTES // 32)),
+    writer.add_string("test.long_string", "l" * (GGUF_BUILD_BUDGET_BYTES + 1))
+    writer.add_key_value("test.long_array", list(range(GGUF_BUILD_BUDGET_BYTES // 32)),
                          GGUFValueType.ARRAY, sub_type=GGUFValueType.UINT32)
     writer.add_key_value("tokenizer.ggml.tokens", [f"t{i}" for i in range(5000)],
                          GGUFValueType.ARRAY, sub_type=GGUFValueType.STRING)
@@ -181,7 +181,7 @@ def test_long_values_are_stepped_over_and_say_what_they_were(tmp_path: Path) -> 
     _values(path)
     metadata = read_header(path).metadata
     assert metadata["test.medium_string"] == "m" * (SHORT_STRING_BYTES + 1)
-    assert metadata["test.long_string"] == SkippedValue("string", BUILD_BUDGET_BYTES + 1)
+    assert metadata["test.long_string"] == SkippedValue("string", GGUF_BUILD_BUDGET_BYTES + 1)
     assert repr(metadata["tokenizer.ggml.tokens"]) == "<array of string of 5,000 items, not read>"
     assert metadata["general.tags"] == ["a", "b", "ç"]
     assert metadata["test.uint64"] == 2**63 + 5

@@ -15,11 +15,10 @@ import pytest
 from gguf import GGUFWriter
 
 from planner.cli import main
+from planner.limits import MAX_GGUF_KEYS, MAX_GGUF_TENSORS
 from planner.memory import model_from_gguf
 from planner.models import ModelError, from_gguf
 from planner.models.gguf_reader import (
-    MAX_GGUF_KEYS,
-    MAX_GGUF_TENSORS,
     SkippedValue,
     read_header,
 )
@@ -305,12 +304,12 @@ def _memory_error(path: Path) -> ModelError:
 
 @pytest.mark.parametrize(("data", "words"), [
     (g.gemma3(embedding=0, embd_row=32, embd_type="Q8_0"),
-     "'gemma3.embedding_length' must be a positive integer (got 0)"),
+     "'gemma3.embedding_length' must be at least 1 (got 0)"),
     (g.gemma3(embedding=16, embd_row=32, embd_type="Q8_0"),
      "tensor 'token_embd.weight' has shape [32, 256], but GGUF key "
      "'gemma3.embedding_length' is 16"),
     (g.gemma3(extra=[g.u32("gemma3.vocab_size", 0)]),
-     "'gemma3.vocab_size' must be a positive integer (got 0)"),
+     "'gemma3.vocab_size' must be at least 1 (got 0)"),
     (g.gemma3(extra=[g.one_byte_strings("tokenizer.ggml.tokens", 300)]),
      "'token_embd.weight' has 256 rows, but 'tokenizer.ggml.tokens' holds 300 tokens"),
     (g.gemma3(extra=[g.one_byte_strings("tokenizer.ggml.tokens", 0)]),

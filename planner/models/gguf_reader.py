@@ -35,7 +35,14 @@ from types import MappingProxyType
 from typing import Any
 
 from planner._validate import Fail, integer, is_integral, shown
-from planner.limits import DEFAULT_CACHE_TYPE, MAX_LAYERS
+from planner.limits import (
+    DEFAULT_CACHE_TYPE,
+    GGUF_BUILD_BUDGET_BYTES,
+    MAX_GGUF_KEY_BYTES,
+    MAX_GGUF_KEYS,
+    MAX_GGUF_TENSORS,
+    MAX_LAYERS,
+)
 from planner.models.kv_cache import KvLayout, check_cache_type, layout_from_gguf
 from planner.models.spec import ModelError, ModelSpec
 from planner.units import format_bytes
@@ -76,16 +83,10 @@ MAX_ARRAY_ITEMS = 2**30  # GGUF_MAX_ARRAY_ELEMENTS
 MAX_TENSOR_DIMS = 4  # GGML_MAX_DIMS
 MAX_TENSOR_NAME_BYTES = 63  # GGML_MAX_NAME - 1
 DEFAULT_ALIGNMENT = 32  # GGUF_DEFAULT_ALIGNMENT
-# ... and the planner's own, far beyond real files (a few dozen keys of under 100 bytes,
-# a few thousand tensors) and small enough that a hostile header is refused by name in
-# bounded time and memory.
-MAX_GGUF_KEYS = 65_536
-MAX_KEY_BYTES = 65_536
-MAX_GGUF_TENSORS = 262_144
-# Values the walk builds: strings up to this long always; longer strings and the items
-# of arrays (outside tokenizer.*) while this budget of bytes lasts.
+# ... and the planner's own (planner.limits): MAX_GGUF_KEYS, MAX_GGUF_KEY_BYTES,
+# MAX_GGUF_TENSORS, and GGUF_BUILD_BUDGET_BYTES, the budget for building strings longer
+# than this and the items of arrays outside tokenizer.*:
 SHORT_STRING_BYTES = 256
-BUILD_BUDGET_BYTES = 4 * 2**20
 _ITEM_COST = 64  # bytes a built Python number or string costs beside its text
 # The smallest encodings: a key/value (empty key, a u8) and a tensor entry (empty name,
 # no dimensions, type, offset); any count above size // these cannot be in the file.
@@ -151,7 +152,7 @@ class _Walk:
         self.order = order
         self.u32 = struct.Struct(order + "I").unpack_from
         self.u64 = struct.Struct(order + "Q").unpack_from
-        self.budget = BUILD_BUDGET_BYTES
+        self.budget = GGUF_BUILD_BUDGET_BYTES
 
     def fail(self, code: str, problem: str, **details: Any) -> ModelError:
         return ModelError(code, f"{self.path}: {problem}", file=str(self.path), **details)
@@ -277,7 +278,7 @@ class _Walk:
         values: dict[str, Any] = {}
         alignment_type = -1
         for index in range(count):
-            key, offset = self.name(offset, f"metadata key {index}", MAX_KEY_BYTES,
+            key, offset = self.name(offset, f"metadata key {index}", MAX_GGUF_KEY_BYTES,
                                     "the planner reads keys")
             if not key:
                 raise self.invalid(f"metadata key {index} is empty")
