@@ -424,3 +424,76 @@ def test_spec_invariants_are_checked() -> None:
     with pytest.raises(ModelError) as caught:
         ModelSpec.from_dict({**ModelSpec(**good).to_dict(), "colour": "red"})
     assert caught.value.details["field"] == "colour"
+
+
+# --- bytes read per token -----------------------------------------------------------------
+
+def _moe(path: Path, *, used: int | None = 2, tied: bool = False,
+         extra: Sequence[tuple[str, tuple[int, ...], str]] = ()) -> None:
+    """Two qwen3moe blocks of 8 routed experts (Q4_0) beside shared F16 tensors."""
+    import gguf_files as g
+
+    kvs = [g.string("general.architecture", "qwen3moe")]
+    for key, value in (("block_count", 2), ("context_length", 4096),
+                       ("embedding_length", 64), ("attention.head_count", 2),
+                       ("attention.head_count_kv", 1), ("attention.key_length", 32),
+                       ("attention.value_length", 32), ("expert_count", 8),
+                       *((("expert_used_count", used),) if used is not None else ())):
+        kvs.append(g.u32(f"qwen3moe.{key}", value))
+    tensors: list[tuple[str, tuple[int, ...], str]] = [("token_embd.weight", (64, 100), "F16")]
+    for layer in range(2):
+        tensors += [(f"blk.{layer}.attn_q.weight", (64, 64), "F16"),
+                    (f"blk.{layer}.ffn_gate_inp.weight", (64, 8), "F32"),
+                    (f"blk.{layer}.ffn_gate_exps.weight", (64, 32, 8), "Q4_0"),
+                    (f"blk.{layer}.ffn_down_exps.weight", (32, 64, 8), "Q4_0")]
+    tensors += list(extra)
+    if not tied:
+        tensors.append(("output.weight", (64, 100), "F16"))
+    path.write_bytes(g.gguf(kvs, tensors))
+
+
+EMBD = 64 * 100 * 2
+SHARED_BLOCK = 64 * 64 * 2 + 64 * 8 * 4
+EXPERTS_BLOCK = 2 * 64 * 32 * 8 // 32 * 18
+
+
+def test_a_token_reads_the_shared_tensors_and_its_experts(tmp_path: Path) -> None:
+    path = tmp_path / "moe.gguf"
+    _moe(path)
+    spec = from_gguf(path)
+    assert spec.model_weight_bytes == 2 * EMBD + 2 * (SHARED_BLOCK + EXPERTS_BLOCK)
+    # The output head and the blocks' shared tensors whole, 2 of 8 experts, one row of
+    # token_embd (none counted).
+    assert spec.active_weight_bytes == EMBD + 2 * SHARED_BLOCK + 2 * EXPERTS_BLOCK * 2 // 8
+    assert any("2 experts per token" in note for note in spec.notes)
+
+
+def test_a_tied_embedding_is_read_whole_as_the_output_head(tmp_path: Path) -> None:
+    path = tmp_path / "tied.gguf"
+    _moe(path, tied=True)
+    assert from_gguf(path).active_weight_bytes == (
+        EMBD + 2 * SHARED_BLOCK + 2 * EXPERTS_BLOCK * 2 // 8)
+
+
+def test_a_tensor_of_fewer_experts_than_used_is_read_whole(tmp_path: Path) -> None:
+    # grovemoe's chunk experts: each ffn_*_chexps stacks 2 experts; 2 are used of them.
+    path = tmp_path / "chunks.gguf"
+    _moe(path, extra=[("blk.0.ffn_up_chexps.weight", (64, 32, 2), "Q4_0")])
+    chunk = 64 * 32 * 2 // 32 * 18
+    assert from_gguf(path).active_weight_bytes == (
+        EMBD + 2 * SHARED_BLOCK + 2 * EXPERTS_BLOCK * 2 // 8 + chunk)
+
+
+def test_routed_experts_without_experts_used_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "unused.gguf"
+    _moe(path, used=None)
+    with pytest.raises(ModelError) as caught:
+        from_gguf(path)
+    assert caught.value.code == "MissingGgufKey"
+    assert "'qwen3moe.expert_used_count'" in caught.value.message
+    assert "blk.0.ffn_gate_exps.weight" in caught.value.message
+
+
+def test_a_dense_model_reads_every_weight_but_the_embedding_rows(llama_file: Path) -> None:
+    spec = from_gguf(llama_file)
+    assert spec.active_weight_bytes == spec.model_weight_bytes - TOKEN_EMBD
