@@ -83,3 +83,8 @@ MAX_PRICE_PER_HOUR = 1_000_000
 DEFAULT_PRICE_KIND = "rented"
 """What a catalog price is when its entry does not say (``price_kind``), and the prices
 sizing compares unless told otherwise: what a provider charges by the hour."""
+
+MAX_AVAILABILITY_NODE_PLANS = 1_500_000
+"""The work one availability answer may take, in nodes planned (each plan of a failure
+state counts its surviving nodes): about 150 plans of a 10,000-node fleet, within half a
+minute; beyond it the answer is the interval so far, which holds the exact value."""

@@ -31,12 +31,10 @@ from planner._validate import integer, number, shown
 from planner.availability import (
     HOURS_PER_YEAR,
     AvailabilityError,
-    MeetsTargets,
     NodeReliability,
     Outcome,
     plan_survivors,
-    targets_check,
-    with_targets,
+    resolve_targets,
 )
 from planner.errors import CodedError
 from planner.fence.coordinator import CoordinatorPolicy, SplitPlan
@@ -44,7 +42,7 @@ from planner.fence.simulator import NetworkConfig, Simulation
 from planner.limits import MAX_FENCE_TERMS, MAX_SIMULATED_CHANGES, MAX_SIMULATION_RUNS
 from planner.planning import PlanningInput
 from planner.planning.inputs import as_planning_input
-from planner.sizing import SizingTargets
+from planner.targets import SpeedEstimator, Targets
 
 MS_PER_HOUR = 3_600_000
 # How long after a re-plan the fence exchange is followed: claims, replies and loads
@@ -247,10 +245,10 @@ def simulate(
     *,
     horizon_hours: float = HOURS_PER_YEAR,
     seed: int = 0,
-    meets: MeetsTargets | None = None,
-    targets: SizingTargets | None = None,
+    targets: Targets | None = None,
     min_context: int | None = None,
     min_lanes: int = 1,
+    estimator: SpeedEstimator | None = None,
     fence: bool = True,
 ) -> SimulatedYear:
     """Simulate failures and repairs over ``horizon_hours`` and re-plan at every change.
@@ -259,14 +257,13 @@ def simulate(
     With ``fence``
     off, terms are still counted but no fence messages are simulated (zeros).
     """
-    req = with_targets(as_planning_input(request), targets)
+    req = as_planning_input(request)
+    judged = resolve_targets(req, targets, min_context, min_lanes)
     horizon = _horizon(horizon_hours)
     seed = _seed(seed)
     if not isinstance(fence, bool):
         raise _bad_argument("fence", "must be True or False", fence)
     per_node = _per_node_reliability(req, reliability)
-    check = meets or targets_check(min_context=min_context, min_lanes=min_lanes,
-                                   targets=targets)
     rng = np.random.default_rng(seed)
     changes: list[tuple[float, int, str, bool]] = []
     for order, node in enumerate(req.nodes):
@@ -281,7 +278,8 @@ def simulate(
     def outcome_of(up: set[str]) -> Outcome:
         key = frozenset(up)
         if key not in memo:
-            memo[key] = plan_survivors(req, [n for n in req.nodes if n.node_id in up], check)
+            memo[key] = plan_survivors(req, [n for n in req.nodes if n.node_id in up], judged,
+                                       estimator)
         return memo[key]
 
     up = {node.node_id for node in req.nodes}

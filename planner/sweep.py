@@ -65,13 +65,12 @@ from planner.availability import (
     document_overrides,
     fleet_availability,
     fleet_reliability,
-    targets_check,
 )
 from planner.errors import CodedError
 from planner.fleet import FleetDocument, ModelChoice, load_fleet
 from planner.planning import plan_topology
-from planner.planning.rules import context_floor
-from planner.sizing import SizingTargets, size_fleet
+from planner.sizing import size_fleet
+from planner.targets import SpeedEstimator, Targets
 
 
 class SweepError(CodedError):
@@ -255,21 +254,34 @@ def _document(row: Mapping[str, Any], documents: Mapping[str, FleetDocument]) ->
     return document
 
 
-def _targets(row: Mapping[str, Any], request: Any) -> tuple[int, int]:
-    min_context = int(row.get("min_context") or context_floor(request))
-    return min_context, int(row.get("min_lanes") or 1)
+def _targets(row: Mapping[str, Any], request: Any) -> Targets:
+    """The row's targets for the request's model: the fleet file's (minimum nodes, TPOT
+    target) with the row's minimum context and lanes, as ``planner availability`` takes
+    them."""
+    return Targets.from_request(request, minimum_context=row.get("min_context") or None,
+                                minimum_lanes=int(row.get("min_lanes") or 1)
+                                ).for_request(request)
 
 
 def _evaluate_plan(row: Mapping[str, Any], document: FleetDocument) -> dict[str, Any]:
     request = document.to_request()
-    min_context, min_lanes = _targets(row, request)
+    targets = _targets(row, request)
     plan = plan_topology(request)
+    estimator = _estimator(row, document, targets)
     return {"node_count": len(request.nodes), "context_length": plan.context_length,
             "stage_count": plan.stage_count, "parallel_lanes": plan.parallel_lanes,
             "estimated_decode_network_ms_per_token":
                 plan.estimated_decode_network_ms_per_token,
-            "meets_targets": targets_check(min_context=min_context,
-                                           min_lanes=min_lanes)(plan)}
+            "meets_targets": targets.meets(plan, None if estimator is None
+                                           else estimator(request, plan))}
+
+
+def _estimator(row: Mapping[str, Any], document: FleetDocument, targets: Targets
+               ) -> SpeedEstimator | None:
+    """The speed estimator a TPOT target is judged with (none without a target)."""
+    if targets.target_decode_tpot_ms is None:
+        return None
+    return SpeedEstimator.for_document(document, _catalog(row.get("catalog")))
 
 
 def _reliability(row: Mapping[str, Any], document: FleetDocument) -> dict[str, Any]:
@@ -281,16 +293,16 @@ def _reliability(row: Mapping[str, Any], document: FleetDocument) -> dict[str, A
 
 def _evaluate_availability(row: Mapping[str, Any], document: FleetDocument) -> dict[str, Any]:
     request = document.to_request()
-    min_context, min_lanes = _targets(row, request)
-    result = fleet_availability(request, _reliability(row, document), min_context=min_context,
-                                min_lanes=min_lanes,
+    targets = _targets(row, request)
+    result = fleet_availability(request, _reliability(row, document), targets=targets,
+                                estimator=_estimator(row, document, targets),
                                 max_states=int(row.get("max_states", QUICK_MAX_STATES)))
     top = max(result.context_distribution, default=0)
     return {"node_count": len(request.nodes), "availability": result.availability,
             "availability_lower": result.availability_lower,
             "availability_upper": result.availability_upper,
             "states_evaluated": result.states_evaluated,
-            "expected_hours_down_per_year": (1 - result.estimate) * 8760,
+            "expected_hours_down_per_year": result.expected_hours_down_per_year,
             "full_context_probability": result.context_distribution.get(top, 0.0)
             if top else 0.0}
 
@@ -299,11 +311,11 @@ def _evaluate_simulation(row: Mapping[str, Any], document: FleetDocument) -> dic
     from planner.simulation import simulate
 
     request = document.to_request()
-    min_context, min_lanes = _targets(row, request)
+    targets = _targets(row, request)
     year = simulate(request, _reliability(row, document),
                     horizon_hours=float(row.get("horizon_hours", 8760)),
-                    seed=int(row.get("seed", 0)), min_context=min_context,
-                    min_lanes=min_lanes)
+                    seed=int(row.get("seed", 0)), targets=targets,
+                    estimator=_estimator(row, document, targets))
     return {"node_count": len(request.nodes), **year.summary()}
 
 
@@ -326,7 +338,7 @@ def _evaluate_size(row: Mapping[str, Any], documents: Mapping[str, FleetDocument
     if scale is not None:
         catalog = [gpu if gpu.price_per_hour is None else
                    replace(gpu, price_per_hour=gpu.price_per_hour * scale) for gpu in catalog]
-    targets = SizingTargets(
+    targets = Targets(
         minimum_context=int(row["min_context"]) if "min_context" in row else None,
         minimum_lanes=int(row.get("min_lanes", 1)),
         target_decode_tpot_ms=int(row["target_tpot_ms"]) if "target_tpot_ms" in row else None,

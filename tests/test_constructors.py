@@ -79,7 +79,7 @@ _SPEC = dict(name="m", architecture="llama", layer_count=2, native_context_lengt
 # A valid example of each input type, every optional number given a value so it is
 # exercised. Keyed by "module.Class".
 EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
-    "planner.availability.NodeReliability": lambda: dict(annual_failure_rate=0.1,
+    "planner.availability.reliability.NodeReliability": lambda: dict(annual_failure_rate=0.1,
                                                          repair_hours=24.0),
     "planner.fence.check.configuration.CheckConfig": lambda: dict(
         stages=2, coordinators=2, max_term=2, clock_bound=1, lease_ticks=2, skew=True,
@@ -144,7 +144,7 @@ EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
         kv_bytes_per_token=8, nodes=(_node("a"), _node("b")), minimum_nodes=1,
         layer_weight_bytes=(4, 6), context_length_override=2048,
         parallel_lanes_override=2, target_decode_tpot_ms=50),
-    "planner.sizing.SizingTargets": lambda: dict(
+    "planner.targets.Targets": lambda: dict(
         minimum_context=4096, minimum_lanes=2, minimum_nodes=1, target_decode_tpot_ms=50,
         failures_tolerated=1),
 }

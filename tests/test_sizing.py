@@ -23,6 +23,7 @@ from planner.sizing import (
     pareto_front,
     size_fleet,
 )
+from planner.targets import TargetsError
 
 UNIT = 10**6  # bytes of one layer's weights
 
@@ -203,7 +204,7 @@ def test_no_fleet_says_how_far_the_largest_gets() -> None:
     ({"target_decode_tpot_ms": True}, "target_decode_tpot_ms"),
 ])
 def test_bad_targets_name_the_field(targets: dict, field: str) -> None:
-    with pytest.raises(SizingError) as caught:
+    with pytest.raises(TargetsError) as caught:
         SizingTargets(**targets)
     assert caught.value.code == "InvalidTargets"
     assert caught.value.details["field"] == field
@@ -212,7 +213,7 @@ def test_bad_targets_name_the_field(targets: dict, field: str) -> None:
 def test_context_above_native_and_unknown_kinds_are_refused() -> None:
     model = _model(4, 1, native=4096)
     kinds = [_kind("big", 5, 2.0, max_count=2)]
-    with pytest.raises(SizingError) as caught:
+    with pytest.raises(TargetsError) as caught:
         size_fleet(model, kinds, SizingTargets(minimum_context=8192))
     assert caught.value.code == "InvalidTargets"
     with pytest.raises(SizingError) as caught:

@@ -91,7 +91,7 @@ def test_a_save_from_the_page_keeps_every_key(home_lab: Path, tmp_path: Path) ->
     figures = [fleet_reliability(request.nodes, overrides=doc.reliability)
                for doc in (before, saved)]
     assert figures[0] == figures[1]
-    answers = [fleet_availability(request, f, min_context=context_floor(request)).estimate
+    answers = [fleet_availability(request, f, min_context=context_floor(request)).to_dict()
                for f in figures]
     assert answers[0] == answers[1]
 

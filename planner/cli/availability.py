@@ -13,7 +13,6 @@ from planner.availability import (
     document_overrides,
     fleet_availability,
     fleet_reliability,
-    plan_survivors,
 )
 from planner.cli._common import (
     EXIT_NO_TOPOLOGY,
@@ -24,8 +23,8 @@ from planner.cli._common import (
     load_request,
 )
 from planner.models import ModelError, load_gpu_catalog
-from planner.planning.rules import context_floor
 from planner.reports.tables import TextTable, terminal_safe, text_table
+from planner.targets import SpeedEstimator, Targets, plan_or_none
 
 NAME = "availability"
 
@@ -39,8 +38,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "surviving nodes have a plan meeting the targets, and the context the plan "
             "gets. Failure rates and repair times come from the node's own fleet-file "
             "entry (annual_failure_rate, repair_hours), else --afr / --repair-hours, else "
-            "the catalog kind the node names (gpu = ...) or the one with its memory, else "
-            "the defaults (0.119 failures a year, 72 hours)."),
+            "its catalog kind (the gpu it names, a <kind>-NN id, or the one kind with its "
+            "memory), else the defaults (0.119 failures a year, 72 hours). The targets "
+            "are the fleet file's (minimum_nodes, and target_decode_tpot_ms judged by the "
+            "speed estimate) with --min-context and --min-lanes, by one rule with planner "
+            "size."),
         examples=("planner availability data/fleets/qwen480b-5x80.toml",
                   "planner availability data/fleets/qwen480b-5x80.toml --min-context 131072 "
                   "--json"),
@@ -77,48 +79,63 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--{name.replace('_', '-')} must be at least 1 (got {value})")
     try:
         catalog = load_gpu_catalog(args.catalog)
+    except ModelError as error:
+        raise UserError(f"{args.catalog or 'catalog'}: {error.message}") from None
+    try:
         reliability = fleet_reliability(
             request.nodes, catalog=catalog, overrides=document_overrides(document),
             annual_failure_rate=args.afr, repair_hours=args.repair_hours)
-        min_context = args.min_context or context_floor(request)
+        # The targets the fleet file states, with the command's on top; one rule with
+        # planner size (a minimum context above the model's native one is refused).
+        targets = Targets.from_request(request, minimum_context=args.min_context,
+                                       minimum_lanes=args.min_lanes).for_request(request)
         # Removing nodes never makes a plan fit, so a fleet with every node up and no
         # plan is never up; asked first, as a large fleet's states are not all seen.
-        if request.nodes and not plan_survivors(request, request.nodes,
-                                                lambda plan: True).meets_targets:
+        if request.nodes and plan_or_none(request) is None:
             message = "no valid topology even with every node up; see 'planner plan'"
             if args.json:
                 print(json.dumps({"error": {"code": "NoValidTopology", "message": message}}))
             print(terminal_safe(f"planner: {args.fleet}: {message}"), file=sys.stderr)
             return EXIT_NO_TOPOLOGY
-        result = fleet_availability(request, reliability, min_context=min_context,
-                                    min_lanes=args.min_lanes, tolerance=args.tolerance,
+        estimator = SpeedEstimator.for_document(document, catalog)
+        result = fleet_availability(request, reliability, targets=targets,
+                                    estimator=estimator, tolerance=args.tolerance,
                                     max_states=args.max_states)
-    except AvailabilityError as error:
+    except (AvailabilityError, ModelError) as error:
         raise UserError(f"{args.fleet}: {error.message}") from None
-    except ModelError as error:
-        raise UserError(f"{args.catalog or 'catalog'}: {error.message}") from None
     if not result.exact and result.unexplored_mass > args.tolerance:
-        print(f"planner: stopped after --max-states {args.max_states:,} failure states with "
-              f"{result.unexplored_mass:.3g} of the probability unexplored (more than "
-              f"--tolerance {args.tolerance:g}); the interval holds the exact value; raise "
-              "--max-states to narrow it", file=sys.stderr)
+        print(f"planner: stopped after {result.states_evaluated:,} plans of failure states "
+              f"(--max-states {args.max_states:,}, or the work bound for a fleet this "
+              f"large) with {result.unexplored_mass:.3g} of the probability unexplored "
+              f"(more than --tolerance {args.tolerance:g}); the interval holds the exact "
+              "value; raise --max-states to narrow it", file=sys.stderr)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
         return EXIT_OK
+    tpot = ("" if targets.target_decode_tpot_ms is None
+            else f", estimated TPOT <= {targets.target_decode_tpot_ms} ms")
     print(terminal_safe(f"{document.title}: {len(request.nodes)} nodes, targets context >= "
-                        f"{min_context:,}, lanes >= {args.min_lanes}"))
+                        f"{targets.minimum_context:,}, lanes >= {targets.minimum_lanes}"
+                        f"{tpot}"))
     if result.exact:
-        print(f"availability {result.availability:.6%} (exact, {result.states_evaluated:,} "
-              "failure states)")
+        print(f"availability {result.availability:.6%} (exact, "
+              f"{result.states_evaluated:,} plans of failure states)")
     else:
         print(f"availability between {result.availability_lower:.6%} and "
-              f"{result.availability_upper:.6%} ({result.states_evaluated:,} most likely "
-              "failure states evaluated)")
-    downtime = (1 - result.estimate) * 8760
-    print(f"expected time below the targets: {downtime:,.1f} hours a year")
+              f"{result.availability_upper:.6%} ({result.states_evaluated:,} plans of the "
+              "most likely failure states)")
+    expected = result.expected_hours_down_per_year
+    fewest, most = result.hours_down_per_year
+    if expected is not None:
+        print(f"expected time below the targets: {expected:,.1f} hours a year")
+    else:
+        print(f"time below the targets: between {fewest:,.1f} and {most:,.1f} hours a "
+              "year (not known more closely)")
     rows = [["no plan" if context == 0 else f"{context:,}", f"{probability:.6%}"]
             for context, probability in sorted(result.context_distribution.items(),
                                                reverse=True)]
+    if result.unexplored_mass:
+        rows.append(["not explored", f"{result.unexplored_mass:.6%}"])
     print()
     print(text_table(TextTable(("context", "probability"), tuple(map(tuple, rows)),
                                ("r", "r"))))

@@ -28,8 +28,8 @@ from planner.errors import CodedError
 from planner.figures.availability import context_distribution_figure, timeline_figure
 from planner.limits import MAX_CONTEXT
 from planner.planning import PlanningInput
-from planner.planning.rules import context_floor
 from planner.simulation import SimulatedYear, simulate
+from planner.targets import Targets
 from planner.workbench.chart import Chart
 from planner.workbench.view import STYLE
 
@@ -44,15 +44,17 @@ class AvailabilityView:
     min_context: int
 
 
-def compute_view(request: PlanningInput, reliability: NodeReliability, *, min_context: int,
-                 seed: int = 0) -> AvailabilityView:
+def compute_view(request: PlanningInput, reliability: NodeReliability, *,
+                 min_context: int | None = None, seed: int = 0) -> AvailabilityView:
     # A large fleet is bounded as on the command line: an interval, in about a minute.
-    result = fleet_availability(request, reliability, min_context=min_context,
+    targets = Targets(minimum_context=min_context).for_request(request)
+    result = fleet_availability(request, reliability, targets=targets,
                                 max_states=QUICK_MAX_STATES)
-    spares = spares_table(request, reliability, min_context=min_context, max_spares=8,
+    spares = spares_table(request, reliability, targets=targets, max_spares=8,
                           max_states=QUICK_MAX_STATES)
-    year = simulate(request, reliability, seed=seed, min_context=min_context)
-    return AvailabilityView(result, spares, year, min_context)
+    year = simulate(request, reliability, seed=seed, targets=targets)
+    assert targets.minimum_context is not None
+    return AvailabilityView(result, spares, year, targets.minimum_context)
 
 
 def _percent(value: float | None) -> str:
@@ -66,11 +68,13 @@ def summary_html(view: AvailabilityView) -> str:
     else:
         headline = (f"Available between {_percent(result.availability_lower)} and "
                     f"{_percent(result.availability_upper)} of the time")
-    down = (1 - result.estimate) * 8760
+    expected = result.expected_hours_down_per_year
+    fewest, most = result.hours_down_per_year
+    down = (f"about {expected:,.1f} hours" if expected is not None
+            else f"between {fewest:,.1f} and {most:,.1f} hours")
     return (f"<div class='wb-summary-box'>{escape(headline)} at context ≥ "
-            f"{view.min_context:,}</div><div class='wb-message-box'>about {down:,.1f} hours "
-            f"a year below the targets; {result.states_evaluated:,} failure states "
-            "evaluated</div>")
+            f"{view.min_context:,}</div><div class='wb-message-box'>{down} a year below "
+            f"the targets; {result.states_evaluated:,} plans of failure states</div>")
 
 
 def spares_html(spares: pd.DataFrame) -> str:
@@ -138,8 +142,8 @@ class AvailabilityPanel(widgets.VBox):
             return
         try:
             reliability = NodeReliability(self.afr.value, self.repair.value)
-            min_context = self.min_context.value or context_floor(request)
-            view = compute_view(request, reliability, min_context=min_context,
+            view = compute_view(request, reliability,
+                                min_context=self.min_context.value or None,
                                 seed=self.seed.value)
         except (AvailabilityError, CodedError) as error:
             self._say(error.message)
@@ -148,7 +152,7 @@ class AvailabilityPanel(widgets.VBox):
         self.view = view
         self.summary.value = summary_html(view)
         self.spares.value = "<h3>Spares needed</h3>" + spares_html(view.spares)
-        self.context_chart.show(context_distribution_figure(view.result, min_context))
+        self.context_chart.show(context_distribution_figure(view.result, view.min_context))
         self.timeline_chart.show(timeline_figure(view.year))
 
     def _say(self, message: str) -> None:

@@ -1,4 +1,4 @@
-"""The cheapest fleets that meet a model's targets (pure: no widgets, no plotting).
+"""The search for the cheapest fleets that meet a model's targets.
 
 A **fleet** is a count per catalog kind; its nodes are named ``<kind>-00``,
 ``<kind>-01``, ... (:func:`fleet_nodes`), each with the kind's memory, ``headroom_bytes``
@@ -39,300 +39,44 @@ import heapq
 import itertools
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
-import pandas as pd
-
 from planner._validate import integer, shown
-from planner.errors import CodedError, PlanError
-from planner.fleet import expanded_node_ids
-from planner.limits import (
-    DEFAULT_PRICE_KIND,
-    MAX_CONTEXT,
-    MAX_LANES,
-    MAX_LATENCY_MS,
-    MAX_MINIMUM_NODES,
-)
-from planner.models.gpus import PRICE_KINDS, GpuModel, catalog_kind, listed_kinds
-from planner.models.spec import ModelError, ModelSpec
+from planner.errors import PlanError
+from planner.limits import DEFAULT_PRICE_KIND
+from planner.models.gpus import GpuModel
+from planner.models.spec import ModelSpec
 from planner.performance import (
     DEFAULT_BANDWIDTH_EFFICIENCY,
     DEFAULT_LINK_BANDWIDTH_BYTES_PER_S,
-    ESTIMATE_NOTE,
     ModelTraffic,
     PerformanceError,
     PlanEstimate,
-    cost_per_million_tokens,
     estimate_plan,
     node_speeds,
 )
 from planner.planning import rules
 from planner.planning.api import plan_topology
-from planner.planning.inputs import NodeBudget, PlanningInput
+from planner.planning.inputs import PlanningInput
 from planner.planning.plan import Plan
+from planner.sizing.result import SizedFleet, SizingResult, pareto_front
+from planner.sizing.targets import (
+    PRICE_KIND_TEXT,
+    SizingError,
+    SizingTargets,
+    _check_kind_ids,
+    _model_fields,
+    fleet_node_kinds,
+    fleet_nodes,
+    select_kinds,
+)
+from planner.targets import TargetsError
 from planner.units import format_bytes
 
-# What each kind of price is, as sizing's answers say it.
-PRICE_KIND_TEXT = {
-    "rented": "rented (what a provider charges per GPU-hour)",
-    "owned": "owned (a purchase price spread over hours of use)",
-}
 _MICRO = 1_000_000  # prices are summed in micro-USD so that equal costs compare equal
 _MAX_TOP = 1000
-_MAX_FAILURES = 16
-
-
-class SizingError(CodedError):
-    """Sizing could not run or found nothing.
-
-    ``code`` is stable: ``InvalidTargets`` (a target out of range; ``field`` names it),
-    ``UnknownKind`` (a kind asked for is not in the catalog), ``UnpricedKind`` (a kind asked
-    for has no ``price_per_hour``), ``OtherPriceKind`` (a kind asked for is priced as
-    owned where sizing compares rented prices, or the other way round), ``EmptyCatalog``
-    (no kind priced the way sizing compares),
-    ``AmbiguousKindIds`` (two kinds whose node ids would interleave, such as ``a`` and
-    ``a-1``) or ``NoFleetMeetsTargets`` (nothing within the counts available meets the
-    targets; the message says why).
-    """
-
-    codes = ("InvalidTargets", "UnknownKind", "UnpricedKind", "OtherPriceKind",
-             "EmptyCatalog", "AmbiguousKindIds", "NoFleetMeetsTargets")
-
-
-@dataclass(frozen=True, slots=True)
-class SizingTargets:
-    """What a fleet must achieve. ``minimum_context`` ``None`` is the context floor
-    (docs/rules.md §3)."""
-
-    minimum_context: int | None = None
-    minimum_lanes: int = 1
-    minimum_nodes: int = 1
-    target_decode_tpot_ms: int | None = None
-    failures_tolerated: int = 0
-
-    def __post_init__(self) -> None:
-        for name, low, high, optional in (
-                ("minimum_context", 1, MAX_CONTEXT, True), ("minimum_lanes", 1, MAX_LANES, False),
-                ("minimum_nodes", 0, MAX_MINIMUM_NODES, False),
-                ("target_decode_tpot_ms", 1, MAX_LATENCY_MS, True),
-                ("failures_tolerated", 0, _MAX_FAILURES, False)):
-            value = getattr(self, name)
-            if not (optional and value is None):
-                object.__setattr__(self, name, _whole(value, name, low, high))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"minimum_context": self.minimum_context, "minimum_lanes": self.minimum_lanes,
-                "minimum_nodes": self.minimum_nodes,
-                "target_decode_tpot_ms": self.target_decode_tpot_ms,
-                "failures_tolerated": self.failures_tolerated}
-
-
-def _whole(value: Any, name: str, low: int, high: int) -> int:
-    return integer(value, lambda problem, got: SizingError(
-        "InvalidTargets", f"{name}: {problem} (got {shown(got)})", field=name, value=got),
-        minimum=low, maximum=high)
-
-
-@dataclass(frozen=True, slots=True)
-class SizedFleet:
-    """One fleet that meets the targets, with its plan and the estimate of that plan."""
-
-    counts: tuple[tuple[str, int], ...]
-    node_ids: tuple[str, ...]
-    cost_per_hour_usd: float
-    plan: Plan
-    estimate: PlanEstimate | None
-    failures_tolerated: int
-
-    @property
-    def node_count(self) -> int:
-        return len(self.node_ids)
-
-    @property
-    def counts_by_kind(self) -> dict[str, int]:
-        return dict(self.counts)
-
-    @property
-    def estimated_tpot_ms(self) -> float | None:
-        return None if self.estimate is None else self.estimate.estimated_tpot_ms
-
-    @property
-    def tokens_per_s(self) -> float | None:
-        return None if self.estimate is None else self.estimate.tokens_per_s
-
-    @property
-    def cost_per_million_tokens_usd(self) -> float | None:
-        if self.estimate is None:
-            return None
-        return cost_per_million_tokens(self.cost_per_hour_usd, self.estimate.tokens_per_s)
-
-    @property
-    def label(self) -> str:
-        """``"2 x h100-sxm-80gb + 1 x l40s"``."""
-        return " + ".join(f"{count} x {kind}" for kind, count in self.counts)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form ``planner size --json`` prints (estimates marked as such by the
-        document around it)."""
-        return {
-            "counts": self.counts_by_kind,
-            "nodes": list(self.node_ids),
-            "cost_per_hour": self.cost_per_hour_usd,
-            "context_length": self.plan.context_length,
-            "stage_count": self.plan.stage_count,
-            "parallel_lanes": self.plan.parallel_lanes,
-            "estimated_tpot_ms": self.estimated_tpot_ms,
-            "tokens_per_s": self.tokens_per_s,
-            "cost_per_million_tokens": self.cost_per_million_tokens_usd,
-            "failures_tolerated": self.failures_tolerated,
-        }
-
-
-SIZING_COLUMNS = ("fleet", "node_count", "node_ids", "cost_per_hour_usd", "context_length",
-                  "stage_count", "parallel_lanes", "estimated_tpot_ms", "tokens_per_s",
-                  "cost_per_million_tokens_usd", "failures_tolerated")
-
-
-def fleets_frame(fleets: Sequence[SizedFleet], kinds: Sequence[str] = ()) -> pd.DataFrame:
-    """Fleets as a table: :data:`SIZING_COLUMNS`, then a ``count_<kind>`` column for each
-    of ``kinds`` and each kind the fleets use. Speeds and token costs are estimates."""
-    used = list(dict.fromkeys([*kinds, *(k for f in fleets for k, _ in f.counts)]))
-    rows = []
-    for fleet in fleets:
-        counts = fleet.counts_by_kind
-        rows.append({
-            "fleet": fleet.label, "node_count": fleet.node_count, "node_ids": fleet.node_ids,
-            "cost_per_hour_usd": fleet.cost_per_hour_usd,
-            "context_length": fleet.plan.context_length,
-            "stage_count": fleet.plan.stage_count,
-            "parallel_lanes": fleet.plan.parallel_lanes,
-            "estimated_tpot_ms": fleet.estimated_tpot_ms,
-            "tokens_per_s": fleet.tokens_per_s,
-            "cost_per_million_tokens_usd": fleet.cost_per_million_tokens_usd,
-            "failures_tolerated": fleet.failures_tolerated,
-            **{f"count_{kind}": counts.get(kind, 0) for kind in used},
-        })
-    columns = [*SIZING_COLUMNS, *(f"count_{kind}" for kind in used)]
-    frame = pd.DataFrame(rows, columns=columns)
-    return frame.astype({
-        "fleet": "string", "node_count": "int64", "cost_per_hour_usd": "float64",
-        "context_length": "int64", "stage_count": "int64", "parallel_lanes": "int64",
-        "estimated_tpot_ms": "Float64", "tokens_per_s": "Float64",
-        "cost_per_million_tokens_usd": "Float64", "failures_tolerated": "int64",
-        **{f"count_{kind}": "int64" for kind in used},
-    })
-
-
-@dataclass(frozen=True, slots=True)
-class SizingResult:
-    """The cheapest fleets (cheapest first) and the Pareto front."""
-
-    fleets: tuple[SizedFleet, ...]
-    pareto: tuple[SizedFleet, ...]
-    targets: SizingTargets
-    minimum_context: int
-    kinds: tuple[str, ...]
-    skipped_kinds: tuple[str, ...]
-    plans_evaluated: int
-    notes: tuple[str, ...] = field(default=())
-    price_kind: str = DEFAULT_PRICE_KIND
-
-    @property
-    def cheapest(self) -> SizedFleet:
-        return self.fleets[0]
-
-    def frame(self) -> pd.DataFrame:
-        return fleets_frame(self.fleets)
-
-    def pareto_frame(self) -> pd.DataFrame:
-        return fleets_frame(self.pareto)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "fleets": [fleet.to_dict() for fleet in self.fleets],
-            "pareto": [fleet.to_dict() for fleet in self.pareto],
-            "targets": {**self.targets.to_dict(), "minimum_context": self.minimum_context},
-            "kinds": list(self.kinds),
-            "skipped_kinds": list(self.skipped_kinds),
-            "price_kind": self.price_kind,
-            "notes": [ESTIMATE_NOTE, *self.notes],
-        }
-
-
-def fleet_nodes(kinds: Sequence[GpuModel], counts: Sequence[int]) -> tuple[NodeBudget, ...]:
-    """The nodes of a fleet: ``counts[i]`` nodes of ``kinds[i]``, named ``<kind>-00`` ..."""
-    nodes = []
-    for gpu, count in zip(kinds, counts, strict=True):
-        if count:
-            for node_id in expanded_node_ids(gpu.kind, count):
-                nodes.append(NodeBudget(node_id, gpu.memory_bytes, None,
-                                        gpu.headroom_bytes or 0,
-                                        gpu.stage_transfer_latency_ms))
-    return tuple(nodes)
-
-
-def fleet_node_kinds(kinds: Sequence[GpuModel], counts: Sequence[int]) -> dict[str, str]:
-    """The kind id of each node of :func:`fleet_nodes` (``kinds``, ``counts``), by node
-    id: sizing names each node's kind rather than leaving it to be recognised."""
-    return {node_id: gpu.kind for gpu, count in zip(kinds, counts, strict=True) if count
-            for node_id in expanded_node_ids(gpu.kind, count)}
-
-
-def select_kinds(catalog: Sequence[GpuModel], names: Iterable[str] | None = None,
-                 price_kind: str = DEFAULT_PRICE_KIND) -> tuple[list[GpuModel], list[str]]:
-    """The kinds to size with: those ``names`` gives (kind ids or names, any case), else
-    every kind priced as ``price_kind``; and the ids of the kinds left out (no price, or
-    another kind of price). A kind named but unpriced or priced otherwise is refused."""
-    _check_price_kind(price_kind)
-    if names is None:
-        chosen = [gpu for gpu in catalog if gpu.price_per_hour is not None
-                  and gpu.price_kind == price_kind]
-        return chosen, [gpu.kind for gpu in catalog if gpu.price_per_hour is None
-                        or gpu.price_kind != price_kind]
-    picked: dict[str, GpuModel] = {}
-    for name in names:
-        try:
-            gpu = catalog_kind(catalog, name)
-        except ModelError:
-            raise SizingError("UnknownKind", f"no catalog kind {name!r}; known: "
-                              f"{listed_kinds(catalog)}", kind=name) from None
-        if gpu.price_per_hour is None:
-            raise SizingError("UnpricedKind", f"kind {gpu.kind} has no price_per_hour; add "
-                              "one to the catalog to size with it", kind=gpu.kind)
-        if gpu.price_kind != price_kind:
-            raise SizingError(
-                "OtherPriceKind",
-                f"kind {gpu.kind} is priced as {gpu.price_kind} and sizing compares "
-                f"{price_kind} prices: size with {gpu.price_kind} prices to use it "
-                f"(--prices {gpu.price_kind}), or give it a {price_kind} price",
-                kind=gpu.kind, price_kind=gpu.price_kind)
-        picked.setdefault(gpu.kind, gpu)
-    return list(picked.values()), []
-
-
-def _check_price_kind(price_kind: Any) -> None:
-    if price_kind not in PRICE_KINDS:
-        raise SizingError("InvalidTargets", f"price_kind must be one of "
-                          f"{', '.join(PRICE_KINDS)} (got {price_kind!r})",
-                          field="price_kind", value=price_kind)
-
-
-def _check_kind_ids(kinds: Sequence[GpuModel]) -> None:
-    # Removing "any f nodes" is checked per kind count; that relies on node ids of
-    # different kinds comparing the same way whatever their numbers, which fails when one
-    # kind id continues another's with "-<digit>" ("a-05" < "a-1-00" < "a-15"). Sorted,
-    # the ids that continue "a" that way lie between "a-0" and "a-:" (":" follows "9").
-    ids = sorted(gpu.kind for gpu in kinds)
-    for first in ids:
-        at = bisect_left(ids, f"{first}-0")
-        if at < len(ids) and ids[at] < f"{first}-:":
-            second = ids[at]
-            raise SizingError(
-                "AmbiguousKindIds",
-                f"kind ids {first!r} and {second!r} give node ids that interleave; "
-                "give one of them another id in the catalog", kinds=[first, second])
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,7 +95,7 @@ class _Search:
         self.model = dict(model)
         self.traffic = traffic
         self.kinds = list(kinds)
-        self.targets = targets
+        self.targets = replace(targets, minimum_context=minimum_context)
         self.planning = dict(planning)
         self.minimum_context = minimum_context
         self.options = dict(options)
@@ -408,12 +152,7 @@ class _Search:
             return None
 
     def plan_meets(self, plan: Plan, estimate: PlanEstimate | None) -> bool:
-        if plan.context_length < self.minimum_context:
-            return False
-        if plan.parallel_lanes < self.targets.minimum_lanes:
-            return False
-        target = self.targets.target_decode_tpot_ms
-        return target is None or (estimate is not None and estimate.estimated_tpot_ms <= target)
+        return self.targets.meets(plan, estimate)
 
     def removals(self, counts: tuple[int, ...]) -> Iterable[tuple[int, ...]]:
         """Every per-kind removal vector adding up to f (largest kinds first)."""
@@ -568,18 +307,6 @@ class _Bound:
         return spend[index] + (need - reach[index]) * rate[index]
 
 
-def _model_fields(model: ModelSpec | Mapping[str, Any]) -> tuple[dict[str, Any],
-                                                                  ModelTraffic | None]:
-    if isinstance(model, ModelSpec):
-        return model.planning_fields(), ModelTraffic.from_spec(model)
-    fields = {key: model[key] for key in ("native_context_length", "layer_count",
-                                          "model_weight_bytes", "kv_bytes_per_token")
-              if key in model}
-    if model.get("layer_weight_bytes") is not None:
-        fields["layer_weight_bytes"] = list(model["layer_weight_bytes"])
-    return fields, None
-
-
 def size_fleet(
     model: ModelSpec | Mapping[str, Any],
     catalog: Sequence[GpuModel],
@@ -610,7 +337,9 @@ def size_fleet(
     within the counts available meets the targets).
     """
     targets = targets or SizingTargets()
-    top = _whole(top, "top", 1, _MAX_TOP)
+    top = integer(top, lambda problem, got: TargetsError(
+        "InvalidTargets", f"top: {problem} (got {shown(got)})", field="top", value=got),
+        minimum=1, maximum=_MAX_TOP)
     fields, spec_traffic = _model_fields(model)
     traffic = traffic or spec_traffic
     chosen, skipped = select_kinds(catalog, kinds, price_kind)
@@ -629,15 +358,9 @@ def size_fleet(
     try:
         rules.check_request(probe)
     except PlanError as error:
-        raise SizingError("InvalidTargets", error.message, field="model",
-                          planning_code=error.code) from None
-    floor = rules.context_floor(probe)
-    minimum_context = targets.minimum_context or floor
-    if minimum_context > probe.native_context_length:
-        raise SizingError(
-            "InvalidTargets",
-            f"minimum_context {minimum_context:,} exceeds the model's native context "
-            f"{probe.native_context_length:,}", field="minimum_context", value=minimum_context)
+        raise TargetsError("InvalidTargets", error.message, field="model",
+                           planning_code=error.code) from None
+    minimum_context = targets.context_for(probe)
     options = {"bandwidth_efficiency": bandwidth_efficiency,
                "link_bandwidth_bytes_per_s": link_bandwidth_bytes_per_s}
     search = _Search(fields, traffic, chosen, targets, planning, minimum_context, options)
@@ -819,26 +542,3 @@ def _why_not(search: _Search, needs: _Needs, c0: int) -> str:
     return ", ".join(parts)
 
 
-def pareto_front(fleets: Iterable[SizedFleet]) -> tuple[SizedFleet, ...]:
-    """The fleets no other fleet beats on all of cost per hour (lower), context (higher)
-    and estimated TPOT (lower; unknown counts as worst), cheapest first; duplicates once."""
-    unique: dict[tuple[tuple[str, int], ...], SizedFleet] = {}
-    for fleet in fleets:
-        unique.setdefault(fleet.counts, fleet)
-    items = list(unique.values())
-
-    def point(fleet: SizedFleet) -> tuple[float, int, float]:
-        tpot = fleet.estimated_tpot_ms
-        return (fleet.cost_per_hour_usd, -fleet.plan.context_length,
-                float("inf") if tpot is None else tpot)
-
-    front = []
-    for fleet in items:
-        mine = point(fleet)
-        dominated = any(
-            all(a <= b for a, b in zip(point(other), mine, strict=True))
-            and point(other) != mine for other in items)
-        if not dominated:
-            front.append(fleet)
-    return tuple(sorted(front, key=lambda f: (f.cost_per_hour_usd, f.node_count,
-                                              -f.plan.context_length, f.counts)))

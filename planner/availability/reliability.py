@@ -1,0 +1,171 @@
+"""Each node's failure rate and repair time, and the share of time it is down.
+
+Each node fails and is repaired independently. With an annual failure rate ``afr``
+(failures per node-year) and a mean repair time ``repair_hours``, a node's mean time to
+failure is ``8760 / afr`` hours and it is down a share of the time
+
+    u = repair_hours / (8760 / afr + repair_hours)
+
+(the steady state of a two-state failure/repair process; only the means matter). A node's
+figures come, field by field, from its own override, the fleet-wide value, its catalog
+kind (:func:`planner.models.gpus.node_gpu_kind`) and the defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from planner._validate import Fail, number, shown
+from planner.errors import CodedError
+from planner.fleet.document import FleetDocument, ReliabilityOverride
+from planner.models.gpus import node_gpu_kinds
+from planner.planning import NodeBudget
+
+HOURS_PER_YEAR = 8760
+
+# Meta, "The Llama 3 Herd of Models" (2024), section 3.3.4 and table 5: 419 unexpected
+# interruptions in a 54-day snapshot on 16,384 H100 GPUs. Counting the ones a failing GPU
+# or its host causes (faulty GPU 148, HBM3 72, SRAM 19, GPU system processor 17, silent
+# data corruption 6, thermal interface and sensor 6; NIC 7, SSD 3, power supply 3,
+# chassis 2, IO expansion board 2, CPU 2, system memory 2: 289 in all) over
+# 16,384 x 54 / 365 = 2,423.9 GPU-years gives 0.119 failures per GPU-year. Software bugs,
+# network switches and host maintenance are left out: they do not take one node down.
+DEFAULT_ANNUAL_FAILURE_RATE = 0.119
+# No published figure for repair time: 72 hours is an assumption (a part replaced under
+# next-business-day on-site support, over a weekend). Set it per kind in the catalog, per
+# node in the fleet file, or fleet-wide with ``--repair-hours``.
+DEFAULT_REPAIR_HOURS = 72.0
+
+
+class AvailabilityError(CodedError):
+    """Availability input that cannot be evaluated.
+
+    ``code`` is ``InvalidReliability`` (a failure rate or repair time that is negative,
+    not a number or infinite), ``InvalidTarget`` (an availability target outside (0, 1)
+    or a bad tolerance) or ``SparesUnreachable`` (no number of spares up to the limit
+    reaches the target).
+    """
+
+    codes = ("InvalidReliability", "InvalidTarget", "SparesUnreachable")
+
+
+def _positive_number(value: Any, name: str, node_id: str | None, *, allow_zero: bool) -> float:
+    where = f"{name} of node {node_id!r}" if node_id is not None else name
+    fail = _invalid("InvalidReliability", name, where, node_id)
+    if allow_zero:
+        return float(number(value, fail))
+    return float(number(value, fail, above=0))
+
+
+def _invalid(code: str, name: str, where: str | None = None,
+             node_id: str | None = None) -> Fail:
+    return lambda problem, value: AvailabilityError(
+        code, f"{where or name}: {problem} (got {shown(value)})", field=name,
+        node_id=node_id, value=value)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReliability:
+    """How often a node fails (per year) and how long a repair takes (hours)."""
+
+    annual_failure_rate: float = DEFAULT_ANNUAL_FAILURE_RATE
+    repair_hours: float = DEFAULT_REPAIR_HOURS
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "annual_failure_rate", _positive_number(
+            self.annual_failure_rate, "annual_failure_rate", None, allow_zero=True))
+        object.__setattr__(self, "repair_hours", _positive_number(
+            self.repair_hours, "repair_hours", None, allow_zero=True))
+
+    @property
+    def down_probability(self) -> float:
+        """``u = repair_hours / (8760 / afr + repair_hours)``; 0 for a node that never
+        fails or is repaired instantly."""
+        if self.annual_failure_rate == 0 or self.repair_hours == 0:
+            return 0.0
+        return self.repair_hours / (HOURS_PER_YEAR / self.annual_failure_rate
+                                    + self.repair_hours)
+
+    @property
+    def failures_per_hour(self) -> float:
+        return self.annual_failure_rate / HOURS_PER_YEAR
+
+    def to_dict(self) -> dict[str, float]:
+        return {"annual_failure_rate": self.annual_failure_rate,
+                "repair_hours": self.repair_hours}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> NodeReliability:
+        return cls(annual_failure_rate=data.get("annual_failure_rate",
+                                                DEFAULT_ANNUAL_FAILURE_RATE),
+                   repair_hours=data.get("repair_hours", DEFAULT_REPAIR_HOURS))
+
+
+def _catalog_figures(gpu: Any) -> NodeReliability | None:
+    if gpu is None or gpu.annual_failure_rate is None or gpu.repair_hours is None:
+        return None
+    return NodeReliability(annual_failure_rate=gpu.annual_failure_rate,
+                           repair_hours=gpu.repair_hours)
+
+
+def document_overrides(document: FleetDocument) -> dict[str, ReliabilityOverride]:
+    """The per-node failure figures a fleet document gives, by node id."""
+    return dict(document.reliability)
+
+
+def _shipped_catalog() -> list[Any]:
+    from planner.models import load_gpu_catalog
+
+    return load_gpu_catalog()
+
+
+def fleet_reliability(
+    nodes: Sequence[NodeBudget],
+    *,
+    catalog: Sequence[Any] | None = None,
+    overrides: Mapping[str, ReliabilityOverride] | None = None,
+    annual_failure_rate: float | None = None,
+    repair_hours: float | None = None,
+) -> dict[str, NodeReliability]:
+    """Each node's failure rate and repair time, field by field, from the first that
+    gives it: the node's own override, the fleet-wide value (``annual_failure_rate``,
+    ``repair_hours``), its catalog kind (:func:`planner.models.gpus.node_gpu_kind`, in
+    ``catalog``, default the shipped one), the defaults."""
+    overrides = overrides or {}
+    named = {node_id: own.gpu for node_id, own in overrides.items() if own.gpu is not None}
+    kinds = node_gpu_kinds(nodes, _shipped_catalog() if catalog is None else catalog, named)
+    result: dict[str, NodeReliability] = {}
+    for node in nodes:
+        own = overrides.get(node.node_id, ReliabilityOverride())
+        base = _catalog_figures(kinds[node.node_id]) or NodeReliability()
+        try:
+            afr = next(v for v in (own.annual_failure_rate, annual_failure_rate,
+                                   base.annual_failure_rate) if v is not None)
+            repair = next(v for v in (own.repair_hours, repair_hours, base.repair_hours)
+                          if v is not None)
+            result[node.node_id] = NodeReliability(annual_failure_rate=afr,
+                                                   repair_hours=repair)
+        except AvailabilityError as error:
+            raise AvailabilityError(error.code, f"node {node.node_id!r}: {error.message}",
+                                    **{**error.details, "node_id": node.node_id}) from None
+    return result
+
+
+def down_probabilities(nodes: Sequence[NodeBudget],
+                       reliability: Mapping[str, NodeReliability] | NodeReliability | None
+                       ) -> dict[str, float]:
+    """``u`` per node id; nodes missing from ``reliability`` get the defaults."""
+    if reliability is None or isinstance(reliability, NodeReliability):
+        shared = reliability or NodeReliability()
+        return {node.node_id: shared.down_probability for node in nodes}
+    unknown = sorted(set(reliability) - {node.node_id for node in nodes})
+    if unknown:
+        raise AvailabilityError("InvalidReliability",
+                                f"reliability is given for nodes not in the fleet: "
+                                f"{', '.join(unknown)}", field="reliability",
+                                node_id=unknown[0])
+    default = NodeReliability()
+    return {node.node_id: reliability.get(node.node_id, default).down_probability
+            for node in nodes}

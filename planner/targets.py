@@ -1,0 +1,236 @@
+"""What a plan must achieve, and the one check of whether it does.
+
+:class:`Targets` is the one answer to "does this plan meet the targets?" for sizing,
+availability, the simulation, sweeps, their commands and the workbench's panels. A plan
+**meets** the targets when
+
+- its context is at least ``minimum_context`` (``None``: the context floor,
+  ``min(native_context_length, 65_536)``, docs/rules.md §3, which every plan reaches);
+- its parallel lanes are at least ``minimum_lanes``;
+- its stages are at least ``minimum_nodes`` (0 counts as 1);
+- with a ``target_decode_tpot_ms``, the speed estimate of the plan
+  (:mod:`planner.performance`: each stage reads its weights and KV cache at its node's
+  memory bandwidth, plus the hops) is within it. A TPOT that cannot be estimated (the
+  model's decode traffic or a node's bandwidth is unknown) never counts as met, and
+  availability refuses such a target up front (``TpotNotEstimable``).
+
+``failures_tolerated`` is sizing's: the fleet must still meet the targets after losing
+any that many nodes. A planning request's own ``target_decode_tpot_ms`` only steers the
+planner's choice among plans (docs/rules.md §6); it is judged here only as a target
+(:meth:`Targets.from_request` takes it from a fleet file).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from planner._validate import integer, shown
+from planner.errors import CodedError, PlanError
+from planner.fleet.document import FleetDocument
+from planner.limits import MAX_CONTEXT, MAX_LANES, MAX_LATENCY_MS, MAX_MINIMUM_NODES
+from planner.models.gpus import GpuModel
+from planner.performance import (
+    ModelTraffic,
+    NodeSpeed,
+    PerformanceError,
+    PlanEstimate,
+    estimate_plan,
+    node_speeds,
+)
+from planner.planning.api import plan_topology
+from planner.planning.inputs import NodeBudget, PlanningInput
+from planner.planning.plan import Plan
+from planner.planning.rules import context_floor
+
+# The most nodes a fleet may be asked to survive losing (each loss multiplies the fleets
+# sizing checks).
+MAX_FAILURES_TOLERATED = 16
+
+
+class TargetsError(CodedError):
+    """Targets that cannot be judged.
+
+    ``code`` is ``InvalidTargets`` (a target out of range, or a minimum context above the
+    model's native context; ``field`` names it) or ``TpotNotEstimable`` (a TPOT target on
+    a fleet whose decode speed cannot be estimated; the message says what is missing).
+    """
+
+    codes = ("InvalidTargets", "TpotNotEstimable")
+
+
+def _whole(value: Any, name: str, low: int, high: int) -> int:
+    return integer(value, lambda problem, got: TargetsError(
+        "InvalidTargets", f"{name}: {problem} (got {shown(got)})", field=name, value=got),
+        minimum=low, maximum=high)
+
+
+@dataclass(frozen=True, slots=True)
+class Targets:
+    """What a plan (and, for sizing, a fleet) must achieve; see the module."""
+
+    minimum_context: int | None = None
+    minimum_lanes: int = 1
+    minimum_nodes: int = 1
+    target_decode_tpot_ms: int | None = None
+    failures_tolerated: int = 0
+
+    def __post_init__(self) -> None:
+        for name, low, high, optional in (
+                ("minimum_context", 1, MAX_CONTEXT, True),
+                ("minimum_lanes", 1, MAX_LANES, False),
+                ("minimum_nodes", 0, MAX_MINIMUM_NODES, False),
+                ("target_decode_tpot_ms", 1, MAX_LATENCY_MS, True),
+                ("failures_tolerated", 0, MAX_FAILURES_TOLERATED, False)):
+            value = getattr(self, name)
+            if not (optional and value is None):
+                object.__setattr__(self, name, _whole(value, name, low, high))
+
+    @classmethod
+    def from_request(cls, request: PlanningInput, **given: Any) -> Targets:
+        """The targets a planning request (a fleet file's ``[planning]``) states, its
+        ``minimum_nodes`` and ``target_decode_tpot_ms``, with ``given`` (``None`` values
+        left out) on top."""
+        stated: dict[str, Any] = {"minimum_nodes": request.minimum_nodes,
+                                  "target_decode_tpot_ms": request.target_decode_tpot_ms}
+        stated.update({key: value for key, value in given.items() if value is not None})
+        return cls(**stated)
+
+    def context_for(self, request: PlanningInput) -> int:
+        """The minimum context for this model: ``minimum_context``, else the context
+        floor. ``InvalidTargets`` when it is above the model's native context (no plan
+        can reach it)."""
+        floor = context_floor(request)
+        minimum = floor if self.minimum_context is None else self.minimum_context
+        if minimum > request.native_context_length:
+            raise TargetsError(
+                "InvalidTargets",
+                f"minimum_context {minimum:,} exceeds the model's native context "
+                f"{request.native_context_length:,}", field="minimum_context",
+                value=minimum)
+        return minimum
+
+    def for_request(self, request: PlanningInput) -> Targets:
+        """These targets with the minimum context worked out for the request's model
+        (:meth:`context_for`)."""
+        return replace(self, minimum_context=self.context_for(request))
+
+    def apply(self, request: PlanningInput) -> PlanningInput:
+        """The request planned under these targets: at least ``minimum_nodes`` stages and
+        the TPOT target (which steers the planner's choice, docs/rules.md §6)."""
+        changes: dict[str, Any] = {}
+        if self.minimum_nodes > request.minimum_nodes:
+            changes["minimum_nodes"] = self.minimum_nodes
+        if self.target_decode_tpot_ms is not None:
+            changes["target_decode_tpot_ms"] = self.target_decode_tpot_ms
+        return replace(request, **changes) if changes else request
+
+    def shortfalls(self, plan: Plan, estimate: PlanEstimate | None = None) -> list[str]:
+        """What ``plan`` misses, in words (empty: it meets the targets). ``estimate`` is
+        the plan's speed estimate, needed to judge a TPOT target."""
+        missed = []
+        if self.minimum_context is not None and plan.context_length < self.minimum_context:
+            missed.append(f"context {plan.context_length:,} < {self.minimum_context:,}")
+        if plan.parallel_lanes < self.minimum_lanes:
+            missed.append(f"{plan.parallel_lanes} lanes < {self.minimum_lanes}")
+        if plan.stage_count < max(self.minimum_nodes, 1):
+            missed.append(f"{plan.stage_count} stages < {self.minimum_nodes}")
+        target = self.target_decode_tpot_ms
+        if target is not None:
+            if estimate is None:
+                missed.append("no TPOT estimate")
+            elif estimate.estimated_tpot_ms > target:
+                missed.append(f"estimated TPOT {estimate.estimated_tpot_ms:,.1f} ms > "
+                              f"{target} ms")
+        return missed
+
+    def meets(self, plan: Plan, estimate: PlanEstimate | None = None) -> bool:
+        """Whether ``plan`` meets the targets (the module says how)."""
+        if self.minimum_context is not None and plan.context_length < self.minimum_context:
+            return False
+        if plan.parallel_lanes < self.minimum_lanes or plan.stage_count < max(
+                self.minimum_nodes, 1):
+            return False
+        target = self.target_decode_tpot_ms
+        return target is None or (estimate is not None
+                                  and estimate.estimated_tpot_ms <= target)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"minimum_context": self.minimum_context, "minimum_lanes": self.minimum_lanes,
+                "minimum_nodes": self.minimum_nodes,
+                "target_decode_tpot_ms": self.target_decode_tpot_ms,
+                "failures_tolerated": self.failures_tolerated}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Targets:
+        known = ("minimum_context", "minimum_lanes", "minimum_nodes",
+                 "target_decode_tpot_ms", "failures_tolerated")
+        for key in data:
+            if key not in known:
+                raise TargetsError("InvalidTargets", f"{key} is not a target; expected one "
+                                   f"of {', '.join(known)}", field=str(key))
+        return cls(**dict(data))
+
+
+class SpeedEstimator:
+    """The speed estimate of any plan of a fleet's nodes (or a subset of them), for
+    judging a TPOT target: the model's decode ``traffic`` and each node's bandwidth from
+    its catalog kind (:func:`planner.models.gpus.node_gpu_kind`), worked out once."""
+
+    def __init__(self, nodes: Sequence[NodeBudget], traffic: ModelTraffic | None,
+                 catalog: Sequence[GpuModel], node_kinds: Mapping[str, str] | None = None,
+                 **options: Any) -> None:
+        self.traffic = traffic
+        self.speeds: dict[str, NodeSpeed] = (
+            node_speeds(nodes, catalog, node_kinds) if traffic is not None else {})
+        self.options = options
+
+    @classmethod
+    def for_document(cls, document: FleetDocument, catalog: Sequence[GpuModel],
+                     **options: Any) -> SpeedEstimator:
+        """The estimator of a fleet file's fleet: its model's traffic (unknown for a
+        model typed as numbers) and the kinds its nodes name (``gpu``)."""
+        spec = document.model.spec(document.base_dir)
+        return cls(document.nodes, None if spec is None else ModelTraffic.from_spec(spec),
+                   catalog, document.node_kinds, **options)
+
+    def __call__(self, request: PlanningInput, plan: Plan) -> PlanEstimate | None:
+        return self.estimate(request, plan)[0]
+
+    def estimate(self, request: PlanningInput, plan: Plan) -> tuple[PlanEstimate | None, str]:
+        """The estimate, or ``None`` and why there is none."""
+        if self.traffic is None:
+            return None, ("the model's decode traffic is unknown (the model is typed as "
+                          "numbers; give a preset or GGUF model)")
+        try:
+            return estimate_plan(request, plan, self.traffic, self.speeds,
+                                 **self.options), ""
+        except PerformanceError as error:
+            return None, error.message
+
+
+def require_estimable(targets: Targets, request: PlanningInput, plan: Plan | None,
+                      estimator: SpeedEstimator | None) -> None:
+    """Refuse a TPOT target that cannot be judged on this fleet (``TpotNotEstimable``):
+    no estimator, or no estimate of the plan of every node."""
+    target = targets.target_decode_tpot_ms
+    if target is None or plan is None:
+        return
+    why = ("no speed estimator was given (estimator=SpeedEstimator(...))"
+           if estimator is None else estimator.estimate(request, plan)[1])
+    if why:
+        raise TargetsError(
+            "TpotNotEstimable",
+            f"the TPOT target ({target} ms) is judged by the speed estimate, and this "
+            f"fleet has none: {why}", target_decode_tpot_ms=target)
+
+
+def plan_or_none(request: PlanningInput) -> Plan | None:
+    """The plan of ``request``, ``None`` when nothing fits (other refusals raise)."""
+    try:
+        return plan_topology(request)
+    except PlanError as error:
+        if error.code == "NoValidTopology":
+            return None
+        raise
