@@ -27,7 +27,8 @@ _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<
 _KEYS = st.sampled_from(["general.architecture", "general.name", "llama.block_count",
                          "llama.context_length", "llama.embedding_length",
                          "llama.attention.head_count", "llama.attention.head_count_kv",
-                         "general.alignment", "split.count", "x"])
+                         "general.alignment", "split.count", "tokenizer.ggml.tokens",
+                         "x"])
 _COUNTS = st.one_of(st.integers(0, 4), st.sampled_from([10**7, 10**9, 2**32, 2**63, 2**64 - 1]))
 _NAMES = st.one_of(st.sampled_from(["llama", "blk.0.attn_q.weight", "token_embd.weight"]),
                    st.text(max_size=8))

@@ -62,12 +62,13 @@ def save_models(bins: Path) -> list[Path]:
 
 
 def header_record(path: Path) -> dict[str, Any]:
-    """The GGUF header as the estimator reads it, without the tokenizer's arrays."""
-    from planner.models.gguf_reader import read_shards
+    """The GGUF header as the estimator reads it, without the tokenizer's keys and the
+    values the reader stepped over."""
+    from planner.models.gguf_reader import SkippedValue, read_shards
 
     header = read_shards(path)[0]
     metadata = {key: value for key, value in header.metadata.items()
-                if not key.startswith("tokenizer.")}
+                if not key.startswith("tokenizer.") and not isinstance(value, SkippedValue)}
     return {"metadata": metadata,
             "tensors": [[t.name, t.type_name, t.n_bytes] for t in header.tensors]}
 
