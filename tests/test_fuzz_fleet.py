@@ -184,8 +184,9 @@ def test_json_fleet_files(data: st.DataObject) -> None:
                **(document["model"] if isinstance(document["model"], dict) else {})}
     nodes = request.get("nodes")
     if isinstance(nodes, list):
+        # A drawn node may be any value: only a table is given the request's key names.
         request["nodes"] = [{"node_id": n.get("id"), "detected_vram_bytes": n.get("vram"),
-                             **n} for n in nodes]
+                             **n} if isinstance(n, dict) else n for n in nodes]
     text = json.dumps(request, default=_json_default)
     _loads_or_names(parse_fleet_json, data.draw(_spliced(text)))
 
