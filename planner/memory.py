@@ -626,11 +626,13 @@ class LlamaCppCosts:
     def layer_count(self) -> int:
         return self.model.layer_count
 
-    def settings(self, context_length: int) -> LlamaCppSettings:
+    def settings(self, context_length: int, lanes: int | None = None) -> LlamaCppSettings:
+        """The llama-server settings of a plan at ``context_length`` with ``lanes``
+        parallel sequences (default :attr:`lanes`), as ``planner launch`` runs it."""
         return LlamaCppSettings(
             context_length=context_length, cache_type_k=self.cache_type_k,
-            cache_type_v=self.cache_type_v, parallel=self.lanes, kv_unified=True,
-            ubatch=self.ubatch, flash_attn=self.flash_attn)
+            cache_type_v=self.cache_type_v, parallel=self.lanes if lanes is None else lanes,
+            kv_unified=True, ubatch=self.ubatch, flash_attn=self.flash_attn)
 
     # -- the memory rule the planner costs layers and nodes with ------------------------
     name: ClassVar[str] = "llamacpp"
@@ -642,10 +644,11 @@ class LlamaCppCosts:
                                value=self.layer_count)
 
     def layer_costs(self, request: Any, context_length: int, lanes: int) -> LayerCosts:
-        """Each layer's weights and KV cache as llama.cpp allocates them at the context;
-        the last layer's ``other`` is the output head and the output device's compute
-        buffer. Sized for :attr:`lanes`, the most the search tries."""
-        settings = self.settings(context_length)
+        """Each layer's weights, KV cache and recurrent state as llama.cpp allocates them
+        at the context with ``lanes`` sequences (the sliding-window cache and the
+        recurrent state grow with the lanes); the last layer's ``other`` is the output
+        head and the output device's compute buffer."""
+        settings = self.settings(context_length, lanes)
         model = self.model
         count = model.layer_count
         other = [0] * count
@@ -662,19 +665,22 @@ class LlamaCppCosts:
                       lanes: int) -> dict[str, int]:
         """Per node: its backend overhead and the compute buffer of a pipeline stage
         before the last."""
-        compute = self._stage_compute_bytes(context_length)
+        compute = self._stage_compute_bytes(context_length, lanes)
         overheads = dict(self.overhead_bytes)
         return {node.node_id: overheads.get(node.node_id, 0) + compute
                 for node in request.nodes}
 
-    def _stage_compute_bytes(self, context_length: int) -> int:
-        settings = self.settings(context_length)
+    def _stage_compute_bytes(self, context_length: int, lanes: int | None = None) -> int:
+        settings = self.settings(context_length, lanes)
         model = self.model
         return max(compute_bytes(model, range(model.layer_count), settings, role=role,
                                  copies=SCHED_MAX_COPIES) for role in ("first", "middle"))
 
     def lanes_matter(self, request: Any) -> bool:
-        return False
+        # The sliding-window cache, the recurrent state and the compute buffers that read
+        # them are sized per sequence; the planner searches each lane count whose costs
+        # differ.
+        return True
 
     def layer_bytes(self, context_length: int) -> tuple[int, ...]:
         return self.layer_costs(None, context_length, self.lanes).totals

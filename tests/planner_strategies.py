@@ -66,11 +66,20 @@ def _lanes_out_of_range(draw: st.DrawFn, request: dict[str, Any]) -> None:
     request["parallel_lanes_override"] = draw(st.sampled_from((0, 0, 0, 9, 4096)))
 
 
-def _wrong_weight_count(draw: st.DrawFn, request: dict[str, Any]) -> None:
-    count = request["layer_count"]
-    wrong = draw(st.sampled_from(sorted({0, 1, max(count - 1, 0), count + 1, 2 * count + 3}
-                                        - {count})))
-    request["layer_weight_bytes"] = [2**10] * wrong
+def _wrong_count(field: str) -> Any:
+    def breaker(draw: st.DrawFn, request: dict[str, Any]) -> None:
+        count = request["layer_count"]
+        wrong = draw(st.sampled_from(sorted(
+            {0, 1, max(count - 1, 0), count + 1, 2 * count + 3} - {count})))
+        request[field] = [2**10] * wrong
+    return breaker
+
+
+def _kv_not_adding_up(draw: st.DrawFn, request: dict[str, Any]) -> None:
+    count = max(request["layer_count"], 1)
+    per_layer = request.get("layer_kv_bytes_per_token") or [1] * count
+    request["layer_kv_bytes_per_token"] = per_layer
+    request["kv_bytes_per_token"] = sum(per_layer) + draw(st.sampled_from((1, 7)))
 
 
 BREAKERS = {
@@ -82,7 +91,10 @@ BREAKERS = {
     "context_too_high": _context_too_high,
     "context_too_low": _context_too_low,
     "lanes": _lanes_out_of_range,
-    "layer_weight_bytes": _wrong_weight_count,
+    "layer_weight_bytes": _wrong_count("layer_weight_bytes"),
+    "layer_kv_bytes_per_token": _wrong_count("layer_kv_bytes_per_token"),
+    "layer_state_bytes_per_sequence": _wrong_count("layer_state_bytes_per_sequence"),
+    "kv_not_adding_up": _kv_not_adding_up,
 }
 
 
@@ -91,6 +103,14 @@ def _valid_requests(draw: st.DrawFn, max_nodes: int, max_layers: int) -> dict[st
     layer_count = _size(draw, SMALL_LAYERS, max_layers)
     native = draw(st.sampled_from(NATIVE_CHOICES))
     kv = draw(st.integers(1, 4 * layer_count))
+    # Now and then a hybrid-like model: KV on some layers only (a recurrent model has
+    # none), a fixed state per sequence on others (the lanes then change memory).
+    hybrid = draw(st.integers(0, 3)) == 3
+    per_layer_kv = per_layer_state = None
+    if hybrid:
+        per_layer_kv = draw(st.lists(st.sampled_from((0, 0, 1, 2, 5)), min_size=layer_count,
+                                     max_size=layer_count))
+        kv = sum(per_layer_kv)
     exact = draw(st.booleans())
     if exact:
         weights = draw(st.lists(st.integers(0, 2**20), min_size=layer_count,
@@ -101,6 +121,12 @@ def _valid_requests(draw: st.DrawFn, max_nodes: int, max_layers: int) -> dict[st
         total_weights = draw(st.integers(1, 2**24))
     floor = min(native, 65536)
     kv_layer = -(-kv // layer_count)
+    if hybrid:
+        # A sequence's state about as big as a layer's KV at the floor, or a few times it.
+        unit = max(total_weights // layer_count, 1) + 2 * floor
+        per_layer_state = [0 if kv_j else draw(st.sampled_from((0, unit // 8, unit // 2, unit)))
+                           for kv_j in per_layer_kv]
+        kv_layer = -(-kv // layer_count) + max(per_layer_state) * 4 // max(floor, 1)
     model_at_floor = total_weights + kv_layer * floor * layer_count
     # Bigger fleets often enough that most requests have a plan to compare.
     model_at_floor = int(model_at_floor * draw(st.sampled_from((2.0, 1.0, 1.5))))
@@ -161,4 +187,6 @@ def _valid_requests(draw: st.DrawFn, max_nodes: int, max_layers: int) -> dict[st
         "context_length_override": context_override,
         "parallel_lanes_override": lanes_override,
         "target_decode_tpot_ms": target,
+        "layer_kv_bytes_per_token": per_layer_kv,
+        "layer_state_bytes_per_sequence": per_layer_state,
     }

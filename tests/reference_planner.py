@@ -6,7 +6,7 @@ exponential and lives only in the tests, as the oracle the real planner is compa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations
 from math import ceil
 from typing import Any
@@ -15,6 +15,7 @@ from typing import Any
 @dataclass(frozen=True)
 class Fitted:
     context_length: int
+    lanes: int
     node_ids: tuple[str, ...]
     spans: tuple[int, ...]
     remaining: tuple[int, ...]
@@ -62,10 +63,21 @@ def weights(req: dict[str, Any]) -> list[int]:
     return [ceil(req["model_weight_bytes"] / layer_count)] * layer_count
 
 
-def fit(req: dict[str, Any], nodes: list[dict[str, Any]], context: int) -> Fitted | None:
+def need(req: dict[str, Any], context: int, lane: int) -> list[int]:
+    """docs/rules.md §3: layer j needs w_j + kv_j * c + state_j * B."""
     layer_count = req["layer_count"]
-    kv_layer = ceil(req["kv_bytes_per_token"] / layer_count)
-    need = [w + kv_layer * context for w in weights(req)]
+    kv = req.get("layer_kv_bytes_per_token")
+    if kv is None:
+        kv = [ceil(req["kv_bytes_per_token"] / layer_count)] * layer_count
+    state = req.get("layer_state_bytes_per_sequence") or [0] * layer_count
+    return [w + k * context + s * lane
+            for w, k, s in zip(weights(req), kv, state, strict=True)]
+
+
+def fit(req: dict[str, Any], nodes: list[dict[str, Any]], context: int,
+        lane: int) -> Fitted | None:
+    layer_count = req["layer_count"]
+    need_ = need(req, context, lane)
     ordered = sorted(nodes, key=lambda n: (-usable(n), n["node_id"]))
     k = len(ordered)
     nxt = 0
@@ -73,8 +85,8 @@ def fit(req: dict[str, Any], nodes: list[dict[str, Any]], context: int) -> Fitte
     for i, node in enumerate(ordered):
         assignable = (layer_count - nxt) - (k - 1 - i)
         span, used = 0, 0
-        while span < assignable and used + need[nxt + span] <= usable(node):
-            used += need[nxt + span]
+        while span < assignable and used + need_[nxt + span] <= usable(node):
+            used += need_[nxt + span]
             span += 1
         if span == 0:
             return None
@@ -86,7 +98,7 @@ def fit(req: dict[str, Any], nodes: list[dict[str, Any]], context: int) -> Fitte
     known = [n["stage_transfer_latency_ms"] for n in ordered
              if n.get("stage_transfer_latency_ms") is not None]
     estimate = k * max(known) if known else None
-    return Fitted(context, tuple(n["node_id"] for n in ordered), tuple(spans),
+    return Fitted(context, lane, tuple(n["node_id"] for n in ordered), tuple(spans),
                   tuple(remaining), estimate)
 
 
@@ -94,17 +106,22 @@ def set_key(f: Fitted) -> tuple[Any, ...]:
     return (f.estimate or 0, -min(f.remaining), -sum(f.remaining), f.node_ids)
 
 
-def best_set(req: dict[str, Any], context: int, k: int) -> Fitted | None:
+def best_set(req: dict[str, Any], context: int, k: int, lane: int) -> Fitted | None:
     fitting = [f for subset in combinations(req["nodes"], k)
-               if (f := fit(req, list(subset), context)) is not None]
+               if (f := fit(req, list(subset), context, lane)) is not None]
     return min(fitting, key=set_key) if fitting else None
 
 
 def check(req: dict[str, Any]) -> None:
     # docs/rules.md §2: a per-layer list of the wrong length is malformed input, refused
     # before the numbered checks (with no layers there is no length to compare against).
-    given = req.get("layer_weight_bytes")
-    if given is not None and req["layer_count"] > 0 and len(given) != req["layer_count"]:
+    for name in ("layer_weight_bytes", "layer_kv_bytes_per_token",
+                 "layer_state_bytes_per_sequence"):
+        given = req.get(name)
+        if given is not None and req["layer_count"] > 0 and len(given) != req["layer_count"]:
+            raise ReferenceError_("InvalidInput")
+    kv = req.get("layer_kv_bytes_per_token")
+    if kv is not None and req["layer_count"] > 0 and sum(kv) != req["kv_bytes_per_token"]:
         raise ReferenceError_("InvalidInput")
     if req["native_context_length"] == 0:
         raise ReferenceError_("MissingNativeContext")
@@ -112,7 +129,7 @@ def check(req: dict[str, Any]) -> None:
         raise ReferenceError_("MissingLayers")
     if req["model_weight_bytes"] == 0:
         raise ReferenceError_("MissingModelWeights")
-    if req["kv_bytes_per_token"] == 0:
+    if req["kv_bytes_per_token"] == 0 and kv is None:
         raise ReferenceError_("MissingKvBytesPerToken")
     if not req["nodes"]:
         raise ReferenceError_("MissingNodes")
@@ -131,9 +148,26 @@ def target_met(req: dict[str, Any], f: Fitted) -> bool | None:
     return None if f.estimate is None or target is None else f.estimate <= target
 
 
-def table(req: dict[str, Any]) -> dict[tuple[int, int], Fitted | None]:
-    """Best set for every (context, count), in the planner's order."""
-    return {(c, k): best_set(req, c, k) for c in contexts(req) for k in counts(req)}
+def table(req: dict[str, Any]) -> dict[tuple[int, int, int], Fitted | None]:
+    """Best set for every shape (context, count, lanes), in the planner's order.
+
+    Lane counts whose layers cost the same (no layer holds a state per sequence) have
+    the same best set; it is found once and given each lane count."""
+    found: dict[tuple[Any, ...], Fitted | None] = {}
+    result = {}
+    for c, k, b in table_order(req):
+        key = (c, k, tuple(need(req, c, b)))
+        if key not in found:
+            found[key] = best_set(req, c, k, b)
+        best = found[key]
+        result[(c, k, b)] = None if best is None else replace(best, lanes=b)
+    return result
+
+
+def table_order(req: dict[str, Any]) -> list[tuple[int, int, int]]:
+    """Shapes in the order docs/rules.md §6 tries them without latencies: context
+    highest first, then count fewest first, then lanes most first."""
+    return [(c, k, b) for c in contexts(req) for k in counts(req) for b in lanes(req)]
 
 
 def plan(req: dict[str, Any]) -> dict[str, Any]:
@@ -141,14 +175,10 @@ def plan(req: dict[str, Any]) -> dict[str, Any]:
     check(req)
     latency_on = any(n.get("stage_transfer_latency_ms") is not None for n in req["nodes"])
     target = req.get("target_decode_tpot_ms")
-    lane = lanes(req)[0]
     chosen: Fitted | None = None
     if not latency_on:
-        for c in contexts(req):
-            for k in counts(req):
-                chosen = best_set(req, c, k)
-                if chosen is not None:
-                    break
+        for c, k, b in table_order(req):
+            chosen = best_set(req, c, k, b)
             if chosen is not None:
                 break
     else:
@@ -156,7 +186,7 @@ def plan(req: dict[str, Any]) -> dict[str, Any]:
 
         def shape_key(f: Fitted) -> tuple[Any, ...]:
             met = f.estimate is None or target is None or f.estimate <= target
-            return (not met, f.estimate or 0, -f.context_length, *set_key(f)[1:])
+            return (not met, f.estimate or 0, -f.context_length, -f.lanes, *set_key(f)[1:])
 
         chosen = min(shapes, key=shape_key) if shapes else None
     if chosen is None:
@@ -169,7 +199,8 @@ def plan(req: dict[str, Any]) -> dict[str, Any]:
                        "parameter_bytes": sum(w[start:start + span])})
         start += span
     met = target_met(req, chosen)
-    return {"context_length": chosen.context_length, "parallel_lanes": lane, "stages": stages,
+    return {"context_length": chosen.context_length, "parallel_lanes": chosen.lanes,
+            "stages": stages,
             "estimated_decode_network_ms_per_token": chosen.estimate,
             "decode_tpot_target_met": met}
 
@@ -177,8 +208,9 @@ def plan(req: dict[str, Any]) -> dict[str, Any]:
 def assert_candidates_match(req: dict[str, Any], frame: Any) -> None:
     """``frame`` (``planner.candidates(req)``) holds the reference's best set, and its
     total remaining bytes, for every shape."""
-    for (context, count), best in table(req).items():
-        row = frame[(frame["context_length"] == context) & (frame["stage_count"] == count)]
+    for (context, count, lane), best in table(req).items():
+        row = frame[(frame["context_length"] == context) & (frame["stage_count"] == count)
+                    & (frame["parallel_lanes"] == lane)]
         assert set(row["node_ids"]) == {best.node_ids if best else ()}
         if best is not None:
             assert {int(v) for v in row["total_remaining_bytes"]} == {sum(best.remaining)}

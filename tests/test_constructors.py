@@ -143,7 +143,8 @@ EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
         native_context_length=4096, layer_count=2, model_weight_bytes=10,
         kv_bytes_per_token=8, nodes=(_node("a"), _node("b")), minimum_nodes=1,
         layer_weight_bytes=(4, 6), context_length_override=2048,
-        parallel_lanes_override=2, target_decode_tpot_ms=50),
+        parallel_lanes_override=2, target_decode_tpot_ms=50,
+        layer_kv_bytes_per_token=(8, 0), layer_state_bytes_per_sequence=(0, 16)),
     "planner.targets.Targets": lambda: dict(
         minimum_context=4096, minimum_lanes=2, minimum_nodes=1, target_decode_tpot_ms=50,
         failures_tolerated=1),

@@ -312,7 +312,11 @@ def test_preset_resolves_through_the_model_catalogue() -> None:
     assert fields["layer_count"] == expected["layer_count"]
     assert fields["kv_bytes_per_token"] == expected["kv_bytes_per_token"]
     assert set(fields) == {"native_context_length", "layer_count", "model_weight_bytes",
-                           "kv_bytes_per_token", "layer_weight_bytes"}
+                           "kv_bytes_per_token", "layer_weight_bytes",
+                           "layer_kv_bytes_per_token", "layer_state_bytes_per_sequence"}
+    # A uniform model's layers all cost the same: the uniform rule plans it.
+    assert fields["layer_kv_bytes_per_token"] is None
+    assert fields["layer_state_bytes_per_sequence"] is None
 
 
 def test_unknown_preset_names_the_file_and_field(tmp_path: Path) -> None:

@@ -45,6 +45,8 @@ ELEMENT_BYTES = {
 }
 SPEC_PLANNING_FIELDS = {"native_context_length", "layer_count", "model_weight_bytes",
                         "layer_weight_bytes", "kv_bytes_per_token"}
+PER_LAYER_FIELDS = {"layer_weight_bytes", "layer_kv_bytes_per_token",
+                    "layer_state_bytes_per_sequence"}
 
 
 def preset_file(preset_id: str) -> dict[str, Any]:
@@ -76,11 +78,15 @@ def test_every_preset_loads_with_positive_numbers(preset_id: str) -> None:
     spec = load_preset(preset_id)
     assert isinstance(spec, ModelSpec)
     fields = spec.planning_fields()
-    assert set(fields) == SPEC_PLANNING_FIELDS
+    assert set(fields) == SPEC_PLANNING_FIELDS | PER_LAYER_FIELDS
     layers = fields["layer_weight_bytes"]
     assert layers is None or (len(layers) == spec.layer_count
                               and sum(layers) == spec.model_weight_bytes)
-    for key in SPEC_PLANNING_FIELDS - {"layer_weight_bytes"}:
+    for key in ("layer_kv_bytes_per_token", "layer_state_bytes_per_sequence"):
+        assert fields[key] is None or len(fields[key]) == spec.layer_count, key
+    kv = fields["layer_kv_bytes_per_token"]
+    assert kv is None or sum(kv) == fields["kv_bytes_per_token"]
+    for key in SPEC_PLANNING_FIELDS - PER_LAYER_FIELDS:
         assert isinstance(fields[key], int) and fields[key] > 0, key
     assert all(size > 0 for size in spec.kv_bytes_per_token_by_type.values())
     assert spec.notes and spec.notes[0].startswith("weights:")
@@ -255,6 +261,8 @@ def test_qwen_480b_reproduces_the_design_inputs() -> None:
         "model_weight_bytes": 315_680_000_000,
         "layer_weight_bytes": None,
         "kv_bytes_per_token": 131_072,
+        "layer_kv_bytes_per_token": None,
+        "layer_state_bytes_per_sequence": None,
     }
     scenarios = json.loads((DATA / "planner_seed_scenarios.json").read_text())
     qwen_rows = [row for row in scenarios if row["name"].startswith("qwen480b")]

@@ -141,3 +141,43 @@ def test_zero_layer_count_reports_missing_layers_before_weight_length() -> None:
     with pytest.raises(planner.PlanError) as caught:
         planner.plan_topology(request(layer_count=0, layer_weight_bytes=[1, 2]))
     assert caught.value.code == "MissingLayers"
+
+
+@pytest.mark.parametrize("field", ["layer_kv_bytes_per_token", "layer_state_bytes_per_sequence"])
+def test_per_layer_kv_and_state_need_one_entry_per_layer(field: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        planner.plan_topology(request(**{field: [0, 0]}))
+    assert caught.value.field == field and "has 2 entries but layer_count is 4" in str(
+        caught.value)
+    with pytest.raises(InvalidInput) as caught:
+        planner.plan_topology(request(**{field: [0, -1, 0, 0]}))
+    assert caught.value.field == f"{field}[1]"
+
+
+def test_per_layer_kv_must_add_up_to_the_model_figure() -> None:
+    kv = BASE["kv_bytes_per_token"]
+    with pytest.raises(InvalidInput) as caught:
+        planner.plan_topology(request(layer_kv_bytes_per_token=[kv, 1, 0, 0]))
+    assert caught.value.field == "layer_kv_bytes_per_token"
+    assert f"but kv_bytes_per_token is {kv:,}" in caught.value.message
+
+
+def test_a_model_without_kv_states_it_per_layer() -> None:
+    # A recurrent model keeps no KV cache: 0 per token is missing only when no layer
+    # says so.
+    with pytest.raises(planner.PlanError) as caught:
+        planner.plan_topology(request(kv_bytes_per_token=0))
+    assert caught.value.code == "MissingKvBytesPerToken"
+    recurrent = request(kv_bytes_per_token=0, layer_kv_bytes_per_token=[0, 0, 0, 0],
+                        layer_state_bytes_per_sequence=[2**20] * 4)
+    plan = planner.plan_topology(recurrent)
+    again = planner.PlanningInput.from_dict(recurrent)
+    assert planner.PlanningInput.from_dict(again.to_dict()) == again
+    assert again.to_dict()["layer_state_bytes_per_sequence"] == [2**20] * 4
+    assert plan.context_length == BASE["native_context_length"]
+
+
+def test_the_uniform_request_keeps_the_spec_fields_only() -> None:
+    data = planner.PlanningInput.from_dict(request()).to_dict()
+    assert "layer_kv_bytes_per_token" not in data
+    assert "layer_state_bytes_per_sequence" not in data

@@ -122,28 +122,30 @@ def test_candidates_match_exhaustive_reference(request: dict[str, Any]) -> None:
             planner.candidates(request)
         assert caught.value.code == error.code
         return
-    frame = planner.candidates(request)
+    _assert_candidate_rows(request, planner.candidates(request))
+
+
+def _assert_candidate_rows(request: dict[str, Any], frame: pd.DataFrame) -> None:
+    """Every row of the candidates table is the reference's shape and best set, in the
+    reference's order, and the selected row is the reference's plan."""
     expected = ref.table(request)
-    lanes = ref.lanes(request)
-    assert len(frame) == len(expected) * len(lanes)
-    rows = iter(frame.itertuples(index=False))
-    for (context, count), best in expected.items():
-        for lane in lanes:
-            row = next(rows)
-            assert (row.context_length, row.stage_count, row.parallel_lanes) == (
-                context, count, lane)
-            assert row.feasible == (best is not None)
-            if best is None:
-                assert row.node_ids == ()
-                assert row.reason
-                continue
-            assert row.node_ids == best.node_ids
-            assert row.min_remaining_bytes == min(best.remaining)
-            assert row.total_remaining_bytes == sum(best.remaining)
-            estimate = row.estimated_decode_network_ms_per_token
-            assert (None if estimate is pd.NA else estimate) == best.estimate
-            met = row.decode_tpot_target_met
-            assert (None if met is pd.NA else bool(met)) is ref.target_met(request, best)
+    assert len(frame) == len(expected)
+    for row, ((context, count, lane), best) in zip(
+            frame.itertuples(index=False), expected.items(), strict=True):
+        assert (row.context_length, row.stage_count, row.parallel_lanes) == (
+            context, count, lane)
+        assert row.feasible == (best is not None)
+        if best is None:
+            assert row.node_ids == ()
+            assert row.reason
+            continue
+        assert row.node_ids == best.node_ids
+        assert row.min_remaining_bytes == min(best.remaining)
+        assert row.total_remaining_bytes == sum(best.remaining)
+        estimate = row.estimated_decode_network_ms_per_token
+        assert (None if estimate is pd.NA else estimate) == best.estimate
+        met = row.decode_tpot_target_met
+        assert (None if met is pd.NA else bool(met)) is ref.target_met(request, best)
     outcome = _reference_outcome(request)
     selected = frame[frame["selected"]]
     if "error" in outcome:
@@ -356,3 +358,94 @@ def _span_classes_of_many_sizes(draw: st.DrawFn) -> dict[str, Any]:
 @given(_span_classes_of_many_sizes())
 def test_span_classes_of_many_sizes_match_reference(request: dict[str, Any]) -> None:
     _assert_plan_and_candidates_match(request)
+
+
+@st.composite
+def _hybrids(draw: st.DrawFn) -> dict[str, Any]:
+    # Attention layers (KV per token, no state) beside recurrent ones (no KV, a state per
+    # sequence, held once per lane): each lane count costs the layers differently, so a
+    # node set can fit with fewer lanes only, and the best set can differ by lanes.
+    layers = draw(st.integers(1, 7))
+    kinds = draw(st.lists(st.sampled_from(("attention", "recurrent", "both")),
+                          min_size=layers, max_size=layers))
+    kv = [draw(st.integers(1, 3)) if kind != "recurrent" else 0 for kind in kinds]
+    state = [draw(st.sampled_from((100, 250, 600))) if kind != "attention" else 0
+             for kind in kinds]
+    weights = draw(st.lists(st.integers(200, 900), min_size=layers, max_size=layers))
+    native = draw(st.sampled_from((512, 1024)))
+    heaviest = max(w + k * native + 4 * s for w, k, s in zip(weights, kv, state, strict=True))
+    ids = draw(st.permutations([f"h{i}" for i in range(draw(st.integers(1, 7)))]))
+    nodes = [{"node_id": node_id,
+              "detected_vram_bytes": draw(st.integers(heaviest // 2, heaviest * layers)),
+              "stage_transfer_latency_ms": draw(st.sampled_from((None, None, 1, 3)))}
+             for node_id in ids]
+    return {"native_context_length": native, "layer_count": layers,
+            "model_weight_bytes": sum(weights), "layer_weight_bytes": weights,
+            "kv_bytes_per_token": sum(kv), "layer_kv_bytes_per_token": kv,
+            "layer_state_bytes_per_sequence": state,
+            "minimum_nodes": draw(st.integers(0, 2)), "nodes": nodes,
+            "parallel_lanes_override": draw(st.sampled_from((None, None, None, 2))),
+            "target_decode_tpot_ms": draw(st.none() | st.integers(0, 20))}
+
+
+@settings(max_examples=250)
+@given(_hybrids())
+def test_hybrid_layouts_match_reference(request: dict[str, Any]) -> None:
+    assert _planner_outcome(request) == _reference_outcome(request)
+    try:
+        frame = planner.candidates(request)
+    except planner.PlanError as error:
+        assert _reference_outcome(request) == {"error": error.code}
+        return
+    _assert_candidate_rows(request, frame)
+
+
+def test_hybrid_draws_reach_plans_with_fewer_lanes() -> None:
+    # The differential test above only checks lane-dependent fits if the strategy makes
+    # some: plans that had to drop lanes, and shapes whose best sets differ by lanes.
+    fewer = differing = 0
+
+    @settings(max_examples=150, database=None, derandomize=True)
+    @given(_hybrids())
+    def draw(request: dict[str, Any]) -> None:
+        nonlocal fewer, differing
+        outcome = _reference_outcome(request)
+        if "error" not in outcome and request["parallel_lanes_override"] is None:
+            fewer += outcome["parallel_lanes"] < 4
+        by_shape: dict[tuple[int, int], set[Any]] = {}
+        for (context, count, _), best in ref.table(request).items():
+            by_shape.setdefault((context, count), set()).add(best and best.node_ids)
+        differing += any(len(found) > 1 for found in by_shape.values())
+
+    draw()
+    assert fewer > 0 and differing > 0
+
+
+def test_a_recurrent_state_per_lane_is_worked_by_hand() -> None:
+    # Two layers: an attention layer (1,000 B of weights, 2 B of KV per token) and a
+    # recurrent one (1,000 B, a 500 B state per sequence). At context 512 the first
+    # needs 2,024 B; the second 1,000 + 500 x lanes. One 4,000 B node holds both with
+    # 1 lane (3,524 B), not with 2 (4,024 B).
+    request = {"native_context_length": 512, "layer_count": 2,
+               "model_weight_bytes": 2000, "layer_weight_bytes": [1000, 1000],
+               "kv_bytes_per_token": 2, "layer_kv_bytes_per_token": [2, 0],
+               "layer_state_bytes_per_sequence": [0, 500],
+               "nodes": [{"node_id": "big", "detected_vram_bytes": 4000},
+                         {"node_id": "small", "detected_vram_bytes": 3000}]}
+    plan = planner.plan_topology(request)
+    # Fewest nodes first, then most lanes: one node with 1 lane beats two nodes.
+    assert (plan.node_ids, plan.parallel_lanes) == (("big",), 1)
+    assert plan.to_dict() == ref.plan(request)
+    usage = planner.stage_usage(planner.PlanningInput.from_dict(request), plan)
+    assert usage[["parameter_bytes", "kv_cache_bytes", "state_bytes"]].values.tolist() == [
+        [2000, 1024, 500]]
+    # With two nodes the recurrent layer goes to the second stage, where 4 lanes
+    # (3,000 B) fit: two stages at 4 lanes are a candidate, ranked after one stage.
+    frame = planner.candidates(request)
+    two = frame[(frame["stage_count"] == 2) & (frame["parallel_lanes"] == 4)].iloc[0]
+    assert two["feasible"] and two["node_ids"] == ("big", "small")
+    one = frame[(frame["stage_count"] == 1) & (frame["parallel_lanes"] == 2)].iloc[0]
+    assert not one["feasible"]
+    # Without the state, lanes never change memory: the uniform rule's answer, 4 lanes.
+    plain = {**request, "layer_state_bytes_per_sequence": None}
+    assert planner.plan_topology(plain).parallel_lanes == 4

@@ -136,9 +136,12 @@ def test_the_stage_table_shows_one_rule(tmp_path: Path) -> None:
             assert row.parameter_bytes == stage.parameter_bytes
             assert row.parameter_bytes == sum(costs.weights[stage.layer_start:stage.layer_end])
         if memory_model == "design":
-            kv_layer = -(-request.kv_bytes_per_token // request.layer_count)
+            # The GGUF's own per-layer KV: its sliding-window layers cache less.
+            per_token = request.layer_kv_bytes_per_token
+            assert per_token is not None and len(set(per_token)) > 1
             assert list(table["kv_cache_bytes"]) == [
-                kv_layer * plan.context_length * s.layer_count for s in plan.stages]
+                plan.context_length * sum(per_token[s.layer_start:s.layer_end])
+                for s in plan.stages]
             assert not table["other_bytes"].any()
             continue
         rule = request.memory_rule

@@ -84,17 +84,21 @@ class ModelChoice:
         return "custom model"
 
     def resolve(self, base_dir: Path | None = None) -> dict[str, Any]:
-        """The five model fields of the request (``layer_weight_bytes`` ``None`` when unknown)."""
+        """The model fields of the request: the five of docs/rules.md §1
+        (``layer_weight_bytes`` ``None`` when unknown) and, for a model whose layers differ,
+        each layer's KV bytes per token and fixed state per sequence (else ``None``)."""
         spec = self.spec(base_dir)
         # Exactly one of preset, gguf and numbers is set: no spec means the numbers.
         fields = dict(self.numbers or {}) if spec is None else spec.planning_fields()
-        weights = fields.get("layer_weight_bytes")
+        per_layer = ("layer_weight_bytes", "layer_kv_bytes_per_token",
+                     "layer_state_bytes_per_sequence")
         return {
             "native_context_length": fields["native_context_length"],
             "layer_count": fields["layer_count"],
             "model_weight_bytes": fields["model_weight_bytes"],
             "kv_bytes_per_token": fields["kv_bytes_per_token"],
-            "layer_weight_bytes": tuple(weights) if weights is not None else None,
+            **{name: tuple(fields[name]) if fields.get(name) is not None else None
+               for name in per_layer},
         }
 
     def gguf_path(self, base_dir: Path | None = None) -> Path | None:

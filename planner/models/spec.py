@@ -228,6 +228,13 @@ class ModelSpec:
                 list(self.layer_weight_bytes) if self.layer_weight_bytes is not None else None
             ),
             "kv_bytes_per_token": self.kv_bytes_per_token,
+            # Where layers differ (hybrid, windowed or recurrent models), each layer's own.
+            "layer_kv_bytes_per_token": (
+                list(self.layer_kv_bytes_per_token)
+                if self.layer_kv_bytes_per_token is not None else None),
+            "layer_state_bytes_per_sequence": (
+                list(self.layer_state_bytes_per_sequence)
+                if self.layer_state_bytes_per_sequence is not None else None),
         }
 
     def to_dict(self) -> dict[str, Any]:

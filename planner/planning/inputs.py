@@ -178,6 +178,13 @@ class PlanningInput:
     context_length_override: int | None = None
     parallel_lanes_override: int | None = None
     target_decode_tpot_ms: int | None = None
+    layer_kv_bytes_per_token: tuple[int, ...] | None = None
+    """Each layer's KV bytes per token for the selected cache type (0 for a layer with no
+    KV cache); when given it replaces ``ceil(kv_bytes_per_token / layer_count)`` per
+    layer and adds up to ``kv_bytes_per_token`` (docs/rules.md §3)."""
+    layer_state_bytes_per_sequence: tuple[int, ...] | None = None
+    """Each layer's fixed bytes per sequence (e.g. llama.cpp's recurrent R and S state),
+    held once per parallel lane; ``None`` is 0 for every layer (docs/rules.md §3)."""
     memory_rule: MemoryRule = DESIGN_RULE
     """What each layer and node costs (:mod:`planner.planning.memory_rule`): the design
     rule of docs/rules.md §3 unless another is given (llama.cpp's:
@@ -207,21 +214,16 @@ class PlanningInput:
                     node_id=node.node_id,
                 )
             seen[node.node_id] = index
-        weights = self.layer_weight_bytes
-        if weights is not None:
-            if isinstance(weights, (str, bytes, Mapping)) or not isinstance(weights, Sequence):
-                raise InvalidInput("layer_weight_bytes", "must be a list of integers or null",
-                                   value=weights)
-            weights = tuple(integer(value, _bad(f"layer_weight_bytes[{index}]"),
-                                    maximum=MAX_BYTES)
-                            for index, value in enumerate(weights))
-            if self.layer_count > 0 and len(weights) != self.layer_count:
-                raise InvalidInput(
-                    "layer_weight_bytes",
-                    f"has {len(weights)} entries but layer_count is {self.layer_count}; "
-                    "give one weight per layer or null",
-                )
-            object.__setattr__(self, "layer_weight_bytes", weights)
+        for name in _PER_LAYER_FIELDS:
+            object.__setattr__(self, name, _per_layer(getattr(self, name), name,
+                                                      self.layer_count))
+        per_token = self.layer_kv_bytes_per_token
+        if (per_token is not None and self.layer_count > 0
+                and sum(per_token) != self.kv_bytes_per_token):
+            raise InvalidInput(
+                "layer_kv_bytes_per_token",
+                f"adds up to {sum(per_token):,} but kv_bytes_per_token is "
+                f"{self.kv_bytes_per_token:,}; give each layer's share of that figure")
         if not isinstance(self.memory_rule, MemoryRule):
             raise InvalidInput(
                 "memory_rule", "must be a memory rule: planner.planning.memory_rule."
@@ -259,7 +261,10 @@ class PlanningInput:
             "context_length_override": self.context_length_override,
             "parallel_lanes_override": self.parallel_lanes_override,
             "target_decode_tpot_ms": self.target_decode_tpot_ms,
-            # The fields of docs/rules.md §1 only, unless another rule costs the memory.
+            # The fields of docs/rules.md §1 only, unless a model costs its layers one by
+            # one or another rule costs the memory.
+            **{name: list(getattr(self, name)) for name in _PER_LAYER_FIELDS[1:]
+               if getattr(self, name) is not None},
             **({} if self.memory_rule == DESIGN_RULE else {
                 "memory_rule": self.memory_rule.to_dict()}),
         }
@@ -298,6 +303,8 @@ class PlanningInput:
             context_length_override=data.get("context_length_override"),
             parallel_lanes_override=data.get("parallel_lanes_override"),
             target_decode_tpot_ms=data.get("target_decode_tpot_ms"),
+            layer_kv_bytes_per_token=data.get("layer_kv_bytes_per_token"),
+            layer_state_bytes_per_sequence=data.get("layer_state_bytes_per_sequence"),
             memory_rule=data.get("memory_rule", DESIGN_RULE),
         )
 
@@ -313,8 +320,27 @@ _REQUEST_FIELDS = (
     "context_length_override",
     "parallel_lanes_override",
     "target_decode_tpot_ms",
+    "layer_kv_bytes_per_token",
+    "layer_state_bytes_per_sequence",
     "memory_rule",
 )
+# Lists of one integer per layer; the first is docs/rules.md §1's, the others extend it.
+_PER_LAYER_FIELDS = ("layer_weight_bytes", "layer_kv_bytes_per_token",
+                     "layer_state_bytes_per_sequence")
+
+
+def _per_layer(values: Any, name: str, layer_count: int) -> tuple[int, ...] | None:
+    """One integer of at most :data:`MAX_BYTES` per layer, or ``None``."""
+    if values is None:
+        return None
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Sequence):
+        raise InvalidInput(name, "must be a list of integers or null", value=values)
+    checked = tuple(integer(value, _bad(f"{name}[{index}]"), maximum=MAX_BYTES)
+                    for index, value in enumerate(values))
+    if layer_count > 0 and len(checked) != layer_count:
+        raise InvalidInput(name, f"has {len(checked)} entries but layer_count is "
+                           f"{layer_count}; give one entry per layer or null")
+    return checked
 
 
 def as_planning_input(request: PlanningInput | Mapping[str, Any]) -> PlanningInput:

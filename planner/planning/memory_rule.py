@@ -70,11 +70,14 @@ class MemoryRule(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class DesignRule:
-    """docs/rules.md §3: layer ``j`` needs ``w_j + kv_layer * c`` at context ``c``;
-    nodes give up nothing beyond their headroom, and lanes never change memory.
+    """docs/rules.md §3: layer ``j`` needs ``w_j + kv_j * c + state_j * B`` at context
+    ``c`` with ``B`` lanes; nodes give up nothing beyond their headroom.
 
     ``w_j`` is ``layer_weight_bytes[j]`` when given, else the even ceil split of the
-    model's weights; ``kv_layer`` is ``ceil(kv_bytes_per_token / layer_count)``.
+    model's weights; ``kv_j`` is ``layer_kv_bytes_per_token[j]`` when given, else
+    ``ceil(kv_bytes_per_token / layer_count)``; ``state_j`` is
+    ``layer_state_bytes_per_sequence[j]`` when given, else 0. Without the two per-layer
+    lists this is the uniform rule of the design, and lanes never change memory.
     """
 
     name: ClassVar[str] = "design"
@@ -89,16 +92,19 @@ class DesignRule:
             weights = request.layer_weight_bytes
         else:
             weights = (-(-request.model_weight_bytes // count),) * count
-        kv = -(-request.kv_bytes_per_token // count) * context_length
-        return LayerCosts(weights=weights, kv=(kv,) * count, state=(0,) * count,
-                          other=(0,) * count)
+        per_token = request.layer_kv_bytes_per_token
+        if per_token is None:
+            per_token = (-(-request.kv_bytes_per_token // count),) * count
+        state = request.layer_state_bytes_per_sequence or (0,) * count
+        return LayerCosts(weights=weights, kv=tuple(k * context_length for k in per_token),
+                          state=tuple(s * lanes for s in state), other=(0,) * count)
 
     def node_reserves(self, request: PlanningInput, context_length: int,
                       lanes: int) -> Mapping[str, int]:
         return {}
 
     def lanes_matter(self, request: PlanningInput) -> bool:
-        return False
+        return any(request.layer_state_bytes_per_sequence or ())
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name}

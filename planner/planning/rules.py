@@ -99,7 +99,8 @@ def check_request(request: PlanningInput) -> None:
     if request.model_weight_bytes == 0:
         raise PlanError("MissingModelWeights",
                         "model_weight_bytes is 0; the model's weight size is required")
-    if request.kv_bytes_per_token == 0:
+    # A model that states its layers' KV (all 0 for a recurrent model) is not missing it.
+    if request.kv_bytes_per_token == 0 and request.layer_kv_bytes_per_token is None:
         raise PlanError("MissingKvBytesPerToken",
                         "kv_bytes_per_token is 0; the KV cache size per token is required")
     if not request.nodes:

@@ -413,7 +413,7 @@ def memory_section(request: PlanningInput, plan: Plan | None) -> dict[str, Any]:
     costs = request.memory_rule
     if not isinstance(costs, LlamaCppCosts) or plan is None:
         return section
-    result = estimate(costs.model, costs.settings(plan.context_length),
+    result = estimate(costs.model, costs.settings(plan.context_length, plan.parallel_lanes),
                       [(stage.layer_start, stage.layer_end) for stage in plan.stages])
     overheads = dict(costs.overhead_bytes)
     rows = []
