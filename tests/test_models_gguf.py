@@ -146,6 +146,9 @@ def test_planning_fields_drop_into_a_request(llama_file: Path) -> None:
         "model_weight_bytes": TOKEN_EMBD + 4 * BLOCK + OUTPUT,
         "layer_weight_bytes": [TOKEN_EMBD + BLOCK, BLOCK, BLOCK, BLOCK + OUTPUT],
         "kv_bytes_per_token": 1344,
+        # The layers' own KV (their head counts differ; one layer keeps none).
+        "layer_kv_bytes_per_token": [768, 384, 0, 192],
+        "layer_state_bytes_per_sequence": None,
     }
 
 

@@ -79,6 +79,10 @@ def _with_refusal_examples(test: Any) -> Any:
 @settings(max_examples=1200)
 @given(requests())
 @_with_refusal_examples
+# A layer of 0 bytes fits a node with nothing usable.
+@example({"native_context_length": 512, "layer_count": 1, "model_weight_bytes": 1,
+          "layer_weight_bytes": [0], "kv_bytes_per_token": 0, "layer_kv_bytes_per_token": [0],
+          "nodes": [{"node_id": "0", "detected_vram_bytes": 0}]})
 def test_plan_matches_exhaustive_reference(request: dict[str, Any]) -> None:
     assert _planner_outcome(request) == _reference_outcome(request)
 

@@ -180,10 +180,12 @@ class ContextSearch:
         self._min_max_latency: dict[int, int] | None = None
         rank = {nid: i for i, nid in enumerate(sorted(n.node_id for n in request.nodes))}
         self._rank = rank
-        # A node with nothing usable can take no layer, so no fitting set holds it; a layer
-        # bigger than every node fits nowhere. Past that check, every prefix sum of layer
-        # bytes is at most 4,096 x 2**50, so the search is exact in 64-bit integers.
-        usable = [n for n in request.nodes if n.usable_bytes > 0]
+        # A node smaller than every layer can take none, so no fitting set holds it (a
+        # node with nothing usable can still take a layer of 0 bytes); a layer bigger than
+        # every node fits nowhere. Past that check, every prefix sum of layer bytes is at
+        # most 4,096 x 2**50, so the search is exact in 64-bit integers.
+        smallest = min(costs)
+        usable = [n for n in request.nodes if n.usable_bytes >= smallest]
         if not usable or max(costs) > max(n.usable_bytes for n in usable):
             usable = []
         self.prefix = np.concatenate([[0], np.cumsum(np.asarray(costs, dtype=object))]) \
