@@ -74,7 +74,9 @@ _SPEC = dict(name="m", architecture="llama", layer_count=2, native_context_lengt
              kv_cache_type="f16", kv_cache_table=(("f16", 8), ("q8_0", 4)), source="s",
              hidden_size=64, active_weight_bytes=10,
              layer_kv_table=(("f16", (0, 8)), ("q8_0", (0, 4))),
-             layer_state_bytes_per_sequence=(16, 0))
+             layer_state_bytes_per_sequence=(16, 0), parameter_count=20,
+             active_parameter_count=5, expert_count=8, experts_used=2,
+             token_embedding_bytes=2, routed_expert_bytes=3)
 
 # A valid example of each input type, every optional number given a value so it is
 # exercised. Keyed by "module.Class".

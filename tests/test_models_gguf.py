@@ -500,3 +500,34 @@ def test_routed_experts_without_experts_used_are_refused(tmp_path: Path) -> None
 def test_a_dense_model_reads_every_weight_but_the_embedding_rows(llama_file: Path) -> None:
     spec = from_gguf(llama_file)
     assert spec.active_weight_bytes == spec.model_weight_bytes - TOKEN_EMBD
+
+
+def test_speed_fields_count_parameters_experts_and_embeddings(tmp_path: Path) -> None:
+    """Parameters from each tensor's bytes and block layout; the routed experts' tensors
+    count experts_used / expert_count of their parameters for a token, and the token
+    embeddings (one row looked up) none."""
+    path = tmp_path / "moe.gguf"
+    tensors: list[Tensor] = [
+        ("token_embd.weight", (100, 256), "F16"),          # 25,600 parameters
+        ("blk.0.attn_q.weight", (256, 256), "Q8_0"),       # 65,536
+        ("blk.0.ffn_up_exps.weight", (8 * 64, 256), "Q4_0"),  # 131,072 in 8 experts
+        ("output.weight", (100, 256), "Q8_0"),             # 25,600
+    ]
+    write_gguf(path, "llama", llama_metadata(1, **{"llama.expert_count": 8,
+                                                   "llama.expert_used_count": 2}), tensors)
+    spec = from_gguf(path)
+    assert spec.parameter_count == 25_600 + 65_536 + 131_072 + 25_600
+    assert spec.active_parameter_count == 65_536 + 131_072 * 2 // 8 + 25_600
+    assert (spec.expert_count, spec.experts_used) == (8, 2)
+    assert spec.token_embedding_bytes == 25_600 * 2
+    dense = tmp_path / "dense.gguf"
+    write_gguf(dense, "llama", llama_metadata(1), tensors[:2] + tensors[3:])
+    plain = from_gguf(dense)
+    assert plain.expert_count is None and plain.experts_used is None
+    assert plain.active_parameter_count == 65_536 + 25_600
+    # No output tensor: the head is the embeddings, multiplied whole by every token.
+    tied = tmp_path / "tied.gguf"
+    write_gguf(tied, "llama", llama_metadata(1), tensors[:2])
+    shared = from_gguf(tied)
+    assert shared.token_embedding_bytes is None
+    assert shared.active_parameter_count == 25_600 + 65_536

@@ -608,3 +608,31 @@ def test_apple_budget_must_match_its_fraction(monkeypatch: pytest.MonkeyPatch,
         load_gpu_catalog()
     assert caught.value.details["field"] == "memory_bytes"
     assert "1500" in str(caught.value)
+
+
+def test_presets_state_the_figures_the_speed_estimate_reads() -> None:
+    moe = load_preset("gpt-oss-120b")
+    assert (moe.expert_count, moe.experts_used) == (128, 4)
+    assert moe.parameter_count == 116_829_156_672
+    # Shared parts whole, the routed experts (matrices and biases) 4 of 128, the input
+    # embedding (vocab 201,088 x hidden 2,880) not at all: the model card's 5.1B.
+    routed = 114_661_785_600 + 39_813_120
+    embedding = 201_088 * 2_880
+    assert moe.active_parameter_count == round(
+        moe.parameter_count - embedding - routed + routed * 4 / 128)
+    assert moe.active_parameter_count == pytest.approx(5.1e9, rel=0.01)
+    assert moe.routed_expert_bytes == -(-114_661_785_600 * 17 // 32) + 39_813_120 * 2
+    assert moe.token_embedding_bytes == embedding * 2
+    dense = load_preset("llama-3.1-70b")
+    assert dense.expert_count is None and dense.routed_expert_bytes == 0
+    assert dense.parameter_count == 70_553_706_496
+    assert ModelSpec.from_dict(moe.to_dict()) == moe
+
+
+def test_a_spec_refuses_more_experts_used_than_there_are() -> None:
+    data = load_preset("gpt-oss-120b").to_dict()
+    with pytest.raises(ModelError) as error:
+        ModelSpec.from_dict({**data, "experts_used": 129})
+    assert error.value.details["field"] == "experts_used"
+    with pytest.raises(ModelError):
+        ModelSpec.from_dict({**data, "expert_count": None})

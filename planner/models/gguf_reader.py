@@ -613,7 +613,43 @@ def from_gguf(path: str | Path, kv_cache_type: str = DEFAULT_CACHE_TYPE) -> Mode
         active_weight_bytes=active_bytes,
         layer_kv_table=_layer_kv_table(layout, table_types),
         layer_state_bytes_per_sequence=layout.layer_state_bytes_per_sequence(),
+        **_speed_fields(metadata, architecture, tensors),
     )
+
+
+def _elements(tensor: TensorEntry) -> int:
+    count = 1
+    for size in tensor.shape:
+        count *= size
+    return count if tensor.shape else 0
+
+
+def _speed_fields(metadata: Mapping[str, Any], architecture: str,
+                  tensors: Iterable[TensorEntry]) -> dict[str, int | None]:
+    """What the speed estimate reads beyond bytes: the parameters (all, and those one
+    token computes with: the routed experts' tensors ``experts_used / expert_count`` of
+    theirs, an input embedding none, a token looking its row up), the experts, the routed
+    experts' bytes and the token embeddings' (``None`` when ``token_embd`` is also the
+    output head: no ``output.weight``, so every token multiplies by it whole)."""
+    tensors = list(tensors)
+    count = _count(metadata.get(f"{architecture}.expert_count"))
+    used = _count(metadata.get(f"{architecture}.expert_used_count"))
+    routed = count is not None and used is not None and used <= count
+    tied = not any(t.name == "output.weight" for t in tensors)
+    embedding = [t for t in tensors if t.name.startswith(INPUT_TENSOR_PREFIXES)
+                 and not (tied and t.name == "token_embd.weight")]
+    experts = [t for t in tensors if ROUTED_EXPERT_TENSOR.match(t.name)]
+    total = sum(_elements(t) for t in tensors)
+    active = total - sum(_elements(t) for t in embedding)
+    if routed and count is not None and used is not None:
+        expert_elements = sum(_elements(t) for t in experts)
+        active -= expert_elements - expert_elements * used // count
+    token_embd = [t for t in embedding if t.name.startswith("token_embd")]
+    return {"parameter_count": total or None, "active_parameter_count": active or None,
+            "expert_count": count if routed else None,
+            "experts_used": used if routed else None,
+            "token_embedding_bytes": sum(t.n_bytes for t in token_embd) or None,
+            "routed_expert_bytes": sum(t.n_bytes for t in experts) if routed else 0}
 
 
 def _layer_kv_table(layout: KvLayout, cache_types: list[str]

@@ -342,6 +342,37 @@ def _layer_weights(parts: list[_Part], layer_count: int) -> tuple[int, ...] | No
     return tuple(sizes)
 
 
+def _speed_fields(root: _Table, parts: list[_Part]) -> dict[str, int | None]:
+    """What the speed estimate reads beyond bytes (``planner.performance``): the
+    parameters (all, and those one token computes with: shared parts whole, routed
+    experts ``experts_used / expert_count``, the input embedding not at all, a token only
+    looking its row up), the routed experts' and the input embedding's bytes. Parameters
+    are known when the weights are an estimate by parts."""
+    weights = root.table("weights")
+    experts = root.table("experts") if root.has("experts") else None
+    used = (experts.positive("experts_used"), experts.positive("expert_count")) if (
+        experts is not None) else None
+    found: dict[str, int | None] = {
+        "routed_expert_bytes": sum(p.size for p in parts if p.role == "routed_experts"),
+        "token_embedding_bytes": sum(p.size for p in parts if p.role == "input_embedding")
+        or None,
+        "expert_count": None if used is None else used[1],
+        "experts_used": None if used is None else used[0],
+    }
+    if weights.text("method") == "estimate":
+        total = active = 0.0
+        for part in weights.tables("parts"):
+            count = part.positive("parameters")
+            role = _part_role(part)
+            total += count
+            if role == "routed_experts" and used is not None:
+                active += count * used[0] / used[1]
+            elif role != "input_embedding":
+                active += count
+        found.update(parameter_count=round(total), active_parameter_count=round(active))
+    return found
+
+
 def _active_weights(root: _Table, weight_bytes: int, parts: list[_Part]) -> tuple[int, str]:
     """Weight bytes one decode step reads: a shared part whole, ``ceil(bytes x used /
     count)`` of a routed-experts part and nothing of an input embedding (one row per
@@ -483,6 +514,7 @@ def _parse(path: Path) -> tuple[str, ModelSpec]:
         active_weight_bytes=active_bytes,
         layer_kv_table=tuple(layer_kv),
         layer_state_bytes_per_sequence=layout.layer_state_bytes_per_sequence(),
+        **_speed_fields(root, parts),
     )
     return preset_id, spec
 

@@ -74,6 +74,12 @@ def _fail(field_name: str) -> Fail:
     return lambda problem, value: _invalid(field_name, problem, value)
 
 
+# Optional whole numbers of a spec, each ``None`` when unknown.
+OPTIONAL_COUNTS = ("hidden_size", "active_weight_bytes", "parameter_count",
+                   "active_parameter_count", "expert_count", "experts_used",
+                   "token_embedding_bytes", "routed_expert_bytes")
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
     """Planner inputs for one model at one KV cache type.
@@ -101,6 +107,17 @@ class ModelSpec:
     windowed, MTP or reused-cache layers); each entry adds up to that type's figure."""
     layer_state_bytes_per_sequence: tuple[int, ...] | None = None
     """Each layer's recurrent state per sequence (llama.cpp's R and S rows), if any."""
+    # What the speed estimate needs beyond bytes (planner.performance): the weights'
+    # parameter count and the share one token computes with, the routed experts (a
+    # mixture of experts: ``expert_count`` per layer, ``experts_used`` per token, and the
+    # bytes of all of them), and the token-embedding bytes, of which decode reads one row
+    # per token.
+    parameter_count: int | None = None
+    active_parameter_count: int | None = None
+    expert_count: int | None = None
+    experts_used: int | None = None
+    token_embedding_bytes: int | None = None
+    routed_expert_bytes: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("name", "architecture", "source"):
@@ -161,14 +178,27 @@ class ModelSpec:
             )
         if not isinstance(self.notes, tuple) or not all(isinstance(n, str) for n in self.notes):
             raise _invalid("notes", "must be a tuple of strings", self.notes)
-        for name in ("hidden_size", "active_weight_bytes"):
+        for name in OPTIONAL_COUNTS:
             if getattr(self, name) is not None:
-                object.__setattr__(self, name,
-                                   integer(getattr(self, name), _fail(name), minimum=1))
+                # Routed expert bytes may be 0 (a dense model says so); the rest are counts.
+                object.__setattr__(self, name, integer(
+                    getattr(self, name), _fail(name),
+                    minimum=0 if name == "routed_expert_bytes" else 1))
         active = self.active_weight_bytes
         if active is not None and active > self.model_weight_bytes:
             raise _invalid("active_weight_bytes",
                            f"exceeds model_weight_bytes {self.model_weight_bytes:,}", active)
+        if (self.expert_count is None) != (self.experts_used is None):
+            raise _invalid("experts_used", "and expert_count go together", self.experts_used)
+        if self.expert_count is not None and self.experts_used > self.expert_count:
+            raise _invalid("experts_used", f"exceeds expert_count {self.expert_count}",
+                           self.experts_used)
+        for smaller, larger in (("active_parameter_count", "parameter_count"),
+                                ("token_embedding_bytes", "model_weight_bytes"),
+                                ("routed_expert_bytes", "model_weight_bytes")):
+            low, high = getattr(self, smaller), getattr(self, larger)
+            if low is not None and high is not None and low > high:
+                raise _invalid(smaller, f"exceeds {larger} {high:,}", low)
         self._check_layer_costs(table)
 
     def _check_layer_costs(self, table: Mapping[str, int]) -> None:
@@ -259,6 +289,7 @@ class ModelSpec:
             "layer_state_bytes_per_sequence": (
                 list(self.layer_state_bytes_per_sequence)
                 if self.layer_state_bytes_per_sequence is not None else None),
+            **{name: getattr(self, name) for name in OPTIONAL_COUNTS[2:]},
         }
 
     @classmethod
@@ -268,7 +299,7 @@ class ModelSpec:
         required = ("name", "architecture", "layer_count", "native_context_length",
                     "model_weight_bytes", "kv_bytes_per_token", "kv_cache_type",
                     "kv_bytes_per_token_by_type", "source")
-        optional = ("layer_weight_bytes", "notes", "hidden_size", "active_weight_bytes",
+        optional = ("layer_weight_bytes", "notes", *OPTIONAL_COUNTS,
                     "layer_kv_bytes_per_token_by_type", "layer_state_bytes_per_sequence")
         for key in required:
             if key not in data:
@@ -298,8 +329,7 @@ class ModelSpec:
             kv_cache_table=tuple((str(k), v) for k, v in table.items()),
             source=data["source"],
             notes=tuple(notes),
-            hidden_size=data.get("hidden_size"),
-            active_weight_bytes=data.get("active_weight_bytes"),
+            **{name: data.get(name) for name in OPTIONAL_COUNTS},
             layer_kv_table=_layer_table(data.get("layer_kv_bytes_per_token_by_type") or {}),
             layer_state_bytes_per_sequence=(
                 tuple(data["layer_state_bytes_per_sequence"])
