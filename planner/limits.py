@@ -62,6 +62,8 @@ GGUF_BUILD_BUDGET_BYTES = 4 * 2**20
 """Bytes of GGUF metadata values the reader builds beyond scalars and short strings
 (each array item counted at 64 bytes more); longer values are stepped over. With the
 caps above, reading a header stays within a few hundred MB whatever the file holds."""
+MAX_TFLOPS = 1_000_000
+"""A GPU kind's FP16 throughput in TFLOPS (``fp16_tflops``)."""
 
 DEFAULT_CACHE_TYPE = "f16"
 """The KV cache type when none is chosen (llama.cpp's ``-ctk``/``-ctv`` default)."""

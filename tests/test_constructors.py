@@ -136,7 +136,8 @@ EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
         name="Card", memory_bytes=24 * GIB, unified_memory_bytes=24 * GIB,
         working_set_fraction=1.0, annual_failure_rate=0.1, repair_hours=24.0,
         price_per_hour=1.5, memory_bandwidth_bytes_per_s=10**12, headroom_bytes=GIB,
-        stage_transfer_latency_ms=2, max_count=4, llamacpp_overhead_bytes=100),
+        stage_transfer_latency_ms=2, max_count=4, llamacpp_overhead_bytes=100,
+        fp16_tflops=82.5),
     "planner.models.spec.ModelSpec": lambda: dict(_SPEC),
     "planner.performance.ModelTraffic": lambda: dict(
         model_weight_bytes=100, active_weight_bytes=10, hidden_size=64),

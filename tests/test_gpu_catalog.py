@@ -23,6 +23,10 @@ def test_every_shipped_kind_has_a_cited_price_and_bandwidth() -> None:
         assert gpu.price_source and gpu.price_date, gpu.name
         assert entry["price_kind"] == ("owned" if gpu.vendor == "Apple" else "rented")
         assert gpu.memory_bandwidth_bytes_per_s and gpu.memory_bandwidth_source, gpu.name
+        # The speed estimate's figures: every kind's memory type, and a stated source for
+        # every FP16 throughput given.
+        assert gpu.memory_type in ("hbm", "gddr", "lpddr"), gpu.name
+        assert (gpu.fp16_tflops is None) == (gpu.fp16_tflops_source is None), gpu.name
     kinds = [gpu.kind for gpu in load_gpu_catalog()]
     assert "h100-sxm-80gb" in kinds and len(set(kinds)) == len(kinds)
 
@@ -77,11 +81,13 @@ def test_a_user_catalog_file_loads_with_every_field(tmp_path: Path) -> None:
     path.write_text(ENTRY + 'id = "card"\nprice_per_hour = 1.5\nprice_source = "quote"\n'
                     "price_date = 2026-11-30\nmemory_bandwidth_bytes_per_s = 1_000_000\n"
                     'memory_bandwidth_source = "datasheet"\nheadroom_bytes = 24\n'
-                    "stage_transfer_latency_ms = 3\nmax_count = 4\n")
+                    "stage_transfer_latency_ms = 3\nmax_count = 4\n"
+                    'memory_type = "gddr"\nfp16_tflops = 82.5\nfp16_tflops_source = "paper"\n')
     [gpu] = load_gpu_catalog(path)
     assert (gpu.kind, gpu.price_per_hour, gpu.price_date, gpu.headroom_bytes,
             gpu.stage_transfer_latency_ms, gpu.max_count, gpu.usable_bytes) == (
         "card", 1.5, "2026-11-30", 24, 3, 4, 1000)
+    assert (gpu.memory_type, gpu.fp16_tflops) == ("gddr", 82.5)
     assert GpuModel.from_dict(gpu.to_dict()) == gpu
 
 
@@ -99,6 +105,9 @@ def test_a_user_catalog_file_loads_with_every_field(tmp_path: Path) -> None:
     ("max_count = -1\n", "max_count"),
     ("headroom_bytes = 1.5\n", "headroom_bytes"),
     ('id = "Bad Id"\n', "id"),
+    ('memory_type = "sram"\n', "memory_type"),
+    ('fp16_tflops_source = "paper"\n', "fp16_tflops_source"),
+    ('fp16_tflops = 0\nfp16_tflops_source = "s"\n', "fp16_tflops"),
     ("colour = 1\n", "colour"),
 ])
 def test_bad_entries_name_the_field(tmp_path: Path, extra: str, field: str) -> None:

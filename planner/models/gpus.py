@@ -43,6 +43,13 @@ shipped catalog gives every source (a test keeps it so). The fields:
     The llama.cpp backend the kind runs and its own fixed overhead per device
     (:mod:`planner.memory`); a backend's default is in
     ``[llamacpp.backend_overhead_bytes]``.
+``memory_type``
+    ``hbm``, ``gddr`` or ``lpddr`` (:data:`MEMORY_TYPES`): the speed estimate's fitted
+    efficiencies are per memory type and backend (:mod:`planner.performance`).
+``fp16_tflops``, ``fp16_tflops_source``
+    Dense (no sparsity) FP16 tensor throughput in TFLOPS and where it is stated. Prefill
+    (time to first token) and the compute ceiling of large batches read it; a kind
+    without it gets no prefill estimate.
 
 :class:`GpuModel` checks its fields however it is made (a file, ``from_dict``, a
 constructor call, ``dataclasses.replace``). Every problem raises
@@ -70,6 +77,7 @@ from planner.limits import (
     MAX_NODE_BYTES,
     MAX_NODES,
     MAX_PRICE_PER_HOUR,
+    MAX_TFLOPS,
     MIN_PRICE_PER_HOUR,
 )
 from planner.models.presets import data_dir
@@ -78,6 +86,9 @@ from planner.units import UnitError, parse_bandwidth, parse_bytes, parse_latency
 
 # llama.cpp backends a GPU kind can run (planner.memory's fixed overhead per device).
 BACKENDS = ("cuda", "rocm", "metal", "vulkan", "sycl", "cpu", "rpc")
+# Memory a GPU kind reads its weights from: stacked HBM, GDDR on a card, or LPDDR shared
+# with the CPU (Apple silicon, DGX Spark); the speed estimate's efficiencies differ by it.
+MEMORY_TYPES = ("hbm", "gddr", "lpddr")
 # What a price per hour is: what a provider charges, or a purchase spread over hours.
 PRICE_KINDS = ("rented", "owned")
 # The unit forms a catalog file may write instead of a field whose name carries the unit.
@@ -178,6 +189,9 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "max_count": _whole(0, MAX_NODES),
     "backend": _one_of(BACKENDS),
     "llamacpp_overhead_bytes": _whole(0, MAX_BYTES),
+    "memory_type": _one_of(MEMORY_TYPES),
+    "fp16_tflops": _real(above=0, maximum=MAX_TFLOPS),
+    "fp16_tflops_source": _text,
 }
 
 
@@ -212,6 +226,7 @@ _FROM_FILE: dict[str, Callable[[Any], Any]] = {
 _NEEDS = {"price_kind": "price_per_hour", "price_source": "price_per_hour",
           "price_date": "price_per_hour",
           "memory_bandwidth_source": "memory_bandwidth_bytes_per_s",
+          "fp16_tflops_source": "fp16_tflops",
           "unified_memory_bytes": "working_set_fraction",
           "working_set_fraction": "unified_memory_bytes"}
 
@@ -244,6 +259,10 @@ class GpuModel:
     # The llama.cpp backend it runs, and its own fixed overhead (planner.memory).
     backend: str | None = None
     llamacpp_overhead_bytes: int | None = None
+    # What the speed estimate reads beyond bandwidth (planner.performance).
+    memory_type: str | None = None
+    fp16_tflops: float | None = None
+    fp16_tflops_source: str | None = None
 
     def __post_init__(self) -> None:
         for key, check in _CHECKS.items():
