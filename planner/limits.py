@@ -68,6 +68,10 @@ MAX_TFLOPS = 1_000_000
 DEFAULT_CACHE_TYPE = "f16"
 """The KV cache type when none is chosen (llama.cpp's ``-ctk``/``-ctv`` default)."""
 
+DEFAULT_BATCH = 2048
+"""llama.cpp's logical batch in tokens when none is chosen (``-b``, ``--batch-size``): a
+prompt is decoded in batches of this many tokens, each split into micro-batches."""
+
 DEFAULT_UBATCH = 512
 """llama.cpp's micro-batch in tokens when none is chosen (``-ub``, ``--ubatch-size``)."""
 

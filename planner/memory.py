@@ -46,7 +46,12 @@ import pandas as pd
 
 from planner._validate import Fail, flag, integer, is_integral, shown
 from planner.errors import CodedError, InvalidInput
-from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_PARALLEL_LANES, DEFAULT_UBATCH
+from planner.limits import (
+    DEFAULT_BATCH,
+    DEFAULT_CACHE_TYPE,
+    DEFAULT_PARALLEL_LANES,
+    DEFAULT_UBATCH,
+)
 from planner.models.kv_cache import CACHE_TYPES, check_cache_type, row_bytes
 from planner.planning.memory_rule import LayerCosts
 
@@ -277,7 +282,7 @@ class LlamaCppSettings:
     parallel: int = 1  # -np
     kv_unified: bool = False  # -kvu
     ubatch: int = DEFAULT_UBATCH  # -ub
-    batch: int = 2048  # -b
+    batch: int = DEFAULT_BATCH  # -b
     flash_attn: bool = True  # -fa on|off
     overhead_bytes: int = 0
     """Backend overhead per device (not the host)."""

@@ -140,7 +140,13 @@ EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
         fp16_tflops=82.5),
     "planner.models.spec.ModelSpec": lambda: dict(_SPEC),
     "planner.performance.ModelTraffic": lambda: dict(
-        model_weight_bytes=100, active_weight_bytes=10, hidden_size=64),
+        model_weight_bytes=100, active_weight_bytes=10, hidden_size=64,
+        active_parameter_count=40, expert_count=8, experts_used=2, token_embedding_bytes=5,
+        attention_width=64, parameter_count=200),
+    "planner.performance.SpeedCalibration": lambda: dict(
+        weight_efficiency={"gddr/cuda": 0.9}, kv_efficiency={"gddr/cuda": 0.3},
+        compute_efficiency={"gddr/cuda": 0.4}, attention_efficiency={"gddr/cuda": 0.1},
+        layer_ms={"cuda": 0.05}, hop_ms={"cuda": 0.1}),
     "planner.planning.inputs.NodeBudget": lambda: dataclasses.asdict(_node()),
     "planner.planning.inputs.PlanningInput": lambda: dict(
         native_context_length=4096, layer_count=2, model_weight_bytes=10,

@@ -16,6 +16,7 @@ from planner.performance import (
     ESTIMATE_NOTE,
     ModelTraffic,
     estimate_plan,
+    format_duration_ms,
     node_speeds,
 )
 from planner.reports import build_report, render_report
@@ -86,8 +87,12 @@ def test_renderings_label_the_estimate() -> None:
     assert stages.headers[-2:] == ("est. read", "est. hop")
     assert stages.rows[0][-2] == f"{expected.stages[0].stage_read_ms:,.2f} ms"
     candidates = candidate_table(content)
-    assert candidates.headers[-4:] == ("est. decode TPOT", "est. tokens/s", "est. USD/h",
-                                       "est. USD/M tokens")
+    assert candidates.headers[-5:] == ("est. decode TPOT", "est. tokens/s",
+                                       "est. context fill", "est. USD/h", "est. USD/M tokens")
+    # The time to fill the plan's whole context, next to the TPOT.
+    fill = expected.estimated_context_fill_ms
+    assert fill is not None and fill > 0
+    assert rows["estimated time to fill the context"] == format_duration_ms(fill)
     markdown = render_report(content, "md")
     assert "### Speed and cost (estimate)" in markdown
     assert f"{expected.estimated_tpot_ms:,.2f} ms per token" in markdown

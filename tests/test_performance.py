@@ -13,6 +13,7 @@ from planner.performance import (
     PerformanceError,
     cost_per_million_tokens,
     estimate_plan,
+    load_calibration,
     node_speeds,
     try_estimate,
     with_candidate_estimates,
@@ -51,14 +52,15 @@ def test_two_stage_estimate_worked_by_hand() -> None:
     kv = 256 * context * 2                      # 2 layers x 256 B x context
     first = (weight + kv) / (0.5 * 2e12) * 1000
     second = (weight + kv) / (0.5 * 1e12) * 1000
-    hop = 2 + 1000 * 4 / 1e9 * 1000             # latency + F32 activations over 1 GB/s
+    lanes = plan.parallel_lanes
+    # latency + each lane's F32 activations over 1 GB/s
+    hop = 2 + lanes * 1000 * 4 / 1e9 * 1000
     assert estimate.stages[0].weight_read_bytes == weight
     assert estimate.stages[0].kv_read_bytes == kv
     assert estimate.stages[0].stage_read_ms == pytest.approx(first)
     assert estimate.stages[0].hop_ms == pytest.approx(hop)
     assert estimate.stages[1].hop_ms == 0
     assert estimate.estimated_tpot_ms == pytest.approx(first + second + hop)
-    lanes = plan.parallel_lanes
     assert estimate.tokens_per_s == pytest.approx(lanes * 1000 / (first + second + hop))
     assert estimate.cost_per_hour_usd == 4.0
     assert estimate.cost_per_million_tokens_usd == pytest.approx(
@@ -72,7 +74,10 @@ def test_unknown_latency_and_hidden_size_are_said() -> None:
     plan = plan_topology(request)
     speeds = {n: NodeSpeed(n, 10**12, None) for n in ("fast-00", "slow-00")}
     estimate = estimate_plan(request, plan, ModelTraffic.dense(40 * GIB), speeds)
-    assert estimate.stages[0].hop_ms == 0
+    # No latency and no activation bytes: the hop is the calibrated fixed time of a
+    # backend, CUDA's when the node's is unknown (and the estimate says so).
+    assert estimate.stages[0].hop_ms == load_calibration().hop_ms["cuda"]
+    assert any("no measurement of backend None" in note for note in estimate.notes)
     assert any("no stage-transfer latency" in note for note in estimate.notes)
     assert any("hidden size is unknown" in note for note in estimate.notes)
     assert estimate.cost_per_hour_usd is None
@@ -159,3 +164,112 @@ def test_tables_gain_estimate_columns() -> None:
 def test_cost_per_million_tokens() -> None:
     # 3.6 USD an hour at 1 token/s: 3,600 tokens cost 3.6 USD, a million 1,000 USD.
     assert cost_per_million_tokens(3.6, 1.0) == pytest.approx(1000.0)
+
+
+# --- calibrated decode and prefill: the terms, each worked on a small case -------------
+
+from planner.performance import (  # noqa: E402
+    Device,
+    StageLoad,
+    decode_step,
+    prefill_ms,
+    ubatches,
+)
+
+
+def _one_load(layers: int = 10, weight: int = 10**9, active: float = 5e8) -> StageLoad:
+    return StageLoad(layer_count=layers, weight_bytes=weight, routed_expert_bytes=0,
+                     active_parameters=active, kv_bytes_per_token=1000 * layers,
+                     attention_width=100 * layers)
+
+
+def test_lanes_of_a_mixture_of_experts_read_the_expected_distinct_experts() -> None:
+    # 8 GiB of which 6 GiB routed experts, 2 of 8 used per token: active = 2 + 6/4.
+    traffic = ModelTraffic(8 * GIB, round(3.5 * GIB), 1000, expert_count=8, experts_used=2)
+    assert traffic.routed_expert_bytes == 6 * GIB
+    for lanes in (1, 2, 4, 32):
+        distinct = 1 - (1 - 2 / 8) ** lanes
+        assert traffic.read_share(lanes) == pytest.approx((2 + 6 * distinct) / 8)
+    dense = ModelTraffic.dense(8 * GIB, 1000)
+    assert dense.read_share(32) == 1.0
+
+
+def test_prefill_pipelines_ubatches_through_the_stages() -> None:
+    traffic = ModelTraffic.dense(2 * 10**9, 1000, parameter_count=10**9)
+    device = Device(10**12, 1.0, 1.0, 10**13, 0.0)
+    one = [_one_load(20, 2 * 10**9, 1e9)]
+    two = [_one_load(10, 10**9, 5e8)] * 2
+    args = dict(hops_ms=[], hop_bytes_per_token=0, link_bytes_per_s=[], traffic=traffic)
+    split = dict(hops_ms=[0.0], hop_bytes_per_token=0, link_bytes_per_s=[1e9],
+                 traffic=traffic)
+    # One ubatch: two half stages take as long as one whole.
+    single = prefill_ms(one, [device], prompt_tokens=512, **args)
+    assert prefill_ms(two, [device] * 2, prompt_tokens=512, **split) == pytest.approx(single)
+    # Four ubatches in a batch: the second stage works while the first takes the next.
+    long_one = prefill_ms(one, [device], prompt_tokens=2048, **args)
+    long_two = prefill_ms(two, [device] * 2, prompt_tokens=2048, **split)
+    assert long_two < 0.7 * long_one
+    # Each ubatch crosses the hop: 512 tokens x 1000 B over 1 GB/s, 0.512 ms each.
+    slow = dict(split, hop_bytes_per_token=1000)
+    assert prefill_ms(two, [device] * 2, prompt_tokens=512, **slow) == pytest.approx(
+        single + 0.512)
+    assert [len(b) for b in ubatches(5000)] == [4, 4, 2]
+    assert ubatches(600, 100)[0] == [(512, 100), (88, 612)]
+
+
+def test_compute_caps_large_batches() -> None:
+    traffic = ModelTraffic.dense(10**9, 1000, parameter_count=5 * 10**8)
+    device = Device(10**12, 1.0, 1.0, 10**13, 0.0)
+    rates = []
+    for lanes in (1, 64, 1024, 8192):
+        terms, _ = decode_step([_one_load()], [device], [], 0, [], traffic, lanes=lanes,
+                               cached=lanes)
+        rates.append(lanes * 1000 / terms[0].total_ms)
+    # tokens/s grow with lanes but never past the compute ceiling 1e13 / (2 x 5e8).
+    assert rates == sorted(rates)
+    assert rates[-1] < 10**13 / (2 * 5 * 10**8)
+    assert rates[-1] > 0.8 * 10**13 / (2 * 5 * 10**8)
+
+
+def test_token_embeddings_are_read_one_row_per_token() -> None:
+    request = as_planning_input({**_request(), "minimum_nodes": 1, "nodes": [
+        {"node_id": "rtx-4090-00", "detected_vram_bytes": 80 * GIB}]})
+    plan = plan_topology(request)
+    catalog = [GpuModel.from_dict({
+        "name": "NVIDIA GeForce RTX 4090", "vendor": "NVIDIA", "memory_bytes": 24 * GIB,
+        "note": "n", "id": "rtx-4090", "memory_bandwidth_bytes_per_s": 10**12,
+        "memory_bandwidth_source": "s", "backend": "cuda", "memory_type": "gddr"})]
+    speeds = node_speeds(request.nodes, catalog)
+    whole = ModelTraffic.dense(40 * GIB, 1000)
+    lean = ModelTraffic(40 * GIB, 40 * GIB, 1000, token_embedding_bytes=4 * GIB)
+    read_whole = estimate_plan(request, plan, whole, speeds).stages[0].weight_read_bytes
+    read_lean = estimate_plan(request, plan, lean, speeds).stages[0].weight_read_bytes
+    lanes = plan.parallel_lanes
+    assert read_whole - read_lean == pytest.approx(4 * GIB - lanes * 2 * 1000, abs=2)
+
+
+def test_prefill_needs_fp16_throughput_and_says_so() -> None:
+    request = as_planning_input({**_request(), "minimum_nodes": 1, "nodes": [
+        {"node_id": "card-00", "detected_vram_bytes": 80 * GIB}]})
+    plan = plan_topology(request)
+    base = {"name": "Card", "vendor": "V", "memory_bytes": 80 * GIB, "note": "n",
+            "id": "card", "memory_bandwidth_bytes_per_s": 10**12,
+            "memory_bandwidth_source": "s", "backend": "cuda", "memory_type": "hbm"}
+    traffic = ModelTraffic.dense(40 * GIB, 1000, parameter_count=20 * 10**9)
+    without = estimate_plan(request, plan, traffic,
+                            node_speeds(request.nodes, [GpuModel.from_dict(base)]),
+                            prompt_tokens=1000)
+    assert without.estimated_context_fill_ms is None and without.ttft_ms is None
+    assert any("no fp16_tflops" in note for note in without.notes)
+    fast = GpuModel.from_dict({**base, "fp16_tflops": 100, "fp16_tflops_source": "s"})
+    found = estimate_plan(request, plan, traffic, node_speeds(request.nodes, [fast]),
+                          prompt_tokens=1000)
+    assert found.ttft_ms is not None and found.estimated_context_fill_ms is not None
+    assert 0 < found.ttft_ms < found.estimated_context_fill_ms
+    assert found.prefill_tokens_per_s == pytest.approx(
+        plan.context_length * 1000 / found.estimated_context_fill_ms)
+    # The compute a prompt needs at the calibrated share, at least: 2 x 20e9 x 1000.
+    calibration = load_calibration()
+    assert found.ttft_ms >= 2 * 20e9 * 1000 / (
+        calibration.compute_efficiency["hbm/cuda"] * 100e12) * 1000
+    assert "Median error on held-out" in found.to_dict()["notes"][1]

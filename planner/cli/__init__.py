@@ -29,6 +29,7 @@ from planner.cli import (
     presets,
     report,
     size,
+    speed,
     sweep,
 )
 from planner.cli._common import (
@@ -43,7 +44,7 @@ from planner.errors import CodedError
 from planner.reports.tables import terminal_safe
 
 COMMANDS: tuple[ModuleType, ...] = (plan, candidates, report, inspect, presets,
-                                     availability, sweep, size, memory, launch)
+                                     availability, sweep, size, speed, memory, launch)
 
 __all__ = ["COMMANDS", "EXIT_BAD_INPUT", "EXIT_NO_TOPOLOGY", "EXIT_OK", "UserError", "main"]
 

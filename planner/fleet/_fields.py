@@ -28,12 +28,17 @@ from planner.units import SIZE_FORMS, UnitError, parse_bytes, parse_context, par
 # A node's own failure figures (planner.availability): failures per node-year, mean hours
 # to repair, and the catalog kind (id or name) whose figures it takes.
 RELIABILITY_KEYS = ("annual_failure_rate", "repair_hours", "gpu")
+# A model given by its numbers may add what the speed estimate reads (each optional):
+# activations' width, weight bytes one token reads, parameters, and the routed experts.
+SPEED_NUMBER_FIELDS = ("hidden_size", "active_weight_bytes", "parameter_count",
+                       "expert_count", "experts_used")
 MODEL_NUMBER_FIELDS = (
     "native_context_length",
     "layer_count",
     "model_weight_bytes",
     "kv_bytes_per_token",
     "layer_weight_bytes",
+    *SPEED_NUMBER_FIELDS,
 )
 _REQUIRED_MODEL_NUMBERS = MODEL_NUMBER_FIELDS[:4]
 _MODEL_BYTE_FIELDS = ("model_weight_bytes", "kv_bytes_per_token")
@@ -276,4 +281,25 @@ def normalise_numbers(numbers: Mapping[str, Any], prefix: str = "model.") -> dic
                 f"has {len(weights)} entries but layer_count is {result['layer_count']}; "
                 "give one weight per layer or leave it out",
                 field=f"{prefix}layer_weight_bytes")
+    _speed_numbers(numbers, result, prefix)
     return result
+
+
+def _speed_numbers(numbers: Mapping[str, Any], result: dict[str, Any], prefix: str) -> None:
+    for name in SPEED_NUMBER_FIELDS:
+        value = numbers.get(name)
+        if value is None:
+            continue
+        if name == "active_weight_bytes":
+            result[name] = as_size(value, f"{prefix}{name}", bare_bytes=True)
+            if not 0 < result[name] <= result["model_weight_bytes"]:
+                raise FleetFileError("InvalidField", "must be above 0 and at most "
+                                     "model_weight_bytes", field=f"{prefix}{name}")
+        else:
+            result[name] = as_int(value, f"{prefix}{name}", minimum=1)
+    if ("expert_count" in result) != ("experts_used" in result):
+        raise FleetFileError("MissingField", "expert_count and experts_used go together",
+                             field=f"{prefix}experts_used")
+    if result.get("experts_used", 0) > result.get("expert_count", 0):
+        raise FleetFileError("InvalidField", "exceeds expert_count",
+                             field=f"{prefix}experts_used")

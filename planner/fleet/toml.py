@@ -17,6 +17,7 @@ from planner.fleet._fields import (
     NODE_KEYS,
     PLANNING_KEYS,
     RELIABILITY_KEYS,
+    SPEED_NUMBER_FIELDS,
     TOP_KEYS,
     as_address,
     as_context,
@@ -319,6 +320,10 @@ def _model_to_toml(model: ModelChoice) -> dict[str, Any]:
         table["kv_bytes_per_token"] = numbers["kv_bytes_per_token"]
         if numbers.get("layer_weight_bytes") is not None:
             table["layer_weight_bytes"] = list(numbers["layer_weight_bytes"])
+        for key in SPEED_NUMBER_FIELDS:
+            if numbers.get(key) is not None:
+                table[key] = (exact_size_text(numbers[key]) if key == "active_weight_bytes"
+                              else numbers[key])
     return table
 
 

@@ -27,15 +27,17 @@ def fleet_table(fleets: Sequence[SizedFleet]) -> TextTable:
     """Fleets as text cells, cheapest first."""
     headers = ("rank", "fleet", "nodes", "cost_per_hour_usd", "context_length",
                "stage_count", "parallel_lanes", "estimated_tpot_ms", "tokens_per_s",
-               "cost_per_million_tokens_usd", "failures_tolerated")
+               "estimated_context_fill_s", "cost_per_million_tokens_usd",
+               "failures_tolerated")
     rows = tuple(
         (str(rank), fleet.label, str(fleet.node_count), f"{fleet.cost_per_hour_usd:,.2f}",
          f"{fleet.plan.context_length:,}", str(fleet.plan.stage_count),
          str(fleet.plan.parallel_lanes), _number(fleet.estimated_tpot_ms, 1),
-         _number(fleet.tokens_per_s, 1), _number(fleet.cost_per_million_tokens_usd, 2),
-         str(fleet.failures_tolerated))
+         _number(fleet.tokens_per_s, 1),
+         _number(None if (fill := fleet.estimated_context_fill_ms) is None else fill / 1000, 1),
+         _number(fleet.cost_per_million_tokens_usd, 2), str(fleet.failures_tolerated))
         for rank, fleet in enumerate(fleets, 1))
-    return TextTable(headers, rows, ("r", "l", *("r",) * 9))
+    return TextTable(headers, rows, ("r", "l", *("r",) * 10))
 
 
 def question_rows(result: SizingResult, model_name: str) -> list[tuple[str, str]]:

@@ -126,10 +126,23 @@ def estimate_rows(content: ReportContent) -> list[tuple[str, str]]:
         ("estimated cost per hour", "—" if cost is None else f"USD {cost:,.2f}"),
         ("estimated cost per million tokens",
          "—" if per_million is None else f"USD {per_million:,.2f}"),
-        ("estimate basis", f"{estimate['bandwidth_efficiency']:.0%} of peak memory "
-                           f"bandwidth, links {estimate['link_bandwidth_bytes_per_s']:,} B/s"),
+        *((("estimated time to fill the context", _duration(fill)),) if (
+            fill := estimate.get("estimated_context_fill_ms")) is not None else ()),
+        *((("estimated time to first token",
+            f"{_duration(ttft)} for {estimate['prompt_tokens']:,} prompt tokens"),) if (
+            ttft := estimate.get("ttft_ms")) is not None else ()),
+        ("estimate basis", (f"{efficiency:.0%} of peak memory bandwidth" if (
+            efficiency := estimate.get("bandwidth_efficiency")) is not None else
+            "calibrated on published llama.cpp measurements")
+         + f", links {estimate['link_bandwidth_bytes_per_s']:,} B/s"),
         *(("estimate note", note) for note in estimate["notes"]),
     ]
+
+
+def _duration(ms: float) -> str:
+    from planner.performance import format_duration_ms
+
+    return format_duration_ms(ms)
 
 
 def stage_table(content: ReportContent) -> TextTable:
@@ -233,7 +246,9 @@ def candidate_rows_table(records: Sequence[dict[str, Any]]) -> TextTable:
     estimated = any(row.get("estimated_tpot_ms") is not None for row in records)
     rows = []
     for row in records:
+        fill = row.get("estimated_context_fill_ms")
         extra = (_ms(row.get("estimated_tpot_ms")), _number(row.get("tokens_per_s"), 1),
+                 "—" if fill is None else _duration(fill),
                  _number(row.get("cost_per_hour_usd"), 2),
                  _number(row.get("cost_per_million_tokens_usd"), 2)) if estimated else ()
         rows.append((
@@ -250,8 +265,8 @@ def candidate_rows_table(records: Sequence[dict[str, Any]]) -> TextTable:
             row["reason"] or "",
             *extra,
         ))
-    extra_headers = (("est. decode TPOT", "est. tokens/s", "est. USD/h",
-                      "est. USD/M tokens") if estimated else ())
+    extra_headers = (("est. decode TPOT", "est. tokens/s", "est. context fill",
+                      "est. USD/h", "est. USD/M tokens") if estimated else ())
     return _table(("context", "stages", "lanes", "fits", "nodes", "min remaining",
                    "total remaining", "est. TPOT", "target met", "selected", "why not",
                    *extra_headers), rows, "rrrllrrrlll" + "r" * len(extra_headers))

@@ -43,6 +43,11 @@ class SizedFleet:
         return None if self.estimate is None else self.estimate.tokens_per_s
 
     @property
+    def estimated_context_fill_ms(self) -> float | None:
+        """The estimated prefill of the plan's whole context (``None`` unknown)."""
+        return None if self.estimate is None else self.estimate.estimated_context_fill_ms
+
+    @property
     def cost_per_million_tokens_usd(self) -> float | None:
         if self.estimate is None:
             return None
@@ -65,6 +70,7 @@ class SizedFleet:
             "parallel_lanes": self.plan.parallel_lanes,
             "estimated_tpot_ms": self.estimated_tpot_ms,
             "tokens_per_s": self.tokens_per_s,
+            "estimated_context_fill_ms": self.estimated_context_fill_ms,
             "cost_per_million_tokens": self.cost_per_million_tokens_usd,
             "failures_tolerated": self.failures_tolerated,
         }
@@ -72,7 +78,8 @@ class SizedFleet:
 
 SIZING_COLUMNS = ("fleet", "node_count", "node_ids", "cost_per_hour_usd", "context_length",
                   "stage_count", "parallel_lanes", "estimated_tpot_ms", "tokens_per_s",
-                  "cost_per_million_tokens_usd", "failures_tolerated")
+                  "estimated_context_fill_ms", "cost_per_million_tokens_usd",
+                  "failures_tolerated")
 
 
 def fleets_frame(fleets: Sequence[SizedFleet], kinds: Sequence[str] = ()) -> pd.DataFrame:
@@ -90,6 +97,7 @@ def fleets_frame(fleets: Sequence[SizedFleet], kinds: Sequence[str] = ()) -> pd.
             "parallel_lanes": fleet.plan.parallel_lanes,
             "estimated_tpot_ms": fleet.estimated_tpot_ms,
             "tokens_per_s": fleet.tokens_per_s,
+            "estimated_context_fill_ms": fleet.estimated_context_fill_ms,
             "cost_per_million_tokens_usd": fleet.cost_per_million_tokens_usd,
             "failures_tolerated": fleet.failures_tolerated,
             **{f"count_{kind}": counts.get(kind, 0) for kind in used},
@@ -100,7 +108,8 @@ def fleets_frame(fleets: Sequence[SizedFleet], kinds: Sequence[str] = ()) -> pd.
         "fleet": "string", "node_count": "int64", "cost_per_hour_usd": "float64",
         "context_length": "int64", "stage_count": "int64", "parallel_lanes": "int64",
         "estimated_tpot_ms": "Float64", "tokens_per_s": "Float64",
-        "cost_per_million_tokens_usd": "Float64", "failures_tolerated": "int64",
+        "estimated_context_fill_ms": "Float64", "cost_per_million_tokens_usd": "Float64",
+        "failures_tolerated": "int64",
         **{f"count_{kind}": "int64" for kind in used},
     })
 

@@ -49,12 +49,12 @@ from planner.limits import DEFAULT_PRICE_KIND
 from planner.models.gpus import GpuModel
 from planner.models.spec import ModelSpec
 from planner.performance import (
-    DEFAULT_BANDWIDTH_EFFICIENCY,
     DEFAULT_LINK_BANDWIDTH_BYTES_PER_S,
     ModelTraffic,
     PerformanceError,
     PlanEstimate,
     estimate_plan,
+    load_calibration,
     node_speeds,
 )
 from planner.planning import rules
@@ -318,7 +318,7 @@ def size_fleet(
     context_length_override: int | None = None,
     parallel_lanes_override: int | None = None,
     pareto: bool = True,
-    bandwidth_efficiency: float = DEFAULT_BANDWIDTH_EFFICIENCY,
+    bandwidth_efficiency: float | None = None,
     link_bandwidth_bytes_per_s: int = DEFAULT_LINK_BANDWIDTH_BYTES_PER_S,
     price_kind: str = DEFAULT_PRICE_KIND,
 ) -> SizingResult:
@@ -411,7 +411,11 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
         read = (sum(weights) * search.traffic.active_weight_bytes
                 / search.traffic.model_weight_bytes
                 + (sum(costs) - sum(weights)))
-        min_bandwidth_ms = read / search.options["bandwidth_efficiency"] * 1000
+        # A bound below every stage's read time: at the highest efficiency any memory
+        # type reaches (or the one asked for).
+        efficiency = (search.options["bandwidth_efficiency"]
+                      or load_calibration().max_read_efficiency)
+        min_bandwidth_ms = read / efficiency * 1000
     needs = _Needs(search, costs, min_bandwidth_ms)
     kinds = len(search.kinds)
     # The tree decides the largest kinds first (catalog order among equals): then the f

@@ -14,6 +14,7 @@ import pandas as pd
 from planner.errors import CodedError, PlanError
 from planner.performance import (
     PlanEstimate,
+    format_duration_ms,
     try_estimate,
     with_candidate_estimates,
     with_stage_estimates,
@@ -106,10 +107,13 @@ class Evaluation:
         estimate = self.estimate
         text = (f"speed estimate: {estimate.estimated_tpot_ms:,.1f} ms per token, "
                 f"{estimate.tokens_per_s:,.1f} tokens/s")
+        if estimate.estimated_context_fill_ms is not None:
+            text += (f", filling the context takes "
+                     f"{format_duration_ms(estimate.estimated_context_fill_ms)}")
         if estimate.cost_per_hour_usd is not None:
             text += (f", USD {estimate.cost_per_hour_usd:,.2f}/h, USD "
                      f"{estimate.cost_per_million_tokens_usd:,.2f} per million tokens")
-        return text + " (estimate)"
+        return text + " (estimate)" + (f" {estimate.error_note}" if estimate.error_note else "")
 
 
 def fleet_warnings(request: PlanningInput) -> tuple[str, ...]:

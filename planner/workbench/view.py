@@ -18,6 +18,7 @@ from planner.figures import (
     layer_ranges_figure,
     memory_figure,
 )
+from planner.performance import format_duration_ms
 from planner.planning import ChoiceExplanation, ShapeOption
 from planner.planning.explain import RULE_TEXT
 from planner.units import format_bytes, format_milliseconds
@@ -96,18 +97,25 @@ def _short_nodes(node_ids: tuple[str, ...], shown: int = 6) -> str:
 def candidates_table_html(candidates: pd.DataFrame) -> str:
     """One row per (context, stage count) shape; lanes are folded together."""
     shapes = candidate_shapes(candidates)
-    # The speed estimate's TPOT does not depend on lanes: one value per shape.
+    # One value per shape: the speed estimate of its first row (most lanes); the time to
+    # fill the context does not depend on lanes.
     decode: dict[tuple[int, int], float] = {}
+    fill: dict[tuple[int, int], float] = {}
     if "estimated_tpot_ms" in candidates:
         for row in candidates.itertuples(index=False):
             if not pd.isna(row.estimated_tpot_ms):
                 decode.setdefault((row.context_length, row.stage_count),
                                   float(row.estimated_tpot_ms))
+            filled = getattr(row, "estimated_context_fill_ms", None)
+            if filled is not None and not pd.isna(filled):
+                fill.setdefault((row.context_length, row.stage_count), float(filled))
     headers = [("context", False), ("stages", False), ("fits", True), ("est. TPOT", False),
                ("target", True), ("smallest margin", False), ("nodes / reason", True),
                ("selected", True)]
     if decode:
         headers.append(("est. decode TPOT", False))
+    if fill:
+        headers.append(("est. context fill", False))
     rows = []
     for shape in shapes.itertuples(index=False):
         estimate = shape.estimated_decode_network_ms_per_token
@@ -125,6 +133,9 @@ def candidates_table_html(candidates: pd.DataFrame) -> str:
             *([_cell(f"{value:,.1f} ms" if (value := decode.get(
                 (shape.context_length, shape.stage_count))) is not None else "")]
               if decode else []),
+            *([_cell(format_duration_ms(value) if (value := fill.get(
+                (shape.context_length, shape.stage_count))) is not None else "")]
+              if fill else []),
         ]))
     return _table(headers, rows)
 

@@ -1,0 +1,120 @@
+"""``planner speed``, run as a real process, and its agreement with the calibration path
+(validation/speed) on the same model, GPU and split."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from test_cli import assert_user_error, run
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "validation" / "speed"))
+
+import calibration as speed_calibration  # noqa: E402
+
+from planner.fleet import fleet_to_toml, parse_fleet_toml  # noqa: E402
+from planner.performance import load_calibration  # noqa: E402
+
+KEYS = {"estimate", "model", "gpu", "gpus", "context", "lanes", "tpot_ms", "tokens_per_s",
+        "prompt_tokens", "ttft_ms", "prefill_tokens_per_s", "cost_per_hour_usd",
+        "cost_per_million_tokens_usd", "terms", "notes"}
+
+
+def _json(*args: str) -> dict:
+    done = run("speed", *args, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_json_gives_decode_prefill_and_the_terms() -> None:
+    found = _json("llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--gpus", "2", "--context", "8k",
+                  "--prompt-tokens", "2048")
+    assert set(found) == KEYS and found["estimate"] is True
+    assert found["tokens_per_s"] == pytest.approx(1000 / found["tpot_ms"])
+    assert found["prefill_tokens_per_s"] == pytest.approx(2048 * 1000 / found["ttft_ms"])
+    assert len(found["terms"]["stages"]) == 2
+    assert found["notes"][0].startswith("Estimated, not measured")
+    assert "held-out" in found["notes"][1]
+    # More lanes: more tokens per second, each step slower.
+    four = _json("llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--gpus", "2", "--context", "8k",
+                 "--lanes", "4")
+    assert four["tokens_per_s"] > found["tokens_per_s"] and four["tpot_ms"] > found["tpot_ms"]
+    # A longer cache slows decode.
+    long = _json("llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--gpus", "2", "--context", "64k")
+    assert long["tpot_ms"] > found["tpot_ms"]
+
+
+def test_a_split_prefills_a_long_prompt_faster_not_a_short_one() -> None:
+    def ttft(gpus: str, prompt: str) -> float:
+        return _json("llama-3.1-70b", "--gpu", "h200-141gb", "--gpus", gpus,
+                     "--prompt-tokens", prompt)["ttft_ms"]
+    assert ttft("4", "512") >= ttft("1", "512")
+    assert ttft("4", "16384") < 0.6 * ttft("1", "16384")
+
+
+def test_human_output_is_labelled_an_estimate() -> None:
+    done = run("speed", "gpt-oss-120b", "--gpu", "rtx-4090", "--gpus", "4")
+    assert done.returncode == 0, done.stderr
+    assert "ESTIMATE" in done.stdout and "time to first token" in done.stdout
+    assert "Median error on held-out published measurements" in done.stdout
+
+
+def test_a_kind_without_fp16_throughput_gets_no_prefill() -> None:
+    found = _json("llama-3.1-70b", "--gpu", "m3-ultra-256gb")
+    assert found["ttft_ms"] is None and found["prefill_tokens_per_s"] is None
+    assert any("no fp16_tflops" in note for note in found["notes"])
+
+
+def test_a_fleet_file_with_numbers_and_speed_fields(tmp_path: Path) -> None:
+    fleet = tmp_path / "moe.toml"
+    fleet.write_text(
+        '[model]\nnative_context_length = 32768\nlayer_count = 24\n'
+        'model_weight_bytes = "12 GiB"\nkv_bytes_per_token = 49152\nhidden_size = 2880\n'
+        'active_weight_bytes = "2 GiB"\nparameter_count = 21000000000\n'
+        "expert_count = 32\nexperts_used = 4\n\n"
+        '[[nodes]]\nid = "gpu"\nvram = "24 GiB"\n')
+    document = parse_fleet_toml(fleet.read_text())
+    assert document.model.numbers["expert_count"] == 32
+    assert parse_fleet_toml(fleet_to_toml(document)).model == document.model
+    one = _json(str(fleet), "--gpu", "rtx-4090")
+    eight = _json(str(fleet), "--gpu", "rtx-4090", "--lanes", "8")
+    assert one["ttft_ms"] is not None
+    # Eight lanes read more distinct experts: each step is slower than one lane's.
+    assert eight["tpot_ms"] > 1.2 * one["tpot_ms"]
+    bad = tmp_path / "bad.toml"
+    bad.write_text(fleet.read_text().replace("experts_used = 4\n", ""))
+    assert_user_error(run("speed", str(bad), "--gpu", "rtx-4090"), 2, "experts_used")
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (("llama-3.1-70b", "--gpu", "no-such-gpu"), "--gpu"),
+    (("llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--gpus", "0"), "--gpus"),
+    (("llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--context", "lots"), "--context"),
+    (("llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--lanes", "0"), "--lanes"),
+    (("llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--gpus", "81"), "--gpus"),
+    (("llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--kv-cache-type", "q9"), "q9"),
+])
+def test_bad_input_is_named(args: tuple[str, ...], named: str) -> None:
+    assert_user_error(run("speed", *args), 2, named)
+
+
+def test_the_command_and_the_calibration_agree_on_a_measured_run() -> None:
+    """The H100 PCIe row of llama3-70b Q4_K_M on 4 GPUs (tg512): ``planner speed`` on the
+    shipped catalog's H100 PCIe gives the calibration's estimate, within the differences
+    of their inputs (the command reads the whole cache at the end of the context; the
+    calibration at the mean of the run; the preset is Llama 3.1)."""
+    rows = speed_calibration.load_rows()
+    row = next(r for r in rows if r.gpu.kind == "h100-pcie-80gb" and r.gpu_count == 4
+               and r.model["id"] == "llama3-70b" and r.test == "tg512"
+               and r.file_bytes < 50 * 2**30)
+    expected_ms = speed_calibration.predict_ms(row, load_calibration())
+    found = _json("llama-3.1-70b", "--gpu", "h100-pcie-80gb", "--gpus", "4", "--context",
+                  "256")
+    # The same shapes and GPU, other weights (the preset's Q8_0, the file's Q4_K_M): scaled
+    # by the bytes, the decode times agree within 15 %.
+    preset_bytes = 74963313152
+    assert found["tpot_ms"] == pytest.approx(expected_ms * preset_bytes / row.file_bytes,
+                                             rel=0.15)
