@@ -147,6 +147,9 @@ class ModelTraffic:
     # Query heads x head size; the hidden size when not given.
     attention_width: int | None = None
     parameter_count: int | None = None
+    # All routed experts' bytes when the model states them (a preset's parts, a GGUF's
+    # ``*_exps`` tensors); else derived from ``active_weight_bytes`` (:attr:`routed_bytes`).
+    routed_expert_bytes: int | None = None
 
     @property
     def quantized(self) -> bool:
@@ -176,6 +179,10 @@ class ModelTraffic:
             raise PerformanceError("InvalidPerformanceInput",
                                    f"experts_used exceeds expert_count {self.expert_count}",
                                    field="experts_used", value=self.experts_used)
+        if self.routed_expert_bytes is not None:
+            object.__setattr__(self, "routed_expert_bytes", integer(
+                self.routed_expert_bytes, _bad("routed_expert_bytes"), minimum=0,
+                maximum=self.model_weight_bytes))
         if (self.token_embedding_bytes or 0) >= self.model_weight_bytes:
             raise PerformanceError("InvalidPerformanceInput",
                                    "token_embedding_bytes must be below model_weight_bytes",
@@ -189,7 +196,8 @@ class ModelTraffic:
                    active_parameter_count=spec.active_parameter_count,
                    expert_count=spec.expert_count, experts_used=spec.experts_used,
                    token_embedding_bytes=spec.token_embedding_bytes,
-                   parameter_count=spec.parameter_count)
+                   parameter_count=spec.parameter_count,
+                   routed_expert_bytes=spec.routed_expert_bytes)
 
     @classmethod
     def dense(cls, model_weight_bytes: int, hidden_size: int | None = None,
@@ -198,12 +206,15 @@ class ModelTraffic:
                    active_parameter_count=parameter_count, parameter_count=parameter_count)
 
     @property
-    def routed_expert_bytes(self) -> int:
-        """Bytes of the routed experts, all of them: from ``active = model - routed +
-        routed x k / n``; 0 for a dense model or one whose experts are not given."""
+    def routed_bytes(self) -> int:
+        """Bytes of the routed experts, all of them: as the model states them, else
+        from ``active = model - routed + routed x k / n`` (numbers typed by hand); 0 for a
+        dense model or one whose experts are not given."""
         if self.expert_count is None or self.experts_used is None or (
                 self.experts_used >= self.expert_count):
             return 0
+        if self.routed_expert_bytes is not None:
+            return self.routed_expert_bytes
         unread = self.model_weight_bytes - self.active_weight_bytes
         share = 1 - self.experts_used / self.expert_count
         return min(self.model_weight_bytes, round(unread / share))
@@ -216,13 +227,17 @@ class ModelTraffic:
         return 1 - (1 - self.experts_used / self.expert_count) ** tokens
 
     def read_share(self, tokens: int) -> float:
-        """The share of the weights (without token embeddings) a step of ``tokens``
-        tokens reads."""
-        routed = self.routed_expert_bytes
-        if routed == 0:
-            return self.active_weight_bytes / self.model_weight_bytes
-        shared = self.model_weight_bytes - routed
-        return (shared + routed * self.expert_share(tokens)) / self.model_weight_bytes
+        """The share of the weights beside the token embeddings that a step of
+        ``tokens`` tokens reads: the shared weights whole and the expected share of the
+        routed experts; without them, all of it when the embeddings are known (they are
+        apart), else the ``active_weight_bytes`` share."""
+        body = self.model_weight_bytes - (self.token_embedding_bytes or 0)
+        routed = self.routed_bytes
+        if routed:
+            return (body - routed + routed * self.expert_share(tokens)) / body
+        if self.token_embedding_bytes is not None:
+            return 1.0
+        return self.active_weight_bytes / self.model_weight_bytes
 
 
 def model_traffic(spec: ModelSpec | None, numbers: Mapping[str, Any] | None = None
@@ -519,11 +534,11 @@ def stage_terms(load: StageLoad, device: Device, traffic: ModelTraffic, *, token
     ``tokens`` lanes, or a ubatch): the weights a step of that many tokens reads, the
     cache of ``cached`` tokens read ``kv_read_tokens / cached`` times over, and
     ``attention_pairs`` (query, cached token) pairs of attention compute."""
-    if traffic.routed_expert_bytes:
+    if traffic.routed_bytes:
         routed = load.routed_expert_bytes
         weights = load.weight_bytes - routed + routed * traffic.expert_share(tokens)
     else:
-        weights = load.weight_bytes * traffic.active_weight_bytes / traffic.model_weight_bytes
+        weights = load.weight_bytes * traffic.read_share(tokens)
     weights += load.embedding_row_bytes * tokens
     kv = load.kv_bytes(cached) * (kv_read_tokens / np.maximum(cached, 1))
     weight_ms = weights / (device.weight_efficiency * device.bandwidth_bytes_per_s) * 1000
@@ -759,7 +774,7 @@ def stage_loads(request: PlanningInput, plan: Plan, traffic: ModelTraffic) -> li
     model = sum(weights)
     body = max(1, model - embedding)
     width = traffic.attention_width or traffic.hidden_size or 0
-    routed = traffic.routed_expert_bytes
+    routed = traffic.routed_bytes
     loads = []
     for stage in plan.stages:
         held = sum(weights[stage.layer_start:stage.layer_end])
@@ -770,12 +785,14 @@ def stage_loads(request: PlanningInput, plan: Plan, traffic: ModelTraffic) -> li
         held = max(0, held)
         active = (None if traffic.active_parameter_count is None else
                   traffic.active_parameter_count * held / body)
+        # Of those, the routed experts' share, taken as their share of the bytes one
+        # token reads (a model states no split of its active parameters).
+        one_token = body * traffic.read_share(1)
         routed_active = (0.0 if active is None or not routed else
-                         active * routed * traffic.experts_used / traffic.expert_count
-                         / traffic.active_weight_bytes)
+                         active * routed * traffic.expert_share(1) / one_token)
         loads.append(StageLoad(
             layer_count=stage.layer_count, weight_bytes=held,
-            routed_active_parameters=routed_active * held / body if False else routed_active,
+            routed_active_parameters=routed_active,
             routed_expert_bytes=round(routed * held / body),
             active_parameters=active if active is not None else 0.0,
             kv_bytes_per_token=kv_layer * stage.layer_count,

@@ -142,7 +142,7 @@ EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
     "planner.performance.ModelTraffic": lambda: dict(
         model_weight_bytes=100, active_weight_bytes=10, hidden_size=64,
         active_parameter_count=40, expert_count=8, experts_used=2, token_embedding_bytes=5,
-        attention_width=64, parameter_count=200),
+        attention_width=64, parameter_count=200, routed_expert_bytes=80),
     "planner.performance.SpeedCalibration": lambda: dict(
         weight_efficiency={"gddr/cuda": 0.9}, kv_efficiency={"gddr/cuda": 0.3},
         compute_efficiency={"gddr/cuda": 0.4}, attention_efficiency={"gddr/cuda": 0.1},

@@ -186,7 +186,7 @@ def _one_load(layers: int = 10, weight: int = 10**9, active: float = 5e8) -> Sta
 def test_lanes_of_a_mixture_of_experts_read_the_expected_distinct_experts() -> None:
     # 8 GiB of which 6 GiB routed experts, 2 of 8 used per token: active = 2 + 6/4.
     traffic = ModelTraffic(8 * GIB, round(3.5 * GIB), 1000, expert_count=8, experts_used=2)
-    assert traffic.routed_expert_bytes == 6 * GIB
+    assert traffic.routed_bytes == 6 * GIB
     for lanes in (1, 2, 4, 32):
         distinct = 1 - (1 - 2 / 8) ** lanes
         assert traffic.read_share(lanes) == pytest.approx((2 + 6 * distinct) / 8)

@@ -126,7 +126,8 @@ def traffic_of(model: dict[str, Any], file_bytes: int) -> ModelTraffic:
     return ModelTraffic(file_bytes, round(active_bytes), model["hidden_size"],
                         active_parameter_count=round(active_params), expert_count=count,
                         experts_used=used, token_embedding_bytes=round(embedding_bytes),
-                        attention_width=model["attention_width"], parameter_count=params)
+                        attention_width=model["attention_width"], parameter_count=params,
+                        routed_expert_bytes=round(expert_bytes))
 
 
 def loads_of(row: Row) -> tuple[list[StageLoad], ModelTraffic]:
@@ -146,7 +147,7 @@ def loads_of(row: Row) -> tuple[list[StageLoad], ModelTraffic]:
         width = model["attention_width"]
         loads.append(StageLoad(
             layer_count=span, weight_bytes=round(body * share),
-            routed_expert_bytes=round(traffic.routed_expert_bytes * share),
+            routed_expert_bytes=round(traffic.routed_bytes * share),
             active_parameters=(traffic.active_parameter_count or 0) * share,
             routed_active_parameters=(model.get("expert_parameters", 0) * share
                                       * (used / count if (count := model.get("expert_count"))
