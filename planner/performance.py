@@ -175,7 +175,8 @@ class ModelTraffic:
             raise PerformanceError("InvalidPerformanceInput",
                                    "expert_count and experts_used go together",
                                    field="experts_used")
-        if self.expert_count is not None and self.experts_used > self.expert_count:
+        if (self.expert_count is not None and self.experts_used is not None
+                and self.experts_used > self.expert_count):
             raise PerformanceError("InvalidPerformanceInput",
                                    f"experts_used exceeds expert_count {self.expert_count}",
                                    field="experts_used", value=self.experts_used)
@@ -479,7 +480,7 @@ class StageLoad:
         """Cached tokens a full-attention and a windowed layer hold (numbers or arrays)."""
         return cached, np.minimum(cached, self.window) if self.window else 0 * cached
 
-    def kv_bytes(self, cached: int) -> int:
+    def kv_bytes(self, cached: Any) -> Any:
         full, windowed = self.kv_tokens(cached)
         return self.kv_bytes_per_token * full + self.window_kv_bytes_per_token * windowed
 
@@ -548,14 +549,15 @@ def stage_terms(load: StageLoad, device: Device, traffic: ModelTraffic, *, token
         # A ubatch's routed experts each multiply only the tokens routed to them: small
         # products, below the full rate. A decode step's kernels are matrix-vector ones,
         # whose compute is the plain rate's.
-        routed = load.routed_active_parameters if overlap else 0.0
+        routed_active = load.routed_active_parameters if overlap else 0.0
         routed_tokens = np.maximum(
             tokens * (traffic.experts_used or 1) / (traffic.expert_count or 1), 1e-9)
         full = device.matrix_rate(math.inf, traffic.quantized)
         compute_ms = 1000 * (
-            2 * (load.active_parameters - routed) * tokens / full
-            + (2 * routed * tokens / device.matrix_rate(routed_tokens, traffic.quantized)
-               if routed else 0.0))
+            2 * (load.active_parameters - routed_active) * tokens / full
+            + (2 * routed_active * tokens
+               / device.matrix_rate(routed_tokens, traffic.quantized)
+               if routed_active else 0.0))
         attention = device.attention_flops_per_s or device.compute_flops_per_s
         attention_ms = 4 * attention_pairs / attention * 1000
     return StageTerms(weight_ms, kv_ms, compute_ms, attention_ms,
@@ -619,8 +621,8 @@ def prefill_ms(loads: Sequence[StageLoad], devices: Sequence[Device],
     tokens = np.zeros((len(batches), width))
     at = np.zeros((len(batches), width))
     for b, batch in enumerate(batches):
-        for j, (size, start) in enumerate(batch):
-            tokens[b, j], at[b, j] = size, start
+        for j, (size, first) in enumerate(batch):
+            tokens[b, j], at[b, j] = size, first
     present = tokens > 0
     times = []
     for load, device in zip(loads, devices, strict=True):

@@ -190,7 +190,8 @@ class ModelSpec:
                            f"exceeds model_weight_bytes {self.model_weight_bytes:,}", active)
         if (self.expert_count is None) != (self.experts_used is None):
             raise _invalid("experts_used", "and expert_count go together", self.experts_used)
-        if self.expert_count is not None and self.experts_used > self.expert_count:
+        if (self.expert_count is not None and self.experts_used is not None
+                and self.experts_used > self.expert_count):
             raise _invalid("experts_used", f"exceeds expert_count {self.expert_count}",
                            self.experts_used)
         for smaller, larger in (("active_parameter_count", "parameter_count"),
