@@ -34,7 +34,7 @@ NAME = "speed"
 DEFAULT_CONTEXT = 4096
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         commands, NAME, run,
         help="estimate decode and prefill speed of a model on GPUs of one kind",
