@@ -10,7 +10,7 @@ APP_PORT ?= 8866
 
 help:
 	@echo "make lab    JupyterLab on notebooks/workbench.ipynb"
-	@echo "make app    the workbench as a standalone Voila page"
+	@echo "make app    every notebook as a standalone Voila page, with an index page"
 	@echo "make test   ruff + pytest (notebooks and browser test included)"
 	@echo "make test-fast  ruff + pytest without the slow, notebook and browser tests"
 	@echo "make bench  planner benchmarks"
@@ -31,7 +31,8 @@ install: $(STAMP)
 lab: $(STAMP)
 	$(BIN)/python -m planner.workbench.serve lab --port $(PORT)
 
-# Voila, one kernel per page; a closed page's kernel is shut down once idle.
+# Voila on every notebook, with an index page; one kernel per page, a closed page's kernel
+# is shut down once idle.
 app: $(STAMP)
 	$(BIN)/python -m planner.workbench.serve app --port $(APP_PORT)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -18,11 +19,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import nbformat
 import pytest
 
-from planner.workbench.serve import stop
+from planner.workbench.serve import stop, voila_environment
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
@@ -106,8 +108,8 @@ def notebook_dir(directory: Path) -> Path:
 def jupyter_server(command: Sequence[str], port: int, log_path: Path,
                    cwd: Path) -> Iterator[subprocess.Popen[bytes]]:
     """Run a Jupyter server (Voilà or JupyterLab) until the block ends."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    env = voila_environment(dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])))
     env["JUPYTER_CONFIG_DIR"] = str(log_path.parent / "jupyter-config")
     env["JUPYTER_RUNTIME_DIR"] = str(log_path.parent / "jupyter-runtime")
     with log_path.open("wb") as log:
@@ -156,12 +158,55 @@ _READ_CHART = """(selector) => {
     : '';
   const drawn = plot.querySelector('.gtitle');
   const ticks = sel => [...plot.querySelectorAll(sel)].map(t => t.textContent);
+  const box = plot.getBoundingClientRect();
+  const svg = plot.querySelector('svg.main-svg');
   return {
     count: plots.length, traces: traces, title: title,
     drawn_title: drawn ? drawn.textContent : '',
     x_ticks: ticks('.xtick text'), y_ticks: ticks('.ytick text'),
+    width: box.width, height: box.height,
+    svg_width: svg ? Number(svg.getAttribute('width')) : 0,
+    svg_height: svg ? Number(svg.getAttribute('height')) : 0,
+    layout_height: (plot.layout && plot.layout.height) || 0,
   };
 }"""
+
+# Narrower than this, a chart is a sliver: its bars and ticks cannot be read.
+MIN_CHART_WIDTH = 360
+
+
+def drawn_problems(chart: dict[str, Any], min_width: float = MIN_CHART_WIDTH) -> list[str]:
+    """What is wrong with how a chart is drawn (empty when it reads): its size on the
+    page and the figure it drew, and tick labels with text on both axes."""
+    problems = []
+    if chart.get("count") != 1 or "traces" not in chart:
+        return [f"{chart.get('count', 0)} charts drawn, not 1"]
+    if chart["width"] < min_width or chart["svg_width"] < min_width:
+        problems.append(f"drawn {chart['width']:.0f} px wide (figure {chart['svg_width']:.0f} "
+                        f"px), below {min_width} px")
+    if chart["layout_height"] and abs(chart["svg_height"] - chart["layout_height"]) > 1:
+        problems.append(f"drawn {chart['svg_height']:.0f} px high, not its "
+                        f"{chart['layout_height']} px")
+    for axis in ("x_ticks", "y_ticks"):
+        if not [label for label in chart[axis] if label.strip()]:
+            problems.append(f"no {axis.replace('_', ' ')} labels")
+    return problems
+
+
+def wait_until_drawn(page: Any, selector: str, what: str, timeout: float = EDIT_SECONDS,
+                     min_width: float = MIN_CHART_WIDTH) -> dict[str, Any]:
+    """Poll the chart in ``selector`` until it is drawn full size with labelled axes;
+    fail saying how it is drawn."""
+    deadline = time.monotonic() + timeout
+    chart: dict[str, Any] = {}
+    problems: list[str] = ["not read yet"]
+    while time.monotonic() < deadline:
+        chart = read_chart(page, selector)
+        problems = drawn_problems(chart, min_width)
+        if not problems:
+            return chart
+        time.sleep(0.1)
+    pytest.fail(f"{selector} {what}: {'; '.join(problems)}")
 
 
 def read_chart(page: Any, selector: str) -> dict[str, Any]:
@@ -193,8 +238,50 @@ def trace(chart: dict[str, Any], name: str) -> dict[str, Any]:
     return next(t for t in chart["traces"] if t.get("name") == name)
 
 
-def page_errors(page: Any) -> list[str]:
-    """Collect uncaught script errors on ``page`` (the list fills as they happen)."""
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    return errors
+LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost"})
+
+
+class PageWatch:
+    """What went wrong on a page while it was open: uncaught script errors, console
+    errors, and requests to any host but this machine (a page must work offline: every
+    asset is served locally)."""
+
+    def __init__(self, page: Any) -> None:
+        self.errors: list[str] = []
+        self.foreign: list[str] = []
+        page.on("pageerror", lambda error: self.errors.append(f"uncaught: {error}"))
+        page.on("console", self._console)
+        page.on("request", self._request)
+
+    def _console(self, message: Any) -> None:
+        if message.type == "error":
+            self.errors.append(f"console: {message.text}")
+
+    def _request(self, request: Any) -> None:
+        url = urlsplit(request.url)
+        if url.scheme in ("http", "https", "ws", "wss") and url.hostname not in LOCAL_HOSTS:
+            self.foreign.append(request.url)
+
+    def problems(self) -> list[str]:
+        return [*self.errors, *(f"request to another host: {url}" for url in self.foreign)]
+
+
+def page_errors(page: Any) -> PageWatch:
+    """Start watching ``page``; :meth:`PageWatch.problems` lists what went wrong."""
+    return PageWatch(page)
+
+
+# -- screenshots kept as test artifacts ------------------------------------------------------
+
+ARTIFACTS = Path(os.environ.get("PLANNER_TEST_ARTIFACTS") or REPO / ".artifacts" / "browser")
+"""Where the browser tests keep a screenshot of each chart after each edit
+($PLANNER_TEST_ARTIFACTS, default .artifacts/browser in the repository)."""
+
+
+def save_screenshot(page: Any, selector: str, name: str) -> Path:
+    """A screenshot of the first element matching ``selector``, kept as
+    ``ARTIFACTS/<name>.png``."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', name)}.png"
+    page.locator(selector).first.screenshot(path=str(path))
+    return path

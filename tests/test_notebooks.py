@@ -24,13 +24,15 @@ def test_notebook_is_committed_without_outputs(path: Path) -> None:
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs_top_to_bottom(path: Path) -> None:
+def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path) -> None:
+    # Run from a folder of its own, as `make lab` runs its copies from .run/notebooks:
+    # a notebook finds the package's data wherever it runs.
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(
         notebook,
         timeout=600,
         kernel_name="python3",
-        resources={"metadata": {"path": str(path.parent)}},
+        resources={"metadata": {"path": str(tmp_path)}},
     )
     client.execute()
     errors = [

@@ -17,6 +17,7 @@ import pytest
 import workbench_scenarios as scenarios
 from browser_support import (
     PAGE_MS,
+    PageWatch,
     free_port,
     jupyter_bin,
     jupyter_server,
@@ -47,20 +48,21 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def workbench(browser: Any, voila: str) -> Iterator[Any]:
+def workbench(browser: Any, voila: str) -> Iterator[tuple[Any, PageWatch]]:
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     errors = page_errors(page)
     page.goto(voila + "workbench.ipynb", timeout=PAGE_MS, wait_until="domcontentloaded")
     page.locator(".wb-summary").get_by_text("5 stages").wait_for(timeout=PAGE_MS)
-    yield page
+    yield page, errors
     page.close()
-    assert errors == []
+    assert errors.problems() == []
 
 
 @pytest.mark.parametrize("check", scenarios.PAGE_CHECKS, ids=scenarios.PAGE_CHECK_IDS)
-def test_the_charts_show_what_the_planner_computes(workbench: Any,
+def test_the_charts_show_what_the_planner_computes(workbench: tuple[Any, PageWatch],
                                                    check: Callable[[Any], None]) -> None:
-    check(workbench)
+    page, watch = workbench
+    scenarios.run_page_check(page, watch, check, "voila")
 
 
 def test_fencing_stepper_redraws_on_next(browser: Any, voila: str,
@@ -79,7 +81,7 @@ def test_fencing_stepper_redraws_on_next(browser: Any, voila: str,
         scenarios.fencing_folded_scenario(page)
     finally:
         page.close()
-    assert errors == []
+    assert errors.problems() == []
 
 
 def _scale(transform: str) -> float:
@@ -88,14 +90,16 @@ def _scale(transform: str) -> float:
     return float(found.group(1)) if found else 1.0
 
 
-def test_screenshots_at_two_window_sizes(workbench: Any, tmp_path: Path) -> None:
-    scenarios.reset(workbench)
+def test_screenshots_at_two_window_sizes(workbench: tuple[Any, PageWatch],
+                                        tmp_path: Path) -> None:
+    page, _ = workbench
+    scenarios.reset(page)
     for width, height in ((1280, 800), (1920, 1080)):
-        workbench.set_viewport_size({"width": width, "height": height})
-        scenarios.wait_for_layers(workbench, scenarios.state_of(scenarios.DEFAULT_FLEET),
+        page.set_viewport_size({"width": width, "height": height})
+        scenarios.wait_for_layers(page, scenarios.state_of(scenarios.DEFAULT_FLEET),
                                   "the default plan")
         # Buttons show their whole label and the row labels stay on one line.
-        cut = workbench.evaluate("""() => [
+        cut = page.evaluate("""() => [
             ...[...document.querySelectorAll('.wb-root button')]
               .filter(b => b.offsetParent && (b.scrollWidth > b.clientWidth + 1
                       || b.getBoundingClientRect().right > window.innerWidth))
@@ -107,7 +111,7 @@ def test_screenshots_at_two_window_sizes(workbench: Any, tmp_path: Path) -> None
         assert cut == [], f"at {width}x{height}"
         # Every layer range label is drawn at (nearly) full size, the 2-layer stage's
         # "60–61 (2)" too: plotly scales a label that does not fit its bar to a sliver.
-        labels = workbench.evaluate("""(selector) =>
+        labels = page.evaluate("""(selector) =>
             [...document.querySelectorAll(selector + ' .bartext')].map(t => ({
               text: t.textContent, transform: t.getAttribute('transform') || ''}))""",
                                     scenarios.LAYERS)
@@ -115,14 +119,14 @@ def test_screenshots_at_two_window_sizes(workbench: Any, tmp_path: Path) -> None
         squeezed = [label for label in labels if _scale(label["transform"]) < 0.8]
         assert squeezed == [], f"at {width}x{height}"
         path = tmp_path / f"workbench-{width}x{height}.png"
-        workbench.screenshot(path=str(path), full_page=True)
+        page.screenshot(path=str(path), full_page=True)
         assert path.stat().st_size > 10_000
         # The page scrolls inside Voilà's own container: each chart is captured on its
         # own, scrolled into view.
         for name, selector in (("memory", scenarios.MEMORY), ("layers", scenarios.LAYERS),
                                ("candidates", scenarios.CANDIDATES)):
             chart = tmp_path / f"workbench-{width}x{height}-{name}.png"
-            workbench.locator(selector).first.screenshot(path=str(chart))
+            page.locator(selector).first.screenshot(path=str(chart))
             assert chart.stat().st_size > 10_000
 
 

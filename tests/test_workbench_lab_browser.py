@@ -19,6 +19,7 @@ import workbench_scenarios as scenarios
 from browser_support import (
     PAGE_MS,
     REPO,
+    PageWatch,
     fencing_stepper_notebook,
     free_port,
     launched_browser,
@@ -75,21 +76,22 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def workbench(browser: Any, lab: LabServer) -> Iterator[Any]:
+def workbench(browser: Any, lab: LabServer) -> Iterator[tuple[Any, PageWatch]]:
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     errors = page_errors(page)
     page.goto(lab.url(WORKBENCH), timeout=PAGE_MS, wait_until="domcontentloaded")
     # Nothing is run from the page: the workbench comes up planned.
     page.locator(".wb-summary").get_by_text("5 stages").wait_for(timeout=PAGE_MS)
-    yield page
+    yield page, errors
     page.close()
-    assert errors == []
+    assert errors.problems() == []
 
 
 @pytest.mark.parametrize("check", scenarios.PAGE_CHECKS, ids=scenarios.PAGE_CHECK_IDS)
-def test_the_charts_show_what_the_planner_computes(workbench: Any,
+def test_the_charts_show_what_the_planner_computes(workbench: tuple[Any, PageWatch],
                                                    check: Callable[[Any], None]) -> None:
-    check(workbench)
+    page, watch = workbench
+    scenarios.run_page_check(page, watch, check, "lab")
 
 
 def test_fencing_stepper_redraws_on_next(browser: Any, lab: LabServer,
@@ -107,13 +109,14 @@ def test_fencing_stepper_redraws_on_next(browser: Any, lab: LabServer,
         scenarios.fencing_folded_scenario(page)
     finally:
         page.close()
-    assert errors == []
+    assert errors.problems() == []
 
 
-def test_committed_notebooks_stay_clean(workbench: Any, lab: LabServer,
+def test_committed_notebooks_stay_clean(workbench: tuple[Any, PageWatch], lab: LabServer,
                                         before: tuple[dict[str, bytes], str]) -> None:
     """After the page was run, edited and saved, the outputs are in the copy only."""
-    workbench.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+    page, _ = workbench
+    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
     copy = nbformat.read(lab.root_dir / WORKBENCH, as_version=4)
     assert any(cell.get("outputs") for cell in copy.cells if cell.cell_type == "code")
     assert committed_notebooks() == before

@@ -12,7 +12,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from browser_support import EDIT_SECONDS, trace, wait_for_chart
+from browser_support import (
+    EDIT_SECONDS,
+    PageWatch,
+    save_screenshot,
+    trace,
+    wait_for_chart,
+    wait_until_drawn,
+)
 
 from planner.fleet import load_fleet
 from planner.units import parse_bytes
@@ -76,6 +83,16 @@ def wait_for_memory(page: Any, state: WorkbenchState, what: str) -> dict[str, An
     return wait_for_chart(page, MEMORY, ready, what)
 
 
+CHARTS = (MEMORY, LAYERS, CANDIDATES)
+
+
+def charts_drawn(page: Any, what: str) -> None:
+    """Every chart of the plan is drawn full size with labelled axes (a chart redrawn
+    while its box had no width was once left a sliver a few pixels wide)."""
+    for selector in CHARTS:
+        wait_until_drawn(page, selector, what)
+
+
 # -- driving the page ----------------------------------------------------------------------
 
 def type_into(locator: Any, value: str) -> None:
@@ -117,6 +134,7 @@ def vram_edit(page: Any) -> None:
     edited = with_node(state, 4, vram="24 GiB")
     chart = wait_for_memory(page, edited, "qwen-node-04 at 24 GiB")
     assert node_totals_gib(chart)["qwen-node-04"] == 24.0
+    charts_drawn(page, "after a VRAM edit")
 
 
 def fleet_file_load(page: Any) -> None:
@@ -128,6 +146,7 @@ def fleet_file_load(page: Any) -> None:
     assert len(trace(chart, "layers")["y"]) == 11
     assert "61 layers" in chart["drawn_title"]
     wait_for_memory(page, state, f"the nodes of {name}")
+    charts_drawn(page, f"after loading {name}")
 
 
 def add_and_remove_node(page: Any) -> None:
@@ -141,6 +160,7 @@ def add_and_remove_node(page: Any) -> None:
     removed = added.remove_node(0)
     wait_for_memory(page, removed, "five nodes after removing qwen-node-00")
     wait_for_layers(page, removed, "the plan without qwen-node-00")
+    charts_drawn(page, "after adding and removing a node")
 
 
 def _star(chart: dict[str, Any]) -> tuple[list[int], list[int]]:
@@ -169,6 +189,7 @@ def latency_and_tpot_edit(page: Any) -> None:
     wait_for_chart(page, CANDIDATES,
                    lambda c: set(trace(c, "feasible")["symbol"]) == {"circle-open"},
                    "every shape missing the 12 ms TPOT target")
+    charts_drawn(page, "after latency and TPOT target edits")
 
 
 def preset_change(page: Any) -> None:
@@ -178,6 +199,7 @@ def preset_change(page: Any) -> None:
     changed = state.with_model(preset_source(preset).fields)
     chart = wait_for_layers(page, changed, f"the plan of the {preset} preset")
     assert "(94 layers)" in chart["drawn_title"]
+    charts_drawn(page, "after a preset change")
 
 
 def default_plan_drawn(page: Any) -> None:
@@ -185,6 +207,7 @@ def default_plan_drawn(page: Any) -> None:
     state = state_of(DEFAULT_FLEET)
     wait_for_layers(page, state, "the default plan, without running a cell")
     wait_for_memory(page, state, "the default fleet, without running a cell")
+    charts_drawn(page, "as the page opens")
 
 
 # What each front-end's test file checks on its one page, in this order: the page as it
@@ -193,6 +216,16 @@ PAGE_CHECKS: tuple[Callable[[Any], None], ...] = (
     default_plan_drawn, vram_edit, fleet_file_load, add_and_remove_node,
     latency_and_tpot_edit, preset_change)
 PAGE_CHECK_IDS = [check.__name__ for check in PAGE_CHECKS]
+
+
+def run_page_check(page: Any, watch: PageWatch, check: Callable[[Any], None],
+                   frontend: str) -> None:
+    """One check on the page, a screenshot of each chart kept after it, and nothing
+    wrong on the page so far (no console error, no request to another host)."""
+    check(page)
+    for selector in CHARTS:
+        save_screenshot(page, selector, f"{frontend}-{check.__name__}-{selector.strip('.')}")
+    assert watch.problems() == []
 
 
 FIRST_SCENARIO = ".fx-sequence-figure"  # the first stepper on the page is scenario 1's
@@ -214,6 +247,7 @@ def fencing_stepper(page: Any, timeout: float = EDIT_SECONDS) -> None:
         wait_for_chart(page, FIRST_SCENARIO,
                        lambda c, s=step: f"(event {s} of {total})" in c["drawn_title"],
                        f"event {step} of scenario 1 after 'next ▶'")
+        wait_until_drawn(page, FIRST_SCENARIO, f"at event {step} of scenario 1")
 
 
 
@@ -230,3 +264,4 @@ def fencing_folded_scenario(page: Any, timeout: float = EDIT_SECONDS) -> None:
     section.get_by_role("button", name="next ▶").click()
     wait_for_chart(page, chart, lambda c: f"Scenario 2 (event 2 of {total})" in c["drawn_title"],
                    "event 2 of scenario 2 after 'next ▶'", timeout)
+    wait_until_drawn(page, chart, "at event 2 of scenario 2")

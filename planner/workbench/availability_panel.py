@@ -30,7 +30,7 @@ from planner.limits import MAX_CONTEXT
 from planner.planning import PlanningInput
 from planner.simulation import SimulatedYear, simulate
 from planner.targets import Targets
-from planner.workbench.chart import Chart
+from planner.workbench.chart import Chart, chart_row
 from planner.workbench.view import STYLE
 
 
@@ -115,8 +115,7 @@ class AvailabilityPanel(widgets.VBox):
                                  self.compute_button], layout=widgets.Layout(flex_flow="row wrap"))
         super().__init__([widgets.HTML(STYLE + "<h3>Availability</h3>"), controls,
                           self.problem, self.summary,
-                          widgets.HBox([self.context_chart, self.spares],
-                                       layout=widgets.Layout(flex_flow="row wrap")),
+                          chart_row(self.context_chart, self.spares),
                           self.timeline_chart])
         self.add_class("wb-root")
         self.add_class("wb-availability-panel")

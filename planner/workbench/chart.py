@@ -53,9 +53,11 @@ _LOADER = """<script type="text/plain">{source}</script><script>
 }})();
 </script>"""
 
-# Draws the figure in the <div> just before this script, once plotly.js is there and the
-# <div> is on the page (front-ends may run the script before attaching the output). A
-# ResizeObserver keeps the chart as wide as its box, and frees it once it is replaced.
+# Draws the figure in the <div> just before this script once plotly.js is there and the
+# <div> is on the page with a real width (front-ends may run the script before attaching
+# the output, or while its box has no width yet: a figure drawn then keeps a width of a
+# few pixels). A ResizeObserver draws it as soon as it has a width (a closed section
+# opened later), keeps it as wide as its box, and frees it once it is replaced.
 _DRAW = """<div class="{plot_class}" style="width:100%;height:{height}px" data-figure="{figure}">
 </div><script>
 (function () {{
@@ -64,28 +66,43 @@ _DRAW = """<div class="{plot_class}" style="width:100%;height:{height}px" data-f
   if (!div) {{ return; }}
   var config = {config};
   var deadline = Date.now() + 120000;
-  function draw() {{
-    if (!window.Plotly || !div.isConnected) {{
-      if (Date.now() < deadline) {{ setTimeout(draw, 30); }}
+  var drawnWidth = 0;
+  var observer = null;
+  function check() {{
+    if (drawnWidth && !div.isConnected) {{
+      if (observer) {{ observer.disconnect(); }}
+      window.Plotly.purge(div);
       return;
     }}
-    var figure = JSON.parse(div.getAttribute("data-figure"));
-    window.Plotly.newPlot(div, figure.data || [], figure.layout || {{}}, config);
-    if (window.ResizeObserver) {{
-      var width = div.clientWidth;
-      var observer = new ResizeObserver(function () {{
-        if (!div.isConnected) {{ observer.disconnect(); window.Plotly.purge(div); return; }}
-        if (div.clientWidth !== width && div.clientWidth > 0) {{
-          width = div.clientWidth;
-          window.Plotly.Plots.resize(div);
-        }}
-      }});
-      observer.observe(div);
+    var width = div.clientWidth;
+    if (!window.Plotly || !div.isConnected || width < {min_width}) {{ return; }}
+    if (!drawnWidth) {{
+      var figure = JSON.parse(div.getAttribute("data-figure"));
+      window.Plotly.newPlot(div, figure.data || [], figure.layout || {{}}, config);
+      drawnWidth = width;
+    }} else if (width !== drawnWidth) {{
+      drawnWidth = width;
+      window.Plotly.Plots.resize(div);
     }}
   }}
-  draw();
+  if (window.ResizeObserver) {{
+    observer = new ResizeObserver(check);
+    observer.observe(div);
+  }}
+  (function poll() {{
+    check();
+    if (!drawnWidth && Date.now() < deadline) {{ setTimeout(poll, 30); }}
+  }})();
 }})();
 </script>"""
+
+MIN_DRAW_WIDTH = 40
+"""A figure is drawn once its box is at least this many pixels wide."""
+
+CHART_BASIS = "460px"
+"""A chart's width in a row of charts (it grows to fill the row, and wraps below)."""
+CHART_MIN_WIDTH = "360px"
+"""The narrowest a chart in a row gets before it wraps onto a line of its own."""
 
 _loader: widgets.Output | None = None
 
@@ -111,7 +128,7 @@ def figure_html(figure: go.Figure) -> str:
     height = figure.layout.height or 450
     return _DRAW.format(plot_class=PLOT_CLASS, height=int(height),
                         figure=escape(figure.to_json(), quote=True),
-                        config=json.dumps(CONFIG))
+                        config=json.dumps(CONFIG), min_width=MIN_DRAW_WIDTH)
 
 
 class Chart(widgets.VBox):
@@ -129,7 +146,10 @@ class Chart(widgets.VBox):
         self.draws = 0
         """How many times the chart was sent to the page (unchanged figures are not)."""
         self._shown: str | None = None
-        super().__init__([plotly_loader(), self.output])
+        # The chart's width comes from its container, never from what it holds: a box
+        # sized by its content shrinks to nothing while its figure is being replaced.
+        super().__init__([plotly_loader(), self.output],
+                         layout=widgets.Layout(width="100%", min_width="0"))
         self.add_class("planner-chart")
         if css_class:
             self.add_class(css_class)
@@ -151,6 +171,19 @@ class Chart(widgets.VBox):
             "data": {"text/html": html, "text/plain": _title(figure)},
             "metadata": {},
         },)
+
+
+def chart_row(*children: widgets.Widget) -> widgets.HBox:
+    """Charts (and other widgets) side by side, wrapping onto more lines in a narrow
+    window; each chart takes an equal share of the row, at least
+    :data:`CHART_MIN_WIDTH`."""
+    for child in children:
+        if isinstance(child, Chart):
+            child.layout.width = None
+            child.layout.flex = f"1 1 {CHART_BASIS}"
+            child.layout.min_width = CHART_MIN_WIDTH
+    return widgets.HBox(list(children),
+                        layout=widgets.Layout(flex_flow="row wrap", width="100%"))
 
 
 def _title(figure: go.Figure) -> str:

@@ -46,17 +46,40 @@ CULL_INTERVAL_SECONDS = 30
 STARTUP_SECONDS = 120
 
 
+JUPYTER_DATA = Path(__file__).resolve().parent / "jupyter"
+"""Jupyter data this package adds (on ``JUPYTER_PATH``): Voilà's ``planner`` template."""
+VOILA_TEMPLATE = "planner"
+"""Voilà's lab template without the stylesheets it fetches from a CDN."""
+VOILA_EXTENSIONS = ("@jupyter-widgets/jupyterlab-manager", "@voila-dashboards/widgets-manager8")
+"""The front-end extensions a Voilà page loads: the ipywidgets, nothing else.
+Other installed lab extensions (Notebook 7's, built for a newer JupyterLab than Voilà
+bundles) fail to load there and fill the console with errors."""
+
+
 def voila_arguments(port: int, *, ip: str = "127.0.0.1", open_browser: bool = False,
                     cull_idle_seconds: int = CULL_IDLE_SECONDS,
                     cull_interval_seconds: int = CULL_INTERVAL_SECONDS) -> list[str]:
-    """Voilà's options for the workbench page (the notebook or folder goes after them)."""
+    """Voilà's options for the pages (the notebook or folder goes after them); run it
+    with :func:`voila_environment`."""
     return [
         *([] if open_browser else ["--no-browser"]), f"--port={port}", f"--Voila.ip={ip}",
+        f"--template={VOILA_TEMPLATE}", "--KernelManager.transport=ipc",
+        *(f"--VoilaConfiguration.extension_allowlist={name}" for name in VOILA_EXTENSIONS),
         # Only kernels without a connected page are culled (cull_connected stays False).
         f"--MappingKernelManager.cull_idle_timeout={cull_idle_seconds}",
         f"--MappingKernelManager.cull_interval={cull_interval_seconds}",
         "--MappingKernelManager.cull_busy=False",
     ]
+
+
+def voila_environment(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default this process's) with :data:`JUPYTER_DATA` on ``JUPYTER_PATH``, so
+    Voilà finds the ``planner`` template."""
+    environment = dict(os.environ if env is None else env)
+    paths = [str(JUPYTER_DATA), *filter(None, environment.get("JUPYTER_PATH", "").split(
+        os.pathsep))]
+    environment["JUPYTER_PATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return environment
 
 
 def copy_notebooks(run_dir: Path = RUN_DIR) -> Path:
@@ -198,6 +221,12 @@ def planned_lab(run_dir: Path, port: int, *, log: Any = None,
     command = [jupyter, app, "--no-browser", *root, "--ServerApp.ip=127.0.0.1",
                f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
                f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={run_dir}",
+               # The classic-server shim reads every ServerApp setting at start-up and so
+               # warns that ServerApp.token is deprecated; neither front-end needs it.
+               "--ServerApp.jpserver_extensions=notebook_shim=False",
+               # Kernels talk over local sockets, not TCP ports anyone on the machine
+               # could reach (ipykernel warns of the latter at every start).
+               "--KernelManager.transport=ipc",
                *extra_arguments]
     process = subprocess.Popen(command, cwd=run_dir, env=environment, stdout=log,
                                stderr=subprocess.STDOUT if log is not None else None,
@@ -211,7 +240,8 @@ def planned_lab(run_dir: Path, port: int, *, log: Any = None,
         stop(process)
 
 
-def _free_port(preferred: int) -> int:
+def free_port(preferred: int) -> int:
+    """``preferred`` when nothing listens there, else a free port the system picks."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
             sock.bind(("127.0.0.1", preferred))
@@ -220,28 +250,82 @@ def _free_port(preferred: int) -> int:
         return int(sock.getsockname()[1])
 
 
+def _port(preferred: int, what: str) -> int:
+    port = free_port(preferred)
+    if port != preferred:
+        print(f"Port {preferred} is in use (another `make {what}` still running?); using "
+              f"port {port} instead.", flush=True)
+    return port
+
+
+STOP_SIGNALS = (signal.SIGHUP, signal.SIGTERM)
+"""Signals that stop a server started here as Ctrl-C does (closing its terminal sends
+SIGHUP, ``kill`` SIGTERM): the server and its kernels are stopped and the port freed."""
+
+
+@contextmanager
+def stopped_by_signals() -> Iterator[None]:
+    """Within the block, :data:`STOP_SIGNALS` raise :class:`SystemExit`, so the blocks
+    that started servers stop them on the way out."""
+
+    def stop_here(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {number: signal.signal(number, stop_here) for number in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def serve_app(port: int, *, open_browser: bool = True) -> int:
+    """Voilà on every notebook (``make app``), until it exits or is stopped."""
+    voila = str(Path(sys.executable).with_name("voila"))
+    command = [voila, *voila_arguments(port, open_browser=open_browser), str(NOTEBOOKS)]
+    process = subprocess.Popen(command, env=voila_environment(), start_new_session=True)
+    try:
+        _wait_listening(process, port, "voila")
+        print(f"Voilà on port {port}: http://127.0.0.1:{port}/ lists every notebook; the "
+              f"workbench is http://127.0.0.1:{port}/voila/render/{WORKBENCH}", flush=True)
+        return process.wait()
+    finally:
+        stop(process)
+
+
+def serve_lab(port: int, *, open_browser: bool = True) -> int:
+    """JupyterLab on the already-run workbench copy (``make lab``), until it exits or is
+    stopped."""
+    run_dir = copy_notebooks()
+    print(f"Running {run_dir / WORKBENCH} (a copy; the committed notebooks stay as they are)",
+          flush=True)
+    with planned_lab(run_dir, port) as server:
+        url = server.url(WORKBENCH)
+        print(f"JupyterLab on port {port}: {url}", flush=True)
+        if open_browser:
+            webbrowser.open(url)
+        return server.process.wait()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m planner.workbench.serve",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=("app", "lab"))
     parser.add_argument("--port", type=int, default=None)
+    parser.add_argument("--no-browser", action="store_true",
+                        help="do not open a web browser on the page")
     args = parser.parse_args(argv)
-    if args.what == "app":
-        voila = str(Path(sys.executable).with_name("voila"))
-        command = [voila, *voila_arguments(args.port or 8866, open_browser=True),
-                   str(NOTEBOOKS / WORKBENCH)]
-        return subprocess.call(command)
-    port = _free_port(args.port or 8888)
-    run_dir = copy_notebooks()
-    print(f"Running {run_dir / WORKBENCH} (a copy; the committed notebooks stay as they are)")
     try:
-        with planned_lab(run_dir, port) as server:
-            url = server.url(WORKBENCH)
-            print(f"JupyterLab: {url}", flush=True)
-            webbrowser.open(url)
-            return server.process.wait()
+        with stopped_by_signals():
+            if args.what == "app":
+                return serve_app(_port(args.port or 8866, "app"),
+                                 open_browser=not args.no_browser)
+            return serve_lab(_port(args.port or 8888, "lab"), open_browser=not args.no_browser)
     except KeyboardInterrupt:
         return 0
+    except SystemExit as stopped:
+        print("Stopped.", flush=True)
+        return int(stopped.code or 0)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from planner.performance import format_duration_ms
 from planner.planning import ChoiceExplanation, ShapeOption
 from planner.planning.explain import RULE_TEXT
 from planner.units import format_bytes, format_milliseconds
-from planner.workbench.chart import Chart
+from planner.workbench.chart import Chart, chart_row
 from planner.workbench.evaluation import Evaluation
 
 STYLE = """
@@ -190,11 +190,9 @@ class PlanView(widgets.VBox):
         self.candidates_table.add_class("wb-candidates-table")
         self.results = widgets.VBox([
             widgets.HTML("<h3>Stages</h3>"), self.stage_table,
-            widgets.HBox([self.memory_chart, self.layers_chart],
-                         layout=widgets.Layout(flex_flow="row wrap")),
+            chart_row(self.memory_chart, self.layers_chart),
             widgets.HTML("<h3>Candidates</h3>"),
-            widgets.HBox([self.candidates_chart, self.candidates_table],
-                         layout=widgets.Layout(flex_flow="row wrap")),
+            chart_row(self.candidates_chart, self.candidates_table),
         ])
         super().__init__([self.summary, self.problem, self.warnings, self.diagnosis,
                           self.results])
