@@ -64,6 +64,10 @@ def voila_arguments(port: int, *, ip: str = "127.0.0.1", open_browser: bool = Fa
     return [
         *([] if open_browser else ["--no-browser"]), f"--port={port}", f"--Voila.ip={ip}",
         f"--template={VOILA_TEMPLATE}", "--KernelManager.transport=ipc",
+        # Each cell's outputs and its widgets' models reach the page together, as the
+        # cell runs. Without it a page with hundreds of widgets (fencing.ipynb) sometimes
+        # draws a widget before the page has its model ("widget model not found").
+        "--VoilaConfiguration.progressive_rendering=True",
         *(f"--VoilaConfiguration.extension_allowlist={name}" for name in VOILA_EXTENSIONS),
         # Only kernels without a connected page are culled (cull_connected stays False).
         f"--MappingKernelManager.cull_idle_timeout={cull_idle_seconds}",
