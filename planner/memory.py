@@ -19,11 +19,15 @@ KV cache (``llama_kv_cache``, ``llama_kv_cache_iswa``)
     256)`` cells per stream. Each layer's K row is ``row(type_k, n_embd_k_gqa)`` bytes per
     cell, its V row ``row(type_v, n_embd_v_gqa)``; latent attention (MLA) keeps no V row.
 compute buffer (``llama_context::sched_reserve``)
-    The scheduler's peak for a ubatch of ``U`` tokens, estimated from the graph's largest
-    live tensors: the attention scores (``n_kv x U x n_head`` floats, not materialised with
-    flash attention), the feed-forward activations, the logits of the ubatch on the output
-    device (``n_vocab x U`` floats), and the stage inputs copied from the previous device,
-    four times over when pipeline parallelism is on (``GGML_SCHED_MAX_COPIES``).
+    Derived from the model's graph (:mod:`planner.model_graphs`, allocated by
+    :mod:`planner.compute_graph` as ggml-alloc does it): every tensor of the prompt graph
+    of a ubatch (the attention's projections, scores without flash attention, the
+    feed-forward or experts' intermediates, the router, the logits of every token on the
+    output device) and of the generation graph, placed in order in a best-fit buffer that
+    reuses freed tensors; each backend's buffer is the furthest any of its tensors reached.
+    Split over devices, a device also holds copies of the tensors it reads from another
+    one, and every input and copy four times over when pipeline parallelism is on
+    (``GGML_SCHED_MAX_COPIES``).
 output buffer (``llama_context::output_reserve``)
     ``n_vocab x max(1, P)`` floats in host memory.
 overhead
@@ -39,6 +43,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -51,6 +56,14 @@ from planner.limits import (
     DEFAULT_CACHE_TYPE,
     DEFAULT_PARALLEL_LANES,
     DEFAULT_UBATCH,
+)
+from planner.model_graphs import (
+    AttentionShape,
+    BlockShape,
+    FeedForwardShape,
+    GraphModel,
+    compute_buffers,
+    graph_model,
 )
 from planner.models.kv_cache import CACHE_TYPES, check_cache_type, row_bytes
 from planner.planning.memory_rule import LayerCosts
@@ -178,6 +191,24 @@ class LlamaCppModel:
     host_mapped_bytes: int = 0
     """What the host maps of the file in a split: from the first input tensor to the end
     of the last (0: just the input tensors)."""
+    graph: GraphModel | None = None
+    """The shape of its compute graph (from the GGUF file); None: a plain transformer of
+    the widths above."""
+
+    def graph_model(self) -> GraphModel:
+        """The compute graph's shape: the file's, else a transformer whose every layer
+        projects to ``embedding_length`` queries and to its cached K and V widths, and
+        runs a gated feed-forward network of ``feed_forward_length``."""
+        if self.graph is not None:
+            return self.graph
+        blocks = tuple(
+            BlockShape(AttentionShape(self.embedding_length, layer.key_elements,
+                                      layer.value_elements, self.embedding_length,
+                                      max(1, self.head_count), sliding=layer.sliding)
+                       if layer.key_elements else None,
+                       FeedForwardShape(self.feed_forward_length))
+            for layer in self.layers)
+        return GraphModel(self.embedding_length, self.vocab_size, blocks)
 
     @property
     def layer_count(self) -> int:
@@ -186,12 +217,15 @@ class LlamaCppModel:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["layers"] = [asdict(layer) for layer in self.layers]
+        data["graph"] = self.graph.to_dict() if self.graph is not None else None
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LlamaCppModel:
         values = dict(data)
         values["layers"] = tuple(LayerLayout(**layer) for layer in values["layers"])
+        if values.get("graph") is not None:
+            values["graph"] = GraphModel.from_dict(values["graph"])
         return cls(**values)
 
 
@@ -266,6 +300,7 @@ def model_from_header(name: str, metadata: Mapping[str, Any], tensors: Sequence[
         latent_attention=any(k > 0 and v == 0 for k, v, _, _ in per_cell),
         per_sequence_streams=arch == "deepseek4",
         host_mapped_bytes=mapped,
+        graph=graph_model(metadata, tensors),
     )
 
 
@@ -476,53 +511,49 @@ def layer_state_bytes(model: LlamaCppModel, index: int, settings: LlamaCppSettin
     return _aligned(elements * 4 * max(1, settings.parallel)) if elements else 0
 
 
-def _cells(model: LlamaCppModel, layers: range, settings: LlamaCppSettings,
-           sliding: bool) -> int:
-    """KV cells per stream an attention of that kind reads, 0 when no layer has it."""
-    if not any(model.layers[i].sliding == sliding and model.layers[i].key_elements
-               for i in layers):
-        return 0
-    return (settings.window_cells(model.sliding_window) if sliding
-            else settings.n_ctx_seq)
+def device_compute_bytes(model: LlamaCppModel, settings: LlamaCppSettings,
+                         ranges: Sequence[tuple[int, int]]) -> tuple[list[int], int]:
+    """The compute buffer of each device running ``ranges`` and of the host, derived from
+    the model's graph (:mod:`planner.model_graphs`): the larger of llama.cpp's prompt
+    graph (a ubatch of tokens and outputs) and generation graph, allocated the way ggml
+    does it. With no ranges, the host runs everything (the list is empty). Over two or
+    more devices the scheduler keeps every input and every tensor a device reads from
+    another one :data:`SCHED_MAX_COPIES` times (pipeline parallelism)."""
+    return _device_compute_bytes(model, settings, tuple(ranges))
 
 
-# Activations per token beyond the masks, the scores and the logits, in floats per
-# embedding element: (fixed, per pipeline copy), for the host, the first device, a later
-# device that is not the output one and the output device, without and with flash
-# attention. Fitted to llama.cpp 11434.0.0's compute buffers for
-# gemma-3-270m (validation/results/); `make validate` checks them over its matrix.
-_ACTIVATIONS = {
-    False: {"host": (2.0, 3.62), "first": (8.65, 4.0), "middle": (8.65, 1.75),
-            "output": (3.68, 1.94)},
-    True: {"host": (1.99, 2.03), "first": (10.27, 4.0), "middle": (10.27, 1.75),
-           "output": (3.67, 0.35)},
-}
+@lru_cache(maxsize=256)
+def _device_compute_bytes(model: LlamaCppModel, settings: LlamaCppSettings,
+                          ranges: tuple[tuple[int, int], ...]) -> tuple[list[int], int]:
+    devices = len(ranges)
+    if devices:
+        layer_backends = [index for index, (start, end) in enumerate(ranges)
+                          for _ in range(start, end)]
+        output, host, backends = devices - 1, devices, devices + 1
+    else:
+        layer_backends, output, host, backends = None, 0, 0, 1
+    sizes = compute_buffers(
+        model.graph_model(), n_ubatch=settings.n_ubatch, n_kv=settings.n_ctx_seq,
+        n_kv_swa=settings.window_cells(model.sliding_window) if model.sliding_window else 0,
+        flash_attn=settings.flash_attn, n_seqs=max(1, settings.parallel),
+        layer_backends=layer_backends, output_backend=output, input_backend=host,
+        backends=backends, copies=SCHED_MAX_COPIES if devices > 1 else 1)
+    return list(sizes[:devices]), sizes[host]
 
 
-def compute_bytes(model: LlamaCppModel, layers: range, settings: LlamaCppSettings, *,
-                  role: str, copies: int) -> int:
-    """Estimated compute buffer of the host or a device running ``layers``.
-
-    The scheduler keeps one copy of the graph inputs per pipeline copy, and the KQ masks
-    (one per attention kind the device runs: ``cells x ubatch``, f16 with flash attention,
-    f32 without) dominate them. Without flash attention a device also materialises the
-    attention scores (``cells x ubatch x n_head`` floats); the output device holds the
-    logits of a ubatch (``n_vocab x ubatch`` floats), which is its peak.
-    """
-    tokens = settings.n_ubatch
-    mask_element = 2 if settings.flash_attn else 4
-    everything = range(model.layer_count) if role == "host" else layers
-    cells = [_cells(model, everything, settings, sliding) for sliding in (False, True)]
-    masks = sum(cells) * tokens * mask_element
-    fixed, per_copy = _ACTIVATIONS[settings.flash_attn][role]
-    activations = int((fixed + per_copy * copies) * model.embedding_length * tokens * 4)
-    peak = 0
-    if role == "output":
-        peak = model.vocab_size * tokens * 4
-    elif role in ("first", "middle") and not settings.flash_attn:
-        peak = max(cells) * settings.streams * (tokens // settings.streams) \
-            * model.head_count * 4
-    return copies * masks + peak + activations
+def stage_compute_bytes(model: LlamaCppModel, settings: LlamaCppSettings) -> tuple[int, int]:
+    """What a plan charges for compute before it knows the stages: the compute buffer of
+    a pipeline stage before the last (the larger of a first stage of one layer and a
+    middle stage of every layer but the first and the last) and that of the output
+    stage (the last layer and the output head), from a three-stage split of the model."""
+    count = model.layer_count
+    if count < 3:
+        devices, _ = device_compute_bytes(model, settings, [(0, 1), (1, count)] if count == 2
+                                          else [(0, count)])
+        return max(devices[:-1], default=devices[-1]), devices[-1]
+    devices, _ = device_compute_bytes(model, settings, [(0, 1), (1, count - 1),
+                                                        (count - 1, count)])
+    return max(devices[0], devices[1]), devices[2]
 
 
 def estimate(model: LlamaCppModel, settings: LlamaCppSettings,
@@ -553,6 +584,7 @@ def estimate(model: LlamaCppModel, settings: LlamaCppSettings,
             field="ranges", value=ranges)
     output_buffer = _aligned(model.vocab_size * max(1, settings.parallel) * 4)
     notes: list[str] = []
+    computes, host_compute = device_compute_bytes(model, settings, ranges)
     if not ranges:
         everything = range(layer_count)
         weights = (sum(layer.weight_bytes for layer in model.layers) + model.input_bytes
@@ -560,12 +592,10 @@ def estimate(model: LlamaCppModel, settings: LlamaCppSettings,
         host = DeviceMemory(
             "host", 0, layer_count, weights,
             sum(layer_kv_bytes(model, i, settings) for i in everything),
-            compute_bytes(model, everything, settings, role="output", copies=1),
-            output_buffer, 0,
+            host_compute, output_buffer, 0,
             sum(layer_state_bytes(model, i, settings) for i in everything))
         return MemoryEstimate(settings, (), host, False, tuple(notes))
     pipeline = len(ranges) > 1
-    copies = SCHED_MAX_COPIES if pipeline else 1
     parts = []
     for index, (start, end) in enumerate(ranges):
         last = index == len(ranges) - 1
@@ -576,12 +606,8 @@ def estimate(model: LlamaCppModel, settings: LlamaCppSettings,
         parts.append(DeviceMemory(
             f"device-{index}", start, end, weights,
             sum(layer_kv_bytes(model, i, settings) for i in layers),
-            compute_bytes(model, layers, settings,
-                          role="output" if last else "first" if index == 0 else "middle",
-                          copies=copies),
-            0, settings.overhead_bytes,
+            computes[index], 0, settings.overhead_bytes,
             sum(layer_state_bytes(model, i, settings) for i in layers)))
-    host_compute = compute_bytes(model, range(0), settings, role="host", copies=copies)
     host = DeviceMemory("host", 0, 0, max(model.input_bytes, model.host_mapped_bytes), 0,
                         host_compute, output_buffer, 0)
     if model.tied_embedding_bytes:
@@ -658,8 +684,7 @@ class LlamaCppCosts:
         count = model.layer_count
         other = [0] * count
         other[count - 1] = (model.output_bytes + model.tied_embedding_bytes
-                            + compute_bytes(model, range(count - 1, count), settings,
-                                            role="output", copies=SCHED_MAX_COPIES))
+                            + stage_compute_bytes(model, settings)[1])
         return LayerCosts(
             weights=tuple(layer.weight_bytes for layer in model.layers),
             kv=tuple(layer_kv_bytes(model, index, settings) for index in range(count)),
@@ -676,10 +701,7 @@ class LlamaCppCosts:
                 for node in request.nodes}
 
     def _stage_compute_bytes(self, context_length: int, lanes: int | None = None) -> int:
-        settings = self.settings(context_length, lanes)
-        model = self.model
-        return max(compute_bytes(model, range(model.layer_count), settings, role=role,
-                                 copies=SCHED_MAX_COPIES) for role in ("first", "middle"))
+        return stage_compute_bytes(self.model, self.settings(context_length, lanes))[0]
 
     def lanes_matter(self, request: Any) -> bool:
         # The sliding-window cache, the recurrent state and the compute buffers that read

@@ -19,7 +19,7 @@ from planner.memory import (
     LayerLayout,
     LlamaCppCosts,
     LlamaCppModel,
-    compute_bytes,
+    stage_compute_bytes,
 )
 from planner.planning.memory_rule import DESIGN_RULE
 from planner.planning.tables import stage_usage
@@ -63,14 +63,13 @@ def test_the_two_memory_models_give_different_plans_worked_by_hand() -> None:
     model = _model()
     costs = LlamaCppCosts(model, lanes=1)
     settings = costs.settings(CONTEXT)
-    reserve = max(compute_bytes(model, range(4), settings, role=role, copies=SCHED_MAX_COPIES)
-                  for role in ("first", "middle"))
+    reserve, output_compute = stage_compute_bytes(model, settings)
     masks = SCHED_MAX_COPIES * CONTEXT * 512 * 2
     assert masks == 256 * MIB and reserve > masks
+    assert output_compute > masks + 32000 * 512 * 4
     layer = WEIGHT + 2 * CONTEXT * ELEMENTS * 2
     assert layer == 320 * MIB
-    output = 32000 * 1024 * 2 + compute_bytes(model, range(3, 4), settings, role="output",
-                                              copies=SCHED_MAX_COPIES)
+    output = 32000 * 1024 * 2 + output_compute
     assert costs.layer_bytes(CONTEXT) == (layer, layer, layer, layer + output)
     budget = 1400 * MIB - reserve
     assert 3 * layer <= budget < 4 * layer + output  # one node is not enough

@@ -1,0 +1,530 @@
+"""The graph llama.cpp builds for one ubatch, tensor by tensor, for
+:mod:`planner.compute_graph` to allocate.
+
+A model is described by its :class:`GraphModel`: the embedding width, the vocabulary and
+each block's attention, feed-forward network or mixture of experts, read from the GGUF
+metadata and tensor table by :func:`graph_model` (projection widths from the tensors'
+element counts). :func:`build_graph` lays out the tensors in the order llama.cpp's graph
+builders create them (``llm_graph_context``: ``build_inp_embd``, ``build_qkv``,
+``build_attn``, ``build_ffn``, ``build_moe_ffn``, the output head), with the sizes they
+have at ``n_tokens`` tokens and ``n_kv`` cache cells, and which of them an element-wise
+operation may overwrite in place. :func:`schedule` adds what ggml's scheduler adds when
+the layers are split over backends: copies of the tensors a backend reads from another,
+kept four times over with pipeline parallelism.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.compute_graph import Graph, Tensor, buffer_sizes, external
+
+F32 = 4
+F16 = 2
+I32 = 4
+I64 = 8
+
+# Blocks that run the feed-forward network beside the attention, on the same normed input
+# (llama.cpp's builders): the network before the attention's output projection, or after.
+FFN_BEFORE_OUTPUT_PROJECTION = frozenset({"command-r", "cohere2", "cohere2moe", "falcon",
+                                          "plamo"})
+FFN_AFTER_OUTPUT_PROJECTION = frozenset({"phi2"})
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionShape:
+    """One block's attention: the widths its projections produce per token, and whether
+    it reads the sliding-window cache."""
+
+    q_width: int
+    """The query projection's output (with the gate, for gated attention)."""
+    k_width: int
+    v_width: int
+    out_width: int
+    """The attention's output before the output projection (heads x value head size),
+    which is also the roped query's width."""
+    n_head: int
+    sliding: bool = False
+    fused_qkv: bool = False
+    parallel: str = ""
+    """A parallel block: "ffn_first" (the feed-forward network before the output
+    projection) or "ffn_after"; "" for a sequential block."""
+
+
+@dataclass(frozen=True, slots=True)
+class FeedForwardShape:
+    """One block's feed-forward network, or mixture of experts when ``n_expert``."""
+
+    n_ff: int
+    gated: bool = True
+    fused_up: bool = False
+    """The up projection yields gate and up together (a GLU on one tensor)."""
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_shexp: int = 0
+    norm_weights: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BlockShape:
+    attention: AttentionShape | None
+    feed_forward: FeedForwardShape | None
+
+
+@dataclass(frozen=True, slots=True)
+class GraphModel:
+    """What the compute graph of a model depends on."""
+
+    n_embd: int
+    n_vocab: int
+    blocks: tuple[BlockShape, ...]
+    mixed_batch: bool = True
+    """llama.cpp builds the mixed token/embedding input branch (most architectures)."""
+    positions_per_token: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GraphModel:
+        values = dict(data)
+        values["blocks"] = tuple(
+            BlockShape(AttentionShape(**block["attention"]) if block["attention"] else None,
+                       FeedForwardShape(**block["feed_forward"]) if block["feed_forward"]
+                       else None)
+            for block in values["blocks"])
+        return cls(**values)
+
+
+@dataclass
+class _Builder:
+    graph: Graph
+    model: GraphModel
+    n_tokens: int
+    n_outputs: int
+    n_kv: int
+    n_kv_swa: int
+    flash_attn: bool
+    backend_of: Sequence[int]
+    input_backend: int = 0
+    weights: dict[str, Tensor] = field(default_factory=dict)
+
+    def w(self, name: str) -> Tensor:
+        tensor = self.weights.get(name)
+        if tensor is None:
+            tensor = self.weights[name] = external(name)
+        return tensor
+
+    def rows(self, tensor: Tensor) -> int:
+        """Tokens in a [n_embd, tokens] f32 activation."""
+        return tensor.nbytes // (self.model.n_embd * F32)
+
+
+def _inputs(b: _Builder) -> dict[str, Tensor]:
+    """The graph's inputs, which live on the host, in the order llama.cpp creates them."""
+    g, m, n = b.graph, b.model, b.n_tokens
+    host = b.input_backend
+    inputs = {"tokens": g.input("inp_tokens", n * I32, host),
+              "embd": g.input("inp_embd", m.n_embd * n * F32, host)}
+    if m.mixed_batch:
+        inputs["mixed_tokens"] = g.input("inp_mixed_tokens", n * I32, host)
+        inputs["mixed_slots"] = g.input("inp_mixed_slots", n * I64, host)
+        inputs["mixed_embd"] = g.input("inp_mixed_embd", m.n_embd * n * F32, host)
+    inputs["pos"] = g.input("inp_pos", n * I32 * m.positions_per_token, host)
+    # Flash attention takes an f16 mask; without it the mask is f32 and V is cached
+    # transposed, so its rows are set element by element (n_embd_v_gqa_max per token).
+    mask = F16 if b.flash_attn else F32
+    attention = [block.attention for block in m.blocks if block.attention is not None]
+    v_rows = 1 if b.flash_attn else max((a.v_width for a in attention), default=1)
+    if any(not a.sliding for a in attention):
+        inputs["k_idxs"] = g.input("attn_inp_k_idxs", n * I64, host)
+        inputs["v_idxs"] = g.input("attn_inp_v_idxs", n * v_rows * I64, host)
+        inputs["mask"] = g.input("attn_inp_kq_mask", b.n_kv * n * mask, host)
+    if any(a.sliding for a in attention):
+        inputs["k_idxs_swa"] = g.input("attn_inp_k_idxs_swa", n * I64, host)
+        inputs["v_idxs_swa"] = g.input("attn_inp_v_idxs_swa", n * v_rows * I64, host)
+        inputs["mask_swa"] = g.input("attn_inp_kq_mask_swa", b.n_kv_swa * n * mask, host)
+    inputs["out_ids"] = g.input("out_ids", b.n_outputs * I32, host)
+    return inputs
+
+
+def _embeddings(b: _Builder, inputs: Mapping[str, Tensor]) -> Tensor:
+    """build_inp_embd: the token rows (on the host, beside token_embd) and the mixed
+    token/embedding branch, whose copy runs where the first layer does."""
+    g, m, n = b.graph, b.model, b.n_tokens
+    size = m.n_embd * n * F32
+    tok = b.w("token_embd.weight")
+    host, first = b.input_backend, b.backend_of[0] if b.backend_of else b.input_backend
+    embd = g.op("GET_ROWS", size, (tok, inputs["tokens"]), "embd", backend=host)
+    if m.mixed_batch:
+        rows = g.op("GET_ROWS", size, (tok, inputs["mixed_tokens"]), "mixed_rows",
+                    backend=host)
+        copy = g.op("DUP", size, (inputs["mixed_embd"],), "mixed_copy", backend=first)
+        # set_rows returns a view of its destination, which nothing reads: the copy
+        # stays allocated to the end of the graph.
+        target = Tensor("mixed_set_rows", size, "SET_ROWS",
+                        (rows, inputs["mixed_slots"], copy), view_src=copy, backend=first)
+        g.nodes.append(target)
+    return embd
+
+
+def _norm(b: _Builder, x: Tensor, name: str, backend: int) -> Tensor:
+    g = b.graph
+    normed = g.op("RMS_NORM", x.nbytes, (x,), f"norm-{name}", backend=backend)
+    return g.like("MUL", normed, (b.w(f"{name}.norm"),), f"{name}_norm", backend)
+
+
+def _attention_core(b: _Builder, cur: Tensor, attn: AttentionShape, index: int,
+                    inputs: Mapping[str, Tensor], backend: int) -> Tensor:
+    """build_qkv and build_attn up to the attention's output (before the output
+    projection), from the normed input ``cur``."""
+    g, n = b.graph, b.rows(cur)
+    layer = f"blk.{index}"
+    q_size, k_size = attn.q_width * n * F32, attn.k_width * n * F32
+    v_size, out_size = attn.v_width * n * F32, attn.out_width * n * F32
+    if attn.fused_qkv:
+        qkv = g.op("MUL_MAT", q_size + k_size + v_size, (b.w(f"{layer}.qkv"), cur), "qkv",
+                   backend=backend)
+        q = g.view(qkv, "q", q_size, backend)
+        q_rot = g.op("ROPE", out_size, (q, inputs["pos"]), "Qcur", backend=backend)
+        v = g.view(qkv, "v", v_size, backend)
+        k = g.view(qkv, "k", k_size, backend)
+    else:
+        # build_qkv: Q (roped at once), then V, then K.
+        q = g.op("MUL_MAT", q_size, (b.w(f"{layer}.q"), cur), "q", backend=backend)
+        q = g.view(q, "q (reshaped)", backend=backend)
+        q_rot = g.op("ROPE", out_size, (q, inputs["pos"]), "Qcur", backend=backend)
+        v = g.op("MUL_MAT", v_size, (b.w(f"{layer}.v"), cur), "v", backend=backend)
+        v = g.view(v, "v (reshaped)", backend=backend)
+        k = g.op("MUL_MAT", k_size, (b.w(f"{layer}.k"), cur), "k", backend=backend)
+        k = g.view(k, "k (reshaped)", backend=backend)
+    k_rot = g.op("ROPE", k_size, (k, inputs["pos"]), "Kcur", backend=backend)
+    suffix = "_swa" if attn.sliding else ""
+    cache_k = external(f"cache_k_{index}")
+    cache_v = external(f"cache_v_{index}")
+    g.op("SET_ROWS", 0, (g.view(k_rot, backend=backend), inputs[f"k_idxs{suffix}"],
+                         cache_k), backend=backend)
+    g.op("SET_ROWS", 0, (g.view(v, backend=backend), inputs[f"v_idxs{suffix}"], cache_v),
+         backend=backend)
+    q_view = g.view(q_rot, "q (permuted)", backend=backend)
+    n_kv = b.n_kv_swa if attn.sliding else b.n_kv
+    mask = inputs[f"mask{suffix}"]
+    if b.flash_attn:
+        out = g.op("FLASH_ATTN_EXT", out_size, (q_view, cache_k, cache_v, mask), "kqv",
+                   backend=backend)
+    else:
+        scores = g.op("MUL_MAT", n_kv * n * attn.n_head * F32, (cache_k, q_view), "kq",
+                      backend=backend)
+        probs = g.like("SOFT_MAX", scores, (mask,), "kq_soft_max", backend)
+        kqv = g.op("MUL_MAT", out_size, (cache_v, probs), "kqv", backend=backend)
+        out = g.op("CONT", out_size, (g.view(kqv, backend=backend),), "kqv_merged_cont",
+                   backend=backend)
+    return g.view(out, "kqv_out", backend=backend)
+
+
+def _output_projection(b: _Builder, out: Tensor, attn: AttentionShape, index: int,
+                       backend: int) -> Tensor:
+    tokens = out.nbytes // (attn.out_width * F32)
+    return b.graph.op("MUL_MAT", b.model.n_embd * tokens * F32, (b.w(f"blk.{index}.wo"), out),
+                      "attn_out", backend=backend)
+
+
+def _feed_forward(b: _Builder, cur: Tensor, ffn: FeedForwardShape, index: int,
+                  backend: int) -> Tensor:
+    """The feed-forward network or mixture of experts on the normed input ``cur``."""
+    layer = f"blk.{index}"
+    if ffn.n_expert:
+        out = _moe(b, cur, ffn, layer, backend)
+        if ffn.n_ff_shexp:
+            shared = _mlp(b, cur, FeedForwardShape(ffn.n_ff_shexp), f"{layer}.shexp",
+                          backend)
+            out = b.graph.like("ADD", out, (shared,), "ffn_out", backend)
+        return out
+    return _mlp(b, cur, ffn, layer, backend)
+
+
+def _mlp(b: _Builder, cur: Tensor, ffn: FeedForwardShape, layer: str,
+         backend: int) -> Tensor:
+    g = b.graph
+    size = ffn.n_ff * b.rows(cur) * F32
+    if ffn.fused_up:
+        up = g.op("MUL_MAT", 2 * size, (b.w(f"{layer}.up"), cur), "ffn_up", backend=backend)
+        act = g.op("SWIGLU", size, (up,), "ffn_swiglu", backend=backend)
+    elif ffn.gated:
+        gate = g.op("MUL_MAT", size, (b.w(f"{layer}.gate"), cur), "ffn_gate",
+                    backend=backend)
+        up = g.op("MUL_MAT", size, (b.w(f"{layer}.up"), cur), "ffn_up", backend=backend)
+        act = g.op("SWIGLU", size, (gate, up), "ffn_swiglu", backend=backend)
+    else:
+        up = g.op("MUL_MAT", size, (b.w(f"{layer}.up"), cur), "ffn_up", backend=backend)
+        act = g.like("UNARY", up, (), "ffn_act", backend)
+    return g.op("MUL_MAT", cur.nbytes, (b.w(f"{layer}.down"), act), "ffn_down",
+                backend=backend)
+
+
+def _moe(b: _Builder, cur: Tensor, ffn: FeedForwardShape, layer: str,
+         backend: int) -> Tensor:
+    """build_moe_ffn: router, top-k, the experts' multiplications and their sum."""
+    g, n = b.graph, b.rows(cur)
+    e, k = ffn.n_expert, ffn.n_expert_used
+    logits = g.op("MUL_MAT", e * n * F32, (b.w(f"{layer}.gate_inp"), cur), "ffn_moe_logits",
+                  backend=backend)
+    probs = g.like("SOFT_MAX", logits, (), "ffn_moe_probs", backend)
+    probs_view = g.view(probs, backend=backend)
+    argsort = g.op("ARGSORT", e * n * I32, (probs,), "ffn_moe_argsort", backend=backend)
+    topk = g.view(argsort, "ffn_moe_topk", k * n * I32, backend)
+    weights = g.op("GET_ROWS", k * n * F32, (probs_view, topk), "ffn_moe_weights",
+                   backend=backend)
+    if ffn.norm_weights:
+        view = g.view(weights, backend=backend)
+        total = g.op("SUM_ROWS", n * F32, (view,), "ffn_moe_weights_sum", backend=backend)
+        total = g.like("CLAMP", total, (), "ffn_moe_weights_sum_clamped", backend)
+        weights = g.op("DIV", k * n * F32, (view, total), "ffn_moe_weights_norm",
+                       backend=backend)
+    weights = g.view(weights, backend=backend)
+    x = g.view(cur, backend=backend)
+    size = ffn.n_ff * k * n * F32
+    if ffn.fused_up:
+        up = g.op("MUL_MAT_ID", 2 * size, (b.w(f"{layer}.gate_up_exps"), x, topk),
+                  "ffn_moe_gate_up", backend=backend)
+        act = g.op("SWIGLU", size, (up,), "ffn_moe_swiglu", backend=backend)
+    elif ffn.gated:
+        gate = g.op("MUL_MAT_ID", size, (b.w(f"{layer}.gate_exps"), x, topk), "ffn_moe_gate",
+                    backend=backend)
+        up = g.op("MUL_MAT_ID", size, (b.w(f"{layer}.up_exps"), x, topk), "ffn_moe_up",
+                  backend=backend)
+        act = g.op("SWIGLU", size, (gate, up), "ffn_moe_swiglu", backend=backend)
+    else:
+        up = g.op("MUL_MAT_ID", size, (b.w(f"{layer}.up_exps"), x, topk), "ffn_moe_up",
+                  backend=backend)
+        act = g.like("UNARY", up, (), "ffn_moe_act", backend)
+    experts = g.op("MUL_MAT_ID", b.model.n_embd * k * n * F32,
+                   (b.w(f"{layer}.down_exps"), act, topk), "ffn_moe_down", backend=backend)
+    weighted = g.like("MUL", experts, (weights,), "ffn_moe_weighted", backend)
+    views = [g.view(weighted, f"ffn_moe_weighted ({i})", cur.nbytes, backend)
+             for i in range(k)]
+    out = g.op("ADD", cur.nbytes, (views[0], views[1] if k > 1 else views[0]),
+               "ffn_moe_out", backend=backend)
+    for view in views[2:]:
+        out = g.like("ADD", out, (view,), "ffn_moe_out", backend)
+    return out
+
+
+def _block(b: _Builder, x: Tensor, block: BlockShape, index: int, last: bool,
+           inputs: Mapping[str, Tensor], backend: int) -> Tensor:
+    g, m = b.graph, b.model
+    attn, ffn = block.attention, block.feed_forward
+    out_rows = b.n_outputs * m.n_embd * F32
+
+    def rows(t: Tensor, name: str) -> Tensor:
+        # The last layer keeps only the rows of the tokens that produce outputs.
+        return g.op("GET_ROWS", out_rows * t.nbytes // (b.rows(t) * m.n_embd * F32)
+                    if t.nbytes else 0, (t, inputs["out_ids"]), name, backend=backend)
+
+    if attn is None:
+        if ffn is None:
+            return x
+        cur = _feed_forward(b, _norm(b, x, f"blk.{index}.ffn", backend), ffn, index, backend)
+        return g.like("ADD", cur, (x,), f"l_out-{index}", backend)
+    normed = _norm(b, x, f"blk.{index}.attn", backend)
+    core = _attention_core(b, normed, attn, index, inputs, backend)
+    if attn.parallel and ffn is not None:
+        if last:
+            core = rows(core, "kqv_rows")
+            normed = rows(normed, "attn_norm_rows")
+            x = rows(x, "inp_rows")
+        if attn.parallel == "ffn_after":
+            projected = _output_projection(b, core, attn, index, backend)
+            ffn_out = _feed_forward(b, normed, ffn, index, backend)
+        else:
+            ffn_out = _feed_forward(b, normed, ffn, index, backend)
+            projected = _output_projection(b, core, attn, index, backend)
+        cur = g.like("ADD", ffn_out, (projected,), f"ffn_attn-{index}", backend)
+        return g.like("ADD", cur, (x,), f"l_out-{index}", backend)
+    cur = _output_projection(b, core, attn, index, backend)
+    residual = x
+    if last:
+        cur = rows(cur, "attn_out_rows")
+        residual = rows(residual, "inp_rows")
+    x = g.like("ADD", cur, (residual,), f"ffn_inp-{index}", backend)
+    if ffn is None:
+        return x
+    out = _feed_forward(b, _norm(b, x, f"blk.{index}.ffn", backend), ffn, index, backend)
+    return g.like("ADD", out, (x,), f"l_out-{index}", backend)
+
+
+def build_graph(model: GraphModel, *, n_tokens: int, n_outputs: int, n_kv: int,
+                n_kv_swa: int = 0, flash_attn: bool = True,
+                layer_backends: Sequence[int] | None = None, output_backend: int = 0,
+                input_backend: int = 0) -> Graph:
+    """The graph of one ubatch of ``n_tokens`` tokens with ``n_outputs`` outputs; each
+    block runs on its backend in ``layer_backends``, the output head on
+    ``output_backend``, the inputs and the token rows on ``input_backend``."""
+    backends = list(layer_backends) if layer_backends is not None else \
+        [0] * len(model.blocks)
+    b = _Builder(Graph(), model, n_tokens, n_outputs, n_kv, n_kv_swa or n_kv, flash_attn,
+                 backends, input_backend)
+    inputs = _inputs(b)
+    x = _embeddings(b, inputs)
+    last = len(model.blocks) - 1
+    for index, block in enumerate(model.blocks):
+        x = _block(b, x, block, index, index == last, inputs, backends[index])
+    normed = _norm(b, x, "output", output_backend)
+    logits = b.graph.op("MUL_MAT", model.n_vocab * n_outputs * F32,
+                        (b.w("output.weight"), normed), "result_output",
+                        backend=output_backend)
+    logits.is_output = True
+    return b.graph
+
+
+def schedule(graph: Graph, copies: int) -> Graph:
+    """The graph ggml's scheduler allocates (``ggml_backend_sched_split_graph``): a node
+    that reads a tensor another backend produced (or an input, which lives on the host)
+    reads a copy made on its own backend; with pipeline parallelism (``copies`` > 1) each
+    such copy, and each input, is kept ``copies`` times over and never freed."""
+    out = Graph()
+    for tensor in graph.inputs:
+        tensor.is_output = tensor.is_output or copies > 1
+        out.inputs.append(tensor)
+        for index in range(1, copies):
+            out.inputs.append(Tensor(f"{tensor.name}#{index}", tensor.nbytes, is_input=True,
+                                     is_output=True, backend=tensor.backend))
+    made: dict[tuple[int, int], Tensor] = {}
+    for node in graph.nodes:
+        srcs = []
+        for src in node.srcs:
+            if src.external or src.backend == node.backend:
+                srcs.append(src)
+                continue
+            key = (id(src), node.backend)
+            copy = made.get(key)
+            if copy is None:
+                copy = made[key] = Tensor(f"{src.name}#{node.backend}", src.nbytes,
+                                          is_input=copies > 1, is_output=copies > 1,
+                                          backend=node.backend)
+                # The source stays until the copy is made, at the start of the split.
+                out.nodes.append(Tensor(f"{src.name} (copy)", src.nbytes, "NONE", (src,),
+                                        view_src=src, backend=src.backend))
+                if copies > 1:
+                    for index in range(copies):
+                        out.inputs.append(copy if index == 0 else Tensor(
+                            f"{copy.name}#{index}", src.nbytes, is_input=True,
+                            is_output=True, backend=node.backend))
+                else:
+                    out.nodes.append(copy)
+            srcs.append(copy)
+        node.srcs = tuple(srcs)
+        out.nodes.append(node)
+    return out
+
+
+def compute_buffers(model: GraphModel, *, n_ubatch: int, n_kv: int, n_kv_swa: int = 0,
+                    flash_attn: bool = True, n_seqs: int = 1,
+                    layer_backends: Sequence[int] | None = None,
+                    output_backend: int = 0, input_backend: int = 0,
+                    backends: int = 1, copies: int = 1) -> list[int]:
+    """Each backend's compute buffer: the larger of the prompt graph (``n_ubatch`` tokens
+    and outputs) and the generation graph (one token per sequence), as llama.cpp reserves
+    them (``llama_context::sched_reserve``)."""
+    graphs = [schedule(build_graph(model, n_tokens=tokens, n_outputs=tokens, n_kv=n_kv,
+                                   n_kv_swa=n_kv_swa, flash_attn=flash_attn,
+                                   layer_backends=layer_backends,
+                                   output_backend=output_backend,
+                                   input_backend=input_backend), copies)
+              for tokens in (n_ubatch, n_seqs)]
+    return buffer_sizes(graphs, backends)
+
+
+# --- a GGUF model's graph shape ----------------------------------------------------------
+
+_BLOCK = re.compile(r"^blk\.(\d+)\.(.+)\.weight$")
+
+
+def _elements(tensor: Any) -> int:
+    """Elements of a tensor from its bytes and type."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    block, size = GGML_QUANT_SIZES[GGMLQuantizationType[tensor.type_name]]
+    return int(tensor.n_bytes) // size * block
+
+
+def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphModel:
+    """The graph-relevant shape of a GGUF model: the metadata's head counts and expert
+    counts, the tensors' widths."""
+    from planner.models.layer_memory import model_memory
+
+    arch = metadata["general.architecture"]
+    n_layer = int(metadata[f"{arch}.block_count"])
+
+    def key(name: str, default: Any = 0) -> Any:
+        return metadata.get(f"{arch}.{name}", default)
+
+    def per_layer(name: str, default: int = 0) -> list[int]:
+        value = key(name, default)
+        return [int(v) for v in value] if isinstance(value, list) else [int(value)] * n_layer
+
+    widths: dict[int, dict[str, int]] = {i: {} for i in range(n_layer)}
+    for tensor in tensors:
+        match = _BLOCK.match(tensor.name)
+        if match is not None and int(match[1]) < n_layer:
+            widths[int(match[1])][match[2]] = _elements(tensor)
+    n_embd = int(key("embedding_length"))
+    heads = per_layer("attention.head_count")
+    ffn = per_layer("feed_forward_length")
+    memory = model_memory(arch, metadata, n_layer, "model")
+    n_expert = int(key("expert_count"))
+    n_used = int(key("expert_used_count"))
+    parallel = ("ffn_first" if arch in FFN_BEFORE_OUTPUT_PROJECTION else
+                "ffn_after" if arch in FFN_AFTER_OUTPUT_PROJECTION else "")
+    blocks = []
+    for index in range(n_layer):
+        w = widths[index]
+        layer = memory.layers[index]
+        attention = None
+        if heads[index] and ("attn_q" in w or "attn_qkv" in w) and "attn_output" in w:
+            out_width = w["attn_output"] // n_embd
+            if "attn_qkv" in w:
+                qkv = w["attn_qkv"] // n_embd
+                k_width = v_width = (qkv - out_width) // 2
+                q_width = qkv - k_width - v_width
+            else:
+                q_width = w["attn_q"] // n_embd
+                k_width = w.get("attn_k", 0) // n_embd
+                v_width = w.get("attn_v", 0) // n_embd
+            attention = AttentionShape(q_width, k_width, v_width, out_width, heads[index],
+                                       sliding=layer.sliding, fused_qkv="attn_qkv" in w,
+                                       parallel=parallel)
+        elif heads[index] and layer.key_elements:
+            # No projection tensors to measure: the widths the metadata gives.
+            head_k = int(key("attention.key_length", n_embd // heads[index]))
+            head_v = int(key("attention.value_length", n_embd // heads[index]))
+            attention = AttentionShape(heads[index] * head_k, layer.key_elements,
+                                       layer.value_elements or layer.key_elements,
+                                       heads[index] * head_v, heads[index],
+                                       sliding=layer.sliding, parallel=parallel)
+        feed_forward = None
+        if "ffn_gate_inp" in w and n_expert and ("ffn_down_exps" in w):
+            n_ff_exp = w["ffn_down_exps"] // (n_embd * n_expert)
+            shared = w.get("ffn_down_shexp", 0) // n_embd
+            feed_forward = FeedForwardShape(
+                n_ff_exp, gated="ffn_gate_exps" in w or "ffn_gate_up_exps" in w,
+                fused_up="ffn_gate_up_exps" in w, n_expert=n_expert, n_expert_used=n_used,
+                n_ff_shexp=shared, norm_weights=bool(key("expert_weights_norm", False)))
+        elif "ffn_down" in w:
+            n_ff = w["ffn_down"] // n_embd
+            fused = "ffn_gate" not in w and w.get("ffn_up", 0) == 2 * w["ffn_down"]
+            feed_forward = FeedForwardShape(n_ff, gated="ffn_gate" in w or fused,
+                                            fused_up=fused)
+        elif not any(name.startswith("ffn") for name in w) and ffn[index]:
+            feed_forward = FeedForwardShape(ffn[index])
+        blocks.append(BlockShape(attention, feed_forward))
+    vocab = key("vocab_size", None)
+    if not isinstance(vocab, int):
+        token_embd = next((t for t in tensors if t.name == "token_embd.weight"), None)
+        vocab = _elements(token_embd) // n_embd if token_embd is not None else 0
+    return GraphModel(n_embd, int(vocab), tuple(blocks))
