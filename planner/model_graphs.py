@@ -32,6 +32,14 @@ I64 = 8
 FFN_BEFORE_OUTPUT_PROJECTION = frozenset({"command-r", "cohere2", "cohere2moe", "falcon",
                                           "plamo"})
 FFN_AFTER_OUTPUT_PROJECTION = frozenset({"phi2"})
+# Sparse attention whose lightning indexer picks each token's top-k cells
+# (llm_graph_context::build_attn for DSA); glm5-next and qwen4exp pool their keys instead.
+DSA_INDEXER = frozenset({"deepseek32", "glm-dsa", "hy_v4", "dots3note"})
+# Architectures whose recurrent blocks are Mamba-2 mixers (build_mamba2_layer).
+MAMBA2 = frozenset({"mamba2", "nemotron_h", "nemotron_h_moe", "granitehybrid"})
+# Builders that give their blocks no feed-forward multiplication even when the file has
+# experts (refact's builds build_ffn without weights).
+NO_FFN_WEIGHTS = frozenset({"refact"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +60,14 @@ class AttentionShape:
     parallel: str = ""
     """A parallel block: "ffn_first" (the feed-forward network before the output
     projection) or "ffn_after"; "" for a sequential block."""
+    kv_lora: int = 0
+    """Latent attention (MLA, absorbed): the compressed KV width; 0 for plain attention.
+    ``q_width`` is then the query heads' nope + rope, ``k_width`` the rope part."""
+    q_lora: int = 0
+    indexer_heads: int = 0
+    """A sparse attention's lightning indexer (DSA): its heads, head size and top-k."""
+    indexer_dim: int = 0
+    indexer_top_k: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +85,23 @@ class FeedForwardShape:
 
 
 @dataclass(frozen=True, slots=True)
+class RecurrentShape:
+    """One block's Mamba-2 mixer (``build_mamba2_layer``): inner width, state size,
+    groups, heads and convolution kernel."""
+
+    d_inner: int
+    d_state: int
+    n_group: int
+    n_head: int
+    d_conv: int
+    norm: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class BlockShape:
     attention: AttentionShape | None
     feed_forward: FeedForwardShape | None
+    recurrent: RecurrentShape | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +126,8 @@ class GraphModel:
         values["blocks"] = tuple(
             BlockShape(AttentionShape(**block["attention"]) if block["attention"] else None,
                        FeedForwardShape(**block["feed_forward"]) if block["feed_forward"]
+                       else None,
+                       RecurrentShape(**block["recurrent"]) if block.get("recurrent")
                        else None)
             for block in values["blocks"])
         return cls(**values)
@@ -135,16 +167,42 @@ def _inputs(b: _Builder) -> dict[str, Tensor]:
         inputs["mixed_tokens"] = g.input("inp_mixed_tokens", n * I32, host)
         inputs["mixed_slots"] = g.input("inp_mixed_slots", n * I64, host)
         inputs["mixed_embd"] = g.input("inp_mixed_embd", m.n_embd * n * F32, host)
+    if any(block.recurrent is not None for block in m.blocks):
+        inputs["rs_copy"] = g.input("rs_s_copy", 8 * I32, host)
+    indexed = [block.attention for block in m.blocks
+               if block.attention is not None and block.attention.indexer_heads]
+    if indexed:
+        dim = indexed[0].indexer_dim
+        inputs["k_rot"] = g.input("attn_inp_k_rot", dim * dim * F32, host)
     inputs["pos"] = g.input("inp_pos", n * I32 * m.positions_per_token, host)
     # Flash attention takes an f16 mask; without it the mask is f32 and V is cached
     # transposed, so its rows are set element by element (n_embd_v_gqa_max per token).
     mask = F16 if b.flash_attn else F32
     attention = [block.attention for block in m.blocks if block.attention is not None]
     v_rows = 1 if b.flash_attn else max((a.v_width for a in attention), default=1)
-    if any(not a.sliding for a in attention):
+    full = [a for a in attention if not a.sliding]
+    if full:
         inputs["k_idxs"] = g.input("attn_inp_k_idxs", n * I64, host)
-        inputs["v_idxs"] = g.input("attn_inp_v_idxs", n * v_rows * I64, host)
+        if indexed:
+            inputs["k_idxs_lid"] = g.input("attn_inp_k_idxs_lid", n * I64, host)
+        if any(not a.kv_lora for a in full):
+            inputs["v_idxs"] = g.input("attn_inp_v_idxs", n * v_rows * I64, host)
+        # Each indexed layer's zero rows for its top-k mask are a constant of the graph,
+        # placed with the inputs (a leaf), where the layer runs: the first before the
+        # masks, the others after them, in the order ggml finds them.
+        top_k = min(indexed[0].indexer_top_k, b.n_kv) if indexed else 0
+        leaves = []
+        for index, block in enumerate(m.blocks):
+            if block.attention is not None and block.attention.indexer_heads:
+                leaf = Tensor(f"zeros-{index}", top_k * n * F32,
+                              backend=b.backend_of[index] if b.backend_of else host)
+                inputs[f"zeros-{index}"] = leaf
+                leaves.append(leaf)
+        g.inputs.extend(leaves[:1])
         inputs["mask"] = g.input("attn_inp_kq_mask", b.n_kv * n * mask, host)
+        if indexed:
+            inputs["mask_lid"] = g.input("attn_inp_kq_mask_lid", b.n_kv * n * mask, host)
+        g.inputs.extend(leaves[1:])
     if any(a.sliding for a in attention):
         inputs["k_idxs_swa"] = g.input("attn_inp_k_idxs_swa", n * I64, host)
         inputs["v_idxs_swa"] = g.input("attn_inp_v_idxs_swa", n * v_rows * I64, host)
@@ -227,6 +285,158 @@ def _attention_core(b: _Builder, cur: Tensor, attn: AttentionShape, index: int,
     return g.view(out, "kqv_out", backend=backend)
 
 
+def _latent_attention_core(b: _Builder, cur: Tensor, attn: AttentionShape, index: int,
+                           inputs: Mapping[str, Tensor], backend: int) -> Tensor:
+    """deepseek2's absorbed latent attention (``build_attn`` with ``v_mla``): the query's
+    nope part multiplied into the latent space, the compressed KV normed and cached with
+    its roped part, attention in the latent space, then each head's V decompressed."""
+    g, n = b.graph, b.rows(cur)
+    layer = f"blk.{index}"
+    heads, rope = attn.n_head, attn.k_width
+    if attn.indexer_heads:
+        # The lightning indexer's key, normed, roped and rotated, into its cache.
+        dim = attn.indexer_dim
+        ik = g.op("MUL_MAT", dim * n * F32, (b.w(f"{layer}.indexer_k"), cur), "indexer_k",
+                  backend=backend)
+        ik = g.op("NORM", ik.nbytes, (ik,), "indexer_k_norm", backend=backend)
+        ik = g.like("MUL", ik, (b.w(f"{layer}.indexer_k_norm"),), "indexer_k", backend)
+        ik = g.op("ROPE", ik.nbytes, (g.view(ik, backend=backend), inputs["pos"]),
+                  "indexer_k_rope", backend=backend)
+        ik = g.op("MUL_MAT", ik.nbytes, (inputs["k_rot"], ik), "indexer_k_rot",
+                  backend=backend)
+        g.op("SET_ROWS", 0, (g.view(ik, backend=backend), inputs["k_idxs_lid"],
+                             external(f"cache_lid_{index}")), backend=backend)
+    qr = None
+    if attn.q_lora:
+        q = g.op("MUL_MAT", attn.q_lora * n * F32, (b.w(f"{layer}.q_a"), cur), "q_a",
+                 backend=backend)
+        qr = q = _norm(b, q, f"{layer}.q_a", backend)
+        q = g.op("MUL_MAT", attn.q_width * n * F32, (b.w(f"{layer}.q_b"), q), "q",
+                 backend=backend)
+    else:
+        q = g.op("MUL_MAT", attn.q_width * n * F32, (b.w(f"{layer}.q"), cur), "q",
+                 backend=backend)
+    q_nope = g.view(q, "q_nope", backend=backend)
+    absorbed = g.op("MUL_MAT", heads * attn.kv_lora * n * F32, (b.w(f"{layer}.k_b"), q_nope),
+                    "q_nope_absorbed", backend=backend)
+    q_pe = g.op("ROPE", heads * rope * n * F32, (g.view(q, "q_pe", backend=backend),
+                                                inputs["pos"]), "q_pe", backend=backend)
+    q_cur = g.op("CONCAT", heads * (attn.kv_lora + rope) * n * F32,
+                 (g.view(absorbed, backend=backend), q_pe), "Qcur", backend=backend)
+    kv = g.op("MUL_MAT", (attn.kv_lora + rope) * n * F32, (b.w(f"{layer}.kv_a"), cur),
+              "kv_cmpr_pe", backend=backend)
+    kv_cmpr = g.op("RMS_NORM", attn.kv_lora * n * F32, (g.view(kv, backend=backend),),
+                   "kv_cmpr_norm", backend=backend)
+    kv_cmpr = g.like("MUL", kv_cmpr, (b.w(f"{layer}.kv_a_norm"),), "kv_cmpr", backend)
+    k_pe = g.op("ROPE", rope * n * F32, (g.view(kv, "k_pe", backend=backend), inputs["pos"]),
+                "k_pe", backend=backend)
+    k_cur = g.op("CONCAT", (attn.kv_lora + rope) * n * F32,
+                 (g.view(kv_cmpr, backend=backend), k_pe), "Kcur", backend=backend)
+    cache = external(f"cache_k_{index}")
+    g.op("SET_ROWS", 0, (g.view(k_cur, backend=backend), inputs["k_idxs"], cache),
+         backend=backend)
+    q_view = g.view(q_cur, "q (permuted)", backend=backend)
+    latent = heads * attn.kv_lora * n * F32
+    mask = inputs["mask"]
+    if attn.indexer_heads:
+        mask = _indexer_mask(b, cur, qr, attn, index, inputs, backend)
+    if b.flash_attn:
+        out = g.op("FLASH_ATTN_EXT", latent, (q_view, cache, cache, mask), "kqv",
+                   backend=backend)
+    else:
+        scores = g.op("MUL_MAT", b.n_kv * n * heads * F32, (cache, q_view), "kq",
+                      backend=backend)
+        probs = g.like("SOFT_MAX", scores, (mask,), "kq_soft_max", backend)
+        out = g.op("MUL_MAT", latent, (cache, probs), "kqv", backend=backend)
+    values = g.op("MUL_MAT", attn.out_width * n * F32,
+                  (b.w(f"{layer}.v_b"), g.view(out, backend=backend)), "fattn_mla",
+                  backend=backend)
+    merged = g.op("CONT", attn.out_width * n * F32, (g.view(values, backend=backend),),
+                  "kqv_out", backend=backend)
+    return g.view(merged, "kqv_out", backend=backend)
+
+
+def _indexer_mask(b: _Builder, cur: Tensor, qr: Tensor | None, attn: AttentionShape,
+                  index: int, inputs: Mapping[str, Tensor], backend: int) -> Tensor:
+    """The lightning indexer's top-k of the cache for each token, as a mask: its query
+    heads from the compressed query, roped and rotated, scored against the cached keys
+    (``n_kv x n_tokens``), the best ``top_k`` kept (``llm_graph_context::build_attn``
+    for DSA)."""
+    g, n = b.graph, b.rows(cur)
+    layer = f"blk.{index}"
+    zeros = g.like("FILL", inputs[f"zeros-{index}"], (), "zeros", backend)
+    size = attn.indexer_heads * attn.indexer_dim * n * F32
+    iq = g.op("MUL_MAT", size, (b.w(f"{layer}.indexer_q_b"), qr if qr is not None else cur),
+              "indexer_q", backend=backend)
+    iq = g.op("ROPE", size, (g.view(iq, backend=backend), inputs["pos"]), "indexer_q_rope",
+              backend=backend)
+    iq = g.op("MUL_MAT", size, (inputs["k_rot"], iq), "indexer_q_rot", backend=backend)
+    weights = g.op("MUL_MAT", attn.indexer_heads * n * F32, (b.w(f"{layer}.indexer_proj"), cur),
+                   "indexer_weights", backend=backend)
+    weights = g.op("SCALE", weights.nbytes, (g.view(weights, backend=backend),),
+                   "indexer_weights_scaled", backend=backend)
+    score = g.op("LIGHTNING_INDEXER", b.n_kv * n * F32,
+                 (g.view(iq, backend=backend), external(f"cache_lid_{index}"), weights,
+                  inputs["mask_lid"]), "indexer_score", backend=backend)
+    top_k = min(attn.indexer_top_k, b.n_kv)
+    picked = g.op("TOP_K", top_k * n * I32, (score,), "top_k", backend=backend)
+    picked = g.op("CONT", picked.nbytes, (picked,), "top_k_cont", backend=backend)
+    mask = inputs["mask"]
+    everything = g.op("FILL", mask.nbytes, (mask,), "kq_mask_all", backend=backend)
+    unmasked = Tensor("kq_mask_top_k", mask.nbytes, "SET_ROWS",
+                      (g.view(everything, backend=backend), g.view(picked, backend=backend),
+                       zeros), view_src=everything, backend=backend)
+    g.nodes.append(unmasked)
+    return g.op("ADD", mask.nbytes, (g.view(unmasked, backend=backend), mask), "kq_mask_dsa",
+                backend=backend)
+
+
+def _mamba2(b: _Builder, cur: Tensor, ssm: RecurrentShape, index: int,
+            inputs: Mapping[str, Tensor], backend: int) -> Tensor:
+    """build_mamba2_layer: the input projection (z, x, B, C and dt), the convolution over
+    the cached and new columns, the selective scan (its output and the new state), the
+    gate and the grouped norm, the output projection."""
+    g, n = b.graph, b.rows(cur)
+    layer = f"blk.{index}"
+    conv_dim = ssm.d_inner + 2 * ssm.n_group * ssm.d_state
+    conv_rows = g.op("GET_ROWS", (ssm.d_conv - 1) * conv_dim * F32,
+                     (external(f"cache_r_{index}"), inputs["rs_copy"]), "conv_states",
+                     backend=backend)
+    projected = g.op("MUL_MAT", (2 * ssm.d_inner + 2 * ssm.n_group * ssm.d_state + ssm.n_head)
+                     * n * F32, (b.w(f"{layer}.ssm_in"), cur), "zxBCdt", backend=backend)
+    conv_x = g.op("CONCAT", (ssm.d_conv - 1 + n) * conv_dim * F32,
+                  (g.view(conv_rows, backend=backend), g.view(projected, backend=backend)),
+                  "conv_x", backend=backend)
+    g.op("CPY", 0, (g.view(conv_x, backend=backend), external(f"cache_r_{index}")),
+         backend=backend)
+    x = g.op("SSM_CONV", conv_dim * n * F32, (conv_x, b.w(f"{layer}.ssm_conv1d")), "xBC",
+             backend=backend)
+    x = g.like("ADD", x, (b.w(f"{layer}.ssm_conv1d_b"),), "xBC_b", backend)
+    x = g.like("UNARY", x, (), "xBC_silu", backend)
+    dt = g.op("CONT", ssm.n_head * n * F32, (g.view(projected, backend=backend),), "dt",
+              backend=backend)
+    dt = g.like("ADD", dt, (b.w(f"{layer}.ssm_dt_b"),), "dt_b", backend)
+    scan = g.op("SSM_SCAN", (ssm.d_inner * n + ssm.d_state * ssm.d_inner) * F32,
+                (external(f"cache_s_{index}"), g.view(x, backend=backend), dt,
+                 g.view(x, backend=backend), inputs["rs_copy"]), "y_ssm", backend=backend)
+    g.op("CPY", 0, (g.view(scan, backend=backend), external(f"cache_s_{index}")),
+         backend=backend)
+    z = g.op("CONT", ssm.d_inner * n * F32, (g.view(projected, backend=backend),), "z",
+             backend=backend)
+    skip = g.op("MUL", ssm.d_inner * n * F32, (g.view(x, backend=backend),
+                                               b.w(f"{layer}.ssm_d")), "x_d",
+                backend=backend)
+    y = g.like("ADD", skip, (g.view(scan, backend=backend),), "mamba2_y_add_d", backend)
+    y = g.op("SWIGLU", ssm.d_inner * n * F32, (z, y), "y_gated", backend=backend)
+    if ssm.norm:
+        y = g.op("RMS_NORM", y.nbytes, (g.view(y, backend=backend),), "y_norm",
+                 backend=backend)
+        y = g.like("MUL", y, (b.w(f"{layer}.ssm_norm"),), "y_normed", backend)
+    return g.op("MUL_MAT", b.model.n_embd * n * F32, (b.w(f"{layer}.ssm_out"),
+                                                      g.view(y, backend=backend)),
+                "mamba_out", backend=backend)
+
+
 def _output_projection(b: _Builder, out: Tensor, attn: AttentionShape, index: int,
                        backend: int) -> Tensor:
     tokens = out.nbytes // (attn.out_width * F32)
@@ -251,6 +461,8 @@ def _feed_forward(b: _Builder, cur: Tensor, ffn: FeedForwardShape, index: int,
 def _mlp(b: _Builder, cur: Tensor, ffn: FeedForwardShape, layer: str,
          backend: int) -> Tensor:
     g = b.graph
+    if not ffn.n_ff:
+        return g.like("UNARY", cur, (), "ffn_act", backend)
     size = ffn.n_ff * b.rows(cur) * F32
     if ffn.fused_up:
         up = g.op("MUL_MAT", 2 * size, (b.w(f"{layer}.up"), cur), "ffn_up", backend=backend)
@@ -326,13 +538,25 @@ def _block(b: _Builder, x: Tensor, block: BlockShape, index: int, last: bool,
         return g.op("GET_ROWS", out_rows * t.nbytes // (b.rows(t) * m.n_embd * F32)
                     if t.nbytes else 0, (t, inputs["out_ids"]), name, backend=backend)
 
+    if block.recurrent is not None:
+        normed = _norm(b, x, f"blk.{index}.attn", backend)
+        cur = _mamba2(b, normed, block.recurrent, index, inputs, backend)
+        if last:
+            cur = rows(cur, "mamba_out_rows")
+            x = rows(x, "inp_rows")
+        x = g.like("ADD", cur, (x,), f"l_out-{index}", backend)
+        if ffn is None:
+            return x
+        out = _feed_forward(b, _norm(b, x, f"blk.{index}.ffn", backend), ffn, index, backend)
+        return g.like("ADD", out, (x,), f"l_out-{index}", backend)
     if attn is None:
         if ffn is None:
             return x
         cur = _feed_forward(b, _norm(b, x, f"blk.{index}.ffn", backend), ffn, index, backend)
         return g.like("ADD", cur, (x,), f"l_out-{index}", backend)
     normed = _norm(b, x, f"blk.{index}.attn", backend)
-    core = _attention_core(b, normed, attn, index, inputs, backend)
+    core = (_latent_attention_core if attn.kv_lora else _attention_core)(
+        b, normed, attn, index, inputs, backend)
     if attn.parallel and ffn is not None:
         if last:
             core = rows(core, "kqv_rows")
@@ -389,8 +613,10 @@ def schedule(graph: Graph, copies: int) -> Graph:
     such copy, and each input, is kept ``copies`` times over and never freed."""
     out = Graph()
     for tensor in graph.inputs:
-        tensor.is_output = tensor.is_output or copies > 1
         out.inputs.append(tensor)
+        if not tensor.is_input:
+            continue  # a constant of the graph (a leaf): placed once, where it is used
+        tensor.is_output = tensor.is_output or copies > 1
         for index in range(1, copies):
             out.inputs.append(Tensor(f"{tensor.name}#{index}", tensor.nbytes, is_input=True,
                                      is_output=True, backend=tensor.backend))
@@ -447,9 +673,10 @@ _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)\.weight$")
 
 def _elements(tensor: Any) -> int:
     """Elements of a tensor from its bytes and type."""
-    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+    from planner.models.gguf_reader import GGML_TYPES
 
-    block, size = GGML_QUANT_SIZES[GGMLQuantizationType[tensor.type_name]]
+    block, size = next((block, size) for name, block, size in GGML_TYPES.values()
+                       if name == tensor.type_name)
     return int(tensor.n_bytes) // size * block
 
 
@@ -486,7 +713,18 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
         w = widths[index]
         layer = memory.layers[index]
         attention = None
-        if heads[index] and ("attn_q" in w or "attn_qkv" in w) and "attn_output" in w:
+        if heads[index] and "attn_kv_a_mqa" in w and "attn_k_b" in w and "attn_output" in w:
+            kv_lora = int(key("attention.kv_lora_rank"))
+            q_lora = w["attn_q_a"] // n_embd if "attn_q_a" in w else 0
+            q_width = (w["attn_q_b"] // q_lora) if q_lora else w.get("attn_q", 0) // n_embd
+            indexer = arch in DSA_INDEXER and "indexer.attn_q_b" in w
+            attention = AttentionShape(
+                q_width, w["attn_kv_a_mqa"] // n_embd - kv_lora, 0, w["attn_output"] // n_embd,
+                heads[index], sliding=layer.sliding, kv_lora=kv_lora, q_lora=q_lora,
+                indexer_heads=int(key("attention.indexer.head_count")) if indexer else 0,
+                indexer_dim=int(key("attention.indexer.key_length")) if indexer else 0,
+                indexer_top_k=int(key("attention.indexer.top_k")) if indexer else 0)
+        elif heads[index] and ("attn_q" in w or "attn_qkv" in w) and "attn_output" in w:
             out_width = w["attn_output"] // n_embd
             if "attn_qkv" in w:
                 qkv = w["attn_qkv"] // n_embd
@@ -508,7 +746,9 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
                                        heads[index] * head_v, heads[index],
                                        sliding=layer.sliding, parallel=parallel)
         feed_forward = None
-        if "ffn_gate_inp" in w and n_expert and ("ffn_down_exps" in w):
+        if arch in NO_FFN_WEIGHTS and "ffn_down" not in w:
+            feed_forward = FeedForwardShape(0, gated=False)
+        elif "ffn_gate_inp" in w and n_expert and ("ffn_down_exps" in w):
             n_ff_exp = w["ffn_down_exps"] // (n_embd * n_expert)
             shared = w.get("ffn_down_shexp", 0) // n_embd
             feed_forward = FeedForwardShape(
@@ -522,7 +762,14 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
                                             fused_up=fused)
         elif not any(name.startswith("ffn") for name in w) and ffn[index]:
             feed_forward = FeedForwardShape(ffn[index])
-        blocks.append(BlockShape(attention, feed_forward))
+        recurrent = None
+        if "ssm_in" in w and "ssm_conv1d" in w and arch in MAMBA2:
+            recurrent = RecurrentShape(int(key("ssm.inner_size")), int(key("ssm.state_size")),
+                                       max(1, int(key("ssm.group_count"))),
+                                       int(key("ssm.time_step_rank")),
+                                       int(key("ssm.conv_kernel")), norm="ssm_norm" in w)
+            attention = None
+        blocks.append(BlockShape(attention, feed_forward, recurrent))
     vocab = key("vocab_size", None)
     if not isinstance(vocab, int):
         token_embd = next((t for t in tensors if t.name == "token_embd.weight"), None)
