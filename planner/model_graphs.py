@@ -35,6 +35,10 @@ FFN_AFTER_OUTPUT_PROJECTION = frozenset({"phi2"})
 # Sparse attention whose lightning indexer picks each token's top-k cells
 # (llm_graph_context::build_attn for DSA); glm5-next and qwen4exp pool their keys instead.
 DSA_INDEXER = frozenset({"deepseek32", "glm-dsa", "hy_v4", "dots3note"})
+# llm_arch_supports_mixed_batch: the architectures without the mixed token/embedding
+# input branch.
+NO_MIXED_BATCH = frozenset({"cogvlm", "deepseek4", "graniteswitch", "eagle3", "dflash",
+                            "gemma4-assistant"})
 # Architectures whose recurrent blocks are Mamba-2 mixers (build_mamba2_layer).
 MAMBA2 = frozenset({"mamba2", "nemotron_h", "nemotron_h_moe", "granitehybrid"})
 # Builders that give their blocks no feed-forward multiplication even when the file has
@@ -64,6 +68,10 @@ class AttentionShape:
     """Latent attention (MLA, absorbed): the compressed KV width; 0 for plain attention.
     ``q_width`` is then the query heads' nope + rope, ``k_width`` the rope part."""
     q_lora: int = 0
+    cached: bool = True
+    """False for an encoder or a diffusion model: K and V go straight to the attention."""
+    rope: bool = True
+    """False where learned position embeddings replace rotary ones (GPT-2, MPT, ...)."""
     indexer_heads: int = 0
     """A sparse attention's lightning indexer (DSA): its heads, head size and top-k."""
     indexer_dim: int = 0
@@ -113,6 +121,8 @@ class GraphModel:
     blocks: tuple[BlockShape, ...]
     mixed_batch: bool = True
     """llama.cpp builds the mixed token/embedding input branch (most architectures)."""
+    position_embedding: bool = False
+    """The model adds learned position embeddings to the token rows, on the host."""
     positions_per_token: int = 1
 
     def to_dict(self) -> dict[str, Any]:
@@ -180,6 +190,9 @@ def _inputs(b: _Builder) -> dict[str, Tensor]:
     mask = F16 if b.flash_attn else F32
     attention = [block.attention for block in m.blocks if block.attention is not None]
     v_rows = 1 if b.flash_attn else max((a.v_width for a in attention), default=1)
+    if any(not a.cached for a in attention):
+        inputs["mask_self"] = g.input("self_kq_mask", n * n * mask, host)
+    attention = [a for a in attention if a.cached]
     full = [a for a in attention if not a.sliding]
     if full:
         inputs["k_idxs"] = g.input("attn_inp_k_idxs", n * I64, host)
@@ -217,7 +230,10 @@ def _embeddings(b: _Builder, inputs: Mapping[str, Tensor]) -> Tensor:
     g, m, n = b.graph, b.model, b.n_tokens
     size = m.n_embd * n * F32
     tok = b.w("token_embd.weight")
-    host, first = b.input_backend, b.backend_of[0] if b.backend_of else b.input_backend
+    # The mixed branch's copy has no weights: the scheduler runs it where the next node
+    # with weights runs, the first layer, or the host where position embeddings follow.
+    host = b.input_backend
+    first = host if m.position_embedding or not b.backend_of else b.backend_of[0]
     embd = g.op("GET_ROWS", size, (tok, inputs["tokens"]), "embd", backend=host)
     if m.mixed_batch:
         rows = g.op("GET_ROWS", size, (tok, inputs["mixed_tokens"]), "mixed_rows",
@@ -228,6 +244,10 @@ def _embeddings(b: _Builder, inputs: Mapping[str, Tensor]) -> Tensor:
         target = Tensor("mixed_set_rows", size, "SET_ROWS",
                         (rows, inputs["mixed_slots"], copy), view_src=copy, backend=first)
         g.nodes.append(target)
+    if m.position_embedding:
+        positions = g.op("GET_ROWS", size, (b.w("position_embd.weight"), inputs["pos"]),
+                         "pos_embd", backend=host)
+        embd = g.like("ADD", embd, (positions,), "inpL", host)
     return embd
 
 
@@ -245,23 +265,28 @@ def _attention_core(b: _Builder, cur: Tensor, attn: AttentionShape, index: int,
     layer = f"blk.{index}"
     q_size, k_size = attn.q_width * n * F32, attn.k_width * n * F32
     v_size, out_size = attn.v_width * n * F32, attn.out_width * n * F32
+    if not attn.cached:
+        return _uncached_attention_core(b, cur, attn, index, inputs, backend)
     if attn.fused_qkv:
         qkv = g.op("MUL_MAT", q_size + k_size + v_size, (b.w(f"{layer}.qkv"), cur), "qkv",
                    backend=backend)
         q = g.view(qkv, "q", q_size, backend)
-        q_rot = g.op("ROPE", out_size, (q, inputs["pos"]), "Qcur", backend=backend)
+        q_rot = g.op("ROPE", out_size, (q, inputs["pos"]), "Qcur", backend=backend) \
+            if attn.rope else q
         v = g.view(qkv, "v", v_size, backend)
         k = g.view(qkv, "k", k_size, backend)
     else:
         # build_qkv: Q (roped at once), then V, then K.
         q = g.op("MUL_MAT", q_size, (b.w(f"{layer}.q"), cur), "q", backend=backend)
         q = g.view(q, "q (reshaped)", backend=backend)
-        q_rot = g.op("ROPE", out_size, (q, inputs["pos"]), "Qcur", backend=backend)
+        q_rot = g.op("ROPE", out_size, (q, inputs["pos"]), "Qcur", backend=backend) \
+            if attn.rope else q
         v = g.op("MUL_MAT", v_size, (b.w(f"{layer}.v"), cur), "v", backend=backend)
         v = g.view(v, "v (reshaped)", backend=backend)
         k = g.op("MUL_MAT", k_size, (b.w(f"{layer}.k"), cur), "k", backend=backend)
         k = g.view(k, "k (reshaped)", backend=backend)
-    k_rot = g.op("ROPE", k_size, (k, inputs["pos"]), "Kcur", backend=backend)
+    k_rot = g.op("ROPE", k_size, (k, inputs["pos"]), "Kcur", backend=backend) \
+        if attn.rope else k
     suffix = "_swa" if attn.sliding else ""
     cache_k = external(f"cache_k_{index}")
     cache_v = external(f"cache_v_{index}")
@@ -280,6 +305,44 @@ def _attention_core(b: _Builder, cur: Tensor, attn: AttentionShape, index: int,
                       backend=backend)
         probs = g.like("SOFT_MAX", scores, (mask,), "kq_soft_max", backend)
         kqv = g.op("MUL_MAT", out_size, (cache_v, probs), "kqv", backend=backend)
+        out = g.op("CONT", out_size, (g.view(kqv, backend=backend),), "kqv_merged_cont",
+                   backend=backend)
+    return g.view(out, "kqv_out", backend=backend)
+
+
+def _uncached_attention_core(b: _Builder, cur: Tensor, attn: AttentionShape, index: int,
+                             inputs: Mapping[str, Tensor], backend: int) -> Tensor:
+    """Attention without a cache (``build_attn_inp_no_cache``): Q, K and V of the ubatch
+    alone, K and V cast to f16 for flash attention, a ``n_tokens x n_tokens`` mask."""
+    g, n = b.graph, b.rows(cur)
+    layer = f"blk.{index}"
+    projected = {}
+    for name, width, rope in (("q", attn.q_width, True), ("k", attn.k_width, True),
+                              ("v", attn.v_width, False)):
+        t = g.op("MUL_MAT", width * n * F32, (b.w(f"{layer}.{name}"), cur), name,
+                 backend=backend)
+        t = g.view(t, backend=backend)
+        if rope:
+            t = g.op("ROPE", (attn.out_width if name == "q" else width) * n * F32,
+                     (t, inputs["pos"]), f"{name}_rope", backend=backend)
+        projected[name] = t
+    out_size = attn.out_width * n * F32
+    mask = inputs["mask_self"]
+    if b.flash_attn:
+        k = g.op("CPY", attn.k_width * n * F16, (g.view(projected["k"], backend=backend),),
+                 "k_f16", backend=backend)
+        v = g.op("CPY", attn.v_width * n * F16, (g.view(projected["v"], backend=backend),),
+                 "v_f16", backend=backend)
+        out = g.op("FLASH_ATTN_EXT", out_size, (g.view(projected["q"], backend=backend), k, v,
+                                                mask), "kqv", backend=backend)
+    else:
+        scores = g.op("MUL_MAT", n * n * attn.n_head * F32,
+                      (g.view(projected["k"], backend=backend),
+                       g.view(projected["q"], backend=backend)), "kq", backend=backend)
+        probs = g.like("SOFT_MAX", scores, (mask,), "kq_soft_max", backend)
+        v = g.op("CONT", attn.v_width * n * F32, (g.view(projected["v"], backend=backend),),
+                 "v_cont", backend=backend)
+        kqv = g.op("MUL_MAT", out_size, (v, probs), "kqv", backend=backend)
         out = g.op("CONT", out_size, (g.view(kqv, backend=backend),), "kqv_merged_cont",
                    backend=backend)
     return g.view(out, "kqv_out", backend=backend)
@@ -706,6 +769,7 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
     memory = model_memory(arch, metadata, n_layer, "model")
     n_expert = int(key("expert_count"))
     n_used = int(key("expert_used_count"))
+    positions = any(t.name == "position_embd.weight" for t in tensors)
     parallel = ("ffn_first" if arch in FFN_BEFORE_OUTPUT_PROJECTION else
                 "ffn_after" if arch in FFN_AFTER_OUTPUT_PROJECTION else "")
     blocks = []
@@ -736,7 +800,8 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
                 v_width = w.get("attn_v", 0) // n_embd
             attention = AttentionShape(q_width, k_width, v_width, out_width, heads[index],
                                        sliding=layer.sliding, fused_qkv="attn_qkv" in w,
-                                       parallel=parallel)
+                                       parallel=parallel, cached=memory.kind != "none",
+                                       rope=not positions)
         elif heads[index] and layer.key_elements:
             # No projection tensors to measure: the widths the metadata gives.
             head_k = int(key("attention.key_length", n_embd // heads[index]))
@@ -774,4 +839,5 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
     if not isinstance(vocab, int):
         token_embd = next((t for t in tensors if t.name == "token_embd.weight"), None)
         vocab = _elements(token_embd) // n_embd if token_embd is not None else 0
-    return GraphModel(n_embd, int(vocab), tuple(blocks))
+    return GraphModel(n_embd, int(vocab), tuple(blocks), position_embedding=positions,
+                      mixed_batch=arch not in NO_MIXED_BATCH)
