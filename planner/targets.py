@@ -8,6 +8,9 @@ availability, the simulation, sweeps, their commands and the workbench's panels.
   ``min(native_context_length, 65_536)``, docs/rules.md §3, which every plan reaches);
 - its parallel lanes are at least ``minimum_lanes``;
 - its stages are at least ``minimum_nodes`` (0 counts as 1);
+- with a ``target_ttft_ms`` (and the ``prompt_tokens`` it is for), the estimated time to
+  first token of such a prompt (:mod:`planner.performance`'s prefill) is within it, and
+  likewise unknown never counts as met;
 - with a ``target_decode_tpot_ms``, the speed estimate of the plan
   (:mod:`planner.performance`: each stage reads its weights and KV cache at its node's
   memory bandwidth, plus the hops) is within it. A TPOT that cannot be estimated (the
@@ -75,6 +78,8 @@ class Targets:
     minimum_nodes: int = 1
     target_decode_tpot_ms: int | None = None
     failures_tolerated: int = 0
+    target_ttft_ms: int | None = None
+    prompt_tokens: int | None = None
 
     def __post_init__(self) -> None:
         for name, low, high, optional in (
@@ -82,10 +87,23 @@ class Targets:
                 ("minimum_lanes", 1, MAX_LANES, False),
                 ("minimum_nodes", 0, MAX_MINIMUM_NODES, False),
                 ("target_decode_tpot_ms", 1, MAX_LATENCY_MS, True),
-                ("failures_tolerated", 0, MAX_FAILURES_TOLERATED, False)):
+                ("failures_tolerated", 0, MAX_FAILURES_TOLERATED, False),
+                ("target_ttft_ms", 1, MAX_LATENCY_MS, True),
+                ("prompt_tokens", 1, MAX_CONTEXT, True)):
             value = getattr(self, name)
             if not (optional and value is None):
                 object.__setattr__(self, name, _whole(value, name, low, high))
+        if (self.target_ttft_ms is None) != (self.prompt_tokens is None):
+            raise TargetsError("InvalidTargets", "target_ttft_ms and prompt_tokens go "
+                               "together: a time to first token is for a prompt size",
+                               field="prompt_tokens" if self.prompt_tokens is None
+                               else "target_ttft_ms")
+
+    @property
+    def estimate_options(self) -> dict[str, Any]:
+        """What :func:`planner.performance.estimate_plan` needs to judge these targets
+        (the prompt of a time-to-first-token target)."""
+        return {} if self.prompt_tokens is None else {"prompt_tokens": self.prompt_tokens}
 
     @classmethod
     def from_request(cls, request: PlanningInput, **given: Any) -> Targets:
@@ -143,6 +161,13 @@ class Targets:
             elif estimate.estimated_tpot_ms > target:
                 missed.append(f"estimated TPOT {estimate.estimated_tpot_ms:,.1f} ms > "
                               f"{target} ms")
+        ttft = self.target_ttft_ms
+        if ttft is not None:
+            if estimate is None or estimate.ttft_ms is None:
+                missed.append("no time-to-first-token estimate")
+            elif estimate.ttft_ms > ttft:
+                missed.append(f"estimated TTFT {estimate.ttft_ms:,.0f} ms > {ttft} ms "
+                              f"({self.prompt_tokens:,}-token prompt)")
         return missed
 
     def meets(self, plan: Plan, estimate: PlanEstimate | None = None) -> bool:
@@ -153,19 +178,25 @@ class Targets:
                 self.minimum_nodes, 1):
             return False
         target = self.target_decode_tpot_ms
-        return target is None or (estimate is not None
-                                  and estimate.estimated_tpot_ms <= target)
+        if target is not None and (estimate is None
+                                   or estimate.estimated_tpot_ms > target):
+            return False
+        ttft = self.target_ttft_ms
+        return ttft is None or (estimate is not None and estimate.ttft_ms is not None
+                                and estimate.ttft_ms <= ttft)
 
     def to_dict(self) -> dict[str, Any]:
         return {"minimum_context": self.minimum_context, "minimum_lanes": self.minimum_lanes,
                 "minimum_nodes": self.minimum_nodes,
                 "target_decode_tpot_ms": self.target_decode_tpot_ms,
-                "failures_tolerated": self.failures_tolerated}
+                "failures_tolerated": self.failures_tolerated,
+                "target_ttft_ms": self.target_ttft_ms, "prompt_tokens": self.prompt_tokens}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Targets:
         known = ("minimum_context", "minimum_lanes", "minimum_nodes",
-                 "target_decode_tpot_ms", "failures_tolerated")
+                 "target_decode_tpot_ms", "failures_tolerated", "target_ttft_ms",
+                 "prompt_tokens")
         for key in data:
             if key not in known:
                 raise TargetsError("InvalidTargets", f"{key} is not a target; expected one "

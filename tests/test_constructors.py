@@ -156,7 +156,7 @@ EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
         layer_kv_bytes_per_token=(8, 0), layer_state_bytes_per_sequence=(0, 16)),
     "planner.targets.Targets": lambda: dict(
         minimum_context=4096, minimum_lanes=2, minimum_nodes=1, target_decode_tpot_ms=50,
-        failures_tolerated=1),
+        failures_tolerated=1, target_ttft_ms=500, prompt_tokens=4096),
 }
 
 # Types whose __post_init__ computes rather than checks, or whose fields (beyond those

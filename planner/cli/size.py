@@ -34,7 +34,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "after losing any F nodes. Exact within each kind's max_count. Speeds are "
             "estimates from the catalog's memory bandwidth."),
         examples=("planner size qwen3-coder-480b-a35b --tolerate 1",
-                  "planner size llama-3.1-70b --kinds h100-sxm-80gb,l40s --tpot 60 --json",
+                  "planner size llama-3.1-70b --kinds h100-sxm-80gb,l40s --tpot 200 --ttft-ms 5000 "
+                  "--prompt-tokens 8192 --json",
                   "planner size data/fleets/qwen480b-5x80.toml --catalog my-gpus.toml --csv"),
         exit_codes="0 fleets found, 1 no fleet meets the targets, 2 bad input")
     parser.add_argument("model", metavar="MODEL",
@@ -48,6 +49,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="parallel lanes the plan must reach (default 1)")
     parser.add_argument("--tolerate", type=int, default=0, metavar="F",
                         help="nodes the fleet must be able to lose (default 0)")
+    parser.add_argument("--ttft-ms", type=int, metavar="MS",
+                        help="estimated time to first token the plan must stay within, "
+                             "for a prompt of --prompt-tokens")
+    parser.add_argument("--prompt-tokens", type=int, metavar="P",
+                        help="the prompt size --ttft-ms is for")
     parser.add_argument("--tpot", type=int, metavar="MS",
                         help="estimated time per output token the plan must stay within")
     parser.add_argument("--kinds", metavar="NAME,...",
@@ -93,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     tpot = args.tpot if args.tpot is not None else planning.get("target_decode_tpot_ms")
     targets = SizingTargets(minimum_context=args.min_context, minimum_lanes=args.min_lanes,
                             minimum_nodes=planning.get("minimum_nodes", 1),
-                            target_decode_tpot_ms=tpot, failures_tolerated=args.tolerate)
+                            target_decode_tpot_ms=tpot, failures_tolerated=args.tolerate,
+                            target_ttft_ms=args.ttft_ms, prompt_tokens=args.prompt_tokens)
     try:
         result = size_fleet(model, catalog, targets, top=args.top, kinds=kinds,
                             context_length_override=planning.get("context_length_override"),

@@ -362,7 +362,8 @@ def size_fleet(
                            planning_code=error.code) from None
     minimum_context = targets.context_for(probe)
     options = {"bandwidth_efficiency": bandwidth_efficiency,
-               "link_bandwidth_bytes_per_s": link_bandwidth_bytes_per_s}
+               "link_bandwidth_bytes_per_s": link_bandwidth_bytes_per_s,
+               **targets.estimate_options}
     search = _Search(fields, traffic, chosen, targets, planning, minimum_context, options)
     fleets = _cheapest(search, probe, minimum_context, top)
     front: tuple[SizedFleet, ...] = ()

@@ -162,6 +162,13 @@ class SizingPanel(widgets.VBox):
         self.tpot = widgets.BoundedIntText(value=model.target_decode_tpot_ms or 0, min=0,
                                            max=MAX_LATENCY_MS, description="TPOT ms",
                                            tooltip="estimated TPOT target; 0: none")
+        self.ttft = widgets.BoundedIntText(value=0, min=0, max=MAX_LATENCY_MS,
+                                           description="TTFT ms",
+                                           tooltip="estimated time-to-first-token target for "
+                                                   "a prompt of 'prompt' tokens; 0: none")
+        self.prompt_tokens = widgets.BoundedIntText(value=4096, min=1, max=MAX_CONTEXT,
+                                                    description="prompt",
+                                                    tooltip="prompt tokens the TTFT is for")
         self.tolerate = widgets.BoundedIntText(value=0, min=0, max=8, description="tolerate",
                                                tooltip="nodes the fleet must be able to lose")
         self.top = widgets.BoundedIntText(value=top, min=1, max=100, description="top")
@@ -190,7 +197,8 @@ class SizingPanel(widgets.VBox):
                                widgets.Label("USD/h", layout=widgets.Layout(width="80px")),
                                widgets.Label("available", layout=widgets.Layout(width="64px"))])
         targets = widgets.HBox([self.min_context, self.min_lanes, self.min_nodes, self.tpot,
-                                self.tolerate, self.top, self.size_button],
+                                self.ttft, self.prompt_tokens, self.tolerate, self.top,
+                                self.size_button],
                                layout=widgets.Layout(flex_flow="row wrap"))
         super().__init__([
             widgets.HTML(STYLE + "<h3>Size a fleet</h3>"), targets,
@@ -220,7 +228,9 @@ class SizingPanel(widgets.VBox):
             minimum_context=self.min_context.value or None,
             minimum_lanes=self.min_lanes.value, minimum_nodes=self.min_nodes.value,
             target_decode_tpot_ms=self.tpot.value or None,
-            failures_tolerated=self.tolerate.value)
+            failures_tolerated=self.tolerate.value,
+            target_ttft_ms=self.ttft.value or None,
+            prompt_tokens=self.prompt_tokens.value if self.ttft.value else None)
 
     @property
     def frame(self) -> pd.DataFrame | None:
