@@ -118,3 +118,12 @@ def test_the_command_and_the_calibration_agree_on_a_measured_run() -> None:
     preset_bytes = 74963313152
     assert found["tpot_ms"] == pytest.approx(expected_ms * preset_bytes / row.file_bytes,
                                              rel=0.15)
+
+
+def test_a_shipped_example_fleet_gets_its_prefill_estimated() -> None:
+    """The design's Qwen 480B fleet names a preset whose bytes are the design's figure
+    shared by parameters: its parameters are known, so its time to first token is."""
+    found = _json(str(ROOT / "data" / "fleets" / "qwen480b-5x80.toml"), "--gpu",
+                  "h200-141gb", "--gpus", "4", "--prompt-tokens", "2000")
+    assert found["ttft_ms"] is not None and found["ttft_ms"] > 0
+    assert not any("parameter count is unknown" in note for note in found["notes"])

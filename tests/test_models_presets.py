@@ -629,6 +629,18 @@ def test_presets_state_the_figures_the_speed_estimate_reads() -> None:
     assert ModelSpec.from_dict(moe.to_dict()) == moe
 
 
+def test_a_preset_of_stated_bytes_shared_by_parameters_counts_its_parameters() -> None:
+    """The design's Qwen 480B states its bytes and shares them over parts by their
+    parameters: those parameters are the model's (480,154,875,392 from config.json), so
+    its prefill can be estimated like any other preset's."""
+    spec = load_preset("qwen3-coder-480b-a35b")
+    assert spec.parameter_count == 480_154_875_392
+    routed = 468_084_326_400
+    embedding = 933_494_784
+    assert spec.active_parameter_count == round(
+        spec.parameter_count - embedding - routed + routed * 8 / 160)
+
+
 def test_a_spec_refuses_more_experts_used_than_there_are() -> None:
     data = load_preset("gpt-oss-120b").to_dict()
     with pytest.raises(ModelError) as error:

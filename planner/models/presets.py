@@ -347,7 +347,8 @@ def _speed_fields(root: _Table, parts: list[_Part]) -> dict[str, int | None]:
     parameters (all, and those one token computes with: shared parts whole, routed
     experts ``experts_used / expert_count``, the input embedding not at all, a token only
     looking its row up), the routed experts' and the input embedding's bytes. Parameters
-    are known when the weights are an estimate by parts."""
+    are known when the weights have parts: each states its parameters, whether its bytes
+    are estimated from them or share a stated total."""
     weights = root.table("weights")
     experts = root.table("experts") if root.has("experts") else None
     used = (experts.positive("experts_used"), experts.positive("expert_count")) if (
@@ -359,7 +360,7 @@ def _speed_fields(root: _Table, parts: list[_Part]) -> dict[str, int | None]:
         "expert_count": None if used is None else used[1],
         "experts_used": None if used is None else used[0],
     }
-    if weights.text("method") == "estimate":
+    if weights.has("parts"):
         total = active = 0.0
         for part in weights.tables("parts"):
             count = part.positive("parameters")
