@@ -13,6 +13,7 @@ Integer fields accept any integral type (Python ``int``, numpy integers, anythin
 from __future__ import annotations
 
 import operator
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, SupportsIndex, TypeGuard
 
@@ -184,3 +185,19 @@ def known_keys(data: Mapping[str, Any], allowed: Iterable[str],
     for key in data:
         if key not in names:
             raise fail(str(key), f"unknown field; expected one of {', '.join(names)}")
+
+
+# C0, DEL and C1 controls start terminal escape sequences (C1 U+009B is a one-character
+# CSI); the bidirectional overrides and isolates reorder what follows them on screen, so
+# a node id "gpu\u202egnp.exe" would read "gpuexe.png".
+_BIDI = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+_CONTROL = {code: "?" for code in (*range(32), *range(127, 160), *_BIDI)}
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def inert_text(text: str) -> str:
+    """``text`` with every character that acts rather than shows written ``?``: C0 and
+    C1 controls (line breaks, escape sequences), bidirectional overrides and isolates,
+    and lone surrogates (which no encoding can write). Terminals, HTML and Markdown
+    reports and charts all show a user's string through this."""
+    return _SURROGATE.sub("?", text.translate(_CONTROL))

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import csv
 import io
+import json
+import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import cmarkgfm
@@ -17,7 +20,7 @@ from test_fleetfile import write_tiny_gguf
 from planner.figures.plan import candidates_figure, layer_ranges_figure, memory_figure
 from planner.fleet import parse_fleet_toml
 from planner.planning import candidates, plan_topology
-from planner.reports import build_report
+from planner.reports import build_report, render_html
 from planner.reports.markdown import md_text, render_markdown
 from planner.reports.tables import spreadsheet_safe, terminal_safe
 
@@ -201,3 +204,56 @@ def test_figures_draw_markup_in_node_ids_as_text() -> None:
         assert "CLICKME" in strings or "BIG" in strings
         assert "<a " not in strings and "<span" not in strings
         assert "&lt;a href" in strings or "&lt;span" in strings
+
+
+# -- HTML and Markdown reports, charts: the terminal's rule --------------------------------
+
+HOSTILE_IDS = json.loads((ROOT / "tests" / "data" / "hostile" / "display_ids.json")
+                         .read_text(encoding="utf-8"))
+
+
+def _hostile_document():
+    return parse_fleet_toml(fleet_text(*(json.dumps(i)[1:-1] for i in HOSTILE_IDS)))
+
+
+def test_html_and_markdown_reports_show_controls_and_bidi_overrides_as_text() -> None:
+    content = build_report(_hostile_document())
+    markdown = render_markdown(content)
+    assert unsafe_terminal_characters(markdown) == []
+    assert "gpu?gnp.exe" in markdown
+    page = render_html(content)
+    # Outside plotly.js itself, which is not the report's text.
+    ours = re.sub(r"<script[^>]*>.*?</script>", "", page, flags=re.S)
+    assert unsafe_terminal_characters(ours) == []
+    assert "gpu?gnp.exe" in ours and "?[31mred" in ours
+    charts = [script for script in re.findall(r"<script[^>]*>(.*?)</script>", page, flags=re.S)
+              if "Plotly.newPlot" in script]
+    assert len(charts) == 3 and "?[31mred" in " ".join(charts)
+    for script in charts:  # as characters, or as JSON escapes of them
+        assert unsafe_terminal_characters(script.replace("\n", "")) == []
+        assert re.search(r"\\u(00[01][0-9a-fA-F]|007[fF]|00[89][0-9a-fA-F]|202[a-eA-E]"
+                         r"|206[6-9]|200[eEfF]|061[cC])", script) is None
+
+
+def test_charts_draw_controls_and_bidi_overrides_as_text() -> None:
+    request = _hostile_document().to_request()
+    plan = plan_topology(request)
+    for figure in (memory_figure(request, plan), layer_ranges_figure(request, plan),
+                   candidates_figure(candidates(request))):
+        strings = " ".join(figure_strings(figure))
+        assert "?[31mred" in strings
+        assert unsafe_terminal_characters(strings) == []
+
+
+def test_the_sizing_report_shows_a_hostile_kind_as_text() -> None:
+    from planner.models import load_gpu_catalog, load_preset
+    from planner.reports.sizing import render_sizing
+    from planner.sizing import SizingTargets, size_fleet
+
+    catalog = [replace(gpu, name=f"{gpu.name}\u202e\x1b[31m") for gpu in load_gpu_catalog()]
+    result = size_fleet(load_preset("llama-3.1-70b"), catalog, SizingTargets(), top=2)
+    for suffix in ("html", "md"):
+        text = render_sizing(result, suffix, model_name="m\u202ex")
+        assert "m?x" in text
+        ours = re.sub(r"<script[^>]*>.*?</script>", "", text, flags=re.S)
+        assert unsafe_terminal_characters(ours) == [], suffix

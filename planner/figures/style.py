@@ -5,6 +5,8 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from planner._validate import inert_text
+
 FONT = {"family": "system-ui, -apple-system, Segoe UI, sans-serif", "size": 12}
 
 
@@ -34,6 +36,7 @@ def plotly_text(text: str) -> str:
 
     Plotly reads a subset of HTML in every text it draws (tick labels, hover text,
     annotations): ``<a href>`` becomes a live link and ``<span style>`` restyles the chart.
-    Escaped, the string is drawn exactly as typed.
+    Escaped, the string is drawn exactly as typed, but for control characters and
+    bidirectional overrides, drawn ``?`` as everywhere else (they would reorder the label).
     """
-    return escape(text, quote=False)
+    return escape(inert_text(text), quote=False)

@@ -4,7 +4,6 @@ inlined, so it opens offline. Every user string is HTML-escaped."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from html import escape
 
 import plotly.graph_objects as go
 
@@ -26,6 +25,9 @@ from planner.reports.tables import (
     stage_table,
     warning_lines,
     what_if_table,
+)
+from planner.reports.tables import (
+    html_text as escape,
 )
 
 FIGURE_IDS = ("memory-figure", "layers-figure", "candidates-figure")

@@ -20,6 +20,7 @@ from planner.reports.tables import (
     quorum_text,
     result_text,
     stage_table,
+    terminal_safe,
     warning_lines,
     what_if_table,
 )
@@ -39,7 +40,7 @@ _EMAIL_AT = "@\u2060"
 
 def md_text(text: str) -> str:
     """``text`` as literal Markdown: no markup, HTML, table syntax or autolink survives."""
-    text = _CONTROL.sub(" ", text)
+    text = terminal_safe(_CONTROL.sub(" ", text))
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     text = _INLINE.sub(r"\\\1", text)
     text = _URL_SCHEME.sub(r"\\:", text)

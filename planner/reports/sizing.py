@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from html import escape
 from pathlib import Path
 
 import planner
@@ -14,6 +13,7 @@ from planner.fleet import FleetFileError, write_text_atomic
 from planner.performance import ESTIMATE_NOTE
 from planner.reports.markdown import md_text
 from planner.reports.tables import TextTable
+from planner.reports.tables import html_text as escape
 from planner.sizing import PRICE_KIND_TEXT, SizedFleet, SizingResult
 
 SIZING_REPORT_SUFFIXES = (".html", ".htm", ".md", ".json")

@@ -6,11 +6,12 @@ Markdown and the command line all show the same rows.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from html import escape
 from typing import Any
 
+from planner._validate import inert_text
 from planner.reports.content import ReportContent
 from planner.units import format_bytes
 
@@ -310,23 +311,22 @@ def result_text(content: ReportContent) -> str:
     return f"No plan ({error.get('code')}): {error.get('message')}"
 
 
-# C0, DEL and C1 controls start terminal escape sequences (C1 U+009B is a one-character
-# CSI); the bidirectional overrides and isolates reorder what follows them on screen.
-_BIDI = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
-_CONTROL = {code: "?" for code in (*range(32), *range(127, 160), *_BIDI)}
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def terminal_safe(text: str) -> str:
     """``text`` with control characters shown as ``?``: C0 and C1 controls (newlines,
     escape sequences), bidirectional overrides, and lone surrogates (which no terminal
-    encoding can print)."""
-    return _SURROGATE.sub("?", text.translate(_CONTROL))
+    encoding can print); :func:`planner._validate.inert_text`."""
+    return inert_text(text)
 
 
 def terminal_lines(text: str) -> str:
     """Like :func:`terminal_safe`, but keeping the line breaks of multi-line text."""
     return "\n".join(terminal_safe(line) for line in text.split("\n"))
+
+
+def html_text(text: str) -> str:
+    """``text`` as inert HTML: escaped, with control characters and bidirectional
+    overrides shown as ``?`` as on the terminal (line breaks kept)."""
+    return escape(terminal_lines(text))
 
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
