@@ -101,15 +101,19 @@ def main() -> int:
               f"{'on' if latency else 'off'} | {result['plan_seconds']:.3f} | "
               f"{result['candidates_seconds']:.3f} | {result['peak_mb']:.0f} | "
               f"{exhaustive} | {speedup} |", flush=True)
+    workbench_fast = True
     workbench = ROOT / "benchmarks" / "workbench_bench.py"
     if workbench.exists():
         import workbench_bench
 
         print()
-        print("| workbench edit | nodes | recompute + redraw ms |")
-        print("|---|---:|---:|")
+        print("| workbench edit | nodes | recompute + redraw ms | planning ms | target |")
+        print("|---|---:|---:|---:|---|")
         for row in workbench_bench.run():
-            print(f"| {row['edit']} | {row['nodes']} | {row['milliseconds']:.0f} |")
+            verdict = "ok" if row["within_budget"] else "MISSED"
+            workbench_fast &= row["within_budget"]
+            print(f"| {row['edit']} | {row['nodes']} | {row['milliseconds']:.0f} | "
+                  f"{row['planning_milliseconds']:.0f} | {verdict} |", flush=True)
     import sizing_bench
     import sweep_bench
 
@@ -134,6 +138,10 @@ def main() -> int:
               file=sys.stderr)
     if mismatches:
         print(f"{mismatches} plan(s) differ from the exhaustive reference", file=sys.stderr)
+        return 1
+    if not workbench_fast:
+        print(f"a workbench edit took more than {workbench_bench.BUDGET_SECONDS * 1000:.0f} ms",
+              file=sys.stderr)
         return 1
     if not limits_met:
         print("a fleet up to the caps missed its time or memory target", file=sys.stderr)

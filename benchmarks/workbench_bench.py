@@ -2,11 +2,13 @@
 
 The target is 200 ms from a changed value to updated figures and tables. ``run()`` edits
 one node's VRAM back and forth and reports the time of each full update (``evaluate`` plus
-``PlanView.show``), and of planning alone, for a uniform and a mixed fleet.
+``PlanView.show``), and of planning alone, for a uniform fleet, a mixed one and a mesh
+whose nodes all report different sizes.
 """
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from typing import Any
@@ -41,6 +43,18 @@ def mixed_fleet() -> WorkbenchState:
     return WorkbenchState.from_text(_QWEN_480B, rows, name="64 mixed nodes")
 
 
+def mesh_fleet() -> WorkbenchState:
+    """64 volunteer machines: cards of 8-80 GiB less up to 4,000 MiB each, every node its
+    own size, most with a latency of 1-20 ms."""
+    rnd = random.Random(64)
+    rows = tuple(
+        NodeRow(f"mesh-{i:02d}",
+                f"{rnd.randint(8, 80) * 1024 - rnd.randint(0, 4000)} MiB",
+                latency_ms=str(rnd.randint(1, 20)) if rnd.random() < 0.9 else "")
+        for i in range(64))
+    return WorkbenchState.from_text(_QWEN_480B, rows, name="64-node mesh of distinct sizes")
+
+
 def _measure(state: WorkbenchState) -> dict[str, Any]:
     workbench = Workbench(state)
     row = workbench.fleet_editor.row_editors[0]
@@ -73,7 +87,7 @@ def run() -> list[dict[str, Any]]:
     """One row per fleet: ``edit``, ``nodes``, ``milliseconds`` (median time from a changed
     value to redrawn figures and tables), ``max_milliseconds``, ``planning_milliseconds``
     (:func:`evaluate` alone), ``within_budget`` and the resulting ``plan``."""
-    return [_measure(uniform_fleet()), _measure(mixed_fleet())]
+    return [_measure(uniform_fleet()), _measure(mixed_fleet()), _measure(mesh_fleet())]
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from typing import Any
 
@@ -453,3 +454,126 @@ def test_a_recurrent_state_per_lane_is_worked_by_hand() -> None:
     # Without the state, lanes never change memory: the uniform rule's answer, 4 lanes.
     plain = {**request, "layer_state_bytes_per_sequence": None}
     assert planner.plan_topology(plain).parallel_lanes == 4
+
+
+# Seven layers of 2, 7, 3, 5, 5, 3 and 2 thousand bytes each (weights plus 512 bytes of
+# KV at context 512), and eight nodes. With four stages three node sets tie on rules 1-3
+# (no latencies; smallest remaining 1,000, total remaining 9,000): two of sizes 10, 10,
+# 9 and 7 thousand and one of 13, 9, 7 and 7 thousand. Rule 4 decides, on the lists of
+# ids in stage order.
+_TIED_LAYERS = [2, 7, 3, 5, 5, 3, 2]
+_TIED_SIZES = [10, 9, 10, 7, 3, 7, 6, 13]
+
+
+def _tied_request(ids: list[str]) -> dict[str, Any]:
+    return {"native_context_length": 512, "layer_count": 7,
+            "model_weight_bytes": sum(1000 * w - 512 for w in _TIED_LAYERS),
+            "layer_weight_bytes": [1000 * w - 512 for w in _TIED_LAYERS],
+            "kv_bytes_per_token": 7,
+            "nodes": [{"node_id": node_id, "detected_vram_bytes": 1000 * size}
+                      for node_id, size in zip(ids, _TIED_SIZES, strict=True)]}
+
+
+@pytest.mark.parametrize(("ids", "best"), [
+    # The 13 node's id "m" comes after the first id of the 10-10-9-7 set ("c"): that
+    # set wins, though the other one's ids sorted ([a, b, m, x]) come first.
+    (["c", "x", "d", "a", "y", "b", "z", "m"], ["c", "d", "x", "a"]),
+    # Named "b", the 13 node puts its set first.
+    (["c", "x", "d", "a", "y", "f", "z", "b"], ["b", "x", "a", "f"]),
+])
+def test_sets_of_different_sizes_tied_on_rules_1_to_3_go_by_their_ids(
+        ids: list[str], best: list[str]) -> None:
+    request = _tied_request(ids)
+    four = [fitted for subset in itertools.combinations(request["nodes"], 4)
+            if (fitted := ref.fit(request, list(subset), 512, 4)) is not None]
+    top = min(ref.set_key(f)[:3] for f in four)
+    assert top == (0, -1000, -9000)
+    sizes = {n["node_id"]: n["detected_vram_bytes"] for n in request["nodes"]}
+    tied = [f for f in four if ref.set_key(f)[:3] == top]
+    assert len(tied) == 3 and len({tuple(sorted(sizes[i] for i in f.node_ids))
+                                   for f in tied}) == 2
+    frame = planner.candidates(request)
+    rows = frame[frame["stage_count"] == 4]
+    assert {tuple(ids) for ids in rows["node_ids"]} == {tuple(best)}
+    _assert_candidate_rows(request, frame)
+    assert _planner_outcome(request) == _reference_outcome(request)
+
+
+# (layer costs, node sizes), in thousands of bytes, where best sets of different sizes
+# tie on rules 1-3 at some stage count (found by searching random fleets; rare otherwise).
+_TIED_ACROSS_SIZES = [
+    (_TIED_LAYERS, _TIED_SIZES),
+    ([7, 7, 5, 5, 3, 5, 2, 3], [15, 5, 3, 5, 9, 21, 14, 15]),
+    ([7, 2, 3, 3, 2, 3, 2, 3], [13, 9, 10, 4, 10, 7]),
+    ([5, 7, 7, 2, 5, 5, 3, 5], [26, 15, 9, 21, 14, 10, 15, 20]),
+]
+
+
+@st.composite
+def _meshes_of_distinct_sizes(draw: st.DrawFn) -> dict[str, Any]:
+    # A mesh of volunteer machines: nearly every node its own size. Sizes are spans of
+    # consecutive layers plus a little (as cards less what their desktops keep), so spans
+    # end exactly at node boundaries, remaining bytes are small and sets of different
+    # sizes tie (rule 4 decides); latencies from a small pool set the thresholds.
+    if draw(st.integers(0, 2)) == 2:
+        # A fleet known to tie across sizes, its ids drawn afresh.
+        costs, sizes = draw(st.sampled_from(_TIED_ACROSS_SIZES))
+        layers, count = len(costs), len(sizes)
+        sizes = [1000 * size for size in sizes]
+    else:
+        layers = draw(st.integers(2, 8))
+        costs = draw(st.lists(st.sampled_from((2, 3, 5, 7)), min_size=layers,
+                              max_size=layers))
+        count = draw(st.integers(3, 9))
+        sizes = []
+        for _ in range(count):
+            start = draw(st.integers(0, layers - 1))
+            end = draw(st.integers(start + 1, layers))
+            sizes.append(1000 * sum(costs[start:end]) + draw(st.integers(0, 2500)))
+    ids = draw(st.permutations([f"{chr(97 + i)}{i}" for i in range(count)]))
+    latency = draw(st.sampled_from(("none", "some", "all")))
+    nodes = [{"node_id": node_id, "detected_vram_bytes": size,
+              "stage_transfer_latency_ms": (
+                  None if latency == "none" or (latency == "some" and draw(st.booleans()))
+                  else draw(st.sampled_from((1, 2, 4))))}
+             for node_id, size in zip(ids, sizes, strict=True)]
+    return {"native_context_length": 512, "layer_count": layers,
+            "model_weight_bytes": sum(1000 * c - 512 for c in costs),
+            "layer_weight_bytes": [1000 * c - 512 for c in costs],
+            "kv_bytes_per_token": layers, "minimum_nodes": draw(st.integers(0, 3)),
+            "nodes": nodes, "target_decode_tpot_ms": draw(st.none() | st.integers(0, 20))}
+
+
+@settings(max_examples=300)
+@given(_meshes_of_distinct_sizes())
+def test_meshes_of_distinct_sizes_match_reference(request: dict[str, Any]) -> None:
+    assert _planner_outcome(request) == _reference_outcome(request)
+    _assert_candidate_rows(request, planner.candidates(request))
+
+
+def test_mesh_draws_have_distinct_sizes_and_ties_across_sizes() -> None:
+    # The test above is only worth its name if most nodes have their own size, and some
+    # shapes have best sets tied on rules 1-3 across different sizes.
+    distinct = 0.0
+    tied = total = 0
+
+    @settings(max_examples=150, database=None, derandomize=True)
+    @given(_meshes_of_distinct_sizes())
+    def draw(request: dict[str, Any]) -> None:
+        nonlocal distinct, tied, total
+        sizes = [n["detected_vram_bytes"] for n in request["nodes"]]
+        total += 1
+        distinct += len(set(sizes)) / len(sizes)
+        size_of = dict(zip((n["node_id"] for n in request["nodes"]), sizes, strict=True))
+        for k in ref.counts(request):
+            fits = [f for subset in itertools.combinations(request["nodes"], k)
+                    if (f := ref.fit(request, list(subset), 512, 4)) is not None]
+            if not fits:
+                continue
+            top = min(ref.set_key(f)[:3] for f in fits)
+            multisets = {tuple(sorted(size_of[i] for i in f.node_ids))
+                         for f in fits if ref.set_key(f)[:3] == top}
+            tied += len(multisets) > 1
+
+    draw()
+    assert distinct > total * 0.85 and tied > 10

@@ -118,10 +118,11 @@ class _SpanClass:
     """Position of each node id among all the request's ids (rule 4 compares these)."""
     most: np.ndarray
     """Layers from each start layer (index ``0..L``) that fit in any node of the class."""
+    widest: int = 0
+    """The most layers the class's nodes take from any start layer."""
 
-    @property
-    def widest(self) -> int:
-        return int(self.most.max())
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "widest", int(self.most.max()))
 
 
 @dataclass(frozen=True, slots=True)
