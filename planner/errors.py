@@ -3,7 +3,7 @@
 Every error the package raises is a :class:`CodedError`: a stable ``code`` (the name
 docs/rules.md gives it, where it names one), a ``message`` a person can act on, and the
 values behind the message in ``details``. Each class lists the codes it may carry in ``codes``; a
-code belongs to exactly one class (the README's error table lists them all), so
+code belongs to exactly one class (docs/errors.md lists them all), so
 ``error.code`` alone tells what went wrong.
 """
 

@@ -1,4 +1,4 @@
-"""The code keeps the layout README.md's Layout table describes.
+"""The code keeps the layout docs/architecture.md's Layout table describes.
 
 Each row of that table names a package or module under ``planner/``, its layer, what it
 owns and what it may import: planner modules in backticks, then the libraries beyond
@@ -29,7 +29,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "planner"
-README = ROOT / "README.md"
+LAYOUT = ROOT / "docs" / "architecture.md"
+WHERE = "docs/architecture.md"  # how messages name the table
 LAYERS = ("core", "adapter", "edge")
 UI_LIBRARIES = frozenset({"ipywidgets", "plotly", "anywidget", "IPython", "matplotlib",
                           "bokeh", "voila"})
@@ -57,7 +58,7 @@ class Row:
     owns: str
     units: frozenset[str]      # planner modules it may import, as "fleet", "fence.check"
     libraries: frozenset[str]  # import names of libraries beyond the standard library
-    line: int                  # README.md line
+    line: int                  # docs/architecture.md line
 
     @property
     def unit(self) -> str:
@@ -90,8 +91,8 @@ def layout_line(path: str, layer: str, owns: str, units: set[str] | frozenset[st
 
 
 def layout_rows() -> dict[str, Row]:
-    lines = README.read_text(encoding="utf-8").splitlines()
-    start = lines.index("## Layout")
+    lines = LAYOUT.read_text(encoding="utf-8").splitlines()
+    start = lines.index("# Layout")
     rows: dict[str, Row] = {}
     for number, text in enumerate(lines[start + 1:], start=start + 2):
         if text.startswith("## "):
@@ -100,21 +101,21 @@ def layout_rows() -> dict[str, Row]:
             continue
         cells = [cell.strip() for cell in text.strip().strip("|").split("|")]
         assert len(cells) == 4, (
-            f"README.md:{number}: a Layout row has four cells (path, layer, owns, may "
+            f"{WHERE}:{number}: a Layout row has four cells (path, layer, owns, may "
             f"import); got {len(cells)}: {text}")
         path, layer, owns, allowed = cells
         path = path.strip("`")
-        assert layer in LAYERS, f"README.md:{number}: layer {layer!r} is not one of {LAYERS}"
+        assert layer in LAYERS, f"{WHERE}:{number}: layer {layer!r} is not one of {LAYERS}"
         units = frozenset(re.findall(r"`([^`]+)`", allowed))
         words = [word for word in re.split(r"[,;\s]+", re.sub(r"`[^`]+`", "", allowed))
                  if word and word not in ("—", "-")]
         for word in words:
             assert word.isidentifier(), (
-                f"README.md:{number}: {word!r} in the may-import cell of `{path}` is not a "
+                f"{WHERE}:{number}: {word!r} in the may-import cell of `{path}` is not a "
                 "library's import name (planner modules go in backticks)")
-        assert path not in rows, f"README.md:{number}: `{path}` has two rows"
+        assert path not in rows, f"{WHERE}:{number}: `{path}` has two rows"
         rows[path] = Row(path, layer, owns, units, frozenset(words), number)
-    assert rows, "README.md has no ## Layout table of planner/ rows"
+    assert rows, "docs/architecture.md has no Layout table of planner/ rows"
     return rows
 
 
@@ -265,9 +266,9 @@ def test_layout_table_lists_every_package_and_module() -> None:
         suggestions.append(layout_line(path, layer, _first_sentence(source),
                                        units, libraries))
     assert not missing, (
-        "README.md's Layout table has no row for " + ", ".join(missing) + ". Add (and "
+        "docs/architecture.md's Layout table has no row for " + ", ".join(missing) + ". Add (and "
         "correct what it owns):\n" + "\n".join(suggestions))
-    stale = [f"README.md:{row.line}: `{row.path}`" for row in rows.values()
+    stale = [f"{WHERE}:{row.line}: `{row.path}`" for row in rows.values()
              if row.path not in required_paths()]
     assert not stale, ("These Layout rows name no package or module under planner/ "
                        "(remove or rename them):\n" + "\n".join(stale))
@@ -279,7 +280,7 @@ def test_may_import_names_only_rows_of_the_table() -> None:
     for row in rows.values():
         unknown = sorted(row.units - known)
         assert not unknown, (
-            f"README.md:{row.line}: the row of `{row.path}` allows "
+            f"{WHERE}:{row.line}: the row of `{row.path}` allows "
             + ", ".join(f"`{unit}`" for unit in unknown)
             + ", which no Layout row names")
 
@@ -302,7 +303,7 @@ def test_each_module_imports_only_what_its_row_allows() -> None:
         libraries = set(row.libraries) | {f.library for f in found if f.library is not None}
         where = "; ".join(dict.fromkeys(f"planner/{f.file}:{f.line} imports {f.name}"
                                         for f in found))
-        messages.append(f"{where}. README.md:{row.line} does not allow it; if it belongs "
+        messages.append(f"{where}. {WHERE}:{row.line} does not allow it; if it belongs "
                         f"there, make that line:\n"
                         + layout_line(row.path, row.layer, row.owns, units, libraries))
     assert not messages, "\n".join(messages)
@@ -319,7 +320,7 @@ def test_core_rows_allow_no_widgets_plotting_or_edge_modules() -> None:
             continue
         wrong = sorted(row.units & edge) + sorted(row.libraries & UI_LIBRARIES)
         assert not wrong, (
-            f"README.md:{row.line}: `{row.path}` is core, so it may not import "
+            f"{WHERE}:{row.line}: `{row.path}` is core, so it may not import "
             + ", ".join(wrong) + " (move that code to an edge module)")
 
 

@@ -100,15 +100,26 @@ def test_nothing_cites_a_document_outside_the_repository() -> None:
     assert found == [], "cite docs/rules.md or docs/sources.md instead:\n" + "\n".join(found)
 
 
+def _anchors(path: Path) -> set[str]:
+    """The anchors a Markdown renderer gives the headings of ``path``."""
+    headings = re.findall(r"^#{1,6} (.+)$", path.read_text(encoding="utf-8"), re.M)
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+            for heading in headings}
+
+
 def test_every_relative_link_of_the_documents_resolves() -> None:
     broken = []
     for path in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
         for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text(encoding="utf-8")):
-            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            if re.match(r"[a-z]+:", target):
                 continue
-            if not (path.parent / target.split("#")[0]).exists():
+            file, _, anchor = target.partition("#")
+            linked = path.parent / file if file else path
+            if not linked.exists():
                 broken.append(f"{path.relative_to(ROOT)}: {target}")
-    assert broken == [], "links to files that do not exist:\n" + "\n".join(broken)
+            elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
+                broken.append(f"{path.relative_to(ROOT)}: {target} (no such heading)")
+    assert broken == [], "links to files or headings that do not exist:\n" + "\n".join(broken)
 
 
 def _constant_rows() -> list[tuple[str, str]]:
@@ -298,3 +309,11 @@ def test_each_command_line_example_succeeds(document: str, line: int, command: s
     argv = [str(Path(sys.executable).with_name("planner")), *shlex.split(command)[1:]]
     done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"{document}:{line}: {command}\n{done.stderr}"
+
+
+def test_the_command_line_page_lists_every_command() -> None:
+    from planner.cli import COMMANDS
+
+    text = (DOCS / "cli.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| `planner (\w+)", text, re.M))
+    assert listed == {command.NAME for command in COMMANDS}

@@ -1,5 +1,5 @@
 """One error hierarchy: every error is a CodedError, each code belongs to one class, and
-the README's error table lists exactly the codes there are."""
+docs/errors.md's error table lists exactly the codes there are."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import planner
 from planner.errors import CodedError, InvalidInput, PlanError
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+ERRORS = ROOT / "docs" / "errors.md"
 
 
 def _all_error_classes() -> list[type[CodedError]]:
@@ -34,10 +34,9 @@ def _all_error_classes() -> list[type[CodedError]]:
 
 
 def _readme_codes() -> dict[str, str]:
-    text = README.read_text()
-    section = text.split("## Errors", 1)[1].split("\n## ", 1)[0]
-    rows = re.findall(r"^\| `(\w+)` \| `(\w+)` \|", section, re.M)
-    assert rows, "the README has no error table"
+    text = ERRORS.read_text()
+    rows = re.findall(r"^\| `(\w+)` \| `(\w+)` \|", text, re.M)
+    assert rows, "docs/errors.md has no error table"
     return dict(rows)
 
 

@@ -778,8 +778,8 @@ def test_result_serialises() -> None:
               properties=["majorities_overlap"]).result("term_never_decreases")
 
 
-def test_the_readme_describes_the_checker_as_it_is() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+def test_the_fence_page_describes_the_checker_as_it_is() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "fence.md").read_text()
     section = readme.split("## The fence's model checker\n", 1)[1].split("\n## ", 1)[0]
     words = {1: "one", 4: "four", 6: "six", 7: "seven", 10: "ten"}
     assert f"judges {words[len(PROPERTY_NAMES)]} properties: " \
@@ -789,7 +789,7 @@ def test_the_readme_describes_the_checker_as_it_is() -> None:
     assert f"`max_states` states ({DEFAULT_MAX_STATES:,} by default)" in " ".join(
         section.split())
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
-    exec(compile(code, "README.md", "exec"), {})
+    exec(compile(code, "docs/fence.md", "exec"), {})
 
 
 @pytest.mark.slow  # three interpreters

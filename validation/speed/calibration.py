@@ -3,7 +3,7 @@ planner.performance, the fit of its efficiencies and fixed times, and the error 
 measurements the fit did not see.
 
 ``python validation/speed/calibration.py`` refits on the rows marked ``fit``, writes
-``planner/data/speed-calibration.toml`` and prints the held-out error table the README
+``planner/data/speed-calibration.toml`` and prints the held-out error table docs/speed.md
 publishes; ``python validation/speed/calibration.py --check`` only prints the table of
 the shipped calibration. The tests (tests/test_speed_calibration.py) recompute the table
 from the shipped calibration and hold it to the bounds.
@@ -243,7 +243,7 @@ def _with(calibration: SpeedCalibration, name: str, key: str, value: float
 def _loss(rows: Sequence[Row], calibration: SpeedCalibration) -> float:
     # Absolute log error: over- and under-estimates by the same factor weigh the same,
     # and a few runs far off the rest (a pipeline that did not fill) do not pull the fit
-    # off the many (its minimum is a median, the figure the README publishes).
+    # off the many (its minimum is a median, the figure docs/speed.md publishes).
     return math.fsum(abs(math.log(predict_ms(r, calibration) / r.measured_ms)) for r in rows)
 
 
@@ -324,7 +324,7 @@ def to_toml(calibration: SpeedCalibration) -> str:
 
 
 def summary_lines(rows: Sequence[Row], calibration: SpeedCalibration) -> list[str]:
-    """The README's table: held-out median absolute error by phase and memory type, and
+    """docs/speed.md's table: held-out median absolute error by phase and memory type, and
     the rows each group has for the fit."""
     fitted = [r for r in rows if r.split == "fit" and usable(r)]
     lines = ["| phase | memory type | held-out rows | median absolute error | fit rows |",
