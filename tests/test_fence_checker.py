@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 import planner
@@ -451,6 +452,16 @@ def test_summary_frames(report: CheckReport) -> None:
     expected = dict(zip(summary["property"], summary["expected"], strict=True))
     assert {expected[n] for n in MUST_HOLD_NAMES} == {MUST_HOLD}
     assert {expected[n] for n in KNOWN_TO_FAIL_NAMES} == {KNOWN_TO_FAIL}
+    # Step counts are whole numbers, with no value where a property holds.
+    steps = dict(zip(summary["property"], summary["shortest_counterexample_steps"],
+                     strict=True))
+    assert str(summary["shortest_counterexample_steps"].dtype) == "Int64"
+    for name in PROPERTY_NAMES:
+        example = report.verdict(name).counterexample
+        if example is None:
+            assert steps[name] is pd.NA, name
+        else:
+            assert steps[name] == len(example.steps), name
     runs = report.runs_frame()
     assert runs["states_explored"].sum() == report.states_explored
     with pytest.raises(CheckConfigError):

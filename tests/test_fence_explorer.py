@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from html import unescape
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from planner.fence import (
     quorum_requirement,
 )
 from planner.fence.check import (
+    KNOWN_TO_FAIL_NAMES,
     PROPERTY_NAMES,
     CheckConfig,
     CheckReport,
@@ -25,7 +27,7 @@ from planner.fence.check import (
 )
 from planner.fence.check.report import REPORT_FILE
 from planner.fence.errors import UnknownScenario
-from planner.fence.scenarios import SCENARIO_LIST, run_scenario
+from planner.fence.scenarios import SCENARIO_LIST, run_scenario, scenario_table
 from planner.figures.fence import SEQUENCE_TRACES
 from planner.workbench.fence_explorer import (
     CLAIM_PRESETS,
@@ -33,10 +35,12 @@ from planner.workbench.fence_explorer import (
     CheckResults,
     ClaimExplorer,
     CounterexampleStepper,
+    EventStepper,
     LoadExplorer,
     QuorumExplorer,
     ScenarioSection,
     ScenarioStepper,
+    ScenarioTable,
 )
 
 KEY = {"model_id": "qwen3-coder-480b", "package_ref": "hf://Qwen/Qwen3-Coder-480B-GGUF",
@@ -136,7 +140,8 @@ def test_scenario_stepper_runs_every_scenario() -> None:
         assert stepper.result is not None
         assert stepper.result.scenario.number == scenario.number
         assert len(stepper.events) == len(run_scenario(scenario.number).events_frame())
-        assert stepper.step.max == len(stepper.events) - 1 and stepper.step.value == 0
+        assert (stepper.step.min, stepper.step.max) == (1, len(stepper.events))
+        assert stepper.step.value == 1
         assert scenario.title in stepper.header.value
         assert "✘" not in stepper.outcome.value
         assert [t.name for t in stepper.figure.data] == list(SEQUENCE_TRACES)
@@ -165,20 +170,40 @@ def test_scenario_stepper_moves_through_events() -> None:
     stepper = ScenarioStepper(5)
     stepper.next.click()
     stepper.next.click()
-    assert stepper.step.value == 2
+    # The slider counts events from 1, as the chart's title does: it reads 3 at event 3.
+    assert stepper.step.value == 3
+    assert f"(event 3 of {len(stepper.events)})" in stepper.figure.layout.title.text
     event = stepper.current_event
-    assert event is not None and f"#{event['seq']}" in stepper.current.value
+    assert event is not None and event["seq"] == stepper.events["seq"].iloc[2]
+    assert f"#{event['seq']}" in stepper.current.value
     current = next(t for t in stepper.figure.data if t.name == "current")
     assert list(current.x) == [event["seq"]]
     stepper.previous.click()
-    assert stepper.step.value == 1
+    assert stepper.step.value == 2
     for _ in range(3):
         stepper.previous.click()
-    assert stepper.step.value == 0
+    assert stepper.step.value == 1
+    assert f"(event 1 of {len(stepper.events)})" in stepper.figure.layout.title.text
     stepper.everything.click()
     assert stepper.step.value == stepper.step.max
     last = stepper.current_event
     assert last is not None and int(last["seq"]) == int(stepper.events["seq"].iloc[-1])
+    assert stepper.step.value == len(stepper.events)
+    assert (f"(event {len(stepper.events)} of {len(stepper.events)})"
+            in stepper.figure.layout.title.text)
+
+
+def test_a_stepper_shown_a_shorter_log_starts_again_at_event_1() -> None:
+    by_length = sorted(SCENARIO_LIST, key=lambda s: len(run_scenario(s.number).events_frame()))
+    stepper = ScenarioStepper(by_length[-1].number)
+    stepper.everything.click()
+    longest = len(stepper.events)
+    stepper.choice.value = by_length[0].number
+    assert (stepper.step.value, stepper.step.min) == (1, 1)
+    assert stepper.step.max == len(stepper.events) < longest
+    assert f"(event 1 of {len(stepper.events)})" in stepper.figure.layout.title.text
+    empty = EventStepper(stepper.events.iloc[:0])
+    assert empty.current_event is None and empty.step.disabled
 
 
 @pytest.fixture(scope="module")
@@ -212,6 +237,12 @@ def test_check_results_show_the_saved_report_at_once() -> None:
     assert panel.check_now.layout.display == "none"
     assert list(panel.figure.data[0].y) == [named.name for named, _ in panel.report.runs]
     assert all(name in panel.summary.value for name in PROPERTY_NAMES)
+    # Counterexample lengths read as step counts: "6", never "6.0".
+    cells = re.findall(r"<td>([^<]*)</td>", panel.summary.value)
+    for name in KNOWN_TO_FAIL_NAMES:
+        example = panel.report.verdict(name).counterexample
+        assert example is not None and str(len(example.steps)) in cells, name
+    assert not [cell for cell in cells if re.fullmatch(r"\d+\.0|&lt;NA&gt;|nan", cell)], cells
     assert all(named.name in panel.runs.value for named, _ in panel.report.runs)
     # The counterexample stepper is made when its section is opened.
     assert panel.counterexamples is not None and panel.counterexamples.content is None
@@ -257,3 +288,16 @@ def test_missing_results_are_not_shown_as_proven(tmp_path: Path) -> None:
     panel = CheckResults(tmp_path / "missing.json")
     assert panel.report is None and panel.stale is not None
     assert "no saved checker report" in panel.stale and panel.summary.value == ""
+
+
+def test_the_scenario_table_shows_every_text_whole() -> None:
+    table = ScenarioTable()
+    frame = scenario_table()
+    assert list(table.frame["number"]) == [s.number for s in SCENARIO_LIST]
+    text = unescape(re.sub(r"<[^>]+>", "", table.value))
+    # A DataFrame's own view would cut these after 50 characters with "...".
+    assert max(frame["summary"].str.len()) > 50
+    for column in ("title", "expected", "summary"):
+        for value in frame[column]:
+            assert value in text, value
+    assert "..." not in text

@@ -77,8 +77,9 @@ def test_fencing_stepper_redraws_on_next(browser: Any, voila: str,
         # assertion would fail on a busy machine, so it is recorded, not asserted).
         record_property("fencing_first_chart_seconds", round(time.monotonic() - start, 1))
         print(f"fencing.ipynb: first stepper drawn after {time.monotonic() - start:.1f} s")
-        scenarios.fencing_stepper(page)
-        scenarios.fencing_folded_scenario(page)
+        scenarios.fencing_stepper(page, "voila")
+        scenarios.fencing_folded_scenario(page, "voila")
+        scenarios.fencing_tables(page)
     finally:
         page.close()
     assert errors.problems() == []

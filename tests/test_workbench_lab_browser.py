@@ -105,8 +105,8 @@ def test_fencing_stepper_redraws_on_next(browser: Any, lab: LabServer,
         # Run every cell once the notebook's own panel is in front with its kernel ready.
         page.wait_for_function(_FENCING_READY, arg=notebook, timeout=PAGE_MS)
         page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-        scenarios.fencing_stepper(page)
-        scenarios.fencing_folded_scenario(page)
+        scenarios.fencing_stepper(page, "lab")
+        scenarios.fencing_folded_scenario(page, "lab")
     finally:
         page.close()
     assert errors.problems() == []

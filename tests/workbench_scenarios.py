@@ -7,11 +7,13 @@ and compares it with what the planner itself computes for the same fleet.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 from browser_support import (
     EDIT_SECONDS,
     PageWatch,
@@ -237,10 +239,26 @@ def fencing_first_event(page: Any, timeout: float = EDIT_SECONDS) -> dict[str, A
                           "event 1 of scenario 1", timeout)
 
 
-def fencing_stepper(page: Any, timeout: float = EDIT_SECONDS) -> None:
-    """'next ▶' twice on the first scenario: the sequence chart follows the slider."""
+def wait_for_text(locator: Any, wanted: str, what: str,
+                  timeout: float = EDIT_SECONDS) -> None:
+    """Poll until ``locator``'s visible text is ``wanted``; fail saying what it reads."""
+    deadline = time.monotonic() + timeout
+    shown = None
+    while time.monotonic() < deadline:
+        shown = locator.inner_text().strip() if locator.count() else None
+        if shown == wanted:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"{what}: reads {shown!r}, not {wanted!r}")
+
+
+def fencing_stepper(page: Any, frontend: str, timeout: float = EDIT_SECONDS) -> None:
+    """'next ▶' twice on the first scenario: the sequence chart follows the slider, and
+    the slider reads the event's number as the chart's title does."""
     first = fencing_first_event(page, timeout)
     total = first["drawn_title"].split(" of ")[-1].rstrip(")")
+    readout = page.locator(".fx-scenario-1 .widget-readout").first
+    wait_for_text(readout, "1", "scenario 1's slider at event 1")
     next_button = page.get_by_role("button", name="next ▶").first
     for step in (2, 3):
         next_button.click()
@@ -248,10 +266,33 @@ def fencing_stepper(page: Any, timeout: float = EDIT_SECONDS) -> None:
                        lambda c, s=step: f"(event {s} of {total})" in c["drawn_title"],
                        f"event {step} of scenario 1 after 'next ▶'")
         wait_until_drawn(page, FIRST_SCENARIO, f"at event {step} of scenario 1")
+        wait_for_text(readout, str(step), f"scenario 1's slider at event {step}")
+    save_screenshot(page, FIRST_SCENARIO, f"{frontend}-fencing-scenario-1-event-3")
+
+
+def fencing_tables(page: Any) -> None:
+    """The whole fencing page: the scenario table shows every text whole (no "..."), and
+    the checker's properties count counterexample steps in whole numbers."""
+    table = page.locator(".fx-scenario-table table")
+    table.wait_for(timeout=EDIT_SECONDS * 1000)
+    cells = table.locator("td").all_inner_texts()
+    assert len(cells) >= 10 * 5, cells
+    assert [cell for cell in cells if "..." in cell or "…" in cell] == []
+    summary = next(cell for cell in cells if cell.startswith("expected result holds"))
+    assert len(summary) > 50, summary
+    properties = page.locator("table.fx-table", has_text="shortest_counterexample_steps")
+    properties.wait_for(timeout=EDIT_SECONDS * 1000)
+    headers = properties.locator("th").all_inner_texts()
+    column = headers.index("shortest_counterexample_steps")
+    steps = [row.locator("td").nth(column).inner_text().strip()
+             for row in properties.locator("tbody tr").all()]
+    counts = [step for step in steps if step]
+    assert counts and all(step.isdigit() for step in counts), steps
 
 
 
-def fencing_folded_scenario(page: Any, timeout: float = EDIT_SECONDS) -> None:
+def fencing_folded_scenario(page: Any, frontend: str,
+                            timeout: float = EDIT_SECONDS) -> None:
     """Scenario 2 is made only when its title is clicked: its chart then shows its first
     event, and 'next ▶' moves it on."""
     chart = ".fx-scenario-2 .fx-sequence-figure"
@@ -265,3 +306,4 @@ def fencing_folded_scenario(page: Any, timeout: float = EDIT_SECONDS) -> None:
     wait_for_chart(page, chart, lambda c: f"Scenario 2 (event 2 of {total})" in c["drawn_title"],
                    "event 2 of scenario 2 after 'next ▶'", timeout)
     wait_until_drawn(page, chart, "at event 2 of scenario 2")
+    save_screenshot(page, chart, f"{frontend}-fencing-scenario-2-event-2")

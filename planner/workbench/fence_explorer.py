@@ -7,6 +7,7 @@
 - :class:`EventStepper`: step through any event log on a sequence chart;
   :class:`ScenarioStepper` runs the design's scenarios 1-10 in it and
   :class:`CounterexampleStepper` the model checker's counterexamples;
+- :class:`ScenarioTable`: every scenario's expected and actual outcome, in full;
 - :class:`CheckResults`: the model checker's saved results, or a check in the background
   when they are stale;
 - :class:`Folded`: a titled section made the first time it is opened, and
@@ -59,6 +60,7 @@ from planner.fence.scenarios import (
     ScenarioResult,
     get_scenario,
     run_scenario,
+    scenario_table,
 )
 from planner.figures.fence import (
     CLAIM_FLOW_EDGES,
@@ -472,6 +474,7 @@ class EventStepper(_ChartHolder, widgets.VBox):
     def __init__(self, events: pd.DataFrame | None = None, *, title: str = "",
                  header: str = "") -> None:
         self.header = widgets.HTML()
+        # The slider reads the event's number as the chart's title does: 1 to the count.
         self.step = widgets.IntSlider(value=0, min=0, max=0, description="event",
                                       style={"description_width": "60px"},
                                       layout=widgets.Layout(width="560px"))
@@ -502,23 +505,28 @@ class EventStepper(_ChartHolder, widgets.VBox):
         self.events = events.reset_index(drop=True)
         self.title = title
         self.header.value = header
-        last = max(len(self.events) - 1, 0)
+        count = len(self.events)
+        first = 1 if count else 0
         with self.step.hold_trait_notifications():
-            self.step.value = 0
-            self.step.max = last
+            # Widen before narrowing, so the slider's value is never out of its range.
+            self.step.min, self.step.max = min(self.step.min, first), max(self.step.max, count)
+            self.step.value = first
+            self.step.min, self.step.max = first, count
+        self.step.disabled = count == 0
         self.refresh()
 
     def move(self, delta: int) -> None:
-        self.step.value = min(max(self.step.value + delta, 0), self.step.max)
+        self.step.value = min(max(self.step.value + delta, self.step.min), self.step.max)
 
     def show_all(self) -> None:
         self.step.value = self.step.max
 
     @property
     def current_event(self) -> dict[str, Any] | None:
+        """The event the slider is on (its number counts from 1), or None without events."""
         if self.events.empty:
             return None
-        return dict(self.events.iloc[self.step.value])
+        return dict(self.events.iloc[self.step.value - 1])
 
     def refresh(self) -> None:
         event = self.current_event
@@ -530,7 +538,7 @@ class EventStepper(_ChartHolder, widgets.VBox):
         seq = int(event["seq"])
         self.current.value = (f"<div class='fx-event'>{escape(_event_line(event))}</div>")
         self.chart.show(sequence_figure(
-            self.events, title=f"{self.title} (event {self.step.value + 1} of "
+            self.events, title=f"{self.title} (event {self.step.value} of "
             f"{len(self.events)})", upto=seq))
 
 
@@ -675,7 +683,21 @@ class CounterexampleStepper(EventStepper):
 
 
 def _frame_html(frame: pd.DataFrame) -> str:
-    return frame.to_html(index=False, escape=True, border=0, classes="fx-table", na_rep="")
+    """``frame`` as a table, a missing value as an empty cell (pandas writes a missing
+    nullable integer as "<NA>" whatever ``na_rep`` says)."""
+    shown = frame.astype(object).where(frame.notna(), "")
+    return shown.to_html(index=False, escape=True, border=0, classes="fx-table")
+
+
+class ScenarioTable(widgets.HTML):
+    """The design's scenarios in one table (:func:`~planner.fence.scenarios.scenario_table`:
+    number, title, expected result, whether it held, summary), every text whole: a
+    DataFrame's own view cuts long cells short with "..."."""
+
+    def __init__(self, results: Sequence[ScenarioResult] | None = None) -> None:
+        self.frame = scenario_table(results)
+        super().__init__(STYLE + _frame_html(self.frame))
+        self.add_class("fx-scenario-table")
 
 
 class CheckResults(_ChartHolder, widgets.VBox):

@@ -329,7 +329,11 @@ class CheckReport:
                 "shortest_counterexample_steps": None if verdict.counterexample is None
                 else len(verdict.counterexample.steps),
             })
-        return pd.DataFrame(rows)
+        frame = pd.DataFrame(rows)
+        # A count with gaps stays a count (6, not 6.0): pandas' nullable integers.
+        frame["shortest_counterexample_steps"] = frame[
+            "shortest_counterexample_steps"].astype("Int64")
+        return frame
 
     def runs_frame(self) -> pd.DataFrame:
         return pd.DataFrame([
