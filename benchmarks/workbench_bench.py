@@ -3,7 +3,9 @@
 The target is 200 ms from a changed value to updated figures and tables. ``run()`` edits
 one node's VRAM back and forth and reports the time of each full update (``evaluate`` plus
 ``PlanView.show``), and of planning alone, for a uniform fleet, a mixed one and a mesh
-whose nodes all report different sizes.
+whose nodes all report different sizes. The machine may be shared, so each is measured as
+the process's CPU time (what an idle machine's wall-clock time would be: the update runs
+in one thread and waits on nothing) and as wall-clock time; the target is judged on CPU.
 """
 
 from __future__ import annotations
@@ -60,15 +62,17 @@ def _measure(state: WorkbenchState) -> dict[str, Any]:
     row = workbench.fleet_editor.row_editors[0]
     original = row.vram.value
     full: list[float] = []
+    wall: list[float] = []
     planning: list[float] = []
     for edit in range(EDITS):
         value = "60 GiB" if edit % 2 == 0 else original
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         row.vram.value = value  # one edit: read state, evaluate once, redraw
-        full.append(time.perf_counter() - started)
-        started = time.perf_counter()
+        full.append(time.process_time() - cpu)
+        wall.append(time.perf_counter() - started)
+        cpu = time.process_time()
         evaluate(workbench.state)
-        planning.append(time.perf_counter() - started)
+        planning.append(time.process_time() - cpu)
     median = statistics.median(full)
     return {
         "edit": f"one node's VRAM, {state.name}",
@@ -76,6 +80,7 @@ def _measure(state: WorkbenchState) -> dict[str, Any]:
         "edits": EDITS,
         "milliseconds": round(median * 1000, 1),
         "max_milliseconds": round(max(full) * 1000, 1),
+        "wall_milliseconds": round(statistics.median(wall) * 1000, 1),
         "planning_milliseconds": round(statistics.median(planning) * 1000, 1),
         "budget_milliseconds": BUDGET_SECONDS * 1000,
         "within_budget": median <= BUDGET_SECONDS,
@@ -84,9 +89,10 @@ def _measure(state: WorkbenchState) -> dict[str, Any]:
 
 
 def run() -> list[dict[str, Any]]:
-    """One row per fleet: ``edit``, ``nodes``, ``milliseconds`` (median time from a changed
-    value to redrawn figures and tables), ``max_milliseconds``, ``planning_milliseconds``
-    (:func:`evaluate` alone), ``within_budget`` and the resulting ``plan``."""
+    """One row per fleet: ``edit``, ``nodes``, ``milliseconds`` (median CPU time from a
+    changed value to redrawn figures and tables), ``max_milliseconds``,
+    ``wall_milliseconds`` (median wall-clock time), ``planning_milliseconds``
+    (:func:`evaluate` alone, CPU), ``within_budget`` and the resulting ``plan``."""
     return [_measure(uniform_fleet()), _measure(mixed_fleet()), _measure(mesh_fleet())]
 
 

@@ -411,11 +411,13 @@ class ContextSearch:
         """For each class of ``order``, the sorted keys of the states off the tight line a
         walk from ``keys`` can enter it in (program 3: keeping ``>= limits`` of its row)."""
         entries: list[np.ndarray] = []
+        held = 0
         row, s, n = self._decode(keys, stride)
         keys = np.unique(keys[self._viable(allowed, order[0], 0, s, n)])
         for index, c in enumerate(order):
             entries.append(keys)
-            self._spend(0, sum(len(e) for e in entries))
+            held += len(keys)
+            self._spend(0, held)
             if index + 1 == len(order):
                 break
             usables = self.classes[c].usables[allowed.picks[c]]
@@ -428,10 +430,13 @@ class ContextSearch:
                     ok &= usable - used >= limits[row]
                 s, n = s - 1, n + span
                 ok &= (s >= 1) & (n + s < self.layer_count)
-                row, s, n = row[ok], s[ok], n[ok]
+                # Most steps keep every lane: filter only when one drops out.
+                if not ok.all():
+                    row, s, n = row[ok], s[ok], n[ok]
                 reached.append(row * stride + s * self.width + n)
                 go = self._viable(allowed, c, i + 1, s, n)
-                row, s, n = row[go], s[go], n[go]
+                if not go.all():
+                    row, s, n = row[go], s[go], n[go]
                 self._spend(len(s))
                 if not len(s):
                     break
@@ -498,21 +503,29 @@ class ContextSearch:
                     acc = acc + usable
                 else:
                     acc = np.minimum(acc, usable - used)
-                lane, row, s, n, acc, span = lane[ok], row[ok], s[ok], n[ok], acc[ok], span[ok]
-                if limit is not None:
-                    limit = limit[ok]
+                if not ok.all():
+                    lane, row, s, n, acc, span = (lane[ok], row[ok], s[ok], n[ok], acc[ok],
+                                                  span[ok])
+                    if limit is not None:
+                        limit = limit[ok]
                 s, n = s - 1, n + span
                 tight = n + s == layers
-                value = np.empty(len(lane), dtype=np.int64)
-                lead = np.empty(len(lane), dtype=np.int64)
                 x = base + i + 1
-                line = self._line(allowed, np.full(int(tight.sum()), x), s[tight],
-                                  limit[tight] if limit is not None else None)
-                value[tight] = line
-                lead[tight] = np.where(s[tight] > 0, allowed.ranks[x], _INF)
-                loose = ~tight
-                value[loose], lead[loose] = self._look_up(
-                    after, row[loose] * stride + s[loose] * width + n[loose])
+                # Each lane's best completion: along the tight line once on it, else the
+                # next class's best (looked up only for the lanes that need it).
+                if not tight.any():
+                    loose = np.ones(len(lane), dtype=bool)
+                    value, lead = self._look_up(after, row * stride + s * width + n)
+                else:
+                    value = np.empty(len(lane), dtype=np.int64)
+                    lead = np.empty(len(lane), dtype=np.int64)
+                    value[tight] = self._line(allowed, np.full(int(tight.sum()), x), s[tight],
+                                              limit[tight] if limit is not None else None)
+                    lead[tight] = np.where(s[tight] > 0, allowed.ranks[x], _INF)
+                    loose = ~tight
+                    if loose.any():
+                        value[loose], lead[loose] = self._look_up(
+                            after, row[loose] * stride + s[loose] * width + n[loose])
                 done = value > _NEG
                 if third:
                     value = np.where(done, acc + value, _NEG)
@@ -528,9 +541,10 @@ class ContextSearch:
                     pick[chosen] = np.where(tight[better], -(i + 1), i + 1)
                     compare[chosen] = lead[better]
                 go = loose & self._viable(allowed, c, i + 1, s, n)
-                lane, row, s, n, acc = lane[go], row[go], s[go], n[go], acc[go]
-                if limit is not None:
-                    limit = limit[go]
+                if not go.all():
+                    lane, row, s, n, acc = lane[go], row[go], s[go], n[go], acc[go]
+                    if limit is not None:
+                        limit = limit[go]
                 self._spend(len(lane))
                 if not len(lane):
                     break
