@@ -49,6 +49,20 @@ exchange of about 3 ms and 25 KB."""
 MAX_SIMULATION_RUNS = 10_000
 """Horizons one ``simulate_many`` call runs."""
 
+MAX_SWEEP_SCENARIOS = 1_000_000
+"""Scenarios of one sweep grid, counted from the axes before any row is built. The grid's
+rows are evaluated as they stream, so a sweep of this many starts at once; its results
+take a few hundred MB."""
+
+MAX_SWEEP_WORKERS = 64
+"""Local worker processes (or LocalCluster workers) one sweep starts."""
+
+MAX_SWEEP_BATCH = 10_000
+"""Scenarios sent to a worker at once."""
+
+MAX_GRID_TEXT = 4096
+"""Characters of one text value of a sweep grid (a path, a model id, a list of kinds)."""
+
 MAX_GGUF_KEYS = 65_536
 """Metadata keys of one GGUF file (real models have a few dozen)."""
 

@@ -23,8 +23,13 @@ cheapest fleet of catalog kinds for ``model``, or the fleet file's model,
 :func:`planner.sizing.size_fleet`), ``availability``
 (:func:`planner.availability.fleet_availability`) and ``simulation``
 (:func:`planner.simulation.simulate`). Each adds its columns (:data:`RESULT_COLUMNS`) and
-``error_code`` / ``error_message`` for a scenario that could not be evaluated (a bad
-value in one row never stops the sweep).
+``error_code`` / ``error_message`` for a scenario that could not be evaluated: a bad
+value in one row, or a fleet file that is missing or invalid, never stops the sweep.
+
+A grid holds at most :data:`~planner.limits.MAX_SWEEP_SCENARIOS` scenarios (counted from
+the axes before any row is built) and every value is checked against the package's
+limits first. Its rows are evaluated as they stream: a grid of a million scenarios
+starts evaluating at once, and only its results are kept in memory.
 
 Where it runs: in this process for small grids, on local processes for large ones, or on
 a Dask cluster (``scheduler="tcp://host:8786"``, a ``dask.distributed.Client``, or
@@ -32,25 +37,26 @@ a Dask cluster (``scheduler="tcp://host:8786"``, a ``dask.distributed.Client``, 
 whatever runs them: every scenario is evaluated by the same pure function and rows come
 back in grid order.
 
-With ``output``, each finished batch is saved at once under ``<output>.parts/``; a sweep
-that stops (a worker dies, the machine reboots) picks up from there when run again with
-the same grid and output, evaluating only what is missing. A saved result is used only
-for the same scenario on the same inputs: editing a fleet file (or a catalog or GGUF file
-a scenario reads) evaluates its scenarios again.
+With ``output``, the output is checked and locked before anything is computed, and each
+finished batch is saved at once under ``<output>.parts/`` (:mod:`planner.sweep_store`); a
+sweep that stops (a worker dies, the machine reboots) picks up from there when run again
+with the same grid and output, evaluating only what is missing. A saved result is used
+only for the same scenario on the same inputs: editing a fleet file (or a catalog or GGUF
+file a scenario reads; each is fingerprinted by its size, time and a bounded digest)
+evaluates its scenarios again.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import itertools
+import ipaddress
 import json
 import math
 import os
-import shutil
+import re
 import tomllib
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -59,38 +65,59 @@ from typing import Any
 
 import pandas as pd
 
+from planner import sweep_store
 from planner._validate import Fail, integer, number, shown, text
 from planner.availability import (
+    DEFAULT_MAX_STATES,
     QUICK_MAX_STATES,
     document_overrides,
     fleet_availability,
     fleet_reliability,
 )
 from planner.errors import CodedError
-from planner.fleet import FleetDocument, ModelChoice, load_fleet
+from planner.fleet import FleetDocument, FleetFileError, ModelChoice, load_fleet
+from planner.fleet._fields import host_problem
+from planner.fleet.files import read_regular_file
+from planner.limits import (
+    MAX_CONTEXT,
+    MAX_GRID_TEXT,
+    MAX_LANES,
+    MAX_LATENCY_MS,
+    MAX_NODES,
+    MAX_SWEEP_BATCH,
+    MAX_SWEEP_SCENARIOS,
+    MAX_SWEEP_WORKERS,
+)
 from planner.planning import plan_topology
 from planner.sizing import size_fleet
+from planner.sweep_store import PartsFolder, SweepOutputError, SweepWarning, file_fingerprint
 from planner.targets import SpeedEstimator, Targets
 
 
 class SweepError(CodedError):
     """A sweep that cannot start or did not finish.
 
-    ``InvalidGrid``: the grid or grid file is malformed (names the column or key);
-    ``SweepInterrupted``: workers died, or the Dask cluster failed or could not be
-    reached, before every scenario finished; what finished is
-    saved and running the same sweep again resumes from it.
+    ``InvalidGrid``: the grid, grid file or a sweep setting is malformed (names the
+    column or key); ``InvalidScheduler``: the scheduler is not a Dask address
+    (``tcp://host:port``), ``"dask"`` or a Client; ``SweepInterrupted``: workers died,
+    or the Dask cluster failed, could not be reached or did not answer as one, before
+    every scenario finished; what finished is saved and running the same sweep again
+    resumes from it.
     """
 
-    codes = ("InvalidGrid", "SweepInterrupted")
+    codes = ("InvalidGrid", "InvalidScheduler", "SweepInterrupted")
 
 
 GRID_COLUMNS = ("fleet", "model", "kv_cache_type", "min_context", "min_lanes",
                 "target_tpot_ms", "annual_failure_rate", "repair_hours", "catalog",
                 "max_states", "seed", "horizon_hours", "failures_tolerated", "price_scale",
                 "kinds")
-_INT_COLUMNS = ("min_context", "min_lanes", "target_tpot_ms", "seed", "failures_tolerated",
-                "max_states")
+# (minimum, maximum) of the whole-number columns: the limits of what each feeds.
+_INT_COLUMNS: dict[str, tuple[int, int]] = {
+    "min_context": (0, MAX_CONTEXT), "min_lanes": (0, MAX_LANES),
+    "target_tpot_ms": (0, MAX_LATENCY_MS), "seed": (0, 2**63 - 1),
+    "failures_tolerated": (0, MAX_NODES), "max_states": (1, DEFAULT_MAX_STATES)}
+# Finite numbers of at least 0; a horizon above 0.
 _NUMBER_COLUMNS = ("annual_failure_rate", "repair_hours", "horizon_hours", "price_scale")
 _TEXT_COLUMNS = ("fleet", "model", "kv_cache_type", "catalog", "kinds")
 
@@ -113,6 +140,10 @@ RESULT_COLUMNS: dict[str, dict[str, str]] = {
 }
 ERROR_COLUMNS = {"error_code": "string", "error_message": "string"}
 EVALUATIONS = tuple(RESULT_COLUMNS)
+# Result columns that are shares of time or probability, within [0, 1]; every other
+# number a sweep reports is at least 0.
+SHARE_COLUMNS = frozenset({"availability", "availability_lower", "availability_upper",
+                           "full_context_probability", "simulated_availability"})
 
 # Below this many scenarios the sweep runs in this process: starting workers costs more.
 IN_PROCESS_LIMIT = 32
@@ -124,58 +155,100 @@ IN_PROCESS_LIMIT = 32
 def grid_from_axes(axes: Mapping[str, Sequence[Any]],
                    fixed: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """Every combination of the ``axes`` values (the first axis varies slowest), with the
-    ``fixed`` values in every row."""
+    ``fixed`` values in every row. More than
+    :data:`~planner.limits.MAX_SWEEP_SCENARIOS` combinations are refused before any is
+    built."""
+    if not isinstance(axes, Mapping) or (fixed is not None and not isinstance(fixed, Mapping)):
+        raise SweepError("InvalidGrid", "the axes and the fixed values must be mappings of "
+                         "column to values", value=shown(axes))
     for name, values in axes.items():
         if isinstance(values, str | bytes) or not isinstance(values, Sequence) or not values:
-            raise SweepError("InvalidGrid", f"axis {name!r} must be a non-empty list of values",
-                             column=name)
+            raise SweepError("InvalidGrid", f"axis {shown(name)} must be a non-empty list of "
+                             "values", column=name)
+    count = math.prod(len(values) for values in axes.values())
+    if count > MAX_SWEEP_SCENARIOS:
+        sizes = " x ".join(f"{len(values):,}" for values in axes.values())
+        raise SweepError("InvalidGrid", f"the axes make {sizes} = {count:,} scenarios; a "
+                         f"sweep takes at most {MAX_SWEEP_SCENARIOS:,}", scenarios=count)
     names = list(axes)
-    rows = [dict(zip(names, combo, strict=True))
-            for combo in itertools.product(*(axes[n] for n in names))]
-    for row in rows:
-        row.update(fixed or {})
-    return check_grid(pd.DataFrame(rows))
+    try:
+        grid = (pd.MultiIndex.from_product([list(axes[n]) for n in names], names=names)
+                .to_frame(index=False) if names else pd.DataFrame(index=range(1)))
+    except TypeError:  # an unhashable value: a list or a table
+        name = next(n for n in names if any(not _hashable(v) for v in axes[n]))
+        raise SweepError("InvalidGrid", f"axis {shown(name)}: values must be numbers or "
+                         "text", column=name) from None
+    for name, value in (fixed or {}).items():
+        grid[name] = pd.Series([value] * len(grid))
+    return check_grid(grid)
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def _is_missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
 
 
-def _clean(value: Any) -> Any:
-    """Plain Python values (numpy scalars become int / float; NaN and NA become None)."""
-    if _is_missing(value):
-        return None
+def _clean(name: str, value: Any) -> Any:
+    """Plain Python values: numpy scalars become int / float, and a whole-number column's
+    floats (a column with blanks holds 2 as 2.0) become ints."""
     if hasattr(value, "item") and not isinstance(value, str):
         value = value.item()
+    if name in _INT_COLUMNS and isinstance(value, float):
+        value = int(value)
     return value
 
 
-def _row_dicts(grid: pd.DataFrame) -> list[dict[str, Any]]:
-    columns = [c for c in GRID_COLUMNS if c in grid.columns]
-    return [{c: _clean(v) for c, v in zip(columns, values, strict=True) if not _is_missing(v)}
-            for values in grid[columns].itertuples(index=False, name=None)]
+def _check_value(name: str, value: Any, fail: Fail) -> None:
+    if name in _INT_COLUMNS:
+        low, high = _INT_COLUMNS[name]
+        if isinstance(value, float) or type(value).__name__.startswith("float"):
+            # A column with blanks holds its whole numbers as floats (2.0).
+            if not float(number(value, fail)).is_integer():
+                raise fail("must be a whole number", value)
+            value = int(value)
+        integer(value, fail, minimum=low, maximum=high)
+    elif name in _NUMBER_COLUMNS:
+        number(value, fail, **({"above": 0} if name == "horizon_hours" else {}))
+    elif name in _TEXT_COLUMNS:
+        text(value, fail)
+        if len(value) > MAX_GRID_TEXT:
+            raise fail(f"must be at most {MAX_GRID_TEXT:,} characters", value)
 
 
 def check_grid(grid: pd.DataFrame) -> pd.DataFrame:
-    """The grid with a fresh 0..n-1 index; refuses unknown columns and wrong types."""
+    """The grid with a fresh 0..n-1 index; refuses unknown columns, more than
+    :data:`~planner.limits.MAX_SWEEP_SCENARIOS` rows and values of the wrong type or
+    beyond the package's limits. Each distinct value of a column is checked once."""
     if not isinstance(grid, pd.DataFrame):
         raise SweepError("InvalidGrid", "the grid must be a pandas DataFrame",
                          value=type(grid).__name__)
     unknown = [c for c in grid.columns if c not in GRID_COLUMNS]
     if unknown:
-        raise SweepError("InvalidGrid", f"unknown grid column {unknown[0]!r}; columns are "
-                         f"{', '.join(GRID_COLUMNS)}", column=unknown[0])
+        raise SweepError("InvalidGrid", f"unknown grid column {shown(unknown[0])}; columns "
+                         f"are {', '.join(GRID_COLUMNS)}", column=unknown[0])
+    if len(grid) > MAX_SWEEP_SCENARIOS:
+        raise SweepError("InvalidGrid", f"the grid has {len(grid):,} scenarios; a sweep "
+                         f"takes at most {MAX_SWEEP_SCENARIOS:,}", scenarios=len(grid))
     grid = grid.reset_index(drop=True)
-    for index, row in enumerate(_row_dicts(grid)):
-        for name, value in row.items():
-            fail = _bad_cell(index, name)
-            if name in _INT_COLUMNS or name in _NUMBER_COLUMNS:
-                # A column with blanks holds its whole numbers as floats (2.0).
-                if name in _INT_COLUMNS and not float(number(value, fail)).is_integer():
-                    raise fail("must be a whole number", value)
-                number(value, fail)
-            elif name in _TEXT_COLUMNS:
-                text(value, fail)
+    for name in grid.columns:
+        seen: set[tuple[type, Any]] = set()
+        for index, value in enumerate(grid[name].tolist()):
+            try:
+                marker = (type(value), value)
+                if marker in seen:
+                    continue
+                seen.add(marker)
+            except TypeError:  # unhashable: checked (and refused) below
+                pass
+            if not _is_missing(value):
+                _check_value(name, value, _bad_cell(index, name))
     return grid
 
 
@@ -185,27 +258,48 @@ def _bad_cell(index: int, name: str) -> Fail:
         column=name, row=index, value=value)
 
 
+class _Rows:
+    """The grid's rows as plain dicts, built one at a time (a grid of a million rows is
+    never a million dicts at once)."""
+
+    def __init__(self, grid: pd.DataFrame) -> None:
+        self.names = [c for c in GRID_COLUMNS if c in grid.columns]
+        self.columns = [grid[c].tolist() for c in self.names]
+        self.count = len(grid)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return {name: _clean(name, column[index])
+                for name, column in zip(self.names, self.columns, strict=True)
+                if not _is_missing(column[index])}
+
+    def distinct(self, name: str) -> list[Any]:
+        if name not in self.names:
+            return []
+        values = self.columns[self.names.index(name)]
+        return list(dict.fromkeys(v for v in values if not _is_missing(v)))
+
+
 def load_grid(path: str | Path) -> tuple[pd.DataFrame, str]:
     """A grid file: ``evaluate = "availability"``, ``[axes]`` (lists) and ``[fixed]``
     (single values). Relative ``fleet`` and ``catalog`` paths start at the file's folder.
     Returns the grid and the evaluation."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise SweepError("InvalidGrid", f"{path}: cannot read the grid file ({error.strerror})",
-                         path=str(path)) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise SweepError("InvalidGrid", f"{path}: not valid TOML: {error}",
+        data = tomllib.loads(read_regular_file(path).decode("utf-8"))
+    except FleetFileError as error:
+        raise SweepError("InvalidGrid", f"{path}: cannot read the grid file: "
+                         f"{error.message}", path=str(path)) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as error:
+        raise SweepError("InvalidGrid", f"{path}: not valid TOML: {shown(str(error))}",
                          path=str(path)) from None
     for key in data:
         if key not in ("evaluate", "axes", "fixed"):
-            raise SweepError("InvalidGrid", f"{path}: unknown key {key!r}; expected evaluate, "
-                             "axes and fixed", path=str(path), column=key)
+            raise SweepError("InvalidGrid", f"{path}: unknown key {shown(key)}; expected "
+                             "evaluate, axes and fixed", path=str(path), column=key)
     evaluation = data.get("evaluate", "plan")
     if evaluation not in EVALUATIONS:
         raise SweepError("InvalidGrid", f"{path}: evaluate must be one of "
-                         f"{', '.join(EVALUATIONS)} (got {evaluation!r})", path=str(path))
+                         f"{', '.join(EVALUATIONS)} (got {shown(evaluation)})", path=str(path))
     axes, fixed = data.get("axes", {}), data.get("fixed", {})
     if not isinstance(axes, dict) or not isinstance(fixed, dict):
         raise SweepError("InvalidGrid", f"{path}: [axes] and [fixed] must be tables",
@@ -213,7 +307,7 @@ def load_grid(path: str | Path) -> tuple[pd.DataFrame, str]:
     base = path.parent
 
     def rebase(name: str, value: Any) -> Any:
-        if name in ("fleet", "catalog") and isinstance(value, str):
+        if name in ("fleet", "catalog") and isinstance(value, str) and value.strip():
             candidate = Path(value).expanduser()
             return str(candidate if candidate.is_absolute() else (base / candidate))
         return value
@@ -239,10 +333,17 @@ def _catalog(path: str | None) -> tuple[Any, ...]:
     return tuple(load_gpu_catalog(path))
 
 
-def _document(row: Mapping[str, Any], documents: Mapping[str, FleetDocument]) -> FleetDocument:
+Documents = Mapping[str, "FleetDocument | CodedError"]
+"""Each fleet file a grid names, read once: its document, or why it could not be read
+(the error of each scenario that names it)."""
+
+
+def _document(row: Mapping[str, Any], documents: Documents) -> FleetDocument:
     if "fleet" not in row:
         raise SweepError("InvalidGrid", "this evaluation needs a fleet column", column="fleet")
     document = documents[row["fleet"]]
+    if isinstance(document, CodedError):
+        raise document
     if "model" in row:
         document = replace(document, model=ModelChoice(preset=row["model"],
                                                        kv_cache_type=row.get("kv_cache_type")))
@@ -319,8 +420,7 @@ def _evaluate_simulation(row: Mapping[str, Any], document: FleetDocument) -> dic
     return {"node_count": len(request.nodes), **year.summary()}
 
 
-def _evaluate_size(row: Mapping[str, Any], documents: Mapping[str, FleetDocument]
-                   ) -> dict[str, Any]:
+def _evaluate_size(row: Mapping[str, Any], documents: Documents) -> dict[str, Any]:
     from planner.models import ModelSpec, load_preset
 
     model: ModelSpec | dict[str, Any]
@@ -363,6 +463,8 @@ _EVALUATORS: dict[str, Callable[[Mapping[str, Any], FleetDocument], dict[str, An
 }
 
 
+
+
 @dataclass(frozen=True, slots=True)
 class Batch:
     """Scenarios sent to one worker: ``(index, key, row)`` each, and the fleet documents
@@ -370,11 +472,11 @@ class Batch:
 
     evaluation: str
     scenarios: tuple[tuple[int, str, dict[str, Any]], ...]
-    documents: dict[str, FleetDocument]
+    documents: dict[str, FleetDocument | CodedError]
 
 
 def evaluate_scenario(evaluation: str, row: Mapping[str, Any],
-                      documents: Mapping[str, FleetDocument]) -> dict[str, Any]:
+                      documents: Documents) -> dict[str, Any]:
     """One scenario's result columns; a coded error becomes ``error_code`` and
     ``error_message`` instead of stopping the sweep."""
     try:
@@ -397,108 +499,124 @@ def evaluate_batch(batch: Batch) -> list[dict[str, Any]]:
 
 def scenario_key(evaluation: str, row: Mapping[str, Any],
                  inputs: Mapping[str, Any] | None = None) -> str:
-    """What a saved result is matched by: the evaluation, the row, and ``inputs``, the
-    contents of the files the row names (so an edited fleet file or catalog is evaluated
+    """What a saved result is matched by: the evaluation, the row, and ``inputs``, what
+    identifies the files the row names (so an edited fleet file or catalog is evaluated
     again instead of resumed from a stale result)."""
     text = json.dumps([evaluation, sorted(row.items()), sorted((inputs or {}).items())],
                       sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def _file_digest(path: str) -> str:
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError:
-        return "unreadable"  # the scenario reports the error itself
-
-
-def _row_inputs(row: Mapping[str, Any], documents: Mapping[str, FleetDocument]
-                ) -> dict[str, Any]:
-    inputs: dict[str, Any] = {}
-    if "fleet" in row:
-        document = documents[row["fleet"]]
-        inputs["fleet"] = {**document.to_dict(), "source": None}
-        gguf = document.model.gguf_path(document.base_dir)
-        if gguf is not None:
-            inputs["gguf"] = _file_digest(str(gguf))
-    if "catalog" in row:
-        inputs["catalog"] = _file_digest(row["catalog"])
-    return inputs
-
-
-# -- running a sweep --------------------------------------------------------------------
-
-
-class _Parts:
-    """Finished batches saved as JSON lines (floats round-trip exactly) under a folder."""
-
-    def __init__(self, output: Path | None) -> None:
-        self.folder = None if output is None else output.with_name(output.name + ".parts")
-        self.count = 0
-
-    def load(self, keys: Mapping[int, str]) -> dict[int, dict[str, Any]]:
-        done: dict[int, dict[str, Any]] = {}
-        if self.folder is None or not self.folder.is_dir():
-            return done
-        for part in sorted(self.folder.glob("part-*.jsonl")):
-            self.count += 1
-            for line in part.read_text(encoding="utf-8").splitlines():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a batch cut off while being written: evaluate it again
-                index = record.get("scenario")
-                if keys.get(index) == record.get("scenario_key"):
-                    done[index] = record
-        return done
-
-    def save(self, records: Sequence[dict[str, Any]]) -> None:
-        if self.folder is None:
-            return
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.count += 1
-        path = self.folder / f"part-{os.getpid()}-{self.count:06d}.jsonl"
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-        temporary.replace(path)
-
-    def clear(self) -> None:
-        if self.folder is not None and self.folder.is_dir():
-            shutil.rmtree(self.folder)
-
-
-def _batches(evaluation: str, pending: Sequence[tuple[int, str, dict[str, Any]]],
-             documents: Mapping[str, FleetDocument], size: int) -> list[Batch]:
-    batches = []
-    for start in range(0, len(pending), size):
-        chunk = tuple(pending[start:start + size])
-        names = {row["fleet"] for _, _, row in chunk if "fleet" in row}
-        batches.append(Batch(evaluation, chunk, {n: documents[n] for n in names}))
-    return batches
-
-
-def _read_documents(rows: Iterable[Mapping[str, Any]]) -> dict[str, FleetDocument]:
-    documents: dict[str, FleetDocument] = {}
-    for row in rows:
-        name = row.get("fleet")
-        if name is not None and name not in documents:
+def _read_documents(names: Iterable[str]) -> dict[str, FleetDocument | CodedError]:
+    documents: dict[str, FleetDocument | CodedError] = {}
+    for name in names:
+        try:
             documents[name] = load_fleet(name)
+        except CodedError as error:  # the scenarios naming it report it
+            documents[name] = error
     return documents
 
 
+class _Keys:
+    """Each scenario's key, from its row and a fingerprint of the files it reads (one
+    per fleet and catalog, made once)."""
+
+    def __init__(self, evaluation: str, rows: _Rows, documents: Documents) -> None:
+        self.evaluation = evaluation
+        self.rows = rows
+        self.documents = documents
+        self._inputs: dict[tuple[Any, Any], str] = {}
+
+    def inputs(self, row: Mapping[str, Any]) -> str:
+        where = (row.get("fleet"), row.get("catalog"))
+        if where not in self._inputs:
+            found: dict[str, Any] = {}
+            if where[0] is not None:
+                document = self.documents[where[0]]
+                if isinstance(document, CodedError):
+                    found["fleet"] = document.to_dict()
+                else:
+                    found["fleet"] = {**document.to_dict(), "source": None}
+                    gguf = document.model.gguf_path(document.base_dir)
+                    if gguf is not None:
+                        found["gguf"] = file_fingerprint(gguf)
+            if where[1] is not None:
+                found["catalog"] = file_fingerprint(where[1])
+            text = json.dumps(found, sort_keys=True, default=str)
+            self._inputs[where] = hashlib.sha256(text.encode()).hexdigest()
+        return self._inputs[where]
+
+    def of(self, index: int, row: Mapping[str, Any]) -> str:
+        return scenario_key(self.evaluation, row, {"inputs": self.inputs(row)})
+
+    def current(self, index: int) -> str | None:
+        """The key scenario ``index`` has now; ``None`` for an index outside the grid."""
+        if not 0 <= index < self.rows.count:
+            return None
+        return self.of(index, self.rows[index])
+
+
+def record_problem(evaluation: str) -> Callable[[Mapping[str, Any]], str | None]:
+    """What is wrong with a saved record of ``evaluation`` (``None`` when it could be a
+    result): its columns, their types, and their ranges (shares within [0, 1], other
+    numbers at least 0, whole numbers within 64 bits)."""
+    schema = {**RESULT_COLUMNS[evaluation], **ERROR_COLUMNS}
+    allowed = {"scenario", "scenario_key", *schema}
+
+    def problem(record: Mapping[str, Any]) -> str | None:
+        unknown = [name for name in record if name not in allowed]
+        if unknown:
+            return f"unknown column {shown(unknown[0])}"
+        for name, dtype in schema.items():
+            value = record.get(name)
+            if value is None:
+                continue
+            if dtype == "Int64":
+                ok = (isinstance(value, int) and not isinstance(value, bool)
+                      and 0 <= value < 2**63)
+            elif dtype == "Float64":
+                ok = (isinstance(value, int | float) and not isinstance(value, bool)
+                      and math.isfinite(value) and value >= 0
+                      and (name not in SHARE_COLUMNS or value <= 1))
+            elif dtype == "boolean":
+                ok = isinstance(value, bool)
+            else:
+                ok = isinstance(value, str)
+            if not ok:
+                return f"{name} is {shown(value)}"
+        return None
+
+    return problem
+
+
+class _Results:
+    """The result columns, one slot per scenario, filled as records come in."""
+
+    def __init__(self, evaluation: str, count: int) -> None:
+        self.schema = {**RESULT_COLUMNS[evaluation], **ERROR_COLUMNS}
+        self.columns: dict[str, list[Any]] = {name: [None] * count for name in self.schema}
+        self.finished = bytearray(count)
+        self.done = 0
+        self.total = count
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        index = record["scenario"]
+        for name, column in self.columns.items():
+            column[index] = record.get(name)
+        if not self.finished[index]:
+            self.finished[index] = 1
+            self.done += 1
+
+
 def results_frame(grid: pd.DataFrame, evaluation: str,
-                  records: Mapping[int, Mapping[str, Any]]) -> pd.DataFrame:
+                  columns: Mapping[str, Sequence[Any]]) -> pd.DataFrame:
     """The grid's columns, ``scenario``, then the evaluation's typed result columns."""
     schema = {**RESULT_COLUMNS[evaluation], **ERROR_COLUMNS}
-    rows = [{name: records[index].get(name) for name in schema} for index in range(len(grid))]
-    results = pd.DataFrame(rows, columns=list(schema))
-    for name, dtype in schema.items():
-        results[name] = pd.array(results[name].tolist(), dtype=dtype)
+    results = pd.DataFrame({name: pd.array(list(columns[name]), dtype=dtype)
+                            for name, dtype in schema.items()})
     frame = grid.reset_index(drop=True).copy()
     frame.insert(0, "scenario", range(len(grid)))
-    for name in schema:
-        if name in frame.columns:  # an input column the evaluation reports back
-            frame = frame.drop(columns=name)
+    frame = frame.drop(columns=[name for name in schema if name in frame.columns])
     return pd.concat([frame, results], axis=1)
 
 
@@ -517,7 +635,41 @@ def write_results(frame: pd.DataFrame, output: str | Path) -> Path:
     return path
 
 
+# -- running a sweep --------------------------------------------------------------------
+
 Progress = Callable[[int, int], None]
+
+# A Dask address: tcp:// (or tls://) and host:port, the host a name, an IPv4 address or
+# an IPv6 address in brackets.
+_SCHEDULER = re.compile(r"(?:(?P<scheme>tcp|tls)://)?(?P<host>\[[^\]]*\]|[^:/\[\]]+)"
+                        r":(?P<port>[0-9]{1,5})")
+
+
+def _scheduler_problem(scheduler: Any) -> str | None:
+    if scheduler is None or scheduler == "dask":
+        return None
+    if not isinstance(scheduler, str):
+        from planner import sweep_dask
+
+        return None if sweep_dask.is_client(scheduler) else (
+            "must be a Dask scheduler address, 'dask' or a dask.distributed.Client")
+    match = _SCHEDULER.fullmatch(scheduler)
+    if match is None or not 0 < int(match["port"]) < 65536:
+        return ("must be a Dask scheduler address tcp://host:port (or tls://), with a port "
+                "from 1 to 65535, or 'dask' for a LocalCluster")
+    host = match["host"]
+    if host.startswith("["):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            return "has a bracketed host that is not an IPv6 address"
+        return None
+    return host_problem(host)
+
+
+def _setting(name: str) -> Fail:
+    return lambda problem, value: SweepError(
+        "InvalidGrid", f"{name} {problem} (got {shown(value)})", field=name, value=value)
 
 
 def sweep(
@@ -530,6 +682,7 @@ def sweep(
     output: str | Path | None = None,
     batch_size: int | None = None,
     progress: Progress | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> pd.DataFrame:
     """Evaluate every scenario of ``grid`` and return the results, in grid order.
 
@@ -538,82 +691,130 @@ def sweep(
     ``"processes"`` or ``"dask"`` (``scheduler`` an address, a ``Client`` or ``None`` for a
     new ``LocalCluster`` of ``workers`` workers). ``output`` (``.parquet`` or ``.csv``)
     saves the results, and each finished batch along the way so that a stopped sweep
-    resumes. ``progress(done, total)`` is called as scenarios finish.
+    resumes; it is checked and locked before anything is computed
+    (``OutputUnavailable``). ``progress(done, total)`` is called as scenarios finish.
+    ``warn(text)`` hears what the sweep worked around (saved records it could not use);
+    by default a :class:`~planner.sweep_store.SweepWarning`.
     """
     if evaluate not in EVALUATIONS:
         raise SweepError("InvalidGrid", f"evaluate must be one of {', '.join(EVALUATIONS)} "
-                         f"(got {evaluate!r})", value=evaluate)
+                         f"(got {shown(evaluate)})", value=evaluate)
     if executor not in ("auto", "inline", "processes", "dask"):
         raise SweepError("InvalidGrid", "executor must be auto, inline, processes or dask "
-                         f"(got {executor!r})", value=executor)
+                         f"(got {shown(executor)})", value=executor)
     if workers is not None:
-        workers = integer(workers, lambda problem, value: SweepError(
-            "InvalidGrid", f"workers: {problem} (got {shown(value)})", value=value), minimum=1)
+        workers = integer(workers, _setting("workers"), minimum=1, maximum=MAX_SWEEP_WORKERS)
+    if batch_size is not None:
+        batch_size = integer(batch_size, _setting("batch_size"), minimum=1,
+                             maximum=MAX_SWEEP_BATCH)
+    for name, function in (("progress", progress), ("warn", warn)):
+        if function is not None and not callable(function):
+            raise _setting(name)("must be a function", function)
+    problem = _scheduler_problem(scheduler)
+    if problem is not None:
+        raise SweepError("InvalidScheduler", f"scheduler {problem} (got {shown(scheduler)})",
+                         value=shown(scheduler))
     grid = check_grid(grid)
-    out = Path(output) if output is not None else None
-    if out is not None and out.suffix not in (".parquet", ".csv"):
-        raise SweepError("InvalidGrid", f"output {str(out)!r} must end in .parquet or .csv",
-                         path=str(out))
-    rows = _row_dicts(grid)
-    documents = _read_documents(rows)
-    keys = {index: scenario_key(evaluate, row, _row_inputs(row, documents))
-            for index, row in enumerate(rows)}
-    parts = _Parts(out)
-    records = parts.load(keys)
-    total = len(rows)
-    if progress is not None:
-        progress(len(records), total)
-    pending = [(index, keys[index], row) for index, row in enumerate(rows)
-               if index not in records]
-    if executor == "auto":
-        executor = ("dask" if scheduler is not None else
-                    "inline" if len(pending) <= IN_PROCESS_LIMIT else "processes")
-    if pending:
-        count = workers or (os.cpu_count() or 1)
-        size = batch_size or max(1, min(50, math.ceil(len(pending) / (count * 4))))
-        batches = _batches(evaluate, pending, documents, size)
+    out = None
+    if output is not None:
+        if not isinstance(output, str | os.PathLike) or not str(output).strip():
+            raise _setting("output")("must be a file path", output)
+        out = Path(output)
+        if out.suffix not in (".parquet", ".csv"):
+            raise SweepError("InvalidGrid", f"output {str(out)!r} must end in .parquet or "
+                             ".csv", path=str(out))
+    rows = _Rows(grid)
+    with PartsFolder(out) as parts:
+        documents = _read_documents(rows.distinct("fleet"))
+        keys = _Keys(evaluate, rows, documents)
+        results = _Results(evaluate, rows.count)
+        for record in parts.load(keys.current, record_problem(evaluate),
+                                 warn or sweep_store.warn).values():
+            results.add(record)
+        if progress is not None:
+            progress(results.done, results.total)
+        pending = results.total - results.done
+        if executor == "auto":
+            executor = ("dask" if scheduler is not None else
+                        "inline" if pending <= IN_PROCESS_LIMIT else "processes")
+        if pending:
+            count = workers or (os.cpu_count() or 1)
+            size = batch_size or max(1, min(50, math.ceil(pending / (count * 4))))
+            batches = _batches(evaluate, rows, keys, results, documents, size)
 
-        def finished(batch_records: list[dict[str, Any]]) -> None:
-            parts.save(batch_records)
-            for record in batch_records:
-                records[record["scenario"]] = record
-            if progress is not None:
-                progress(len(records), total)
+            def finished(batch_records: list[dict[str, Any]]) -> None:
+                parts.save(batch_records)
+                for record in batch_records:
+                    results.add(record)
+                if progress is not None:
+                    progress(results.done, results.total)
 
-        if executor == "inline":
-            for batch in batches:
-                finished(evaluate_batch(batch))
-        elif executor == "processes":
-            _run_processes(batches, count, finished, parts, total, records)
-        else:
-            _run_dask(batches, scheduler, workers, finished, parts, total, records)
-    frame = results_frame(grid, evaluate, records)
-    if out is not None:
-        write_results(frame, out)
-        parts.clear()
+            def interrupted(cause: str) -> SweepError:
+                return _interrupted(cause, parts, results)
+
+            if executor == "inline":
+                for batch in batches:
+                    finished(evaluate_batch(batch))
+            elif executor == "processes":
+                _run_processes(batches, min(count, math.ceil(pending / size)), finished,
+                               interrupted)
+            else:
+                _run_dask(batches, scheduler, workers, finished, interrupted)
+        frame = results_frame(grid, evaluate, results.columns)
+        if out is not None:
+            write_results(frame, out)
+            parts.clear()
     return frame
 
 
-def _run_processes(batches: Sequence[Batch], workers: int,
-                   finished: Callable[[list[dict[str, Any]]], None], parts: _Parts,
-                   total: int, records: Mapping[int, Any]) -> None:
-    with ProcessPoolExecutor(max_workers=min(workers, len(batches))) as pool:
-        futures = [pool.submit(evaluate_batch, batch) for batch in batches]
+def _batches(evaluation: str, rows: _Rows, keys: _Keys, results: _Results,
+             documents: Documents, size: int) -> Iterator[Batch]:
+    """The scenarios not finished yet, ``size`` at a time, each with the fleet documents
+    it names; built as they are taken, so only the batches in flight are in memory."""
+    chunk: list[tuple[int, str, dict[str, Any]]] = []
+    for index in range(rows.count):
+        if results.finished[index]:
+            continue
+        row = rows[index]
+        chunk.append((index, keys.of(index, row), row))
+        if len(chunk) == size:
+            names = {row["fleet"] for _, _, row in chunk if "fleet" in row}
+            yield Batch(evaluation, tuple(chunk), {n: documents[n] for n in names})
+            chunk = []
+    if chunk:
+        names = {row["fleet"] for _, _, row in chunk if "fleet" in row}
+        yield Batch(evaluation, tuple(chunk), {n: documents[n] for n in names})
+
+
+def _run_processes(batches: Iterator[Batch], workers: int,
+                   finished: Callable[[list[dict[str, Any]]], None],
+                   interrupted: Callable[[str], SweepError]) -> None:
+    # At most two batches per worker are in flight: the rest wait in the iterator.
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        running: set[Future[list[dict[str, Any]]]] = set()
         try:
-            for future in as_completed(futures):
-                finished(future.result())
+            for batch in batches:
+                running.add(pool.submit(evaluate_batch, batch))
+                if len(running) >= 2 * workers:
+                    done, running = wait(running, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        finished(future.result())
+            while running:
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    finished(future.result())
         except BrokenProcessPool:
-            raise _interrupted("a worker process died", parts, total, records) from None
+            raise interrupted("a worker process died") from None
 
 
-def _run_dask(batches: Sequence[Batch], scheduler: Any, workers: int | None,
-              finished: Callable[[list[dict[str, Any]]], None], parts: _Parts,
-              total: int, records: Mapping[int, Any]) -> None:
+def _run_dask(batches: Iterator[Batch], scheduler: Any, workers: int | None,
+              finished: Callable[[list[dict[str, Any]]], None],
+              interrupted: Callable[[str], SweepError]) -> None:
     from planner import sweep_dask
 
     where = f" at {scheduler!r}" if isinstance(scheduler, str) and scheduler != "dask" else ""
-    with contextlib.closing(sweep_dask.results(batches, evaluate_batch, scheduler=scheduler,
-                                               workers=workers)) as done:
+    done = sweep_dask.results(batches, evaluate_batch, scheduler=scheduler, workers=workers)
+    try:
         while True:
             # Only the cluster's own failures are caught: saving a batch is not in here.
             try:
@@ -621,16 +822,22 @@ def _run_dask(batches: Sequence[Batch], scheduler: Any, workers: int | None,
             except StopIteration:
                 return
             except sweep_dask.CLUSTER_FAILURES as error:
-                raise _interrupted(f"the Dask cluster{where} failed ({error})", parts, total,
-                                   records) from None
+                raise interrupted(f"the Dask cluster{where} failed ({error})") from None
             finished(batch_records)
+    finally:
+        done.close()
 
 
-def _interrupted(cause: str, parts: _Parts, total: int,
-                 records: Mapping[int, Any]) -> SweepError:
+def _interrupted(cause: str, parts: PartsFolder, results: _Results) -> SweepError:
     where = (f"; the finished ones are saved in {parts.folder} and running the same "
              "sweep again resumes from them" if parts.folder is not None else
              "; give an output file to keep finished scenarios across runs")
     return SweepError("SweepInterrupted",
-                      f"{cause}: {len(records)} of {total} scenarios finished{where}",
-                      finished=len(records), total=total)
+                      f"{cause}: {results.done} of {results.total} scenarios finished{where}",
+                      finished=results.done, total=results.total)
+
+
+__all__ = ["ERROR_COLUMNS", "EVALUATIONS", "GRID_COLUMNS", "RESULT_COLUMNS", "Batch",
+           "SweepError", "SweepOutputError", "SweepWarning", "check_grid",
+           "evaluate_batch", "evaluate_scenario", "grid_from_axes", "load_grid",
+           "record_problem", "results_frame", "scenario_key", "sweep", "write_results"]

@@ -7,21 +7,77 @@ when ``scheduler`` is ``None`` or ``"dask"``. Workers of a remote cluster need t
 ``planner`` package installed (the same version); they do not need the fleet files,
 which travel with the batches.
 
+Before a client connects to a ``tcp://`` address, :func:`check_scheduler` makes sure a
+Dask scheduler answers there within Dask's connect timeout
+(``distributed.comm.timeouts.connect``, 30 s by default): a listener that never answers,
+or a server of another kind (an HTTP port), is a connection error at once, not a
+client that waits for ever or reads a web page as a message length.
+
 A worker that dies is Dask's to handle: its unfinished batches are run again on the
 other workers, and the batches already yielded were saved by the caller.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+import itertools
+import socket
+import struct
+from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
+import dask
+from dask.utils import parse_timedelta
 from distributed import Client, KilledWorker, LocalCluster, as_completed
 
 # What Dask raises when the cluster itself fails: a batch that keeps killing its workers
-# (Dask gives up after a few tries), or a scheduler that cannot be reached or goes away
-# (its connection errors are OSErrors).
+# (Dask gives up after a few tries), or a scheduler that cannot be reached, does not
+# answer as one, or goes away (connection errors and timeouts are OSErrors).
 CLUSTER_FAILURES = (KilledWorker, OSError)
+
+# A Dask TCP message starts with its length as an unsigned 64-bit integer
+# (distributed.comm.tcp), and a scheduler sends its handshake, a few hundred bytes at most,
+# as soon as a connection opens.
+_LENGTH = struct.Struct("Q")
+HANDSHAKE_BYTES = 1 << 20
+
+
+def is_client(value: Any) -> bool:
+    """Whether ``value`` is a ``dask.distributed.Client``."""
+    return isinstance(value, Client)
+
+
+def connect_timeout() -> float:
+    """Dask's connect timeout in seconds (``distributed.comm.timeouts.connect``)."""
+    return float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"),
+                                 default="s"))
+
+
+def check_scheduler(address: str, timeout: float | None = None) -> None:
+    """Raise a ``ConnectionError`` (or ``TimeoutError``) unless a Dask scheduler answers
+    at ``address`` within ``timeout`` seconds (default :func:`connect_timeout`). Only
+    ``tcp://`` (and bare ``host:port``) addresses are checked: a ``tls://`` handshake is
+    Dask's own."""
+    scheme, _, where = address.rpartition("://")
+    if scheme not in ("", "tcp"):
+        return
+    host, _, port = where.rpartition(":")
+    limit = connect_timeout() if timeout is None else timeout
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=limit) as sock:
+        header = b""
+        try:
+            while len(header) < _LENGTH.size:
+                chunk = sock.recv(_LENGTH.size - len(header))
+                if not chunk:
+                    raise ConnectionError(f"{address} closed the connection without "
+                                          "answering as a Dask scheduler")
+                header += chunk
+        except TimeoutError:
+            raise TimeoutError(f"{address} accepted the connection but did not answer as "
+                               f"a Dask scheduler within {limit:g} s") from None
+    (length,) = _LENGTH.unpack(header)
+    if not 0 < length <= HANDSHAKE_BYTES:
+        raise ConnectionError(f"{address} answered, but not as a Dask scheduler (is it "
+                              "another kind of server, such as a web page?)")
 
 
 def local_cluster(workers: int | None = None, *, processes: bool = True) -> LocalCluster:
@@ -31,11 +87,12 @@ def local_cluster(workers: int | None = None, *, processes: bool = True) -> Loca
                         dashboard_address=None)
 
 
-def results(batches: Sequence[Any], function: Callable[[Any], Any], *,
+def results(batches: Iterable[Any], function: Callable[[Any], Any], *,
             scheduler: Any = None, workers: int | None = None) -> Generator[Any]:
     """``function(batch)`` for every batch, run on the cluster, yielded in the order
-    they complete. Raises one of :data:`CLUSTER_FAILURES` when the cluster fails; the
-    results yielded before stand."""
+    they complete. Batches are taken from ``batches`` as earlier ones finish (two per
+    worker thread in flight), so a long stream is never all in memory. Raises one of
+    :data:`CLUSTER_FAILURES` when the cluster fails; the results yielded before stand."""
     cluster = None
     if isinstance(scheduler, Client):
         client, owned = scheduler, False
@@ -43,12 +100,19 @@ def results(batches: Sequence[Any], function: Callable[[Any], Any], *,
         cluster = local_cluster(workers)
         client, owned = Client(cluster), True
     else:
-        client, owned = Client(scheduler), True
+        check_scheduler(scheduler)
+        client, owned = Client(scheduler, timeout=connect_timeout()), True
     try:
-        futures = client.map(function, list(batches), pure=False)
-        for future in as_completed(futures):
+        pending = iter(batches)
+        window = max(4, 2 * sum(client.nthreads().values()))
+        running = as_completed([client.submit(function, batch, pure=False)
+                                for batch in itertools.islice(pending, window)])
+        for future in running:
             result = future.result()
             future.release()
+            following = next(pending, None)
+            if following is not None:
+                running.add(client.submit(function, following, pure=False))
             yield result
     finally:
         if owned:

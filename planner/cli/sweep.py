@@ -7,7 +7,7 @@ import sys
 
 from planner.cli._common import EXIT_OK, UserError, add_command
 from planner.reports.tables import terminal_safe
-from planner.sweep import SweepError, load_grid, sweep
+from planner.sweep import SweepError, SweepOutputError, load_grid, sweep
 
 NAME = "sweep"
 
@@ -47,8 +47,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    if args.workers is not None and args.workers < 1:
-        raise UserError(f"--workers must be at least 1 (got {args.workers})")
+    def warn(text: str) -> None:
+        print(terminal_safe(f"warning: {text}"), file=sys.stderr)
+
     try:
         grid, evaluation = load_grid(args.grid)
         with tqdm(total=len(grid), unit="scenario", desc=evaluation, file=sys.stderr,
@@ -58,9 +59,10 @@ def run(args: argparse.Namespace) -> int:
                 bar.update(done - bar.n)
 
             results = sweep(grid, evaluation, workers=args.workers,
-                            scheduler=args.scheduler, output=args.output, progress=progress)
-    except SweepError as error:
-        raise UserError(terminal_safe(error.message)) from None
+                            scheduler=args.scheduler, output=args.output, progress=progress,
+                            warn=warn)
+    except (SweepError, SweepOutputError) as error:
+        raise UserError(terminal_safe(f"{error.code}: {error.message}")) from None
     failed = int(results["error_code"].notna().sum())
     if args.output is None:
         results.to_csv(sys.stdout, index=False)

@@ -28,7 +28,7 @@ def _format_of(path: Path) -> str:
                          path=str(path))
 
 
-def _read_regular_file(path: Path) -> bytes:
+def read_regular_file(path: Path) -> bytes:
     """The bytes of ``path``, refusing anything but a regular file before reading it.
 
     Opening without blocking means a FIFO or a device named ``x.toml`` is refused at
@@ -82,7 +82,7 @@ def load_fleet(path: str | Path) -> FleetDocument:
     """Read a ``.toml`` fleet file or a ``.json`` planning request."""
     file_path = Path(path)
     kind = _format_of(file_path)
-    data = _read_regular_file(file_path)
+    data = read_regular_file(file_path)
     try:
         # Read as text mode would: any line ending becomes "\n".
         text = data.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")
@@ -200,7 +200,7 @@ def save_fleet(document: FleetDocument, path: str | Path, *,
         return write_text_atomic(destination, fleet_to_json(document))
     text = fleet_to_toml(document)
     try:
-        old = _read_regular_file(destination).decode("utf-8-sig")
+        old = read_regular_file(destination).decode("utf-8-sig")
     except (FleetFileError, UnicodeDecodeError):
         old = None  # nothing there to keep
     if old is not None:

@@ -1,0 +1,354 @@
+"""Sweeps given hostile grids, inputs, saved parts, schedulers and outputs: each refused by
+name before any work, or worked around with a warning, never a traceback, a hang or a
+lost sweep. The hostile inputs live in tests/data/hostile/; their time and memory at
+full size are measured by ``make bench`` (benchmarks/hostile_bench.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from test_cli import assert_user_error, run
+
+from planner.limits import MAX_SWEEP_SCENARIOS
+from planner.sweep import SweepError, grid_from_axes, load_grid, sweep
+from planner.sweep_store import (
+    DIGEST_BYTES,
+    PartsFolder,
+    SweepOutputError,
+    SweepWarning,
+    file_fingerprint,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+HOSTILE = ROOT / "tests" / "data" / "hostile"
+FIVE = str(ROOT / "planner" / "data" / "fleets" / "qwen480b-5x80.toml")
+
+
+class Stop(Exception):
+    pass
+
+
+# -- grids --------------------------------------------------------------------------------
+
+
+def test_a_grid_of_a_billion_scenarios_is_refused_before_any_row_is_built() -> None:
+    # Building the rows would need tens of GB: that this returns at all shows none was
+    # (make bench measures its time and memory).
+    with pytest.raises(SweepError) as caught:
+        load_grid(HOSTILE / "grid-1e9.toml")
+    assert caught.value.code == "InvalidGrid"
+    assert caught.value.details["scenarios"] == 10**9
+    assert f"at most {MAX_SWEEP_SCENARIOS:,}" in caught.value.message
+
+
+def test_a_grid_frame_of_too_many_rows_is_refused() -> None:
+    with pytest.raises(SweepError) as caught:
+        sweep(pd.DataFrame({"min_lanes": [1] * (MAX_SWEEP_SCENARIOS + 1)}))
+    assert caught.value.code == "InvalidGrid"
+
+
+def test_a_grid_of_a_million_scenarios_starts_evaluating_at_once() -> None:
+    grid = grid_from_axes({"min_context": list(range(65536, 66536)),
+                           "min_lanes": list(range(1, 1001))}, {"fleet": FIVE})
+    assert len(grid) == 10**6
+    seen: list[int] = []
+
+    def stop_after_the_first_batch(done: int, total: int) -> None:
+        seen.append(done)
+        if done:
+            raise Stop
+
+    with pytest.raises(Stop):
+        sweep(grid, "plan", executor="inline", batch_size=2,
+              progress=stop_after_the_first_batch)
+    assert seen == [0, 2]
+
+
+@pytest.mark.parametrize(("column", "value"), [
+    ("min_context", 1e300), ("min_context", 2**31 + 1), ("max_states", 2**63 - 1),
+    ("max_states", 0), ("max_states", -5), ("max_states", "10"), ("min_lanes", 10**6),
+    ("seed", -1), ("seed", 2.5), ("target_tpot_ms", 10**12), ("failures_tolerated", 10**9),
+    ("horizon_hours", 0), ("annual_failure_rate", float("inf")), ("fleet", "x" * 5000),
+    ("fleet", ["a.toml"]), ("min_context", True),
+])
+def test_grid_values_beyond_the_limits_are_refused_by_column(column: str,
+                                                            value: object) -> None:
+    with pytest.raises(SweepError) as caught:
+        grid_from_axes({column: [value]}, {"fleet": FIVE} if column != "fleet" else None)
+    assert caught.value.code == "InvalidGrid"
+    assert caught.value.details["column"] == column
+
+
+def test_a_grid_file_out_of_range_names_the_file_and_column() -> None:
+    with pytest.raises(SweepError) as caught:
+        load_grid(HOSTILE / "grid-out-of-range.toml")
+    assert caught.value.details["column"] == "min_context"
+    assert "grid-out-of-range.toml" in caught.value.message
+
+
+@pytest.mark.parametrize("name", ["fifo", "folder", "missing"])
+def test_a_grid_file_that_is_no_regular_file_is_refused(tmp_path: Path, name: str) -> None:
+    path = tmp_path / "grid.toml"
+    if name == "fifo":
+        os.mkfifo(path)
+    elif name == "folder":
+        path.mkdir()
+    with pytest.raises(SweepError) as caught:
+        load_grid(path)
+    assert caught.value.code == "InvalidGrid" and str(path) in caught.value.message
+
+
+# -- inputs -------------------------------------------------------------------------------
+
+
+def test_a_missing_or_invalid_fleet_in_an_axis_is_that_rows_error(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[model\n")
+    grid = grid_from_axes({"fleet": [FIVE, str(tmp_path / "missing.toml"), str(broken)]})
+    results = sweep(grid, "plan", output=tmp_path / "out.csv")
+    assert list(results["error_code"].fillna("")) == ["", "FileNotFound", "InvalidToml"]
+    assert "no such file" in results.loc[1, "error_message"]
+    assert results.loc[0, "context_length"] > 0
+    # Once the file is there, the row is evaluated: its error was not saved as a result.
+    shutil.copy(FIVE, tmp_path / "missing.toml")
+    again = sweep(grid, "plan", output=tmp_path / "out.csv")
+    assert pd.isna(again.loc[1, "error_code"])
+
+
+def test_the_command_line_gives_a_missing_fleet_its_row(tmp_path: Path) -> None:
+    grid_file = tmp_path / "grid.toml"
+    grid_file.write_text('evaluate = "plan"\n[axes]\n'
+                         f'fleet = ["{FIVE}", "nowhere.toml"]\n')
+    done = run("sweep", grid_file, "-o", tmp_path / "out.csv")
+    assert done.returncode == 0, done.stderr
+    written = pd.read_csv(tmp_path / "out.csv")
+    assert list(written["error_code"].fillna("")) == ["", "FileNotFound"]
+    assert "1 scenario(s) could not be evaluated" in done.stderr
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "folder"])
+def test_a_catalog_that_is_no_regular_file_is_that_rows_error(tmp_path: Path,
+                                                             kind: str) -> None:
+    path = {"dev-zero": Path("/dev/zero"), "fifo": tmp_path / "catalog.toml",
+            "folder": tmp_path}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    grid = grid_from_axes({"repair_hours": [24]}, {"fleet": FIVE, "catalog": str(path)})
+    results = sweep(grid, "availability")
+    assert results.loc[0, "error_code"] == "GpuCatalogNotFound"
+
+
+def test_a_large_input_file_is_fingerprinted_from_a_bounded_read(tmp_path: Path) -> None:
+    big = tmp_path / "model.gguf"
+    with big.open("wb") as handle:  # sparse: 3 GB that take no disk
+        handle.truncate(3 * 2**30)
+    first = file_fingerprint(big)
+    with big.open("r+b") as handle:  # a change in the middle, out of the digest's reach
+        handle.seek(2**30)
+        handle.write(b"x")
+    os.utime(big, ns=(0, 1))
+    assert file_fingerprint(big) != first  # the time changed
+    with big.open("r+b") as handle:  # a change within the last DIGEST_BYTES
+        handle.seek(3 * 2**30 - DIGEST_BYTES // 2)
+        handle.write(b"y")
+    os.utime(big, ns=(0, 1))
+    assert file_fingerprint(big) not in (first, file_fingerprint(tmp_path / "none"))
+    assert file_fingerprint("/dev/zero") == "not a regular file"
+
+
+# -- saved parts --------------------------------------------------------------------------
+
+
+def _forged_lines(real: dict) -> Iterator[tuple[str, bytes]]:
+    cases = json.loads((HOSTILE / "part_records.json").read_text(encoding="utf-8"))
+    for case in cases["records"]:
+        if "set" in case:
+            yield case["about"], json.dumps({**real, **case["set"]}).encode() + b"\n"
+        elif "raw_hex" in case:
+            yield case["about"], bytes.fromhex(case["raw_hex"]) + b"\n"
+        elif case["raw"] == "DEEP":
+            yield case["about"], b"[" * 100_000 + b"\n"
+        else:
+            yield case["about"], case["raw"].encode() + b"\n"
+
+
+def test_forged_and_corrupt_parts_are_skipped_with_a_warning_and_evaluated_again(
+        tmp_path: Path) -> None:
+    grid = grid_from_axes({"repair_hours": [24, 72, 168]}, {"fleet": FIVE,
+                                                          "annual_failure_rate": 0.5})
+    whole = sweep(grid, "availability")
+    output = tmp_path / "out.csv"
+    with pytest.raises(Stop):
+        sweep(grid, "availability", executor="inline", batch_size=3, output=output,
+              progress=lambda done, total: (_ for _ in ()).throw(Stop) if done else None)
+    parts = tmp_path / "out.csv.parts"
+    (saved,) = parts.glob("part-*.jsonl")
+    real = json.loads(saved.read_text().splitlines()[0])
+    for number, (about, line) in enumerate(_forged_lines(real)):
+        # One bad line per file (the real records gone), so each must be skipped on its own.
+        forged = parts / f"part-forged-{number:03d}.jsonl"
+        forged.write_bytes(line)
+        warnings: list[str] = []
+        starts: list[int] = []
+        saved.unlink(missing_ok=True)
+        with pytest.raises(Stop):
+            sweep(grid, "availability", executor="inline", batch_size=1, output=output,
+                  warn=warnings.append,
+                  progress=lambda done, total, s=starts: s.append(done) or (
+                      (_ for _ in ()).throw(Stop) if len(s) > 1 else None))
+        assert starts[0] == 0, about  # nothing resumed from the forged record
+        assert len(warnings) == 1 and "skipped 1 saved record" in warnings[0], about
+        assert forged.name in warnings[0]
+        forged.unlink()
+        for extra in parts.glob("part-*.jsonl"):
+            extra.unlink()
+    # A FIFO among the parts is skipped unread, and the sweep completes.
+    os.mkfifo(parts / "part-fifo.jsonl")
+    with pytest.warns(SweepWarning, match="not a regular file"):
+        resumed = sweep(grid, "availability", output=output)
+    pd.testing.assert_frame_equal(resumed, whole)
+    assert not parts.exists()
+
+
+def test_a_record_from_an_edited_input_is_stale_not_corrupt(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(Path(FIVE).read_text())
+    grid = grid_from_axes({"repair_hours": [24, 72]}, {"fleet": str(fleet)})
+    output = tmp_path / "out.csv"
+    with pytest.raises(Stop):
+        sweep(grid, "availability", executor="inline", batch_size=1, output=output,
+              progress=lambda done, total: (_ for _ in ()).throw(Stop) if done else None)
+    fleet.write_text(Path(FIVE).read_text().replace("count = 5", "count = 4"))
+    warnings: list[str] = []
+    results = sweep(grid, "availability", output=output, warn=warnings.append)
+    assert warnings == [] and (results["node_count"] == 4).all()
+
+
+# -- the output -----------------------------------------------------------------------
+
+
+def test_a_second_sweep_on_the_same_output_stops_at_once(tmp_path: Path) -> None:
+    output = tmp_path / "out.csv"
+    grid = grid_from_axes({"repair_hours": [24]}, {"fleet": FIVE})
+    with PartsFolder(output):  # another sweep writing it
+        with pytest.raises(SweepOutputError) as caught:
+            sweep(grid, "availability", output=output,
+                  progress=lambda done, total: pytest.fail("evaluated"))
+        assert caught.value.code == "OutputUnavailable"
+        assert "another sweep is writing it" in caught.value.message
+    sweep(grid, "availability", output=output)  # free again
+    assert output.exists()
+
+
+def test_concurrent_sweeps_on_one_output_never_lose_work(tmp_path: Path) -> None:
+    output = tmp_path / "out.csv"
+    grid = grid_from_axes({"repair_hours": [24, 72, 168, 500]}, {"fleet": FIVE})
+    outcomes: list[str] = []
+
+    def one() -> None:
+        try:
+            sweep(grid, "availability", executor="inline", batch_size=1, output=output)
+            outcomes.append("done")
+        except SweepOutputError:
+            outcomes.append("busy")
+
+    threads = [threading.Thread(target=one) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert "done" in outcomes and set(outcomes) <= {"done", "busy"}
+    pd.testing.assert_frame_equal(pd.read_csv(output),
+                                  pd.read_csv(output))  # a whole file was written
+    assert len(pd.read_csv(output)) == 4
+
+
+@pytest.mark.parametrize("where", ["missing-folder", "a-folder", "under-a-file"])
+def test_an_unwritable_output_is_refused_before_any_scenario(tmp_path: Path,
+                                                            where: str) -> None:
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "out.csv").mkdir()
+    output = {"missing-folder": tmp_path / "no" / "out.csv", "a-folder": tmp_path / "out.csv",
+              "under-a-file": tmp_path / "file" / "out.csv"}[where]
+    grid = grid_from_axes({"repair_hours": [24, 72]}, {"fleet": FIVE})
+    with pytest.raises(SweepOutputError) as caught:
+        sweep(grid, "availability", output=output,
+              progress=lambda done, total: pytest.fail("evaluated"))
+    assert caught.value.code == "OutputUnavailable"
+
+
+def test_the_command_line_names_an_unwritable_output(tmp_path: Path) -> None:
+    grid_file = tmp_path / "grid.toml"
+    grid_file.write_text(f'evaluate = "plan"\n[fixed]\nfleet = "{FIVE}"\n')
+    assert_user_error(run("sweep", grid_file, "-o", tmp_path / "no" / "out.csv"), 2,
+                      "OutputUnavailable", "does not exist")
+
+
+# -- schedulers ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheduler", ["bogus", "", "inproc://x", "tcp://", "tcp://h",
+                                       "tcp://h:0", "tcp://h:99999", "http://h:80",
+                                       "tcp://-h:8786", "tcp://[zz]:8786", "h:\uff18\uff17",
+                                       "tcp://h:8786\n", 8786, ["tcp://h:1"]])
+def test_a_scheduler_that_is_no_dask_address_is_refused_by_name(scheduler: object) -> None:
+    grid = grid_from_axes({"repair_hours": [24]}, {"fleet": FIVE})
+    with pytest.raises(SweepError) as caught:
+        sweep(grid, "plan", scheduler=scheduler)
+    assert caught.value.code == "InvalidScheduler"
+
+
+class _Listener:
+    """A TCP port that accepts connections and then either says nothing or answers as a
+    web server would."""
+
+    def __init__(self, answer: bytes | None) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.answer = answer
+        self.connections: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.server.accept()
+            except OSError:
+                return
+            self.connections.append(connection)
+            if self.answer is not None:
+                connection.sendall(self.answer)
+
+    def close(self) -> None:
+        self.server.close()
+        for connection in self.connections:
+            connection.close()
+
+
+@pytest.mark.parametrize(("answer", "words"), [
+    (None, "did not answer as a Dask scheduler within 2 s"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", "not as a Dask scheduler"),
+])
+def test_a_port_that_is_no_dask_scheduler_interrupts_the_sweep_within_the_timeout(
+        answer: bytes | None, words: str) -> None:
+    import dask
+
+    listener = _Listener(answer)
+    grid = grid_from_axes({"repair_hours": [24]}, {"fleet": FIVE})
+    try:
+        # The message names the 2 s it waited (make bench times the default 30 s).
+        with dask.config.set({"distributed.comm.timeouts.connect": "2s"}), \
+                pytest.raises(SweepError) as caught:
+            sweep(grid, "plan", scheduler=f"tcp://127.0.0.1:{listener.port}")
+    finally:
+        listener.close()
+    assert caught.value.code == "SweepInterrupted"
+    assert words in caught.value.message
