@@ -127,6 +127,10 @@ def main() -> int:
 
     print()
     limits_met = limits_bench.print_table()
+    import hostile_bench
+
+    print()
+    hostile_met = hostile_bench.print_table()
     import fencing_page_bench
 
     print()
@@ -147,6 +151,10 @@ def main() -> int:
         return 1
     if not limits_met:
         print("a fleet up to the caps missed its time or memory target", file=sys.stderr)
+        return 1
+    if not hostile_met:
+        print("a hostile simulation or sweep input missed its time or memory limit",
+              file=sys.stderr)
         return 1
     if not gguf_met:
         print("reading a GGUF file missed its CPU, time or memory target", file=sys.stderr)
