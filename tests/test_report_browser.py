@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser_support import launched_browser
+from browser_support import launched_browser, save_screenshot
 from test_fleetfile import NUMBERS
 
 from planner.fleet import FleetDocument, load_fleet, parse_fleet_toml
@@ -140,13 +140,59 @@ def test_candidates_table_fits_its_page_and_names_every_column(
         headers = page.evaluate("Array.from(document.querySelectorAll("
                                 "'#candidates-table th')).map(h => h.textContent.trim())")
         assert all(headers) and "selected" in headers, headers
-        # The last column's reasons are visible whole, not clipped by the scroll box.
+        # The reasons ("why not") are visible whole, not clipped by the scroll box.
         clipped = page.evaluate(
             "() => { const box = document.querySelector('#candidates .scroll')"
             ".getBoundingClientRect(); return Array.from(document.querySelectorAll("
-            "'#candidates-table td:last-child')).filter(td => td.textContent &&"
+            "'#candidates-table td.prose')).filter(td => td.textContent &&"
             " td.getBoundingClientRect().right > box.right + 1).length; }")
         assert clipped == 0
+    finally:
+        page.close()
+    assert errors == []
+
+
+# Every run of letters and digits in each cell of ``selector`` that the browser drew on
+# more than one line: the word, and the lines it was split over.
+_SPLIT_WORDS = """(selector) => {
+  const split = [];
+  for (const cell of document.querySelectorAll(selector)) {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const match of node.textContent.matchAll(/[A-Za-z0-9]+/g)) {
+        const range = document.createRange();
+        range.setStart(node, match.index);
+        range.setEnd(node, match.index + match[0].length);
+        const tops = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+        if (tops.size > 1) { split.push(match[0] + ' in ' + cell.textContent); }
+      }
+    }
+  }
+  return split;
+}"""
+
+
+@pytest.mark.parametrize("fleet", ["qwen480b-10x80.toml", "qwen480b-4x70.toml",
+                                   "deepseek-v3-mixed-datacenter.toml"])
+def test_no_table_breaks_a_word_at_1300_px(browser: Any, tmp_path: Path, fleet: str) -> None:
+    """A window 1,300 px wide draws every report table with its words whole (the
+    candidates table once read "fi/t/s", "sel/ect/ed", "NoValidTopolog/y")."""
+    document = load_fleet(FLEETS / fleet)
+    path = write_report(document, tmp_path / "report.html")
+    page, errors, _ = _open(browser, path)
+    try:
+        page.set_viewport_size({"width": 1300, "height": 900})
+        assert page.evaluate(_SPLIT_WORDS, "table th, table td") == []
+        headers = page.evaluate("Array.from(document.querySelectorAll("
+                                "'#candidates-table th')).map(h => h.textContent.trim())")
+        assert "fits" in headers and "selected" in headers
+        widths = page.evaluate(
+            "() => { const t = document.getElementById('candidates-table');"
+            " return [t.scrollWidth, t.parentElement.clientWidth]; }")
+        assert widths[0] <= widths[1], widths
+        # ... and the page itself does not scroll sideways.
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        save_screenshot(page, "#candidates .scroll", f"report-1300px-{fleet.removesuffix('.toml')}")
     finally:
         page.close()
     assert errors == []

@@ -44,32 +44,42 @@ h2 { border-bottom: 1px solid #ddd; padding-bottom: .2rem; margin-top: 2rem; }
 .result.none { background: #fbeaea; border: 1px solid #d88f8f; }
 table { border-collapse: collapse; margin: .5rem 0 1rem; font-size: .9rem; }
 th, td { border: 1px solid #ddd; padding: .25rem .55rem; vertical-align: top;
-         overflow-wrap: anywhere; }
+         overflow-wrap: break-word; }
 th { background: #f5f5f5; text-align: left; }
-td.r, th.r { text-align: right; white-space: nowrap; }
+td.r, th.r { text-align: right; }
+td.r { white-space: nowrap; }
 table.facts th { width: 14rem; }
 tr.selected td { background: #fff4d6; font-weight: 600; }
 .scroll { max-height: 32rem; overflow: auto; }
 ul.warnings li { color: #8a4b00; }
 .figure { margin: 1rem 0; }
-#candidates-table { width: 100%; }
-#candidates-table td:last-child { min-width: 12rem; }
+#candidates-table { width: 100%; font-size: .8rem; }
+/* The candidates' sixteen columns may use the whole window, not only the text's width. */
+#candidates .scroll { width: calc(100vw - 3rem); margin-left: calc((100% - 100vw + 3rem) / 2); }
+#candidates-table th, #candidates-table td { padding: .2rem .35rem; }
+th.prose, td.prose { min-width: 12rem; }
 """
 
 
-def _cell(tag: str, text: str, align: str) -> str:
-    css = ' class="r"' if align == "r" else ""
-    return f"<{tag}{css}>{escape(text)}</{tag}>"
+def _cell(tag: str, text: str, css: str) -> str:
+    attribute = f' class="{css}"' if css else ""
+    return f"<{tag}{attribute}>{escape(text)}</{tag}>"
+
+
+PROSE_COLUMNS = frozenset({"why not"})
+"""Columns of sentences: kept wide enough to read, where the others give way."""
 
 
 def _table(table: TextTable, *, table_id: str, selected: Sequence[bool] = ()) -> str:
     if not table.rows:
         return f'<p id="{table_id}" class="empty">(none)</p>'
-    head = "".join(_cell("th", h, a) for h, a in zip(table.headers, table.align, strict=True))
+    classes = ["prose" if header in PROSE_COLUMNS else "r" if align == "r" else ""
+               for header, align in zip(table.headers, table.align, strict=True)]
+    head = "".join(_cell("th", h, c) for h, c in zip(table.headers, classes, strict=True))
     body = []
     for index, row in enumerate(table.rows):
         marked = ' class="selected"' if index < len(selected) and selected[index] else ""
-        cells = "".join(_cell("td", c, a) for c, a in zip(row, table.align, strict=True))
+        cells = "".join(_cell("td", c, css) for c, css in zip(row, classes, strict=True))
         body.append(f"<tr{marked}>{cells}</tr>")
     return (f'<table id="{table_id}"><thead><tr>{head}</tr></thead>'
             f"<tbody>{''.join(body)}</tbody></table>")
