@@ -24,6 +24,7 @@ from planner.reports.tables import (
     terminal_safe,
     text_table,
 )
+from planner.units import counted
 
 NAME = "plan"
 
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         quorum = content.quorum
         print(f"\nstartup quorum: {quorum['quorum_requirement']} of "
               f"{quorum['planned_stages']} stages must accept; tolerates "
-              f"{quorum['tolerated_failures']} stage failure(s)")
+              f"{counted(quorum['tolerated_failures'], 'stage failure')}")
     for warning in content.warnings:
         print(terminal_safe(f"warning: {warning['message']}"), file=sys.stderr)
     return EXIT_OK
