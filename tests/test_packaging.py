@@ -45,6 +45,19 @@ def test_environment_yml_matches_pyproject() -> None:
     assert environment == declared
 
 
+def test_the_build_requires_a_setuptools_that_reads_the_license_as_written() -> None:
+    # An SPDX expression in project.license (PEP 639) is read from setuptools 77 on; an
+    # older one refuses it, and a license table warns on every build from 77 on.
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert isinstance(pyproject["project"]["license"], str)
+    assert not any(c.startswith("License ::") for c in pyproject["project"].get(
+        "classifiers", ()))
+    (setuptools,) = [r for r in pyproject["build-system"]["requires"]
+                     if r.startswith("setuptools")]
+    floor = re.fullmatch(r"setuptools>=(\d+)(\.\d+)*", setuptools)
+    assert floor and int(floor.group(1)) >= 77, setuptools
+
+
 def test_data_ships_inside_the_package() -> None:
     # data/ at the top of the repository is the package's own data folder.
     assert (ROOT / "data").resolve() == ROOT / "planner" / "data"
@@ -64,8 +77,14 @@ def test_the_wheel_installed_in_a_fresh_venv_plans_a_fleet_naming_a_preset(
     # does not run that folder's own .pth files (so the checkout's editable install stays
     # out).
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w",
-                    str(wheels), str(ROOT)], check=True, capture_output=True, timeout=600)
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--verbose", "--no-deps",
+                            "-w", str(wheels), str(ROOT)], check=True, capture_output=True,
+                           text=True, timeout=600)
+    # setuptools says what it will stop accepting (a license table, license classifiers)
+    # on every install: the project's metadata gives it nothing to say.
+    said = build.stdout + build.stderr
+    assert not re.search(r"deprecat", said, re.I), "\n".join(
+        line for line in said.splitlines() if re.search(r"deprecat|warn", line, re.I))
     (wheel,) = wheels.glob("planner-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         carried = set(archive.namelist())
