@@ -140,11 +140,12 @@ def jupyter_bin(name: str) -> str:
 
 # -- reading charts ----------------------------------------------------------------------
 
-# What the plotly graph div inside the first element matching ``selector`` holds and
+# What the plotly graph div inside the element matching ``selector`` (the first, or the
+# ``index``-th) holds and
 # shows: its traces, its title as data and as drawn text, and how many graph divs there
 # are (a stale one must not linger).
-_READ_CHART = """(selector) => {
-  const root = document.querySelector(selector);
+_READ_CHART = """([selector, index]) => {
+  const root = document.querySelectorAll(selector)[index];
   const plots = root ? [...root.querySelectorAll('.js-plotly-plot')] : [];
   const visible = plots.filter(p => p.isConnected && p._fullLayout);
   if (visible.length === 0) { return {count: plots.length}; }
@@ -209,8 +210,30 @@ def wait_until_drawn(page: Any, selector: str, what: str, timeout: float = EDIT_
     pytest.fail(f"{selector} {what}: {'; '.join(problems)}")
 
 
-def read_chart(page: Any, selector: str) -> dict[str, Any]:
-    return json.loads(json.dumps(page.evaluate(_READ_CHART, selector)))
+def read_chart(page: Any, selector: str, index: int = 0) -> dict[str, Any]:
+    return json.loads(json.dumps(page.evaluate(_READ_CHART, [selector, index])))
+
+
+def wait_until_all_drawn(page: Any, what: str, selector: str = ".planner-chart",
+                         at_least: int = 1, timeout: float = EDIT_SECONDS,
+                         min_width: float = MIN_CHART_WIDTH) -> list[dict[str, Any]]:
+    """Poll until at least ``at_least`` charts match ``selector`` and every one of them on
+    show is drawn full size with labelled axes; what each shows."""
+    deadline = time.monotonic() + timeout
+    problems: list[str] = ["not read yet"]
+    while time.monotonic() < deadline:
+        shown = page.locator(selector)
+        visible = [index for index in range(shown.count()) if shown.nth(index).is_visible()]
+        charts = [read_chart(page, selector, index) for index in visible]
+        problems = [f"chart {index}: {problem}" for index, chart in zip(visible, charts,
+                                                                       strict=True)
+                    for problem in drawn_problems(chart, min_width)]
+        if len(visible) < at_least:
+            problems.append(f"{len(visible)} charts on show, not {at_least}")
+        if not problems:
+            return charts
+        time.sleep(0.2)
+    pytest.fail(f"{what}: {'; '.join(problems)}")
 
 
 def wait_for_chart(page: Any, selector: str, ready: Callable[[dict[str, Any]], bool],
@@ -278,10 +301,10 @@ ARTIFACTS = Path(os.environ.get("PLANNER_TEST_ARTIFACTS") or REPO / ".artifacts"
 ($PLANNER_TEST_ARTIFACTS, default .artifacts/browser in the repository)."""
 
 
-def save_screenshot(page: Any, selector: str, name: str) -> Path:
-    """A screenshot of the first element matching ``selector``, kept as
+def save_screenshot(page: Any, selector: str, name: str, index: int = 0) -> Path:
+    """A screenshot of the first (or ``index``-th) element matching ``selector``, kept as
     ``ARTIFACTS/<name>.png``."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', name)}.png"
-    page.locator(selector).first.screenshot(path=str(path))
+    page.locator(selector).nth(index).screenshot(path=str(path))
     return path

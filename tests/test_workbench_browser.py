@@ -12,10 +12,12 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import workbench_scenarios as scenarios
 from browser_support import (
+    NOTEBOOKS,
     PAGE_MS,
     PageWatch,
     free_port,
@@ -24,6 +26,8 @@ from browser_support import (
     launched_browser,
     notebook_dir,
     page_errors,
+    save_screenshot,
+    wait_until_all_drawn,
 )
 
 from planner.workbench.serve import voila_arguments
@@ -80,6 +84,44 @@ def test_fencing_stepper_redraws_on_next(browser: Any, voila: str,
         scenarios.fencing_stepper(page, "voila")
         scenarios.fencing_folded_scenario(page, "voila")
         scenarios.fencing_tables(page)
+    finally:
+        page.close()
+    assert errors.problems() == []
+
+
+# What each page the index links shows once the cells with charts have run (Voilà draws
+# each cell's outputs as it runs): a text of the last of them.
+PAGES_DONE = {
+    "sizing.ipynb": (".wb-summary", "stages"),
+    "availability.ipynb": (".wb-availability-summary", "of the time"),
+}
+
+
+def test_the_index_links_every_notebook_and_each_page_runs_clean(browser: Any,
+                                                                 voila: str) -> None:
+    """`make app`'s index page links every notebook; the pages not driven above (sizing,
+    availability) run to their last cell with every chart drawn full size, no console
+    error and no request to another host."""
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    errors = page_errors(page)
+    try:
+        page.goto(voila.removesuffix("voila/render/"), timeout=PAGE_MS, wait_until="load")
+        links = page.evaluate("() => [...document.querySelectorAll('a[href]')].map(a => "
+                              "[a.textContent.trim(), a.href])")
+        linked = {urlsplit(href).path.rsplit("/", 1)[-1]: text for text, href in links
+                  if "/voila/render/" in href}
+        assert sorted(linked) == sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")), links
+        assert all(linked.values()), links
+        for name, (selector, text) in PAGES_DONE.items():
+            page.get_by_role("link", name=linked[name]).click()
+            page.wait_for_url(f"**/voila/render/{name}", timeout=PAGE_MS)
+            page.locator(selector, has_text=text).last.wait_for(timeout=PAGE_MS)
+            charts = wait_until_all_drawn(page, f"{name} once run", timeout=PAGE_MS / 1000)
+            for index in range(len(charts)):
+                save_screenshot(page, ".planner-chart >> visible=true",
+                                f"voila-{name.removesuffix('.ipynb')}-chart-{index}", index)
+            assert errors.problems() == [], name
+            page.go_back(wait_until="load")
     finally:
         page.close()
     assert errors.problems() == []

@@ -24,6 +24,8 @@ from browser_support import (
     free_port,
     launched_browser,
     page_errors,
+    save_screenshot,
+    wait_until_all_drawn,
 )
 
 from planner.workbench.serve import NOTEBOOKS, WORKBENCH, LabServer, copy_notebooks, planned_lab
@@ -75,6 +77,22 @@ def browser() -> Iterator[Any]:
         yield launched
 
 
+# Whether the notebook in front has unsaved changes, as its model and its tab say.
+_UNSAVED = """() => {
+  const panel = window.jupyterapp.shell.currentWidget;
+  return {model: panel.context.model.dirty,
+          tab: document.querySelectorAll('.lm-TabBar-tab.jp-mod-dirty').length};
+}"""
+
+
+def assert_saved(page: Any, what: str) -> None:
+    """No unsaved-changes mark on the notebook, now and a moment later (a mark set by
+    the page drawing itself comes within that moment)."""
+    for _ in range(2):
+        assert page.evaluate(_UNSAVED) == {"model": False, "tab": 0}, what
+        page.wait_for_timeout(1500)
+
+
 @pytest.fixture(scope="module")
 def workbench(browser: Any, lab: LabServer) -> Iterator[tuple[Any, PageWatch]]:
     page = browser.new_page(viewport={"width": 1280, "height": 800})
@@ -82,6 +100,8 @@ def workbench(browser: Any, lab: LabServer) -> Iterator[tuple[Any, PageWatch]]:
     page.goto(lab.url(WORKBENCH), timeout=PAGE_MS, wait_until="domcontentloaded")
     # Nothing is run from the page: the workbench comes up planned.
     page.locator(".wb-summary").get_by_text("5 stages").wait_for(timeout=PAGE_MS)
+    scenarios.charts_drawn(page, "as the page opens")
+    assert_saved(page, "the workbench right after opening")
     yield page, errors
     page.close()
     assert errors.problems() == []
@@ -107,6 +127,47 @@ def test_fencing_stepper_redraws_on_next(browser: Any, lab: LabServer,
         page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
         scenarios.fencing_stepper(page, "lab")
         scenarios.fencing_folded_scenario(page, "lab")
+    finally:
+        page.close()
+    assert errors.problems() == []
+
+
+# Every code cell of the notebook in front has run (or the run stopped), and the kernel
+# is idle: what its cells' outputs hold.
+_RUN_ALL_DONE = """(path) => {
+  const panel = window.jupyterapp.shell.currentWidget;
+  if (!panel || panel.context.path !== path) { return null; }
+  const status = panel.sessionContext.kernelDisplayStatus;
+  const cells = [...panel.content.model.cells].filter(c => c.type === 'code');
+  if (status !== 'idle' || cells.some(c => c.executionCount === null)) { return null; }
+  return cells.map(c => [...c.outputs.toJSON()].map(o => o.output_type === 'error'
+    ? 'error: ' + o.ename + ': ' + o.evalue : o.output_type));
+}"""
+
+
+@pytest.mark.parametrize("notebook", ["sizing.ipynb", "availability.ipynb"])
+def test_run_all_in_the_copy_make_lab_opens(browser: Any, lab: LabServer,
+                                             notebook: str) -> None:
+    """Run All on the copy `make lab` works on (in a folder of its own, not the
+    repository's notebooks/): every cell runs without an error, finding the package's
+    data, every chart is drawn full size, and the notebook opens without unsaved changes."""
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    errors = page_errors(page)
+    try:
+        page.goto(lab.url(notebook, workspace=notebook.removesuffix(".ipynb")),
+                  timeout=PAGE_MS, wait_until="domcontentloaded")
+        page.wait_for_function(_FENCING_READY, arg=notebook, timeout=PAGE_MS)
+        assert_saved(page, f"{notebook} right after opening")
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        outputs = page.wait_for_function(_RUN_ALL_DONE, arg=notebook,
+                                         timeout=PAGE_MS * 3).json_value()
+        failed = [kinds for kinds in outputs if any(k.startswith("error") for k in kinds)]
+        assert failed == [], f"{notebook}: {failed}"
+        charts = wait_until_all_drawn(page, f"{notebook} after Run All",
+                                      timeout=PAGE_MS / 1000)
+        for index in range(len(charts)):
+            save_screenshot(page, ".planner-chart >> visible=true",
+                            f"lab-{notebook.removesuffix('.ipynb')}-chart-{index}", index)
     finally:
         page.close()
     assert errors.problems() == []

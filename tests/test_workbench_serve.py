@@ -6,6 +6,8 @@ import os
 import re
 from pathlib import Path
 
+import nbformat
+
 from planner.workbench import serve
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,3 +46,20 @@ def test_voila_culls_kernels_of_closed_pages() -> None:
     assert f"--MappingKernelManager.cull_idle_timeout={serve.CULL_IDLE_SECONDS}" in arguments
     assert "--MappingKernelManager.cull_busy=False" in arguments
     assert not any("cull_connected=True" in a for a in arguments)
+
+
+def test_copies_record_the_kernels_language(tmp_path: Path) -> None:
+    """The front-end finds the kernel's language already recorded in each copy, so it
+    does not mark the notebook as changed on opening it."""
+    run_dir = serve.copy_notebooks(tmp_path / "notebooks")
+    info = {"name": "python", "version": "3.11.2", "mimetype": "text/x-python",
+            "file_extension": ".py"}
+    serve.record_language(run_dir, info)
+    for copy in run_dir.glob("*.ipynb"):
+        notebook = nbformat.read(copy, as_version=4)
+        assert notebook.metadata["language_info"] == info, copy.name
+        original = nbformat.read(serve.NOTEBOOKS / copy.name, as_version=4)
+        assert [c.source for c in notebook.cells] == [c.source for c in original.cells]
+    before = {copy.name: copy.stat().st_mtime_ns for copy in run_dir.glob("*.ipynb")}
+    serve.record_language(run_dir, info)  # already recorded: nothing is rewritten
+    assert {copy.name: copy.stat().st_mtime_ns for copy in run_dir.glob("*.ipynb")} == before

@@ -204,6 +204,55 @@ def preset_change(page: Any) -> None:
     charts_drawn(page, "after a preset change")
 
 
+AVAILABILITY = ".wb-availability-panel"
+AVAILABILITY_CONTEXT = ".wb-availability-context-figure"
+AVAILABILITY_TIMELINE = ".wb-availability-timeline-figure"
+AVAILABILITY_CHARTS = (AVAILABILITY_CONTEXT, AVAILABILITY_TIMELINE)
+
+
+def open_panel(page: Any, title: str, content: str) -> None:
+    """Open the workbench's panel ``title`` (a click on its title, unless ``content`` is
+    already shown)."""
+    if not page.locator(content).first.is_visible():
+        page.locator(".jupyter-widget-Collapse-header", has_text=title).first.click()
+    page.locator(content).first.wait_for(state="visible", timeout=EDIT_SECONDS * 1000)
+
+
+def wait_for_availability(page: Any, state: WorkbenchState, what: str) -> dict[str, Any]:
+    """The availability panel's context chart reaches up to the plan of ``state`` (with
+    every node up), and both its charts are drawn full size with labelled axes."""
+    plan = evaluate(state).plan
+    assert plan is not None
+    full = f"{plan.context_length:,}"
+
+    def ready(chart: dict[str, Any]) -> bool:
+        labels = [label for t in chart["traces"] for label in t["x"] or []]
+        planned = [int(label.replace(",", "")) for label in labels if label != "no plan"]
+        return bool(planned) and f"{max(planned):,}" == full
+
+    chart = wait_for_chart(page, AVAILABILITY_CONTEXT, ready, what)
+    for selector in AVAILABILITY_CHARTS:
+        wait_until_drawn(page, selector, what)
+    return chart
+
+
+def availability_compute(page: Any) -> None:
+    """The Availability panel's Compute, before and after an edit: its charts follow the
+    plan, and every chart on the page keeps its size."""
+    state = reset(page)
+    open_panel(page, "Availability", AVAILABILITY)
+    compute = page.locator(AVAILABILITY).get_by_role("button", name="Compute", exact=True)
+    compute.click()
+    wait_for_availability(page, state, "the default fleet's availability after Compute")
+    charts_drawn(page, "after the Availability panel's Compute")
+    page.locator(".wb-node-row").nth(0).locator("button.wb-node-remove").click()
+    removed = state.remove_node(0)
+    wait_for_layers(page, removed, "the plan without qwen-node-00")
+    compute.click()
+    wait_for_availability(page, removed, "availability without qwen-node-00 after Compute")
+    charts_drawn(page, "after removing a node and Compute")
+
+
 def default_plan_drawn(page: Any) -> None:
     """The page came up planned: its charts show the default fleet's plan."""
     state = state_of(DEFAULT_FLEET)
@@ -216,7 +265,7 @@ def default_plan_drawn(page: Any) -> None:
 # opens, then every edit above.
 PAGE_CHECKS: tuple[Callable[[Any], None], ...] = (
     default_plan_drawn, vram_edit, fleet_file_load, add_and_remove_node,
-    latency_and_tpot_edit, preset_change)
+    latency_and_tpot_edit, preset_change, availability_compute)
 PAGE_CHECK_IDS = [check.__name__ for check in PAGE_CHECKS]
 
 
@@ -225,8 +274,9 @@ def run_page_check(page: Any, watch: PageWatch, check: Callable[[Any], None],
     """One check on the page, a screenshot of each chart kept after it, and nothing
     wrong on the page so far (no console error, no request to another host)."""
     check(page)
-    for selector in CHARTS:
-        save_screenshot(page, selector, f"{frontend}-{check.__name__}-{selector.strip('.')}")
+    for selector in (*CHARTS, *AVAILABILITY_CHARTS):
+        if page.locator(selector).first.is_visible():
+            save_screenshot(page, selector, f"{frontend}-{check.__name__}-{selector.strip('.')}")
     assert watch.problems() == []
 
 

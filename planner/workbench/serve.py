@@ -97,12 +97,23 @@ def copy_notebooks(run_dir: Path = RUN_DIR) -> Path:
     return run_dir
 
 
-def execute_in_kernel(path: Path, connection_file: Path, timeout: float = 300) -> None:
+def record_language(run_dir: Path, language_info: dict[str, Any]) -> None:
+    """Write the kernel's ``language_info`` into every notebook copy in ``run_dir`` that
+    lacks it. A front-end writes it on opening a notebook whose record differs from its
+    kernel's, which shows the notebook as changed before a person did anything."""
+    for path in sorted(run_dir.glob("*.ipynb")):
+        notebook = nbformat.read(path, as_version=4)
+        if notebook.metadata.get("language_info") != language_info:
+            notebook.metadata["language_info"] = language_info
+            nbformat.write(notebook, path)
+
+
+def execute_in_kernel(path: Path, connection_file: Path,
+                      timeout: float = 300) -> dict[str, Any]:
     """Run the notebook at ``path`` in the kernel of ``connection_file`` and save its
-    outputs into the file, as the front-end would have."""
+    outputs into the file, as the front-end would have; the kernel's ``language_info``."""
     from jupyter_client import BlockingKernelClient
 
-    notebook = nbformat.read(path, as_version=4)
     client = BlockingKernelClient(connection_file=str(connection_file))
     client.load_connection_file()
     # No heartbeat: a busy machine can miss the first beats, which the client would take
@@ -110,6 +121,10 @@ def execute_in_kernel(path: Path, connection_file: Path, timeout: float = 300) -
     client.start_channels(hb=False)
     try:
         client.wait_for_ready(timeout=timeout)
+        language_info = dict(client.kernel_info(reply=True, timeout=timeout)["content"][
+            "language_info"])
+        record_language(path.parent, language_info)
+        notebook = nbformat.read(path, as_version=4)
         for cell in notebook.cells:
             if cell.cell_type != "code":
                 continue
@@ -133,6 +148,7 @@ def execute_in_kernel(path: Path, connection_file: Path, timeout: float = 300) -
     # untrusted widget as text: sign them, as running the notebook in the page would.
     NotebookNotary().sign(notebook)
     nbformat.write(notebook, path)
+    return language_info
 
 
 @dataclass
