@@ -31,6 +31,7 @@ from planner.fleet._fields import address_problem
 from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_UBATCH
 from planner.memory import LlamaCppSettings
 from planner.planning import Plan
+from planner.units import layer_range
 
 DEFAULT_RPC_PORT = 50052
 # llama.cpp's rpc-server binds only an IPv4 address (``inet_addr`` in
@@ -80,8 +81,9 @@ class Launch:
             stage = _stage(self, server.node_id)
             everywhere = (", listening on every IPv4 interface"
                           if server.argv[server.argv.index("--host") + 1] == ANY_IPV4 else "")
-            lines.append(f"# on {_comment(server.node_id)} (layers "
-                         f"{stage.layer_start}-{stage.layer_end - 1}){everywhere}")
+            layers = "layer" if stage.layer_end - stage.layer_start == 1 else "layers"
+            lines.append(f"# on {_comment(server.node_id)} ({layers} "
+                         f"{layer_range(stage.layer_start, stage.layer_end, '-')}){everywhere}")
             lines.append(shell_join(server.argv))
         lines.append("# on the host that serves requests")
         lines.append(shell_join(self.llama_server))

@@ -34,7 +34,12 @@ for each of the ``stages - 1`` hops (llama.cpp passes F32 activations, one row o
 tokens at depth ``d`` takes, on each stage, the same formula with every weight read once
 (all experts a ubatch routes to), the cache up to ``d + u`` read once, and
 ``flops = 2 x active parameters x u + 4 x attention width x (u x d + u^2 / 2)`` per
-layer (attention's term grows with the prompt). The ubatches of a batch flow through the
+layer (attention's term grows with the prompt), and two transfers beside the weights,
+each a fitted number of bytes per memory type and backend: quantized weights staged as
+FP16 before the product (``staging_bytes_per_parameter`` per parameter the ubatch
+multiplies, at ``e_w``) and attention's scores written and read back
+(``attention_score_bytes`` per unit of ``attention width x (query, cached token)``
+pairs, at ``e_kv``; a decode step pays it too). The ubatches of a batch flow through the
 stages as a pipeline (llama.cpp keeps several in flight across devices), each crossing
 every hop (``u x hidden_size x 4`` bytes): a prompt of one ubatch gains nothing from more
 stages, a long one approaches the slowest stage's rate. ``ttft_ms`` is the prefill of a
@@ -241,17 +246,25 @@ class ModelTraffic:
         return self.active_weight_bytes / self.model_weight_bytes
 
 
+# The numbers of a fleet file's ``[model]`` that ask for a speed estimate: numbers
+# without any of them are a model whose traffic is unknown (a mixture of experts typed
+# as its bytes alone would be estimated reading every weight).
+SPEED_FIELDS = ("hidden_size", "active_weight_bytes", "parameter_count", "expert_count",
+                "experts_used")
+
+
 def model_traffic(spec: ModelSpec | None, numbers: Mapping[str, Any] | None = None
                   ) -> ModelTraffic | None:
     """A model's traffic: from its spec (preset or GGUF), else from numbers typed by hand
-    (a fleet file's ``[model]``: ``model_weight_bytes`` and the optional
-    ``active_weight_bytes``, ``hidden_size``, ``parameter_count``, ``expert_count``,
-    ``experts_used``); ``None`` when neither is given. A hand-typed mixture of experts
-    computes with ``parameter_count x active_weight_bytes / model_weight_bytes``
-    parameters per token."""
+    that state at least one of :data:`SPEED_FIELDS` (a fleet file's ``[model]``:
+    ``model_weight_bytes`` and the optional ``active_weight_bytes``, ``hidden_size``,
+    ``parameter_count``, ``expert_count``, ``experts_used``); ``None`` otherwise. A
+    hand-typed mixture of experts computes with ``parameter_count x active_weight_bytes /
+    model_weight_bytes`` parameters per token."""
     if spec is not None:
         return ModelTraffic.from_spec(spec)
-    if not numbers or "model_weight_bytes" not in numbers:
+    if not numbers or "model_weight_bytes" not in numbers or all(
+            numbers.get(name) is None for name in SPEED_FIELDS):
         return None
     weight = numbers["model_weight_bytes"]
     active = numbers.get("active_weight_bytes") or weight
@@ -320,6 +333,17 @@ class SpeedCalibration:
     # product over m tokens runs at m / (m + half) of it): a routed expert multiplies
     # only the tokens routed to it, a decode step only its lanes.
     half_rate_tokens: Mapping[str, float] = field(default_factory=dict)
+    # Per ``memory_type/backend``: bytes per parameter a prefill ubatch moves, beside
+    # the weights' own read, to turn quantized weights into FP16 before multiplying
+    # them (llama.cpp builds of 2024 did so for batches over 32 tokens on tensor-core
+    # GPUs: read the quantized block, write its FP16 copy). 0 where kernels multiply
+    # quantized weights directly.
+    staging_bytes_per_parameter: Mapping[str, float] = field(default_factory=dict)
+    # Per ``memory_type/backend``: bytes attention moves per (query, cached token) pair
+    # and unit of attention width, read at the cache's efficiency: without flash
+    # attention llama.cpp writes each head's scores to memory, softmaxes them there and
+    # reads them back (4 B a score, ``head size`` width units a head).
+    attention_score_bytes: Mapping[str, float] = field(default_factory=dict)
     held_out: tuple[HeldOutError, ...] = ()
     source: str = "planner/data/speed-calibration.toml"
 
@@ -332,6 +356,19 @@ class SpeedCalibration:
                 _check_efficiency(value, f"{name}.{key}")
         for key, value in self.quantized_compute_factor.items():
             _check_efficiency(value, f"quantized_compute_factor.{key}")
+        for key, value in self.staging_bytes_per_parameter.items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or not (
+                    0 <= value <= 8):
+                raise PerformanceError("InvalidCalibration",
+                                       f"staging_bytes_per_parameter.{key} must be in "
+                                       "[0, 8] bytes", field=f"staging_bytes_per_parameter.{key}",
+                                       value=value)
+        for key, value in self.attention_score_bytes.items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or not (
+                    0 <= value <= 1):
+                raise PerformanceError("InvalidCalibration",
+                                       f"attention_score_bytes.{key} must be in [0, 1] bytes",
+                                       field=f"attention_score_bytes.{key}", value=value)
         for name in ("layer_ms", "hop_ms"):
             for key, value in getattr(self, name).items():
                 if isinstance(value, bool) or not isinstance(value, int | float) or not (
@@ -405,6 +442,8 @@ class SpeedCalibration:
                 "layer_ms": dict(self.layer_ms), "hop_ms": dict(self.hop_ms),
                 "quantized_compute_factor": dict(self.quantized_compute_factor),
                 "half_rate_tokens": dict(self.half_rate_tokens),
+                "staging_bytes_per_parameter": dict(self.staging_bytes_per_parameter),
+                "attention_score_bytes": dict(self.attention_score_bytes),
                 "held_out": [{"phase": e.phase, "memory_type": e.memory_type,
                               "rows": e.rows, "median_abs_error": e.median_abs_error}
                              for e in self.held_out]}
@@ -412,7 +451,8 @@ class SpeedCalibration:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "calibration") -> SpeedCalibration:
         known = (*EFFICIENCY_TABLES, "layer_ms", "hop_ms", "quantized_compute_factor",
-                 "half_rate_tokens", "held_out")
+                 "half_rate_tokens", "staging_bytes_per_parameter",
+                 "attention_score_bytes", "held_out")
         if not isinstance(data, Mapping):
             raise PerformanceError("InvalidCalibration", f"{source}: must be a table",
                                    field="calibration")
@@ -497,6 +537,8 @@ class Device:
     attention_flops_per_s: float | None = None  # e_att x fp16_tflops
     quantized_compute_factor: float = 1.0
     half_rate_tokens: float = 0.0
+    staging_bytes_per_parameter: float = 0.0
+    attention_score_bytes: float = 0.0
 
     def matrix_rate(self, tokens: Any, quantized: bool) -> Any:
         """FLOP/s of a matrix product over ``tokens`` tokens (``inf``: the full rate)."""
@@ -520,12 +562,13 @@ class StageTerms:
     attention_ms: Any
     fixed_ms: float
     overlap: bool = False
+    staging_ms: Any = 0.0  # a ubatch's quantized weights staged as FP16
 
     @property
     def total_ms(self) -> Any:
         matrix = (np.maximum(self.weight_ms, self.compute_ms) if self.overlap else
                   self.weight_ms + self.compute_ms)
-        return matrix + self.kv_ms + self.attention_ms + self.fixed_ms
+        return matrix + self.staging_ms + self.kv_ms + self.attention_ms + self.fixed_ms
 
 
 def stage_terms(load: StageLoad, device: Device, traffic: ModelTraffic, *, tokens: Any,
@@ -543,6 +586,17 @@ def stage_terms(load: StageLoad, device: Device, traffic: ModelTraffic, *, token
     weights += load.embedding_row_bytes * tokens
     kv = load.kv_bytes(cached) * (kv_read_tokens / np.maximum(cached, 1))
     weight_ms = weights / (device.weight_efficiency * device.bandwidth_bytes_per_s) * 1000
+    if overlap and traffic.quantized and device.staging_bytes_per_parameter:
+        # A ubatch's quantized weights staged as FP16 before the product: the
+        # parameters of every weight it reads (the routed experts its tokens use).
+        routed_all = load.routed_active_parameters * (
+            (traffic.expert_count or 1) / (traffic.experts_used or 1))
+        staged = (load.active_parameters - load.routed_active_parameters
+                  + routed_all * traffic.expert_share(tokens))
+        staging_ms = (staged * device.staging_bytes_per_parameter
+                      / (device.weight_efficiency * device.bandwidth_bytes_per_s) * 1000)
+    else:
+        staging_ms = 0.0
     kv_ms = kv / (device.kv_efficiency * device.bandwidth_bytes_per_s) * 1000
     compute_ms = attention_ms = 0.0
     if device.compute_flops_per_s is not None:
@@ -560,8 +614,11 @@ def stage_terms(load: StageLoad, device: Device, traffic: ModelTraffic, *, token
                if routed_active else 0.0))
         attention = device.attention_flops_per_s or device.compute_flops_per_s
         attention_ms = 4 * attention_pairs / attention * 1000
+    if device.attention_score_bytes:
+        attention_ms = attention_ms + (attention_pairs * device.attention_score_bytes / (
+            device.kv_efficiency * device.bandwidth_bytes_per_s) * 1000)
     return StageTerms(weight_ms, kv_ms, compute_ms, attention_ms,
-                      load.layer_count * device.layer_ms, overlap)
+                      load.layer_count * device.layer_ms, overlap, staging_ms)
 
 
 def decode_step(loads: Sequence[StageLoad], devices: Sequence[Device],
@@ -816,7 +873,11 @@ def calibrated_device(calibration: SpeedCalibration, bandwidth_bytes_per_s: floa
                   calibration.fixed_ms(calibration.layer_ms, backend, notes, "per-layer time"),
                   None if flops is None else e_att * flops,
                   calibration.quantized_compute_factor.get(backend or FALLBACK_BACKEND, 1.0),
-                  calibration.half_rate_tokens.get(backend or FALLBACK_BACKEND, 0.0))
+                  calibration.half_rate_tokens.get(backend or FALLBACK_BACKEND, 0.0),
+                  calibration.staging_bytes_per_parameter.get(
+                      SpeedCalibration.key(memory_type, backend), 0.0),
+                  calibration.attention_score_bytes.get(
+                      SpeedCalibration.key(memory_type, backend), 0.0))
 
 
 def _devices(plan: Plan, speeds: Mapping[str, NodeSpeed], calibration: SpeedCalibration | None,
@@ -932,14 +993,23 @@ def estimate_plan(
                         fill, plan.context_length, prompt_tokens, ttft, error_note)
 
 
+def fleet_model_traffic(model: Any, base_dir: Any = None) -> ModelTraffic | None:
+    """The traffic of a fleet file's model (``planner.fleet.ModelChoice``): a preset's or
+    GGUF file's, or its numbers' (:func:`model_traffic`). Raises what loading the model
+    raises."""
+    return model_traffic(model.spec(base_dir), model.numbers)
+
+
 def try_estimate(request: PlanningInput, plan: Plan, traffic: ModelTraffic | None,
                  catalog: Sequence[GpuModel], *, node_kinds: Mapping[str, str] | None = None,
                  **options: Any) -> tuple[PlanEstimate | None, str]:
     """The estimate when every stage's node is a catalog kind with a bandwidth, else
     ``None`` and why (for tables and summaries that show the estimate when they can)."""
     if traffic is None:
-        return None, ("the model's decode traffic is unknown (give a preset or GGUF model "
-                      "for a speed estimate)")
+        return None, ("the model's decode traffic is unknown (give a preset or GGUF model, "
+                      "or the model's hidden_size and, for a mixture of experts, "
+                      "active_weight_bytes, expert_count and experts_used, for a speed "
+                      "estimate)")
     try:
         return estimate_plan(request, plan, traffic,
                              node_speeds(request.nodes, catalog, node_kinds), **options), ""

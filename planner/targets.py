@@ -40,6 +40,7 @@ from planner.performance import (
     PerformanceError,
     PlanEstimate,
     estimate_plan,
+    fleet_model_traffic,
     node_speeds,
 )
 from planner.planning.api import plan_topology
@@ -222,8 +223,7 @@ class SpeedEstimator:
                      **options: Any) -> SpeedEstimator:
         """The estimator of a fleet file's fleet: its model's traffic (unknown for a
         model typed as numbers) and the kinds its nodes name (``gpu``)."""
-        spec = document.model.spec(document.base_dir)
-        return cls(document.nodes, None if spec is None else ModelTraffic.from_spec(spec),
+        return cls(document.nodes, fleet_model_traffic(document.model, document.base_dir),
                    catalog, document.node_kinds, **options)
 
     def __call__(self, request: PlanningInput, plan: Plan) -> PlanEstimate | None:
@@ -233,7 +233,8 @@ class SpeedEstimator:
         """The estimate, or ``None`` and why there is none."""
         if self.traffic is None:
             return None, ("the model's decode traffic is unknown (the model is typed as "
-                          "numbers; give a preset or GGUF model)")
+                          "numbers without hidden_size; give a preset or GGUF model, or "
+                          "the model's speed fields)")
         try:
             return estimate_plan(request, plan, self.traffic, self.speeds,
                                  **self.options), ""

@@ -426,6 +426,29 @@ def parse_context(value: str | int) -> int:
                            f"{CONTEXT_FORMS}", value=value)
     return int(tokens)
 
+# -- counts and layer ranges ------------------------------------------------------------
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """A count and its noun, singular for one: ``"1 layer"``, ``"3 layers"``.
+
+    >>> counted(1, "layer"), counted(2, "layer"), counted(2, "copy", "copies")
+    ('1 layer', '2 layers', '2 copies')
+    """
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
+
+
+def layer_range(start: int, end: int, dash: str = "\u2013") -> str:
+    """Layers ``start`` to ``end`` (exclusive) as people read them: ``"0\u201314"``, a single
+    layer as its number (``"17"``, never ``"17\u201317"``), none as ``"\u2014"``.
+
+    >>> layer_range(0, 15), layer_range(17, 18), layer_range(3, 3), layer_range(0, 2, "-")
+    ('0\u201314', '17', '\u2014', '0-1')
+    """
+    if end <= start:
+        return "\u2014"
+    return str(start) if end - start == 1 else f"{start}{dash}{end - 1}"
+
 
 __all__ = [
     "CONTEXT_FORMS",
@@ -434,8 +457,10 @@ __all__ = [
     "ContextError",
     "LatencyError",
     "UnitError",
+    "counted",
     "format_bytes",
     "latency_microseconds",
+    "layer_range",
     "ms_from_microseconds",
     "parse_bytes",
     "parse_context",

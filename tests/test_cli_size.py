@@ -101,3 +101,19 @@ def test_sizing_compares_rented_prices_unless_asked_for_owned_and_says_which() -
                       "OtherPriceKind", "priced as owned", "--prices owned")
     wrong = run("size", "llama-3.1-70b", "--prices", "leased")
     assert wrong.returncode == 2 and "--prices: invalid choice: 'leased'" in wrong.stderr
+
+
+def test_a_fleet_files_numbers_with_speed_fields_are_sized_by_speed(tmp_path: Path) -> None:
+    """A model typed as numbers with the speed fields (hidden_size, parameter_count) has
+    its fleets estimated and judged against --tpot, as a preset's are."""
+    fleet = tmp_path / "numbers.toml"
+    fleet.write_text(
+        '[model]\nnative_context_length = 131072\nlayer_count = 80\n'
+        'model_weight_bytes = "70 GiB"\nkv_bytes_per_token = 327680\n'
+        "hidden_size = 8192\nparameter_count = 70553706496\n\n"
+        '[[nodes]]\nid = "gpu"\nvram = "80 GiB"\n')
+    done = run("size", fleet, "--kinds", KINDS, "--top", "2", "--tpot", "200", "--json")
+    assert done.returncode == 0, done.stderr
+    fleets = json.loads(done.stdout)["fleets"]
+    assert fleets and all(0 < fleet["estimated_tpot_ms"] <= 200 for fleet in fleets)
+    assert all(fleet["estimated_context_fill_ms"] is not None for fleet in fleets)

@@ -123,6 +123,44 @@ kv_bytes_per_token = 327680""")
     assert "traffic is unknown" in content.estimate["reason"]
 
 
+NUMBERS_WITH_SPEED_FIELDS = H100.replace('preset = "llama-3.1-70b"', """\
+native_context_length = 131072
+layer_count = 80
+model_weight_bytes = "70 GiB"
+kv_bytes_per_token = 327680
+hidden_size = 8192
+parameter_count = 70553706496""")
+
+
+def test_numbers_with_speed_fields_are_estimated_wherever_plans_are_shown(
+        tmp_path) -> None:
+    """A fleet file's model typed as numbers with the speed fields is estimated in the
+    report, judged against a TPOT target and sized, as ``planner speed`` estimates it."""
+    from planner.fleet import load_fleet
+    from planner.performance import model_traffic
+    from planner.targets import SpeedEstimator
+
+    document = parse_fleet_toml(NUMBERS_WITH_SPEED_FIELDS)
+    traffic = model_traffic(None, document.model.numbers)
+    assert traffic is not None and traffic.hidden_size == 8192
+    request = document.to_request()
+    plan = planner.plan_topology(request)
+    expected = estimate_plan(request, plan, traffic,
+                             node_speeds(request.nodes, load_gpu_catalog()))
+    content = build_report(document)
+    assert content.estimate["available"] is True
+    assert content.estimate["estimated_tpot_ms"] == pytest.approx(expected.estimated_tpot_ms)
+    assert content.estimate["estimated_context_fill_ms"] == pytest.approx(
+        expected.estimated_context_fill_ms)
+    estimator = SpeedEstimator.for_document(document, load_gpu_catalog())
+    assert estimator(request, plan).estimated_tpot_ms == pytest.approx(
+        expected.estimated_tpot_ms)
+    fleet = tmp_path / "numbers.toml"
+    fleet.write_text(NUMBERS_WITH_SPEED_FIELDS)
+    loaded = load_fleet(fleet)
+    assert SpeedEstimator.for_document(loaded, load_gpu_catalog()).traffic == traffic
+
+
 def test_node_kinds_name_a_catalog_kind_for_any_node_id() -> None:
     request = parse_fleet_toml(UNNAMED).to_request()
     catalog = load_gpu_catalog()

@@ -45,7 +45,7 @@ def test_every_fleet_returned_meets_the_ttft_target() -> None:
 
 
 def test_planner_size_takes_ttft_and_prompt_tokens() -> None:
-    done = run("size", "llama-3.1-70b", "--kinds", ",".join(KINDS), "--ttft-ms", "5000",
+    done = run("size", "llama-3.1-70b", "--kinds", ",".join(KINDS), "--ttft-ms", "10000",
                "--prompt-tokens", "8192", "--top", "2", "--json")
     assert done.returncode == 0, done.stderr
     fleets = json.loads(done.stdout)["fleets"]

@@ -69,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
+    _line_buffered(sys.stdout)
     args = build_parser().parse_args(argv)
     try:
         code = int(args.handler(args))
@@ -96,6 +97,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:  # the last resort: one line, never a traceback
         _say(f"unexpected error: {type(error).__name__}: {clipped(str(error))}")
         return EXIT_BAD_INPUT
+
+
+def _line_buffered(stream: object) -> None:
+    # Into a pipe or file stdout is block-buffered and stderr is not, so with both in one
+    # pipe (2>&1) a warning or error would land before, or inside, the lines it follows.
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None:
+        with contextlib.suppress(OSError, ValueError):
+            reconfigure(line_buffering=True)
 
 
 def _say(message: str) -> None:

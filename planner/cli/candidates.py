@@ -20,6 +20,15 @@ from planner.cli._common import (
     say_error,
 )
 from planner.errors import PlanError
+from planner.fleet import FleetFileError
+from planner.models import load_gpu_catalog
+from planner.performance import (
+    ESTIMATE_NOTE,
+    fleet_model_traffic,
+    load_calibration,
+    node_speeds,
+    with_candidate_estimates,
+)
 from planner.reports.content import candidate_records
 from planner.reports.tables import (
     candidate_rows_table,
@@ -56,7 +65,7 @@ def _csv_cell(value: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    _, request = load_request(args.fleet, args.memory_model)
+    document, request = load_request(args.fleet, args.memory_model)
     try:
         frame = planner.candidates(request)
     except PlanError as error:
@@ -71,7 +80,18 @@ def run(args: argparse.Namespace) -> int:
             writer.writerow([_csv_cell(record[column]) for column in planner.CANDIDATE_COLUMNS])
         sys.stdout.write(buffer.getvalue())
     else:
-        print(text_table(candidate_rows_table(records)))
+        catalog = load_gpu_catalog()
+        try:
+            traffic = fleet_model_traffic(document.model, document.base_dir)
+        except FleetFileError:
+            traffic = None
+        estimated = candidate_records(with_candidate_estimates(
+            frame, request, traffic, catalog, node_kinds=document.node_kinds))
+        print(text_table(candidate_rows_table(estimated)))
+        if any(record["estimated_tpot_ms"] is not None for record in estimated):
+            kinds = {speed.memory_type for speed in node_speeds(
+                request.nodes, catalog, document.node_kinds).values()}
+            print(f"\nest.: {ESTIMATE_NOTE} {load_calibration().error_note(kinds)}")
     if not any(record["selected"] for record in records):
         print(f"planner: {terminal_safe(args.fleet)}: NoValidTopology: no candidate shape "
               "fits (see the reasons above)", file=sys.stderr)

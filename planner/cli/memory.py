@@ -10,7 +10,7 @@ from planner.cli._common import EXIT_OK, UserError, add_command
 from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_UBATCH
 from planner.memory import KEYS, MemoryEstimate
 from planner.reports.tables import TextTable, size, terminal_safe, text_table
-from planner.units import UnitError, parse_bytes, parse_context
+from planner.units import UnitError, layer_range, parse_bytes, parse_context
 
 NAME = "memory"
 
@@ -130,8 +130,7 @@ def memory_table(result: MemoryEstimate) -> TextTable:
     frame = result.frame()
     rows = []
     for record in frame.to_dict("records"):
-        layers = ("—" if record["layer_start"] == record["layer_end"]
-                  else f"{record['layer_start']}-{record['layer_end'] - 1}")
+        layers = layer_range(record["layer_start"], record["layer_end"], "-")
         rows.append((record["device"], layers, *(size(int(record[k])) for k in KEYS)))
     totals = result.totals
     rows.append(("total", "", *(size(totals[k]) for k in KEYS)))

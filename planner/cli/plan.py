@@ -16,14 +16,17 @@ from planner.cli._common import (
 )
 from planner.reports.content import build_report
 from planner.reports.tables import (
+    TextTable,
     choice_table,
     choice_text,
+    estimate_rows,
     memory_model_text,
     memory_table,
     stage_table,
     terminal_safe,
     text_table,
 )
+from planner.units import counted
 
 NAME = "plan"
 
@@ -67,6 +70,15 @@ def run(args: argparse.Namespace) -> int:
     print(terminal_safe(f"memory model {memory_model_text(content)}"))
     print()
     print(text_table(stage_table(content)))
+    speed = estimate_rows(content)
+    if speed:
+        print()
+        print("speed and cost (ESTIMATE):")
+        figures = tuple(row for row in speed if row[0] != "estimate note")
+        print(text_table(TextTable(("estimate", "value"), figures, ("l", "l"))))
+        for label, note in speed:
+            if label == "estimate note":
+                print(terminal_safe(f"- {note}"))
     if memory_table(content).rows:
         print()
         print("what llama.cpp allocates per stage:")
@@ -79,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         quorum = content.quorum
         print(f"\nstartup quorum: {quorum['quorum_requirement']} of "
               f"{quorum['planned_stages']} stages must accept; tolerates "
-              f"{quorum['tolerated_failures']} stage failure(s)")
+              f"{counted(quorum['tolerated_failures'], 'stage failure')}")
     for warning in content.warnings:
         print(terminal_safe(f"warning: {warning['message']}"), file=sys.stderr)
     return EXIT_OK

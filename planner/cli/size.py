@@ -15,7 +15,6 @@ from planner.fleet import load_fleet
 from planner.limits import DEFAULT_PRICE_KIND
 from planner.models import ModelSpec, from_gguf, load_gpu_catalog, load_preset
 from planner.models.gpus import PRICE_KINDS
-from planner.performance import ESTIMATE_NOTE
 from planner.reports.sizing import answer_text, fleet_table
 from planner.reports.tables import spreadsheet_safe, terminal_safe, text_table
 from planner.sizing import SizingError, SizingTargets, size_fleet
@@ -81,7 +80,8 @@ def _model(source: str) -> tuple[ModelSpec | dict[str, Any], str, dict[str, Any]
                     "target_decode_tpot_ms": document.target_decode_tpot_ms,
                     "context_length_override": document.context_length_override,
                     "parallel_lanes_override": document.parallel_lanes_override}
-        model = spec if spec is not None else document.model.resolve(document.base_dir)
+        model = spec if spec is not None else {**document.model.resolve(document.base_dir),
+                                               **(document.model.numbers or {})}
         return model, document.model.label, planning
     if path.suffix.lower() == ".gguf":
         spec = from_gguf(path)
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     fleets = [fleet.to_dict() for fleet in result.fleets]
     if args.json:
         print(json.dumps({"fleets": fleets, "price_kind": result.price_kind,
-                          "notes": [ESTIMATE_NOTE, *result.notes]},
+                          "notes": [*result.estimate_notes, *result.notes]},
                          indent=2, ensure_ascii=False))
         return EXIT_OK
     if args.csv:
@@ -142,6 +142,6 @@ def run(args: argparse.Namespace) -> int:
         print("Pareto front over cost per hour, context and estimated TPOT:")
         print(text_table(fleet_table(result.pareto)))
     print()
-    for note in (ESTIMATE_NOTE, *result.notes):
+    for note in (*result.estimate_notes, *result.notes):
         print(terminal_safe(note))
     return EXIT_OK

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 
 from planner.figures.style import axis, base_layout, plotly_text
 from planner.planning import Plan, PlanningInput, stage_usage
-from planner.units import format_bytes, format_milliseconds
+from planner.units import format_bytes, format_milliseconds, layer_range
 
 GIB = 1024**3
 
@@ -141,7 +141,8 @@ def layer_ranges_figure(request: PlanningInput, plan: Plan | None) -> go.Figure:
         "y": labels,
         "x": [s.layer_count for s in stages],
         "base": [s.layer_start for s in stages],
-        "text": [f"{s.layer_start}–{s.layer_end - 1} ({s.layer_count})" for s in stages],
+        "text": [f"{layer_range(s.layer_start, s.layer_end)} ({s.layer_count})"
+                 for s in stages],
         # A bar too narrow for its label would shrink it to an unreadable sliver: its
         # label goes beside the bar, at full size, and may run into the right margin.
         "textposition": ["outside" if _narrow(s.layer_count, request.layer_count)

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.models.spec import ModelError
+from planner.units import layer_range
 
 # llama.cpp b11434's architecture names (src/llama-arch.cpp, LLM_ARCH_NAMES).
 LLAMA_CPP_ARCHITECTURES = frozenset({
@@ -434,8 +435,11 @@ def model_memory(architecture: str, metadata: Mapping[str, Any], layer_count: in
     elif architecture == "gemma4":
         kv_from_start = layer_count - meta.get("attention.shared_kv_layers")
     if kv_from_start < layer_count:
-        notes.append(f"layers {kv_from_start}-{layer_count - 1} reuse the cache of an earlier "
-                     f"layer and keep none of their own")
+        reuse = ("reuses the cache of an earlier layer and keeps none of its own"
+                 if layer_count - kv_from_start == 1 else
+                 "reuse the cache of an earlier layer and keep none of their own")
+        notes.append(f"{'layer' if layer_count - kv_from_start == 1 else 'layers'} "
+                     f"{layer_range(kv_from_start, layer_count, '-')} {reuse}")
 
     index_key = meta.get("attention.indexer.key_length") if architecture in INDEXED else 0
     index_flags = meta.flags("attention.indexer.types")

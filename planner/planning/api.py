@@ -26,7 +26,7 @@ from planner.planning.rules import (
 )
 from planner.planning.search import ContextSearch, NodeSetChoice, SearchBudget
 from planner.planning.tables import milliseconds_dtype
-from planner.units import format_bytes, latency_microseconds
+from planner.units import counted, format_bytes, latency_microseconds, layer_range
 
 Request = PlanningInput | Mapping[str, Any]
 
@@ -220,12 +220,14 @@ def no_valid_topology(request: PlanningInput) -> PlanError:
         missing = sum(costs[placed:])
         if placed < layers:
             why = (f"with all {len(ordered)} usable nodes at context {lowest:,}, "
-                   f"{placed} of {layers} layers fit; the other {layers - placed} layers "
-                   f"({format_bytes(missing)}) have no room")
+                   f"{placed} of {layers} layers fit; the other "
+                   f"{counted(layers - placed, 'layer')} ({format_bytes(missing)}) "
+                   f"{'has' if layers - placed == 1 else 'have'} no room")
         else:
             why = (f"all {layers} layers fit on the {len(ordered)} usable nodes at context "
-                   f"{lowest:,}, but not as {counts.start}-{counts.stop - 1} stages of at "
-                   "least one layer each")
+                   f"{lowest:,}, but not as "
+                   f"{layer_range(counts.start, counts.stop, ' to ')} stages of at least "
+                   "one layer each")
     span = f"{contexts[0]:,}" if len(contexts) == 1 else f"{contexts[0]:,} down to {lowest:,}"
     return PlanError(
         "NoValidTopology",

@@ -24,6 +24,7 @@ from planner.performance import (
     ESTIMATE_NOTE,
     ModelTraffic,
     PlanEstimate,
+    fleet_model_traffic,
     try_estimate,
     with_candidate_estimates,
     with_stage_estimates,
@@ -284,11 +285,11 @@ def _candidate_rows(result: PlanningResult | None, traffic: ModelTraffic | None,
 
 
 def _traffic(source: ReportSource) -> ModelTraffic | None:
-    """A preset or GGUF model's decode traffic; numbers typed by hand have none."""
+    """A preset or GGUF model's decode traffic, or its numbers' when they state the speed
+    fields (:func:`planner.performance.model_traffic`)."""
     if not isinstance(source, FleetDocument):
         return None
-    spec = source.model.spec(source.base_dir)
-    return ModelTraffic.from_spec(spec) if spec is not None else None
+    return fleet_model_traffic(source.model, source.base_dir)
 
 
 def _node_kinds(source: ReportSource) -> dict[str, str]:

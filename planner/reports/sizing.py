@@ -10,7 +10,7 @@ from pathlib import Path
 
 import planner
 from planner.fleet import FleetFileError, write_text_atomic
-from planner.performance import ESTIMATE_NOTE
+from planner.performance import format_duration_ms
 from planner.reports.markdown import md_text
 from planner.reports.tables import TextTable
 from planner.reports.tables import html_text as escape
@@ -59,8 +59,11 @@ def question_rows(result: SizingResult, model_name: str) -> list[tuple[str, str]
 def answer_text(result: SizingResult) -> str:
     best = result.cheapest
     tpot = best.estimated_tpot_ms
-    speed = "" if tpot is None else (f", estimated TPOT {tpot:,.1f} ms, "
-                                     f"{best.tokens_per_s:,.1f} tokens/s")
+    fill = best.estimated_context_fill_ms
+    speed = "" if tpot is None else (
+        f", estimated TPOT {tpot:,.1f} ms, {best.tokens_per_s:,.1f} tokens/s"
+        + ("" if fill is None else
+           f", filling the context takes {format_duration_ms(fill)}"))
     return (f"Cheapest at {result.price_kind} prices: {best.label} at USD "
             f"{best.cost_per_hour_usd:,.2f} per hour, "
             f"context {best.plan.context_length:,} over {best.plan.stage_count} stages"
@@ -68,7 +71,7 @@ def answer_text(result: SizingResult) -> str:
 
 
 def _notes(result: SizingResult) -> list[str]:
-    return [ESTIMATE_NOTE, *result.notes]
+    return [*result.estimate_notes, *result.notes]
 
 
 def render_markdown(result: SizingResult, title: str, model_name: str) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 from planner._validate import inert_text
 from planner.reports.content import ReportContent
-from planner.units import format_bytes
+from planner.units import format_bytes, layer_range
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +155,7 @@ def stage_table(content: ReportContent) -> TextTable:
         rows.append((
             stage["stage_id"],
             stage["node_id"],
-            f"{stage['layer_start']}–{stage['layer_end'] - 1}",
+            layer_range(stage["layer_start"], stage["layer_end"]),
             str(stage["layer_count"]),
             size(stage["parameter_bytes"]),
             size(stage["kv_cache_bytes"]),
@@ -197,8 +197,7 @@ def memory_table(content: ReportContent) -> TextTable:
     """Under the llamacpp memory model, each stage's components and the host's."""
     rows = []
     for row in (content.memory or {}).get("stages", ()):
-        layers = ("—" if row["layer_start"] == row["layer_end"]
-                  else f"{row['layer_start']}–{row['layer_end'] - 1}")
+        layers = layer_range(row["layer_start"], row["layer_end"])
         rows.append((row["stage_id"], row["node_id"], layers,
                      *(size(row[key]) for key in _MEMORY_KEYS)))
     return _table(("stage", "node", "layers", "weights", "KV cache", "compute", "output",

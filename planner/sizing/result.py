@@ -127,6 +127,13 @@ class SizingResult:
     plans_evaluated: int
     notes: tuple[str, ...] = field(default=())
     price_kind: str = DEFAULT_PRICE_KIND
+    # The estimate's measured error for the memory types of the kinds estimated.
+    error_note: str = ""
+
+    @property
+    def estimate_notes(self) -> tuple[str, ...]:
+        """What the estimates are and their measured error, for every rendering."""
+        return (ESTIMATE_NOTE, *((self.error_note,) if self.error_note else ()))
 
     @property
     def cheapest(self) -> SizedFleet:
@@ -146,7 +153,7 @@ class SizingResult:
             "kinds": list(self.kinds),
             "skipped_kinds": list(self.skipped_kinds),
             "price_kind": self.price_kind,
-            "notes": [ESTIMATE_NOTE, *self.notes],
+            "notes": [*self.estimate_notes, *self.notes],
         }
 
 

@@ -389,9 +389,14 @@ def size_fleet(
              if gpu.kind in left_out and gpu.price_per_hour is not None]
     if other:
         notes.append(f"left out as priced otherwise than {price_kind}: {', '.join(other)}")
+    used = {kind for fleet in (*fleets, *front) if fleet.estimate is not None
+            for kind, _ in fleet.counts}
+    error_note = ("" if not used or bandwidth_efficiency is not None else
+                  load_calibration().error_note(
+                      gpu.memory_type for gpu in chosen if gpu.kind in used))
     return SizingResult(tuple(fleets), front, targets, minimum_context,
                         tuple(gpu.kind for gpu in chosen), tuple(skipped),
-                        search.plans_evaluated, tuple(notes), price_kind)
+                        search.plans_evaluated, tuple(notes), price_kind, error_note)
 
 
 def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,

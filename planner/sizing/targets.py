@@ -12,7 +12,7 @@ from planner.fleet import expanded_node_ids
 from planner.limits import DEFAULT_PRICE_KIND
 from planner.models.gpus import PRICE_KINDS, GpuModel, catalog_kind, listed_kinds
 from planner.models.spec import ModelError, ModelSpec
-from planner.performance import ModelTraffic
+from planner.performance import ModelTraffic, model_traffic
 from planner.planning.inputs import NodeBudget
 from planner.targets import Targets, TargetsError
 
@@ -126,6 +126,6 @@ def _model_fields(model: ModelSpec | Mapping[str, Any]) -> tuple[dict[str, Any],
               if key in model}
     if model.get("layer_weight_bytes") is not None:
         fields["layer_weight_bytes"] = list(model["layer_weight_bytes"])
-    return fields, None
+    return fields, model_traffic(None, model)
 
 

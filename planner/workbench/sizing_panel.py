@@ -259,7 +259,7 @@ class SizingPanel(widgets.VBox):
         self.problem.value = ""
         self.result = result
         self._kinds = {gpu.kind: gpu for gpu in catalog}
-        speed = ("" if model.traffic is not None else
+        speed = (f" {result.error_note}" if model.traffic is not None else
                  " No speed estimate: the model is not a preset or GGUF file.")
         self.summary.value = (f"<div class='wb-summary-box'>{escape(answer_text(result))}"
                               f"</div><div class='wb-message-box'>{escape(model.label)}: "

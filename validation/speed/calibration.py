@@ -211,11 +211,15 @@ def held_out_errors(rows: Sequence[Row], calibration: SpeedCalibration) -> list[
 _EFFICIENCIES = EFFICIENCY_TABLES
 _COMPUTE = ("compute_efficiency", "attention_efficiency")
 _FIXED = ("layer_ms", "hop_ms", "quantized_compute_factor", "half_rate_tokens")
+# Per memory type/backend, like the efficiencies, but a size in bytes.
+_STAGING = "staging_bytes_per_parameter"
+_SCORES = "attention_score_bytes"
+_PER_PAIR = (_STAGING, _SCORES)
 _BOUNDS = {"weight_efficiency": (0.05, 1.0), "kv_efficiency": (0.02, 1.0),
            "compute_efficiency": (0.02, 1.0),
            "attention_efficiency": (0.005, 1.0), "quantized_compute_factor": (0.2, 1.0),
            "half_rate_tokens": (0.0, 1024.0),
-           "layer_ms": (0.0, 0.5), "hop_ms": (0.0, 5.0)}
+           "layer_ms": (0.0, 0.5), "hop_ms": (0.0, 5.0), _STAGING: (0.0, 6.0), _SCORES: (0.0, 0.5)}
 
 
 def _parameters(rows: Sequence[Row]) -> list[tuple[str, str]]:
@@ -225,6 +229,9 @@ def _parameters(rows: Sequence[Row]) -> list[tuple[str, str]]:
     found = [(name, pair) for name in _EFFICIENCIES for pair in pairs]
     found = [(n, p) for n, p in found if n not in _COMPUTE or any(
         r.pair == p and r.gpu.fp16_tflops is not None for r in rows)]
+    found += [(name, p) for name in _PER_PAIR for p in pairs if any(
+        r.pair == p and r.phase == "prefill" and r.gpu.fp16_tflops is not None
+        for r in rows)]
     found += [("layer_ms", b) for b in backends]
     found += [("quantized_compute_factor", b) for b in backends]
     found += [("half_rate_tokens", b) for b in backends]
@@ -280,25 +287,27 @@ def fit(rows: Sequence[Row], rounds: int = 6) -> SpeedCalibration:
     minimising the absolute log error over the rows that touch it."""
     rows = [r for r in rows if r.split == "fit" and usable(r)]
     parameters = _parameters(rows)
-    start = {name: {} for name in (*_EFFICIENCIES, *_FIXED)}
+    start = {name: {} for name in (*_EFFICIENCIES, *_FIXED, *_PER_PAIR)}
     for name, key in parameters:
         start[name][key] = (0.5 if name in _EFFICIENCIES else
                             1.0 if name == "quantized_compute_factor" else
-                            8.0 if name == "half_rate_tokens" else 0.05)
+                            8.0 if name == "half_rate_tokens" else
+                            1.0 if name == _STAGING else
+                            0.0 if name == _SCORES else 0.05)
     calibration = SpeedCalibration(**start)
     for _ in range(rounds):
         for name, key in parameters:
-            if name in _EFFICIENCIES:
+            if name in _EFFICIENCIES or name in _PER_PAIR:
                 touched = [r for r in rows if r.pair == key]
             else:
                 touched = [r for r in rows if (r.gpu.backend or "cuda") == key]
-            if name in _COMPUTE or name in _FIXED[2:]:
+            if name in _COMPUTE or name in _FIXED[2:] or name in _PER_PAIR:
                 touched = [r for r in touched if r.gpu.fp16_tflops is not None]
             low, high = _BOUNDS[name]
             calibration = _with(calibration, name, key,
                                 _best(touched, calibration, name, key, low, high))
     rounded = {name: {k: round(v, 4) for k, v in getattr(calibration, name).items()}
-               for name in (*_EFFICIENCIES, *_FIXED)}
+               for name in (*_EFFICIENCIES, *_FIXED, *_PER_PAIR)}
     return SpeedCalibration(**rounded)
 
 
@@ -311,7 +320,7 @@ def to_toml(calibration: SpeedCalibration) -> str:
              "# compute) per memory type/backend; layer_ms and hop_ms are fixed times in ms",
              "# per layer (each decode step or prefill ubatch) and per hop between devices.",
              ""]
-    for name in (*_EFFICIENCIES, *_FIXED):
+    for name in (*_EFFICIENCIES, *_FIXED, *_PER_PAIR):
         lines.append(f"[{name}]")
         for key, value in sorted(getattr(calibration, name).items()):
             lines.append(f'"{key}" = {value}')
