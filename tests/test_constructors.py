@@ -1,9 +1,12 @@
 """Every public constructor of the package checks its numbers with the one validator.
 
-The input types are found, not listed: every public dataclass of the package that
-checks its fields on construction (it has a ``__post_init__``). Each needs a valid
-example here (a new one without an example fails the first test). Then for each of its
-integer, number and flag fields, and each integer inside a tuple field:
+The input types are found, not listed: every public frozen dataclass of the package is
+either an input type, with a valid example here, or a result the package builds only
+from inputs it has checked, named in :data:`RESULTS` with the reason (a new one in
+neither fails the first test). A type that checks its fields on construction (it has a
+``__post_init__``) or reads plain data (``from_dict``) is an input type, unless only the
+package's own files and readers feed it. Then for each of its integer, number and flag
+fields, and each integer inside a tuple field:
 
 - a numpy integer (or numpy float, numpy bool) is accepted where a Python one is, and
   stored as the Python value;
@@ -33,12 +36,12 @@ from planner.fence.coordinator import SplitPlan
 from planner.fence.runtime import StageWork, StopDecision, StopRequest
 from planner.fleet import ModelChoice
 from planner.memory import LlamaCppModel
-from planner.planning import NodeBudget
+from planner.planning import NodeBudget, Stage
 
 GIB = 2**30
 
 
-def _input_types() -> list[type]:
+def _public_dataclasses() -> list[type]:
     found = []
     for info in pkgutil.walk_packages(planner.__path__, "planner."):
         if info.name.endswith("__main__"):
@@ -46,10 +49,13 @@ def _input_types() -> list[type]:
         module = importlib.import_module(info.name)
         for name, value in vars(module).items():
             if (inspect.isclass(value) and value.__module__ == module.__name__
-                    and not name.startswith("_") and dataclasses.is_dataclass(value)
-                    and hasattr(value, "__post_init__")):
+                    and not name.startswith("_") and dataclasses.is_dataclass(value)):
                 found.append(value)
     return sorted(found, key=lambda cls: f"{cls.__module__}.{cls.__qualname__}")
+
+
+def _input_types() -> list[type]:
+    return [cls for cls in _public_dataclasses() if _name(cls) not in RESULTS]
 
 
 def _claim() -> CoordinatorClaim:
@@ -148,6 +154,15 @@ EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
         compute_efficiency={"gddr/cuda": 0.4}, attention_efficiency={"gddr/cuda": 0.1},
         layer_ms={"cuda": 0.05}, hop_ms={"cuda": 0.1}),
     "planner.planning.inputs.NodeBudget": lambda: dataclasses.asdict(_node()),
+    "planner.planning.plan.Stage": lambda: dict(
+        stage_id="stage-0", stage_index=0, node_id="a", layer_start=0, layer_end=2,
+        parameter_bytes=10),
+    "planner.planning.plan.Plan": lambda: dict(
+        context_length=4096, parallel_lanes=2,
+        stages=(Stage("stage-0", 0, "a", 0, 1, 4), Stage("stage-1", 1, "b", 1, 2, 6)),
+        estimated_decode_network_ms_per_token=6, decode_tpot_target_met=True),
+    "planner.availability.spares.SpareKind": lambda: dict(
+        name="Card", budget=_node(), price_per_hour=1.5),
     "planner.planning.inputs.PlanningInput": lambda: dict(
         native_context_length=4096, layer_count=2, model_weight_bytes=10,
         kv_bytes_per_token=8, nodes=(_node("a"), _node("b")), minimum_nodes=1,
@@ -159,12 +174,104 @@ EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
         failures_tolerated=1, target_ttft_ms=500, prompt_tokens=4096),
 }
 
-# Types whose __post_init__ computes rather than checks, or whose fields (beyond those
-# listed as inputs) are a state machine's own state, not input.
-NOT_INPUT = {
+_ANSWER = "an answer the package computes from inputs it has checked"
+_FENCE = "a fence or checker result, built only by the fence from checked messages"
+_SAVED = "read only from the package's own saved results (planner/data, validation/)"
+_WORKBENCH = "the workbench's own state: text as typed, read by its checked readers"
+_MODEL = "built only by the model readers from a checked GGUF file or preset"
+
+# Public dataclasses that are not input: nothing outside the package builds them.
+RESULTS = {
     "planner.planning.search.NodeSetChoice": "a search result, built only by the search",
+    "planner.planning.search.SearchBudget": "the search's own step counter",
     "planner.fence.check.model.Rules": "holds functions, no numbers",
     "planner.planning.memory_rule.LayerCosts": "built only by the memory rules",
+    "planner.planning.memory_rule.DesignRule": "has no fields",
+    "planner.planning.api.Shape": _ANSWER,
+    "planner.planning.explain.ShapeOption": _ANSWER,
+    "planner.planning.explain.HigherContext": _ANSWER,
+    "planner.planning.explain.ChoiceExplanation": _ANSWER,
+    "planner.planning.result.PlanningResult": _ANSWER,
+    "planner.planning.rules.Walk": _ANSWER,
+    "planner.planning.warnings.FleetWarning": _ANSWER,
+    "planner.availability.spares.SparesResult": _ANSWER,
+    "planner.availability.states.Outcome": _ANSWER,
+    "planner.availability.states.NodeKind": _ANSWER,
+    "planner.availability.states.AvailabilityResult": _ANSWER,
+    "planner.sizing.result.SizedFleet": _ANSWER,
+    "planner.sizing.result.SizingResult": _ANSWER,
+    "planner.simulation.SimulatedYear": _ANSWER,
+    "planner.sweep.Batch": _ANSWER,
+    "planner.launch.LaunchStage": _ANSWER,
+    "planner.launch.RpcServer": _ANSWER,
+    "planner.launch.Launch": _ANSWER,
+    "planner.memory.DeviceMemory": _ANSWER,
+    "planner.memory.MemoryEstimate": _ANSWER,
+    "planner.memory_check.Comparison": _ANSWER,
+    "planner.performance.NodeSpeed": _ANSWER,
+    "planner.performance.HeldOutError": _ANSWER,
+    "planner.performance.StageLoad": _ANSWER,
+    "planner.performance.Device": _ANSWER,
+    "planner.performance.StageTerms": _ANSWER,
+    "planner.performance.StageEstimate": _ANSWER,
+    "planner.performance.PlanEstimate": _ANSWER,
+    "planner.reports.content.ReportContent": _ANSWER,
+    "planner.reports.tables.TextTable": _ANSWER,
+    "planner.compute_graph.Tensor": "ggml's graph as the graph builder lays it out",
+    "planner.compute_graph.Graph": "ggml's graph as the graph builder lays it out",
+    "planner.llamacpp.Measured": "what a llama.cpp run printed, parsed by the adapter",
+    "planner.memory.LayerLayout": _MODEL,
+    "planner.memory.LlamaCppModel": _MODEL,
+    "planner.model_graphs.AttentionShape": _MODEL,
+    "planner.model_graphs.FeedForwardShape": _MODEL,
+    "planner.model_graphs.RecurrentShape": _MODEL,
+    "planner.model_graphs.BlockShape": _MODEL,
+    "planner.model_graphs.GraphModel": _MODEL,
+    "planner.models.gguf_reader.SkippedValue": _MODEL,
+    "planner.models.gguf_reader.TensorEntry": _MODEL,
+    "planner.models.gguf_reader.GgufHeader": _MODEL,
+    "planner.models.kv_cache.LayerCache": _MODEL,
+    "planner.models.kv_cache.KvLayout": _MODEL,
+    "planner.models.kv_cache.LayerCaches": _MODEL,
+    "planner.models.layer_memory.SlidingRule": "the package's table of llama.cpp's rules",
+    "planner.models.layer_memory.LayerMemory": _MODEL,
+    "planner.models.layer_memory.ModelMemory": _MODEL,
+    "planner.fence.check.configuration.NamedConfig": _SAVED,
+    "planner.fence.check.model.TraceStep": _SAVED,
+    "planner.fence.check.properties.Property": "the checker's own properties (functions)",
+    "planner.fence.check.report.Counterexample": _SAVED,
+    "planner.fence.check.report.PropertyResult": _SAVED,
+    "planner.fence.check.report.CheckResult": _SAVED,
+    "planner.fence.check.report.CheckReport": _SAVED,
+    "planner.fence.claims.ClaimDecision": _FENCE,
+    "planner.fence.claims.LoadDecision": _FENCE,
+    "planner.fence.coordinator.Send": _FENCE,
+    "planner.fence.coordinator.SetTimer": _FENCE,
+    "planner.fence.coordinator.Note": _FENCE,
+    "planner.fence.runtime.StopDecision": _FENCE,
+    "planner.fence.runtime.ClaimOutcome": _FENCE,
+    "planner.fence.runtime.LoadOutcome": _FENCE,
+    "planner.fence.runtime.StopOutcome": _FENCE,
+    "planner.fence.scenarios.Expectation": _FENCE,
+    "planner.fence.scenarios.ScenarioOutcome": _FENCE,
+    "planner.fence.scenarios.ScenarioResult": _FENCE,
+    "planner.fence.scenarios.Scenario": "the package's own scenario table",
+    "planner.fence.simulator.SimEvent": _FENCE,
+    "planner.workbench.availability_panel.AvailabilityView": _WORKBENCH,
+    "planner.workbench.catalog.ModelSource": _WORKBENCH,
+    "planner.workbench.evaluation.LimitingNode": _ANSWER,
+    "planner.workbench.evaluation.UnusedNode": _ANSWER,
+    "planner.workbench.evaluation.Evaluation": _ANSWER,
+    "planner.workbench.fence_explorer.ClaimPreset": _WORKBENCH,
+    "planner.workbench.fence_explorer.LoadPreset": _WORKBENCH,
+    "planner.workbench.serve.LabServer": "a running server's handle",
+    "planner.workbench.sizing_panel.SizingModel": _WORKBENCH,
+    "planner.workbench.state.Problem": _ANSWER,
+    "planner.workbench.state.NodeRow": _WORKBENCH,
+    "planner.workbench.state.ModelFields": _WORKBENCH,
+    "planner.workbench.state.PlanOptions": _WORKBENCH,
+    "planner.workbench.state.NodeExtras": _WORKBENCH,
+    "planner.workbench.state.WorkbenchState": _WORKBENCH,
 }
 STATE_FIELDS = {
     "planner.fence.coordinator.Coordinator": {
@@ -178,8 +285,23 @@ def _name(cls: type) -> str:
 
 
 def test_every_input_type_has_an_example() -> None:
-    found = {_name(cls) for cls in _input_types()} - set(NOT_INPUT)
+    found = {_name(cls) for cls in _input_types()}
     assert found == set(EXAMPLES), "add an example for each new input type"
+    assert set(RESULTS) <= {_name(cls) for cls in _public_dataclasses()}, "a stale entry"
+
+
+def test_what_a_user_can_build_is_an_input_type() -> None:
+    """A type that checks its fields or reads plain data is never waved through as a
+    result, unless only the package's own data or readers build it."""
+    checking = {"planner.planning.search.NodeSetChoice",
+                "planner.planning.memory_rule.LayerCosts", "planner.fence.check.model.Rules"}
+    for cls in _public_dataclasses():
+        reason = RESULTS.get(_name(cls))
+        if reason is None:
+            continue
+        assert not hasattr(cls, "__post_init__") or _name(cls) in checking, _name(cls)
+        assert not hasattr(cls, "from_dict") or reason in (_SAVED, _MODEL, _WORKBENCH), (
+            f"{_name(cls)} reads plain data, so it is input")
 
 
 def _kind(annotation: str) -> str | None:
@@ -226,8 +348,6 @@ def _numpy_ints(value: Any) -> Any:
 def _cases() -> Iterator[Any]:
     for cls in _input_types():
         name = _name(cls)
-        if name in NOT_INPUT:
-            continue
         example = EXAMPLES[name]()
         skipped = STATE_FIELDS.get(name, set())
         for field in dataclasses.fields(cls):
@@ -245,8 +365,6 @@ CASES = list(_cases())
 def test_the_cases_cover_every_numeric_field_of_the_examples() -> None:
     covered = {(cls, name) for cls, name, _ in (case.values for case in CASES)}
     for cls in _input_types():
-        if _name(cls) in NOT_INPUT:
-            continue
         example = EXAMPLES[_name(cls)]()
         for field in dataclasses.fields(cls):
             if (field.init and _kind(str(field.type)) is not None
@@ -312,3 +430,31 @@ def _dig(value: Any, path: tuple[int, ...]) -> Any:
 def _optional(cls: type, field: str) -> bool:
     annotation = next(str(f.type) for f in dataclasses.fields(cls) if f.name == field)
     return "None" in annotation
+
+
+def test_a_saved_plan_reads_back_or_is_refused_by_name() -> None:
+    request = planner.PlanningInput(
+        native_context_length=4096, layer_count=4, model_weight_bytes=30 * GIB,
+        kv_bytes_per_token=4, nodes=(_node("a"), _node("b")))
+    plan = planner.plan_topology(request)
+    saved = json.loads(json.dumps(plan.to_dict()))
+    assert planner.Plan.from_dict(saved) == plan
+    stages = saved["stages"]
+    broken: list[tuple[dict[str, Any], str]] = [
+        ({k: v for k, v in saved.items() if k != "parallel_lanes"}, "parallel_lanes"),
+        ({**saved, "stages": [{k: v for k, v in stages[0].items() if k != "layer_end"},
+                              *stages[1:]]}, "stages[0].layer_end"),
+        ({**saved, "stages": stages[::-1]}, "stages[0]"),
+        ({**saved, "stages": []}, "stages"),
+        ({**saved, "stages": "stage-0"}, "stages"),
+        ({**saved, "stages": [*stages[:-1], {**stages[-1], "layer_start": 0}]},
+         f"stages[{len(stages) - 1}]"),
+        ({**saved, "context_length": True}, "context_length"),
+        ({**saved, "decode_tpot_target_met": "yes"}, "decode_tpot_target_met"),
+        ("a plan", "plan"),
+    ]
+    for data, field in broken:
+        with pytest.raises(CodedError) as caught:
+            planner.Plan.from_dict(data)  # type: ignore[arg-type]
+        assert caught.value.code == "InvalidInput"
+        assert caught.value.details["field"] == field, (field, caught.value)

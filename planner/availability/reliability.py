@@ -44,11 +44,12 @@ class AvailabilityError(CodedError):
 
     ``code`` is ``InvalidReliability`` (a failure rate or repair time that is negative,
     not a number or infinite), ``InvalidTarget`` (an availability target outside (0, 1)
-    or a bad tolerance) or ``SparesUnreachable`` (no number of spares up to the limit
-    reaches the target).
+    or a bad tolerance), ``InvalidSpareKind`` (a spare kind's name, budget or price
+    per hour of the wrong type or out of range) or ``SparesUnreachable`` (no number of
+    spares up to the limit reaches the target).
     """
 
-    codes = ("InvalidReliability", "InvalidTarget", "SparesUnreachable")
+    codes = ("InvalidReliability", "InvalidTarget", "InvalidSpareKind", "SparesUnreachable")
 
 
 def _positive_number(value: Any, name: str, node_id: str | None, *, allow_zero: bool) -> float:

@@ -27,7 +27,7 @@ from planner.availability.states import (
     fleet_availability,
     resolve_targets,
 )
-from planner.limits import DEFAULT_PRICE_KIND
+from planner.limits import DEFAULT_PRICE_KIND, MAX_PRICE_PER_HOUR
 from planner.planning import NodeBudget, PlanningInput
 from planner.planning.inputs import as_planning_input
 from planner.sizing import fleet_nodes, select_kinds
@@ -43,6 +43,20 @@ class SpareKind:
     budget: NodeBudget
     reliability: NodeReliability = field(default_factory=NodeReliability)
     price_per_hour: float | None = None
+
+    def __post_init__(self) -> None:
+        fail = _invalid("InvalidSpareKind", "price_per_hour",
+                        f"price_per_hour of spare kind {self.name!r}")
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise _invalid("InvalidSpareKind", "name")("must be a non-empty string", self.name)
+        if not isinstance(self.budget, NodeBudget):
+            raise _invalid("InvalidSpareKind", "budget")("must be a NodeBudget", self.budget)
+        if not isinstance(self.reliability, NodeReliability):
+            raise _invalid("InvalidSpareKind", "reliability")(
+                "must be a NodeReliability", self.reliability)
+        if self.price_per_hour is not None:
+            object.__setattr__(self, "price_per_hour", float(number(
+                self.price_per_hour, fail, maximum=MAX_PRICE_PER_HOUR)))
 
     def nodes(self, count: int, taken: set[str]) -> list[NodeBudget]:
         slug = "".join(c if c.isalnum() else "-" for c in self.name.lower()).strip("-")
