@@ -30,6 +30,20 @@ MAX_LATENCY_MS = 10**9
 MAX_MINIMUM_NODES = 100_000
 """The ``minimum_nodes`` a plan may ask for."""
 
+MAX_FAILURES_TOLERATED = 16
+"""Nodes a fleet may be asked to survive losing (each loss multiplies the fleets sizing
+checks)."""
+
+MAX_TOP_FLEETS = 1000
+"""Fleets one sizing answer may list (``top``)."""
+
+MAX_SEED = 2**63 - 1
+"""A random seed (what a 64-bit integer holds)."""
+
+MAX_NUMBER_DIGITS = 24
+"""Digits of a number written as text, before or after its decimal point (a size, a
+latency): far beyond any real value, and refused before it is read."""
+
 MAX_LANES = 4096
 """Parallel lanes (sequences decoded at once)."""
 

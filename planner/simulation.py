@@ -39,7 +39,12 @@ from planner.availability import (
 from planner.errors import CodedError
 from planner.fence.coordinator import CoordinatorPolicy, SplitPlan
 from planner.fence.simulator import NetworkConfig, Simulation
-from planner.limits import MAX_FENCE_TERMS, MAX_SIMULATED_CHANGES, MAX_SIMULATION_RUNS
+from planner.limits import (
+    MAX_FENCE_TERMS,
+    MAX_SEED,
+    MAX_SIMULATED_CHANGES,
+    MAX_SIMULATION_RUNS,
+)
 from planner.planning import PlanningInput
 from planner.planning.inputs import as_planning_input
 from planner.targets import SpeedEstimator, Targets
@@ -212,7 +217,7 @@ def _seed(value: Any) -> int:
     def fail(problem: str, got: Any) -> AvailabilityError:
         return _bad_argument("seed", problem, got)
 
-    return integer(value, fail, minimum=0, maximum=2**63 - 1)
+    return integer(value, fail, minimum=0, maximum=MAX_SEED)
 
 
 def _per_node_reliability(request: PlanningInput, reliability: Any

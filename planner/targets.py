@@ -32,7 +32,13 @@ from typing import Any
 from planner._validate import integer, shown
 from planner.errors import CodedError, PlanError
 from planner.fleet.document import FleetDocument
-from planner.limits import MAX_CONTEXT, MAX_LANES, MAX_LATENCY_MS, MAX_MINIMUM_NODES
+from planner.limits import (
+    MAX_CONTEXT,
+    MAX_FAILURES_TOLERATED,
+    MAX_LANES,
+    MAX_LATENCY_MS,
+    MAX_MINIMUM_NODES,
+)
 from planner.models.gpus import GpuModel
 from planner.performance import (
     ModelTraffic,
@@ -47,10 +53,6 @@ from planner.planning.api import plan_topology
 from planner.planning.inputs import NodeBudget, PlanningInput
 from planner.planning.plan import Plan
 from planner.planning.rules import context_floor
-
-# The most nodes a fleet may be asked to survive losing (each loss multiplies the fleets
-# sizing checks).
-MAX_FAILURES_TOLERATED = 16
 
 
 class TargetsError(CodedError):

@@ -33,7 +33,7 @@ from typing import Any
 
 from planner._validate import MAX_SHOWN, shown
 from planner.errors import CodedError
-from planner.limits import MAX_LATENCY_MS
+from planner.limits import MAX_LATENCY_MS, MAX_NUMBER_DIGITS
 
 _BINARY = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
 _DECIMAL = {"k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4, "p": 1000**5}
@@ -46,7 +46,6 @@ LATENCY_FORMS = "write milliseconds: '5', '0.5', '5 ms', '0.25 ms' or '500 us'"
 CONTEXT_FORMS = "write tokens: '131072', '131,072' or '128k' (k = 1024 tokens)"
 # Digits kept from one number: far beyond any real value, small enough that reading a
 # hostile string never costs more than its length.
-_MAX_DIGITS = 24
 # Latencies are counted in whole microseconds, so sums and comparisons are exact.
 LATENCY_DECIMALS = 3
 
@@ -123,7 +122,7 @@ def _number(number: str, text: str, error: type[UnitError], forms: str) -> Decim
     else:
         raise error(f"cannot read {quoted(text)}; {forms}", value=text)
     whole, _, fraction = digits.partition(".")
-    if len(whole.lstrip("0")) > _MAX_DIGITS or len(fraction) > _MAX_DIGITS:
+    if len(whole.lstrip("0")) > MAX_NUMBER_DIGITS or len(fraction) > MAX_NUMBER_DIGITS:
         raise error(f"{quoted(text)} has too many digits; {forms}", value=text)
     return Decimal(digits)
 

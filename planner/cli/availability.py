@@ -8,6 +8,9 @@ import json
 import sys
 
 from planner.availability import (
+    DEFAULT_ANNUAL_FAILURE_RATE,
+    DEFAULT_REPAIR_HOURS,
+    DEFAULT_TOLERANCE,
     QUICK_MAX_STATES,
     AvailabilityError,
     document_overrides,
@@ -23,6 +26,7 @@ from planner.cli._common import (
     load_request,
 )
 from planner.models import ModelError, load_gpu_catalog
+from planner.planning.rules import CONTEXT_FLOOR
 from planner.reports.tables import TextTable, terminal_safe, text_table
 from planner.targets import SpeedEstimator, Targets, plan_or_none
 
@@ -39,7 +43,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "gets. Failure rates and repair times come from the node's own fleet-file "
             "entry (annual_failure_rate, repair_hours), else --afr / --repair-hours, else "
             "its catalog kind (the gpu it names, a <kind>-NN id, or the one kind with its "
-            "memory), else the defaults (0.119 failures a year, 72 hours). The targets "
+            f"memory), else the defaults ({DEFAULT_ANNUAL_FAILURE_RATE:g} failures a year, "
+            f"{DEFAULT_REPAIR_HOURS:g} hours). The targets "
             "are the fleet file's (minimum_nodes, and target_decode_tpot_ms judged by the "
             "speed estimate) with --min-context and --min-lanes, by one rule with planner "
             "size."),
@@ -52,16 +57,16 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="GPU catalog with failure figures (default data/gpus.toml)")
     parser.add_argument("--min-context", type=int, metavar="N",
                         help="context the plan must reach (default the context floor, "
-                             "min(native, 65536))")
+                             f"min(native, {CONTEXT_FLOOR}))")
     parser.add_argument("--min-lanes", type=int, default=1, metavar="N",
                         help="parallel lanes the plan must reach (default 1)")
     parser.add_argument("--afr", type=float, metavar="F",
                         help="failures per node-year for nodes without their own")
     parser.add_argument("--repair-hours", type=float, metavar="H",
                         help="mean hours to repair for nodes without their own")
-    parser.add_argument("--tolerance", type=float, default=1e-9, metavar="T",
+    parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, metavar="T",
                         help="large fleets: stop when the unexplored probability is below "
-                             "T (default 1e-9)")
+                             f"T (default {DEFAULT_TOLERANCE:g})")
     parser.add_argument("--max-states", type=int, default=QUICK_MAX_STATES, metavar="N",
                         help="large fleets: plan at most N failure states, then report the "
                              f"interval so far (default {QUICK_MAX_STATES:,}; each costs a "

@@ -41,7 +41,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--flash-attn", choices=("on", "off"), default="on",
                         help="flash attention (-fa), default on")
     parser.add_argument("--ubatch", type=int, default=DEFAULT_UBATCH, metavar="U",
-                        help="physical batch size (-ub), default 512")
+                        help=f"physical batch size (-ub), default {DEFAULT_UBATCH}")
     add_memory_model_argument(parser)
     parser.add_argument("--json", action="store_true",
                         help="print stages, rpc_servers and llama_server as JSON")

@@ -45,7 +45,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--kv-unified", action="store_true",
                         help="one KV cache shared by the lanes (-kvu)")
     parser.add_argument("--ubatch", type=int, default=DEFAULT_UBATCH, metavar="U",
-                        help="physical batch size (-ub), default 512")
+                        help=f"physical batch size (-ub), default {DEFAULT_UBATCH}")
     parser.add_argument("--flash-attn", choices=("on", "off"), default="on",
                         help="flash attention (-fa), default on")
     parser.add_argument("--devices", type=int, metavar="D",

@@ -66,7 +66,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="prompt whose time to first token to estimate (default: "
                              "--context)")
     parser.add_argument("--kv-cache-type", metavar="T",
-                        help="KV cache type of a preset or GGUF model (default f16)")
+                        help="KV cache type of a preset or GGUF model (default "
+                             f"{DEFAULT_CACHE_TYPE})")
     parser.add_argument("--catalog", metavar="FILE",
                         help="GPU catalog in the format of data/gpus.toml (default: that)")
     parser.add_argument("--json", action="store_true",

@@ -45,7 +45,7 @@ from typing import Any
 
 from planner._validate import integer, shown
 from planner.errors import PlanError
-from planner.limits import DEFAULT_PRICE_KIND
+from planner.limits import DEFAULT_PRICE_KIND, MAX_TOP_FLEETS
 from planner.models.gpus import GpuModel
 from planner.models.spec import ModelSpec
 from planner.performance import (
@@ -76,7 +76,6 @@ from planner.targets import TargetsError
 from planner.units import format_bytes
 
 _MICRO = 1_000_000  # prices are summed in micro-USD so that equal costs compare equal
-_MAX_TOP = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,7 +338,7 @@ def size_fleet(
     targets = targets or SizingTargets()
     top = integer(top, lambda problem, got: TargetsError(
         "InvalidTargets", f"top: {problem} (got {shown(got)})", field="top", value=got),
-        minimum=1, maximum=_MAX_TOP)
+        minimum=1, maximum=MAX_TOP_FLEETS)
     fields, spec_traffic = _model_fields(model)
     traffic = traffic or spec_traffic
     chosen, skipped = select_kinds(catalog, kinds, price_kind)
