@@ -577,3 +577,25 @@ def test_mesh_draws_have_distinct_sizes_and_ties_across_sizes() -> None:
 
     draw()
     assert distinct > total * 0.85 and tied > 10
+
+
+def test_a_stage_count_within_a_latency_needs_that_many_nodes_within_it() -> None:
+    """Six nodes have no latency and two have 6 ms; the last layer costs 0 bytes. Seven
+    stages need a 6 ms node: a missing seventh node is not a node with nothing usable
+    that could take the free layer (the search once said 0 ms, then found no set)."""
+    def node(node_id: str, latency: int | None = None, headroom: int = 0) -> dict[str, Any]:
+        return {"node_id": node_id, "detected_vram_bytes": 530_872,
+                "runtime_headroom_bytes": headroom, "stage_transfer_latency_ms": latency}
+
+    request = {
+        "native_context_length": 16384, "layer_count": 9, "model_weight_bytes": 26,
+        "layer_weight_bytes": [0, 11, 0, 9, 0, 6, 0, 0, 0], "kv_bytes_per_token": 12,
+        "layer_kv_bytes_per_token": [5, 1, 1, 1, 1, 2, 0, 1, 0],
+        "layer_state_bytes_per_sequence": [0, 0, 0, 0, 0, 0, 4096, 0, 0],
+        "nodes": [node("5z6a"), node("y6xy"), node("9a"), node("-5", 6),
+                  node("y", headroom=53_087), node("8"), node("x3x"), node("056c", 6)]}
+    assert planner.plan_topology(request).to_dict() == ref.plan(request)
+    table = planner.candidates(request)
+    seven = table[(table["stage_count"] == 7) & table["feasible"]]
+    assert len(seven) and (seven["estimated_decode_network_ms_per_token"] == 7 * 6).all()
+    assert set(seven["node_ids"].iloc[0]) >= {"-5", "056c"}

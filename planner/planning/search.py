@@ -287,7 +287,7 @@ class ContextSearch:
     # -- program 1: smallest possible maximum latency, every stage count ------------------
     def _fits_lanes(self, budgets: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """Whether lane ``i``'s first ``counts[i]`` budgets (row ``i``, stage order) hold
-        the model (docs/rules.md §4); a budget of 0 (a missing node) never does."""
+        the model (docs/rules.md §4); a budget of -1 (a missing node) takes no layer."""
         layers = self.layer_count
         position = np.zeros(len(counts), dtype=np.int64)
         alive = np.ones(len(counts), dtype=bool)
@@ -325,9 +325,10 @@ class ContextSearch:
 
         def tops(indices: np.ndarray) -> np.ndarray:
             """Per lane, the usable bytes of the ``most`` largest nodes within its
-            threshold, zero-padded."""
+            threshold, padded with -1: a missing node, which takes no layer (a node with
+            nothing usable still takes a layer of 0 bytes)."""
             wanted, lane_row = np.unique(indices, return_inverse=True)
-            rows = np.zeros((len(wanted), most), dtype=np.int64)
+            rows = np.full((len(wanted), most), -1, dtype=np.int64)
             for r, index in enumerate(wanted):
                 top = usable[latency <= thresholds[index]][:most]
                 rows[r, :len(top)] = top
