@@ -91,6 +91,20 @@ def test_one_layer_without_room_is_counted_in_the_singular() -> None:
     assert "2 of 3 layers fit; the other 1 layer (1 GiB) has no room" in caught.value.message
 
 
+@pytest.mark.parametrize(("tiny_nodes", "stages"), [(1, "as 2 stages"),
+                                                     (2, "as 2 to 3 stages")])
+def test_the_stage_counts_tried_read_as_written(tiny_nodes: int, stages: str) -> None:
+    # One node holds every layer; the others hold none, so no split of two or more fits.
+    request = {"native_context_length": 4096, "layer_count": 3,
+               "model_weight_bytes": 3 * GIB, "kv_bytes_per_token": 1, "minimum_nodes": 2,
+               "nodes": [{"node_id": "big", "detected_vram_bytes": 4 * GIB},
+                         *({"node_id": f"tiny-{i}", "detected_vram_bytes": GIB // 2}
+                           for i in range(tiny_nodes))]}
+    with pytest.raises(planner.PlanError) as caught:
+        planner.plan_topology(request)
+    assert f"but not {stages} of at least one layer each" in caught.value.message
+
+
 def test_the_launch_script_names_a_one_layer_stage_s_layer() -> None:
     launch = build_launch([Stage("a", 0, 3), Stage("b", 3, 4)], "m.gguf",
                           LlamaCppSettings(context_length=4096), 4,

@@ -26,7 +26,7 @@ from planner.planning.rules import (
 )
 from planner.planning.search import ContextSearch, NodeSetChoice, SearchBudget
 from planner.planning.tables import milliseconds_dtype
-from planner.units import counted, format_bytes, latency_microseconds, layer_range
+from planner.units import counted, format_bytes, latency_microseconds
 
 Request = PlanningInput | Mapping[str, Any]
 
@@ -226,8 +226,8 @@ def no_valid_topology(request: PlanningInput) -> PlanError:
         else:
             why = (f"all {layers} layers fit on the {len(ordered)} usable nodes at context "
                    f"{lowest:,}, but not as "
-                   f"{layer_range(counts.start, counts.stop, ' to ')} stages of at least "
-                   "one layer each")
+                   f"{counts.start if len(counts) == 1 else f'{counts.start} to {counts[-1]}'}"
+                   " stages of at least one layer each")
     span = f"{contexts[0]:,}" if len(contexts) == 1 else f"{contexts[0]:,} down to {lowest:,}"
     return PlanError(
         "NoValidTopology",
