@@ -127,3 +127,61 @@ def test_a_shipped_example_fleet_gets_its_prefill_estimated() -> None:
                   "h200-141gb", "--gpus", "4", "--prompt-tokens", "2000")
     assert found["ttft_ms"] is not None and found["ttft_ms"] > 0
     assert not any("parameter count is unknown" in note for note in found["notes"])
+
+
+CARD_CATALOG = ('[[gpu]]\nid = "card"\nname = "Card"\nvendor = "V"\n'
+                'memory_bytes = 85899345920\nnote = "n"\n'
+                "memory_bandwidth_bytes_per_s = 1000000000000\n"
+                'memory_bandwidth_source = "s"\nmemory_type = "hbm"\nbackend = "cuda"\n'
+                'fp16_tflops = 200\nfp16_tflops_source = "s"\n')
+
+
+def _sources(tmp_path: Path) -> dict[str, str]:
+    """The same kind of model three ways: a preset, a GGUF file and fleet files (one
+    naming the preset, one typing the numbers with the speed fields)."""
+    from test_models_gguf import llama_metadata, llama_tensors, write_gguf
+
+    gguf = tmp_path / "tiny.gguf"
+    write_gguf(gguf, "llama", llama_metadata(), llama_tensors())
+    named = tmp_path / "named.toml"
+    named.write_text('[model]\npreset = "llama-3.1-70b"\n\n[[nodes]]\nid = "n"\n'
+                     'vram = "80 GiB"\n')
+    numbers = tmp_path / "numbers.toml"
+    numbers.write_text(
+        '[model]\nnative_context_length = 131072\nlayer_count = 80\n'
+        'model_weight_bytes = "70 GiB"\nkv_bytes_per_token = 327680\nhidden_size = 8192\n'
+        "parameter_count = 70553706496\n\n"
+        '[[nodes]]\nid = "n"\nvram = "80 GiB"\n')
+    return {"preset": "llama-3.1-70b", "gguf": str(gguf), "named": str(named),
+            "numbers": str(numbers)}
+
+
+@pytest.mark.parametrize("source", ["preset", "gguf", "named", "numbers"])
+def test_every_flag_works_with_every_kind_of_model(tmp_path: Path, source: str) -> None:
+    catalog = tmp_path / "cards.toml"
+    catalog.write_text(CARD_CATALOG)
+    model = _sources(tmp_path)[source]
+    gpus = "4" if source != "gguf" else "2"  # the tiny GGUF file has 4 layers
+    base = _json(model, "--gpu", "card", "--catalog", str(catalog), "--gpus", gpus,
+                 "--context", "8k", "--prompt-tokens", "2048")
+    assert set(base) == KEYS and base["gpu"] == "card" and base["gpus"] == int(gpus)
+    assert len(base["terms"]["stages"]) == int(gpus)
+    for key in ("tpot_ms", "tokens_per_s", "prefill_tokens_per_s", "ttft_ms"):
+        assert base[key] is not None and base[key] > 0, key
+    assert base["prefill_tokens_per_s"] == pytest.approx(2048 * 1000 / base["ttft_ms"])
+    common = (model, "--gpu", "card", "--catalog", str(catalog), "--gpus", gpus)
+    longer = _json(*common, "--context", "64k", "--prompt-tokens", "2048")
+    assert sum(s["kv_read_bytes"] for s in longer["terms"]["stages"]) > sum(
+        s["kv_read_bytes"] for s in base["terms"]["stages"])
+    lanes = _json(*common, "--context", "8k", "--prompt-tokens", "2048", "--lanes", "4")
+    assert lanes["lanes"] == 4 and lanes["tokens_per_s"] > base["tokens_per_s"]
+    prompt = _json(*common, "--context", "8k", "--prompt-tokens", "8192")
+    assert prompt["ttft_ms"] > base["ttft_ms"]
+    if source == "numbers":
+        assert_user_error(run("speed", *common, "--kv-cache-type", "q4_0"), 2,
+                          "--kv-cache-type")
+    else:
+        small = _json(*common, "--context", "8k", "--prompt-tokens", "2048",
+                      "--kv-cache-type", "q4_0")
+        assert sum(s["kv_read_bytes"] for s in small["terms"]["stages"]) < sum(
+            s["kv_read_bytes"] for s in base["terms"]["stages"])

@@ -9,7 +9,9 @@ from __future__ import annotations
 import csv
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,12 +25,12 @@ from planner.performance import HeldOutError, load_calibration  # noqa: E402
 README = ROOT / "README.md"
 SPEED_PAGE = ROOT / "docs" / "speed.md"
 # Median absolute error on held-out rows: at most 15 % for decode and prefill, overall
-# and per memory type, except HBM prefill (docs/speed.md: the H100's FP16 figure is far above
-# what the measured llama.cpp build reaches, the A100's is not; one share cannot fit
-# both).
+# and per memory type, except HBM prefill, at 15.8 % held to 16 % (docs/speed.md: the
+# H100 PCIe's F16 products reached a smaller share of its FP16 figure than the A100's in
+# the measured build; one share per memory type cannot fit both).
 BOUNDS = {("decode", "all"): 0.15, ("decode", "gddr"): 0.15, ("decode", "hbm"): 0.15,
           ("decode", "lpddr"): 0.15, ("prefill", "all"): 0.15, ("prefill", "gddr"): 0.15,
-          ("prefill", "lpddr"): 0.15, ("prefill", "hbm"): 0.30}
+          ("prefill", "lpddr"): 0.15, ("prefill", "hbm"): 0.16}
 
 
 @pytest.fixture(scope="module")
@@ -117,3 +119,111 @@ def test_refitting_reproduces_the_shipped_calibration(rows: list[speed_calibrati
                  "half_rate_tokens"):
         assert getattr(refit, name) == pytest.approx(dict(getattr(shipped, name)),
                                                      rel=1e-3, abs=1e-3), name
+
+
+# ---------------------------------------------------------------- each term, on the rows
+
+
+def _row(rows: list[speed_calibration.Row], row_id: int) -> speed_calibration.Row:
+    return next(r for r in rows if r.row_id == row_id)
+
+
+def _gain(rows: list[speed_calibration.Row], one: int, many: int,
+          calibration: Any = None) -> tuple[float, float]:
+    """Measured and estimated tokens/s of row ``many`` (B lanes) over row ``one``."""
+    calibration = calibration or load_calibration()
+    first, other = _row(rows, one), _row(rows, many)
+    measured = other.tokens_per_s / first.tokens_per_s
+    estimated = (speed_calibration.predict_ms(first, calibration) / first.lanes) / (
+        speed_calibration.predict_ms(other, calibration) / other.lanes)
+    return measured, estimated
+
+
+def test_lanes_of_a_mixture_of_experts_read_the_expected_distinct_experts(
+        rows: list[speed_calibration.Row], monkeypatch: pytest.MonkeyPatch) -> None:
+    """llama-batched-bench on a DGX Spark: gpt-oss-120b gains 1.66x at 4 lanes and 2.56x
+    at 8 (its lanes route to different experts), the dense Qwen2.5-7B 3.57x and 6.69x.
+    The estimate follows both; reading only one token's experts per step would not. (At
+    2 lanes the mixtures of experts measured almost no gain, 1.05-1.17x, and the
+    estimate says 1.4x: docs/speed.md's known gaps.)"""
+    moe = ((359, 361), (359, 362), (343, 345), (343, 346), (375, 377), (375, 378))
+    for one, many in moe:
+        measured, estimated = _gain(rows, one, many)
+        assert estimated == pytest.approx(measured, rel=0.25), (many, measured, estimated)
+    for many in range(392, 397):
+        measured, estimated = _gain(rows, 391, many)
+        assert estimated == pytest.approx(measured, rel=0.1), (many, measured, estimated)
+    monkeypatch.setattr(speed_calibration.ModelTraffic, "expert_share",
+                        lambda self, tokens: (self.experts_used or 1) / (
+                            self.expert_count or 1))
+    measured, one_tokens_experts = _gain(rows, 359, 361)
+    assert one_tokens_experts > 1.6 * measured
+
+
+def test_the_compute_ceiling_caps_large_batches(rows: list[speed_calibration.Row]) -> None:
+    """Qwen2.5-7B at 32 lanes on a DGX Spark (row 396): within 15 % with the compute
+    term, far too fast as bandwidth alone."""
+    row = _row(rows, 396)
+    calibration = load_calibration()
+    assert abs(speed_calibration.error(row, calibration)) <= 0.15
+    bandwidth_only = replace(row, gpu=replace(row.gpu, fp16_tflops=None,
+                                              fp16_tflops_source=None))
+    assert speed_calibration.error(bandwidth_only, calibration) < -0.3
+
+
+def test_a_fixed_time_per_layer_slows_a_small_model_on_a_fast_gpu(
+        rows: list[speed_calibration.Row]) -> None:
+    """Llama 3 8B Q4_K_M on an H100 PCIe (row 169, tg512): within 15 % with the fitted
+    time per layer, more than a quarter too fast without it."""
+    row = _row(rows, 169)
+    calibration = load_calibration()
+    assert abs(speed_calibration.error(row, calibration)) <= 0.15
+    without = replace(calibration, layer_ms={key: 0.0 for key in calibration.layer_ms})
+    assert speed_calibration.error(row, without) < -0.25
+
+
+def test_the_kv_term_follows_the_measured_context_effect(
+        rows: list[speed_calibration.Row]) -> None:
+    """tg8192 against tg512 of the same GPU, model and split (llama-bench): the
+    measured slowdown is followed within 5 % at the median; the cache read as fast as
+    the weights (one efficiency for both) misses it by more."""
+    pairs = []
+    for row in rows:
+        if row.phase == "decode" and row.test == "tg8192":
+            short = next(r for r in rows if r.test == "tg512" and r.gpu.kind == row.gpu.kind
+                         and r.gpu_count == row.gpu_count and r.model is row.model
+                         and r.file_bytes == row.file_bytes)
+            pairs.append((short, row))
+    assert len(pairs) >= 30
+
+    def median_miss(calibration: Any) -> float:
+        misses = []
+        for short, long in pairs:
+            measured = long.tokens_per_s / short.tokens_per_s
+            estimated = (speed_calibration.predict_ms(short, calibration)
+                         / speed_calibration.predict_ms(long, calibration))
+            misses.append(abs(estimated / measured - 1))
+        return statistics.median(misses)
+
+    calibration = load_calibration()
+    assert median_miss(calibration) <= 0.05
+    as_weights = replace(calibration, kv_efficiency=dict(calibration.weight_efficiency))
+    assert median_miss(as_weights) > 1.5 * median_miss(calibration)
+
+
+@pytest.mark.parametrize(("table", "factor", "phase"), [
+    ("weight_efficiency", 1.5, "decode"), ("weight_efficiency", 0.6, "decode"),
+    ("compute_efficiency", 1.6, "prefill"), ("compute_efficiency", 0.6, "prefill")])
+def test_the_bounds_fail_when_the_estimator_drifts(rows: list[speed_calibration.Row],
+                                                   table: str, factor: float,
+                                                   phase: str) -> None:
+    """The bounds above are not loose: an estimator whose efficiencies drift by a
+    half breaks at least one of them for that phase. (Any smaller drift fails
+    test_the_shipped_held_out_error_is_what_the_estimator_gives until the calibration is
+    refitted and its table republished.)"""
+    calibration = load_calibration()
+    drifted = replace(calibration, **{table: {
+        key: min(1.0, value * factor) for key, value in getattr(calibration, table).items()}})
+    errors = speed_calibration.held_out_errors(rows, drifted)
+    assert any(e.median_abs_error > BOUNDS[(e.phase, e.memory_type)]
+               for e in errors if e.phase == phase), errors

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -97,15 +98,17 @@ def resolve_model(source: str, kv_cache_type: str | None = None
     path = Path(source)
     spec: ModelSpec | None
     if path.suffix.lower() in (".toml", ".json"):
-        if kv_cache_type is not None:
-            raise UserError("--kv-cache-type: a fleet file states its own "
-                            "(model.kv_cache_type)")
         document = load_fleet(source)
-        spec = document.model.spec(document.base_dir)
-        numbers = document.model.numbers
+        model = document.model
+        if kv_cache_type is not None:
+            if model.numbers is not None:
+                raise UserError("--kv-cache-type: the fleet file's model is typed as "
+                                "numbers; its kv_bytes_per_token is the cache's size")
+            model = replace(model, kv_cache_type=kv_cache_type)
+        spec = model.spec(document.base_dir)
         fields = (spec.planning_fields() if spec is not None else
-                  dict(document.model.resolve(document.base_dir)))
-        return document.model.label, fields, model_traffic(spec, numbers)
+                  dict(model.resolve(document.base_dir)))
+        return model.label, fields, model_traffic(spec, model.numbers)
     if path.suffix.lower() == ".gguf":
         spec = from_gguf(path, kv_cache_type or DEFAULT_CACHE_TYPE)
     else:
