@@ -18,6 +18,7 @@ from planner.fleet import load_fleet
 from planner.memory import LlamaCppCosts, layer_kv_bytes
 from planner.planning import explain_choice, search
 from planner.planning.rules import context_candidates, layer_costs
+from planner.units import format_bytes
 from planner.workbench.evaluation import evaluate
 from planner.workbench.state import WorkbenchState
 
@@ -156,3 +157,125 @@ def test_the_stage_table_shows_one_rule(tmp_path: Path) -> None:
                                              for j in layers)
         # The last stage carries the output head and its compute buffer.
         assert table["other_bytes"].iloc[-1] > model.output_bytes
+
+
+def _stage_rows(text: str, header_start: str) -> list[list[str]]:
+    """The rows of the text table whose header line starts with ``header_start``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.strip():
+            break
+        rows.append(line.split("  "))
+    return [[cell.strip() for cell in row if cell.strip()] for row in rows]
+
+
+def _markdown_rows(text: str, heading: str) -> list[list[str]]:
+    lines = text.splitlines()
+    start = lines.index(heading)
+    table = [line for line in lines[start + 1:] if line.startswith("|")]
+    end = next((i for i, line in enumerate(lines[start + 1:]) if line.startswith("#")),
+               len(lines))
+    table = [line for line in lines[start + 1:start + 1 + end] if line.startswith("|")]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in table[2:]]
+
+
+def _llama_figures(fleet: Path) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """Per stage, llama.cpp's (weights, KV, used) as the stage table must show them, and
+    the design rule's weights for the same layers."""
+    document = load_fleet(fleet)
+    request = document.to_request("llamacpp")
+    result = planner.plan_request(request)
+    plan, table = result.plan, result.stages
+    assert plan is not None and table is not None
+    rule = request.memory_rule
+    assert isinstance(rule, LlamaCppCosts)
+    settings = rule.settings(plan.context_length, plan.parallel_lanes)
+    expected, design = [], []
+    design_costs = layer_costs(document.to_request("design"), plan.context_length,
+                               plan.parallel_lanes)
+    for stage, row in zip(plan.stages, table.itertuples(), strict=True):
+        layers = range(stage.layer_start, stage.layer_end)
+        weights = sum(rule.model.layers[j].weight_bytes for j in layers)
+        kv = sum(layer_kv_bytes(rule.model, j, settings) for j in layers)
+        expected.append((format_bytes(weights), format_bytes(kv), format_bytes(row.used_bytes)))
+        design.append(format_bytes(sum(design_costs.weights[stage.layer_start:stage.layer_end])))
+    return expected, design
+
+
+def test_the_command_line_stage_table_shows_llama_cpp_figures_only(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fleet = _fleet(tmp_path)
+    expected, design = _llama_figures(fleet)
+    assert main(["plan", str(fleet), "--memory-model", "llamacpp"]) == 0
+    rows = _stage_rows(capsys.readouterr().out, "stage    node")
+    assert len(rows) == len(expected)
+    for row, (weights, kv, used), design_weights in zip(rows, expected, design, strict=True):
+        # stage, node, layers, count, weights, KV cache, used, usable, remaining
+        assert (row[4], row[5], row[6]) == (weights, kv, used)
+        assert design_weights != weights  # the fixture tells the two rules apart
+
+
+def test_the_report_stage_table_shows_llama_cpp_figures_only(tmp_path: Path) -> None:
+    fleet = _fleet(tmp_path)
+    expected, _ = _llama_figures(fleet)
+    out = tmp_path / "report.md"
+    assert main(["report", str(fleet), "--memory-model", "llamacpp", "-o", str(out)]) == 0
+    rows = _markdown_rows(out.read_text(), "### Stages")
+    assert len(rows) == len(expected)
+    for row, (weights, kv, used) in zip(rows, expected, strict=True):
+        assert (row[4], row[5], row[6]) == (weights, kv, used)
+
+
+def test_planner_report_with_llama_cpp_parses_the_model_once_and_searches_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``planner plan`` and ``planner report`` (HTML: plan, candidates, explanation, stage
+    table, charts and the failure what-if) read the GGUF once and search each fleet,
+    context and lane count once."""
+    from planner.models import gguf_reader
+
+    parsed: list[Path] = []
+    original = gguf_reader._Walk.header
+
+    def counted(self: Any, version: int) -> Any:
+        parsed.append(self.path)
+        return original(self, version)
+
+    started: Counter[tuple[Any, ...]] = Counter()
+    search_init = search.ContextSearch.__init__
+
+    def counted_search(self: Any, request: Any, context_length: int,
+                       budget: Any = None, lanes: int | None = None) -> None:
+        started[(tuple(n.node_id for n in request.nodes), context_length, lanes)] += 1
+        search_init(self, request, context_length, budget, lanes)
+
+    monkeypatch.setattr(gguf_reader._Walk, "header", counted)
+    monkeypatch.setattr(search.ContextSearch, "__init__", counted_search)
+    fleet = _fleet(tmp_path)
+    for command in (["plan", str(fleet)], ["report", str(fleet), "-o",
+                                          str(tmp_path / "report.html")]):
+        gguf_reader._read_header_cached.cache_clear()  # each command starts afresh
+        parsed.clear()
+        started.clear()
+        assert main([*command, "--memory-model", "llamacpp"]) == 0
+        assert len(parsed) == 1, command
+        assert started and max(started.values()) == 1, (command, started)
+
+
+def test_the_report_node_table_gives_the_usable_bytes_the_stage_table_uses(
+        tmp_path: Path) -> None:
+    fleet = _fleet(tmp_path)
+    out = tmp_path / "report.md"
+    for memory_model in ("design", "llamacpp"):
+        assert main(["report", str(fleet), "--memory-model", memory_model, "-o",
+                     str(out)]) == 0
+        text = out.read_text()
+        header = next(line for line in text.splitlines() if line.startswith("| node |"))
+        columns = [cell.strip() for cell in header.strip("|").split("|")]
+        nodes = {row[0]: dict(zip(columns, row, strict=True))
+                 for row in _markdown_rows(text, "### Nodes")}
+        for stage in _markdown_rows(text, "### Stages"):
+            # stage, node, layers, count, weights, KV cache, used, usable, remaining
+            assert nodes[stage[1]]["= usable"] == stage[7], memory_model
+        assert ("− llama.cpp reserve" in columns) == (memory_model == "llamacpp")

@@ -87,11 +87,13 @@ class ReportContent:
         return self.plan is not None
 
     def planning_input(self) -> PlanningInput:
+        """The request as it was planned, with its memory rule (llama.cpp's read back
+        from its plain form)."""
         request = dict(self.request)
-        if isinstance(request.get("llamacpp"), Mapping):
+        if isinstance(request.get("memory_rule"), Mapping):
             from planner.memory import LlamaCppCosts
 
-            request["llamacpp"] = LlamaCppCosts.from_dict(request["llamacpp"])
+            request["memory_rule"] = LlamaCppCosts.from_dict(request["memory_rule"])
         return PlanningInput.from_dict(request)
 
     def plan_object(self) -> Plan | None:
@@ -177,9 +179,14 @@ def _model_section(source: ReportSource, request: PlanningInput,
 
 
 def _node_rows(request: PlanningInput, plan: Plan | None) -> tuple[dict[str, Any], ...]:
+    """Each node's usable bytes as the plan's search had them: under llama.cpp's rule,
+    after what it reserves on the node at the plan's context and lanes."""
     stage_of = {stage.node_id: stage.stage_id for stage in plan.stages} if plan else {}
+    reserves = (request.memory_rule.node_reserves(request, plan.context_length,
+                                                  plan.parallel_lanes) if plan else {})
     rows = []
     for node in request.nodes:
+        reserve = reserves.get(node.node_id, 0)
         rows.append({
             "node_id": node.node_id,
             "detected_vram_bytes": node.detected_vram_bytes,
@@ -187,7 +194,8 @@ def _node_rows(request: PlanningInput, plan: Plan | None) -> tuple[dict[str, Any
             "capped_vram_bytes": node.capped_vram_bytes,
             "capped_away_bytes": node.detected_vram_bytes - node.capped_vram_bytes,
             "runtime_headroom_bytes": node.runtime_headroom_bytes,
-            "usable_vram_bytes": node.usable_bytes,
+            "memory_rule_reserve_bytes": reserve,
+            "usable_vram_bytes": max(0, node.usable_bytes - reserve),
             "stage_transfer_latency_ms": node.stage_transfer_latency_ms,
             "stage_id": stage_of.get(node.node_id),
         })

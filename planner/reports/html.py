@@ -17,6 +17,7 @@ from planner.reports.tables import (
     estimate_rows,
     memory_table,
     model_rows,
+    node_intro,
     node_table,
     plan_facts,
     planning_rows,
@@ -138,8 +139,7 @@ def render_html(content: ReportContent) -> str:
         "<h3>Model</h3>", _facts(model_rows(content), table_id="model-table"),
         "<h3>Planning options</h3>", _facts(planning_rows(content), table_id="planning-table"),
         "<h3>Nodes</h3>",
-        "<p>Usable bytes, step by step: detected VRAM, capped at the max VRAM, minus the "
-        "runtime headroom (never below 0).</p>",
+        f"<p>{escape(node_intro(content))}</p>",
         _table(node_table(content), table_id="nodes-table"),
         "</section>",
         '<section id="plan"><h2>Plan</h2>',

@@ -14,6 +14,7 @@ from planner.reports.tables import (
     estimate_rows,
     memory_table,
     model_rows,
+    node_intro,
     node_table,
     plan_facts,
     planning_rows,
@@ -84,8 +85,7 @@ def render_markdown(content: ReportContent) -> str:
     lines += ["## Inputs", "", "### Model", "", *_pairs(model_rows(content)), ""]
     lines += ["### Planning options", "", *_pairs(planning_rows(content)), ""]
     lines += ["### Nodes", "",
-              "Usable bytes, step by step: detected VRAM, capped at the max VRAM, minus the "
-              "runtime headroom (never below 0).", "", *_table(node_table(content)), ""]
+              md_text(node_intro(content)), "", *_table(node_table(content)), ""]
 
     lines += ["## Plan", ""]
     if content.plan is not None:

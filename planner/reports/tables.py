@@ -84,23 +84,43 @@ def planning_rows(content: ReportContent) -> list[tuple[str, str]]:
     ]
 
 
+def _reserves(content: ReportContent) -> bool:
+    return any(node.get("memory_rule_reserve_bytes") for node in content.nodes)
+
+
+def node_intro(content: ReportContent) -> str:
+    """What the node table shows, in words."""
+    text = ("Usable bytes, step by step: detected VRAM, capped at the max VRAM, minus the "
+            "runtime headroom")
+    if _reserves(content):
+        text += (", minus what llama.cpp reserves on the node at the plan's context and "
+                 "lanes (its backend overhead and a stage's compute buffer)")
+    return text + " (never below 0)."
+
+
 def node_table(content: ReportContent) -> TextTable:
-    """Each node's usable bytes, step by step: detected -> cap -> headroom -> usable."""
+    """Each node's usable bytes, step by step: detected -> cap -> headroom (-> the memory
+    rule's reserve) -> usable, as the stage table's usable."""
+    reserves = _reserves(content)
     rows = []
     for node in content.nodes:
         cap = node["max_vram_bytes"]
+        reserve = (size(node.get("memory_rule_reserve_bytes") or 0),) if reserves else ()
         rows.append((
             node["node_id"],
             size(node["detected_vram_bytes"]),
             "none" if cap is None else size(cap),
             size(node["capped_vram_bytes"]),
             size(node["runtime_headroom_bytes"]),
+            *reserve,
             size(node["usable_vram_bytes"]),
             _optional(node["stage_transfer_latency_ms"], " ms"),
             node["stage_id"] or "unused",
         ))
+    reserve_header = ("− llama.cpp reserve",) if reserves else ()
     return _table(("node", "detected VRAM", "max VRAM cap", "after cap", "− headroom",
-                   "= usable", "latency", "stage"), rows, "lrrrrrrl")
+                   *reserve_header, "= usable", "latency", "stage"), rows,
+                  "lrrrr" + "r" * len(reserve_header) + "rrl")
 
 
 def _ms(value: Any) -> str:
