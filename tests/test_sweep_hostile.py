@@ -352,3 +352,29 @@ def test_a_port_that_is_no_dask_scheduler_interrupts_the_sweep_within_the_timeou
         listener.close()
     assert caught.value.code == "SweepInterrupted"
     assert words in caught.value.message
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_fleet_whose_gguf_is_no_regular_file_is_that_rows_error(tmp_path: Path,
+                                                                 kind: str) -> None:
+    gguf = tmp_path / "model.gguf"
+    if kind == "fifo":
+        os.mkfifo(gguf)
+    else:
+        gguf.symlink_to("/dev/zero")
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(f'[model]\ngguf = "{gguf}"\n[[nodes]]\nid = "n"\ncount = 2\n'
+                     'vram = "24 GiB"\n')
+    grid = grid_from_axes({"min_lanes": [1, 2]}, {"fleet": str(fleet)})
+    results = sweep(grid, "plan", output=tmp_path / "out.csv")
+    assert list(results["error_code"]) == ["ModelUnavailable", "ModelUnavailable"]
+    assert all("not a regular file" in m for m in results["error_message"])
+
+
+@pytest.mark.parametrize(("scheduler", "code"), [("bogus", "InvalidScheduler"),
+                                                 ("inproc://x", "InvalidScheduler")])
+def test_the_command_line_names_a_bad_scheduler(tmp_path: Path, scheduler: str,
+                                                code: str) -> None:
+    grid_file = tmp_path / "grid.toml"
+    grid_file.write_text(f'evaluate = "plan"\n[fixed]\nfleet = "{FIVE}"\n')
+    assert_user_error(run("sweep", grid_file, "--scheduler", scheduler), 2, code)

@@ -128,7 +128,9 @@ class ModelChoice:
             path = self.gguf_path(base_dir)
             assert path is not None
             try:
-                found = path.is_file()
+                # Anything there but a regular file (a device, a FIFO, a folder) is named
+                # as such by the reader, which never opens it for reading.
+                found = path.exists()
             except (OSError, ValueError):  # a name no file system takes (a NUL byte)
                 found = False
             if not found:
