@@ -2,14 +2,13 @@
 front) from a 20-kind catalog for each model preset at f = 0, 1 and 2; the target is
 under 1 s each.
 
-Two 20-kind catalogs. ``shipped+spot``: the shipped catalog (12 kinds) and a spot-priced
-variant (55 % of the price, at most 4 to be had) of each of its 8 priciest kinds. The
-shipped Mac Studios (large memory at a purchase price spread over years) win almost
-every question there within a few plans, so ``rented GPUs`` is the harder one: the 9
-rented GPU kinds, a spot variant of each, and a reserved variant (70 %, at most 8) of
-the H100 and A100 80GB, where many mixes cost nearly the same. The model's targets are
-the defaults (the context floor, 1 lane). ``python benchmarks/sizing_bench.py``
-prints the table; ``make bench`` includes it.
+Two 20-kind catalogs of rented GPUs (sizing compares rented prices). ``rented+spot``: the
+shipped catalog's 10 rented kinds and a spot-priced variant (55 % of the price, at most 4
+to be had) of each. ``rented+spot+reserved``: the 10 rented kinds, a spot variant of the
+8 priciest and a reserved variant (70 %, at most 8) of the H100 SXM and A100 80GB, where
+many mixes cost nearly the same. The model's targets are the defaults (the context
+floor, 1 lane). ``python benchmarks/sizing_bench.py`` prints the table; ``make bench``
+includes it.
 """
 
 from __future__ import annotations
@@ -35,14 +34,14 @@ def _variant(gpu: Any, suffix: str, share: float, count: int) -> Any:
 def catalogs() -> dict[str, list[Any]]:
     from planner.models import load_gpu_catalog
 
-    shipped = [gpu for gpu in load_gpu_catalog() if gpu.price_per_hour is not None]
-    priciest = sorted(shipped, key=lambda gpu: -gpu.price_per_hour)[:20 - len(shipped)]
-    rented = [gpu for gpu in shipped if gpu.vendor != "Apple"]
+    rented = [gpu for gpu in load_gpu_catalog()
+              if gpu.price_per_hour is not None and gpu.price_kind == "rented"]
+    priciest = sorted(rented, key=lambda gpu: -(gpu.price_per_hour or 0))[:8]
     reserved = [gpu for gpu in rented if gpu.kind in ("h100-sxm-80gb", "a100-80gb")]
     result = {
-        "shipped+spot": shipped + [_variant(gpu, "spot", 0.55, 4) for gpu in priciest],
-        "rented GPUs": (rented + [_variant(gpu, "spot", 0.55, 4) for gpu in rented]
-                        + [_variant(gpu, "reserved", 0.7, 8) for gpu in reserved]),
+        "rented+spot": rented + [_variant(gpu, "spot", 0.55, 4) for gpu in rented],
+        "rented+spot+reserved": (rented + [_variant(gpu, "spot", 0.55, 4) for gpu in priciest]
+                                 + [_variant(gpu, "reserved", 0.7, 8) for gpu in reserved]),
     }
     for name, kinds in result.items():
         assert len(kinds) == 20, (name, len(kinds))

@@ -118,7 +118,19 @@ DEFAULT_PRICE_KIND = "rented"
 """What a catalog price is when its entry does not say (``price_kind``), and the prices
 sizing compares unless told otherwise: what a provider charges by the hour."""
 
-MAX_AVAILABILITY_NODE_PLANS = 1_500_000
+MAX_AVAILABILITY_NODE_PLANS = 1_000_000
 """The work one availability answer may take, in nodes planned (each plan of a failure
-state counts its surviving nodes): about 150 plans of a 10,000-node fleet, within half a
+state counts its surviving nodes): 100 plans of a 10,000-node fleet, within half a
 minute; beyond it the answer is the interval so far, which holds the exact value."""
+
+MAX_SIZING_KINDS = 100
+"""Catalog kinds one sizing question compares: the exact search decides a count per kind,
+and beyond this its bounds cost more than they save (choose kinds with ``--kinds``)."""
+
+MAX_SIZING_PLANS = 3_000
+"""Plans one sizing answer may make (the search and its Pareto pass together), about
+half a minute; beyond it the question is refused as ``SizingTooLarge``."""
+
+MAX_SIZING_QUEUE = 500_000
+"""Partial fleets the sizing search may hold at once (their memory); beyond it the
+question is refused as ``SizingTooLarge``."""

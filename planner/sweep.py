@@ -11,7 +11,7 @@ A grid row is one scenario. Its columns (all optional unless the evaluation need
 ``annual_failure_rate``  failures per node-year for every node (availability, simulation)
 ``repair_hours``         mean hours to repair for every node (availability, simulation)
 ``catalog``              a GPU catalog file (failure figures; default ``data/gpus.toml``)
-``max_states``           failure states planned at most (availability; default 2,000,
+``max_states``           failure-state plans at most (availability; default 500,
                          then the interval so far, which holds the exact value)
 ``seed``, ``horizon_hours``  the simulated timeline (simulation)
 ``failures_tolerated``  nodes the sized fleet must survive losing (size)

@@ -59,11 +59,12 @@ class TargetsError(CodedError):
     """Targets that cannot be judged.
 
     ``code`` is ``InvalidTargets`` (a target out of range, or a minimum context above the
-    model's native context; ``field`` names it) or ``TpotNotEstimable`` (a TPOT target on
-    a fleet whose decode speed cannot be estimated; the message says what is missing).
+    model's native context; ``field`` names it), ``TpotNotEstimable`` (a TPOT target on
+    a fleet whose decode speed cannot be estimated) or ``TtftNotEstimable`` (a TTFT target
+    on a model whose prefill cannot be estimated); the message says what is missing.
     """
 
-    codes = ("InvalidTargets", "TpotNotEstimable")
+    codes = ("InvalidTargets", "TpotNotEstimable", "TtftNotEstimable")
 
 
 def _whole(value: Any, name: str, low: int, high: int) -> int:

@@ -114,9 +114,24 @@ def test_max_states_bounds_the_work_and_the_interval_still_holds(tmp_path) -> No
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["availability"] is None and data["states_evaluated"] == 4
-    assert "stopped after 4 plans of failure states (--max-states 4" in done.stderr
+    assert "stopped after 4 plans of failure states (--max-states 4; raise it" in done.stderr
     request = load_fleet(fleet).to_request()
     wider = fleet_availability(request, NodeReliability(20, 500), min_context=65536,
                                max_states=60, exact_states=0)
     assert data["availability_lower"] <= wider.availability_lower
     assert wider.availability_upper <= data["availability_upper"]
+
+
+def test_a_wide_interval_gives_the_hours_down_as_a_range_not_a_middle(tmp_path) -> None:
+    # 1,331 failure states, and one plan: the interval is wide, and its middle is no
+    # estimate of the hours down.
+    fleet = tmp_path / "three-kinds.toml"
+    fleet.write_text('[model]\npreset = "qwen3-coder-480b-a35b"\nkv_cache_type = "q8_0"\n'
+                     + "".join(f'[[nodes]]\nid = "k{i}"\ncount = 10\nvram = "80 GiB"\n'
+                               f'headroom = "{i} GiB"\n' for i in range(3)))
+    done = run("availability", fleet, "--afr", "20", "--repair-hours", "500",
+               "--max-states", "1")
+    assert done.returncode == 0, done.stderr
+    assert "time below the targets: between" in done.stdout
+    assert "expected time below the targets" not in done.stdout
+    assert "not explored" in done.stdout

@@ -117,3 +117,12 @@ def test_a_fleet_files_numbers_with_speed_fields_are_sized_by_speed(tmp_path: Pa
     fleets = json.loads(done.stdout)["fleets"]
     assert fleets and all(0 < fleet["estimated_tpot_ms"] <= 200 for fleet in fleets)
     assert all(fleet["estimated_context_fill_ms"] is not None for fleet in fleets)
+
+
+def test_the_tpot_example_fleet_is_refused_at_once_for_want_of_a_speed_estimate() -> None:
+    """The shipped 33 ms example types its model as numbers: sizing it with that target
+    is refused by name (it used to search for over 20 minutes, to 9.7 GB)."""
+    from planner.fleet import example_fleet
+
+    done = run("size", example_fleet("qwen480b-4x80-latency10-tpot33"))
+    assert_user_error(done, 2, "TpotNotEstimable", "typed as numbers")

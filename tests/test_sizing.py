@@ -78,7 +78,9 @@ def _brute_force(model: dict[str, Any], traffic: ModelTraffic, kinds: list[GpuMo
         return seen[tuple(ids)]
 
     found = []
-    for counts in itertools.product(*(range(k.max_count + 1) for k in kinds)):
+    # At most layer_count + f of a kind: more are never planned, even after f losses.
+    most = model["layer_count"] + f
+    for counts in itertools.product(*(range(min(k.max_count, most) + 1) for k in kinds)):
         ids = [n.node_id for n in fleet_nodes(kinds, counts)]
         ok, plan = meets(ids)
         if not ok:

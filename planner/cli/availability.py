@@ -25,6 +25,7 @@ from planner.cli._common import (
     add_fleet_argument,
     load_request,
 )
+from planner.limits import MAX_AVAILABILITY_NODE_PLANS
 from planner.models import ModelError, load_gpu_catalog
 from planner.planning.rules import CONTEXT_FLOOR
 from planner.reports.tables import TextTable, terminal_safe, text_table
@@ -109,11 +110,13 @@ def run(args: argparse.Namespace) -> int:
     except (AvailabilityError, ModelError) as error:
         raise UserError(f"{args.fleet}: {error.message}") from None
     if not result.exact and result.unexplored_mass > args.tolerance:
+        bound = (f"--max-states {args.max_states:,}; raise it to narrow the interval"
+                 if result.states_evaluated >= args.max_states else
+                 f"the work bound of {MAX_AVAILABILITY_NODE_PLANS:,} nodes planned in all")
         print(f"planner: stopped after {result.states_evaluated:,} plans of failure states "
-              f"(--max-states {args.max_states:,}, or the work bound for a fleet this "
-              f"large) with {result.unexplored_mass:.3g} of the probability unexplored "
+              f"({bound}) with {result.unexplored_mass:.3g} of the probability unexplored "
               f"(more than --tolerance {args.tolerance:g}); the interval holds the exact "
-              "value; raise --max-states to narrow it", file=sys.stderr)
+              "value", file=sys.stderr)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
         return EXIT_OK

@@ -18,8 +18,18 @@ vector of per-kind removals adding up to f.
 
 :func:`size_fleet` returns the fleets that meet the targets at the lowest price per hour
 (ties: fewer nodes, then higher context, then catalog order), exactly, among every fleet
-with at most ``max_count`` of each kind (a kind without ``max_count``: at most
-``layer_count + f``, since a plan uses at most one node per layer and f more are spares).
+with at most ``max_count`` and at most ``layer_count + f`` of each kind (a plan uses at
+most one node per layer and f more are spares: more of a kind are never planned, and
+only cost).
+
+With a TPOT or TTFT target, kinds too slow to carry a plan within it do not count
+towards it (:mod:`planner.sizing.floors`: no split decodes faster than the whole model
+read at the fastest kind's bandwidth, nor fills a prompt faster than at its fastest
+compute): a fleet needs f + 1 nodes that can, and a question no fleet can answer is
+``NoFleetMeetsTargets`` at once (:func:`_speed_carriers`). The search is bounded
+(:data:`planner.limits.MAX_SIZING_KINDS`, ``MAX_SIZING_PLANS``, ``MAX_SIZING_QUEUE``):
+past them it is ``SizingTooLarge``, and the Pareto pass stops at the context it reached,
+with a note.
 
 How it stays exact and fast: a best-first search over count vectors, kind by kind (the
 largest kinds first), whose priority is the cost so far plus a lower bound on the cost
@@ -37,6 +47,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -45,7 +56,13 @@ from typing import Any
 
 from planner._validate import integer, shown
 from planner.errors import PlanError
-from planner.limits import DEFAULT_PRICE_KIND, MAX_TOP_FLEETS
+from planner.limits import (
+    DEFAULT_PRICE_KIND,
+    MAX_SIZING_KINDS,
+    MAX_SIZING_PLANS,
+    MAX_SIZING_QUEUE,
+    MAX_TOP_FLEETS,
+)
 from planner.models.gpus import GpuModel
 from planner.models.spec import ModelSpec
 from planner.performance import (
@@ -61,6 +78,7 @@ from planner.planning import rules
 from planner.planning.api import plan_topology
 from planner.planning.inputs import PlanningInput
 from planner.planning.plan import Plan
+from planner.sizing import floors
 from planner.sizing.result import SizedFleet, SizingResult, pareto_front
 from planner.sizing.targets import (
     PRICE_KIND_TEXT,
@@ -100,11 +118,26 @@ class _Search:
         self.options = dict(options)
         self.f = targets.failures_tolerated
         self.layer_count = int(model["layer_count"])
-        self.bounds = [gpu.max_count if gpu.max_count is not None
-                       else self.layer_count + self.f for gpu in self.kinds]
+        # A plan has at most one stage per layer, so more than layer_count + f nodes of
+        # a kind are never planned, even after f losses: such fleets only cost more.
+        most = self.layer_count + self.f
+        self.bounds = [most if gpu.max_count is None else min(gpu.max_count, most)
+                       for gpu in self.kinds]
         self.prices = [int(Decimal(str(gpu.price_per_hour)) * _MICRO) for gpu in self.kinds]
         self.cache: dict[tuple[int, ...], _Outcome] = {}
         self.plans_evaluated = 0
+
+    def check_budget(self, queued: int) -> None:
+        """``SizingTooLarge`` once the search has made more plans or holds more partial
+        fleets than the bounds of :mod:`planner.limits` allow."""
+        if self.plans_evaluated > MAX_SIZING_PLANS or queued > MAX_SIZING_QUEUE:
+            raise SizingError(
+                "SizingTooLarge",
+                f"the search stopped after {self.plans_evaluated:,} plans with "
+                f"{queued:,} partial fleets queued, without proving which fleets are "
+                f"cheapest at context {self.minimum_context:,}; size with fewer kinds "
+                "(--kinds), lower max_count, or relax the targets",
+                plans_evaluated=self.plans_evaluated, queued=queued)
 
     # -- exact evaluation ------------------------------------------------------------
 
@@ -204,14 +237,12 @@ class _Needs:
     """What every plan meeting the targets needs at context ``c0``, per node kind: the
     most layers one node holds and its usable bytes; and the totals to cover."""
 
-    def __init__(self, search: _Search, costs: tuple[int, ...], min_bandwidth_ms: float | None
-                 ) -> None:
+    def __init__(self, search: _Search, costs: tuple[int, ...]) -> None:
         self.layers_needed = len(costs)
         self.bytes_needed = sum(costs)
         self.caps = [_longest_run(gpu.usable_bytes, costs) for gpu in search.kinds]
         self.usable = [gpu.usable_bytes if cap else 0
                        for gpu, cap in zip(search.kinds, self.caps, strict=True)]
-        self.min_bandwidth_ms = min_bandwidth_ms
         f = search.f
         holding = [i for i, cap in enumerate(self.caps) if cap]
         # The f spares hold at least as much as the smallest node that holds a layer.
@@ -237,8 +268,8 @@ class _Needs:
 
     def necessary(self, search: _Search, counts: Sequence[int]) -> bool:
         """Conditions every fleet meeting the targets satisfies, also after losing its f
-        largest nodes: enough layers, bytes and holding nodes; and with a TPOT target, the
-        fastest kind present reading the whole model within it."""
+        largest nodes: enough layers, bytes and holding nodes (the speed targets' carriers
+        are counted in the search)."""
         f = search.f
         caps = sorted(itertools.chain.from_iterable(
             [self.caps[i]] * n for i, n in enumerate(counts)), reverse=True)
@@ -247,15 +278,7 @@ class _Needs:
         if sum(caps[f:]) < self.layers_needed or sum(usable[f:]) < self.bytes_needed:
             return False
         holding = sum(1 for cap in caps[f:] if cap)
-        if holding < max(search.targets.minimum_nodes, 1):
-            return False
-        target = search.targets.target_decode_tpot_ms
-        if target is not None and self.min_bandwidth_ms is not None:
-            fastest = max((search.kinds[i].memory_bandwidth_bytes_per_s or 0)
-                          for i, n in enumerate(counts) if n)
-            if fastest and self.min_bandwidth_ms / fastest > target * (1 + 1e-9):
-                return False
-        return True
+        return holding >= max(search.targets.minimum_nodes, 1)
 
 
 def _largest_sizes(f: int, top: tuple[int, ...], size: int, amount: int) -> tuple[int, ...]:
@@ -281,21 +304,22 @@ class _Bound:
     """Fractional-knapsack lower bounds on the cost of covering ``need`` units with the
     kinds from position ``d`` on (each kind at most its count bound)."""
 
-    def __init__(self, prices: Sequence[int], amounts: Sequence[int], bounds: Sequence[int]
+    def __init__(self, prices: Sequence[int], amounts: Sequence[float], bounds: Sequence[int]
                  ) -> None:
         kinds = len(prices)
-        self.tables: list[tuple[list[int], list[float], list[float]]] = []
+        self.tables: list[tuple[list[float], list[float], list[float]]] = []
         for start in range(kinds + 1):
             useful = sorted((i for i in range(start, kinds) if amounts[i] > 0 and bounds[i]),
                             key=lambda i: prices[i] / amounts[i])
-            reach, spend, rate = [0], [0.0], []
+            reach: list[float] = [0]
+            spend, rate = [0.0], []
             for i in useful:
                 reach.append(reach[-1] + amounts[i] * bounds[i])
                 spend.append(spend[-1] + prices[i] * bounds[i])
                 rate.append(prices[i] / amounts[i])
             self.tables.append((reach, spend, rate))
 
-    def __call__(self, start: int, need: int) -> float | None:
+    def __call__(self, start: int, need: float) -> float | None:
         """``None`` when the kinds left cannot cover ``need`` at all."""
         if need <= 0:
             return 0.0
@@ -345,6 +369,11 @@ def size_fleet(
     if not chosen:
         raise SizingError("EmptyCatalog", f"no catalog kind has a {price_kind} "
                           "price_per_hour to size with", price_kind=price_kind)
+    if len(chosen) > MAX_SIZING_KINDS:
+        raise SizingError(
+            "TooManyKinds", f"{len(chosen):,} kinds to size with; the exact search takes at "
+            f"most {MAX_SIZING_KINDS}: choose the kinds to compare (--kinds, kinds=)",
+            kinds=len(chosen), most=MAX_SIZING_KINDS)
     _check_kind_ids(chosen)
     planning = {
         "minimum_nodes": targets.minimum_nodes,
@@ -366,19 +395,26 @@ def size_fleet(
     search = _Search(fields, traffic, chosen, targets, planning, minimum_context, options)
     fleets = _cheapest(search, probe, minimum_context, top)
     front: tuple[SizedFleet, ...] = ()
+    notes = [f"prices compared: {PRICE_KIND_TEXT[price_kind]}"]
     if pareto:
         pool = list(fleets)
-        for context in rules.context_candidates(probe):
+        for context in sorted(rules.context_candidates(probe)):
             if context > max(minimum_context, fleets[0].plan.context_length):
                 level = _Search(fields, traffic, chosen, targets, planning, context, options)
                 level.cache = search.cache  # same fleets, same plans
+                # One budget for the whole answer: the levels count on from the search.
+                level.plans_evaluated = search.plans_evaluated
                 try:
                     pool.extend(_cheapest(level, probe, context, top))
-                except SizingError:
-                    continue
-                search.plans_evaluated += level.plans_evaluated
+                except SizingError as error:
+                    if error.code != "SizingTooLarge":
+                        continue
+                    notes.append(f"the Pareto front leaves out contexts from {context:,} "
+                                 "on: searching them exactly passed the search's bounds")
+                    break
+                finally:
+                    search.plans_evaluated = level.plans_evaluated
         front = pareto_front(pool)
-    notes = [f"prices compared: {PRICE_KIND_TEXT[price_kind]}"]
     left_out = set(skipped)
     unpriced = [gpu.kind for gpu in catalog
                 if gpu.kind in left_out and gpu.price_per_hour is None]
@@ -410,19 +446,9 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
         raise _nothing(search, f"the planner plans at most {lanes} parallel lanes")
     c0 = min(candidates)
     costs = rules.layer_bytes(probe, c0)
-    min_bandwidth_ms = None
-    if search.targets.target_decode_tpot_ms is not None and search.traffic is not None:
-        weights = rules.layer_weights(probe)
-        read = (sum(weights) * search.traffic.active_weight_bytes
-                / search.traffic.model_weight_bytes
-                + (sum(costs) - sum(weights)))
-        # A bound below every stage's read time: at the highest efficiency any memory
-        # type reaches (or the one asked for).
-        efficiency = (search.options["bandwidth_efficiency"]
-                      or load_calibration().max_read_efficiency)
-        min_bandwidth_ms = read / efficiency * 1000
-    needs = _Needs(search, costs, min_bandwidth_ms)
+    needs = _Needs(search, costs)
     kinds = len(search.kinds)
+    carriers = _speed_carriers(search, probe, candidates, c0)
     # The tree decides the largest kinds first (catalog order among equals): then the f
     # largest nodes of a partial fleet are soon those of every fleet below it, and the
     # spares' share of the bound is tight near the root. Leaves go back to catalog order,
@@ -431,9 +457,15 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
     prices = [search.prices[i] for i in order]
     caps = [needs.caps[i] for i in order]
     usables = [needs.usable[i] for i in order]
-    bounds = [search.bounds[i] for i in order]
+    # A kind in no fleet that meets a speed target is not searched.
+    bounds = [0 if any(c.kinds[i] is None for c in carriers) else search.bounds[i]
+              for i in order]
     layer_bound = _Bound(prices, caps, bounds)
     byte_bound = _Bound(prices, usables, bounds)
+    # Each speed cover: what each kind's node gives towards it, and what a fleet needs.
+    covers = [*carriers, *_read_time_covers(search, probe, candidates, c0, needs)]
+    carried = [[float(c.kinds[i] or 0) for i in order] for c in covers]
+    carrier_bounds = [_Bound(prices, amounts, bounds) for amounts in carried]
 
     def in_catalog_order(tree_counts: tuple[int, ...]) -> tuple[int, ...]:
         counts = [0] * kinds
@@ -444,28 +476,39 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
     f = search.f
 
     def lower(start: int, layers: int, held: int, top_caps: tuple[int, ...] = (),
-              top_usable: tuple[int, ...] = ()) -> float | None:
+              top_usable: tuple[int, ...] = (), have: tuple[float, ...] = ()
+              ) -> float | None:
         need_layers, need_bytes = needs.totals(f, top_caps, top_usable)
-        by_layers = layer_bound(start, need_layers - layers)
-        by_bytes = byte_bound(start, need_bytes - held)
-        if by_layers is None or by_bytes is None:
+        parts = [layer_bound(start, need_layers - layers), byte_bound(start, need_bytes - held)]
+        parts += [cover_bound(start, cover.need - (have[i] if have else 0))
+                  for i, (cover, cover_bound) in enumerate(zip(covers, carrier_bounds,
+                                                                strict=True))]
+        if any(part is None for part in parts):
             return None
-        return max(by_layers, by_bytes)
+        return max(part for part in parts if part is not None)
 
     found: list[tuple[tuple[int, int, int, tuple[int, ...]], tuple[int, ...]]] = []
     threshold = float("inf")
     start_bound = lower(0, 0, 0)
     if start_bound is None:
+        for cover, cover_bound in zip(covers, carrier_bounds, strict=True):
+            if cover_bound(0, cover.need) is None:
+                raise _nothing(search, cover.why)
         raise _nothing(search, _short_of(search, needs, c0))
     # Each entry: bound, tie order, counts of the first kinds, their cost, layers and
-    # bytes, and the f largest layer caps and usable bytes among their nodes.
+    # bytes, the f largest layer caps and usable bytes among their nodes, and how many
+    # of them carry each speed target.
+    no_carriers = (0.0,) * len(covers)
     queue: list[tuple[float, int, tuple[int, ...], int, int, int, tuple[int, ...],
-                      tuple[int, ...]]] = [(start_bound, 0, (), 0, 0, 0, (), ())]
+                      tuple[int, ...], tuple[float, ...]]] = [
+        (start_bound, 0, (), 0, 0, 0, (), (), no_carriers)]
     tie = itertools.count(1)
     while queue:
-        bound, _, tree_counts, cost, layers, held, top_caps, top_usable = heapq.heappop(queue)
+        (bound, _, tree_counts, cost, layers, held, top_caps, top_usable,
+         have) = heapq.heappop(queue)
         if bound > threshold:
             break
+        search.check_budget(len(queue))
         depth = len(tree_counts)
         if depth == kinds:
             counts = in_catalog_order(tree_counts)
@@ -486,19 +529,196 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
                 break
             child_caps = _largest_sizes(f, top_caps, cap, amount)
             child_usable = _largest_sizes(f, top_usable, usable, amount)
+            child_have = tuple(n + flags[depth] * amount
+                               for n, flags in zip(have, carried, strict=True))
             rest = lower(depth + 1, layers + cap * amount, held + usable * amount,
-                         child_caps, child_usable)
+                         child_caps, child_usable, child_have)
             if rest is None:
                 continue
             child_bound = child_cost + rest
             if child_bound <= threshold * (1 + 1e-12):
                 heapq.heappush(queue, (child_bound, next(tie), (*tree_counts, amount),
                                        child_cost, layers + cap * amount,
-                                       held + usable * amount, child_caps, child_usable))
+                                       held + usable * amount, child_caps, child_usable,
+                                       child_have))
     if not found:
         raise _nothing(search, _why_not(search, needs, c0))
     found.sort()
     return [search.sized(counts) for _, counts in found[:top]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Cover:
+    """A condition every fleet meeting a speed target satisfies: its nodes' ``kinds``
+    amounts (per catalog kind; ``None``: a kind in no such fleet) add up to ``need``
+    (``why`` says what, when no fleet can)."""
+
+    kinds: tuple[float | None, ...]
+    need: float
+    why: str
+
+
+def _carriers(search: _Search, target: str, fast: Sequence[bool | None]) -> _Cover:
+    """The kinds that can carry a plan that meets ``target`` (``True``), can be in a fleet
+    that meets it without carrying its plan (``False``), or are in none (``None``): a
+    fleet that meets it after losing any f nodes has f + 1 carriers."""
+    return _Cover(tuple(None if flag is None else float(flag) for flag in fast),
+                  search.f + 1,
+                  f"the fleet must keep a node fast enough for the {target} target after "
+                  f"losing any {search.f}, and fewer than {search.f + 1} such nodes can be "
+                  "had")
+
+
+# The read-time covers tried (each a valid condition; more cost more per partial fleet).
+_READ_COVERS = 8
+
+
+def _read_time_covers(search: _Search, probe: PlanningInput, candidates: Sequence[int],
+                      c0: int, needs: _Needs) -> list[_Cover]:
+    """With a TPOT target: a plan's stages read ``R`` weight bytes at least (and ``K``
+    cache bytes, :class:`floors.DecodeFloor` at ``c0``), a stage on a node of ``u`` usable
+    bytes at most ``rho x u`` of them (:func:`floors.most_read_per_held_byte`), at ``m``
+    ms a byte or more, within ``T`` = the target less the fixed per-layer times and the
+    other reads at the fastest kind's rate. Its fleet so reads ``R`` bytes within ``T``,
+    which the fastest nodes filled first do best; for any rate ``x``, that needs
+    ``sum(rho x u x max(0, x - m)) >= x R - T`` over the fleet (linear programming's dual
+    bound at ``x``, exact at the best ``x``, one of the kinds' ``m``). Likewise for the
+    cache."""
+    target = search.targets.target_decode_tpot_ms
+    if target is None or search.traffic is None:
+        return []
+    floor = floors.decode_floor(search.kinds, search.traffic, probe, search.options)
+    rho_weight, rho_kv = floors.most_read_per_held_byte(search.traffic, probe, candidates)
+    kv = floor.kv_bytes_per_token * c0
+    covers = []
+    for read, rho, rates, budget in (
+            (floor.weight_bytes, rho_weight, floor.weight_ms_per_byte,
+             target - floor.fixed_ms - kv * min(floor.kv_ms_per_byte)),
+            (kv, rho_kv, floor.kv_ms_per_byte,
+             target - floor.fixed_ms - floor.weight_bytes * min(floor.weight_ms_per_byte))):
+        slow = sorted({m for m in rates if not math.isinf(m) and m * read > budget})
+        if len(slow) > _READ_COVERS:
+            slow = [slow[round(i * (len(slow) - 1) / (_READ_COVERS - 1))]
+                    for i in range(_READ_COVERS)]
+        for x in slow:
+            amounts = tuple(0.0 if math.isinf(m) else rho * usable * max(0.0, x - m)
+                            for m, usable in zip(rates, needs.usable, strict=True))
+            covers.append(_Cover(amounts, (x * read - budget) * (1 - 1e-6),
+                                 f"no fleet reads the model (its active weights and the KV "
+                                 f"cache at {c0:,}) within the TPOT target of {target} ms "
+                                 "on the nodes to be had: the fastest hold too little of "
+                                 "it"))
+    return covers
+
+
+def _speed_carriers(search: _Search, probe: PlanningInput, candidates: Sequence[int],
+                    c0: int) -> list[_Cover]:
+    """The carriers of the TPOT and TTFT targets (:mod:`planner.sizing.floors`), or
+    ``NoFleetMeetsTargets`` at once where no kind carries one; a target no plan of this
+    model can be judged on is refused (``TpotNotEstimable``, ``TtftNotEstimable``).
+
+    Beyond the floors: where the planner takes the highest context that fits (no
+    latencies, one stage allowed), a fleet with a node that holds the whole model at
+    context ``c`` plans at least ``c``, also after losing any other nodes: a kind that
+    alone holds it at a context no kind decodes fast enough at is in no fleet that meets
+    a TPOT target."""
+    carriers = []
+    target = search.targets.target_decode_tpot_ms
+    if target is not None or search.targets.target_ttft_ms is not None:
+        spoilers = _lone_plans_that_miss(search, candidates)
+        if spoilers:
+            carriers.append(_Cover(tuple(None if i in spoilers else 0.0
+                                         for i in range(len(search.kinds))), 0, ""))
+    if target is not None:
+        carriers.extend(_tpot_carriers(search, probe, candidates, c0, target))
+    ttft = search.targets.target_ttft_ms
+    prompt = search.targets.prompt_tokens
+    if ttft is not None and prompt is not None:
+        why = floors.prefill_unknown(search.traffic, search.options)
+        if why:
+            raise TargetsError("TtftNotEstimable", f"the TTFT target ({ttft} ms) is judged "
+                               f"by the prefill estimate, and no plan has one: {why}",
+                               target_ttft_ms=ttft)
+        assert search.traffic is not None
+        least = [floors.prefill_floor_ms(gpu, search.traffic, probe, prompt)
+                 for gpu in search.kinds]
+        if not any(ms <= ttft for ms in least):
+            best = min(range(len(least)), key=lambda i: least[i])
+            floor = ("no kind has fp16_tflops" if math.isinf(least[best]) else
+                     f"its compute alone takes {least[best]:,.0f} ms at the fastest kind's "
+                     f"rate ({search.kinds[best].kind})")
+            raise _nothing(search, f"no split fills a {prompt:,}-token prompt within the "
+                           f"TTFT target of {ttft} ms: {floor}")
+        carriers.append(_carriers(search, "TTFT", [ms <= ttft for ms in least]))
+    return carriers
+
+
+def _lone_plans_that_miss(search: _Search, candidates: Sequence[int]) -> set[int]:
+    """The kinds in no fleet that meets the targets, because one node of theirs holds the
+    whole model at the highest context the planner tries, and its plan misses them.
+
+    Where the planner takes the first shape that fits (no latencies, one stage allowed:
+    docs/rules.md §6), a fleet with such a node plans one stage at that context, on one
+    of its nodes that holds the model alone: the plan of one such node by itself. When
+    that plan misses the targets for every such kind in the fleet, so does the fleet's."""
+    if search.targets.minimum_nodes > 1 or any(
+            gpu.stage_transfer_latency_ms is not None for gpu in search.kinds):
+        return set()
+    top = max(candidates)
+    holders = {}
+    for index in range(len(search.kinds)):
+        if not search.bounds[index]:
+            continue
+        counts = tuple(int(i == index) for i in range(len(search.kinds)))
+        plan = search.outcome(counts).plan
+        if plan is not None and plan.context_length == top and plan.stage_count == 1:
+            holders[index] = search.fleet_meets(counts)
+    # Any fleet with a holder plans on a holder: if none meets, all such fleets miss.
+    return set() if any(holders.values()) else set(holders)
+
+
+def _tpot_carriers(search: _Search, probe: PlanningInput, candidates: Sequence[int],
+                   c0: int, target: int) -> list[_Cover]:
+    """The TPOT target's carriers: a fleet that meets it keeps, after any f losses, a
+    node that reads the weights, and one that reads the cache, fast enough given the
+    fastest kind's reading of the other (:class:`floors.DecodeFloor`)."""
+    if search.traffic is None:
+        raise TargetsError("TpotNotEstimable", f"the TPOT target ({target} ms) is judged by "
+                           "the speed estimate, and no plan has one: the model's decode "
+                           "traffic is unknown (the model is typed as numbers; give a "
+                           "preset or GGUF model)", target_decode_tpot_ms=target)
+    floor = floors.decode_floor(search.kinds, search.traffic, probe, search.options)
+    least = floor.least_ms(c0)
+    if least > target:
+        fastest = min(range(len(search.kinds)), key=lambda i: floor.weight_ms_per_byte[i])
+        gpu = search.kinds[fastest]
+        why = ("no kind has a memory bandwidth" if math.isinf(least) else
+               f"reading the model once (its active weights, "
+               f"{format_bytes(round(floor.weight_bytes))}, and the KV cache at {c0:,}) "
+               f"takes at least {least:,.1f} ms at the fastest kinds' bandwidth ({gpu.kind}, "
+               f"{(gpu.memory_bandwidth_bytes_per_s or 0) / 1e9:,.0f} GB/s)")
+        raise _nothing(search, f"no split decodes within the TPOT target of {target} ms: "
+                       f"{why}")
+    alone_at: dict[int, int] = {}
+    if (search.targets.minimum_nodes <= 1 and not any(
+            gpu.stage_transfer_latency_ms is not None for gpu in search.kinds)):
+        for index, gpu in enumerate(search.kinds):
+            alone = next((c for c in sorted(candidates, reverse=True)
+                          if sum(rules.layer_bytes(probe, c)) <= gpu.usable_bytes), None)
+            if alone is not None and floor.least_ms(alone) > target:
+                alone_at[index] = alone
+    kinds = range(len(search.kinds))
+    readers = [[None if i in alone_at else floor.least_ms(c0, weight_kind=i) <= target
+                for i in kinds],
+               [None if i in alone_at else floor.least_ms(c0, kv_kind=i) <= target
+                for i in kinds]]
+    if all(any(flags) for flags in readers):
+        return [_carriers(search, "TPOT", flags) for flags in readers]
+    context = min(alone_at.values())
+    raise _nothing(search, f"the kinds fast enough for the TPOT target of {target} ms at "
+                   f"context {c0:,} each hold the whole model alone at {context:,} or "
+                   "more, the context the planner then plans, where reading it takes at "
+                   f"least {floor.least_ms(context):,.1f} ms")
 
 
 def _nothing(search: _Search, why: str) -> SizingError:

@@ -35,12 +35,15 @@ class SizingError(CodedError):
     kind asked for is priced as owned where sizing compares rented prices, or the other
     way round), ``EmptyCatalog`` (no kind priced the way sizing compares),
     ``AmbiguousKindIds`` (two kinds whose node ids would interleave, such as ``a`` and
-    ``a-1``) or ``NoFleetMeetsTargets`` (nothing within the counts available meets the
-    targets; the message says why).
+    ``a-1``), ``NoFleetMeetsTargets`` (nothing within the counts available meets the
+    targets; the message says why), ``TooManyKinds`` (more kinds than the exact search
+    takes, :data:`planner.limits.MAX_SIZING_KINDS`) or ``SizingTooLarge`` (the search
+    passed its bounds on plans or queued partial fleets before proving its answer).
     """
 
     codes = ("UnknownKind", "UnpricedKind", "OtherPriceKind",
-             "EmptyCatalog", "AmbiguousKindIds", "NoFleetMeetsTargets")
+             "EmptyCatalog", "AmbiguousKindIds", "NoFleetMeetsTargets", "TooManyKinds",
+             "SizingTooLarge")
 
 
 def fleet_nodes(kinds: Sequence[GpuModel], counts: Sequence[int]) -> tuple[NodeBudget, ...]:

@@ -1,0 +1,184 @@
+"""Sizing and availability on hostile questions within the input caps: each finishes in
+< 30 s and < 2 GB, or is refused at once by name.
+
+Each case runs the command as a user would (``planner size ...``, ``planner
+availability ...``) in a fresh process, so its peak memory (the process's maximum
+resident size, imports included) is its own. The table gives the seconds, the peak
+memory, the exit code and, for a refusal, the error code the command printed.
+``python benchmarks/sizing_hostile_bench.py`` prints the table; ``make bench`` includes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+FLEETS = ROOT / "planner" / "data" / "fleets"
+TARGET_SECONDS = 30.0
+TARGET_MB = 2048.0
+# A case still running at this many seconds is stopped and counted as a miss.
+KILL_SECONDS = 90.0
+GIB = 2**30
+
+
+def _catalog(entries: list[dict[str, Any]]) -> str:
+    lines = []
+    for entry in entries:
+        lines.append("[[gpu]]")
+        for key, value in entry.items():
+            lines.append(f"{key} = {json.dumps(value)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _kinds(count: int, seed: int, **extra: Any) -> list[dict[str, Any]]:
+    rnd = random.Random(seed)
+    return [{"name": f"Card {i:05d}", "memory_bytes": rnd.randint(8, 192) * GIB,
+             "price_per_hour": round(rnd.uniform(0.2, 8.0), 4),
+             "memory_bandwidth_bytes_per_s": rnd.randint(300, 5000) * 10**9, **extra}
+            for i in range(count)]
+
+
+def _fleet(model: str, nodes: list[dict[str, Any]]) -> str:
+    lines = [model, ""]
+    for node in nodes:
+        lines.append("[[nodes]]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in node.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+QWEN = '[model]\npreset = "qwen3-coder-480b-a35b"\nkv_cache_type = "q8_0"'
+NUMBERS = ('[model]\nnative_context_length = 131072\nlayer_count = 80\n'
+           'model_weight_bytes = "140 GB"\nkv_bytes_per_token = 327680\n'
+           '[planning]\ntarget_decode_tpot_ms = 60')
+
+
+def _setup(folder: Path) -> dict[str, list[str]]:
+    """name -> the command's arguments (files written to ``folder``)."""
+    def write(name: str, text: str) -> str:
+        path = folder / name
+        path.write_text(text)
+        return str(path)
+
+    latency = _kinds(12, 1, stage_transfer_latency_ms=5)
+    rnd = random.Random(7)
+    return {
+        "size llama-3.1-70b --tpot 30 (no fleet meets it)":
+            ["size", "llama-3.1-70b", "--tpot", "30"],
+        "size llama-3.1-70b --tpot 10": ["size", "llama-3.1-70b", "--tpot", "10"],
+        "size llama-3.1-70b --tpot 90 (the search's plan bound)":
+            ["size", "llama-3.1-70b", "--tpot", "90"],
+        "size llama-3.1-70b --ttft-ms 10 --prompt-tokens 32768 (no fleet meets it)":
+            ["size", "llama-3.1-70b", "--ttft-ms", "10", "--prompt-tokens", "32768"],
+        "size the TPOT-33 example fleet (model typed as numbers)":
+            ["size", str(FLEETS / "qwen480b-4x80-latency10-tpot33.toml")],
+        "size a model typed as numbers with a TPOT target":
+            ["size", write("numbers.toml", NUMBERS + '\n[[nodes]]\nid = "x"\nvram = "1 GiB"\n')],
+        "size, table output, shipped catalog with latencies":
+            ["size", "qwen3-coder-480b-a35b", "--catalog", write("latency.toml", (
+                ROOT / "planner" / "data" / "gpus.toml").read_text().replace(
+                    "\nbackend = ", "\nstage_transfer_latency_ms = 5\nbackend = "))],
+        "size, table output, random catalog with latencies":
+            ["size", "llama-3.1-70b", "--catalog", write("latency12.toml", _catalog(latency))],
+        "size, a price of 1e-300 (refused)":
+            ["size", "llama-3.1-70b", "--catalog", write("tiny.toml", _catalog(
+                [{**_kinds(1, 2)[0], "price_per_hour": 1e-300}]))],
+        "size, 1,000 kinds": ["size", "llama-3.1-70b", "--json", "--catalog",
+                              write("k1000.toml", _catalog(_kinds(1000, 3)))],
+        "size, 10,000 kinds": ["size", "llama-3.1-70b", "--json", "--catalog",
+                               write("k10000.toml", _catalog(_kinds(10_000, 4)))],
+        "size, 12 kinds with max_count 10,000": [
+            "size", "llama-3.1-70b", "--json", "--tolerate", "2", "--catalog",
+            write("k12.toml", _catalog(_kinds(12, 5, max_count=10_000)))],
+        "availability, 10,000 identical nodes": ["availability", write(
+            "same.toml", _fleet(QWEN, [{"id": "n", "count": 10_000, "vram": "80 GiB"}]))],
+        "availability, 100 kinds x 100 nodes": ["availability", write(
+            "hundreds.toml", _fleet(QWEN, [{"id": f"k{k:03d}", "count": 100,
+                                           "vram": f"{40 + k} GiB"} for k in range(100)]))],
+        "availability, 10,000 distinct nodes": ["availability", write(
+            "distinct.toml", _fleet(QWEN, [{"id": f"d{i:05d}",
+                                            "vram": f"{40 * GIB + i * 2**20} B"}
+                                           for i in range(10_000)]))],
+        "availability, 600 distinct unreliable nodes": ["availability", "--afr", "20",
+            "--repair-hours", "500", write("flaky.toml", _fleet(QWEN, [
+                {"id": f"f{i:03d}", "vram": f"{rnd.randint(20, 120) * GIB + i} B"}
+                for i in range(600)]))],
+    }
+
+
+def _one(args: list[str]) -> dict[str, Any]:
+    from planner.cli import main
+
+    sink, errors = io.StringIO(), io.StringIO()
+    started = time.perf_counter()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(errors):
+        code = main(args)
+    seconds = time.perf_counter() - started
+    said = errors.getvalue().strip().splitlines()
+    return {"seconds": seconds, "exit_code": code,
+            "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "said": said[-1] if said else ""}
+
+
+def run(chosen: Callable[[str], bool] = lambda name: True) -> list[dict[str, Any]]:
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for name, args in _setup(Path(folder)).items():
+            if not chosen(name):
+                continue
+            try:
+                done = subprocess.run([sys.executable, __file__, "--one", json.dumps(args)],
+                                      capture_output=True, text=True, timeout=KILL_SECONDS,
+                                      check=False)
+            except subprocess.TimeoutExpired:
+                row = {"seconds": KILL_SECONDS, "exit_code": None, "peak_mb": float("nan"),
+                       "said": "stopped: still running"}
+            else:
+                if done.returncode == 0:
+                    row = json.loads(done.stdout)
+                else:
+                    last = (done.stderr.strip().splitlines() or ["?"])[-1]
+                    row = {"seconds": float("nan"), "exit_code": None,
+                           "peak_mb": float("nan"), "said": f"crashed: {last}"}
+            rows.append({"case": name, **row})
+    return rows
+
+
+def _met(row: dict[str, Any]) -> bool:
+    return (row["exit_code"] is not None and row["seconds"] < TARGET_SECONDS
+            and row["peak_mb"] < TARGET_MB)
+
+
+def print_table(rows: list[dict[str, Any]] | None = None) -> bool:
+    """Print the table; whether every case met the targets."""
+    rows = run() if rows is None else rows
+    print(f"| hostile case | seconds (< {TARGET_SECONDS:g}) | peak MB (< {TARGET_MB:g}) "
+          "| exit | what it said last |")
+    print("|---|---:|---:|---:|---|")
+    for row in rows:
+        flag = "" if _met(row) else " MISSED"
+        said = row["said"].replace("|", "/")[:110]
+        print(f"| {row['case']} | {row['seconds']:.1f}{flag} | {row['peak_mb']:.0f} | "
+              f"{row['exit_code']} | {said} |", flush=True)
+    return all(_met(row) for row in rows)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--one":
+        print(json.dumps(_one(json.loads(sys.argv[2]))))
+        sys.exit(0)
+    wanted = sys.argv[1:]
+    sys.exit(0 if print_table(run(lambda name: not wanted or any(w in name for w in wanted)))
+             else 1)

@@ -1,0 +1,177 @@
+"""Sizing questions that used to run for minutes: each is answered at once or refused by
+name (the time and memory limits themselves are in ``benchmarks/hostile_bench.py``)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+from test_sizing import _kind, _model
+
+import planner.sizing.search as search_module
+from planner.models import load_gpu_catalog, load_preset
+from planner.performance import ModelTraffic, estimate_plan, node_speeds
+from planner.planning.inputs import PlanningInput
+from planner.sizing import (
+    SizingError,
+    SizingTargets,
+    fleet_node_kinds,
+    fleet_nodes,
+    floors,
+    size_fleet,
+)
+from planner.targets import TargetsError, plan_or_none
+
+
+def _no_plans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the search refuse as SizingTooLarge before its first candidate fleet."""
+    monkeypatch.setattr(search_module, "MAX_SIZING_PLANS", -1)
+
+
+def test_a_tpot_no_kind_can_reach_is_answered_at_once(monkeypatch: pytest.MonkeyPatch
+                                                      ) -> None:
+    """Llama 3.1 70B at 30 ms: its weights and the cache at 65,536 read at the fastest
+    kinds' calibrated rates already take 64.8 ms; the search is never entered (it used
+    to run past 90 s at 4.5 GB)."""
+    _no_plans(monkeypatch)
+    with pytest.raises(SizingError) as caught:
+        size_fleet(load_preset("llama-3.1-70b"), load_gpu_catalog(),
+                   SizingTargets(target_decode_tpot_ms=30))
+    assert caught.value.code == "NoFleetMeetsTargets"
+    assert "takes at least 64.8 ms at the fastest kinds' bandwidth (instinct-mi300x" in str(
+        caught.value)
+
+
+def test_kinds_that_hold_the_model_alone_where_too_slow_are_left_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 70 ms the kinds fast enough at 65,536 each hold the model alone at 131,072,
+    which the planner then plans, too slow to read; at 100 ms the lone MI300X (101.8 ms)
+    and H200 plans miss it, and every fleet with one plans it: three RTX 5090s are the
+    answer, found without searching those fleets."""
+    with monkeypatch.context() as patch:
+        _no_plans(patch)
+        with pytest.raises(SizingError) as caught:
+            size_fleet(load_preset("llama-3.1-70b"), load_gpu_catalog(),
+                       SizingTargets(target_decode_tpot_ms=70))
+    assert caught.value.code == "NoFleetMeetsTargets"
+    assert "each hold the whole model alone at 131,072" in str(caught.value)
+    found = size_fleet(load_preset("llama-3.1-70b"), load_gpu_catalog(),
+                       SizingTargets(target_decode_tpot_ms=100), top=1, pareto=False)
+    assert found.cheapest.label == "3 x rtx-5090"
+    assert found.plans_evaluated < 50
+    # The rules remove nothing that meets the target: the plain search over the kinds
+    # that can hold a share (no speed pruning) finds the same fleet.
+    monkeypatch.setattr(search_module, "_speed_carriers", lambda *args: [])
+    monkeypatch.setattr(search_module, "_read_time_covers", lambda *args: [])
+    kinds = ["rtx-5090", "instinct-mi300x", "h200-141gb", "h100-sxm-80gb", "rtx-4090"]
+    plain = size_fleet(load_preset("llama-3.1-70b"), load_gpu_catalog(),
+                       SizingTargets(target_decode_tpot_ms=100), top=1, pareto=False,
+                       kinds=kinds)
+    assert plain.cheapest.label == "3 x rtx-5090"
+
+
+def _random_fleets(count: int, seed: int) -> list[dict[str, int]]:
+    rnd = random.Random(seed)
+    kinds = [gpu.kind for gpu in load_gpu_catalog() if gpu.memory_bandwidth_bytes_per_s]
+    return [{kind: rnd.randint(1, 3) for kind in rnd.sample(kinds, rnd.randint(1, 4))}
+            for _ in range(count)]
+
+
+@pytest.mark.parametrize("preset", ["llama-3.1-70b", "qwen3-coder-480b-a35b"])
+def test_the_speed_floors_are_below_every_estimate(preset: str) -> None:
+    """The floors the search prunes with are below the estimate of every plan of random
+    fleets of the shipped kinds, TPOT and TTFT alike."""
+    spec = load_preset(preset)
+    traffic = ModelTraffic.from_spec(spec)
+    catalog = {gpu.kind: gpu for gpu in load_gpu_catalog()}
+    fields = spec.planning_fields()
+    checked = 0
+    for mix in _random_fleets(40, 7):
+        kinds = [catalog[kind] for kind in mix]
+        counts = list(mix.values())
+        request = PlanningInput.from_dict({**fields, "nodes": list(fleet_nodes(kinds, counts))})
+        plan = plan_or_none(request)
+        if plan is None:
+            continue
+        estimate = estimate_plan(request, plan, traffic,
+                                 node_speeds(request.nodes, kinds, fleet_node_kinds(
+                                     kinds, counts)), prompt_tokens=4096)
+        used = [kinds[index] for index, kind in enumerate(mix)
+                if any(stage.node_id.startswith(f"{kind}-") for stage in plan.stages)]
+        floor = floors.decode_floor(used, traffic, request, {})
+        assert estimate.estimated_tpot_ms >= floor.least_ms(plan.context_length)
+        if estimate.ttft_ms is not None:
+            assert estimate.ttft_ms >= min(floors.prefill_floor_ms(gpu, traffic, request, 4096)
+                                           for gpu in used)
+        checked += 1
+    assert checked >= 10
+
+
+def test_a_ttft_no_kind_can_reach_is_answered_at_once(monkeypatch: pytest.MonkeyPatch
+                                                      ) -> None:
+    _no_plans(monkeypatch)
+    with pytest.raises(SizingError) as caught:
+        size_fleet(load_preset("llama-3.1-70b"), load_gpu_catalog(),
+                   SizingTargets(target_ttft_ms=10, prompt_tokens=32768))
+    assert caught.value.code == "NoFleetMeetsTargets"
+    assert "no split fills a 32,768-token prompt within the TTFT target of 10 ms" in str(
+        caught.value)
+
+
+def test_a_model_typed_as_numbers_cannot_meet_a_speed_target() -> None:
+    """No speed estimate: refused at once as the one targets check refuses it."""
+    with pytest.raises(TargetsError) as caught:
+        size_fleet(_model(4, 4), [_kind("a", 8, 1.0)], SizingTargets(target_decode_tpot_ms=50))
+    assert caught.value.code == "TpotNotEstimable"
+    assert "typed as numbers" in caught.value.message
+    with pytest.raises(TargetsError) as caught:
+        size_fleet(_model(4, 4), [_kind("a", 8, 1.0)],
+                   SizingTargets(target_ttft_ms=50, prompt_tokens=100))
+    assert caught.value.code == "TtftNotEstimable"
+
+
+def test_more_of_a_kind_than_layers_and_spares_is_never_searched() -> None:
+    kinds = [_kind(f"k{i}", 1 + i % 3, 1.0 + i / 10) for i in range(12)]
+    capped = [replace(kind, max_count=10_000) for kind in kinds]
+    targets = SizingTargets(failures_tolerated=2)
+    plain = size_fleet(_model(6, 6), kinds, targets, top=3, pareto=False)
+    huge = size_fleet(_model(6, 6), capped, targets, top=3, pareto=False)
+    assert [f.counts for f in huge.fleets] == [f.counts for f in plain.fleets]
+    assert huge.plans_evaluated == plain.plans_evaluated
+
+
+def test_too_many_kinds_are_refused_by_name() -> None:
+    kinds = [_kind(f"k{i:03d}", 8, 1.0 + i / 1000) for i in range(101)]
+    with pytest.raises(SizingError) as caught:
+        size_fleet(_model(4, 4), kinds)
+    assert caught.value.code == "TooManyKinds"
+    assert "101 kinds" in caught.value.message and "--kinds" in caught.value.message
+
+
+def test_the_search_stops_at_its_bounds_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    kinds = [_kind(f"k{i}", 1 + i % 4, 1.0 + i / 7) for i in range(8)]
+    monkeypatch.setattr(search_module, "MAX_SIZING_PLANS", 3)
+    with pytest.raises(SizingError) as caught:
+        size_fleet(_model(6, 6), kinds, SizingTargets(failures_tolerated=1), pareto=False)
+    assert caught.value.code == "SizingTooLarge"
+    assert "size with fewer kinds" in caught.value.message
+
+
+def test_the_pareto_pass_stops_at_the_bounds_with_a_note(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """The pass over higher contexts shares the search's bounds: past them the front
+    covers the contexts it reached, and the notes say so (it used to run for minutes
+    when no fleet plans the higher contexts)."""
+    model = _model(4, 16)
+    kinds = [_kind("small", 3, 1.0, max_count=8), _kind("fast", 9, 4.0, bandwidth=10**10,
+                                                         max_count=2)]
+    traffic = ModelTraffic.dense(model["model_weight_bytes"], hidden_size=16)
+    whole = size_fleet(model, kinds, top=2, traffic=traffic)
+    alone = size_fleet(model, kinds, top=2, traffic=traffic, pareto=False)
+    assert whole.plans_evaluated > alone.plans_evaluated + 1
+    monkeypatch.setattr(search_module, "MAX_SIZING_PLANS", alone.plans_evaluated)
+    cut = size_fleet(model, kinds, top=2, traffic=traffic)
+    assert cut.fleets == whole.fleets
+    assert any(note.startswith("the Pareto front leaves out contexts from")
+               for note in cut.notes)
