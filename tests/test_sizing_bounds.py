@@ -4,6 +4,7 @@ name (the time and memory limits themselves are in ``benchmarks/hostile_bench.py
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import replace
 
 import pytest
@@ -32,23 +33,23 @@ def _no_plans(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_tpot_no_kind_can_reach_is_answered_at_once(monkeypatch: pytest.MonkeyPatch
                                                       ) -> None:
     """Llama 3.1 70B at 30 ms: its weights and the cache at 65,536 read at the fastest
-    kinds' calibrated rates already take 64.8 ms; the search is never entered (it used
-    to run past 90 s at 4.5 GB)."""
+    kinds' calibrated rates already take more; the search is never entered (it used to
+    run past 90 s at 4.5 GB)."""
     _no_plans(monkeypatch)
     with pytest.raises(SizingError) as caught:
         size_fleet(load_preset("llama-3.1-70b"), load_gpu_catalog(),
                    SizingTargets(target_decode_tpot_ms=30))
     assert caught.value.code == "NoFleetMeetsTargets"
-    assert "takes at least 64.8 ms at the fastest kinds' bandwidth (instinct-mi300x" in str(
-        caught.value)
+    said = re.search(r"takes at least ([\d.]+) ms at the fastest kinds' bandwidth "
+                     r"\(instinct-mi300x", caught.value.message)
+    assert said is not None and float(said.group(1)) > 30
 
 
 def test_kinds_that_hold_the_model_alone_where_too_slow_are_left_out(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """At 70 ms the kinds fast enough at 65,536 each hold the model alone at 131,072,
-    which the planner then plans, too slow to read; at 100 ms the lone MI300X (101.8 ms)
-    and H200 plans miss it, and every fleet with one plans it: three RTX 5090s are the
-    answer, found without searching those fleets."""
+    which the planner then plans, too slow to read; at 100 ms a lone MI300X is the
+    answer, found in a few plans."""
     with monkeypatch.context() as patch:
         _no_plans(patch)
         with pytest.raises(SizingError) as caught:
@@ -58,7 +59,7 @@ def test_kinds_that_hold_the_model_alone_where_too_slow_are_left_out(
     assert "each hold the whole model alone at 131,072" in str(caught.value)
     found = size_fleet(load_preset("llama-3.1-70b"), load_gpu_catalog(),
                        SizingTargets(target_decode_tpot_ms=100), top=1, pareto=False)
-    assert found.cheapest.label == "3 x rtx-5090"
+    assert found.cheapest.label == "1 x instinct-mi300x"
     assert found.plans_evaluated < 50
     # The rules remove nothing that meets the target: the plain search over the kinds
     # that can hold a share (no speed pruning) finds the same fleet.
@@ -68,7 +69,7 @@ def test_kinds_that_hold_the_model_alone_where_too_slow_are_left_out(
     plain = size_fleet(load_preset("llama-3.1-70b"), load_gpu_catalog(),
                        SizingTargets(target_decode_tpot_ms=100), top=1, pareto=False,
                        kinds=kinds)
-    assert plain.cheapest.label == "3 x rtx-5090"
+    assert plain.cheapest.label == "1 x instinct-mi300x"
 
 
 def _random_fleets(count: int, seed: int) -> list[dict[str, int]]:
