@@ -198,6 +198,7 @@ RESULTS = {
     "planner.availability.states.Outcome": _ANSWER,
     "planner.availability.states.NodeKind": _ANSWER,
     "planner.availability.states.AvailabilityResult": _ANSWER,
+    "planner.sizing.floors.DecodeFloor": _ANSWER,
     "planner.sizing.result.SizedFleet": _ANSWER,
     "planner.sizing.result.SizingResult": _ANSWER,
     "planner.simulation.SimulatedYear": _ANSWER,
