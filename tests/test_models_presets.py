@@ -648,3 +648,21 @@ def test_a_spec_refuses_more_experts_used_than_there_are() -> None:
     assert error.value.details["field"] == "experts_used"
     with pytest.raises(ModelError):
         ModelSpec.from_dict({**data, "expert_count": None})
+
+
+def test_a_recurrent_model_with_no_kv_cache_plans() -> None:
+    """A mamba model caches nothing per token (kv_bytes_per_token 0) and keeps its state
+    per sequence: its planning fields say each layer's KV is 0, so it plans."""
+    import planner
+
+    layers = 4
+    spec = ModelSpec(name="mamba", architecture="mamba", layer_count=layers,
+                     native_context_length=8192, model_weight_bytes=layers * 2**20,
+                     layer_weight_bytes=(2**20,) * layers, kv_bytes_per_token=0,
+                     kv_cache_type="f16", kv_cache_table=(("f16", 0),), source="test",
+                     layer_state_bytes_per_sequence=(268288,) * layers)
+    fields = spec.planning_fields()
+    assert fields["layer_kv_bytes_per_token"] == [0] * layers
+    plan = planner.plan_topology({**fields, "nodes": [
+        {"node_id": "a", "detected_vram_bytes": 64 * 2**20}]})
+    assert plan.stage_count == 1 and plan.context_length == 8192

@@ -259,10 +259,12 @@ class ModelSpec:
                 list(self.layer_weight_bytes) if self.layer_weight_bytes is not None else None
             ),
             "kv_bytes_per_token": self.kv_bytes_per_token,
-            # Where layers differ (hybrid, windowed or recurrent models), each layer's own.
+            # Where layers differ (hybrid, windowed or recurrent models), each layer's own;
+            # a model that caches nothing per token (mamba, rwkv) states 0 for each layer.
             "layer_kv_bytes_per_token": (
                 list(self.layer_kv_bytes_per_token)
-                if self.layer_kv_bytes_per_token is not None else None),
+                if self.layer_kv_bytes_per_token is not None
+                else [0] * self.layer_count if self.kv_bytes_per_token == 0 else None),
             "layer_state_bytes_per_sequence": (
                 list(self.layer_state_bytes_per_sequence)
                 if self.layer_state_bytes_per_sequence is not None else None),
