@@ -487,7 +487,7 @@ def layer_kv_bytes(model: LlamaCppModel, index: int, settings: LlamaCppSettings)
     cells = (settings.window_cells(model.sliding_window, unified) if layer.sliding
              else settings.n_ctx_seq) * streams
     value = layer.value_elements
-    if value and not settings.flash_attn:
+    if value and not runs_flash_attention(model, settings):
         value = max(other.value_elements for other in model.layers)
     size = 0
     for elements, cache_type in ((layer.key_elements, settings.cache_type_k),
@@ -502,6 +502,16 @@ def layer_kv_bytes(model: LlamaCppModel, index: int, settings: LlamaCppSettings)
         size += _aligned(row_bytes(settings.cache_type_k, layer.compressed_elements)
                          * compressed * streams)
     return size
+
+
+# Architectures llama.cpp runs without flash attention whatever -fa says
+# (llama_init_from_model: "flash_attn is not compatible with Grok - forcing off").
+NO_FLASH_ATTENTION = frozenset({"grok"})
+
+
+def runs_flash_attention(model: LlamaCppModel, settings: LlamaCppSettings) -> bool:
+    """Whether llama.cpp runs the model's attention with flash attention."""
+    return settings.flash_attn and model.architecture not in NO_FLASH_ATTENTION
 
 
 def layer_state_bytes(model: LlamaCppModel, index: int, settings: LlamaCppSettings) -> int:
@@ -535,7 +545,7 @@ def _device_compute_bytes(model: LlamaCppModel, settings: LlamaCppSettings,
     sizes = compute_buffers(
         model.graph_model(), n_ubatch=settings.n_ubatch, n_kv=settings.n_ctx_seq,
         n_kv_swa=settings.window_cells(model.sliding_window) if model.sliding_window else 0,
-        flash_attn=settings.flash_attn, n_seqs=max(1, settings.parallel),
+        flash_attn=runs_flash_attention(model, settings), n_seqs=max(1, settings.parallel),
         layer_backends=layer_backends, output_backend=output, input_backend=host,
         backends=backends, copies=SCHED_MAX_COPIES if devices > 1 else 1)
     return list(sizes[:devices]), sizes[host]
@@ -584,6 +594,9 @@ def estimate(model: LlamaCppModel, settings: LlamaCppSettings,
             field="ranges", value=ranges)
     output_buffer = _aligned(model.vocab_size * max(1, settings.parallel) * 4)
     notes: list[str] = []
+    if settings.flash_attn and not runs_flash_attention(model, settings):
+        notes.append(f"llama.cpp runs {model.architecture} without flash attention "
+                     f"whatever -fa says")
     computes, host_compute = device_compute_bytes(model, settings, ranges)
     if not ranges:
         everything = range(layer_count)

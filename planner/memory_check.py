@@ -24,6 +24,36 @@ from planner.memory import (
 CHECKED = ("weights_bytes", "kv_bytes", "state_bytes", "compute_bytes", "output_bytes",
            "total_bytes")
 
+# The recorded models whose compute buffer (or total) misses its target on some device of
+# a run, each with what the graph model lacks (or that it is not found yet). Every other
+# model meets the target on every device; the tests hold both to it.
+KNOWN_MISSES: dict[str, str] = {
+    "bailingmoe3-moe.gguf": "the delta-net recurrent attention layers (build_delta_net_base)",
+    "cohere2-dense.gguf": "not found yet: the split's second device alone is over",
+    "cohere2moe-moe.gguf": "the mixed dense/expert layers chosen per layer (build_forward_select)",
+    "deepseek4-moe.gguf": "the compressed KV stream and hyper-connections of DeepSeek-V4",
+    "dots3note-moe.gguf": "not found yet: the split's second device alone is over",
+    "falcon-h1-dense.gguf": "attention and the Mamba-2 mixer run in parallel in each block",
+    "glm5-next-moe.gguf": "the pooled keys of its sparse attention (kpool)",
+    "hrm_text-dense.gguf": "its stacks' cycles (build_stack) split over two devices",
+    "hy_v4-moe.gguf": "not found yet: the split's second device alone is under",
+    "jamba-dense.gguf": "the Mamba-1 mixer (build_mamba_layer) of its recurrent layers",
+    "kimi-k3-moe.gguf": "the KDA recurrent attention layers (build_kda_layer)",
+    "kimi-linear-moe.gguf": "the KDA recurrent attention layers (build_kda_layer)",
+    "lfm2-dense.gguf": "the short-convolution layers (build_shortconv_block)",
+    "lfm2moe-moe.gguf": "the short-convolution layers (build_shortconv_block)",
+    "mamba-dense.gguf": "the Mamba-1 mixer (build_mamba_layer)",
+    "mamba2-dense.gguf": "not found yet: the split alone is under (one device meets it)",
+    "minicpm3-dense.gguf": "latent attention without absorption (MiniCPM3's own MLA)",
+    "minimax-01-moe.gguf": "the lightning (linear) attention layers",
+    "minimax-m3-moe.gguf": "the multi-scale sparse attention (build_attn_msa_fa)",
+    "olmo-dense.gguf": "not found yet: the split's second device alone is under",
+    "plamo2-dense.gguf": "PLaMo 2's Mamba mixer",
+    "qwen35-dense.gguf": "the gated delta-net layers (build_delta_net_base)",
+    "qwen4exp-moe.gguf": "the pooled keys of its sparse attention (kpool)",
+    "talkie-dense.gguf": "not found yet: its own block layout (talkie.cpp)",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class Comparison:
@@ -151,4 +181,26 @@ def family_summary(rows: list[Comparison]) -> str:
             met = sum(keyed.values())
             cells.append(f"{met}/{len(keyed)}" if keyed else "—")
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def miss_summary(rows: list[Comparison]) -> str:
+    """A Markdown table of the known misses: each model's furthest estimate from the
+    measured compute buffer and total (estimated / measured, on the device and run where
+    it is furthest) and the reason."""
+    lines = ["| model | compute (estimated / measured) | total | reason |",
+             "|---|---|---|---|"]
+
+    def furthest(mine: list[Comparison], component: str) -> str:
+        pairs = [row for row in mine if row.component == component and row.measured_bytes]
+        row = max(pairs, key=lambda r: abs(r.estimated_bytes / r.measured_bytes - 1))
+        return (f"{row.estimated_bytes / row.measured_bytes:.2f} "
+                f"({row.run}, {row.device})")
+
+    for file, reason in sorted(KNOWN_MISSES.items()):
+        mine = [row for row in rows if row.file == file]
+        if not mine:
+            continue
+        lines.append(f"| `{file.removesuffix('.gguf')}` | {furthest(mine, 'compute_bytes')} "
+                     f"| {furthest(mine, 'total_bytes')} | {reason} |")
     return "\n".join(lines)

@@ -44,6 +44,10 @@ MAMBA2 = frozenset({"mamba2", "nemotron_h", "nemotron_h_moe", "granitehybrid"})
 # Builders that give their blocks no feed-forward multiplication even when the file has
 # experts (refact's builds build_ffn without weights).
 NO_FFN_WEIGHTS = frozenset({"refact"})
+# Blocks that run a dense feed-forward network beside the experts on the same normed input
+# and add the two (grok's builder: the experts first, then the dense network while the
+# experts' sum is held).
+DENSE_BESIDE_EXPERTS = frozenset({"grok"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,8 @@ class FeedForwardShape:
     n_expert_used: int = 0
     n_ff_shexp: int = 0
     norm_weights: bool = False
+    n_ff_dense: int = 0
+    """A dense network run beside the experts (after them) and added to their sum."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +253,9 @@ def _embeddings(b: _Builder, inputs: Mapping[str, Tensor]) -> Tensor:
     if m.position_embedding:
         positions = g.op("GET_ROWS", size, (b.w("position_embd.weight"), inputs["pos"]),
                          "pos_embd", backend=host)
-        embd = g.like("ADD", embd, (positions,), "inpL", host)
+        # The sum has no weights: the scheduler runs it where the first layer runs.
+        embd = g.like("ADD", embd, (positions,), "inpL",
+                      b.backend_of[0] if b.backend_of else host)
     return embd
 
 
@@ -517,6 +525,10 @@ def _feed_forward(b: _Builder, cur: Tensor, ffn: FeedForwardShape, index: int,
             shared = _mlp(b, cur, FeedForwardShape(ffn.n_ff_shexp), f"{layer}.shexp",
                           backend)
             out = b.graph.like("ADD", out, (shared,), "ffn_out", backend)
+        if ffn.n_ff_dense:
+            dense = _mlp(b, cur, FeedForwardShape(ffn.n_ff_dense), layer, backend)
+            out = b.graph.like("ADD", dense, (out,), "ffn_out", backend)
+            out = b.graph.like("SCALE", out, (), "ffn_out_scaled", backend)
         return out
     return _mlp(b, cur, ffn, layer, backend)
 
@@ -819,7 +831,9 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
             feed_forward = FeedForwardShape(
                 n_ff_exp, gated="ffn_gate_exps" in w or "ffn_gate_up_exps" in w,
                 fused_up="ffn_gate_up_exps" in w, n_expert=n_expert, n_expert_used=n_used,
-                n_ff_shexp=shared, norm_weights=bool(key("expert_weights_norm", False)))
+                n_ff_shexp=shared, norm_weights=bool(key("expert_weights_norm", False)),
+                n_ff_dense=w.get("ffn_down", 0) // n_embd if arch in DENSE_BESIDE_EXPERTS
+                else 0)
         elif "ffn_down" in w:
             n_ff = w["ffn_down"] // n_embd
             fused = "ffn_gate" not in w and w.get("ffn_up", 0) == 2 * w["ffn_down"]

@@ -108,3 +108,22 @@ def test_the_output_device_holds_the_logits_of_every_token() -> None:
     logits = 100_000 * 64 * 4
     # The logits reuse what the last layer freed, the rest extends the buffer.
     assert logits < large < logits + small
+
+
+def test_a_dense_network_beside_the_experts_runs_while_their_sum_is_held() -> None:
+    """grok: the experts' sum stays while the dense network's gate, up and product are
+    alive, so a dense network wider than the experts raises the buffer by its own widths
+    beside that sum."""
+    tokens, cells, width = 32, 256, 256
+    attention = AttentionShape(width, width, width, width, 2)
+
+    def size(dense: int) -> int:
+        ffn = FeedForwardShape(64, n_expert=4, n_expert_used=1, n_ff_dense=dense)
+        model = GraphModel(width, 128, (BlockShape(attention, ffn),) * 2)
+        return compute_buffers(model, n_ubatch=tokens, n_kv=cells)[0]
+
+    unit = tokens * 4
+    # Gate and up (2048 per token each) at once beside the experts' sum (width per
+    # token); their product may land where the smaller tensors were freed.
+    grown = size(2048) - size(0)
+    assert 2 * 2048 * unit + width * unit <= grown <= 3 * 2048 * unit + width * unit

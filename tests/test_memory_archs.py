@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 
 from planner.memory_check import (
+    KNOWN_MISSES,
     Comparison,
     compare_record,
     family,
     family_summary,
     load_record,
+    miss_summary,
     run_summary,
 )
 from planner.models.layer_memory import LLAMA_CPP_ARCHITECTURES
@@ -60,21 +62,23 @@ def test_the_published_table_is_true_of_the_estimator_today() -> None:
     shown = readme.split(README_START)[1].split(README_END)[0]
     assert run_summary(ROWS) in shown
     assert family_summary(ROWS) in shown
+    assert miss_summary(ROWS) in shown
 
 
-# Families whose compute buffer the graph model meets (within 10 %) on every device of
-# both runs; docs/llamacpp.md's tables count the rest.
-COMPUTE_MATCHED = {
-    "afmoe", "arcee", "arctic", "baichuan", "bloom", "codeshell", "cogvlm", "dbrx", "deci",
-    "dream", "ernie", "exaone", "gemma", "granite", "grovemoe", "internlm", "jais",
-    "laguna", "llada", "llama", "maincoder", "maple", "mellum", "mimo2", "mistral",
-    "muse-glimmer", "nanbeige", "nemotron", "openelm", "orion", "paddleocr",
-    "pangu-embedded", "phi", "pockettts", "refact", "rnd1", "seed_oss", "smallthinker",
-    "smollm3", "spark2_5", "stablelm", "xverse",
-}
 
 
-@pytest.mark.parametrize("name", sorted(COMPUTE_MATCHED))
-def test_the_compute_buffer_of_each_matched_family_is_derived_within_target(name: str) -> None:
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_compute_buffer_and_total_of_each_family_are_within_target(name: str) -> None:
+    """Compute within 10 % and total within 5 % on every device of both runs, but for the
+    known misses (planner.memory_check.KNOWN_MISSES), each with its reason; a known miss
+    that now meets the target fails here until it is struck off."""
     rows = [row for row in ROWS if family(row.architecture) == name]
-    assert _failing(rows, ("compute_bytes",)) == set()
+    known = {file for file in KNOWN_MISSES if file in {row.file for row in rows}}
+    assert _failing(rows, ("compute_bytes", "total_bytes")) == known
+
+
+def test_every_known_miss_is_a_recorded_model_with_a_reason() -> None:
+    files = {entry["file"] for entry in RECORD["models"]}
+    for file, reason in KNOWN_MISSES.items():
+        assert file in files
+        assert len(reason) > 10, file
