@@ -39,8 +39,10 @@ DSA_INDEXER = frozenset({"deepseek32", "glm-dsa", "hy_v4", "dots3note"})
 # input branch.
 NO_MIXED_BATCH = frozenset({"cogvlm", "deepseek4", "graniteswitch", "eagle3", "dflash",
                             "gemma4-assistant"})
-# Architectures whose recurrent blocks are Mamba-2 mixers (build_mamba2_layer).
+# Architectures whose recurrent blocks are Mamba-2 mixers (build_mamba2_layer), and those
+# whose are Mamba-1 mixers (build_mamba_layer).
 MAMBA2 = frozenset({"mamba2", "nemotron_h", "nemotron_h_moe", "granitehybrid"})
+MAMBA1 = frozenset({"mamba", "jamba"})
 # Builders that give their blocks no feed-forward multiplication even when the file has
 # experts (refact's builds build_ffn without weights).
 NO_FFN_WEIGHTS = frozenset({"refact"})
@@ -100,8 +102,9 @@ class FeedForwardShape:
 
 @dataclass(frozen=True, slots=True)
 class RecurrentShape:
-    """One block's Mamba-2 mixer (``build_mamba2_layer``): inner width, state size,
-    groups, heads and convolution kernel."""
+    """One block's Mamba mixer: inner width, state size, groups, heads (Mamba-1: the
+    time step's rank) and convolution kernel; ``version`` 2 for ``build_mamba2_layer``,
+    1 for ``build_mamba_layer``."""
 
     d_inner: int
     d_state: int
@@ -109,6 +112,8 @@ class RecurrentShape:
     n_head: int
     d_conv: int
     norm: bool = True
+    """Mamba-2: the grouped norm of the gated output. Mamba-1: RMS norms of dt, B and C."""
+    version: int = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -463,7 +468,7 @@ def _indexer_mask(b: _Builder, cur: Tensor, qr: Tensor | None, attn: AttentionSh
 
 
 def _mamba2(b: _Builder, cur: Tensor, ssm: RecurrentShape, index: int,
-            inputs: Mapping[str, Tensor], backend: int) -> Tensor:
+            inputs: Mapping[str, Tensor], backend: int, tail_backend: int) -> Tensor:
     """build_mamba2_layer: the input projection (z, x, B, C and dt), the convolution over
     the cached and new columns, the selective scan (its output and the new state), the
     gate and the grouped norm, the output projection."""
@@ -492,8 +497,8 @@ def _mamba2(b: _Builder, cur: Tensor, ssm: RecurrentShape, index: int,
                  g.view(x, backend=backend), inputs["rs_copy"]), "y_ssm", backend=backend)
     g.op("CPY", 0, (g.view(scan, backend=backend), external(f"cache_s_{index}")),
          backend=backend)
-    z = g.op("CONT", ssm.d_inner * n * F32, (g.view(projected, backend=backend),), "z",
-             backend=backend)
+    z = g.op("CONT", ssm.d_inner * n * F32,
+             (_strided_view(b, projected, ssm.d_inner, n, backend),), "z", backend=tail_backend)
     skip = g.op("MUL", ssm.d_inner * n * F32, (g.view(x, backend=backend),
                                                b.w(f"{layer}.ssm_d")), "x_d",
                 backend=backend)
@@ -505,6 +510,82 @@ def _mamba2(b: _Builder, cur: Tensor, ssm: RecurrentShape, index: int,
         y = g.like("MUL", y, (b.w(f"{layer}.ssm_norm"),), "y_normed", backend)
     return g.op("MUL_MAT", b.model.n_embd * n * F32, (b.w(f"{layer}.ssm_out"),
                                                       g.view(y, backend=backend)),
+                "mamba_out", backend=backend)
+
+
+def _strided_view(b: _Builder, src: Tensor, width: int, n: int, backend: int) -> Tensor:
+    """A view of ``width`` f32 columns of each of ``n`` rows of ``src``: as a tensor of
+    its own (a scheduler's copy of it) it spans every row but the last one's tail."""
+    row = src.nbytes // max(1, n)
+    return b.graph.view(src, f"{src.name} (columns)", (n - 1) * row + width * F32, backend)
+
+
+def _tail_backend(b: _Builder, index: int) -> int:
+    """Where a recurrent block's gate input (z's contiguous copy) runs. ggml expands a
+    recurrent block's tail (z, the skip, the gate and the output projection) only when
+    the next block reads it, after that block has placed its state rows on its own
+    backend; z's copy has no weights, so the scheduler runs it there, on the next
+    block's backend (and copies z and the copy across)."""
+    backend = b.backend_of[index] if b.backend_of else b.input_backend
+    following = index + 1
+    if b.backend_of and following < len(b.model.blocks) \
+            and b.model.blocks[following].recurrent is not None:
+        return b.backend_of[following]
+    return backend
+
+
+def _mamba1(b: _Builder, cur: Tensor, ssm: RecurrentShape, index: int,
+            inputs: Mapping[str, Tensor], backend: int, tail_backend: int) -> Tensor:
+    """build_mamba_layer: the input projection (x and z), the convolution over the cached
+    and new columns, x's projection to dt, B and C (each RMS-normed where the model has
+    those norms), dt's projection, the selective scan (its output and the new state),
+    the skip, the gate and the output projection."""
+    g, n = b.graph, b.rows(cur)
+    layer = f"blk.{index}"
+    d_inner, d_state, rank = ssm.d_inner, ssm.d_state, ssm.n_head
+    conv_rows = g.op("GET_ROWS", (ssm.d_conv - 1) * d_inner * F32,
+                     (external(f"cache_r_{index}"), inputs["rs_copy"]), "conv_states",
+                     backend=backend)
+    xz = g.op("MUL_MAT", 2 * d_inner * n * F32, (b.w(f"{layer}.ssm_in"), cur), "xz",
+              backend=backend)
+    conv_x = g.op("CONCAT", (ssm.d_conv - 1 + n) * d_inner * F32,
+                  (g.view(conv_rows, backend=backend), g.view(xz, backend=backend)),
+                  "conv_x", backend=backend)
+    g.op("CPY", 0, (g.view(conv_x, backend=backend), external(f"cache_r_{index}")),
+         backend=backend)
+    x = g.op("SSM_CONV", d_inner * n * F32, (conv_x, b.w(f"{layer}.ssm_conv1d")), "x",
+             backend=backend)
+    x = g.like("ADD", x, (b.w(f"{layer}.ssm_conv1d_b"),), "x_b", backend)
+    x = g.like("UNARY", x, (), "x_silu", backend)
+    x_db = g.op("MUL_MAT", (rank + 2 * d_state) * n * F32, (b.w(f"{layer}.ssm_x"), x),
+                "x_db", backend=backend)
+    if ssm.norm:
+        parts = []
+        for name, width in (("dt", rank), ("B", d_state), ("C", d_state)):
+            part = g.op("RMS_NORM", width * n * F32, (g.view(x_db, backend=backend),),
+                        f"{name}_norm", backend=backend)
+            parts.append(g.like("MUL", part, (b.w(f"{layer}.ssm_{name}_norm"),), name,
+                                backend))
+        dt, B, C = parts
+    else:
+        dt = g.op("CONT", rank * n * F32, (g.view(x_db, backend=backend),), "dt",
+                  backend=backend)
+        B = C = g.view(x_db, backend=backend)
+    dt = g.op("MUL_MAT", d_inner * n * F32, (b.w(f"{layer}.ssm_dt"), dt), "dt_proj",
+              backend=backend)
+    dt = g.like("ADD", dt, (b.w(f"{layer}.ssm_dt_b"),), "dt_b", backend)
+    scan = g.op("SSM_SCAN", (d_inner * n + d_state * d_inner) * F32,
+                (external(f"cache_s_{index}"), g.view(x, backend=backend), dt, B, C,
+                 inputs["rs_copy"]), "y_ssm", backend=backend)
+    g.op("CPY", 0, (g.view(scan, backend=backend), external(f"cache_s_{index}")),
+         backend=backend)
+    z = g.op("CONT", d_inner * n * F32, (_strided_view(b, xz, d_inner, n, backend),), "z",
+             backend=tail_backend)
+    skip = g.op("MUL", d_inner * n * F32, (x, b.w(f"{layer}.ssm_d")), "x_d",
+                backend=backend)
+    y = g.like("ADD", skip, (g.view(scan, backend=backend),), "y_add_d", backend)
+    y = g.op("SWIGLU", d_inner * n * F32, (z, y), "y_gated", backend=backend)
+    return g.op("MUL_MAT", b.model.n_embd * n * F32, (b.w(f"{layer}.ssm_out"), y),
                 "mamba_out", backend=backend)
 
 
@@ -615,7 +696,9 @@ def _block(b: _Builder, x: Tensor, block: BlockShape, index: int, last: bool,
 
     if block.recurrent is not None:
         normed = _norm(b, x, f"blk.{index}.attn", backend)
-        cur = _mamba2(b, normed, block.recurrent, index, inputs, backend)
+        mixer = _mamba2 if block.recurrent.version == 2 else _mamba1
+        cur = mixer(b, normed, block.recurrent, index, inputs, backend,
+                    _tail_backend(b, index))
         if last:
             cur = rows(cur, "mamba_out_rows")
             x = rows(x, "inp_rows")
@@ -847,6 +930,13 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
                                        max(1, int(key("ssm.group_count"))),
                                        int(key("ssm.time_step_rank")),
                                        int(key("ssm.conv_kernel")), norm="ssm_norm" in w)
+            attention = None
+        elif "ssm_in" in w and "ssm_conv1d" in w and arch in MAMBA1:
+            norms = bool(key("ssm.dt_b_c_rms", False)) or all(
+                f"ssm_{name}_norm" in w for name in ("dt", "b", "c"))
+            recurrent = RecurrentShape(int(key("ssm.inner_size")), int(key("ssm.state_size")),
+                                       1, int(key("ssm.time_step_rank")),
+                                       int(key("ssm.conv_kernel")), norm=norms, version=1)
             attention = None
         blocks.append(BlockShape(attention, feed_forward, recurrent))
     vocab = key("vocab_size", None)
