@@ -33,7 +33,6 @@ KNOWN_MISSES: dict[str, str] = {
     "cohere2moe-moe.gguf": "the mixed dense/expert layers chosen per layer (build_forward_select)",
     "deepseek4-moe.gguf": "the compressed KV stream and hyper-connections of DeepSeek-V4",
     "dots3note-moe.gguf": "not found yet: the split's second device alone is over",
-    "falcon-h1-dense.gguf": "attention and the Mamba-2 mixer run in parallel in each block",
     "glm5-next-moe.gguf": "the pooled keys of its sparse attention (kpool)",
     "hrm_text-dense.gguf": "its stacks' cycles (build_stack) split over two devices",
     "hy_v4-moe.gguf": "not found yet: the split's second device alone is under",

@@ -43,6 +43,9 @@ NO_MIXED_BATCH = frozenset({"cogvlm", "deepseek4", "graniteswitch", "eagle3", "d
 # whose are Mamba-1 mixers (build_mamba_layer).
 MAMBA2 = frozenset({"mamba2", "nemotron_h", "nemotron_h_moe", "granitehybrid"})
 MAMBA1 = frozenset({"mamba", "jamba"})
+# Blocks that run attention and a Mamba-2 mixer side by side on the same input and add
+# them (Falcon-H1).
+ATTENTION_BESIDE_MIXER = frozenset({"falcon-h1"})
 # Builders that give their blocks no feed-forward multiplication even when the file has
 # experts (refact's builds build_ffn without weights).
 NO_FFN_WEIGHTS = frozenset({"refact"})
@@ -523,13 +526,15 @@ def _strided_view(b: _Builder, src: Tensor, width: int, n: int, backend: int) ->
 def _tail_backend(b: _Builder, index: int) -> int:
     """Where a recurrent block's gate input (z's contiguous copy) runs. ggml expands a
     recurrent block's tail (z, the skip, the gate and the output projection) only when
-    the next block reads it, after that block has placed its state rows on its own
-    backend; z's copy has no weights, so the scheduler runs it there, on the next
-    block's backend (and copies z and the copy across)."""
+    the next block reads it, after that block (one that starts with its mixer, not
+    with attention) has placed its state rows on its own backend; z's copy has no
+    weights, so the scheduler runs it there, on the next block's backend (and copies z
+    and the copy across)."""
     backend = b.backend_of[index] if b.backend_of else b.input_backend
     following = index + 1
     if b.backend_of and following < len(b.model.blocks) \
-            and b.model.blocks[following].recurrent is not None:
+            and b.model.blocks[following].recurrent is not None \
+            and b.model.blocks[following].attention is None:
         return b.backend_of[following]
     return backend
 
@@ -694,6 +699,22 @@ def _block(b: _Builder, x: Tensor, block: BlockShape, index: int, last: bool,
         return g.op("GET_ROWS", out_rows * t.nbytes // (b.rows(t) * m.n_embd * F32)
                     if t.nbytes else 0, (t, inputs["out_ids"]), name, backend=backend)
 
+    if block.recurrent is not None and attn is not None:
+        # Falcon-H1: attention, then the mixer on the input normed again, their sum added
+        # to the residual before the last layer keeps its output rows.
+        core = _attention_core(b, _norm(b, x, f"blk.{index}.attn", backend), attn, index,
+                               inputs, backend)
+        projected = _output_projection(b, core, attn, index, backend)
+        mixed = _mamba2(b, _norm(b, x, f"blk.{index}.attn", backend), block.recurrent,
+                        index, inputs, backend, _tail_backend(b, index))
+        cur = g.like("ADD", projected, (mixed,), f"attn_ssm-{index}", backend)
+        x = g.like("ADD", cur, (x,), f"ffn_inp-{index}", backend)
+        if last:
+            x = rows(x, "ffn_inp_rows")
+        if ffn is None:
+            return x
+        out = _feed_forward(b, _norm(b, x, f"blk.{index}.ffn", backend), ffn, index, backend)
+        return g.like("ADD", out, (x,), f"l_out-{index}", backend)
     if block.recurrent is not None:
         normed = _norm(b, x, f"blk.{index}.attn", backend)
         mixer = _mamba2 if block.recurrent.version == 2 else _mamba1
@@ -925,12 +946,13 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
         elif not any(name.startswith("ffn") for name in w) and ffn[index]:
             feed_forward = FeedForwardShape(ffn[index])
         recurrent = None
-        if "ssm_in" in w and "ssm_conv1d" in w and arch in MAMBA2:
+        if "ssm_in" in w and "ssm_conv1d" in w and arch in MAMBA2 | ATTENTION_BESIDE_MIXER:
             recurrent = RecurrentShape(int(key("ssm.inner_size")), int(key("ssm.state_size")),
                                        max(1, int(key("ssm.group_count"))),
                                        int(key("ssm.time_step_rank")),
                                        int(key("ssm.conv_kernel")), norm="ssm_norm" in w)
-            attention = None
+            if arch not in ATTENTION_BESIDE_MIXER:
+                attention = None
         elif "ssm_in" in w and "ssm_conv1d" in w and arch in MAMBA1:
             norms = bool(key("ssm.dt_b_c_rms", False)) or all(
                 f"ssm_{name}_norm" in w for name in ("dt", "b", "c"))
