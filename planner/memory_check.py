@@ -47,7 +47,7 @@ KNOWN_MISSES: dict[str, str] = {
     "plamo2-dense.gguf": "PLaMo 2's Mamba mixer",
     "qwen35-dense.gguf": "the gated delta-net layers (build_delta_net_base)",
     "qwen4exp-moe.gguf": "the pooled keys of its sparse attention (kpool)",
-    "talkie-dense.gguf": "not found yet: its own block layout (talkie.cpp)",
+    "talkie-dense.gguf": "not found yet: the split's second device alone is under",
 }
 
 

@@ -49,6 +49,8 @@ ATTENTION_BESIDE_MIXER = frozenset({"falcon-h1"})
 # Builders that give their blocks no feed-forward multiplication even when the file has
 # experts (refact's builds build_ffn without weights).
 NO_FFN_WEIGHTS = frozenset({"refact"})
+# Architectures that add the normed embeddings, scaled, to every block's output.
+EMBEDDING_SKIP = frozenset({"talkie"})
 # Blocks that run a dense feed-forward network beside the experts on the same normed input
 # and add the two (grok's builder: the experts first, then the dense network while the
 # experts' sum is held).
@@ -138,6 +140,9 @@ class GraphModel:
     position_embedding: bool = False
     """The model adds learned position embeddings to the token rows, on the host."""
     positions_per_token: int = 1
+    embedding_skip: bool = False
+    """The normed embeddings are kept to the end and each block adds them, scaled, to its
+    output (talkie)."""
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -775,8 +780,20 @@ def build_graph(model: GraphModel, *, n_tokens: int, n_outputs: int, n_kv: int,
     inputs = _inputs(b)
     x = _embeddings(b, inputs)
     last = len(model.blocks) - 1
+    skip = None
+    if model.embedding_skip and model.blocks:
+        # The norm has no weights: the scheduler runs it where the first layer runs.
+        x = skip = b.graph.op("RMS_NORM", x.nbytes, (x,), "embd_norm", backend=backends[0])
     for index, block in enumerate(model.blocks):
         x = _block(b, x, block, index, index == last, inputs, backends[index])
+        if skip is not None:
+            kept = skip if index != last else b.graph.op(
+                "GET_ROWS", x.nbytes, (skip, inputs["out_ids"]), "skip_rows",
+                backend=backends[index])
+            scaled = b.graph.op("MUL", kept.nbytes,
+                                (kept, b.w(f"blk.{index}.layer_output_scale")), "skip",
+                                backend=backends[index])
+            x = b.graph.like("ADD", x, (scaled,), f"l_out-{index}", backends[index])
     normed = _norm(b, x, "output", output_backend)
     logits = b.graph.op("MUL_MAT", model.n_vocab * n_outputs * F32,
                         (b.w("output.weight"), normed), "result_output",
@@ -966,4 +983,5 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
         token_embd = next((t for t in tensors if t.name == "token_embd.weight"), None)
         vocab = _elements(token_embd) // n_embd if token_embd is not None else 0
     return GraphModel(n_embd, int(vocab), tuple(blocks), position_embedding=positions,
-                      mixed_batch=arch not in NO_MIXED_BATCH)
+                      mixed_batch=arch not in NO_MIXED_BATCH,
+                      embedding_skip=arch in EMBEDDING_SKIP)
