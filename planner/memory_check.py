@@ -200,3 +200,19 @@ def miss_summary(rows: list[Comparison]) -> str:
         lines.append(f"| `{file.removesuffix('.gguf')}` | {furthest(mine, 'compute_bytes')} "
                      f"| {furthest(mine, 'total_bytes')} | {reason} |")
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m planner.memory_check [RECORD]``: the tables docs/llamacpp.md shows, for
+    the recorded runs in RECORD (validation/results/archs by default), estimated today."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    folder = Path(args[0]) if args else Path("validation") / "results" / "archs"
+    rows = compare_record(load_record(folder))
+    print(run_summary(rows), family_summary(rows), miss_summary(rows), sep="\n\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

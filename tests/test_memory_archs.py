@@ -82,3 +82,13 @@ def test_every_known_miss_is_a_recorded_model_with_a_reason() -> None:
     for file, reason in KNOWN_MISSES.items():
         assert file in files
         assert len(reason) > 10, file
+
+
+def test_the_check_prints_the_published_tables(capsys: pytest.CaptureFixture[str]) -> None:
+    from planner.memory_check import main
+
+    assert main([str(RECORD_PATH)]) == 0
+    printed = capsys.readouterr().out
+    assert run_summary(ROWS) in printed
+    assert family_summary(ROWS) in printed
+    assert miss_summary(ROWS) in printed

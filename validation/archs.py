@@ -175,7 +175,9 @@ def main() -> int:
         "context_length": CONTEXT, "settings": SETTINGS.to_dict(), "prompt": PROMPT,
         "generated_tokens": GENERATE, "files": files}, indent=1) + "\n")
     print(f"{len(files)} models in {time.monotonic() - started:.0f} s -> {RECORD}")
-    return 0
+    from planner.memory_check import main as check
+
+    return check([str(RECORD)])
 
 
 if __name__ == "__main__":
