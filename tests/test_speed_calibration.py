@@ -116,7 +116,7 @@ def test_refitting_reproduces_the_shipped_calibration(rows: list[speed_calibrati
     refit = speed_calibration.fit(rows)
     for name in ("weight_efficiency", "kv_efficiency", "compute_efficiency",
                  "attention_efficiency", "layer_ms", "hop_ms", "quantized_compute_factor",
-                 "half_rate_tokens"):
+                 "half_rate_tokens", "staging_bytes_per_parameter", "attention_score_bytes"):
         assert getattr(refit, name) == pytest.approx(dict(getattr(shipped, name)),
                                                      rel=1e-3, abs=1e-3), name
 
