@@ -78,7 +78,7 @@ def _setup(folder: Path) -> dict[str, list[str]]:
         "size llama-3.1-70b --tpot 30 (no fleet meets it)":
             ["size", "llama-3.1-70b", "--tpot", "30"],
         "size llama-3.1-70b --tpot 10": ["size", "llama-3.1-70b", "--tpot", "10"],
-        "size llama-3.1-70b --tpot 90 (the search's plan bound)":
+        "size llama-3.1-70b --tpot 90 (a lone MI300X meets it)":
             ["size", "llama-3.1-70b", "--tpot", "90"],
         "size llama-3.1-70b --ttft-ms 10 --prompt-tokens 32768 (no fleet meets it)":
             ["size", "llama-3.1-70b", "--ttft-ms", "10", "--prompt-tokens", "32768"],
