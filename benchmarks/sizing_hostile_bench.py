@@ -165,13 +165,13 @@ def print_table(rows: list[dict[str, Any]] | None = None) -> bool:
     """Print the table; whether every case met the targets."""
     rows = run() if rows is None else rows
     print(f"| hostile case | seconds (< {TARGET_SECONDS:g}) | peak MB (< {TARGET_MB:g}) "
-          "| exit | what it said last |")
-    print("|---|---:|---:|---:|---|")
+          "| exit | what it said last | result |")
+    print("|---|---:|---:|---:|---|---|")
     for row in rows:
-        flag = "" if _met(row) else " MISSED"
         said = row["said"].replace("|", "/")[:110]
-        print(f"| {row['case']} | {row['seconds']:.1f}{flag} | {row['peak_mb']:.0f} | "
-              f"{row['exit_code']} | {said} |", flush=True)
+        print(f"| {row['case']} | {row['seconds']:.1f} | {row['peak_mb']:.0f} | "
+              f"{row['exit_code']} | {said} | {'ok' if _met(row) else 'MISSED'} |",
+              flush=True)
     return all(_met(row) for row in rows)
 
 
