@@ -43,11 +43,9 @@ KNOWN_MISSES: dict[str, str] = {
     "minicpm3-dense.gguf": "latent attention without absorption (MiniCPM3's own MLA)",
     "minimax-01-moe.gguf": "the lightning (linear) attention layers",
     "minimax-m3-moe.gguf": "the multi-scale sparse attention (build_attn_msa_fa)",
-    "olmo-dense.gguf": "not found yet: the split's second device alone is under",
     "plamo2-dense.gguf": "PLaMo 2's Mamba mixer",
     "qwen35-dense.gguf": "the gated delta-net layers (build_delta_net_base)",
     "qwen4exp-moe.gguf": "the pooled keys of its sparse attention (kpool)",
-    "talkie-dense.gguf": "not found yet: the split's second device alone is under",
 }
 
 

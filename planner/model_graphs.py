@@ -49,6 +49,8 @@ ATTENTION_BESIDE_MIXER = frozenset({"falcon-h1"})
 # Builders that give their blocks no feed-forward multiplication even when the file has
 # experts (refact's builds build_ffn without weights).
 NO_FFN_WEIGHTS = frozenset({"refact"})
+# Architectures whose blocks norm their input without weights (olmo.cpp, talkie.cpp).
+UNWEIGHTED_INPUT_NORM = frozenset({"olmo", "talkie"})
 # Architectures that add the normed embeddings, scaled, to every block's output.
 EMBEDDING_SKIP = frozenset({"talkie"})
 # Blocks that run a dense feed-forward network beside the experts on the same normed input
@@ -126,6 +128,10 @@ class BlockShape:
     attention: AttentionShape | None
     feed_forward: FeedForwardShape | None
     recurrent: RecurrentShape | None = None
+    weighted_norm: bool = True
+    """The input norm has weights. An unweighted one is not pinned to the block's device
+    (llama.cpp names only a weighted norm for that): the scheduler runs it where the
+    previous block ran."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +163,7 @@ class GraphModel:
                        FeedForwardShape(**block["feed_forward"]) if block["feed_forward"]
                        else None,
                        RecurrentShape(**block["recurrent"]) if block.get("recurrent")
-                       else None)
+                       else None, block.get("weighted_norm", True))
             for block in values["blocks"])
         return cls(**values)
 
@@ -272,9 +278,11 @@ def _embeddings(b: _Builder, inputs: Mapping[str, Tensor]) -> Tensor:
     return embd
 
 
-def _norm(b: _Builder, x: Tensor, name: str, backend: int) -> Tensor:
+def _norm(b: _Builder, x: Tensor, name: str, backend: int,
+          norm_backend: int | None = None) -> Tensor:
     g = b.graph
-    normed = g.op("RMS_NORM", x.nbytes, (x,), f"norm-{name}", backend=backend)
+    normed = g.op("RMS_NORM", x.nbytes, (x,), f"norm-{name}",
+                  backend=backend if norm_backend is None else norm_backend)
     return g.like("MUL", normed, (b.w(f"{name}.norm"),), f"{name}_norm", backend)
 
 
@@ -697,6 +705,9 @@ def _block(b: _Builder, x: Tensor, block: BlockShape, index: int, last: bool,
            inputs: Mapping[str, Tensor], backend: int) -> Tensor:
     g, m = b.graph, b.model
     attn, ffn = block.attention, block.feed_forward
+    entry = None
+    if not block.weighted_norm and index and b.backend_of:
+        entry = b.backend_of[index - 1]
     out_rows = b.n_outputs * m.n_embd * F32
 
     def rows(t: Tensor, name: str) -> Tensor:
@@ -721,7 +732,7 @@ def _block(b: _Builder, x: Tensor, block: BlockShape, index: int, last: bool,
         out = _feed_forward(b, _norm(b, x, f"blk.{index}.ffn", backend), ffn, index, backend)
         return g.like("ADD", out, (x,), f"l_out-{index}", backend)
     if block.recurrent is not None:
-        normed = _norm(b, x, f"blk.{index}.attn", backend)
+        normed = _norm(b, x, f"blk.{index}.attn", backend, entry)
         mixer = _mamba2 if block.recurrent.version == 2 else _mamba1
         cur = mixer(b, normed, block.recurrent, index, inputs, backend,
                     _tail_backend(b, index))
@@ -738,7 +749,7 @@ def _block(b: _Builder, x: Tensor, block: BlockShape, index: int, last: bool,
             return x
         cur = _feed_forward(b, _norm(b, x, f"blk.{index}.ffn", backend), ffn, index, backend)
         return g.like("ADD", cur, (x,), f"l_out-{index}", backend)
-    normed = _norm(b, x, f"blk.{index}.attn", backend)
+    normed = _norm(b, x, f"blk.{index}.attn", backend, entry)
     core = (_latent_attention_core if attn.kv_lora else _attention_core)(
         b, normed, attn, index, inputs, backend)
     if attn.parallel and ffn is not None:
@@ -977,7 +988,8 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
                                        1, int(key("ssm.time_step_rank")),
                                        int(key("ssm.conv_kernel")), norm=norms, version=1)
             attention = None
-        blocks.append(BlockShape(attention, feed_forward, recurrent))
+        blocks.append(BlockShape(attention, feed_forward, recurrent,
+                                 weighted_norm=arch not in UNWEIGHTED_INPUT_NORM))
     vocab = key("vocab_size", None)
     if not isinstance(vocab, int):
         token_embd = next((t for t in tensors if t.name == "token_embd.weight"), None)
