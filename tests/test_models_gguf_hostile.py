@@ -366,3 +366,13 @@ def test_a_bad_embedding_length_is_refused_by_every_command(
 def test_inspect_names_a_device_as_not_a_file(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", "/dev/zero"]) == 2
     assert capsys.readouterr().err.strip() == "planner: NotGguf: /dev/zero: not a regular file"
+
+
+def test_a_string_array_whose_length_runs_past_any_offset_is_refused(tmp_path: Path) -> None:
+    """A string of 2**64 - 1 bytes inside an array: the walk stops at the file's end
+    instead of stepping on to an offset no file has (an OverflowError before)."""
+    huge = g.kv("general.junk", ARRAY, struct.pack("<IQQ", STRING, 2, 2**64 - 1) + b"x" * 16)
+    path = tmp_path / "huge-string.gguf"
+    path.write_bytes(g.gguf([*TINY, huge]))
+    error = read_error(path)
+    assert error.code == "TruncatedGguf" and "'general.junk'" in error.message

@@ -206,6 +206,8 @@ class _Walk:
         try:
             for _ in range(count):
                 offset += 8 + u64(data, offset)[0]
+                if offset > size:
+                    break
         except struct.error:
             offset = size + 1
         if offset > size:
