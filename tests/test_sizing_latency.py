@@ -9,7 +9,7 @@ import pytest
 from test_cli import assert_user_error, run
 
 from planner.models import load_gpu_catalog, load_preset
-from planner.sizing import size_fleet
+from planner.sizing import SizingError, size_fleet
 from planner.targets import Targets, TargetsError
 
 KINDS = ["h100-sxm-80gb", "a100-80gb", "l40s"]
@@ -43,6 +43,25 @@ def test_every_fleet_returned_meets_the_ttft_target() -> None:
         assert tight.meets(fleet.plan, fleet.estimate)
     assert result.cheapest.cost_per_hour_usd >= probe.cheapest.cost_per_hour_usd
 
+
+
+def test_a_fleet_that_misses_only_the_ttft_target_is_named_so() -> None:
+    """Where the largest fleet plans but fills the prompt too slowly, the refusal says
+    that its TTFT misses (it named only the context and lanes, so a user read it as a
+    context shortfall)."""
+    model, catalog = load_preset("llama-3.1-70b"), load_gpu_catalog()
+    kinds = ["h100-sxm-80gb"]
+    probe = size_fleet(model, catalog, Targets(target_ttft_ms=10**6, prompt_tokens=8192),
+                       kinds=kinds, top=1, pareto=False)
+    fastest = probe.cheapest.estimate
+    assert fastest is not None and fastest.ttft_ms is not None
+    # Half the cheapest fleet's time: no fleet of this kind fills the prompt so fast.
+    target = int(fastest.ttft_ms / 2)
+    with pytest.raises(SizingError) as refused:
+        size_fleet(model, catalog, Targets(target_ttft_ms=target, prompt_tokens=8192),
+                   kinds=kinds, top=1, pareto=False)
+    assert refused.value.code == "NoFleetMeetsTargets"
+    assert "TTFT" in refused.value.message and f"{target} ms" in refused.value.message
 
 def test_planner_size_takes_ttft_and_prompt_tokens() -> None:
     done = run("size", "llama-3.1-70b", "--kinds", ",".join(KINDS), "--ttft-ms", "10000",

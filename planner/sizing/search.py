@@ -760,11 +760,9 @@ def _why_not(search: _Search, needs: _Needs, c0: int) -> str:
                 f"at {c0:,}")
     parts = [f"the largest fleet allowed ({sum(counts)} nodes) plans context "
              f"{outcome.plan.context_length:,} with {outcome.plan.parallel_lanes} lanes"]
-    target = search.targets.target_decode_tpot_ms
-    if target is not None:
-        tpot = outcome.estimate.estimated_tpot_ms if outcome.estimate else None
-        parts.append("no TPOT estimate (a kind has no memory bandwidth)" if tpot is None
-                     else f"estimated TPOT {tpot:,.1f} ms against the target {target} ms")
+    missed = search.targets.shortfalls(outcome.plan, outcome.estimate)
+    if missed:
+        parts.append(f"and misses the targets: {'; '.join(missed)}")
     if search.fleet_meets(counts) and search.f:
         parts.append(f"but some removal of {search.f} nodes leaves a fleet that misses "
                      "the targets")
