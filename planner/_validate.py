@@ -178,6 +178,14 @@ def text(value: Any, fail: Fail) -> str:
     return value
 
 
+def instance(value: Any, kind: type | tuple[type, ...], fail: Fail, what: str) -> Any:
+    """``value`` when it is a ``kind`` (a class or a tuple of classes); else the error
+    ``fail`` builds, saying the value must be ``what``."""
+    if not isinstance(value, kind):
+        raise fail(f"must be {what}", value)
+    return value
+
+
 def known_keys(data: Mapping[str, Any], allowed: Iterable[str],
                fail: Callable[[str, str], Exception]) -> None:
     """Refuse the first key of ``data`` not in ``allowed``: ``fail(key, problem)``."""

@@ -33,6 +33,7 @@ from planner.availability import (
     AvailabilityError,
     NodeReliability,
     Outcome,
+    per_node_reliability,
     plan_survivors,
     resolve_targets,
 )
@@ -220,30 +221,6 @@ def _seed(value: Any) -> int:
     return integer(value, fail, minimum=0, maximum=MAX_SEED)
 
 
-def _per_node_reliability(request: PlanningInput, reliability: Any
-                          ) -> dict[str, NodeReliability]:
-    """Each node's figures: one :class:`NodeReliability` for all, or a mapping by node
-    id (a node not in it takes the defaults)."""
-    if isinstance(reliability, NodeReliability) or reliability is None:
-        shared = reliability or NodeReliability()
-        return {node.node_id: shared for node in request.nodes}
-    if not isinstance(reliability, Mapping):
-        raise AvailabilityError(
-            "InvalidReliability", "reliability must be a NodeReliability or a mapping of "
-            f"node id to NodeReliability (got {shown(reliability)})", field="reliability",
-            value=reliability)
-    per_node = {}
-    for node in request.nodes:
-        figures = reliability.get(node.node_id, NodeReliability())
-        if not isinstance(figures, NodeReliability):
-            raise AvailabilityError(
-                "InvalidReliability", f"reliability of node {shown(node.node_id)} must be a "
-                f"NodeReliability (got {shown(figures)})", field="reliability",
-                node_id=node.node_id, value=figures)
-        per_node[node.node_id] = figures
-    return per_node
-
-
 def simulate(
     request: PlanningInput | Mapping[str, Any],
     reliability: Mapping[str, NodeReliability] | NodeReliability | None = None,
@@ -263,12 +240,12 @@ def simulate(
     off, terms are still counted but no fence messages are simulated (zeros).
     """
     req = as_planning_input(request)
-    judged = resolve_targets(req, targets, min_context, min_lanes)
+    judged = resolve_targets(req, targets, min_context, min_lanes, estimator)
     horizon = _horizon(horizon_hours)
     seed = _seed(seed)
     if not isinstance(fence, bool):
         raise _bad_argument("fence", "must be True or False", fence)
-    per_node = _per_node_reliability(req, reliability)
+    per_node = per_node_reliability(req.nodes, reliability)
     rng = np.random.default_rng(seed)
     changes: list[tuple[float, int, str, bool]] = []
     for order, node in enumerate(req.nodes):

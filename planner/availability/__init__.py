@@ -19,6 +19,7 @@ from planner.availability.reliability import (
     document_overrides,
     down_probabilities,
     fleet_reliability,
+    per_node_reliability,
 )
 from planner.availability.spares import (
     SPARE_TARGETS,
@@ -68,6 +69,7 @@ __all__ = [
     "fleet_reliability",
     "fleet_spare_kind",
     "group_kinds",
+    "per_node_reliability",
     "plan_survivors",
     "resolve_targets",
     "spares_for",

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from planner._validate import Fail, number, shown
+from planner._validate import Fail, instance, number, shown
 from planner.errors import CodedError
 from planner.fleet.document import FleetDocument, ReliabilityOverride
 from planner.models.gpus import node_gpu_kinds
@@ -154,19 +154,34 @@ def fleet_reliability(
     return result
 
 
-def down_probabilities(nodes: Sequence[NodeBudget],
-                       reliability: Mapping[str, NodeReliability] | NodeReliability | None
-                       ) -> dict[str, float]:
-    """``u`` per node id; nodes missing from ``reliability`` get the defaults."""
+def per_node_reliability(nodes: Sequence[NodeBudget],
+                         reliability: Mapping[str, NodeReliability] | NodeReliability | None
+                         ) -> dict[str, NodeReliability]:
+    """Each node's figures: one :class:`NodeReliability` for all (``None``: the
+    defaults), or a mapping by node id in which a node not named takes the defaults; a
+    mapping naming a node not in the fleet is refused (``InvalidReliability``)."""
     if reliability is None or isinstance(reliability, NodeReliability):
         shared = reliability or NodeReliability()
-        return {node.node_id: shared.down_probability for node in nodes}
-    unknown = sorted(set(reliability) - {node.node_id for node in nodes})
+        return {node.node_id: shared for node in nodes}
+    instance(reliability, Mapping, _invalid("InvalidReliability", "reliability"),
+             "a NodeReliability or a mapping of node id to NodeReliability")
+    unknown = sorted(map(str, set(reliability) - {node.node_id for node in nodes}))
     if unknown:
         raise AvailabilityError("InvalidReliability",
                                 f"reliability is given for nodes not in the fleet: "
                                 f"{', '.join(unknown)}", field="reliability",
                                 node_id=unknown[0])
     default = NodeReliability()
-    return {node.node_id: reliability.get(node.node_id, default).down_probability
-            for node in nodes}
+    return {node.node_id: instance(
+        reliability.get(node.node_id, default), NodeReliability,
+        _invalid("InvalidReliability", "reliability",
+                 f"reliability of node {shown(node.node_id)}", node.node_id),
+        "a NodeReliability") for node in nodes}
+
+
+def down_probabilities(nodes: Sequence[NodeBudget],
+                       reliability: Mapping[str, NodeReliability] | NodeReliability | None
+                       ) -> dict[str, float]:
+    """``u`` per node id; nodes missing from ``reliability`` get the defaults."""
+    return {node_id: figures.down_probability
+            for node_id, figures in per_node_reliability(nodes, reliability).items()}

@@ -147,7 +147,7 @@ def spares_for(
     """
     goal = _check_target(target)
     req = as_planning_input(request)
-    judged = resolve_targets(req, targets, min_context, min_lanes)
+    judged = resolve_targets(req, targets, min_context, min_lanes, estimator)
     if not kinds:
         raise AvailabilityError("SparesUnreachable", "no spare kinds to choose from",
                                 field="kinds")

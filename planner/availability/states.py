@@ -44,7 +44,7 @@ from typing import Any
 
 import pandas as pd
 
-from planner._validate import integer, number
+from planner._validate import instance, integer, number, shown
 from planner.availability.reliability import (
     HOURS_PER_YEAR,
     AvailabilityError,
@@ -56,7 +56,7 @@ from planner.errors import PlanError
 from planner.limits import MAX_AVAILABILITY_NODE_PLANS
 from planner.planning import NodeBudget, Plan, PlanningInput, plan_topology
 from planner.planning.inputs import as_planning_input
-from planner.targets import SpeedEstimator, Targets, require_estimable
+from planner.targets import SpeedEstimator, Targets, TargetsError, require_estimable
 
 DEFAULT_TOLERANCE = 1e-9
 # Fleets with at most this many failure states are solved to the end, whatever the
@@ -82,9 +82,18 @@ class Outcome:
 
 
 def resolve_targets(request: PlanningInput, targets: Targets | None,
-                    min_context: int | None, min_lanes: int) -> Targets:
+                    min_context: int | None, min_lanes: int,
+                    estimator: SpeedEstimator | None = None) -> Targets:
     """The targets to judge by, worked out for the request's model: ``targets``, else
-    ``min_context`` and ``min_lanes`` (a shorthand for ``Targets(...)``)."""
+    ``min_context`` and ``min_lanes`` (a shorthand for ``Targets(...)``). ``targets``
+    other than a :class:`Targets`, or an ``estimator`` other than a
+    :class:`SpeedEstimator`, is ``InvalidTargets``."""
+    for name, value, kind in (("targets", targets, Targets),
+                              ("estimator", estimator, SpeedEstimator)):
+        if value is not None:
+            instance(value, kind, lambda problem, got, name=name: TargetsError(
+                "InvalidTargets", f"{name}: {problem} (got {shown(got)})", field=name,
+                value=got), f"a {kind.__name__} or None")
     chosen = targets if targets is not None else Targets(minimum_context=min_context,
                                                          minimum_lanes=min_lanes)
     return chosen.for_request(request)
@@ -389,7 +398,7 @@ def fleet_availability(
     tolerance = number(tolerance, _invalid("InvalidTarget", "tolerance"), below=1)
     exact_states = integer(exact_states, _invalid("InvalidTarget", "exact_states"))
     max_states = integer(max_states, _invalid("InvalidTarget", "max_states"), minimum=1)
-    judged = resolve_targets(req, targets, min_context, min_lanes)
+    judged = resolve_targets(req, targets, min_context, min_lanes, estimator)
     probabilities = _down(req, reliability, down)
     if not req.nodes:
         plan_topology(req)  # the request's own refusal (MissingNodes)
