@@ -44,7 +44,7 @@ from typing import Any
 
 import pandas as pd
 
-from planner._validate import instance, integer, number, shown
+from planner._validate import Fail, instance, integer, number, shown
 from planner.availability.reliability import (
     HOURS_PER_YEAR,
     AvailabilityError,
@@ -81,6 +81,14 @@ class Outcome:
     plan: Plan | None = field(default=None, compare=False)
 
 
+def _invalid_targets(name: str) -> Fail:
+    def fail(problem: str, got: Any) -> TargetsError:
+        return TargetsError("InvalidTargets", f"{name}: {problem} (got {shown(got)})",
+                            field=name, value=got)
+
+    return fail
+
+
 def resolve_targets(request: PlanningInput, targets: Targets | None,
                     min_context: int | None, min_lanes: int,
                     estimator: SpeedEstimator | None = None) -> Targets:
@@ -91,9 +99,7 @@ def resolve_targets(request: PlanningInput, targets: Targets | None,
     for name, value, kind in (("targets", targets, Targets),
                               ("estimator", estimator, SpeedEstimator)):
         if value is not None:
-            instance(value, kind, lambda problem, got, name=name: TargetsError(
-                "InvalidTargets", f"{name}: {problem} (got {shown(got)})", field=name,
-                value=got), f"a {kind.__name__} or None")
+            instance(value, kind, _invalid_targets(name), f"a {kind.__name__} or None")
     chosen = targets if targets is not None else Targets(minimum_context=min_context,
                                                          minimum_lanes=min_lanes)
     return chosen.for_request(request)
