@@ -10,6 +10,7 @@ acceptance. The constructors' fields are covered by ``test_constructors.py``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from functools import cache
 from typing import Any
@@ -140,3 +141,62 @@ def test_any_drawn_down_or_reliability_mapping_is_a_result_or_a_coded_error(
             call(**{name: drawn})
         except CodedError as error:
             assert name in error.message or error.details.get("field") == name
+
+
+# Any value a TOML or JSON document can hold, and a few no parser gives.
+_VALUES = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(),
+              st.text(max_size=12), st.sampled_from(["80 GiB", "3.35 TB/s", "-1 GB",
+                                                     "1e-300", "H100", "cuda", ""])),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.text(max_size=6), inner, max_size=3),
+    max_leaves=6)
+
+
+def _catalog_keys() -> st.SearchStrategy[str]:
+    from planner.models.gpus import _FILE_KEYS
+
+    return st.sampled_from(_FILE_KEYS) | st.text(max_size=8)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(
+    _VALUES,
+    st.fixed_dictionaries({"gpu": st.lists(st.dictionaries(
+        _catalog_keys(), _VALUES, max_size=8), max_size=4)}, optional={
+        "llamacpp": _VALUES, "other": _VALUES})))
+def test_any_drawn_gpu_catalog_loads_or_is_a_coded_error(raw: Any) -> None:
+    from planner.models.gpus import GpuModel, parse_gpu_catalog
+
+    try:
+        catalog = parse_gpu_catalog(raw, "drawn")
+    except CodedError as error:
+        assert "drawn" in error.message
+        return
+    assert catalog and all(isinstance(gpu, GpuModel) for gpu in catalog)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
+def test_any_drawn_gpu_catalog_file_loads_or_is_a_coded_error(tmp_path_factory: Any,
+                                                              content: bytes) -> None:
+    from planner.models.gpus import load_gpu_catalog
+
+    path = tmp_path_factory.mktemp("catalog") / "gpus.toml"
+    path.write_bytes(b"[[gpu]]\nname = 'X'\nmemory = '8 GiB'\n" + content)
+    with contextlib.suppress(CodedError):  # anything else fails the test
+        load_gpu_catalog(path)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(["minimum_context", "minimum_lanes",
+                                        "target_decode_tpot_ms",
+                                        "target_ttft_ms"]) | st.text(max_size=6),
+                       _VALUES, max_size=4))
+def test_any_drawn_targets_load_and_judge_or_are_a_coded_error(drawn: dict[str, Any]
+                                                               ) -> None:
+    from planner.targets import Targets
+
+    with contextlib.suppress(CodedError):  # anything else fails the test
+        targets = Targets.from_dict(drawn)
+        fleet_availability(_request(), targets=targets, exact_states=64, max_states=8)
