@@ -21,13 +21,15 @@ from hypothesis import strategies as st
 
 from planner.availability import (
     NodeReliability,
+    SpareKind,
     down_probabilities,
     fleet_availability,
     per_node_reliability,
+    spares_for,
 )
 from planner.errors import CodedError
 from planner.fleet import example_fleet, load_fleet
-from planner.planning import PlanningInput
+from planner.planning import NodeBudget, PlanningInput, node_budgets
 from planner.simulation import simulate
 
 
@@ -60,7 +62,15 @@ def _per_node_reliability(**kwargs: Any) -> Any:
     return per_node_reliability(_request().nodes, **kwargs)
 
 
+def _spares_for(**kwargs: Any) -> Any:
+    spare = SpareKind("spare", NodeBudget("spare", 24 * 2**30, None, 0, 0))
+    return spares_for(_request(), 0.9, [spare], **kwargs)
+
+
 CALLS: list[tuple[str, Callable[..., Any], str, Any]] = [
+    *(("spares_for", _spares_for, name, value)
+      for name in ("max_spares", "max_candidates")
+      for value in ("10", None, -5, 0, 2.5, True, {}, [], object())),
     *(("fleet_availability", _availability, name, value)
       for name in ("reliability", "targets", "estimator") for value in NOT_AN_OBJECT),
     *(("simulate", _simulate, name, value)
@@ -200,3 +210,14 @@ def test_any_drawn_targets_load_and_judge_or_are_a_coded_error(drawn: dict[str, 
     with contextlib.suppress(CodedError):  # anything else fails the test
         targets = Targets.from_dict(drawn)
         fleet_availability(_request(), targets=targets, exact_states=64, max_states=8)
+
+
+@pytest.mark.parametrize("request_value", [None, "fleet.toml", 5, [], object()])
+def test_node_budgets_of_no_request_is_a_coded_error(request_value: Any) -> None:
+    with pytest.raises(CodedError):
+        node_budgets(request_value)
+
+
+def test_node_budgets_takes_a_request_as_a_mapping() -> None:
+    request = _request()
+    assert node_budgets(request.to_dict()).equals(node_budgets(request))

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from planner._validate import number
+from planner._validate import integer, number
 from planner.availability.reliability import (
     DEFAULT_ANNUAL_FAILURE_RATE,
     DEFAULT_REPAIR_HOURS,
@@ -146,6 +146,9 @@ def spares_for(
     (or within ``max_candidates`` evaluations) reaches it.
     """
     goal = _check_target(target)
+    max_spares = integer(max_spares, _invalid("InvalidTarget", "max_spares"), minimum=1)
+    max_candidates = integer(max_candidates, _invalid("InvalidTarget", "max_candidates"),
+                             minimum=1)
     req = as_planning_input(request)
     judged = resolve_targets(req, targets, min_context, min_lanes, estimator)
     if not kinds:

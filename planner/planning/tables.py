@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pandas as pd
 
 from planner.errors import PlanError
-from planner.planning.inputs import PlanningInput
+from planner.planning.inputs import PlanningInput, as_planning_input
 from planner.planning.plan import Plan
 from planner.planning.rules import at_context, layer_costs, walk_stages
 
@@ -22,7 +22,7 @@ def milliseconds_dtype(values: Iterable[Any]) -> str:
     return "Int64"
 
 
-def node_budgets(request: PlanningInput) -> pd.DataFrame:
+def node_budgets(request: PlanningInput | Mapping[str, Any]) -> pd.DataFrame:
     """One row per node: how its usable bytes are derived (docs/rules.md §3).
 
     Columns: ``node_id``, ``detected_vram_bytes``, ``max_vram_bytes`` (Int64, NA when
@@ -30,6 +30,7 @@ def node_budgets(request: PlanningInput) -> pd.DataFrame:
     ``runtime_headroom_bytes``, ``usable_vram_bytes``, ``stage_transfer_latency_ms``
     (Int64, Float64 once one is fractional; NA when unknown).
     """
+    request = as_planning_input(request)
     rows = []
     for node in request.nodes:
         rows.append({
