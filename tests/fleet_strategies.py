@@ -68,6 +68,17 @@ def models(draw: st.DrawFn, numbers_only: bool = False) -> ModelChoice:
         }
         if 0 < layers <= 6 and draw(st.booleans()):
             numbers["layer_weight_bytes"] = tuple(draw(sizes) for _ in range(layers))
+        # What the speed estimate reads, each optional (planner.fleet SPEED_NUMBER_FIELDS).
+        for key in ("hidden_size", "parameter_count"):
+            if draw(st.booleans()):
+                numbers[key] = draw(st.integers(min_value=1, max_value=2**40))
+        if numbers["model_weight_bytes"] > 0 and draw(st.booleans()):
+            numbers["active_weight_bytes"] = draw(
+                st.integers(min_value=1, max_value=numbers["model_weight_bytes"]))
+        if draw(st.booleans()):
+            experts = draw(st.integers(min_value=1, max_value=512))
+            numbers["expert_count"] = experts
+            numbers["experts_used"] = draw(st.integers(min_value=1, max_value=experts))
         return ModelChoice(numbers=numbers, name=name)
     kv = draw(st.none() | st.sampled_from(["f16", "q8_0", "q4_0"]))
     if kind == "preset":

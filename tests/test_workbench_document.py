@@ -196,3 +196,36 @@ def test_the_speed_estimate_reads_each_nodes_named_kind(tmp_path: Path) -> None:
     estimate = Workbench.from_fleet(path).evaluation.estimate
     assert estimate is not None
     assert estimate.estimated_tpot_ms == content.estimate["estimated_tpot_ms"]
+
+
+def test_a_model_s_speed_numbers_survive_the_page(tmp_path: Path) -> None:
+    """The page has no box for what the speed estimate reads (hidden_size, active weight
+    bytes, experts): they stay through an edit and a save (a save dropped them), and an
+    edit they no longer fit is refused naming the field and where it comes from."""
+    path = tmp_path / "moe.toml"
+    path.write_text("""[model]
+native_context_length = 32768
+layer_count = 48
+model_weight_bytes = "60 GB"
+kv_bytes_per_token = 98304
+hidden_size = 4096
+active_weight_bytes = "6 GB"
+expert_count = 128
+experts_used = 8
+
+[[nodes]]
+id = "n"
+count = 2
+vram = "48 GiB"
+""")
+    loaded = load_fleet(path)
+    state = WorkbenchState.from_document(loaded)
+    edited = replace(state, model=replace(state.model, native_context_length=16384))
+    saved = load_fleet(save_fleet(edited.to_document(), tmp_path / "saved.toml"))
+    assert saved.model.numbers is not None and loaded.model.numbers is not None
+    assert saved.model.numbers == {**loaded.model.numbers, "native_context_length": 16384}
+    shrunk = replace(state, model=replace(state.model, model_weight_bytes="1 GB"))
+    with pytest.raises(planner.workbench.WorkbenchInputError) as refused:
+        shrunk.to_document()
+    assert refused.value.field == "active_weight_bytes"
+    assert "fleet file" in refused.value.message

@@ -54,7 +54,7 @@ The JSON form is a planning request as in docs/rules.md §1, optionally with
 so a preset or GGUF model is resolved to its numbers there.
 """
 
-from planner.fleet._fields import is_address
+from planner.fleet._fields import SPEED_NUMBER_FIELDS, is_address
 from planner.fleet.document import (
     FleetDocument,
     ModelChoice,
@@ -67,6 +67,7 @@ from planner.fleet.json import fleet_to_json, parse_fleet_json
 from planner.fleet.toml import fleet_to_toml, parse_fleet_toml
 
 __all__ = [
+    "SPEED_NUMBER_FIELDS",
     "FleetDocument",
     "FleetFileError",
     "ModelChoice",

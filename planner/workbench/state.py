@@ -18,7 +18,13 @@ from typing import Any
 
 from planner._validate import shown
 from planner.errors import CodedError
-from planner.fleet import FleetDocument, FleetFileError, ModelChoice, ReliabilityOverride
+from planner.fleet import (
+    SPEED_NUMBER_FIELDS,
+    FleetDocument,
+    FleetFileError,
+    ModelChoice,
+    ReliabilityOverride,
+)
 from planner.planning import NodeBudget, PlanningInput
 from planner.units import (
     UnitError,
@@ -529,11 +535,20 @@ class WorkbenchState:
         numbers = model.planning_fields()
         if numbers["layer_weight_bytes"] is None:
             del numbers["layer_weight_bytes"]
+        # What the speed estimate reads has no box on the page: it stays as the file gave
+        # it, so a save keeps it.
+        kept = self.document.model.numbers or {}
+        numbers.update({key: kept[key] for key in SPEED_NUMBER_FIELDS
+                        if kept.get(key) is not None})
         try:
             return ModelChoice(numbers=numbers, name=model.name)
         except FleetFileError as error:
             name = (error.field or "model").removeprefix("model.")
-            raise WorkbenchInputError(name, error.message, label=name.replace("_", " ")
+            message = error.message
+            if name in SPEED_NUMBER_FIELDS:
+                message += (f" ({name} comes from the fleet file and has no box here: "
+                            "edit it in the file, or undo this edit)")
+            raise WorkbenchInputError(name, message, label=name.replace("_", " ")
                                       ) from None
 
     def to_document(self) -> FleetDocument:
