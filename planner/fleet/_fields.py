@@ -52,7 +52,8 @@ PLANNING_KEYS = (
 NODE_KEYS = ("id", "count", "vram", "max_vram", "headroom", "latency_ms",
              *RELIABILITY_KEYS, "address")
 TOP_KEYS = ("name", "model", "planning", "nodes")
-JSON_EXTRA_KEYS = ("model_name", "name")
+# Beside the planning request: names, and the numbers the speed estimate reads.
+JSON_EXTRA_KEYS = ("model_name", "name", *SPEED_NUMBER_FIELDS)
 # A host name's labels (RFC 1123, and "_" as resolvers allow it): ASCII letters, digits,
 # "-" and "_", never starting or ending with "-" (so no label reads as a command option).
 _HOST_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")

@@ -14,6 +14,7 @@ from planner.errors import InvalidInput
 from planner.fleet._fields import (
     JSON_EXTRA_KEYS,
     RELIABILITY_KEYS,
+    SPEED_NUMBER_FIELDS,
     as_rate,
     as_text,
     lone_surrogate_field,
@@ -87,6 +88,7 @@ def _document_from_json(data: Any) -> FleetDocument:
     }
     if request.layer_weight_bytes is not None:
         numbers["layer_weight_bytes"] = request.layer_weight_bytes
+    numbers.update({key: extras[key] for key in SPEED_NUMBER_FIELDS if key in extras})
     model_name = extras.get("model_name")
     if model_name is not None:
         as_text(model_name, "model_name")
@@ -128,6 +130,9 @@ def fleet_to_json(document: FleetDocument) -> str:
     elif document.model.numbers is None:
         data["model_name"] = document.model.label
     data.update(document.to_request().to_dict())
+    numbers = document.model.numbers or {}
+    data.update({key: numbers[key] for key in SPEED_NUMBER_FIELDS
+                 if numbers.get(key) is not None})
     for node in data["nodes"]:
         own = document.reliability.get(node["node_id"])
         if own is not None:
