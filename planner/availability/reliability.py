@@ -122,6 +122,55 @@ def _shipped_catalog() -> list[Any]:
     return load_gpu_catalog()
 
 
+@dataclass(frozen=True, slots=True)
+class NodeFigures:
+    """A node's failure figures and where each came from: ``"the node's own"`` (its
+    fleet-file entry), ``"fleet-wide"`` (``--afr``/``--repair-hours``), ``"catalog:
+    <kind>"`` or ``"default"``. ``kind`` is the node's catalog kind id, if known."""
+
+    reliability: NodeReliability
+    annual_failure_rate_source: str
+    repair_hours_source: str
+    kind: str | None = None
+
+
+def fleet_figures(
+    nodes: Sequence[NodeBudget],
+    *,
+    catalog: Sequence[Any] | None = None,
+    overrides: Mapping[str, ReliabilityOverride] | None = None,
+    annual_failure_rate: float | None = None,
+    repair_hours: float | None = None,
+) -> dict[str, NodeFigures]:
+    """Each node's figures as :func:`fleet_reliability` gives them, with where each
+    came from."""
+    overrides = overrides or {}
+    named = {node_id: own.gpu for node_id, own in overrides.items() if own.gpu is not None}
+    kinds = node_gpu_kinds(nodes, _shipped_catalog() if catalog is None else catalog, named)
+    result: dict[str, NodeFigures] = {}
+    for node in nodes:
+        own = overrides.get(node.node_id, ReliabilityOverride())
+        kind = kinds[node.node_id]
+        base = _catalog_figures(kind)
+        base_source = f"catalog: {kind.kind}" if base is not None and kind else "default"
+        base = base or NodeReliability()
+        try:
+            afr, afr_source = next((v, where) for v, where in (
+                (own.annual_failure_rate, "the node's own"),
+                (annual_failure_rate, "fleet-wide"),
+                (base.annual_failure_rate, base_source)) if v is not None)
+            repair, repair_source = next((v, where) for v, where in (
+                (own.repair_hours, "the node's own"), (repair_hours, "fleet-wide"),
+                (base.repair_hours, base_source)) if v is not None)
+            result[node.node_id] = NodeFigures(
+                NodeReliability(annual_failure_rate=afr, repair_hours=repair),
+                afr_source, repair_source, kind.kind if kind is not None else None)
+        except AvailabilityError as error:
+            raise AvailabilityError(error.code, f"node {node.node_id!r}: {error.message}",
+                                    **{**error.details, "node_id": node.node_id}) from None
+    return result
+
+
 def fleet_reliability(
     nodes: Sequence[NodeBudget],
     *,
@@ -133,25 +182,11 @@ def fleet_reliability(
     """Each node's failure rate and repair time, field by field, from the first that
     gives it: the node's own override, the fleet-wide value (``annual_failure_rate``,
     ``repair_hours``), its catalog kind (:func:`planner.models.gpus.node_gpu_kind`, in
-    ``catalog``, default the shipped one), the defaults."""
-    overrides = overrides or {}
-    named = {node_id: own.gpu for node_id, own in overrides.items() if own.gpu is not None}
-    kinds = node_gpu_kinds(nodes, _shipped_catalog() if catalog is None else catalog, named)
-    result: dict[str, NodeReliability] = {}
-    for node in nodes:
-        own = overrides.get(node.node_id, ReliabilityOverride())
-        base = _catalog_figures(kinds[node.node_id]) or NodeReliability()
-        try:
-            afr = next(v for v in (own.annual_failure_rate, annual_failure_rate,
-                                   base.annual_failure_rate) if v is not None)
-            repair = next(v for v in (own.repair_hours, repair_hours, base.repair_hours)
-                          if v is not None)
-            result[node.node_id] = NodeReliability(annual_failure_rate=afr,
-                                                   repair_hours=repair)
-        except AvailabilityError as error:
-            raise AvailabilityError(error.code, f"node {node.node_id!r}: {error.message}",
-                                    **{**error.details, "node_id": node.node_id}) from None
-    return result
+    ``catalog``, default the shipped one), the defaults (:func:`fleet_figures` says
+    which gave each)."""
+    return {node_id: figures.reliability for node_id, figures in fleet_figures(
+        nodes, catalog=catalog, overrides=overrides, annual_failure_rate=annual_failure_rate,
+        repair_hours=repair_hours).items()}
 
 
 def per_node_reliability(nodes: Sequence[NodeBudget],

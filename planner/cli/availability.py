@@ -13,10 +13,8 @@ from planner.availability import (
     DEFAULT_TOLERANCE,
     QUICK_MAX_STATES,
     AvailabilityError,
-    document_overrides,
-    fleet_availability,
-    fleet_reliability,
 )
+from planner.availability.fleet import fleet_file_availability
 from planner.cli._common import (
     EXIT_NO_TOPOLOGY,
     EXIT_OK,
@@ -29,7 +27,7 @@ from planner.limits import MAX_AVAILABILITY_NODE_PLANS
 from planner.models import ModelError, load_gpu_catalog
 from planner.planning.rules import CONTEXT_FLOOR
 from planner.reports.tables import TextTable, terminal_safe, text_table
-from planner.targets import SpeedEstimator, Targets, plan_or_none
+from planner.targets import plan_or_none
 
 NAME = "availability"
 
@@ -88,13 +86,6 @@ def run(args: argparse.Namespace) -> int:
     except ModelError as error:
         raise UserError(f"{args.catalog or 'catalog'}: {error.message}") from None
     try:
-        reliability = fleet_reliability(
-            request.nodes, catalog=catalog, overrides=document_overrides(document),
-            annual_failure_rate=args.afr, repair_hours=args.repair_hours)
-        # The targets the fleet file states, with the command's on top; one rule with
-        # planner size (a minimum context above the model's native one is refused).
-        targets = Targets.from_request(request, minimum_context=args.min_context,
-                                       minimum_lanes=args.min_lanes).for_request(request)
         # Removing nodes never makes a plan fit, so a fleet with every node up and no
         # plan is never up; asked first, as a large fleet's states are not all seen.
         if request.nodes and plan_or_none(request) is None:
@@ -103,10 +94,15 @@ def run(args: argparse.Namespace) -> int:
                 print(json.dumps({"error": {"code": "NoValidTopology", "message": message}}))
             print(terminal_safe(f"planner: {args.fleet}: {message}"), file=sys.stderr)
             return EXIT_NO_TOPOLOGY
-        estimator = SpeedEstimator.for_document(document, catalog)
-        result = fleet_availability(request, reliability, targets=targets,
-                                    estimator=estimator, tolerance=args.tolerance,
-                                    max_states=args.max_states)
+        # The figures, targets and speed estimate the workbench's panel uses too: the
+        # targets the fleet file states with the command's on top (one rule with
+        # planner size: a minimum context above the model's native one is refused).
+        found = fleet_file_availability(
+            document, request, catalog=catalog, annual_failure_rate=args.afr,
+            repair_hours=args.repair_hours, minimum_context=args.min_context,
+            minimum_lanes=args.min_lanes, tolerance=args.tolerance,
+            max_states=args.max_states)
+        result, targets = found.result, found.targets
     except (AvailabilityError, ModelError) as error:
         raise UserError(f"{args.fleet}: {error.message}") from None
     if not result.exact and result.unexplored_mass > args.tolerance:

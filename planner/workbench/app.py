@@ -88,6 +88,7 @@ class Workbench(widgets.VBox):
                  fleet_dir: str | Path | None = None,
                  report_dir: str | Path | None = None) -> None:
         self._quiet = 0
+        self._watchers: list[Callable[[], None]] = []
         self.evaluations = 0
         """How many times the workbench has planned (one per edit)."""
         self._state = state if state is not None else WorkbenchState.design_default()
@@ -259,6 +260,13 @@ class Workbench(widgets.VBox):
         if "wb-message-box" in self.message.value:
             self.message.value = ""
         self.view.show(self._evaluation)
+        for watcher in self._watchers:
+            watcher()
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` after every re-plan (a panel that shows the fleet keeps up
+        with it, or says it is out of date); errors it raises are shown as messages."""
+        self._watchers.append(self._guard(callback))
 
     def _load_editors(self) -> None:
         state = self._state

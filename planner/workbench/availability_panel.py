@@ -1,10 +1,16 @@
 """The "Availability" panel: how often the fleet on screen is up as nodes fail.
 
 It shows the availability at the targets, the context distribution over failure states,
-the spares needed for 99 %, 99.9 % and 99.99 %, and a simulated year as a timeline. It
-reads the fleet from a :class:`~planner.workbench.app.Workbench` (``source=workbench``)
-or from a planning request, and recomputes when **Compute** is pressed (a large fleet's
-availability takes a while, so it does not run on every keystroke).
+the spares needed for 99 %, 99.9 % and 99.99 %, a simulated year as a timeline, and
+each node's failure figures with where they came from. The figures, targets and speed
+estimate are those of ``planner availability`` for the same fleet file
+(:func:`planner.availability.fleet.fleet_file_availability`): each node's own, else the
+fleet-wide value typed here, else its catalog kind's, else the defaults.
+
+It reads the fleet from a :class:`~planner.workbench.app.Workbench` or a fleet document
+and computes when **Compute** is pressed (a large fleet's availability takes a while, so
+it does not run on every keystroke). When the workbench's fleet changes afterwards, the
+panel says it is out of date, and why, until it is computed again.
 """
 
 from __future__ import annotations
@@ -20,17 +26,21 @@ from planner.availability import (
     QUICK_MAX_STATES,
     AvailabilityError,
     AvailabilityResult,
-    NodeReliability,
-    fleet_availability,
+    NodeFigures,
     spares_table,
 )
+from planner.availability.fleet import fleet_file_availability
 from planner.errors import CodedError
 from planner.figures.availability import context_distribution_figure, timeline_figure
-from planner.limits import MAX_CONTEXT
+from planner.fleet import FleetDocument
+from planner.limits import MAX_CONTEXT, MAX_LANES
 from planner.planning import PlanningInput
 from planner.simulation import SimulatedYear, simulate
-from planner.targets import Targets
+from planner.targets import plan_or_none
+from planner.workbench.catalog import gpu_catalog
+from planner.workbench.changes import document_changes
 from planner.workbench.chart import Chart, chart_row
+from planner.workbench.editor import text_input
 from planner.workbench.view import STYLE
 
 
@@ -42,19 +52,30 @@ class AvailabilityView:
     spares: pd.DataFrame
     year: SimulatedYear
     min_context: int
+    figures: dict[str, NodeFigures]
 
 
-def compute_view(request: PlanningInput, reliability: NodeReliability, *,
-                 min_context: int | None = None, seed: int = 0) -> AvailabilityView:
-    # A large fleet is bounded as on the command line: an interval, in about a minute.
-    targets = Targets(minimum_context=min_context).for_request(request)
-    result = fleet_availability(request, reliability, targets=targets,
-                                max_states=QUICK_MAX_STATES)
-    spares = spares_table(request, reliability, targets=targets, max_spares=8,
+def compute_view(document: FleetDocument, request: PlanningInput | None = None, *,
+                 annual_failure_rate: float | None = None, repair_hours: float | None = None,
+                 min_context: int | None = None, min_lanes: int = 1,
+                 seed: int = 0) -> AvailabilityView:
+    """The panel's figures for ``document`` planned as ``request``, worked out as
+    ``planner availability`` does (a large fleet bounded as there: an interval, in about
+    a minute)."""
+    found = fleet_file_availability(
+        document, request, catalog=gpu_catalog(), annual_failure_rate=annual_failure_rate,
+        repair_hours=repair_hours, minimum_context=min_context, minimum_lanes=min_lanes,
+        max_states=QUICK_MAX_STATES)
+    request = document.to_request() if request is None else request
+    reliability = found.reliability
+    spares = spares_table(request, reliability, targets=found.targets,
+                          estimator=found.estimator, max_spares=8,
                           max_states=QUICK_MAX_STATES)
-    year = simulate(request, reliability, seed=seed, targets=targets)
-    assert targets.minimum_context is not None
-    return AvailabilityView(result, spares, year, targets.minimum_context)
+    year = simulate(request, reliability, seed=seed, targets=found.targets,
+                    estimator=found.estimator)
+    assert found.targets.minimum_context is not None
+    return AvailabilityView(found.result, spares, year, found.targets.minimum_context,
+                            found.figures)
 
 
 def _percent(value: float | None) -> str:
@@ -87,21 +108,82 @@ def spares_html(spares: pd.DataFrame) -> str:
             f"<tbody>{rows}</tbody></table>")
 
 
-class AvailabilityPanel(widgets.VBox):
-    """The panel; ``source`` is a Workbench, a planning request, or a callable giving one."""
+def _source_text(where: str) -> str:
+    return {"the node's own": "its fleet-file entry",
+            "fleet-wide": "typed here for every node"}.get(where, where)
 
-    def __init__(self, source: Any, *, annual_failure_rate: float = 0.119,
-                 repair_hours: float = 72.0, seed: int = 0, compute: bool = True) -> None:
+
+def figures_html(figures: dict[str, NodeFigures]) -> str:
+    """Each node's failure figures and where they came from, as an HTML table."""
+    rows = "".join(
+        f"<tr><td class='wb-text'>{escape(node_id)}</td>"
+        f"<td class='wb-text'>{escape(node.kind or 'unknown')}</td>"
+        f"<td>{node.reliability.annual_failure_rate:g}</td>"
+        f"<td class='wb-text'>{escape(_source_text(node.annual_failure_rate_source))}</td>"
+        f"<td>{node.reliability.repair_hours:g}</td>"
+        f"<td class='wb-text'>{escape(_source_text(node.repair_hours_source))}</td></tr>"
+        for node_id, node in figures.items())
+    return ("<details><summary>Failure figures per node (those planner availability "
+            "uses for this fleet)</summary><table class='wb-table wb-figures-table'><thead>"
+            "<tr><th class='wb-text'>node</th><th class='wb-text'>kind</th>"
+            "<th>failures / year</th><th class='wb-text'>from</th><th>repair hours</th>"
+            "<th class='wb-text'>from</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table></details>")
+
+
+def _rate(text: str, label: str) -> float | None:
+    """A fleet-wide figure typed in the panel; blank is ``None`` (each node's own)."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise AvailabilityError("InvalidReliability", f"{label}: must be a number of at "
+                                f"least 0, or blank for each node's own (got {text!r})",
+                                field=label) from None
+    if not value >= 0 or value == float("inf"):
+        raise AvailabilityError("InvalidReliability", f"{label}: must be a number of at "
+                                f"least 0 (got {text!r})", field=label)
+    return value
+
+
+class AvailabilityPanel(widgets.VBox):
+    """The panel; ``source`` is a Workbench or a fleet document.
+
+    ``annual_failure_rate`` and ``repair_hours`` are fleet-wide figures for nodes without
+    their own (as ``planner availability --afr/--repair-hours``); ``None`` leaves each
+    node its catalog kind's, or the defaults."""
+
+    def __init__(self, source: Any, *, annual_failure_rate: float | None = None,
+                 repair_hours: float | None = None, seed: int = 0,
+                 compute: bool = True) -> None:
         self._source = source
-        self.afr = widgets.BoundedFloatText(value=annual_failure_rate, min=0, max=1000,
-                                            step=0.01, description="failures/yr")
-        self.repair = widgets.BoundedFloatText(value=repair_hours, min=0, max=100_000,
-                                               description="repair h")
-        self.min_context = widgets.BoundedIntText(value=0, min=0, max=MAX_CONTEXT,
-                                                  description="min context")
-        self.seed = widgets.BoundedIntText(value=seed, min=0, max=2**31, description="seed")
+        self.afr = text_input("" if annual_failure_rate is None else f"{annual_failure_rate:g}",
+                              "wb-availability-afr", width="210px", description="failures/yr",
+                              placeholder="each node's own",
+                              tooltip="for nodes without their own figure; blank: each "
+                                      "node's catalog kind, else 0.119")
+        self.repair = text_input("" if repair_hours is None else f"{repair_hours:g}",
+                                 "wb-availability-repair", width="200px",
+                                 description="repair h", placeholder="each node's own",
+                                 tooltip="for nodes without their own figure; blank: each "
+                                         "node's catalog kind, else 72")
+        self.min_context = widgets.BoundedIntText(
+            value=0, min=0, max=MAX_CONTEXT, description="min context",
+            tooltip="0: the context floor, min(native, 64k)",
+            layout=widgets.Layout(width="220px"), style={"description_width": "initial"})
+        self.min_lanes = widgets.BoundedIntText(
+            value=1, min=1, max=MAX_LANES, description="min lanes",
+            layout=widgets.Layout(width="150px"), style={"description_width": "initial"})
+        self.seed = widgets.BoundedIntText(value=seed, min=0, max=2**31, description="seed",
+                                           layout=widgets.Layout(width="170px"),
+                                           style={"description_width": "initial"})
         self.compute_button = widgets.Button(description="Compute", button_style="primary")
+        self.compute_button.add_class("wb-availability-compute")
         self.compute_button.on_click(lambda _: self.compute())
+        self.stale = widgets.HTML()
+        self.stale.add_class("wb-availability-stale")
         self.summary = widgets.HTML()
         self.summary.add_class("wb-availability-summary")
         self.problem = widgets.HTML()
@@ -110,49 +192,89 @@ class AvailabilityPanel(widgets.VBox):
         self.timeline_chart = Chart(css_class="wb-availability-timeline-figure")
         self.spares = widgets.HTML()
         self.spares.add_class("wb-availability-spares")
+        self.figures = widgets.HTML()
+        self.figures.add_class("wb-availability-figures")
         self.view: AvailabilityView | None = None
-        controls = widgets.HBox([self.afr, self.repair, self.min_context, self.seed,
-                                 self.compute_button], layout=widgets.Layout(flex_flow="row wrap"))
+        self._computed: FleetDocument | None = None
+        """The fleet last computed (what the figures on screen are of)."""
+        controls = widgets.HBox([self.afr, self.repair, self.min_context, self.min_lanes,
+                                 self.seed, self.compute_button],
+                                layout=widgets.Layout(flex_flow="row wrap"))
+        self.results = widgets.VBox([self.summary, chart_row(self.context_chart, self.spares),
+                                     self.timeline_chart, self.figures])
+        self.results.layout.display = "none"
         super().__init__([widgets.HTML(STYLE + "<h3>Availability</h3>"), controls,
-                          self.problem, self.summary,
-                          chart_row(self.context_chart, self.spares),
-                          self.timeline_chart])
+                          self.stale, self.problem, self.results])
         self.add_class("wb-root")
         self.add_class("wb-availability-panel")
+        if hasattr(source, "on_change"):
+            source.on_change(self._fleet_changed)
         if compute:
             self.compute()
 
-    def _request(self) -> PlanningInput | None:
+    def _fleet(self) -> tuple[FleetDocument, PlanningInput | None]:
+        """The fleet document on screen and the request the workbench plans it as."""
         source = self._source
-        if isinstance(source, PlanningInput):
-            return source
-        if hasattr(source, "evaluation"):
-            return source.evaluation.request
-        if callable(source):
-            return source()
+        if isinstance(source, FleetDocument):
+            return source, source.to_request()
+        if hasattr(source, "state") and hasattr(source, "evaluation"):
+            return source.state.to_document(), source.evaluation.request
         raise TypeError(f"cannot read a fleet from {type(source).__name__}")
+
+    @property
+    def out_of_date(self) -> bool:
+        """Whether the fleet changed since the figures on screen were computed."""
+        return bool(self.stale.value)
+
+    def _fleet_changed(self) -> None:
+        if self._computed is None:
+            return
+        try:
+            document, _ = self._fleet()
+        except CodedError as error:
+            reason = f"the fleet cannot be read ({error.message})"
+        else:
+            reason = document_changes(self._computed, document)
+        self.stale.value = ("" if not reason else
+                            f"<div class='wb-warning-box'>Out of date: {escape(reason)} "
+                            "since these figures were computed. Press Compute to update "
+                            "them.</div>")
 
     def compute(self) -> None:
         """Recompute from the current fleet and the panel's settings; problems are shown,
         never raised."""
-        request = self._request()
-        if request is None:
-            self._say("No fleet to evaluate: fix the problems shown above first.")
-            return
         try:
-            reliability = NodeReliability(self.afr.value, self.repair.value)
-            view = compute_view(request, reliability,
-                                min_context=self.min_context.value or None,
-                                seed=self.seed.value)
-        except (AvailabilityError, CodedError) as error:
-            self._say(error.message)
+            document, request = self._fleet()
+            if request is None:
+                self._say("No fleet to evaluate: fix the problems shown above first.")
+                return
+            if plan_or_none(request) is None:
+                self._say("no valid topology even with every node up; the plan above says "
+                          "why")
+                return
+            view = compute_view(
+                document, request, annual_failure_rate=_rate(self.afr.value, "failures/yr"),
+                repair_hours=_rate(self.repair.value, "repair h"),
+                min_context=self.min_context.value or None, min_lanes=self.min_lanes.value,
+                seed=self.seed.value)
+        except CodedError as error:
+            self._say(f"{error.code}: {error.message}")
             return
+        self._computed = document
+        self.stale.value = ""
         self.problem.value = ""
         self.view = view
+        self.results.layout.display = None
         self.summary.value = summary_html(view)
         self.spares.value = "<h3>Spares needed</h3>" + spares_html(view.spares)
+        self.figures.value = figures_html(view.figures)
         self.context_chart.show(context_distribution_figure(view.result, view.min_context))
         self.timeline_chart.show(timeline_figure(view.year))
 
     def _say(self, message: str) -> None:
+        # No figures of another fleet stay on screen under a problem.
+        self._computed = None
+        self.view = None
+        self.stale.value = ""
+        self.results.layout.display = "none"
         self.problem.value = f"<div class='wb-error-box'>{escape(message)}</div>"
