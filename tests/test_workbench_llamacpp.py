@@ -104,3 +104,45 @@ def test_saving_keeps_the_rpc_server_addresses(fleet: Path) -> None:
     bench = Workbench.from_fleet(fleet, fleet_dir=fleet.parent)
     saved = bench.save_fleet("copy.toml")
     assert dict(load_fleet(saved).addresses) == {"a": "10.0.0.1:6000"}
+
+
+def test_the_toggle_shows_the_rule_the_plan_uses_after_a_load(fleet: Path) -> None:
+    bench = Workbench.from_fleet(fleet, fleet_dir=fleet.parent)
+    panel = bench.panel(TITLE)
+    panel.memory_model.value = "llamacpp"
+    (fleet.parent / "other.toml").write_text(fleet.read_text().replace('"350 MiB"',
+                                                                       '"380 MiB"'))
+    bench.load_fleet(fleet.parent / "other.toml")
+    # Loading once reset the plan to the design rule while the toggle still said llama.cpp.
+    assert bench.evaluation.request.memory_model == panel.memory_model.value == "llamacpp"
+    assert bench.evaluation.plan == planner.plan_topology(
+        load_fleet(fleet.parent / "other.toml").to_request("llamacpp"))
+    bench.set_state(bench.state.with_memory_model("design"))
+    assert panel.memory_model.value == "design"
+    assert "planned with the design rule" in panel.memory.value
+
+
+def test_a_preset_gets_a_gguf_file_to_plan_with_llama_cpp(fleet: Path) -> None:
+    bench = Workbench.default(fleet_dir=fleet.parent)
+    panel = bench.panel(TITLE)
+    panel.memory_model.value = "llamacpp"
+    assert "model.gguf" in bench.evaluation.problem.message
+    assert panel.gguf_box.layout.display is None  # the chooser is offered
+    found = [value for _, value in panel.gguf_choice.options if value]
+    assert found == [str((fleet.parent / "g.gguf").resolve())]
+    panel.gguf_choice.value = found[0]  # as choosing it does
+    assert bench.state.model.gguf == found[0]
+    assert bench.evaluation.problem is None and bench.evaluation.plan is not None
+    assert bench.evaluation.request.memory_model == "llamacpp"
+    # The memory table is the new plan's, not the old model's problem.
+    assert "stage-0" in panel.memory.value and "no plan" not in panel.memory.value
+    assert panel.gguf_box.layout.display == "none"
+
+
+def test_a_gguf_path_that_is_no_file_is_said(fleet: Path) -> None:
+    bench = Workbench.default(fleet_dir=fleet.parent)
+    panel = bench.panel(TITLE)
+    panel.gguf_path.value = "missing.gguf"
+    panel.gguf_button.click()
+    assert "missing.gguf" in panel.message.value
+    assert bench.state.model.gguf is None

@@ -39,9 +39,13 @@ def sizing_figure(result: SizingResult) -> go.Figure:
                 "colorscale": "Viridis", "reversescale": True, "showscale": bool(known),
                 "colorbar": {"title": {"text": "estimated<br>TPOT ms"}}},
         text=[_hover(f) for f in fleets], hovertemplate="%{text}<extra></extra>"))
+    # Contexts are powers of two far apart: a log axis, labelled at each context a fleet
+    # reaches (plotly's own log ticks, 30k .. 2M, leave 262,144 unreadable).
+    contexts = sorted({f.plan.context_length for f in fleets})
     figure.update_layout(**base_layout(
         "Cheapest fleets: cost per hour against context (speed is an estimate)",
         xaxis=axis(title={"text": "cost per hour (USD)"}, rangemode="tozero"),
-        yaxis=axis(title={"text": "context length (tokens)"}, type="log"),
+        yaxis=axis(title={"text": "context length (tokens)"}, type="log",
+                   tickvals=contexts, ticktext=[f"{c:,}" for c in contexts]),
         height=420))
     return figure

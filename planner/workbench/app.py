@@ -329,6 +329,31 @@ class Workbench(widgets.VBox):
         self._load_model_editor(source)
         self.refresh()
 
+    def use_gguf(self, path: str) -> None:
+        """Plan the GGUF file at ``path`` (relative paths start at the fleet file's folder)
+        in place of the model on screen, at the same KV cache type when the file offers
+        it. Raises :class:`~planner.models.ModelError` for a file that cannot be read."""
+        path = path.strip()
+        if not path:
+            raise WorkbenchInputError("model.gguf", "give the GGUF file's path",
+                                      label="GGUF file")
+        model = self._state.model
+        source = gguf_source(path, self._base_dir())
+        if model.kv_cache_type in source.kv_cache_types:
+            source = gguf_source(path, self._base_dir(), model.kv_cache_type)
+        self._state = self._state.with_model(source.fields)
+        self._load_model_editor(source)
+        self.refresh()
+
+    def gguf_folders(self) -> list[Path]:
+        """Where GGUF files are looked for: beside the fleet files and the fleet on
+        screen, and in ``models/`` folders there and in the working folder."""
+        folders = [self.fleet_dir, self.fleet_dir / "models", Path.cwd() / "models"]
+        base = self._base_dir()
+        if base is not None:
+            folders[1:1] = [base, base / "models"]
+        return list(dict.fromkeys(folders))
+
     def _kv_cache_type_changed(self) -> None:
         model = self._state.model
         kv_cache_type = self.model_editor.kv_cache_type.value

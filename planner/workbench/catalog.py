@@ -6,6 +6,7 @@ workbench runs, and reading them on every edit would cost more than planning.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -69,6 +70,30 @@ def gguf_path(path: str, base_dir: Path | None) -> Path:
     resolved = ModelChoice(gguf=path).gguf_path(base_dir)
     assert resolved is not None
     return resolved.resolve()
+
+
+MAX_GGUF_FILES = 200
+"""The most GGUF files a folder search lists (a big models folder is cut there)."""
+
+
+def gguf_files(folders: Sequence[Path], depth: int = 2) -> tuple[Path, ...]:
+    """The ``.gguf`` files in ``folders`` and up to ``depth`` levels below them, sorted
+    and without repeats, at most :data:`MAX_GGUF_FILES`."""
+    found: dict[Path, None] = {}
+    for folder in folders:
+        try:
+            if not folder.is_dir():
+                continue
+            for level in range(depth + 1):
+                pattern = "/".join(["*"] * level + ["*.gguf"])
+                for path in sorted(folder.glob(pattern)):
+                    if path.is_file():
+                        found.setdefault(path.resolve())
+                    if len(found) >= MAX_GGUF_FILES:
+                        return tuple(found)
+        except OSError:
+            continue
+    return tuple(found)
 
 
 def preset_source(name: str, kv_cache_type: str | None = None) -> ModelSource:

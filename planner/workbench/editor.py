@@ -39,7 +39,7 @@ def _shrinkable(width: str) -> widgets.Layout:
     return widgets.Layout(width=width, min_width="60px", flex="0 1 auto")
 
 
-def _fixed(width: str) -> widgets.Layout:
+def fixed_width(width: str) -> widgets.Layout:
     """A width that a narrow row does not squeeze (labels and buttons keep their text;
     the inputs beside them give way)."""
     return widgets.Layout(width=width, min_width=width, flex="0 0 auto")
@@ -47,7 +47,7 @@ def _fixed(width: str) -> widgets.Layout:
 
 def _label(html: str, width: str) -> widgets.HTML:
     return widgets.HTML(f"<span style='white-space:nowrap'>{html}</span>",
-                        layout=_fixed(width))
+                        layout=fixed_width(width))
 
 
 def text_input(value: str, css_class: str, *, width: str, placeholder: str = "",
@@ -72,7 +72,7 @@ def int_input(value: int, css_class: str, *, minimum: int, maximum: int, width: 
 def button(label: str, css_class: str, *, tooltip: str = "", width: str = "auto",
            style: str = "") -> widgets.Button:
     widget = widgets.Button(description=label, tooltip=tooltip or label,
-                            layout=_fixed(width) if width != "auto" else _layout(width),
+                            layout=fixed_width(width) if width != "auto" else _layout(width),
                             button_style=style)
     widget.add_class(css_class)
     return widget

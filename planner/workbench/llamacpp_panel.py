@@ -2,14 +2,16 @@
 allocates on each stage, and the commands that run the plan on screen.
 
 The memory model toggle re-plans the workbench (``design``: the design rule of docs/rules.md §3;
-``llamacpp``: what llama.cpp allocates, read from the model's GGUF file). **Show launch
-commands** writes the ``rpc-server`` and ``llama-server`` commands of the current plan,
-as ``planner launch`` prints them.
+``llamacpp``: what llama.cpp allocates, read from the model's GGUF file). llama.cpp's rule
+needs a GGUF file: **Use GGUF** plans the one typed (or chosen from those found beside the
+fleet files and in ``models/`` folders) in place of a preset. **Show launch commands**
+writes the ``rpc-server`` and ``llama-server`` commands of the current plan, as
+``planner launch`` prints them. The panel follows every edit of the workbench: its toggle
+shows the rule the plan uses and its memory table is the plan's on screen.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from html import escape
 from typing import Any
 
@@ -19,6 +21,7 @@ from planner.errors import CodedError
 from planner.launch import launch_for_plan
 from planner.reports.content import memory_section
 from planner.units import format_bytes
+from planner.workbench.catalog import gguf_files
 from planner.workbench.editor import button
 from planner.workbench.view import STYLE
 
@@ -81,21 +84,76 @@ class LlamaCppPanel(widgets.VBox):
         self.message.add_class("wb-llamacpp-message")
         self.memory = widgets.HTML()
         self.memory.add_class("wb-llamacpp-memory-box")
+        found = gguf_files(workbench.gguf_folders())
+        self.gguf_choice = widgets.Dropdown(
+            options=[("GGUF files found…" if found else "no GGUF files found", "")]
+            + [(str(path), str(path)) for path in found],
+            layout=widgets.Layout(width="360px"))
+        self.gguf_choice.add_class("wb-gguf-choice")
+        self.gguf_choice.observe(lambda change: self._gguf_chosen(change["new"]),
+                                 names="value")
+        self.gguf_path = widgets.Text(
+            value="", placeholder="/models/model.gguf, or a path from the fleet file's folder",
+            description="GGUF file", style={"description_width": "initial"},
+            continuous_update=False, layout=widgets.Layout(width="440px"))
+        self.gguf_path.add_class("wb-gguf-path")
+        self.gguf_button = button("Use GGUF", "wb-use-gguf",
+                                  tooltip="plan this GGUF file's model (llama.cpp's rule "
+                                          "reads its layout)")
+        self.gguf_button.on_click(lambda _b: self.use_gguf(self.gguf_path.value))
+        self.gguf_box = widgets.VBox([
+            widgets.HTML("<p class='wb-hint'>llama.cpp's rule reads the model's layout "
+                         "from its GGUF file: choose one to plan it.</p>"),
+            widgets.HBox([self.gguf_path, self.gguf_button], layout=widgets.Layout(
+                flex_flow="row wrap")),
+            self.gguf_choice])
+        self.gguf_box.add_class("wb-gguf-box")
         super().__init__([
-            widgets.HTML(STYLE), self.memory_model, self.memory, self.note,
+            widgets.HTML(STYLE), self.memory_model, self.gguf_box, self.memory, self.note,
             widgets.HBox([self.flash_attn, self.model_path]), self.launch_button,
             self.commands, self.message,
         ])
         self.add_class("wb-llamacpp-panel")
+        workbench.on_change(self.follow)
+        self.follow()
+
+    def follow(self) -> None:
+        """Show the workbench as it is now: the rule the plan uses, the GGUF chooser while
+        the model has no GGUF file, the plan's memory per stage."""
+        state = self.workbench.state
+        if self.memory_model.value != state.memory_model:
+            self._following = True
+            try:
+                self.memory_model.value = state.memory_model
+            finally:
+                self._following = False
+        self.gguf_box.layout.display = None if state.model.gguf is None else "none"
         self.show_memory()
 
+    _following = False
+
     def _memory_model_changed(self) -> None:
+        if self._following:
+            return
         workbench = self.workbench
         if workbench.state.memory_model != self.memory_model.value:
-            workbench.set_state(replace(workbench.state,
-                                        memory_model=self.memory_model.value))
-        self.show_memory()
+            workbench.set_state(workbench.state.with_memory_model(self.memory_model.value))
         self.commands.value = ""
+
+    def _gguf_chosen(self, path: str) -> None:
+        if path:
+            self.gguf_path.value = path
+            self.use_gguf(path)
+
+    def use_gguf(self, path: str) -> None:
+        """Plan the GGUF file at ``path`` (relative paths start at the fleet file's
+        folder) in place of the model on screen; a file that cannot be read is said."""
+        try:
+            self.workbench.use_gguf(path)
+        except (CodedError, OSError) as error:
+            self.message.value = f"<p class='wb-error'>{escape(str(error))}</p>"
+        else:
+            self.message.value = ""
 
     def show_memory(self) -> None:
         """The plan's memory per stage under llama.cpp's rule, or why there is none."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from html import escape
-from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
@@ -45,8 +44,21 @@ from planner.sizing import (
 from planner.units import format_bytes
 from planner.workbench.catalog import gpu_catalog, model_traffic
 from planner.workbench.chart import Chart
+from planner.workbench.editor import button, fixed_width
 from planner.workbench.state import NodeExtras, NodeRow, WorkbenchInputError
 from planner.workbench.view import STYLE
+
+CATALOG_COLUMNS = (("use", "36px"), ("kind · memory · bandwidth · price", "380px"),
+                   ("USD / hour", "100px"), ("available", "90px"))
+
+# The sizing table's columns as the rest of the page names them.
+FLEET_HEADERS = {
+    "rank": "#", "fleet": "fleet", "nodes": "nodes", "cost_per_hour_usd": "USD / hour",
+    "context_length": "context", "stage_count": "stages", "parallel_lanes": "lanes",
+    "estimated_tpot_ms": "est. TPOT", "tokens_per_s": "est. tokens/s",
+    "estimated_context_fill_s": "est. fill (s)",
+    "cost_per_million_tokens_usd": "USD / M tokens", "failures_tolerated": "survives losing",
+}
 
 
 class CatalogRow(widgets.HBox):
@@ -56,21 +68,26 @@ class CatalogRow(widgets.HBox):
     def __init__(self, gpu: GpuModel) -> None:
         self.gpu = gpu
         # Rented prices by default: sizing compares one kind of price (planner.sizing).
+        widths = [width for _, width in CATALOG_COLUMNS]
         self.use = widgets.Checkbox(value=gpu.price_per_hour is not None
                                     and gpu.price_kind == DEFAULT_PRICE_KIND, indent=False,
-                                    layout=widgets.Layout(width="28px"))
+                                    layout=fixed_width(widths[0]))
         self.price = widgets.Text(
             value="" if gpu.price_per_hour is None else f"{gpu.price_per_hour:g}",
-            placeholder="USD/h", layout=widgets.Layout(width="80px"))
+            placeholder="USD/h", layout=fixed_width(widths[2]))
+        self.price.add_class("wb-sizing-price")
         self.max_count = widgets.Text(
             value="" if gpu.max_count is None else str(gpu.max_count),
-            placeholder="any", layout=widgets.Layout(width="64px"))
+            placeholder="any", layout=fixed_width(widths[3]))
+        self.max_count.add_class("wb-sizing-available")
         bandwidth = gpu.memory_bandwidth_bytes_per_s
         label = (f"{gpu.kind} · {format_bytes(gpu.memory_bytes)} · "
                  + ("bandwidth unknown" if bandwidth is None
-                    else f"{bandwidth / 1e9:,.0f} GB/s"))
-        super().__init__([self.use, widgets.Label(label, layout=widgets.Layout(width="320px")),
-                          self.price, self.max_count])
+                    else f"{bandwidth / 1e9:,.0f} GB/s")
+                 + (f" · {gpu.price_kind}" if gpu.price_kind else ""))
+        name = widgets.HTML(f"<span style='white-space:nowrap'>{escape(label)}</span>",
+                            layout=fixed_width(widths[1]))
+        super().__init__([self.use, name, self.price, self.max_count])
         self.add_class("wb-sizing-catalog-row")
 
     def edited(self) -> GpuModel | None:
@@ -116,23 +133,41 @@ class SizingModel:
 
 
 def _from_workbench(workbench: Any) -> SizingModel:
+    """The model and planning options of the fleet document on screen. Raises
+    :class:`WorkbenchInputError` or the fleet file's error when they cannot be read."""
     state = workbench.state
-    base = Path(state.source).parent if state.source else None
-    fields = state.model.planning_fields()
+    document = state.to_document()
+    fields = dict(document.model.resolve(document.base_dir))
     if fields.get("layer_weight_bytes") is None:
         fields.pop("layer_weight_bytes", None)
-    options = state.options.planning_fields()
-    return SizingModel(fields, model_traffic(state.model, base), state.model.label,
-                       minimum_nodes=options.get("minimum_nodes") or 1,
-                       target_decode_tpot_ms=options.get("target_decode_tpot_ms"),
-                       context_length_override=options.get("context_length_override"),
-                       parallel_lanes_override=options.get("parallel_lanes_override"))
+    return SizingModel(fields, model_traffic(state.model, document.base_dir),
+                       document.model.label, minimum_nodes=document.minimum_nodes or 1,
+                       target_decode_tpot_ms=document.target_decode_tpot_ms,
+                       context_length_override=document.context_length_override,
+                       parallel_lanes_override=document.parallel_lanes_override)
+
+
+def model_changes(before: SizingModel, after: SizingModel) -> str:
+    """What changed between the model sized for and the one on screen, in words."""
+    changes = []
+    if before.label != after.label or before.fields != after.fields:
+        changes.append(f"the model changed ({before.label} → {after.label})"
+                       if before.label != after.label else "the model's numbers changed")
+    options = [name for name, key in (
+        ("minimum nodes", "minimum_nodes"), ("TPOT target", "target_decode_tpot_ms"),
+        ("context override", "context_length_override"),
+        ("lanes override", "parallel_lanes_override"))
+        if getattr(before, key) != getattr(after, key)]
+    if options:
+        changes.append(f"the fleet's planning options changed ({', '.join(options)})")
+    return "; ".join(changes)
 
 
 def fleets_html(fleets: Sequence[SizedFleet], chosen: int | None = None) -> str:
     """The fleets as an HTML table (:func:`planner.reports.sizing.fleet_table`'s cells)."""
     table = fleet_table(fleets)
-    head = "".join(f"<th{'' if a == 'r' else ' class=wb-text'}>{escape(h)}</th>"
+    head = "".join(f"<th{'' if a == 'r' else ' class=wb-text'}>"
+                   f"{escape(FLEET_HEADERS.get(h, h.replace('_', ' ')))}</th>"
                    for h, a in zip(table.headers, table.align, strict=True))
     rows = []
     for index, row in enumerate(table.rows):
@@ -152,35 +187,51 @@ class SizingPanel(widgets.VBox):
                  top: int = 8, compute: bool = True) -> None:
         self._source = source
         model = self._model()
+        style = {"description_width": "initial"}
         self.min_context = widgets.BoundedIntText(
-            value=0, min=0, max=MAX_CONTEXT, description="min context",
-            tooltip="0: the context floor, min(native, 64k)")
+            value=0, min=0, max=MAX_CONTEXT, description="min context", style=style,
+            tooltip="0: the context floor, min(native, 64k)",
+            layout=widgets.Layout(width="210px"))
         self.min_lanes = widgets.BoundedIntText(value=1, min=1, max=MAX_LANES,
-                                                description="min lanes")
+                                                description="min lanes", style=style,
+                                                layout=widgets.Layout(width="150px"))
         self.min_nodes = widgets.BoundedIntText(value=model.minimum_nodes, min=1,
-                                                max=MAX_MINIMUM_NODES, description="min nodes")
+                                                max=MAX_MINIMUM_NODES, description="min nodes",
+                                                style=style, layout=widgets.Layout(width="150px"))
         self.tpot = widgets.BoundedIntText(value=model.target_decode_tpot_ms or 0, min=0,
-                                           max=MAX_LATENCY_MS, description="TPOT ms",
-                                           tooltip="estimated TPOT target; 0: none")
+                                           max=MAX_LATENCY_MS, description="TPOT target (ms)",
+                                           tooltip="estimated TPOT target; 0: none",
+                                           style=style, layout=widgets.Layout(width="200px"))
         self.ttft = widgets.BoundedIntText(value=0, min=0, max=MAX_LATENCY_MS,
-                                           description="TTFT ms",
+                                           description="TTFT target (ms)",
                                            tooltip="estimated time-to-first-token target for "
-                                                   "a prompt of 'prompt' tokens; 0: none")
+                                                   "a prompt of 'prompt' tokens; 0: none",
+                                           style=style, layout=widgets.Layout(width="200px"))
         self.prompt_tokens = widgets.BoundedIntText(value=4096, min=1, max=MAX_CONTEXT,
-                                                    description="prompt",
-                                                    tooltip="prompt tokens the TTFT is for")
-        self.tolerate = widgets.BoundedIntText(value=0, min=0, max=8, description="tolerate",
-                                               tooltip="nodes the fleet must be able to lose")
-        self.top = widgets.BoundedIntText(value=top, min=1, max=100, description="top")
+                                                    description="prompt (tokens)",
+                                                    tooltip="prompt tokens the TTFT is for",
+                                                    style=style,
+                                                    layout=widgets.Layout(width="200px"))
+        self.tolerate = widgets.BoundedIntText(value=0, min=0, max=8,
+                                               description="survive losing", style=style,
+                                               tooltip="nodes the fleet must be able to lose",
+                                               layout=widgets.Layout(width="170px"))
+        self.top = widgets.BoundedIntText(value=top, min=1, max=100, description="show",
+                                          style=style, layout=widgets.Layout(width="120px"))
         self.size_button = widgets.Button(description="Size", button_style="primary")
+        self.size_button.add_class("wb-sizing-size")
         self.size_button.on_click(lambda _: self.compute())
         kinds = gpu_catalog() if catalog is None else catalog
         self.catalog_rows = tuple(CatalogRow(gpu) for gpu in kinds)
-        self.choice = widgets.Dropdown(options=[], description="fleet",
-                                       layout=widgets.Layout(width="420px"))
-        self.load_button = widgets.Button(description="Load into the fleet editor",
-                                          disabled=not hasattr(source, "set_state"))
+        self.choice = widgets.Dropdown(options=[], description="fleet", style=style,
+                                       layout=widgets.Layout(width="420px", min_width="200px",
+                                                             flex="0 1 auto"))
+        self.load_button = button("Load into the fleet editor", "wb-sizing-load",
+                                  tooltip="replace the fleet on screen with this one")
+        self.load_button.disabled = not hasattr(source, "set_state")
         self.load_button.on_click(lambda _: self.choose(self.choice.value))
+        self.stale = widgets.HTML()
+        self.stale.add_class("wb-sizing-stale")
         self.summary = widgets.HTML()
         self.summary.add_class("wb-sizing-summary")
         self.problem = widgets.HTML()
@@ -191,11 +242,13 @@ class SizingPanel(widgets.VBox):
         self.result: SizingResult | None = None
         self._kinds: dict[str, GpuModel] = {}
         self.chosen: int | None = None
-        header = widgets.HBox([widgets.Label("use", layout=widgets.Layout(width="28px")),
-                               widgets.Label("kind · memory · bandwidth",
-                                             layout=widgets.Layout(width="320px")),
-                               widgets.Label("USD/h", layout=widgets.Layout(width="80px")),
-                               widgets.Label("available", layout=widgets.Layout(width="64px"))])
+        self._sized_for: SizingModel | None = None
+        """The model and planning options the fleets on screen were sized for."""
+        self._fleet_targets = (model.minimum_nodes, model.target_decode_tpot_ms)
+        """The fleet's own minimum nodes and TPOT target, as last put in the boxes."""
+        header = widgets.HBox([
+            widgets.HTML(f"<b style='white-space:nowrap'>{escape(label)}</b>",
+                         layout=fixed_width(width)) for label, width in CATALOG_COLUMNS])
         targets = widgets.HBox([self.min_context, self.min_lanes, self.min_nodes, self.tpot,
                                 self.ttft, self.prompt_tokens, self.tolerate, self.top,
                                 self.size_button],
@@ -205,12 +258,15 @@ class SizingPanel(widgets.VBox):
             widgets.HTML("<h3>Catalog</h3>"), header,
             widgets.VBox(list(self.catalog_rows),
                          layout=widgets.Layout(max_height="260px", overflow="auto")),
-            self.problem, self.summary, self.table,
-            widgets.HBox([self.choice, self.load_button]), self.chart,
+            self.stale, self.problem, self.summary, self.table,
+            widgets.HBox([self.choice, self.load_button],
+                         layout=widgets.Layout(flex_flow="row wrap")), self.chart,
             widgets.HTML(f"<div class='wb-message-box'>{escape(ESTIMATE_NOTE)}</div>"),
         ])
         self.add_class("wb-root")
         self.add_class("wb-sizing-panel")
+        if hasattr(source, "on_change"):
+            source.on_change(self._fleet_changed)
         if compute:
             self.compute()
 
@@ -218,6 +274,32 @@ class SizingPanel(widgets.VBox):
         if isinstance(self._source, SizingModel):
             return self._source
         return _from_workbench(self._source)
+
+    @property
+    def out_of_date(self) -> bool:
+        """Whether the model or planning options changed since the fleets were sized."""
+        return bool(self.stale.value)
+
+    def _fleet_changed(self) -> None:
+        """Follow the fleet's own targets, and say when the fleets shown were sized for
+        another model or other planning options (editing nodes changes neither)."""
+        try:
+            model = self._model()
+        except CodedError as error:
+            reason = f"the model cannot be read ({error.message})"
+        else:
+            own = (model.minimum_nodes, model.target_decode_tpot_ms)
+            if own != self._fleet_targets:
+                self._fleet_targets = own
+                self.min_nodes.value = model.minimum_nodes
+                self.tpot.value = model.target_decode_tpot_ms or 0
+            reason = ("" if self._sized_for is None
+                      else model_changes(self._sized_for, model))
+        if self._sized_for is None:
+            reason = ""
+        self.stale.value = ("" if not reason else
+                            f"<div class='wb-warning-box'>Out of date: {escape(reason)} "
+                            "since these fleets were sized. Press Size to size again.</div>")
 
     def catalog(self) -> list[GpuModel]:
         """The kinds in use, as edited. Raises :class:`WorkbenchInputError`."""
@@ -257,6 +339,8 @@ class SizingPanel(widgets.VBox):
             self._say(f"{error.code}: {error.message}")
             return
         self.problem.value = ""
+        self.stale.value = ""
+        self._sized_for = model
         self.result = result
         self._kinds = {gpu.kind: gpu for gpu in catalog}
         speed = (f" {result.error_note}" if model.traffic is not None else
@@ -295,6 +379,8 @@ class SizingPanel(widgets.VBox):
             workbench.set_state(state.with_name(f"{self._model().label} on {fleet.label}"))
 
     def _say(self, message: str) -> None:
+        self._sized_for = None
+        self.stale.value = ""
         self.problem.value = f"<div class='wb-error-box'>{escape(message)}</div>"
         self.summary.value = ""
         self.table.value = ""
