@@ -114,3 +114,13 @@ def test_choosing_a_fleet_loads_and_plans_it() -> None:
     assert bench.evaluation.estimate is not None
     assert bench.evaluation.estimate.estimated_tpot_ms == pytest.approx(fleet.estimated_tpot_ms)
     assert "wb-selected" in panel.table.value
+
+
+def test_the_table_names_its_columns_in_words() -> None:
+    panel = SizingPanel(_model(), catalog=_catalog(), top=2)
+    assert "_" not in "".join(panel.table.value.split("<th")[1:]).split("</thead>")[0]
+    assert "USD / hour" in panel.table.value and "est. TPOT" in panel.table.value
+    layout = panel.chart.figure.layout.yaxis
+    assert [int(v) for v in layout.tickvals] == sorted(
+        {fleet.plan.context_length for fleet in panel.result.fleets + panel.result.pareto})
+    assert all("," in text or len(text) <= 3 for text in layout.ticktext)
