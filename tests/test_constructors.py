@@ -198,6 +198,8 @@ RESULTS = {
     "planner.availability.states.Outcome": _ANSWER,
     "planner.availability.states.NodeKind": _ANSWER,
     "planner.availability.states.AvailabilityResult": _ANSWER,
+    "planner.availability.fleet.FleetAvailability": _ANSWER,
+    "planner.availability.reliability.NodeFigures": _ANSWER,
     "planner.sizing.floors.DecodeFloor": _ANSWER,
     "planner.sizing.result.SizedFleet": _ANSWER,
     "planner.sizing.result.SizingResult": _ANSWER,
