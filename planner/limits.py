@@ -134,3 +134,7 @@ half a minute; beyond it the question is refused as ``SizingTooLarge``."""
 MAX_SIZING_QUEUE = 500_000
 """Partial fleets the sizing search may hold at once (their memory); beyond it the
 question is refused as ``SizingTooLarge``."""
+
+MAX_GGUF_FILES = 200
+"""The most GGUF files the workbench's folder search lists (a big models folder is cut
+there)."""

@@ -12,6 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from planner.fleet import ModelChoice
+from planner.limits import MAX_GGUF_FILES
 from planner.models import (
     GpuModel,
     ModelError,
@@ -70,10 +71,6 @@ def gguf_path(path: str, base_dir: Path | None) -> Path:
     resolved = ModelChoice(gguf=path).gguf_path(base_dir)
     assert resolved is not None
     return resolved.resolve()
-
-
-MAX_GGUF_FILES = 200
-"""The most GGUF files a folder search lists (a big models folder is cut there)."""
 
 
 def gguf_files(folders: Sequence[Path], depth: int = 2) -> tuple[Path, ...]:
