@@ -38,6 +38,7 @@ from planner.figures.fence import (
     check_report_figure,
     claim_decision_path,
     claim_flowchart_figure,
+    event_ticks,
     lanes,
     load_decision_path,
     load_flowchart_figure,
@@ -243,9 +244,10 @@ def test_sequence_figure_up_to_an_event_rings_it(scenario_logs: dict[int, pd.Dat
     upto = int(events["seq"].iloc[20])
     figure = sequence_figure(events, upto=upto)
     by_name = {trace.name: trace for trace in figure.data}
-    assert list(by_name["current"].x) == [upto]
+    # The 21st event (seq 20) is drawn at 21 on the event axis, as the explorer counts it.
+    assert list(by_name["current"].x) == [upto + 1]
     drawn = [x for name in ("accepted", "rejected", "node event") for x in by_name[name].x]
-    assert drawn and max(drawn) <= upto
+    assert drawn and max(drawn) <= upto + 1
     assert by_name["in flight"].x  # messages sent before event 20 still on their way
     with pytest.raises(InvalidFenceInput):
         sequence_figure(events, x="clock")
@@ -313,3 +315,35 @@ def test_node_ids_are_drawn_as_text_not_as_html() -> None:
         templates = [trace.hovertemplate or "" for trace in figure.data]
         assert not any("%{x}</span>" in template for template in templates)
     assert "&lt;span style" in json.dumps(figures[0].to_plotly_json())
+
+
+def test_the_event_axis_counts_events_from_one(scenario_logs: dict[int, pd.DataFrame]) -> None:
+    # The explorer's slider and title count from 1 ("event 7 of 39"): the axis agrees,
+    # its first tick is event 1 and its last the log's last event.
+    events = scenario_logs[5]
+    count = len(events)
+    for figure in (sequence_figure(events, upto=int(events["seq"].iloc[6])),
+                   accepted_terms_figure(events)):
+        layout = figure.layout.xaxis
+        assert layout.tickvals[0] == 1 and layout.tickvals[-1] == count
+        assert layout.title.text == "event (the first is 1)"
+    figure = sequence_figure(events, upto=int(events["seq"].iloc[6]))
+    by_name = {trace.name: trace for trace in figure.data}
+    assert list(by_name["current"].x) == [7]
+    assert list(figure.layout.xaxis.range) == [0.5, count + 0.5]
+    every_x = [x for trace in figure.data for x in trace.x if x is not None]
+    assert min(every_x) >= 1 and max(every_x) <= count + 1.5
+    hovers = [text for trace in figure.data if trace.mode == "markers" for text in trace.text]
+    assert any(text.startswith("event 1, ") for text in hovers), hovers[:3]
+    assert not any(text.startswith("event 0") for text in hovers)
+    timed = sequence_figure(events, x="time_ms")
+    assert timed.layout.xaxis.title.text == "time (ms)"
+    assert timed.layout.xaxis.tickvals is None
+
+
+@pytest.mark.parametrize("count, ticks", [
+    (1, [1]), (3, [1, 2, 3]), (10, list(range(1, 11))), (39, [1, 5, 10, 15, 20, 25, 30, 35, 39]),
+    (40, [1, 5, 10, 15, 20, 25, 30, 35, 40]), (523, [1, 100, 200, 300, 400, 500]),
+])
+def test_event_ticks_start_at_the_first_event(count: int, ticks: list[int]) -> None:
+    assert event_ticks(count) == ticks

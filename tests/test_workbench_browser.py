@@ -26,7 +26,9 @@ from browser_support import (
     launched_browser,
     notebook_dir,
     page_errors,
+    read_chart,
     save_screenshot,
+    trace,
     wait_until_all_drawn,
 )
 
@@ -82,11 +84,30 @@ def test_fencing_stepper_redraws_on_next(browser: Any, voila: str,
         record_property("fencing_first_chart_seconds", round(time.monotonic() - start, 1))
         print(f"fencing.ipynb: first stepper drawn after {time.monotonic() - start:.1f} s")
         scenarios.fencing_stepper(page, "voila")
+        _event_axis_counts_from_one(page)
         scenarios.fencing_folded_scenario(page, "voila")
         scenarios.fencing_tables(page)
     finally:
         page.close()
     assert errors.problems() == []
+
+
+def _event_axis_counts_from_one(page: Any) -> None:
+    """Scenario 1 at event 3 (after 'next ▶' twice): the event axis's tick labels count
+    from 1 to the scenario's last event, as the slider and the title do, and the ring
+    marking the current event is drawn at 3."""
+    readout = page.locator(".fx-scenario-1 .widget-readout").first
+    chart = read_chart(page, scenarios.FIRST_SCENARIO)
+    total = chart["drawn_title"].split(" of ")[-1].rstrip(")")
+    assert readout.inner_text().strip() == "3" and f"(event 3 of {total})" in chart[
+        "drawn_title"], chart["drawn_title"]
+    ticks = [tick.replace(",", "") for tick in chart["x_ticks"]]
+    assert ticks[0] == "1" and ticks[-1] == total, ticks
+    assert "0" not in ticks, ticks
+    assert trace(chart, "current")["x"] == [3], trace(chart, "current")
+    title = page.evaluate("(s) => [...document.querySelector(s).querySelectorAll("
+                          "'.g-xtitle text')].map(t => t.textContent)", scenarios.FIRST_SCENARIO)
+    assert title == ["event (the first is 1)"], title
 
 
 # What each page the index links shows once the cells with charts have run (Voilà draws

@@ -396,7 +396,7 @@ def lanes(events: pd.DataFrame) -> list[str]:
 def _hover(row: Any) -> str:
     # Node ids and details are whatever a simulation was given: plotly would read HTML
     # in them, so they are escaped (plotly_text); the <br> is the one tag meant.
-    parts = [f"#{row.seq} t={row.time_ms} ms", str(row.node), str(row.kind)]
+    parts = [f"event {event_number(row.seq)}, t={row.time_ms} ms", str(row.node), str(row.kind)]
     if isinstance(row.message, str):
         parts.append(row.message)
     if isinstance(row.peer, str):
@@ -419,6 +419,36 @@ def _check_x(x: str) -> None:
         raise InvalidFenceInput("x", "must be 'seq' (event order) or 'time_ms'", value=x)
 
 
+def event_number(seq: int) -> int:
+    """The number a person counts an event by: the log's first event (``seq`` 0) is 1, as
+    on the explorer's slider and in its title ("event 1 of 39")."""
+    return int(seq) + 1
+
+
+EVENT_AXIS_TITLE = "event (the first is 1)"
+
+
+def event_ticks(count: int) -> list[int]:
+    """Tick values for an axis of ``count`` events numbered from 1: the first and the
+    last event, and round numbers between them not crowding either (at most ~10)."""
+    step = next(s for s in itertools.chain.from_iterable(
+        (m, 2 * m, 5 * m) for m in (10 ** e for e in itertools.count()))
+        if count / s <= 10)
+    ticks = [1, *(n for n in range(step, count + 1, step) if n - 1 >= step / 2)]
+    if count - ticks[-1] >= step / 2:
+        ticks.append(count)
+    return ticks
+
+
+def _x_axis(events: pd.DataFrame, x: str, **extra: Any) -> dict[str, Any]:
+    """The shared x axis: events numbered from 1 (``x="seq"``) or the simulated clock."""
+    if x == "time_ms":
+        return axis(title={"text": "time (ms)"}, zeroline=False, **extra)
+    last = event_number(events["seq"].max()) if not events.empty else 1
+    return axis(title={"text": EVENT_AXIS_TITLE}, zeroline=False, tickmode="array",
+                tickvals=event_ticks(last), **extra)
+
+
 def sequence_figure(
     events: pd.DataFrame,
     *,
@@ -439,6 +469,8 @@ def sequence_figure(
     lane_y = {node: -i for i, node in enumerate(order)}
     arrows = message_arrows(events, upto)
     start, end = ("send_seq", "end_seq") if x == "seq" else ("send_time_ms", "end_time_ms")
+    # On the event axis an event sits at its number (seq + 1), as the explorer counts.
+    offset = 1 if x == "seq" else 0
     extent = float(events[x].max() - events[x].min()) if not events.empty else 0.0
     stub = 1.5 if x == "seq" else max(extent * 0.02, 1.0)
 
@@ -454,8 +486,8 @@ def sequence_figure(
             name = "in flight"
         y0: float = lane_y[arrow.source]
         y1: float = lane_y[arrow.target]
-        x0: float = getattr(arrow, start)
-        x1: float = getattr(arrow, end)
+        x0: float = getattr(arrow, start) + offset
+        x1: float = getattr(arrow, end) + offset
         if arrow.outcome == "lost":
             # A lost message stops short of its receiver.
             y1 = y0 + (y1 - y0) * 0.45
@@ -490,7 +522,7 @@ def sequence_figure(
         rows = rows[rows["node"].isin(lane_y)]
         return {
             "type": "scatter", "mode": "markers", "name": name,
-            "x": rows[x].tolist(), "y": [lane_y[n] for n in rows["node"]],
+            "x": (rows[x] + offset).tolist(), "y": [lane_y[n] for n in rows["node"]],
             "text": [_hover(r) for r in rows.itertuples(index=False)],
             "hovertemplate": "%{text}<extra></extra>",
             "marker": {"symbol": symbol, "size": size, "color": colour,
@@ -513,12 +545,11 @@ def sequence_figure(
     ring["showlegend"] = False
     traces.append(ring)
 
-    x_values = events[x] if not events.empty else pd.Series([0])
+    x_values = events[x] + offset if not events.empty else pd.Series([offset])
     span = [float(x_values.min()) - 0.5, float(x_values.max()) + 0.5]
     return go.Figure({"data": traces, "layout": _layout(
         title,
-        xaxis=axis(title={"text": "event order" if x == "seq" else "time (ms)"},
-                    range=span, zeroline=False),
+        xaxis=_x_axis(events, x, range=span),
         yaxis=axis(tickvals=list(lane_y.values()), ticktext=[plotly_text(n) for n in lane_y],
                     range=[-len(order) + 0.5, 0.5], showgrid=True, zeroline=False),
         height=max(260, 120 + 55 * len(order)),
@@ -548,14 +579,15 @@ def accepted_terms_figure(
     """
     _check_x(x)
     terms = accepted_terms(events)
-    end = float(events[x].max()) if not events.empty else 0.0
+    offset = 1 if x == "seq" else 0
+    end = float(events[x].max()) + offset if not events.empty else float(offset)
     traces: list[dict[str, Any]] = []
     for node in sorted(set(terms["node"])):
         mine = terms[terms["node"] == node]
         ys = [*mine["term"].tolist(), int(mine["term"].iloc[-1])]
         traces.append({
             "type": "scatter", "mode": "lines+markers", "name": plotly_text(node),
-            "line": {"shape": "hv"}, "x": [*mine[x].tolist(), end], "y": ys,
+            "line": {"shape": "hv"}, "x": [*(mine[x] + offset).tolist(), end], "y": ys,
             # The node id goes in as text, never into the template, where "%{...}" in it
             # would be read as a placeholder.
             "text": [plotly_text(node)] * len(ys),
@@ -565,15 +597,14 @@ def accepted_terms_figure(
                      & (events["accepted"] == False)]  # noqa: E712
     traces.append({
         "type": "scatter", "mode": "markers", "name": "refused",
-        "x": refused[x].tolist(), "y": refused["term"].tolist(),
+        "x": (refused[x] + offset).tolist(), "y": refused["term"].tolist(),
         "text": [_hover(r) for r in refused.itertuples(index=False)],
         "hovertemplate": "%{text}<extra></extra>",
         "marker": {"symbol": "x", "size": 11, "color": REJECT_COLOUR},
     })
     return go.Figure({"data": traces, "layout": _layout(
         title,
-        xaxis=axis(title={"text": "event order" if x == "seq" else "time (ms)"},
-                    zeroline=False),
+        xaxis=_x_axis(events, x),
         yaxis=axis(title={"text": "term"}, dtick=1, rangemode="tozero"),
         height=320,
     )})
