@@ -43,6 +43,17 @@ NO_MIXED_BATCH = frozenset({"cogvlm", "deepseek4", "graniteswitch", "eagle3", "d
 # whose are Mamba-1 mixers (build_mamba_layer).
 MAMBA2 = frozenset({"mamba2", "nemotron_h", "nemotron_h_moe", "granitehybrid"})
 MAMBA1 = frozenset({"mamba", "jamba"})
+# A SwiGLU limit (swiglu_clamp_exp, swiglu_clamp_shexp) clamps the activation in place
+# (build_ffn, build_moe_ffn), but for these architectures, whose limited SwiGLU is one
+# fused operation like the unlimited one: for a dense network or shared expert, and for
+# the routed experts.
+FUSED_CLAMP = frozenset({"deepseek4", "glm5-next"})
+FUSED_CLAMP_EXPERTS = FUSED_CLAMP | {"maple", "hy_v4"}
+# Architectures whose recurrent blocks are Kimi delta attention layers (kimi-linear's
+# builder), and those whose are gated delta-net layers with a joint Q, K, V projection
+# (qwen35's builder), both on build_delta_net_base.
+KDA = frozenset({"kimi-linear", "bailingmoe3"})
+DELTA_NET = frozenset({"qwen35", "qwen35moe", "qwen3next"})
 # Blocks that run attention and a Mamba-2 mixer side by side on the same input and add
 # them (Falcon-H1).
 ATTENTION_BESIDE_MIXER = frozenset({"falcon-h1"})
@@ -105,13 +116,21 @@ class FeedForwardShape:
     norm_weights: bool = False
     n_ff_dense: int = 0
     """A dense network run beside the experts (after them) and added to their sum."""
+    clamped: bool = False
+    """The gated activation is clamped (a ``swiglu_clamp`` limit) and computed in place:
+    SiLU of the gate, both clamped, their product, instead of one SwiGLU."""
+    shexp_clamped: bool = False
+    """The shared expert's activation is clamped so."""
 
 
 @dataclass(frozen=True, slots=True)
 class RecurrentShape:
-    """One block's Mamba mixer: inner width, state size, groups, heads (Mamba-1: the
-    time step's rank) and convolution kernel; ``version`` 2 for ``build_mamba2_layer``,
-    1 for ``build_mamba_layer``."""
+    """One block's recurrent mixer: inner width, state size, groups, heads (Mamba-1: the
+    time step's rank) and convolution kernel. ``mixer`` "mamba" with ``version`` 2 for
+    ``build_mamba2_layer``, 1 for ``build_mamba_layer``; "delta_net" for a gated
+    delta-net layer (``build_delta_net_base``: the key heads are the groups, the value
+    heads the heads, ``d_state`` each key head's size); "kda" for Kimi delta attention
+    (``d_inner`` its heads' width, ``d_state`` a head's size)."""
 
     d_inner: int
     d_state: int
@@ -121,6 +140,11 @@ class RecurrentShape:
     norm: bool = True
     """Mamba-2: the grouped norm of the gated output. Mamba-1: RMS norms of dt, B and C."""
     version: int = 2
+    mixer: str = "mamba"
+    decay_rank: int = 0
+    """KDA: the decay gate's low-rank width (its projection in two), 0 for one projection."""
+    gate_rank: int = 0
+    """KDA: the output gate's low-rank width, 0 for one projection."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -529,6 +553,133 @@ def _mamba2(b: _Builder, cur: Tensor, ssm: RecurrentShape, index: int,
                 "mamba_out", backend=backend)
 
 
+def _delta_net(b: _Builder, cur: Tensor, ssm: RecurrentShape, index: int,
+               inputs: Mapping[str, Tensor], backend: int, tail_backend: int) -> Tensor:
+    """A gated delta-net layer (qwen35's ``build_layer_attn_linear`` on
+    ``llm_build_delta_net_base``): the joint Q, K, V projection, the convolution over the
+    cached and new columns, Q and K L2-normed, the decay gate and beta from their own
+    projections, the fused ``GATED_DELTA_NET`` (its output and the new state), the output
+    normed and gated by z's projection, the output projection."""
+    g, n = b.graph, b.rows(cur)
+    layer = f"blk.{index}"
+    key_dim = ssm.d_state * ssm.n_group
+    value_dim = ssm.d_inner
+    conv_dim = 2 * key_dim + value_dim
+    head_v = value_dim // max(1, ssm.n_head)
+    qkv = g.op("MUL_MAT", conv_dim * n * F32, (b.w(f"{layer}.attn_qkv"), cur),
+               "linear_attn_qkv_mixed", backend=backend)
+    conv_rows = g.op("GET_ROWS", (ssm.d_conv - 1) * conv_dim * F32,
+                     (external(f"cache_r_{index}"), inputs["rs_copy"]), "conv_states",
+                     backend=backend)
+    conv_x = g.op("CONCAT", (ssm.d_conv - 1 + n) * conv_dim * F32,
+                  (g.view(conv_rows, backend=backend), g.view(qkv, backend=backend)),
+                  "conv_input", backend=backend)
+    g.op("CPY", 0, (g.view(conv_x, backend=backend), external(f"cache_r_{index}")),
+         backend=backend)
+    state = g.op("GET_ROWS", head_v * head_v * ssm.n_head * F32,
+                 (external(f"cache_s_{index}"), inputs["rs_copy"]), "state_predelta",
+                 backend=backend)
+    x = g.op("SSM_CONV", conv_dim * n * F32, (conv_x, b.w(f"{layer}.ssm_conv1d")),
+             "conv_output_raw", backend=backend)
+    x = g.like("UNARY", x, (), "conv_output_silu", backend)
+    q = g.op("RMS_NORM", key_dim * n * F32, (g.view(x, backend=backend),), "q_conv_norm",
+             backend=backend)
+    q = g.like("SCALE", q, (), "q_conv_predelta", backend)
+    k = g.op("RMS_NORM", key_dim * n * F32, (g.view(x, backend=backend),), "k_conv_norm",
+             backend=backend)
+    k = g.like("SCALE", k, (), "k_conv_predelta", backend)
+    alpha = g.op("MUL_MAT", ssm.n_head * n * F32, (b.w(f"{layer}.ssm_alpha"), cur), "alpha",
+                 backend=backend)
+    alpha = g.like("ADD", alpha, (b.w(f"{layer}.ssm_dt.bias"),), "alpha_biased", backend)
+    alpha = g.like("UNARY", alpha, (), "a_softplus", backend)
+    gate = g.like("MUL", alpha, (b.w(f"{layer}.ssm_a"),), "gate", backend)
+    beta = g.op("MUL_MAT", ssm.n_head * n * F32, (b.w(f"{layer}.ssm_beta"), cur), "beta",
+                backend=backend)
+    beta = g.like("UNARY", beta, (), "beta_sigmoid", backend)
+    out = g.op("GATED_DELTA_NET", (value_dim * n + head_v * head_v * ssm.n_head) * F32,
+               (q, k, g.view(x, backend=backend), g.view(gate, backend=backend), beta, state),
+               "gdn", backend=backend)
+    g.op("CPY", 0, (g.view(out, backend=backend), external(f"cache_s_{index}")),
+         backend=backend)
+    normed = g.op("RMS_NORM", value_dim * n * F32, (g.view(out, backend=backend),),
+                  "attn_output_norm", backend=backend)
+    normed = g.like("MUL", normed, (b.w(f"{layer}.ssm_norm"),), "attn_output_normed", backend)
+    z = g.op("MUL_MAT", value_dim * n * F32, (b.w(f"{layer}.attn_gate"), cur), "z",
+             backend=tail_backend)
+    z = g.like("UNARY", g.view(z, backend=backend), (), "z_silu", backend)
+    y = g.like("MUL", normed, (z,), "final_output", backend)
+    return g.op("MUL_MAT", b.model.n_embd * n * F32, (b.w(f"{layer}.ssm_out"),
+                                                      g.view(y, backend=backend)),
+                "linear_attn_out", backend=backend)
+
+
+def _kda(b: _Builder, cur: Tensor, ssm: RecurrentShape, index: int,
+         inputs: Mapping[str, Tensor], backend: int, tail_backend: int) -> Tensor:
+    """A Kimi delta attention layer (kimi-linear's recurrent block on
+    ``llm_build_delta_net_base``): Q, K and V each projected and convolved over its cached
+    and new columns, Q and K L2-normed, the decay gate (one or two projections) and beta,
+    the fused ``GATED_DELTA_NET``, its output made contiguous, normed and gated by the
+    output gate's projections, made contiguous again, the output projection."""
+    g, n = b.graph, b.rows(cur)
+    layer = f"blk.{index}"
+    width = ssm.d_inner
+    size = width * n * F32
+    g.op("GET_ROWS", (ssm.d_conv - 1) * 3 * width * F32,
+         (external(f"cache_r_{index}"), inputs["rs_copy"]), "conv_states", backend=backend)
+    conv_inputs = []
+    for name in ("q", "k", "v"):
+        projected = g.op("MUL_MAT", size, (b.w(f"{layer}.attn_{name}"), cur), name,
+                         backend=backend)
+        conv_x = g.op("CONCAT", (ssm.d_conv - 1 + n) * width * F32,
+                      (g.view(projected, backend=backend),), f"conv_{name}", backend=backend)
+        g.op("CPY", 0, (g.view(conv_x, backend=backend), external(f"cache_r_{index}")),
+             backend=backend)
+        conv_inputs.append(conv_x)
+    state = g.op("GET_ROWS", ssm.d_state * width * F32,
+                 (external(f"cache_s_{index}"), inputs["rs_copy"]), "state", backend=backend)
+    convolved = []
+    for name, conv_x in zip(("q", "k", "v"), conv_inputs, strict=True):
+        x = g.op("SSM_CONV", size, (conv_x, b.w(f"{layer}.ssm_conv1d_{name}")),
+                 f"kda_{name}_conv", backend=backend)
+        x = g.like("UNARY", g.view(x, backend=backend), (), f"kda_{name}_silu", backend)
+        if name != "v":
+            x = g.op("RMS_NORM", size, (x,), f"kda_{name}_norm", backend=backend)
+            x = g.like("SCALE", x, (), f"kda_{name}_l2", backend)
+        convolved.append(x)
+
+    def gate(name: str, rank: int) -> Tensor:
+        if rank:
+            low = g.op("MUL_MAT", rank * n * F32, (b.w(f"{layer}.ssm_{name}_a"), cur),
+                       f"{name}_a", backend=backend)
+            return g.op("MUL_MAT", size, (b.w(f"{layer}.ssm_{name}_b"), low), f"{name}_b",
+                        backend=backend)
+        return g.op("MUL_MAT", size, (b.w(f"{layer}.ssm_{name}"), cur), name, backend=backend)
+
+    decay = gate("f", ssm.decay_rank)
+    decay = g.like("ADD", decay, (b.w(f"{layer}.ssm_dt.bias"),), "decay_biased", backend)
+    decay = g.like("UNARY", decay, (), "decay_softplus", backend)
+    decay = g.like("MUL", g.view(decay, backend=backend), (b.w(f"{layer}.ssm_a"),),
+                   "kda_g1", backend)
+    beta = g.op("MUL_MAT", ssm.n_head * n * F32, (b.w(f"{layer}.ssm_beta"), cur), "beta",
+                backend=backend)
+    beta = g.like("UNARY", g.view(beta, backend=backend), (), "kda_beta", backend)
+    out = g.op("GATED_DELTA_NET", size + ssm.d_state * width * F32,
+               (*convolved, g.view(decay, backend=backend), beta, state), "kda",
+               backend=backend)
+    g.op("CPY", 0, (g.view(out, backend=backend), external(f"cache_s_{index}")),
+         backend=backend)
+    y = g.op("CONT", size, (g.view(out, backend=backend),), "attn_output", backend=backend)
+    y = g.op("RMS_NORM", size, (g.view(y, backend=backend),), "kda_norm", backend=backend)
+    y = g.like("MUL", y, (b.w(f"{layer}.ssm_norm"),), "kda_normed", backend)
+    output_gate = gate("g", ssm.gate_rank)
+    output_gate = g.like("UNARY", g.view(output_gate, backend=backend), (), "kda_g2",
+                         backend)
+    y = g.like("MUL", y, (output_gate,), "kda_gated", backend)
+    y = g.op("CONT", size, (y,), "kda_gated_cont", backend=tail_backend)
+    return g.op("MUL_MAT", b.model.n_embd * n * F32, (b.w(f"{layer}.wo"), y), "kda_out",
+                backend=backend)
+
+
 def _strided_view(b: _Builder, src: Tensor, width: int, n: int, backend: int) -> Tensor:
     """A view of ``width`` f32 columns of each of ``n`` rows of ``src``: as a tensor of
     its own (a scheduler's copy of it) it spans every row but the last one's tail."""
@@ -621,7 +772,8 @@ def _feed_forward(b: _Builder, cur: Tensor, ffn: FeedForwardShape, index: int,
     if ffn.n_expert:
         out = _moe(b, cur, ffn, layer, backend)
         if ffn.n_ff_shexp:
-            shared = _mlp(b, cur, FeedForwardShape(ffn.n_ff_shexp), f"{layer}.shexp",
+            shared = _mlp(b, cur, FeedForwardShape(ffn.n_ff_shexp, clamped=ffn.shexp_clamped),
+                          f"{layer}.shexp",
                           backend)
             out = b.graph.like("ADD", out, (shared,), "ffn_out", backend)
         if ffn.n_ff_dense:
@@ -641,6 +793,14 @@ def _mlp(b: _Builder, cur: Tensor, ffn: FeedForwardShape, layer: str,
     if ffn.fused_up:
         up = g.op("MUL_MAT", 2 * size, (b.w(f"{layer}.up"), cur), "ffn_up", backend=backend)
         act = g.op("SWIGLU", size, (up,), "ffn_swiglu", backend=backend)
+    elif ffn.gated and ffn.clamped:
+        gate = g.op("MUL_MAT", size, (b.w(f"{layer}.gate"), cur), "ffn_gate",
+                    backend=backend)
+        gate = g.like("CLAMP", g.like("UNARY", gate, (), "ffn_silu", backend), (),
+                      "ffn_silu_clamped", backend)
+        up = g.op("MUL_MAT", size, (b.w(f"{layer}.up"), cur), "ffn_up", backend=backend)
+        up = g.like("CLAMP", up, (), "ffn_up_clamped", backend)
+        act = g.like("MUL", gate, (up,), "ffn_swiglu_limited", backend)
     elif ffn.gated:
         gate = g.op("MUL_MAT", size, (b.w(f"{layer}.gate"), cur), "ffn_gate",
                     backend=backend)
@@ -679,6 +839,15 @@ def _moe(b: _Builder, cur: Tensor, ffn: FeedForwardShape, layer: str,
         up = g.op("MUL_MAT_ID", 2 * size, (b.w(f"{layer}.gate_up_exps"), x, topk),
                   "ffn_moe_gate_up", backend=backend)
         act = g.op("SWIGLU", size, (up,), "ffn_moe_swiglu", backend=backend)
+    elif ffn.gated and ffn.clamped:
+        gate = g.op("MUL_MAT_ID", size, (b.w(f"{layer}.gate_exps"), x, topk), "ffn_moe_gate",
+                    backend=backend)
+        gate = g.like("CLAMP", g.like("UNARY", gate, (), "ffn_moe_silu", backend), (),
+                      "ffn_moe_silu_clamped", backend)
+        up = g.op("MUL_MAT_ID", size, (b.w(f"{layer}.up_exps"), x, topk), "ffn_moe_up",
+                  backend=backend)
+        up = g.like("CLAMP", up, (), "ffn_moe_up_clamped", backend)
+        act = g.like("MUL", gate, (up,), "ffn_moe_swiglu_limited", backend)
     elif ffn.gated:
         gate = g.op("MUL_MAT_ID", size, (b.w(f"{layer}.gate_exps"), x, topk), "ffn_moe_gate",
                     backend=backend)
@@ -733,7 +902,8 @@ def _block(b: _Builder, x: Tensor, block: BlockShape, index: int, last: bool,
         return g.like("ADD", out, (x,), f"l_out-{index}", backend)
     if block.recurrent is not None:
         normed = _norm(b, x, f"blk.{index}.attn", backend, entry)
-        mixer = _mamba2 if block.recurrent.version == 2 else _mamba1
+        mixer = {"delta_net": _delta_net, "kda": _kda}.get(
+            block.recurrent.mixer, _mamba2 if block.recurrent.version == 2 else _mamba1)
         cur = mixer(b, normed, block.recurrent, index, inputs, backend,
                     _tail_backend(b, index))
         if last:
@@ -902,6 +1072,13 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
         value = key(name, default)
         return [int(v) for v in value] if isinstance(value, list) else [int(value)] * n_layer
 
+    def clamps(name: str) -> list[float]:
+        value = key(name, 0.0)
+        values = [float(v) for v in value] if isinstance(value, list) else \
+            [float(value)] * n_layer
+        return (values + [0.0] * n_layer)[:n_layer]
+
+    clamp_exps, clamp_shexp = clamps("swiglu_clamp_exp"), clamps("swiglu_clamp_shexp")
     widths: dict[int, dict[str, int]] = {i: {} for i in range(n_layer)}
     for tensor in tensors:
         match = _BLOCK.match(tensor.name)
@@ -965,12 +1142,15 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
                 fused_up="ffn_gate_up_exps" in w, n_expert=n_expert, n_expert_used=n_used,
                 n_ff_shexp=shared, norm_weights=bool(key("expert_weights_norm", False)),
                 n_ff_dense=w.get("ffn_down", 0) // n_embd if arch in DENSE_BESIDE_EXPERTS
-                else 0)
+                else 0, clamped=clamp_exps[index] > 0 and arch not in FUSED_CLAMP_EXPERTS,
+                shexp_clamped=clamp_shexp[index] > 0 and arch not in FUSED_CLAMP)
         elif "ffn_down" in w:
             n_ff = w["ffn_down"] // n_embd
             fused = "ffn_gate" not in w and w.get("ffn_up", 0) == 2 * w["ffn_down"]
             feed_forward = FeedForwardShape(n_ff, gated="ffn_gate" in w or fused,
-                                            fused_up=fused)
+                                            fused_up=fused,
+                                            clamped="ffn_gate" in w and clamp_shexp[index] > 0
+                                            and arch not in FUSED_CLAMP)
         elif not any(name.startswith("ffn") for name in w) and ffn[index]:
             feed_forward = FeedForwardShape(ffn[index])
         recurrent = None
@@ -981,6 +1161,20 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
                                        int(key("ssm.conv_kernel")), norm="ssm_norm" in w)
             if arch not in ATTENTION_BESIDE_MIXER:
                 attention = None
+        elif "ssm_conv1d" in w and ("ssm_beta" in w or "ssm_ba" in w) and arch in DELTA_NET:
+            recurrent = RecurrentShape(int(key("ssm.inner_size")), int(key("ssm.state_size")),
+                                       max(1, int(key("ssm.group_count"))),
+                                       int(key("ssm.time_step_rank")),
+                                       int(key("ssm.conv_kernel")), mixer="delta_net")
+            attention = None
+        elif "ssm_conv1d_q" in w and "ssm_f_a" in w and arch in KDA:
+            width = (w["attn_q"] if "attn_q" in w else w.get("attn_qkv", 0) // 3) // n_embd
+            head = int(key("kda.head_dim"))
+            recurrent = RecurrentShape(
+                width, head, 1, width // max(1, head), int(key("ssm.conv_kernel")),
+                mixer="kda", decay_rank=w["ssm_f_a"] // n_embd if "ssm_f_b" in w else 0,
+                gate_rank=w["ssm_g_a"] // n_embd if "ssm_g_b" in w else 0)
+            attention = None
         elif "ssm_in" in w and "ssm_conv1d" in w and arch in MAMBA1:
             norms = bool(key("ssm.dt_b_c_rms", False)) or all(
                 f"ssm_{name}_norm" in w for name in ("dt", "b", "c"))
