@@ -32,6 +32,8 @@ I64 = 8
 FFN_BEFORE_OUTPUT_PROJECTION = frozenset({"command-r", "cohere2", "cohere2moe", "falcon",
                                           "plamo"})
 FFN_AFTER_OUTPUT_PROJECTION = frozenset({"phi2"})
+# Latent attention without rotary embedding on its rope part (Kimi's MLA).
+LATENT_WITHOUT_ROPE = frozenset({"kimi-linear", "kimi-k3"})
 # Sparse attention whose lightning indexer picks each token's top-k cells
 # (llm_graph_context::build_attn for DSA); glm5-next and qwen4exp pool their keys instead.
 DSA_INDEXER = frozenset({"deepseek32", "glm-dsa", "hy_v4", "dots3note"})
@@ -130,7 +132,8 @@ class RecurrentShape:
     ``build_mamba2_layer``, 1 for ``build_mamba_layer``; "delta_net" for a gated
     delta-net layer (``build_delta_net_base``: the key heads are the groups, the value
     heads the heads, ``d_state`` each key head's size); "kda" for Kimi delta attention
-    (``d_inner`` its heads' width, ``d_state`` a head's size)."""
+    (``d_inner`` its heads' width, ``d_state`` a head's size); "shortconv" for LFM2's
+    short convolution (``d_inner`` the convolved width, ``d_conv`` the cached columns)."""
 
     d_inner: int
     d_state: int
@@ -435,8 +438,10 @@ def _latent_attention_core(b: _Builder, cur: Tensor, attn: AttentionShape, index
     q_nope = g.view(q, "q_nope", backend=backend)
     absorbed = g.op("MUL_MAT", heads * attn.kv_lora * n * F32, (b.w(f"{layer}.k_b"), q_nope),
                     "q_nope_absorbed", backend=backend)
-    q_pe = g.op("ROPE", heads * rope * n * F32, (g.view(q, "q_pe", backend=backend),
-                                                inputs["pos"]), "q_pe", backend=backend)
+    q_pe = g.view(q, "q_pe", backend=backend)
+    if attn.rope:
+        q_pe = g.op("ROPE", heads * rope * n * F32, (q_pe, inputs["pos"]), "q_pe",
+                    backend=backend)
     q_cur = g.op("CONCAT", heads * (attn.kv_lora + rope) * n * F32,
                  (g.view(absorbed, backend=backend), q_pe), "Qcur", backend=backend)
     kv = g.op("MUL_MAT", (attn.kv_lora + rope) * n * F32, (b.w(f"{layer}.kv_a"), cur),
@@ -444,8 +449,9 @@ def _latent_attention_core(b: _Builder, cur: Tensor, attn: AttentionShape, index
     kv_cmpr = g.op("RMS_NORM", attn.kv_lora * n * F32, (g.view(kv, backend=backend),),
                    "kv_cmpr_norm", backend=backend)
     kv_cmpr = g.like("MUL", kv_cmpr, (b.w(f"{layer}.kv_a_norm"),), "kv_cmpr", backend)
-    k_pe = g.op("ROPE", rope * n * F32, (g.view(kv, "k_pe", backend=backend), inputs["pos"]),
-                "k_pe", backend=backend)
+    k_pe = g.view(kv, "k_pe", backend=backend)
+    if attn.rope:
+        k_pe = g.op("ROPE", rope * n * F32, (k_pe, inputs["pos"]), "k_pe", backend=backend)
     k_cur = g.op("CONCAT", (attn.kv_lora + rope) * n * F32,
                  (g.view(kv_cmpr, backend=backend), k_pe), "Kcur", backend=backend)
     cache = external(f"cache_k_{index}")
@@ -680,6 +686,29 @@ def _kda(b: _Builder, cur: Tensor, ssm: RecurrentShape, index: int,
                 backend=backend)
 
 
+def _shortconv(b: _Builder, cur: Tensor, ssm: RecurrentShape, index: int,
+               inputs: Mapping[str, Tensor], backend: int, tail_backend: int) -> Tensor:
+    """LFM2's short-convolution block (``build_shortconv_block``): the input projection
+    into B, C and x, B times x convolved over the cached and new columns, gated by C, the
+    output projection."""
+    g, n = b.graph, b.rows(cur)
+    layer = f"blk.{index}"
+    size = ssm.d_inner * n * F32
+    bcx = g.op("MUL_MAT", 3 * size, (b.w(f"{layer}.shortconv.in_proj"), cur), "conv_in_proj",
+               backend=backend)
+    bx = g.op("MUL", size, (g.view(bcx, backend=backend), g.view(bcx, backend=backend)),
+              "bx", backend=backend)
+    conv_x = g.op("CONCAT", (ssm.d_conv + n) * ssm.d_inner * F32,
+                  (g.view(bx, backend=backend),), "conv_x", backend=backend)
+    g.op("CPY", 0, (g.view(conv_x, backend=backend), external(f"cache_r_{index}")),
+         backend=backend)
+    conv = g.op("SSM_CONV", size, (conv_x, b.w(f"{layer}.shortconv.conv")), "conv",
+                backend=backend)
+    y = g.like("MUL", conv, (g.view(bcx, backend=tail_backend),), "conv_gated", backend)
+    return g.op("MUL_MAT", b.model.n_embd * n * F32, (b.w(f"{layer}.shortconv.out_proj"), y),
+                "conv_out_proj", backend=backend)
+
+
 def _strided_view(b: _Builder, src: Tensor, width: int, n: int, backend: int) -> Tensor:
     """A view of ``width`` f32 columns of each of ``n`` rows of ``src``: as a tensor of
     its own (a scheduler's copy of it) it spans every row but the last one's tail."""
@@ -902,7 +931,7 @@ def _block(b: _Builder, x: Tensor, block: BlockShape, index: int, last: bool,
         return g.like("ADD", out, (x,), f"l_out-{index}", backend)
     if block.recurrent is not None:
         normed = _norm(b, x, f"blk.{index}.attn", backend, entry)
-        mixer = {"delta_net": _delta_net, "kda": _kda}.get(
+        mixer = {"delta_net": _delta_net, "kda": _kda, "shortconv": _shortconv}.get(
             block.recurrent.mixer, _mamba2 if block.recurrent.version == 2 else _mamba1)
         cur = mixer(b, normed, block.recurrent, index, inputs, backend,
                     _tail_backend(b, index))
@@ -1106,6 +1135,7 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
             attention = AttentionShape(
                 q_width, w["attn_kv_a_mqa"] // n_embd - kv_lora, 0, w["attn_output"] // n_embd,
                 heads[index], sliding=layer.sliding, kv_lora=kv_lora, q_lora=q_lora,
+                rope=arch not in LATENT_WITHOUT_ROPE,
                 indexer_heads=int(key("attention.indexer.head_count")) if indexer else 0,
                 indexer_dim=int(key("attention.indexer.key_length")) if indexer else 0,
                 indexer_top_k=int(key("attention.indexer.top_k")) if indexer else 0)
@@ -1174,6 +1204,11 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
                 width, head, 1, width // max(1, head), int(key("ssm.conv_kernel")),
                 mixer="kda", decay_rank=w["ssm_f_a"] // n_embd if "ssm_f_b" in w else 0,
                 gate_rank=w["ssm_g_a"] // n_embd if "ssm_g_b" in w else 0)
+            attention = None
+        elif "shortconv.in_proj" in w and "shortconv.conv" in w:
+            width = w["shortconv.in_proj"] // (3 * n_embd)
+            recurrent = RecurrentShape(width, 0, 1, 0, int(key("shortconv.l_cache")) - 1,
+                                       mixer="shortconv")
             attention = None
         elif "ssm_in" in w and "ssm_conv1d" in w and arch in MAMBA1:
             norms = bool(key("ssm.dt_b_c_rms", False)) or all(
