@@ -45,6 +45,8 @@ NO_MIXED_BATCH = frozenset({"cogvlm", "deepseek4", "graniteswitch", "eagle3", "d
 # whose are Mamba-1 mixers (build_mamba_layer).
 MAMBA2 = frozenset({"mamba2", "nemotron_h", "nemotron_h_moe", "granitehybrid"})
 MAMBA1 = frozenset({"mamba", "jamba"})
+# Architectures whose recurrent blocks are PLaMo 2's Mamba mixers.
+PLAMO2_MAMBA = frozenset({"plamo2"})
 # A SwiGLU limit (swiglu_clamp_exp, swiglu_clamp_shexp) clamps the activation in place
 # (build_ffn, build_moe_ffn), but for these architectures, whose limited SwiGLU is one
 # fused operation like the unlimited one: for a dense network or shared expert, and for
@@ -62,6 +64,12 @@ ATTENTION_BESIDE_MIXER = frozenset({"falcon-h1"})
 # Builders that give their blocks no feed-forward multiplication even when the file has
 # experts (refact's builds build_ffn without weights).
 NO_FFN_WEIGHTS = frozenset({"refact"})
+# Architectures that keep the output rows after the output norm (h_nextn, the next-token
+# head's input; llama.cpp's default embeddings_nextn_masked = false), not in the last block.
+ROWS_AFTER_OUTPUT_NORM = frozenset({
+    "bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "gemma4", "glm-dsa",
+    "glm4moe", "glm5-next", "hy_v3", "mimo2", "nemotron_h_moe", "nemotron_h", "gpt-oss",
+    "qwen35", "qwen35moe", "qwen3next", "qwen4exp", "step35"})
 # Architectures whose blocks norm their input without weights (olmo.cpp, talkie.cpp).
 UNWEIGHTED_INPUT_NORM = frozenset({"olmo", "talkie"})
 # Architectures that add the normed embeddings, scaled, to every block's output.
@@ -94,6 +102,9 @@ class AttentionShape:
     """Latent attention (MLA, absorbed): the compressed KV width; 0 for plain attention.
     ``q_width`` is then the query heads' nope + rope, ``k_width`` the rope part."""
     q_lora: int = 0
+    kv_b_width: int = 0
+    """Latent attention without absorption (MiniCPM3): the heads' decompressed K nope and
+    V width, cached as plain K and V; 0 for absorbed latent attention."""
     cached: bool = True
     """False for an encoder or a diffusion model: K and V go straight to the attention."""
     rope: bool = True
@@ -133,7 +144,8 @@ class RecurrentShape:
     delta-net layer (``build_delta_net_base``: the key heads are the groups, the value
     heads the heads, ``d_state`` each key head's size); "kda" for Kimi delta attention
     (``d_inner`` its heads' width, ``d_state`` a head's size); "shortconv" for LFM2's
-    short convolution (``d_inner`` the convolved width, ``d_conv`` the cached columns)."""
+    short convolution (``d_inner`` the convolved width, ``d_conv`` the cached columns);
+    "plamo2" for PLaMo 2's Mamba mixer (``n_head`` heads)."""
 
     d_inner: int
     d_state: int
@@ -148,6 +160,8 @@ class RecurrentShape:
     """KDA: the decay gate's low-rank width (its projection in two), 0 for one projection."""
     gate_rank: int = 0
     """KDA: the output gate's low-rank width, 0 for one projection."""
+    dt_rank: int = 0
+    """PLaMo 2: the time step's low-rank width (projected with B and C)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +190,9 @@ class GraphModel:
     embedding_skip: bool = False
     """The normed embeddings are kept to the end and each block adds them, scaled, to its
     output (talkie)."""
+    rows_after_output_norm: bool = False
+    """The rows of the tokens that produce outputs are kept after the output norm (the
+    norm is the next-token head's input), not in the last block."""
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -250,7 +267,7 @@ def _inputs(b: _Builder) -> dict[str, Tensor]:
         inputs["k_idxs"] = g.input("attn_inp_k_idxs", n * I64, host)
         if indexed:
             inputs["k_idxs_lid"] = g.input("attn_inp_k_idxs_lid", n * I64, host)
-        if any(not a.kv_lora for a in full):
+        if any(not a.kv_lora or a.kv_b_width for a in full):
             inputs["v_idxs"] = g.input("attn_inp_v_idxs", n * v_rows * I64, host)
         # Each indexed layer's zero rows for its top-k mask are a constant of the graph,
         # placed with the inputs (a leaf), where the layer runs: the first before the
@@ -409,6 +426,8 @@ def _latent_attention_core(b: _Builder, cur: Tensor, attn: AttentionShape, index
     """deepseek2's absorbed latent attention (``build_attn`` with ``v_mla``): the query's
     nope part multiplied into the latent space, the compressed KV normed and cached with
     its roped part, attention in the latent space, then each head's V decompressed."""
+    if attn.kv_b_width:
+        return _decompressed_latent_attention_core(b, cur, attn, index, inputs, backend)
     g, n = b.graph, b.rows(cur)
     layer = f"blk.{index}"
     heads, rope = attn.n_head, attn.k_width
@@ -476,6 +495,57 @@ def _latent_attention_core(b: _Builder, cur: Tensor, attn: AttentionShape, index
     merged = g.op("CONT", attn.out_width * n * F32, (g.view(values, backend=backend),),
                   "kqv_out", backend=backend)
     return g.view(merged, "kqv_out", backend=backend)
+
+
+def _decompressed_latent_attention_core(b: _Builder, cur: Tensor, attn: AttentionShape,
+                                        index: int, inputs: Mapping[str, Tensor],
+                                        backend: int) -> Tensor:
+    """MiniCPM3's latent attention without absorption: the query through its low-rank
+    pair and roped, the compressed KV normed and decompressed into each head's K nope and
+    V, V made contiguous, the rope part roped and repeated over the heads beside K nope,
+    K and V cached, plain attention."""
+    g, n = b.graph, b.rows(cur)
+    layer = f"blk.{index}"
+    heads, rope = attn.n_head, attn.k_width
+    q = g.op("MUL_MAT", attn.q_lora * n * F32, (b.w(f"{layer}.q_a"), cur), "q_a",
+             backend=backend)
+    q = _norm(b, q, f"{layer}.q_a", backend)
+    q = g.op("MUL_MAT", attn.q_width * n * F32, (b.w(f"{layer}.q_b"), q), "q", backend=backend)
+    q = g.op("ROPE", q.nbytes, (g.view(q, backend=backend), inputs["pos"]), "q_states",
+             backend=backend)
+    kv = g.op("MUL_MAT", (attn.kv_lora + rope) * n * F32, (b.w(f"{layer}.kv_a"), cur),
+              "kv_pe_compressed", backend=backend)
+    kv_cmpr = g.op("RMS_NORM", attn.kv_lora * n * F32, (g.view(kv, backend=backend),),
+                   "kv_compressed_norm", backend=backend)
+    kv_cmpr = g.like("MUL", kv_cmpr, (b.w(f"{layer}.kv_a_norm"),), "kv_compressed", backend)
+    decompressed = g.op("MUL_MAT", attn.kv_b_width * n * F32, (b.w(f"{layer}.kv_b"), kv_cmpr),
+                        "kv", backend=backend)
+    v = g.op("CONT", attn.out_width * n * F32, (g.view(decompressed, backend=backend),),
+             "v_states", backend=backend)
+    k_pe = g.op("ROPE", rope * n * F32, (g.view(kv, "k_pe", backend=backend), inputs["pos"]),
+                "k_pe", backend=backend)
+    k_pe = g.op("REPEAT", heads * rope * n * F32, (k_pe,), "k_pe_repeated", backend=backend)
+    k = g.op("CONCAT", attn.q_width * n * F32, (g.view(decompressed, backend=backend), k_pe),
+             "k_states", backend=backend)
+    cache_k = external(f"cache_k_{index}")
+    cache_v = external(f"cache_v_{index}")
+    g.op("SET_ROWS", 0, (g.view(k, backend=backend), inputs["k_idxs"], cache_k),
+         backend=backend)
+    g.op("SET_ROWS", 0, (g.view(v, backend=backend), inputs["v_idxs"], cache_v),
+         backend=backend)
+    q_view = g.view(q, "q (permuted)", backend=backend)
+    out_size = attn.out_width * n * F32
+    if b.flash_attn:
+        out = g.op("FLASH_ATTN_EXT", out_size, (q_view, cache_k, cache_v, inputs["mask"]),
+                   "kqv", backend=backend)
+    else:
+        scores = g.op("MUL_MAT", b.n_kv * n * heads * F32, (cache_k, q_view), "kq",
+                      backend=backend)
+        probs = g.like("SOFT_MAX", scores, (inputs["mask"],), "kq_soft_max", backend)
+        kqv = g.op("MUL_MAT", out_size, (cache_v, probs), "kqv", backend=backend)
+        out = g.op("CONT", out_size, (g.view(kqv, backend=backend),), "kqv_merged_cont",
+                   backend=backend)
+    return g.view(out, "kqv_out", backend=backend)
 
 
 def _indexer_mask(b: _Builder, cur: Tensor, qr: Tensor | None, attn: AttentionShape,
@@ -709,6 +779,59 @@ def _shortconv(b: _Builder, cur: Tensor, ssm: RecurrentShape, index: int,
                 "conv_out_proj", backend=backend)
 
 
+def _plamo2_mamba(b: _Builder, cur: Tensor, ssm: RecurrentShape, index: int,
+                  inputs: Mapping[str, Tensor], backend: int, tail_backend: int) -> Tensor:
+    """PLaMo 2's Mamba mixer (``build_plamo2_mamba_layer``): the input projection (z and
+    x) made contiguous per head, x split off contiguous and convolved over its cached and
+    new columns, B, C and the time step projected from it and RMS-normed, the time step's
+    heads projected, the selective scan (its output and the new state), the skip, the
+    gate and the output projection."""
+    g, n = b.graph, b.rows(cur)
+    layer = f"blk.{index}"
+    d_inner, d_state = ssm.d_inner, ssm.d_state
+    size = d_inner * n * F32
+    g.op("GET_ROWS", (ssm.d_conv - 1) * d_inner * F32,
+         (external(f"cache_r_{index}"), inputs["rs_copy"]), "conv_states", backend=backend)
+    zx = g.op("MUL_MAT", 2 * size, (b.w(f"{layer}.ssm_in"), cur), "mamba_in_proj",
+              backend=backend)
+    zx = g.op("CONT", 2 * size, (g.view(zx, backend=backend),), "mamba_in_proj_out",
+              backend=backend)
+    x = g.op("CONT", size, (g.view(zx, backend=backend),), "mamba_x_split", backend=backend)
+    conv_x = g.op("CONCAT", (ssm.d_conv - 1 + n) * d_inner * F32,
+                  (g.view(x, backend=backend),), "mamba_conv1d_input", backend=backend)
+    g.op("CPY", 0, (conv_x, external(f"cache_r_{index}")), backend=backend)
+    x = g.op("SSM_CONV", size, (conv_x, b.w(f"{layer}.ssm_conv1d")), "mamba_conv1d",
+             backend=backend)
+    x = g.like("UNARY", x, (), "mamba_conv1d_silu", backend)
+    bcdt = g.op("MUL_MAT", (ssm.dt_rank + 2 * d_state) * n * F32, (b.w(f"{layer}.ssm_x"), x),
+                "mamba_bcdt_proj", backend=backend)
+    dt = g.op("RMS_NORM", ssm.dt_rank * n * F32, (g.view(bcdt, backend=backend),),
+              "mamba_dt_norm", backend=backend)
+    dt = g.like("MUL", dt, (b.w(f"{layer}.ssm_dt_norm"),), "mamba_dt_normed", backend)
+    dt = g.op("MUL_MAT", ssm.n_head * n * F32, (b.w(f"{layer}.ssm_dt"), dt), "mamba_dt",
+              backend=backend)
+    dt = g.like("ADD", dt, (b.w(f"{layer}.ssm_dt.bias"),), "mamba_dt_proj", backend)
+    normed = []
+    for name in ("b", "c"):
+        part = g.op("RMS_NORM", d_state * n * F32, (g.view(bcdt, backend=backend),),
+                    f"mamba_{name}_norm", backend=backend)
+        normed.append(g.like("MUL", part, (b.w(f"{layer}.ssm_{name}_norm"),),
+                             f"mamba_{name}_normed", backend))
+    scan = g.op("SSM_SCAN", size + d_state * d_inner * F32,
+                (external(f"cache_s_{index}"), g.view(x, backend=backend), dt,
+                 *(g.view(t, backend=backend) for t in normed), inputs["rs_copy"]),
+                "mamba_ssm_scan", backend=backend)
+    g.op("CPY", 0, (g.view(scan, backend=backend), external(f"cache_s_{index}")),
+         backend=backend)
+    z = g.op("CONT", size, (g.view(zx, backend=backend),), "mamba_z_split", backend=tail_backend)
+    skip = g.like("MUL", x, (b.w(f"{layer}.ssm_d"),), "mamba_x_d", backend)
+    y = g.like("ADD", skip, (g.view(scan, backend=backend),), "mamba_y_add_d", backend)
+    y = g.op("SWIGLU", size, (z, y), "mamba_y_swiglu_z", backend=backend)
+    return g.op("MUL_MAT", b.model.n_embd * n * F32, (b.w(f"{layer}.ssm_out"),
+                                                      g.view(y, backend=backend)),
+                "mamba_out_proj", backend=backend)
+
+
 def _strided_view(b: _Builder, src: Tensor, width: int, n: int, backend: int) -> Tensor:
     """A view of ``width`` f32 columns of each of ``n`` rows of ``src``: as a tensor of
     its own (a scheduler's copy of it) it spans every row but the last one's tail."""
@@ -931,7 +1054,8 @@ def _block(b: _Builder, x: Tensor, block: BlockShape, index: int, last: bool,
         return g.like("ADD", out, (x,), f"l_out-{index}", backend)
     if block.recurrent is not None:
         normed = _norm(b, x, f"blk.{index}.attn", backend, entry)
-        mixer = {"delta_net": _delta_net, "kda": _kda, "shortconv": _shortconv}.get(
+        mixer = {"delta_net": _delta_net, "kda": _kda, "shortconv": _shortconv,
+                 "plamo2": _plamo2_mamba}.get(
             block.recurrent.mixer, _mamba2 if block.recurrent.version == 2 else _mamba1)
         cur = mixer(b, normed, block.recurrent, index, inputs, backend,
                     _tail_backend(b, index))
@@ -995,7 +1119,8 @@ def build_graph(model: GraphModel, *, n_tokens: int, n_outputs: int, n_kv: int,
         # The norm has no weights: the scheduler runs it where the first layer runs.
         x = skip = b.graph.op("RMS_NORM", x.nbytes, (x,), "embd_norm", backend=backends[0])
     for index, block in enumerate(model.blocks):
-        x = _block(b, x, block, index, index == last, inputs, backends[index])
+        x = _block(b, x, block, index, index == last and not model.rows_after_output_norm,
+                   inputs, backends[index])
         if skip is not None:
             kept = skip if index != last else b.graph.op(
                 "GET_ROWS", x.nbytes, (skip, inputs["out_ids"]), "skip_rows",
@@ -1005,6 +1130,9 @@ def build_graph(model: GraphModel, *, n_tokens: int, n_outputs: int, n_kv: int,
                                 backend=backends[index])
             x = b.graph.like("ADD", x, (scaled,), f"l_out-{index}", backends[index])
     normed = _norm(b, x, "output", output_backend)
+    if model.rows_after_output_norm:
+        normed = b.graph.op("GET_ROWS", model.n_embd * n_outputs * F32,
+                            (normed, inputs["out_ids"]), "result_norm", backend=output_backend)
     logits = b.graph.op("MUL_MAT", model.n_vocab * n_outputs * F32,
                         (b.w("output.weight"), normed), "result_output",
                         backend=output_backend)
@@ -1139,6 +1267,14 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
                 indexer_heads=int(key("attention.indexer.head_count")) if indexer else 0,
                 indexer_dim=int(key("attention.indexer.key_length")) if indexer else 0,
                 indexer_top_k=int(key("attention.indexer.top_k")) if indexer else 0)
+        elif heads[index] and "attn_kv_a_mqa" in w and "attn_kv_b" in w \
+                and "attn_q_b" in w and "attn_output" in w:
+            kv_lora = int(key("attention.kv_lora_rank"))
+            q_lora = w["attn_q_a"] // n_embd
+            attention = AttentionShape(
+                w["attn_q_b"] // q_lora, w["attn_kv_a_mqa"] // n_embd - kv_lora, 0,
+                w["attn_output"] // n_embd, heads[index], sliding=layer.sliding,
+                kv_lora=kv_lora, q_lora=q_lora, kv_b_width=w["attn_kv_b"] // kv_lora)
         elif heads[index] and ("attn_q" in w or "attn_qkv" in w) and "attn_output" in w:
             out_width = w["attn_output"] // n_embd
             if "attn_qkv" in w:
@@ -1205,6 +1341,12 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
                 mixer="kda", decay_rank=w["ssm_f_a"] // n_embd if "ssm_f_b" in w else 0,
                 gate_rank=w["ssm_g_a"] // n_embd if "ssm_g_b" in w else 0)
             attention = None
+        elif "ssm_in" in w and "ssm_conv1d" in w and "ssm_x" in w and arch in PLAMO2_MAMBA:
+            d_inner, d_state = int(key("ssm.inner_size")), int(key("ssm.state_size"))
+            recurrent = RecurrentShape(d_inner, d_state, 1, int(key("ssm.time_step_rank")),
+                                       int(key("ssm.conv_kernel")), mixer="plamo2",
+                                       dt_rank=w["ssm_x"] // d_inner - 2 * d_state)
+            attention = None
         elif "shortconv.in_proj" in w and "shortconv.conv" in w:
             width = w["shortconv.in_proj"] // (3 * n_embd)
             recurrent = RecurrentShape(width, 0, 1, 0, int(key("shortconv.l_cache")) - 1,
@@ -1225,4 +1367,5 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
         vocab = _elements(token_embd) // n_embd if token_embd is not None else 0
     return GraphModel(n_embd, int(vocab), tuple(blocks), position_embedding=positions,
                       mixed_batch=arch not in NO_MIXED_BATCH,
-                      embedding_skip=arch in EMBEDDING_SKIP)
+                      embedding_skip=arch in EMBEDDING_SKIP,
+                      rows_after_output_norm=arch in ROWS_AFTER_OUTPUT_NORM)
