@@ -48,6 +48,58 @@ def _validation() -> ModuleType:
     return validation
 
 
+def recorded_rows_by_part(rows: list[dict[str, str]], ranges: list[tuple[int, int]]
+                          ) -> list[list[dict[str, str]]]:
+    """One recorded run's rows of llamacpp-memory.csv, per part of an estimate over
+    ``ranges`` (its devices in order, then the host): each device's rows found by the layer
+    range it held, the host's by its name, never by a row's place in the file or a port."""
+    by_part: dict[str, list[dict[str, str]]] = {}
+    for row in rows:
+        key = "host" if row["device"] == "host" else row["layers"]
+        by_part.setdefault(key, []).append(row)
+    wanted = [f"{start}-{end}" for start, end in ranges] + ["host"]
+    assert sorted(by_part) == sorted(wanted), (sorted(by_part), wanted)
+    return [by_part[key] for key in wanted]
+
+
+def recorded_ranges(rows: list[dict[str, str]]) -> list[tuple[int, int]]:
+    """The layer ranges of one recorded run's devices, in layer order."""
+    ranges = {tuple(int(x) for x in row["layers"].split("-")) for row in rows
+              if row["device"] != "host"}
+    return sorted((start, end) for start, end in ranges)
+
+
+def reordered(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The same run as another ``make validate`` may write it: its devices listed in
+    reverse order, under other rpc ports."""
+    devices = list(dict.fromkeys(row["device"] for row in rows))
+    renamed = {device: device if device == "host" else f"127.0.0.1:{60000 + i}"
+               for i, device in enumerate(devices)}
+    order = {device: -i for i, device in enumerate(devices)}
+    return [{**row, "device": renamed[row["device"]]}
+            for row in sorted(rows, key=lambda r: order[r["device"]])]
+
+
+def test_the_record_pairs_devices_by_the_layers_they_held() -> None:
+    """Every device row of a split names its layer range, the host's none; a run's rows
+    pair with an estimate's parts the same way when another run lists its devices in
+    another order and under other ports."""
+    with (RESULTS / "llamacpp-memory.csv").open() as handle:
+        measured = list(csv.DictReader(handle))
+    for run in _runs()["runs"]:
+        rows = [r for r in measured if r["setting"] == run["setting"]]
+        ranges = [tuple(r) for r in run["layer_ranges"]]
+        assert recorded_ranges(rows) == ranges, run["setting"]
+        assert all((row["layers"] == "") == (row["device"] == "host") for row in rows)
+        paired = recorded_rows_by_part(rows, ranges)
+        shuffled = recorded_rows_by_part(reordered(rows), ranges)
+        for mine, theirs in zip(paired, shuffled, strict=True):
+            assert [(r["layers"], r["component"], r["measured_bytes"]) for r in mine] == [
+                (r["layers"], r["component"], r["measured_bytes"]) for r in theirs]
+    # The reordered record is another order indeed: its first row is another device's.
+    assert reordered(rows)[0]["layers"] != rows[0]["layers"]
+
+
 def test_the_record_says_when_and_on_what_it_was_measured() -> None:
     recorded = _runs()
     validation = _validation()
@@ -107,16 +159,15 @@ def test_estimates_match_the_recorded_llama_cpp_runs() -> None:
                           [tuple(r) for r in run["layer_ranges"]])
         parts = [*result.devices, result.host]
         rows = [r for r in measured if r["setting"] == run["setting"]]
-        devices = list(dict.fromkeys(r["device"] for r in rows))
-        assert len(devices) == len(parts)
-        for device, part in zip(devices, parts, strict=True):
-            for row in (r for r in rows if r["device"] == device):
+        ranges = [tuple(r) for r in run["layer_ranges"]]
+        for part, part_rows in zip(parts, recorded_rows_by_part(rows, ranges), strict=True):
+            for row in part_rows:
                 got = int(row["measured_bytes"])
                 component = row["component"]
                 ours = (part.total_bytes - part.overhead_bytes if component == "total_bytes"
                         else getattr(part, component))
-                assert within_target(component, ours, got), (run["setting"], device,
-                                                             component)
+                assert within_target(component, ours, got), (run["setting"], row["device"],
+                                                             row["layers"], component)
 
 
 def test_recorded_speed_has_every_run() -> None:
@@ -217,9 +268,10 @@ def test_the_readme_summary_is_true_of_the_estimator_today() -> None:
         result = estimate(model, LlamaCppSettings(**run["settings"]),
                           [tuple(r) for r in run["layer_ranges"]])
         mine = [r for r in measured if r["setting"] == run["setting"]]
-        devices = list(dict.fromkeys(r["device"] for r in mine))
-        for device, part in zip(devices, [*result.devices, result.host], strict=True):
-            for row in (r for r in mine if r["device"] == device):
+        ranges = [tuple(r) for r in run["layer_ranges"]]
+        for part, part_rows in zip([*result.devices, result.host],
+                                   recorded_rows_by_part(mine, ranges), strict=True):
+            for row in part_rows:
                 component = row["component"]
                 ours = (part.total_bytes - part.overhead_bytes if component == "total_bytes"
                         else getattr(part, component))

@@ -120,6 +120,8 @@ def run_split(bins: Path, path: Path, layer_count: int) -> dict[str, Any]:
     # Devices by position: the record does not depend on the ports of one run.
     by_address = {stage.address: f"device-{i}" for i, stage in enumerate(launch.stages)}
     named = {by_address.get(device, device): parts for device, parts in memory.items()}
+    # In a fixed order (device-0, device-1, host), not the order of a run's log.
+    named = {device: named[device] for device in sorted(named)}
     expected = [f"RPC{i}" for i, (a, b) in enumerate(ranges) for _ in range(a, b)]
     placed = [layers.get(layer) for layer in range(layer_count)] == expected
     return {"ranges": [list(r) for r in ranges], "memory": named,

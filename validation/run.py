@@ -8,8 +8,9 @@ and three rpc-servers on 127.0.0.1) the planner plans the model onto a fleet of 
 nodes, `planner launch`'s commands start the rpc-servers, and llama-completion runs with
 the llama-server arguments of the same launch, generating a few tokens.
 
-Writes validation/results/llamacpp-memory.csv (setting, device, component, estimated,
-measured, error), llamacpp-speed.csv (decode speed per run), llamacpp-runs.json (when
+Writes validation/results/llamacpp-memory.csv (setting, device, the device's layer range
+"start-end" (empty for the host), component, estimated, measured, error),
+llamacpp-speed.csv (decode speed per run), llamacpp-runs.json (when
 and on what: the date, the llama.cpp release and its sdist's hash, the GGUF file's
 package, version and hash; the model's layout, every command) and the summary between
 the markers in docs/llamacpp.md.
@@ -140,17 +141,19 @@ def main() -> int:
         got = [measured.layer_devices.get(layer) for layer in range(model.layer_count + 1)]
         layers_ok = got == [f"RPC{d}" for d in expected_devices]
         predicted = estimate(model, case.settings, ranges)
-        parts = [(s.address, d) for s, d in zip(launch.stages, predicted.devices,
-                                                 strict=True)]
-        parts.append(("host", predicted.host))
-        for device, part in parts:
+        # Each device's rows name its layer range: a reader pairs a device of the record
+        # with a device of an estimate by what it held, not by its port or its place.
+        parts = [(s.address, f"{s.layer_start}-{s.layer_end}", d)
+                 for s, d in zip(launch.stages, predicted.devices, strict=True)]
+        parts.append(("host", "", predicted.host))
+        for device, layers, part in parts:
             seen = measured.memory.get(device, {})
             for component in ("weights_bytes", "kv_bytes", "compute_bytes", "output_bytes"):
                 if component not in seen and getattr(part, component) == 0:
                     continue
-                memory_rows.append(_row(case, device, component, getattr(part, component),
-                                        seen.get(component, 0)))
-            memory_rows.append(_row(case, device, "total_bytes",
+                memory_rows.append(_row(case, device, layers, component,
+                                        getattr(part, component), seen.get(component, 0)))
+            memory_rows.append(_row(case, device, layers, "total_bytes",
                                     part.total_bytes - part.overhead_bytes,
                                     sum(seen.values())))
         speed_rows.append({
@@ -225,11 +228,11 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _row(case: Case, device: str, component: str, estimated: int,
+def _row(case: Case, device: str, layers: str, component: str, estimated: int,
          measured: int) -> dict[str, object]:
     error = estimated - measured
     return {
-        "setting": case.name, "devices": case.devices, "device": device,
+        "setting": case.name, "devices": case.devices, "device": device, "layers": layers,
         "component": component, "estimated_bytes": estimated, "measured_bytes": measured,
         "error_bytes": error,
         "error_pct": round(100 * error / measured, 2) if measured else 0.0,
