@@ -31,6 +31,10 @@ I64 = 8
 # (llama.cpp's builders): the network before the attention's output projection, or after.
 FFN_BEFORE_OUTPUT_PROJECTION = frozenset({"command-r", "cohere2", "cohere2moe", "falcon",
                                           "plamo"})
+# Of those, the blocks that add the residual to the network's output before the
+# attention's (``(ffn + inpL) + attn_out``; falcon and plamo add the attention's first): the
+# graph keeps the residual's output rows, then projects the attention's output.
+RESIDUAL_BEFORE_ATTENTION = frozenset({"command-r", "cohere2", "cohere2moe"})
 FFN_AFTER_OUTPUT_PROJECTION = frozenset({"phi2"})
 # Latent attention without rotary embedding on its rope part (Kimi's MLA).
 LATENT_WITHOUT_ROPE = frozenset({"kimi-linear", "kimi-k3"})
@@ -41,6 +45,9 @@ DSA_INDEXER = frozenset({"deepseek32", "glm-dsa", "hy_v4", "dots3note"})
 # input branch.
 NO_MIXED_BATCH = frozenset({"cogvlm", "deepseek4", "graniteswitch", "eagle3", "dflash",
                             "gemma4-assistant"})
+# Architectures that rope only their sliding-window layers: the full-attention layers take
+# no positions (cohere2.cpp; cohere2moe.cpp ropes its leading dense layers too).
+ROPE_ON_SLIDING_ONLY = frozenset({"cohere2", "cohere2moe"})
 # Architectures whose recurrent blocks are Mamba-2 mixers (build_mamba2_layer), and those
 # whose are Mamba-1 mixers (build_mamba_layer).
 MAMBA2 = frozenset({"mamba2", "nemotron_h", "nemotron_h_moe", "granitehybrid"})
@@ -97,7 +104,8 @@ class AttentionShape:
     fused_qkv: bool = False
     parallel: str = ""
     """A parallel block: "ffn_first" (the feed-forward network before the output
-    projection) or "ffn_after"; "" for a sequential block."""
+    projection), "ffn_residual_first" (the network, its sum with the residual, then the
+    output projection) or "ffn_after"; "" for a sequential block."""
     kv_lora: int = 0
     """Latent attention (MLA, absorbed): the compressed KV width; 0 for plain attention.
     ``q_width`` is then the query heads' nope + rope, ``k_width`` the rope part."""
@@ -1075,6 +1083,18 @@ def _block(b: _Builder, x: Tensor, block: BlockShape, index: int, last: bool,
     normed = _norm(b, x, f"blk.{index}.attn", backend, entry)
     core = (_latent_attention_core if attn.kv_lora else _attention_core)(
         b, normed, attn, index, inputs, backend)
+    if attn.parallel == "ffn_residual_first" and ffn is not None:
+        # (ffn + inpL) + attn_out, in the order ggml walks it: the network on the normed
+        # input's output rows, the residual's rows and their sum, then the attention's
+        # output projected and its rows.
+        ffn_out = _feed_forward(b, rows(normed, "attn_norm_rows") if last else normed, ffn,
+                                index, backend)
+        cur = g.like("ADD", ffn_out, (rows(x, "inp_rows") if last else x,),
+                     f"ffn_inp-{index}", backend)
+        projected = _output_projection(b, core, attn, index, backend)
+        if last:
+            projected = rows(projected, "attn_out_rows")
+        return g.like("ADD", cur, (projected,), f"l_out-{index}", backend)
     if attn.parallel and ffn is not None:
         if last:
             core = rows(core, "kqv_rows")
@@ -1248,7 +1268,9 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
     n_expert = int(key("expert_count"))
     n_used = int(key("expert_used_count"))
     positions = any(t.name == "position_embd.weight" for t in tensors)
-    parallel = ("ffn_first" if arch in FFN_BEFORE_OUTPUT_PROJECTION else
+    lead = int(key("leading_dense_block_count")) if arch == "cohere2moe" else 0
+    parallel = ("ffn_residual_first" if arch in RESIDUAL_BEFORE_ATTENTION else
+                "ffn_first" if arch in FFN_BEFORE_OUTPUT_PROJECTION else
                 "ffn_after" if arch in FFN_AFTER_OUTPUT_PROJECTION else "")
     blocks = []
     for index in range(n_layer):
@@ -1288,7 +1310,9 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
             attention = AttentionShape(q_width, k_width, v_width, out_width, heads[index],
                                        sliding=layer.sliding, fused_qkv="attn_qkv" in w,
                                        parallel=parallel, cached=memory.kind != "none",
-                                       rope=not positions)
+                                       rope=not positions and (
+                                           arch not in ROPE_ON_SLIDING_ONLY or layer.sliding
+                                           or index < lead))
         elif heads[index] and layer.key_elements:
             # No projection tensors to measure: the widths the metadata gives.
             head_k = int(key("attention.key_length", n_embd // heads[index]))

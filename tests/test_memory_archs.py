@@ -92,3 +92,16 @@ def test_the_check_prints_the_published_tables(capsys: pytest.CaptureFixture[str
     assert run_summary(ROWS) in printed
     assert family_summary(ROWS) in printed
     assert miss_summary(ROWS) in printed
+
+
+@pytest.mark.parametrize("file", ["cohere2-dense.gguf", "command-r-dense.gguf"])
+def test_the_cohere_blocks_follow_llama_cpp_graph_order(file: str) -> None:
+    """command-r and cohere2 add the residual to the feed-forward network's output before
+    the attention's (their last layer projects the attention's output after the network),
+    and cohere2's full-attention layers take no rotary positions: the device that holds
+    the last layer and the output head is estimated within 1 % of what llama.cpp
+    allocated."""
+    rows = [row for row in ROWS if row.file == file and row.run == "split"
+            and row.device == "device-1" and row.component == "compute_bytes"]
+    assert len(rows) == 1
+    assert abs(rows[0].estimated_bytes / rows[0].measured_bytes - 1) < 0.01
