@@ -482,18 +482,21 @@ def _latent_attention_core(b: _Builder, cur: Tensor, attn: AttentionShape, index
     k_cur = g.op("CONCAT", (attn.kv_lora + rope) * n * F32,
                  (g.view(kv_cmpr, backend=backend), k_pe), "Kcur", backend=backend)
     cache = external(f"cache_k_{index}")
-    g.op("SET_ROWS", 0, (g.view(k_cur, backend=backend), inputs["k_idxs"], cache),
+    # A sliding-window layer writes and reads the sliding-window cache (dots3note).
+    suffix = "_swa" if attn.sliding else ""
+    g.op("SET_ROWS", 0, (g.view(k_cur, backend=backend), inputs[f"k_idxs{suffix}"], cache),
          backend=backend)
     q_view = g.view(q_cur, "q (permuted)", backend=backend)
     latent = heads * attn.kv_lora * n * F32
-    mask = inputs["mask"]
+    mask = inputs[f"mask{suffix}"]
     if attn.indexer_heads:
         mask = _indexer_mask(b, cur, qr, attn, index, inputs, backend)
     if b.flash_attn:
         out = g.op("FLASH_ATTN_EXT", latent, (q_view, cache, cache, mask), "kqv",
                    backend=backend)
     else:
-        scores = g.op("MUL_MAT", b.n_kv * n * heads * F32, (cache, q_view), "kq",
+        cells = b.n_kv_swa if attn.sliding else b.n_kv
+        scores = g.op("MUL_MAT", cells * n * heads * F32, (cache, q_view), "kq",
                       backend=backend)
         probs = g.like("SOFT_MAX", scores, (mask,), "kq_soft_max", backend)
         out = g.op("MUL_MAT", latent, (cache, probs), "kqv", backend=backend)

@@ -105,3 +105,13 @@ def test_the_cohere_blocks_follow_llama_cpp_graph_order(file: str) -> None:
             and row.device == "device-1" and row.component == "compute_bytes"]
     assert len(rows) == 1
     assert abs(rows[0].estimated_bytes / rows[0].measured_bytes - 1) < 0.01
+
+
+def test_a_sliding_window_layer_of_latent_attention_reads_the_sliding_window_cache() -> None:
+    """dots3note's second layer is a sliding-window layer of latent attention: it writes
+    the sliding-window cache and reads its mask (768 cells here, not the 1024 of the full
+    mask), so the device holding it copies in the smaller mask."""
+    rows = [row for row in ROWS if row.file == "dots3note-moe.gguf" and row.run == "split"
+            and row.device == "device-1" and row.component == "compute_bytes"]
+    assert len(rows) == 1
+    assert abs(rows[0].estimated_bytes / rows[0].measured_bytes - 1) < 0.01
