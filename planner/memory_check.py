@@ -30,7 +30,10 @@ CHECKED = ("weights_bytes", "kv_bytes", "state_bytes", "compute_bytes", "output_
 KNOWN_MISSES: dict[str, str] = {
     "deepseek4-moe.gguf": "the compressed KV stream and hyper-connections of DeepSeek-V4",
     "glm5-next-moe.gguf": "the pooled keys of its sparse attention (kpool)",
-    "hrm_text-dense.gguf": "its stacks' cycles (build_stack) split over two devices",
+    "hrm_text-dense.gguf": ("its cycles reuse two stacks' matrices (blk.0 and blk.1, on the first "
+                            "device) but keep their own cache slots and scales: a cycle whose "
+                            "slot is on the second device crosses between the devices at each "
+                            "projection and attention, each crossing kept four times over"),
     "hy_v4-moe.gguf": ("its hyper-connections' four residual streams and its shared-indexer "
                        "layers: the second device copies in the whole residual and four "
                        "views of it, and layer 0's top-k, each four times over"),
