@@ -124,3 +124,30 @@ def test_the_command_line_states_each_default_as_it_is() -> None:
             assert float(text.replace(",", "")) == default, f"{name}: help says {text}"
         checked += 1
     assert checked >= 10
+
+
+def test_the_default_failure_figures_are_written_once() -> None:
+    """The failure rate and repair time a node without its own figures gets are stated
+    in help, tooltips and messages from planner.availability's constants, never as a
+    copy of the number."""
+    from planner.availability import DEFAULT_ANNUAL_FAILURE_RATE, DEFAULT_REPAIR_HOURS
+
+    home = PACKAGE / "availability" / "reliability.py"
+    written = {f"{DEFAULT_ANNUAL_FAILURE_RATE:g}", f"{DEFAULT_REPAIR_HOURS:g}"}
+    found = []
+    for path, tree in _modules():
+        if path == home:
+            continue
+        docstrings = {id(node.value) for node in ast.walk(tree)
+                      if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Constant) or id(node) in docstrings:
+                continue
+            value = node.value
+            if isinstance(value, float) and value == DEFAULT_ANNUAL_FAILURE_RATE:
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {value!r}")
+            elif isinstance(value, str) and any(
+                    re.search(rf"(?:else|default:?|defaults?\b.*?)\s*{re.escape(number)}\b",
+                              value) for number in written):
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {value!r}")
+    assert found == []

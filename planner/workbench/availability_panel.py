@@ -23,6 +23,8 @@ import ipywidgets as widgets
 import pandas as pd
 
 from planner.availability import (
+    DEFAULT_ANNUAL_FAILURE_RATE,
+    DEFAULT_REPAIR_HOURS,
     QUICK_MAX_STATES,
     AvailabilityError,
     AvailabilityResult,
@@ -163,12 +165,12 @@ class AvailabilityPanel(widgets.VBox):
                               "wb-availability-afr", width="210px", description="failures/yr",
                               placeholder="each node's own",
                               tooltip="for nodes without their own figure; blank: each "
-                                      "node's catalog kind, else 0.119")
+                                      f"node's catalog kind, else {DEFAULT_ANNUAL_FAILURE_RATE:g}")
         self.repair = text_input("" if repair_hours is None else f"{repair_hours:g}",
                                  "wb-availability-repair", width="200px",
                                  description="repair h", placeholder="each node's own",
                                  tooltip="for nodes without their own figure; blank: each "
-                                         "node's catalog kind, else 72")
+                                         f"node's catalog kind, else {DEFAULT_REPAIR_HOURS:g}")
         self.min_context = widgets.BoundedIntText(
             value=0, min=0, max=MAX_CONTEXT, description="min context",
             tooltip="0: the context floor, min(native, 64k)",
