@@ -503,3 +503,50 @@ def test_a_panel_that_fails_to_open_shows_a_message(bench: Workbench) -> None:
     bench.panels.selected_index = len(bench.panels.titles) - 1  # a click, not code
     assert "disk gone" in bench.message.value and "wb-error-box" in bench.message.value
     assert bench.panels.section(len(bench.panels.titles) - 1) is None
+
+
+HOME_LAB = Path(__file__).resolve().parents[1] / "data" / "fleets" / "llama70b-home-lab.toml"
+
+
+def test_a_preset_change_keeps_the_chosen_kv_cache_type(tmp_path: Path) -> None:
+    bench = Workbench.from_fleet(HOME_LAB, fleet_dir=tmp_path)
+    editor = bench.model_editor
+    assert editor.kv_cache_type.value == bench.state.model.kv_cache_type == "q8_0"
+    editor.preset.value = "gpt-oss-120b"
+    assert editor.kv_cache_type.value == bench.state.model.kv_cache_type == "q8_0"
+    editor.kv_cache_type.value = "q4_0"
+    editor.preset.value = "llama-3.1-70b"
+    assert editor.kv_cache_type.value == bench.state.model.kv_cache_type == "q4_0"
+    assert bench.evaluation.request.kv_bytes_per_token == int(editor.kv_bytes_per_token.value)
+
+
+def test_a_typed_model_then_a_preset_takes_the_files_cache_type(tmp_path: Path) -> None:
+    bench = Workbench.from_fleet(HOME_LAB, fleet_dir=tmp_path)
+    editor = bench.model_editor
+    editor.preset.value = CUSTOM_MODEL
+    editor.preset.value = "llama-3.1-70b"
+    assert editor.kv_cache_type.value == bench.state.model.kv_cache_type == "q8_0"
+
+
+def test_the_title_and_report_follow_the_edits(tmp_path: Path) -> None:
+    bench = Workbench.from_fleet(HOME_LAB, fleet_dir=tmp_path, report_dir=tmp_path)
+    assert "Llama 3.1 70B on a home lab" in bench.title.value
+    bench.export_report("as-loaded.md")
+    text = (tmp_path / "as-loaded.md").read_text()
+    assert re.search(r"Generated .* from \S*llama70b-home-lab\.toml\.", text)
+    assert "edited from" not in text
+    bench.model_editor.preset.value = "gpt-oss-120b"
+    assert "Llama 3.1 70B" not in bench.title.value
+    assert "gpt-oss-120b on 5 nodes" in bench.title.value
+    assert "edited from llama70b-home-lab.toml" in bench.title.value
+    for name in ("edited.md", "edited.html"):
+        bench.export_report(name)
+        text = unescape((tmp_path / name).read_text())
+        assert "gpt-oss-120b on 5 nodes" in text
+        assert re.search(r"edited from \S*llama70b-home-lab\.toml\.", text), name
+        assert not re.search(r"[^d] from \S*llama70b-home-lab\.toml\.", text), name
+    payload = bench.export_report("edited.json")
+    assert payload is not None
+    import json
+    report = json.loads(payload.read_text())
+    assert report["source_edited"] is True and report["title"] == "gpt-oss-120b on 5 nodes"

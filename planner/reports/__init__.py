@@ -47,10 +47,13 @@ def write_report(
     title: str | None = None,
     model_name: str | None = None,
     now: datetime | None = None,
+    memory_model: str = "design",
+    source_edited: bool = False,
 ) -> Path:
     """Plan, build the report and write it to ``path`` (format by extension), atomically.
 
-    Returns the path written. A fleet with no valid topology still gives a report that
+    ``memory_model`` and ``source_edited`` are :func:`build_report`'s. Returns the path
+    written. A fleet with no valid topology still gives a report that
     says why.
     """
     destination = Path(path)
@@ -60,7 +63,8 @@ def write_report(
             "UnsupportedFormat",
             f"a report file ends in .html, .md or .json (got {destination.suffix or 'none'!r})",
             path=str(destination))
-    content = build_report(document_or_request, model_name=model_name, title=title, now=now)
+    content = build_report(document_or_request, model_name=model_name, title=title, now=now,
+                           memory_model=memory_model, source_edited=source_edited)
     write_text_atomic(destination, render_report(content, suffix))
     return destination
 

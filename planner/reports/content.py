@@ -80,6 +80,14 @@ class ReportContent:
     ``llamacpp``) and, for ``llamacpp``, what llama.cpp allocates on each stage's node
     and on the host (``stages``: one row per stage, then the host, each component in
     bytes)."""
+    source_edited: bool = False
+    """Whether the fleet reported differs from the file ``source`` (edited in the
+    workbench): the report then says "edited from" the file."""
+
+    @property
+    def provenance(self) -> str:
+        """How the fleet relates to ``source``: ``"from"``, or ``"edited from"``."""
+        return "edited from" if self.source_edited else "from"
 
     @property
     def ok(self) -> bool:
@@ -125,6 +133,7 @@ class ReportContent:
             "choice": self.choice,
             "estimate": self.estimate,
             "memory": self.memory,
+            "source_edited": self.source_edited,
         }
 
 
@@ -326,6 +335,7 @@ def build_report(
     traffic: ModelTraffic | None = None,
     memory_model: str = "design",
     planned: PlanningResult | None = None,
+    source_edited: bool = False,
 ) -> ReportContent:
     """Plan ``source`` (a :class:`~planner.fleet.FleetDocument`, a
     :class:`~planner.planning.PlanningInput` or a planning request dict) and gather the report.
@@ -340,7 +350,8 @@ def build_report(
     planned with; a request carries its own. ``planned``, when given, is the source's
     request already planned (:func:`planner.planning.plan_request`; its GGUF file already
     read): the report uses its one search for the plan, candidates, explanation and
-    stage table. Otherwise the request is planned once here.
+    stage table. Otherwise the request is planned once here. ``source_edited`` says the
+    document was edited since it was read from its file (the report says so).
     A malformed request or a model that cannot be resolved raises
     (:class:`~planner.errors.InvalidInput`, :class:`~planner.fleet.FleetFileError`).
     """
@@ -410,6 +421,7 @@ def build_report(
                 if result is not None and result.explanation is not None else None),
         estimate=estimate,
         memory=memory_section(request, plan),
+        source_edited=source_edited and origin is not None,
     )
 
 

@@ -121,7 +121,7 @@ def render_html(content: ReportContent) -> str:
     """The whole report as one HTML document."""
     figures = _figures(content)
     ok = content.plan is not None
-    source = f" from {escape(content.source)}" if content.source else ""
+    source = (f" {content.provenance} {escape(content.source)}" if content.source else "")
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',

@@ -79,7 +79,7 @@ def render_markdown(content: ReportContent) -> str:
     lines: list[str] = [f"# {md_text(content.title)}", ""]
     meta = f"Generated {md_text(content.generated_at)} by planner {md_text(content.tool_version)}"
     if content.source:
-        meta += f" from {md_text(content.source)}"
+        meta += f" {content.provenance} {md_text(content.source)}"
     lines += [meta + ".", "", "## Result", "", md_text(result_text(content)), ""]
 
     lines += ["## Inputs", "", "### Model", "", *_pairs(model_rows(content)), ""]

@@ -318,10 +318,17 @@ class Workbench(widgets.VBox):
                             name=model.label))
                 source = None
             elif choice.startswith("gguf:"):
-                source = gguf_source(choice[len("gguf:"):], self._base_dir())
+                path = choice[len("gguf:"):]
+                source = gguf_source(path, self._base_dir())
+                kept = self._state.cache_type_for(source.kv_cache_types)
+                if kept is not None:
+                    source = gguf_source(path, self._base_dir(), kept)
                 self._state = self._state.with_model(source.fields)
             else:
                 source = preset_source(choice)
+                kept = self._state.cache_type_for(source.kv_cache_types)
+                if kept is not None:
+                    source = preset_source(choice, kept)
                 self._state = self._state.with_model(source.fields)
         except ModelError:
             self._load_model_editor()
@@ -331,16 +338,17 @@ class Workbench(widgets.VBox):
 
     def use_gguf(self, path: str) -> None:
         """Plan the GGUF file at ``path`` (relative paths start at the fleet file's folder)
-        in place of the model on screen, at the same KV cache type when the file offers
-        it. Raises :class:`~planner.models.ModelError` for a file that cannot be read."""
+        in place of the model on screen, at the KV cache type of
+        :meth:`WorkbenchState.cache_type_for`. Raises :class:`~planner.models.ModelError`
+        for a file that cannot be read."""
         path = path.strip()
         if not path:
             raise WorkbenchInputError("model.gguf", "give the GGUF file's path",
                                       label="GGUF file")
-        model = self._state.model
         source = gguf_source(path, self._base_dir())
-        if model.kv_cache_type in source.kv_cache_types:
-            source = gguf_source(path, self._base_dir(), model.kv_cache_type)
+        kept = self._state.cache_type_for(source.kv_cache_types)
+        if kept is not None:
+            source = gguf_source(path, self._base_dir(), kept)
         self._state = self._state.with_model(source.fields)
         self._load_model_editor(source)
         self.refresh()
@@ -477,6 +485,8 @@ class Workbench(widgets.VBox):
             subject: Any = self._state.to_document()
         except (FleetFileError, ModelError):
             subject = self._state.to_request()
-        written = write_report(subject, destination)
+        state = self._state
+        written = write_report(subject, destination, title=state.title,
+                               memory_model=state.memory_model, source_edited=state.edited)
         self._say(f"Report written to {written}.")
         return written

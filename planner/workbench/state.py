@@ -503,6 +503,16 @@ class WorkbenchState:
         except WorkbenchInputError:
             return True
 
+    def cache_type_for(self, offered: Sequence[str]) -> str | None:
+        """The KV cache type another model is planned at, of the types it ``offered``:
+        the one on screen (a person's choice is kept across models), else the fleet
+        file's, else ``None`` (the model's own default)."""
+        from_file = self.loaded.model.kv_cache_type if self.loaded is not None else None
+        for wanted in (self.model.kv_cache_type, from_file):
+            if wanted is not None and wanted in offered:
+                return wanted
+        return None
+
     def budgets(self) -> tuple[NodeBudget, ...]:
         """The fleet as the planner sees it. Raises :class:`WorkbenchInputError`."""
         originals = {index: node.node_id for index, node in enumerate(self.document.nodes)}
