@@ -264,22 +264,30 @@ def _bare_message(number: str) -> str:
             f"'{number} GiB', '{number} GB' or '{number} B'")
 
 
-def format_bytes(value: int, *, precision: int = 2) -> str:
-    """Print bytes in the largest binary unit that keeps the number at or above 1.
+def format_bytes(value: int, *, precision: int = 2, decimal: bool = False,
+                 trim: bool = True) -> str:
+    """Print bytes in the largest unit that keeps the number at or above 1: binary units
+    (``GiB``), or decimal ones (``GB``) with ``decimal``. ``trim`` drops trailing zeros
+    (``"80 GiB"``); without it every figure has ``precision`` decimals (``"1.50 TB"``).
+    The figure is rounded: :func:`exact_size_text` gives one that reads back exactly.
 
     >>> format_bytes(85899345920)
     '80 GiB'
     >>> format_bytes(1536)
     '1.5 KiB'
+    >>> format_bytes(315_680_000_000, decimal=True, trim=False)
+    '315.68 GB'
     """
     if value < 0:
-        return "-" + format_bytes(-value, precision=precision)
-    for name, factor in (("PiB", 1024**5), ("TiB", 1024**4), ("GiB", 1024**3),
-                         ("MiB", 1024**2), ("KiB", 1024)):
+        return "-" + format_bytes(-value, precision=precision, decimal=decimal, trim=trim)
+    factors = _DECIMAL if decimal else _BINARY
+    for prefix in "ptgmk":
+        factor = factors[prefix]
         if value >= factor:
-            scaled = value / factor
-            text = f"{scaled:.{precision}f}".rstrip("0").rstrip(".")
-            return f"{text} {name}"
+            text = f"{value / factor:.{precision}f}"
+            if trim:
+                text = text.rstrip("0").rstrip(".")
+            return f"{text} {_symbol(prefix, not decimal)}"
     return f"{value} B"
 
 

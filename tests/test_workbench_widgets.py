@@ -236,9 +236,31 @@ def test_add_gpus_from_the_catalog(bench: Workbench) -> None:
     added = bench.state.nodes[5:]
     assert [row.node_id for row in added] == ["h200-141gb-00", "h200-141gb-01",
                                               "h200-141gb-02"]
-    assert {row.vram for row in added} == {"143771 MiB"}  # as the driver reports it
+    # Written in GiB as the other rows are; planned at the exact 143771 MiB the driver
+    # reports, also after another field of the row is edited.
+    assert {row.vram for row in added} == {"140.4 GiB"}
+    assert [editor.vram.value for editor in rows(bench)[5:]] == ["140.4 GiB"] * 3
+    exact = 143_771 * 2**20
+    assert {n.detected_vram_bytes for n in bench.evaluation.request.nodes[5:]} == {exact}
     # Three 141 GB nodes beat five 80 GiB ones: fewer stages at native context.
     assert bench.evaluation.plan.stage_count == 3
+    rows(bench)[6].latency.value = "2"
+    rows(bench)[6].node_id.value = "renamed"
+    assert {n.detected_vram_bytes for n in bench.evaluation.request.nodes[5:]} == {exact}
+    # A typed figure is the figure typed.
+    rows(bench)[7].vram.value = "140.5 GiB"
+    assert bench.evaluation.request.nodes[7].detected_vram_bytes == round(140.5 * GIB)
+
+
+def test_every_catalog_kind_is_added_in_gib_and_planned_exactly() -> None:
+    from planner.workbench.catalog import gpu_catalog
+
+    state = five_by_80()
+    for gpu in gpu_catalog():
+        added = state.add_gpus(gpu.name, gpu.memory_bytes, 1, kind=gpu.kind)
+        row = added.nodes[-1]
+        assert re.fullmatch(r"\d+(\.\d+)? (GiB|TiB|GB|TB)", row.vram), (gpu.kind, row.vram)
+        assert added.to_document().nodes[-1].detected_vram_bytes == gpu.memory_bytes
 
 
 def test_choosing_a_preset_and_kv_cache_type(bench: Workbench) -> None:

@@ -29,6 +29,7 @@ from planner.planning import NodeBudget, PlanningInput
 from planner.units import (
     UnitError,
     exact_size_text,
+    format_bytes,
     parse_bytes,
     parse_context,
     parse_latency_ms,
@@ -98,19 +99,24 @@ class Problem:
 # -- reading what was typed ------------------------------------------------------------
 
 
-_DECIMAL_UNITS = (("PB", 1000**5), ("TB", 1000**4), ("GB", 1000**3), ("MB", 1000**2))
-
-
 def weight_size_text(value: int) -> str:
     """Model weights as the editor shows them, always in one form: two decimals of the
     largest 1000-based unit (``"315.68 GB"``, ``"712.97 GB"``, ``"1.34 TB"``).
 
     The figure is rounded; :class:`ModelFields` keeps the exact bytes while the text is
     left as shown."""
-    for unit, factor in _DECIMAL_UNITS:
-        if value >= factor:
-            return f"{value / factor:.2f} {unit}"
-    return f"{value} B"
+    return format_bytes(value, decimal=True, trim=False)
+
+
+def node_size_text(value: int) -> tuple[str, int | None]:
+    """A node's memory as the fleet rows show it, and the exact bytes behind the text
+    when it is rounded: the shortest exact size in GiB or GB (``"24 GiB"``, ``"1.5
+    TiB"``), else GiB to two decimals (a driver's ``81559 MiB`` shows as ``"79.65 GiB"``,
+    and the row keeps the exact 81559 MiB while that text is left as shown)."""
+    exact = exact_size_text(value)
+    if value < 2**30 or exact.endswith(("GiB", "TiB", "PiB", "GB", "TB", "PB")):
+        return exact, None
+    return format_bytes(value), value
 
 
 def parse_size(text: str, field_name: str, *, label: str, node_id: str | None = None,
@@ -132,6 +138,15 @@ def parse_size(text: str, field_name: str, *, label: str, node_id: str | None = 
     except UnitError as error:
         raise WorkbenchInputError(field_name, error.message, node_id=node_id,
                                   label=label) from None
+
+
+def _exact_or_parsed(text: str, exact: int | None, field_name: str, *, label: str,
+                     node_id: str | None, optional: bool = False) -> int | None:
+    """``exact`` while ``text`` reads as its rounding (:func:`node_size_text`), else the
+    size typed."""
+    if exact is not None and text.strip() == node_size_text(exact)[0]:
+        return exact
+    return parse_size(text, field_name, label=label, node_id=node_id, optional=optional)
 
 
 def parse_latency(text: str, field_name: str, *, label: str,
@@ -189,13 +204,37 @@ def parse_whole(text: str, field_name: str, *, label: str, unit: str = "",
 
 @dataclass(frozen=True, slots=True)
 class NodeRow:
-    """One fleet row as typed: sizes as text, blank meaning "not set"."""
+    """One fleet row as typed: sizes as text, blank meaning "not set".
+
+    ``exact_vram_bytes`` and ``exact_max_vram_bytes`` are the exact sizes behind a
+    rounded text (:func:`node_size_text`), used while the text still reads as shown;
+    rows compare by their text."""
 
     node_id: str
     vram: str
     max_vram: str = ""
     headroom: str = "0"
     latency_ms: str = ""
+    exact_vram_bytes: int | None = field(default=None, compare=False)
+    exact_max_vram_bytes: int | None = field(default=None, compare=False)
+
+    @classmethod
+    def sized(cls, node_id: str, vram_bytes: int) -> NodeRow:
+        """A row of ``vram_bytes`` written as the rows write sizes (:func:`node_size_text`)."""
+        text, exact = node_size_text(vram_bytes)
+        return cls(node_id, text, exact_vram_bytes=exact)
+
+    def kept_exact(self, before: NodeRow) -> NodeRow:
+        """This row with ``before``'s exact sizes where it has none of its own and its
+        text still reads as before (a row read back from the editor's text)."""
+        return replace(
+            self,
+            exact_vram_bytes=(before.exact_vram_bytes if self.exact_vram_bytes is None
+                              and self.vram == before.vram else self.exact_vram_bytes),
+            exact_max_vram_bytes=(before.exact_max_vram_bytes
+                                  if self.exact_max_vram_bytes is None
+                                  and self.max_vram == before.max_vram
+                                  else self.exact_max_vram_bytes))
 
     def to_budget(self, index: int) -> NodeBudget:
         """The node as the planner sees it. Raises :class:`WorkbenchInputError`."""
@@ -205,10 +244,11 @@ class NodeRow:
             raise WorkbenchInputError(f"{where}.node_id", "every node needs an id",
                                       label=f"row {index + 1} id")
         label = f"node {node_id!r}"
-        detected = parse_size(self.vram, f"{where}.vram", label=f"{label} VRAM",
-                              node_id=node_id)
-        cap = parse_size(self.max_vram, f"{where}.max_vram", label=f"{label} max VRAM",
-                         node_id=node_id, optional=True)
+        detected = _exact_or_parsed(self.vram, self.exact_vram_bytes, f"{where}.vram",
+                                    label=f"{label} VRAM", node_id=node_id)
+        cap = _exact_or_parsed(self.max_vram, self.exact_max_vram_bytes,
+                               f"{where}.max_vram", label=f"{label} max VRAM",
+                               node_id=node_id, optional=True)
         headroom = parse_size(self.headroom, f"{where}.headroom",
                               label=f"{label} headroom", node_id=node_id, optional=True)
         latency = parse_latency(self.latency_ms, f"{where}.latency_ms",
@@ -218,11 +258,15 @@ class NodeRow:
 
     @classmethod
     def from_budget(cls, node: NodeBudget) -> NodeRow:
+        vram, exact_vram = node_size_text(node.detected_vram_bytes)
+        max_vram, exact_max = (node_size_text(node.max_vram_bytes)
+                               if node.max_vram_bytes is not None else ("", None))
         return cls(
             node_id=node.node_id,
-            vram=exact_size_text(node.detected_vram_bytes),
-            max_vram=(exact_size_text(node.max_vram_bytes)
-                      if node.max_vram_bytes is not None else ""),
+            vram=vram,
+            max_vram=max_vram,
+            exact_vram_bytes=exact_vram,
+            exact_max_vram_bytes=exact_max,
             headroom=exact_size_text(node.runtime_headroom_bytes),
             latency_ms=(str(node.stage_transfer_latency_ms)
                         if node.stage_transfer_latency_ms is not None else ""),
@@ -234,9 +278,11 @@ class NodeRow:
 
     @classmethod
     def from_dict(cls, data: dict[str, str]) -> NodeRow:
-        return cls(**{key: str(data.get(key, default)) for key, default in (
+        text = {key: str(data.get(key, default)) for key, default in (
             ("node_id", ""), ("vram", ""), ("max_vram", ""), ("headroom", "0"),
-            ("latency_ms", ""))})
+            ("latency_ms", ""))}
+        return cls(text["node_id"], text["vram"], text["max_vram"], text["headroom"],
+                   text["latency_ms"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -633,7 +679,7 @@ class WorkbenchState:
 
     def with_node(self, index: int, row: NodeRow) -> WorkbenchState:
         nodes = list(self.nodes)
-        nodes[index] = row
+        nodes[index] = row.kept_exact(nodes[index])
         return replace(self, nodes=tuple(nodes))._settled()
 
     def with_nodes(self, rows: Sequence[NodeRow],
@@ -643,6 +689,9 @@ class WorkbenchState:
         if extras is None:
             by_id = dict(zip((row.node_id for row in self.nodes), self.extras, strict=True))
             extras = [by_id.get(row.node_id, NodeExtras()) for row in rows]
+        # Rows read back from the editor's text keep the exact sizes behind it.
+        rows = [row.kept_exact(self.nodes[index]) if index < len(self.nodes) else row
+                for index, row in enumerate(rows)]
         return replace(self, nodes=tuple(rows), extras=tuple(extras))._settled()
 
     def _rows(self, rows: list[NodeRow], extras: list[NodeExtras]) -> WorkbenchState:
@@ -687,7 +736,6 @@ class WorkbenchState:
             raise WorkbenchInputError("count", "must be at least 1", value=str(count),
                                       label="number of GPUs to add")
         ids = _free_ids(gpu_id_base(kind or gpu_name), self._taken(), count)
-        vram = exact_size_text(memory_bytes)
         extra = NodeExtras(ReliabilityOverride(gpu=kind) if kind is not None else None)
-        return self._rows([*self.nodes, *(NodeRow(i, vram) for i in ids)],
+        return self._rows([*self.nodes, *(NodeRow.sized(i, memory_bytes) for i in ids)],
                           [*self.extras, *([extra] * count)])
