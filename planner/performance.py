@@ -993,6 +993,16 @@ def estimate_plan(
                         fill, plan.context_length, prompt_tokens, ttft, error_note)
 
 
+def fleet_estimate(request: PlanningInput, plan: Plan, traffic: ModelTraffic,
+                   speeds: Mapping[str, NodeSpeed], **options: Any) -> PlanEstimate:
+    """The fleet's one speed and cost estimate, wherever it is shown (the workbench,
+    reports, sizing): the TPOT of ``plan`` and the cost per hour of every node of the
+    fleet ``request`` holds, since a node the plan leaves out (a spare) is paid for too.
+    ``options`` are :func:`estimate_plan`'s."""
+    return estimate_plan(request, plan, traffic, speeds,
+                         paid_node_ids=[node.node_id for node in request.nodes], **options)
+
+
 def fleet_model_traffic(model: Any, base_dir: Any = None) -> ModelTraffic | None:
     """The traffic of a fleet file's model (``planner.fleet.ModelChoice``): a preset's or
     GGUF file's, or its numbers' (:func:`model_traffic`). Raises what loading the model
@@ -1003,16 +1013,17 @@ def fleet_model_traffic(model: Any, base_dir: Any = None) -> ModelTraffic | None
 def try_estimate(request: PlanningInput, plan: Plan, traffic: ModelTraffic | None,
                  catalog: Sequence[GpuModel], *, node_kinds: Mapping[str, str] | None = None,
                  **options: Any) -> tuple[PlanEstimate | None, str]:
-    """The estimate when every stage's node is a catalog kind with a bandwidth, else
-    ``None`` and why (for tables and summaries that show the estimate when they can)."""
+    """The fleet's estimate (:func:`fleet_estimate`) when every stage's node is a catalog
+    kind with a bandwidth, else ``None`` and why (for tables and summaries that show the
+    estimate when they can)."""
     if traffic is None:
         return None, ("the model's decode traffic is unknown (give a preset or GGUF model, "
                       "or the model's hidden_size and, for a mixture of experts, "
                       "active_weight_bytes, expert_count and experts_used, for a speed "
                       "estimate)")
     try:
-        return estimate_plan(request, plan, traffic,
-                             node_speeds(request.nodes, catalog, node_kinds), **options), ""
+        return fleet_estimate(request, plan, traffic,
+                              node_speeds(request.nodes, catalog, node_kinds), **options), ""
     except PerformanceError as error:
         return None, error.message
 
@@ -1047,7 +1058,8 @@ def with_candidate_estimates(frame: pd.DataFrame, request: PlanningInput,
                              **options: Any) -> pd.DataFrame:
     """The candidates table (``planner.candidates``) with :data:`ESTIMATE_COLUMNS` for
     every feasible row whose nodes are catalog kinds (NA elsewhere); each row is
-    estimated as the plan its node set and shape would give."""
+    estimated as the plan its node set and shape would give, at the fleet's cost
+    (:func:`fleet_estimate`: every node of the fleet is paid for)."""
     weights = layer_weights(request)
     # The budgets and layer bytes the search walked, per shape: after the memory rule's
     # fixed costs per node (none under the design rule).
@@ -1072,7 +1084,7 @@ def with_candidate_estimates(frame: pd.DataFrame, request: PlanningInput,
             if walk.fits:
                 plan = Plan(shape[0], shape[1],
                             build_stages(ordered, walk.spans, weights), None, None)
-                estimate = estimate_plan(request, plan, traffic, speeds, **options)
+                estimate = fleet_estimate(request, plan, traffic, speeds, **options)
         for column in ESTIMATE_COLUMNS:
             value = None if estimate is None else getattr(estimate, column)
             values[column].append(pd.NA if value is None else value)

@@ -181,7 +181,7 @@ def test_workbench_shows_the_estimate() -> None:
                              node_speeds(request.nodes, load_gpu_catalog()))
     assert evaluation.estimate == expected
     summary = evaluation.summary()
-    assert f"{expected.estimated_tpot_ms:,.1f} ms per token" in summary
+    assert f"estimated TPOT {expected.estimated_tpot_ms:,.1f} ms" in summary
     assert "(estimate)" in summary
     assert list(evaluation.stages["stage_read_ms"]) == pytest.approx(
         [s.stage_read_ms for s in expected.stages])

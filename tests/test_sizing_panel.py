@@ -124,3 +124,49 @@ def test_the_table_names_its_columns_in_words() -> None:
     assert [int(v) for v in layout.tickvals] == sorted(
         {fleet.plan.context_length for fleet in panel.result.fleets + panel.result.pareto})
     assert all("," in text or len(text) <= 3 for text in layout.ticktext)
+
+
+HOME_LAB = planner.fleet.example_fleet("llama70b-home-lab")
+
+
+def test_a_sized_fleet_has_one_cost_and_one_tpot_wherever_shown(tmp_path) -> None:
+    import json
+    import re
+    from html import unescape
+
+    bench = Workbench.from_fleet(HOME_LAB, fleet_dir=tmp_path, report_dir=tmp_path)
+    panel = bench.panel("Size a fleet")
+    panel.tpot.value = 0
+    panel.tolerate.value = 1
+    panel.size_button.click()
+    assert panel.result is not None, panel.problem.value
+    fleet = panel.result.fleets[0]
+    panel.load_button.click()
+    evaluation = bench.evaluation
+    # The fleet keeps a spare: the plan leaves a node out, which is still paid for.
+    assert len(evaluation.plan.node_ids) < len(fleet.node_ids) == len(bench.state.nodes)
+    cost = f"USD {fleet.cost_per_hour_usd:,.2f}/h"
+    assert evaluation.estimate.cost_per_hour_usd == pytest.approx(fleet.cost_per_hour_usd)
+    summary = unescape(bench.view.summary.value)
+    assert cost in summary
+    assert f"<td>{fleet.cost_per_hour_usd:,.2f}</td>" in panel.table.value
+    for name in ("sized.json", "sized.md"):
+        bench.export_report(name)
+    report = json.loads((tmp_path / "sized.json").read_text())
+    assert report["estimate"]["cost_per_hour_usd"] == pytest.approx(fleet.cost_per_hour_usd)
+    markdown = (tmp_path / "sized.md").read_text()
+    assert f"| estimated cost per hour | {cost.removesuffix('/h')} |" in markdown
+    # Every way to run the fleet costs the fleet's price: the spare is paid for too.
+    assert re.findall(r"\| ([0-9.]+) \| [0-9.]+ \|$", markdown, re.M) and {
+        float(v) for v in re.findall(r"\| ([0-9.]+) \| [0-9.]+ \|$", markdown, re.M)} == {
+        round(fleet.cost_per_hour_usd, 2)}
+    # One TPOT figure: the speed estimate, in the summary, the table and the chart.
+    tpot = f"{fleet.estimated_tpot_ms:,.1f}"
+    assert f"<td>{tpot}</td>" in panel.table.value
+    assert f"estimated TPOT {tpot} ms" in summary
+    assert "unknown" not in summary and len(re.findall("TPOT", summary)) == 1
+    assert "ms per token" not in summary
+    title = bench.view.candidates.layout.title.text
+    assert "unknown" not in title and "estimated TPOT" in title
+    colours = [c for c in bench.view.candidates.data[0].marker.color if c == c]
+    assert float(tpot.replace(",", "")) in {round(c, 1) for c in colours}

@@ -175,7 +175,7 @@ def layer_ranges_figure(request: PlanningInput, plan: Plan | None) -> go.Figure:
 SHAPE_COLUMNS = (
     "context_length", "stage_count", "feasible", "node_ids", "min_remaining_bytes",
     "estimated_decode_network_ms_per_token", "decode_tpot_target_met", "selected",
-    "selected_lanes", "reason",
+    "selected_lanes", "reason", "estimated_tpot_ms",
 )
 
 
@@ -186,12 +186,22 @@ def candidate_shapes(candidates: pd.DataFrame) -> pd.DataFrame:
     one shape differ only in ``parallel_lanes``. Columns: ``context_length``,
     ``stage_count``, ``feasible``, ``node_ids``, ``min_remaining_bytes``,
     ``estimated_decode_network_ms_per_token``, ``decode_tpot_target_met``, ``selected``,
-    ``selected_lanes`` (the lanes of the selected row, 0 when none) and ``reason``.
+    ``selected_lanes`` (the lanes of the selected row, 0 when none), ``reason`` and
+    ``estimated_tpot_ms``: the speed estimate (:mod:`planner.performance`) of the
+    selected row, else of the shape's first row (NA where the table has none).
     """
     if candidates.empty:
         return pd.DataFrame(columns=list(SHAPE_COLUMNS))
     key = ["context_length", "stage_count"]
-    shapes = candidates.drop_duplicates(key).drop(columns=["parallel_lanes", "selected"])
+    if "estimated_tpot_ms" not in candidates:
+        candidates = candidates.assign(estimated_tpot_ms=pd.array(
+            [pd.NA] * len(candidates), dtype="Float64"))
+    # The selected row first, so each shape's speed estimate is the plan's where chosen.
+    ordered = pd.concat([candidates[candidates["selected"]], candidates])
+    speed = ordered.drop_duplicates(key)[[*key, "estimated_tpot_ms"]]
+    shapes = candidates.drop_duplicates(key).drop(
+        columns=["parallel_lanes", "selected", "estimated_tpot_ms"])
+    shapes = shapes.merge(speed, on=key, how="left")
     chosen = candidates.loc[candidates["selected"], [*key, "parallel_lanes"]]
     chosen = chosen.drop_duplicates(key).rename(columns={"parallel_lanes": "selected_lanes"})
     shapes = shapes.merge(chosen, on=key, how="left")
@@ -200,16 +210,32 @@ def candidate_shapes(candidates: pd.DataFrame) -> pd.DataFrame:
     return shapes.loc[:, list(SHAPE_COLUMNS)].reset_index(drop=True)
 
 
+def shape_tpot(shapes: pd.DataFrame) -> tuple[list[float | None], bool]:
+    """Each shape's one estimated TPOT (:func:`candidate_shapes`' rows), and whether it
+    is the speed estimate: the speed estimate where the table has any (the figure the
+    workbench's summary, reports and sizing show), else the planner's network estimate
+    (docs/rules.md §6). Unknown is ``None``."""
+    speed = "estimated_tpot_ms" in shapes and bool(shapes["estimated_tpot_ms"].notna().any())
+    column = "estimated_tpot_ms" if speed else "estimated_decode_network_ms_per_token"
+    values = [float(v) if _known(v) else None for v in shapes.get(column, [])]
+    return values, speed
+
+
 def _known(value: Any) -> bool:
     return value is not None and not pd.isna(value)
 
 
-def _hover(shape: dict[str, Any]) -> str:
+def _tpot_text(tpot: float | None, speed: bool) -> str:
+    if tpot is None:
+        return "estimated TPOT unknown"
+    return (f"estimated TPOT {tpot:,.1f} ms" if speed
+            else f"estimated TPOT {format_milliseconds(tpot)}")
+
+
+def _hover(shape: dict[str, Any], tpot: float | None = None, speed: bool = False) -> str:
     lines = [f"context {shape['context_length']:,}", f"{shape['stage_count']} stages"]
     if shape["feasible"]:
-        estimate = shape["estimated_decode_network_ms_per_token"]
-        lines.append(f"estimated TPOT {format_milliseconds(estimate)}" if _known(estimate)
-                     else "estimated TPOT unknown")
+        lines.append(_tpot_text(tpot, speed))
         met = shape["decode_tpot_target_met"]
         if _known(met):
             lines.append("target met" if bool(met) else "target missed")
@@ -225,21 +251,20 @@ def candidates_figure(candidates: pd.DataFrame) -> go.Figure:
     """Context length against stage count, coloured by estimated decode TPOT.
 
     ``candidates`` is the table of :func:`planner.candidates`. Lanes are folded together
-    (they never change whether a shape fits). Feasible shapes are dots coloured by the
-    estimated network TPOT (a hollow dot when the TPOT target is missed), infeasible ones
-    grey crosses, and the selected shape a star. Traces: ``feasible``, ``infeasible``,
-    ``selected``, always in that order.
+    (they never change whether a shape fits). Feasible shapes are dots coloured by their
+    estimated TPOT (:func:`shape_tpot`; a hollow dot when the TPOT target is missed),
+    infeasible ones grey crosses, and the selected shape a star. Traces: ``feasible``,
+    ``infeasible``, ``selected``, always in that order.
     """
     shapes = candidate_shapes(candidates)
+    tpots, speed = shape_tpot(shapes)
     records = shapes.to_dict("records")
+    for record, tpot in zip(records, tpots, strict=True):
+        record["hover"] = _hover(record, tpot, speed)
     feasible = [r for r in records if r["feasible"]]
     infeasible = [r for r in records if not r["feasible"]]
     selected = [r for r in records if r["selected"]]
-    estimates = [
-        float(r["estimated_decode_network_ms_per_token"])
-        if _known(r["estimated_decode_network_ms_per_token"]) else None
-        for r in feasible
-    ]
+    estimates = [tpot for r, tpot in zip(records, tpots, strict=True) if r["feasible"]]
     has_estimates = any(v is not None for v in estimates)
     missed = [_known(r["decode_tpot_target_met"]) and not bool(r["decode_tpot_target_met"])
               for r in feasible]
@@ -265,7 +290,7 @@ def candidates_figure(candidates: pd.DataFrame) -> go.Figure:
             "x": [int(r["stage_count"]) for r in feasible],
             "y": [int(r["context_length"]) for r in feasible],
             "marker": marker,
-            "hovertext": [_hover(r) for r in feasible],
+            "hovertext": [r["hover"] for r in feasible],
             "hoverinfo": "text",
         },
         {
@@ -276,7 +301,7 @@ def candidates_figure(candidates: pd.DataFrame) -> go.Figure:
             "y": [int(r["context_length"]) for r in infeasible],
             "marker": {"size": 8, "symbol": "x-thin-open", "color": "#b0b0b0",
                        "line": {"width": 1.5, "color": "#b0b0b0"}},
-            "hovertext": [_hover(r) for r in infeasible],
+            "hovertext": [r["hover"] for r in infeasible],
             "hoverinfo": "text",
         },
         {
@@ -290,7 +315,7 @@ def candidates_figure(candidates: pd.DataFrame) -> go.Figure:
             "text": [f"selected, {r['selected_lanes']} lanes" for r in selected],
             "textposition": "top center",
             "textfont": {"color": "#c44e52"},
-            "hovertext": [_hover(r) for r in selected],
+            "hovertext": [r["hover"] for r in selected],
             "hoverinfo": "text",
         },
     ]
@@ -301,7 +326,8 @@ def candidates_figure(candidates: pd.DataFrame) -> go.Figure:
     logs = [math.log10(c) for c in contexts] or [0.0]
     context_range = [min(logs) - 0.12, max(logs) + 0.22]
     title = "Candidates: context vs stage count"
-    title += ", coloured by estimated TPOT" if has_estimates else " (no latencies: TPOT unknown)"
+    title += (", coloured by estimated TPOT" if has_estimates else
+              " (no latencies and no speed estimate: TPOT unknown)")
     return go.Figure({"data": traces, "layout": base_layout(
         title,
         xaxis=axis(title={"text": "stages"}, range=stage_range,

@@ -287,8 +287,10 @@ def candidate_rows_table(records: Sequence[dict[str, Any]]) -> TextTable:
         ))
     extra_headers = (("est. decode TPOT", "est. tokens/s", "est. context fill",
                       "est. USD/h", "est. USD/M tokens") if estimated else ())
+    # With a speed estimate, that is the TPOT; the planner's figure is its network time.
+    network = "est. network time" if estimated else "est. TPOT"
     return _table(("context", "stages", "lanes", "fits", "nodes", "min remaining",
-                   "total remaining", "est. TPOT", "target met", "selected", "why not",
+                   "total remaining", network, "target met", "selected", "why not",
                    *extra_headers), rows, "rrrllrrrlll" + "r" * len(extra_headers))
 
 

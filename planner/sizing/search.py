@@ -70,7 +70,7 @@ from planner.performance import (
     ModelTraffic,
     PerformanceError,
     PlanEstimate,
-    estimate_plan,
+    fleet_estimate,
     load_calibration,
     node_speeds,
 )
@@ -175,9 +175,7 @@ class _Search:
             return None
         speeds = node_speeds(request.nodes, self.kinds, fleet_node_kinds(self.kinds, counts))
         try:
-            return estimate_plan(request, plan, self.traffic, speeds,
-                                 paid_node_ids=[node.node_id for node in request.nodes],
-                                 **self.options)
+            return fleet_estimate(request, plan, self.traffic, speeds, **self.options)
         except PerformanceError as error:
             if error.code != "MissingNodeSpeed":
                 raise

@@ -27,7 +27,8 @@ from planner.planning import (
     plan_request,
 )
 from planner.planning.warnings import fleet_warnings as core_fleet_warnings
-from planner.units import format_bytes
+from planner.targets import Targets
+from planner.units import format_bytes, format_milliseconds
 from planner.workbench.catalog import gpu_catalog, model_traffic
 from planner.workbench.state import Problem, WorkbenchState
 
@@ -86,27 +87,53 @@ class Evaluation:
         if self.plan is None:
             return "No plan" if self.problem is None else f"No plan: {self.problem.code}"
         plan = self.plan
-        estimate = plan.estimated_decode_network_ms_per_token
+        tpot = self.tpot_ms
         parts = [
             f"{plan.stage_count} stage{'s' if plan.stage_count != 1 else ''}",
             f"context {plan.context_length:,}",
             f"{plan.parallel_lanes} lane{'s' if plan.parallel_lanes != 1 else ''}",
-            f"estimated TPOT {estimate} ms" if estimate is not None
-            else "estimated TPOT unknown",
+            "estimated TPOT unknown" if tpot is None else
+            f"estimated TPOT {tpot:,.1f} ms" if self.estimate is not None else
+            f"estimated TPOT {format_milliseconds(tpot)}",
         ]
-        if plan.decode_tpot_target_met is not None:
-            parts.append("target met" if plan.decode_tpot_target_met else "target missed")
+        met = self.target_met
+        if met is not None:
+            parts.append("target met" if met else "target missed")
         if self.estimate is not None:
             parts.append(self.estimate_summary())
         return " · ".join(parts)
 
+    @property
+    def tpot_ms(self) -> float | None:
+        """The plan's one estimated TPOT, wherever the page shows one: the speed estimate
+        (:func:`planner.performance.fleet_estimate`) when there is one, else the
+        planner's network estimate (docs/rules.md §6), else ``None``."""
+        if self.plan is None:
+            return None
+        if self.estimate is not None:
+            return float(self.estimate.estimated_tpot_ms)
+        return self.plan.estimated_decode_network_ms_per_token
+
+    @property
+    def target_met(self) -> bool | None:
+        """Whether :attr:`tpot_ms` is within the fleet's TPOT target (``None``: no target
+        or no estimate), judged as :meth:`planner.targets.Targets.meets` judges it."""
+        if self.plan is None or self.request is None:
+            return None
+        target = self.request.target_decode_tpot_ms
+        if target is None:
+            return None
+        if self.estimate is None:
+            return self.plan.decode_tpot_target_met
+        return Targets(target_decode_tpot_ms=target).meets(self.plan, self.estimate)
+
     def estimate_summary(self) -> str:
-        """The speed and cost estimate in one line, or why there is none."""
+        """The rest of the speed and cost estimate (its TPOT is :attr:`tpot_ms`) in one
+        line, or why there is none."""
         if self.estimate is None:
             return f"speed estimate unavailable: {self.estimate_reason}"
         estimate = self.estimate
-        text = (f"speed estimate: {estimate.estimated_tpot_ms:,.1f} ms per token, "
-                f"{estimate.tokens_per_s:,.1f} tokens/s")
+        text = f"{estimate.tokens_per_s:,.1f} tokens/s"
         if estimate.estimated_context_fill_ms is not None:
             text += (f", filling the context takes "
                      f"{format_duration_ms(estimate.estimated_context_fill_ms)}")

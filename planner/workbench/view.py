@@ -18,6 +18,7 @@ from planner.figures import (
     layer_ranges_figure,
     memory_figure,
 )
+from planner.figures.plan import shape_tpot
 from planner.performance import format_duration_ms
 from planner.planning import ChoiceExplanation, ShapeOption
 from planner.planning.explain import RULE_TEXT
@@ -94,45 +95,48 @@ def _short_nodes(node_ids: tuple[str, ...], shown: int = 6) -> str:
     return ", ".join(node_ids[:shown]) + f", … (+{len(node_ids) - shown})"
 
 
-def candidates_table_html(candidates: pd.DataFrame) -> str:
-    """One row per (context, stage count) shape; lanes are folded together."""
+def candidates_table_html(candidates: pd.DataFrame, target_ms: int | None = None) -> str:
+    """One row per (context, stage count) shape; lanes are folded together. Its TPOT is
+    the chart's (:func:`planner.figures.plan.shape_tpot`): the speed estimate where there
+    is one, judged against ``target_ms`` (the fleet's TPOT target), with the planner's
+    network estimate beside it; else the network estimate and the planner's judgement."""
     shapes = candidate_shapes(candidates)
-    # One value per shape: the speed estimate of its first row (most lanes); the time to
-    # fill the context does not depend on lanes.
-    decode: dict[tuple[int, int], float] = {}
+    tpots, speed = shape_tpot(shapes)
+    # The time to fill the context does not depend on lanes: one value per shape.
     fill: dict[tuple[int, int], float] = {}
-    if "estimated_tpot_ms" in candidates:
+    if "estimated_context_fill_ms" in candidates:
         for row in candidates.itertuples(index=False):
-            if not pd.isna(row.estimated_tpot_ms):
-                decode.setdefault((row.context_length, row.stage_count),
-                                  float(row.estimated_tpot_ms))
-            filled = getattr(row, "estimated_context_fill_ms", None)
-            if filled is not None and not pd.isna(filled):
+            filled = row.estimated_context_fill_ms
+            if not pd.isna(filled):
                 fill.setdefault((row.context_length, row.stage_count), float(filled))
     headers = [("context", False), ("stages", False), ("fits", True), ("est. TPOT", False),
                ("target", True), ("smallest margin", False), ("nodes / reason", True),
                ("selected", True)]
-    if decode:
-        headers.append(("est. decode TPOT", False))
+    if speed:
+        headers.append(("network est.", False))
     if fill:
         headers.append(("est. context fill", False))
     rows = []
-    for shape in shapes.itertuples(index=False):
-        estimate = shape.estimated_decode_network_ms_per_token
+    for shape, tpot in zip(shapes.itertuples(index=False), tpots, strict=True):
+        network = shape.estimated_decode_network_ms_per_token
         met = shape.decode_tpot_target_met
+        if speed:
+            met = None if tpot is None or target_ms is None else tpot <= target_ms
         margin = shape.min_remaining_bytes
         css = "wb-selected" if shape.selected else ("" if shape.feasible else "wb-infeasible")
+        tpot_text = ("" if tpot is None else f"{tpot:,.1f} ms" if speed
+                     else format_milliseconds(tpot))
         rows.append((css, [
             _cell(f"{shape.context_length:,}"), _cell(shape.stage_count),
             _cell("yes" if shape.feasible else "no", text=True),
-            _cell("" if pd.isna(estimate) else format_milliseconds(estimate)),
-            _cell("" if pd.isna(met) else ("met" if met else "missed"), text=True),
+            _cell(tpot_text),
+            _cell("" if met is None or pd.isna(met) else ("met" if met else "missed"),
+                  text=True),
             _cell("" if pd.isna(margin) else format_bytes(int(margin))),
             _cell(_short_nodes(shape.node_ids) if shape.feasible else shape.reason, text=True),
             _cell(f"★ {shape.selected_lanes} lanes" if shape.selected else "", text=True),
-            *([_cell(f"{value:,.1f} ms" if (value := decode.get(
-                (shape.context_length, shape.stage_count))) is not None else "")]
-              if decode else []),
+            *([_cell("" if pd.isna(network) else format_milliseconds(network))]
+              if speed else []),
             *([_cell(format_duration_ms(value) if (value := fill.get(
                 (shape.context_length, shape.stage_count))) is not None else "")]
               if fill else []),
@@ -252,8 +256,9 @@ class PlanView(widgets.VBox):
                                   if evaluation.stages is not None
                                   else "<i>no stages: there is no plan</i>")
         table = evaluation.candidates
-        self.candidates_table.value = (candidates_table_html(table) if table is not None
-                                       else "<i>no candidates</i>")
+        self.candidates_table.value = (
+            candidates_table_html(table, request.target_decode_tpot_ms) if table is not None
+            else "<i>no candidates</i>")
         self.memory_chart.show(memory_figure(request, plan))
         self.layers_chart.show(layer_ranges_figure(request, plan))
         self.candidates_chart.show(candidates_figure(
