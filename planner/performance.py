@@ -34,10 +34,12 @@ for each of the ``stages - 1`` hops (llama.cpp passes F32 activations, one row o
 tokens at depth ``d`` takes, on each stage, the same formula with every weight read once
 (all experts a ubatch routes to), the cache up to ``d + u`` read once, and
 ``flops = 2 x active parameters x u + 4 x attention width x (u x d + u^2 / 2)`` per
-layer (attention's term grows with the prompt), and two transfers beside the weights,
+layer (attention's term grows with the prompt), and three transfers beside the weights,
 each a fitted number of bytes per memory type and backend: quantized weights staged as
 FP16 before the product (``staging_bytes_per_parameter`` per parameter the ubatch
-multiplies, at ``e_w``) and attention's scores written and read back
+multiplies, at ``e_w``), the activations passed between the ubatch's kernels
+(``activation_bytes`` per token and unit of matrix width, active parameters /
+``hidden_size``, at ``e_w``) and attention's scores written and read back
 (``attention_score_bytes`` per unit of ``attention width x (query, cached token)``
 pairs, at ``e_kv``; a decode step pays it too). The ubatches of a batch flow through the
 stages as a pipeline (llama.cpp keeps several in flight across devices), each crossing
@@ -344,6 +346,14 @@ class SpeedCalibration:
     # attention llama.cpp writes each head's scores to memory, softmaxes them there and
     # reads them back (4 B a score, ``head size`` width units a head).
     attention_score_bytes: Mapping[str, float] = field(default_factory=dict)
+    # Per ``memory_type/backend``: bytes a prefill ubatch moves per token and unit of
+    # matrix width (active parameters / hidden size: the summed output widths of a
+    # layer's products) between its kernels, read at the weights' efficiency: llama.cpp's
+    # matrix-matrix products convert each product's F32 input to F16 and its F16 output
+    # back, and the norms, RoPE, activations and residual adds each read and write the
+    # ubatch. Bandwidth-bound, so it does not shrink with a GPU's FLOPS: on an H100 it
+    # is a larger share of a ubatch than on an A100 of the same bandwidth.
+    activation_bytes: Mapping[str, float] = field(default_factory=dict)
     held_out: tuple[HeldOutError, ...] = ()
     source: str = "planner/data/speed-calibration.toml"
 
@@ -363,6 +373,12 @@ class SpeedCalibration:
                                        f"staging_bytes_per_parameter.{key} must be in "
                                        "[0, 8] bytes", field=f"staging_bytes_per_parameter.{key}",
                                        value=value)
+        for key, value in self.activation_bytes.items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or not (
+                    0 <= value <= 256):
+                raise PerformanceError("InvalidCalibration",
+                                       f"activation_bytes.{key} must be in [0, 256] bytes",
+                                       field=f"activation_bytes.{key}", value=value)
         for key, value in self.attention_score_bytes.items():
             if isinstance(value, bool) or not isinstance(value, int | float) or not (
                     0 <= value <= 1):
@@ -444,6 +460,7 @@ class SpeedCalibration:
                 "half_rate_tokens": dict(self.half_rate_tokens),
                 "staging_bytes_per_parameter": dict(self.staging_bytes_per_parameter),
                 "attention_score_bytes": dict(self.attention_score_bytes),
+                "activation_bytes": dict(self.activation_bytes),
                 "held_out": [{"phase": e.phase, "memory_type": e.memory_type,
                               "rows": e.rows, "median_abs_error": e.median_abs_error}
                              for e in self.held_out]}
@@ -452,7 +469,7 @@ class SpeedCalibration:
     def from_dict(cls, data: Mapping[str, Any], source: str = "calibration") -> SpeedCalibration:
         known = (*EFFICIENCY_TABLES, "layer_ms", "hop_ms", "quantized_compute_factor",
                  "half_rate_tokens", "staging_bytes_per_parameter",
-                 "attention_score_bytes", "held_out")
+                 "attention_score_bytes", "activation_bytes", "held_out")
         if not isinstance(data, Mapping):
             raise PerformanceError("InvalidCalibration", f"{source}: must be a table",
                                    field="calibration")
@@ -539,6 +556,7 @@ class Device:
     half_rate_tokens: float = 0.0
     staging_bytes_per_parameter: float = 0.0
     attention_score_bytes: float = 0.0
+    activation_bytes: float = 0.0
 
     def matrix_rate(self, tokens: Any, quantized: bool) -> Any:
         """FLOP/s of a matrix product over ``tokens`` tokens (``inf``: the full rate)."""
@@ -563,12 +581,14 @@ class StageTerms:
     fixed_ms: float
     overlap: bool = False
     staging_ms: Any = 0.0  # a ubatch's quantized weights staged as FP16
+    activation_ms: Any = 0.0  # a ubatch's activations moved between its kernels
 
     @property
     def total_ms(self) -> Any:
         matrix = (np.maximum(self.weight_ms, self.compute_ms) if self.overlap else
                   self.weight_ms + self.compute_ms)
-        return matrix + self.staging_ms + self.kv_ms + self.attention_ms + self.fixed_ms
+        return (matrix + self.staging_ms + self.activation_ms + self.kv_ms
+                + self.attention_ms + self.fixed_ms)
 
 
 def stage_terms(load: StageLoad, device: Device, traffic: ModelTraffic, *, tokens: Any,
@@ -597,6 +617,11 @@ def stage_terms(load: StageLoad, device: Device, traffic: ModelTraffic, *, token
                       / (device.weight_efficiency * device.bandwidth_bytes_per_s) * 1000)
     else:
         staging_ms = 0.0
+    activation_ms = 0.0
+    if overlap and device.activation_bytes and traffic.hidden_size:
+        activation_ms = (tokens * load.active_parameters / traffic.hidden_size
+                         * device.activation_bytes
+                         / (device.weight_efficiency * device.bandwidth_bytes_per_s) * 1000)
     kv_ms = kv / (device.kv_efficiency * device.bandwidth_bytes_per_s) * 1000
     compute_ms = attention_ms = 0.0
     if device.compute_flops_per_s is not None:
@@ -618,7 +643,7 @@ def stage_terms(load: StageLoad, device: Device, traffic: ModelTraffic, *, token
         attention_ms = attention_ms + (attention_pairs * device.attention_score_bytes / (
             device.kv_efficiency * device.bandwidth_bytes_per_s) * 1000)
     return StageTerms(weight_ms, kv_ms, compute_ms, attention_ms,
-                      load.layer_count * device.layer_ms, overlap, staging_ms)
+                      load.layer_count * device.layer_ms, overlap, staging_ms, activation_ms)
 
 
 def decode_step(loads: Sequence[StageLoad], devices: Sequence[Device],
@@ -877,6 +902,8 @@ def calibrated_device(calibration: SpeedCalibration, bandwidth_bytes_per_s: floa
                   calibration.staging_bytes_per_parameter.get(
                       SpeedCalibration.key(memory_type, backend), 0.0),
                   calibration.attention_score_bytes.get(
+                      SpeedCalibration.key(memory_type, backend), 0.0),
+                  calibration.activation_bytes.get(
                       SpeedCalibration.key(memory_type, backend), 0.0))
 
 

@@ -47,14 +47,14 @@ def test_a_tpot_no_kind_can_reach_is_answered_at_once(monkeypatch: pytest.Monkey
 
 def test_kinds_that_hold_the_model_alone_where_too_slow_are_left_out(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """At 70 ms the kinds fast enough at 65,536 each hold the model alone at 131,072,
+    """At 60 ms the kinds fast enough at 65,536 each hold the model alone at 131,072,
     which the planner then plans, too slow to read; at 100 ms a lone MI300X is the
     answer, found in a few plans."""
     with monkeypatch.context() as patch:
         _no_plans(patch)
         with pytest.raises(SizingError) as caught:
             size_fleet(load_preset("llama-3.1-70b"), load_gpu_catalog(),
-                       SizingTargets(target_decode_tpot_ms=70))
+                       SizingTargets(target_decode_tpot_ms=60))
     assert caught.value.code == "NoFleetMeetsTargets"
     assert "each hold the whole model alone at 131,072" in str(caught.value)
     found = size_fleet(load_preset("llama-3.1-70b"), load_gpu_catalog(),

@@ -20,17 +20,19 @@ sys.path.insert(0, str(ROOT / "validation" / "speed"))
 
 import calibration as speed_calibration  # noqa: E402
 
-from planner.performance import HeldOutError, load_calibration  # noqa: E402
+from planner.performance import (  # noqa: E402
+    HeldOutError,
+    PerformanceError,
+    SpeedCalibration,
+    load_calibration,
+)
 
 README = ROOT / "README.md"
 SPEED_PAGE = ROOT / "docs" / "speed.md"
 # Median absolute error on held-out rows: at most 15 % for decode and prefill, overall
-# and per memory type, except HBM prefill, at 15.8 % held to 16 % (docs/speed.md: the
-# H100 PCIe's F16 products reached a smaller share of its FP16 figure than the A100's in
-# the measured build; one share per memory type cannot fit both).
-BOUNDS = {("decode", "all"): 0.15, ("decode", "gddr"): 0.15, ("decode", "hbm"): 0.15,
-          ("decode", "lpddr"): 0.15, ("prefill", "all"): 0.15, ("prefill", "gddr"): 0.15,
-          ("prefill", "lpddr"): 0.15, ("prefill", "hbm"): 0.16}
+# and per memory type.
+BOUNDS = {(phase, memory_type): 0.15 for phase in ("decode", "prefill")
+          for memory_type in ("all", "gddr", "hbm", "lpddr")}
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +118,8 @@ def test_refitting_reproduces_the_shipped_calibration(rows: list[speed_calibrati
     refit = speed_calibration.fit(rows)
     for name in ("weight_efficiency", "kv_efficiency", "compute_efficiency",
                  "attention_efficiency", "layer_ms", "hop_ms", "quantized_compute_factor",
-                 "half_rate_tokens", "staging_bytes_per_parameter", "attention_score_bytes"):
+                 "half_rate_tokens", "staging_bytes_per_parameter", "attention_score_bytes",
+                 "activation_bytes"):
         assert getattr(refit, name) == pytest.approx(dict(getattr(shipped, name)),
                                                      rel=1e-3, abs=1e-3), name
 
@@ -180,6 +183,40 @@ def test_a_fixed_time_per_layer_slows_a_small_model_on_a_fast_gpu(
     assert abs(speed_calibration.error(row, calibration)) <= 0.15
     without = replace(calibration, layer_ms={key: 0.0 for key in calibration.layer_ms})
     assert speed_calibration.error(row, without) < -0.25
+
+
+def _speedup(rows: list[speed_calibration.Row], slow: int, fast: int,
+             calibration: Any) -> float:
+    """Estimated tokens/s of row ``fast`` over row ``slow`` (the same prompt)."""
+    return (speed_calibration.predict_ms(_row(rows, slow), calibration)
+            / speed_calibration.predict_ms(_row(rows, fast), calibration))
+
+
+def test_a_ubatchs_activations_keep_an_h100_prefill_from_running_at_its_flops(
+        rows: list[speed_calibration.Row]) -> None:
+    """Llama 3 8B pp512 on one H100 PCIe against one A100 PCIe, F16 (rows 175, 151) and
+    Q4_K_M (171, 147): the H100 measured 1.40x and 1.36x the A100's prompt speed,
+    though its dense FP16 figure is 2.4x the A100's, at about the same memory
+    bandwidth. The activations a ubatch moves between its kernels are bandwidth-bound
+    and take the same time on both: with them the estimated speedups are within 25 %
+    of the measured ones; without them the F16 one is more than 40 % too high."""
+    calibration = load_calibration()
+    without = replace(calibration, activation_bytes={})
+    for a100, h100 in ((151, 175), (147, 171)):
+        measured = _row(rows, h100).tokens_per_s / _row(rows, a100).tokens_per_s
+        assert _speedup(rows, a100, h100, calibration) == pytest.approx(
+            measured, rel=0.25), (h100, measured)
+    measured = _row(rows, 175).tokens_per_s / _row(rows, 151).tokens_per_s
+    assert _speedup(rows, 151, 175, without) > 1.4 * measured
+
+
+def test_a_calibration_with_impossible_activation_bytes_is_refused() -> None:
+    data = load_calibration().to_dict()
+    data["activation_bytes"] = {"hbm/cuda": -1.0}
+    with pytest.raises(PerformanceError) as raised:
+        SpeedCalibration.from_dict(data)
+    assert raised.value.code == "InvalidCalibration"
+    assert raised.value.details["field"] == "activation_bytes.hbm/cuda"
 
 
 def test_the_kv_term_follows_the_measured_context_effect(

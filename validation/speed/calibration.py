@@ -130,8 +130,19 @@ def traffic_of(model: dict[str, Any], file_bytes: int) -> ModelTraffic:
                         routed_expert_bytes=round(expert_bytes))
 
 
+_LOADS: dict[tuple[int, str, int, int], tuple[list[StageLoad], ModelTraffic]] = {}
+
+
 def loads_of(row: Row) -> tuple[list[StageLoad], ModelTraffic]:
-    """The row's stages: the layers split evenly over its GPUs."""
+    """The row's stages: the layers split evenly over its GPUs (kept: the fit asks for
+    them at every step)."""
+    key = (row.row_id, row.model["id"], row.file_bytes, row.gpu_count)
+    if key not in _LOADS:
+        _LOADS[key] = _split(row)
+    return _LOADS[key]
+
+
+def _split(row: Row) -> tuple[list[StageLoad], ModelTraffic]:
     model = row.model
     traffic = traffic_of(model, row.file_bytes)
     layers = model["layer_count"]
@@ -214,12 +225,14 @@ _FIXED = ("layer_ms", "hop_ms", "quantized_compute_factor", "half_rate_tokens")
 # Per memory type/backend, like the efficiencies, but a size in bytes.
 _STAGING = "staging_bytes_per_parameter"
 _SCORES = "attention_score_bytes"
-_PER_PAIR = (_STAGING, _SCORES)
+_ACTIVATIONS = "activation_bytes"
+_PER_PAIR = (_STAGING, _SCORES, _ACTIVATIONS)
 _BOUNDS = {"weight_efficiency": (0.05, 1.0), "kv_efficiency": (0.02, 1.0),
            "compute_efficiency": (0.02, 1.0),
            "attention_efficiency": (0.005, 1.0), "quantized_compute_factor": (0.2, 1.0),
            "half_rate_tokens": (0.0, 1024.0),
-           "layer_ms": (0.0, 0.5), "hop_ms": (0.0, 5.0), _STAGING: (0.0, 6.0), _SCORES: (0.0, 0.5)}
+           "layer_ms": (0.0, 0.5), "hop_ms": (0.0, 5.0), _STAGING: (0.0, 6.0), _SCORES: (0.0, 0.5),
+           _ACTIVATIONS: (0.0, 128.0)}
 
 
 def _parameters(rows: Sequence[Row]) -> list[tuple[str, str]]:
@@ -282,7 +295,7 @@ def _best(rows: Sequence[Row], calibration: SpeedCalibration, name: str, key: st
     return _golden(lambda x: _loss(rows, _with(calibration, name, key, x)), low, high)
 
 
-def fit(rows: Sequence[Row], rounds: int = 6) -> SpeedCalibration:
+def fit(rows: Sequence[Row], rounds: int = 15) -> SpeedCalibration:
     """Coordinate descent on every parameter the fit rows determine, each in its bounds,
     minimising the absolute log error over the rows that touch it."""
     rows = [r for r in rows if r.split == "fit" and usable(r)]
@@ -293,7 +306,7 @@ def fit(rows: Sequence[Row], rounds: int = 6) -> SpeedCalibration:
                             1.0 if name == "quantized_compute_factor" else
                             8.0 if name == "half_rate_tokens" else
                             1.0 if name == _STAGING else
-                            0.0 if name == _SCORES else 0.05)
+                            0.0 if name in (_SCORES, _ACTIVATIONS) else 0.05)
     calibration = SpeedCalibration(**start)
     for _ in range(rounds):
         for name, key in parameters:
