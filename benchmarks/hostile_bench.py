@@ -111,10 +111,18 @@ def _catalog(kind: str) -> str:
         return _row_outcome(grid, "availability")
 
 
-def _scheduler(answer: bytes | None) -> str:
+def _scheduler(answer: bytes | None, scheme: str = "tcp") -> str:
     """A sweep sent to a port that accepts and says nothing (Dask's connect timeout, 30 s
-    by default, applies) or answers as a web server."""
+    by default, applies) or answers as a web server; over ``tls://``, with the test
+    suite's TLS settings."""
+    import dask
+
     from planner.sweep import SweepError, grid_from_axes, sweep
+
+    tls = HOSTILE / "tls"
+    settings = {"distributed.comm.tls.ca-file": str(tls / "cert.pem"),
+                "distributed.comm.tls.client.cert": str(tls / "cert.pem"),
+                "distributed.comm.tls.client.key": str(tls / "key.pem")}
 
     server = socket.create_server(("127.0.0.1", 0))
     held: list[socket.socket] = []
@@ -132,7 +140,8 @@ def _scheduler(answer: bytes | None) -> str:
     threading.Thread(target=serve, daemon=True).start()
     grid = grid_from_axes({"repair_hours": [24]}, {"fleet": FIVE})
     try:
-        sweep(grid, "plan", scheduler=f"tcp://127.0.0.1:{server.getsockname()[1]}")
+        with dask.config.set(settings):
+            sweep(grid, "plan", scheduler=f"{scheme}://127.0.0.1:{server.getsockname()[1]}")
     except SweepError as error:
         return error.code
     finally:
@@ -187,6 +196,8 @@ CASES: dict[str, tuple[Callable[[], str], tuple[str, ...], float]] = {
     # start and stop the client.
     "sweep: a scheduler port that never answers": (
         lambda: _scheduler(None), ("SweepInterrupted",), 40.0),
+    "sweep: a tls:// scheduler port that never answers": (
+        lambda: _scheduler(None, "tls"), ("SweepInterrupted",), 40.0),
 }
 
 

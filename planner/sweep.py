@@ -663,8 +663,15 @@ def _scheduler_problem(scheduler: Any) -> str | None:
             ipaddress.IPv6Address(host[1:-1])
         except ValueError:
             return "has a bracketed host that is not an IPv6 address"
-        return None
-    return host_problem(host)
+    else:
+        problem = host_problem(host)
+        if problem is not None:
+            return problem
+    if match["scheme"] == "tls":
+        from planner import sweep_dask
+
+        return sweep_dask.tls_problem()
+    return None
 
 
 def _setting(name: str) -> Fail:

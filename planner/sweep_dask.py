@@ -7,11 +7,14 @@ when ``scheduler`` is ``None`` or ``"dask"``. Workers of a remote cluster need t
 ``planner`` package installed (the same version); they do not need the fleet files,
 which travel with the batches.
 
-Before a client connects to a ``tcp://`` address, :func:`check_scheduler` makes sure a
-Dask scheduler answers there within Dask's connect timeout
+Before a client connects to a ``tcp://`` or ``tls://`` address, :func:`check_scheduler`
+makes sure a Dask scheduler answers there within Dask's connect timeout
 (``distributed.comm.timeouts.connect``, 30 s by default): a listener that never answers,
-or a server of another kind (an HTTP port), is a connection error at once, not a
-client that waits for ever or reads a web page as a message length.
+or a server of another kind (an HTTP port, a port that speaks no TLS), is a connection
+error at once, not a client that waits for ever or reads a web page as a message length.
+A ``tls://`` scheduler needs Dask's TLS settings (``distributed.comm.tls.ca-file`` and
+``distributed.comm.tls.client.cert`` / ``.key``, or their ``DASK_*`` environment
+variables); :func:`tls_problem` says what is missing.
 
 A worker that dies is Dask's to handle: its unfinished batches are run again on the
 other workers, and the batches already yielded were saved by the caller.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import socket
+import ssl
 import struct
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
@@ -52,32 +56,85 @@ def connect_timeout() -> float:
                                  default="s"))
 
 
+def tls_problem() -> str | None:
+    """What Dask's configuration lacks to reach a ``tls://`` scheduler (``None`` when a
+    client can: a CA file and a client certificate are set)."""
+    from distributed.security import Security
+
+    security = Security()
+    missing = [key for key, value in (("distributed.comm.tls.ca-file", security.tls_ca_file),
+                                      ("distributed.comm.tls.client.cert",
+                                       security.tls_client_cert)) if not value]
+    if missing:
+        return ("a tls:// scheduler needs Dask's TLS settings; set "
+                f"{' and '.join(missing)} (and the client key) in Dask's configuration")
+    return None
+
+
+# OpenSSL's reasons for a peer that does not speak TLS at all (a plain TCP or HTTP port);
+# any other TLS failure (an alert asking for a client certificate, say) comes from a TLS
+# server, which Dask's own handshake, with the configured certificates, then judges.
+_NOT_TLS = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "HTTP_REQUEST",
+            "PACKET_LENGTH_TOO_LONG", "UNKNOWN_PROTOCOL", "RECORD_TOO_LARGE")
+
+
 def check_scheduler(address: str, timeout: float | None = None) -> None:
     """Raise a ``ConnectionError`` (or ``TimeoutError``) unless a Dask scheduler answers
-    at ``address`` within ``timeout`` seconds (default :func:`connect_timeout`). Only
-    ``tcp://`` (and bare ``host:port``) addresses are checked: a ``tls://`` handshake is
-    Dask's own."""
+    at ``address`` (``tcp://``, ``tls://`` or a bare ``host:port``) within ``timeout``
+    seconds (default :func:`connect_timeout`). Over TLS, the server must complete a TLS
+    handshake in that time and then send a Dask handshake, or stop at a TLS alert (a
+    scheduler that wants the client's certificate, which only Dask's own handshake
+    sends)."""
     scheme, _, where = address.rpartition("://")
-    if scheme not in ("", "tcp"):
+    if scheme not in ("", "tcp", "tls"):
         return
     host, _, port = where.rpartition(":")
     limit = connect_timeout() if timeout is None else timeout
     with socket.create_connection((host.strip("[]"), int(port)), timeout=limit) as sock:
-        header = b""
-        try:
-            while len(header) < _LENGTH.size:
-                chunk = sock.recv(_LENGTH.size - len(header))
-                if not chunk:
-                    raise ConnectionError(f"{address} closed the connection without "
-                                          "answering as a Dask scheduler")
-                header += chunk
-        except TimeoutError:
-            raise TimeoutError(f"{address} accepted the connection but did not answer as "
-                               f"a Dask scheduler within {limit:g} s") from None
+        if scheme != "tls":
+            header = _read_header(sock, address, limit)
+        else:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            # Only whether the peer speaks TLS is checked here; who it is, Dask checks.
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            try:
+                with context.wrap_socket(sock, do_handshake_on_connect=False) as tls:
+                    try:
+                        tls.do_handshake()
+                    except TimeoutError:
+                        raise TimeoutError(
+                            f"{address} accepted the connection but did not answer the TLS "
+                            f"handshake within {limit:g} s") from None
+                    header = _read_header(tls, address, limit)
+            except ssl.SSLEOFError:
+                raise ConnectionError(f"{address} closed the connection without answering "
+                                      "the TLS handshake") from None
+            except ssl.SSLError as error:
+                if error.reason in _NOT_TLS:
+                    raise ConnectionError(f"{address} answered, but not over TLS (is it a "
+                                          "plain tcp:// port, or another kind of server?)"
+                                          ) from None
+                return  # a TLS server's own refusal: Dask's handshake decides
     (length,) = _LENGTH.unpack(header)
     if not 0 < length <= HANDSHAKE_BYTES:
         raise ConnectionError(f"{address} answered, but not as a Dask scheduler (is it "
                               "another kind of server, such as a web page?)")
+
+
+def _read_header(sock: socket.socket, address: str, limit: float) -> bytes:
+    header = b""
+    try:
+        while len(header) < _LENGTH.size:
+            chunk = sock.recv(_LENGTH.size - len(header))
+            if not chunk:
+                raise ConnectionError(f"{address} closed the connection without "
+                                      "answering as a Dask scheduler")
+            header += chunk
+    except TimeoutError:
+        raise TimeoutError(f"{address} accepted the connection but did not answer as "
+                           f"a Dask scheduler within {limit:g} s") from None
+    return header
 
 
 def local_cluster(workers: int | None = None, *, processes: bool = True) -> LocalCluster:

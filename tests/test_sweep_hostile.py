@@ -298,7 +298,9 @@ def test_the_command_line_names_an_unwritable_output(tmp_path: Path) -> None:
 @pytest.mark.parametrize("scheduler", ["bogus", "", "inproc://x", "tcp://", "tcp://h",
                                        "tcp://h:0", "tcp://h:99999", "http://h:80",
                                        "tcp://-h:8786", "tcp://[zz]:8786", "h:\uff18\uff17",
-                                       "tcp://h:8786\n", 8786, ["tcp://h:1"]])
+                                       "tcp://h:8786\n", 8786, ["tcp://h:1"], "tls://",
+                                       "tls://h", "tls://h:0", "tls://-h:8786",
+                                       "tls://h:8786/x", "tls:///:8786"])
 def test_a_scheduler_that_is_no_dask_address_is_refused_by_name(scheduler: object) -> None:
     grid = grid_from_axes({"repair_hours": [24]}, {"fleet": FIVE})
     with pytest.raises(SweepError) as caught:
@@ -352,6 +354,88 @@ def test_a_port_that_is_no_dask_scheduler_interrupts_the_sweep_within_the_timeou
         listener.close()
     assert caught.value.code == "SweepInterrupted"
     assert words in caught.value.message
+
+
+TLS = Path(__file__).resolve().parent / "data" / "hostile" / "tls"
+# Dask's TLS settings for a scheduler, its workers and a client, all with one self-signed
+# certificate (valid for localhost and 127.0.0.1 until 2126).
+TLS_SETTINGS = {
+    "distributed.comm.tls.ca-file": str(TLS / "cert.pem"),
+    **{f"distributed.comm.tls.{role}.{part}": str(TLS / f"{part}.pem")
+       for role in ("scheduler", "worker", "client") for part in ("cert", "key")},
+}
+
+
+class _TlsListener(_Listener):
+    """A TLS port with a real certificate that completes the TLS handshake and then says
+    nothing (or answers as a web server over TLS)."""
+
+    def __init__(self, answer: bytes | None) -> None:
+        import ssl
+
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(TLS / "cert.pem", TLS / "key.pem")
+        super().__init__(answer)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.server.accept()
+            except OSError:
+                return
+            self.connections.append(connection)
+            try:
+                tls = self.context.wrap_socket(connection, server_side=True)
+            except OSError:  # a client that gave up on the handshake
+                continue
+            self.connections.append(tls)
+            if self.answer is not None:
+                tls.sendall(self.answer)
+
+
+@pytest.mark.parametrize(("listener", "answer", "words"), [
+    (_Listener, None, "did not answer the TLS handshake within 2 s"),
+    (_Listener, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", "not over TLS"),
+    (_TlsListener, None, "did not answer as a Dask scheduler within 2 s"),
+    (_TlsListener, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+     "not as a Dask scheduler"),
+], ids=["tcp-silent", "tcp-http", "tls-silent", "tls-http"])
+def test_a_tls_port_that_is_no_dask_scheduler_interrupts_the_sweep_within_the_timeout(
+        listener: type[_Listener], answer: bytes | None, words: str) -> None:
+    import dask
+
+    server = listener(answer)
+    grid = grid_from_axes({"repair_hours": [24]}, {"fleet": FIVE})
+    try:
+        with dask.config.set({**TLS_SETTINGS, "distributed.comm.timeouts.connect": "2s"}), \
+                pytest.raises(SweepError) as caught:
+            sweep(grid, "plan", scheduler=f"tls://127.0.0.1:{server.port}")
+    finally:
+        server.close()
+    assert caught.value.code == "SweepInterrupted"
+    assert words in caught.value.message
+
+
+def test_a_tls_scheduler_without_dask_tls_settings_is_refused_by_name() -> None:
+    grid = grid_from_axes({"repair_hours": [24]}, {"fleet": FIVE})
+    with pytest.raises(SweepError) as caught:
+        sweep(grid, "plan", scheduler="tls://127.0.0.1:8786")
+    assert caught.value.code == "InvalidScheduler"
+    assert "distributed.comm.tls.ca-file" in caught.value.message
+
+
+def test_a_real_tls_scheduler_passes_the_check_and_runs_the_sweep() -> None:
+    import dask
+    from distributed import LocalCluster
+    from distributed.security import Security
+
+    grid = grid_from_axes({"repair_hours": [24, 48]}, {"fleet": FIVE})
+    with dask.config.set(TLS_SETTINGS), LocalCluster(
+            n_workers=1, processes=False, protocol="tls://", security=Security(),
+            dashboard_address=None) as cluster:
+        assert cluster.scheduler_address.startswith("tls://")
+        results = sweep(grid, "plan", scheduler=cluster.scheduler_address)
+    pd.testing.assert_frame_equal(results, sweep(grid, "plan", executor="inline"))
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
