@@ -62,7 +62,8 @@ def run() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     for workers in (1, 2):
         with local_cluster(workers) as cluster, Client(cluster) as client:
             # Warm every worker (imports, catalog, presets) before timing.
-            _timed(grid.head(2 * workers), "availability", scheduler=client, batch_size=1)
+            _timed(grid.to_frame().head(2 * workers), "availability", scheduler=client,
+                   batch_size=1)
             seconds, results = _timed(grid, "availability", scheduler=client, batch_size=4)
         timings[workers] = seconds
         if reference is None:

@@ -1,4 +1,5 @@
-"""Sweeps: a grid of what-ifs as a DataFrame in, one result row per scenario out.
+"""Sweeps: a grid of what-ifs in (a DataFrame, or a SweepGrid of axes), one result row per
+scenario out.
 
 A grid row is one scenario. Its columns (all optional unless the evaluation needs them):
 
@@ -152,35 +153,118 @@ IN_PROCESS_LIMIT = 32
 # -- the grid ---------------------------------------------------------------------------
 
 
-def grid_from_axes(axes: Mapping[str, Sequence[Any]],
-                   fixed: Mapping[str, Any] | None = None) -> pd.DataFrame:
+@dataclass(frozen=True, slots=True)
+class SweepGrid:
     """Every combination of the ``axes`` values (the first axis varies slowest), with the
-    ``fixed`` values in every row. More than
-    :data:`~planner.limits.MAX_SWEEP_SCENARIOS` combinations are refused before any is
-    built."""
-    if not isinstance(axes, Mapping) or (fixed is not None and not isinstance(fixed, Mapping)):
-        raise SweepError("InvalidGrid", "the axes and the fixed values must be mappings of "
-                         "column to values", value=shown(axes))
-    for name, values in axes.items():
-        if isinstance(values, str | bytes) or not isinstance(values, Sequence) or not values:
-            raise SweepError("InvalidGrid", f"axis {shown(name)} must be a non-empty list of "
-                             "values", column=name)
-    count = math.prod(len(values) for values in axes.values())
-    if count > MAX_SWEEP_SCENARIOS:
-        sizes = " x ".join(f"{len(values):,}" for values in axes.values())
-        raise SweepError("InvalidGrid", f"the axes make {sizes} = {count:,} scenarios; a "
-                         f"sweep takes at most {MAX_SWEEP_SCENARIOS:,}", scenarios=count)
-    names = list(axes)
-    try:
-        grid = (pd.MultiIndex.from_product([list(axes[n]) for n in names], names=names)
+    ``fixed`` values in every row: a grid given by its axes, whose rows a sweep builds
+    one at a time as it takes them. A grid of a million scenarios is never a million rows
+    before its first is evaluated; :meth:`to_frame` builds them all as a DataFrame.
+
+    Checked when made: known columns only, each axis a non-empty list of numbers or text,
+    a column either an axis or fixed, at most
+    :data:`~planner.limits.MAX_SWEEP_SCENARIOS` combinations (counted before any row is
+    built), and every distinct value within the package's limits (``InvalidGrid`` naming
+    the first row that holds it)."""
+
+    axes: dict[str, tuple[Any, ...]]
+    fixed: dict[str, Any]
+
+    def __init__(self, axes: Mapping[str, Sequence[Any]],
+                 fixed: Mapping[str, Any] | None = None) -> None:
+        if not isinstance(axes, Mapping) or (fixed is not None
+                                             and not isinstance(fixed, Mapping)):
+            raise SweepError("InvalidGrid", "the axes and the fixed values must be mappings "
+                             "of column to values", value=shown(axes))
+        for name, values in axes.items():
+            if (isinstance(values, str | bytes) or not isinstance(values, Sequence)
+                    or not values):
+                raise SweepError("InvalidGrid", f"axis {shown(name)} must be a non-empty "
+                                 "list of values", column=name)
+        fixed = dict(fixed or {})
+        for name in [*axes, *fixed]:
+            if name not in GRID_COLUMNS:
+                raise SweepError("InvalidGrid", f"unknown grid column {shown(name)}; "
+                                 f"columns are {', '.join(GRID_COLUMNS)}", column=name)
+            if name in axes and name in fixed:
+                raise SweepError("InvalidGrid", f"column {shown(name)} is both an axis and "
+                                 "a fixed value; give it once", column=name)
+        count = math.prod(len(values) for values in axes.values())
+        if count > MAX_SWEEP_SCENARIOS:
+            sizes = " x ".join(f"{len(values):,}" for values in axes.values())
+            raise SweepError("InvalidGrid", f"the axes make {sizes} = {count:,} scenarios; "
+                             f"a sweep takes at most {MAX_SWEEP_SCENARIOS:,}",
+                             scenarios=count)
+        object.__setattr__(self, "axes", {name: tuple(values) for name, values in axes.items()})
+        object.__setattr__(self, "fixed", fixed)
+        self._check()
+
+    def _check(self) -> None:
+        stride = len(self)
+        for name, values in self.axes.items():
+            stride //= len(values)
+            if not all(_hashable(value) for value in values):
+                raise SweepError("InvalidGrid", f"axis {shown(name)}: values must be numbers "
+                                 "or text", column=name)
+            seen: set[tuple[type, Any]] = set()
+            for position, value in enumerate(values):
+                if (type(value), value) not in seen and not _is_missing(value):
+                    seen.add((type(value), value))
+                    _check_value(name, value, _bad_cell(position * stride, name))
+        for name, value in self.fixed.items():
+            if not _is_missing(value):
+                _check_value(name, value, _bad_cell(0, name))
+
+    def __len__(self) -> int:
+        return math.prod(len(values) for values in self.axes.values())
+
+    @property
+    def columns(self) -> list[str]:
+        return [*self.axes, *self.fixed]
+
+    def row(self, index: int) -> dict[str, Any]:
+        """Scenario ``index``'s values (missing ones left out), as a DataFrame row of
+        :meth:`to_frame` gives them to a sweep."""
+        found = {}
+        for name, values in reversed(self.axes.items()):
+            index, position = divmod(index, len(values))
+            found[name] = values[position]
+        found.update(self.fixed)
+        return {name: _clean(name, found[name]) for name in GRID_COLUMNS
+                if name in found and not _is_missing(found[name])}
+
+    def distinct(self, name: str) -> list[Any]:
+        """The distinct values of a column, missing ones left out."""
+        values = self.axes.get(name, (self.fixed[name],) if name in self.fixed else ())
+        return list(dict.fromkeys(v for v in values if not _is_missing(v)))
+
+    def to_frame(self) -> pd.DataFrame:
+        """The whole grid, one row a scenario."""
+        names = list(self.axes)
+        grid = (pd.MultiIndex.from_product([list(self.axes[n]) for n in names], names=names)
                 .to_frame(index=False) if names else pd.DataFrame(index=range(1)))
-    except TypeError:  # an unhashable value: a list or a table
-        name = next(n for n in names if any(not _hashable(v) for v in axes[n]))
-        raise SweepError("InvalidGrid", f"axis {shown(name)}: values must be numbers or "
-                         "text", column=name) from None
-    for name, value in (fixed or {}).items():
-        grid[name] = pd.Series([value] * len(grid))
-    return check_grid(grid)
+        for name, value in self.fixed.items():
+            grid[name] = pd.Series([value] * len(grid))
+        return grid
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"axes": {name: list(values) for name, values in self.axes.items()},
+                "fixed": dict(self.fixed)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SweepGrid:
+        if not isinstance(data, Mapping) or set(data) - {"axes", "fixed"}:
+            raise SweepError("InvalidGrid", "a grid is a mapping of axes and fixed values",
+                             value=shown(data))
+        return cls(data.get("axes", {}), data.get("fixed"))
+
+
+def grid_from_axes(axes: Mapping[str, Sequence[Any]],
+                   fixed: Mapping[str, Any] | None = None) -> SweepGrid:
+    """Every combination of the ``axes`` values (the first axis varies slowest), with the
+    ``fixed`` values in every row, as a :class:`SweepGrid`: checked at once, and more
+    than :data:`~planner.limits.MAX_SWEEP_SCENARIOS` combinations refused before any is
+    built; its rows are built as a sweep takes them."""
+    return SweepGrid(axes, fixed)
 
 
 def _hashable(value: Any) -> bool:
@@ -222,12 +306,15 @@ def _check_value(name: str, value: Any, fail: Fail) -> None:
             raise fail(f"must be at most {MAX_GRID_TEXT:,} characters", value)
 
 
-def check_grid(grid: pd.DataFrame) -> pd.DataFrame:
+def check_grid(grid: pd.DataFrame | SweepGrid) -> pd.DataFrame | SweepGrid:
     """The grid with a fresh 0..n-1 index; refuses unknown columns, more than
     :data:`~planner.limits.MAX_SWEEP_SCENARIOS` rows and values of the wrong type or
-    beyond the package's limits. Each distinct value of a column is checked once."""
+    beyond the package's limits. Each distinct value of a column is checked once. A
+    :class:`SweepGrid` is checked again as it is (its rows are never built here)."""
+    if isinstance(grid, SweepGrid):
+        return SweepGrid(grid.axes, grid.fixed)
     if not isinstance(grid, pd.DataFrame):
-        raise SweepError("InvalidGrid", "the grid must be a pandas DataFrame",
+        raise SweepError("InvalidGrid", "the grid must be a pandas DataFrame or a SweepGrid",
                          value=type(grid).__name__)
     unknown = [c for c in grid.columns if c not in GRID_COLUMNS]
     if unknown:
@@ -260,29 +347,38 @@ def _bad_cell(index: int, name: str) -> Fail:
 
 class _Rows:
     """The grid's rows as plain dicts, built one at a time (a grid of a million rows is
-    never a million dicts at once)."""
+    never a million dicts at once, and a :class:`SweepGrid`'s never a DataFrame)."""
 
-    def __init__(self, grid: pd.DataFrame) -> None:
+    def __init__(self, grid: pd.DataFrame | SweepGrid) -> None:
         self.names = [c for c in GRID_COLUMNS if c in grid.columns]
-        self.columns = [grid[c].tolist() for c in self.names]
         self.count = len(grid)
+        self.grid: SweepGrid | None = None
+        self.columns: list[list[Any]] = []
+        if isinstance(grid, SweepGrid):
+            self.grid = grid
+        else:
+            self.columns = [grid[c].tolist() for c in self.names]
 
     def __getitem__(self, index: int) -> dict[str, Any]:
+        if self.grid is not None:
+            return self.grid.row(index)
         return {name: _clean(name, column[index])
                 for name, column in zip(self.names, self.columns, strict=True)
                 if not _is_missing(column[index])}
 
     def distinct(self, name: str) -> list[Any]:
+        if self.grid is not None:
+            return self.grid.distinct(name)
         if name not in self.names:
             return []
         values = self.columns[self.names.index(name)]
         return list(dict.fromkeys(v for v in values if not _is_missing(v)))
 
 
-def load_grid(path: str | Path) -> tuple[pd.DataFrame, str]:
+def load_grid(path: str | Path) -> tuple[SweepGrid, str]:
     """A grid file: ``evaluate = "availability"``, ``[axes]`` (lists) and ``[fixed]``
     (single values). Relative ``fleet`` and ``catalog`` paths start at the file's folder.
-    Returns the grid and the evaluation."""
+    Returns the grid (its rows built as a sweep takes them) and the evaluation."""
     path = Path(path)
     try:
         data = tomllib.loads(read_regular_file(path).decode("utf-8"))
@@ -608,13 +704,14 @@ class _Results:
             self.done += 1
 
 
-def results_frame(grid: pd.DataFrame, evaluation: str,
+def results_frame(grid: pd.DataFrame | SweepGrid, evaluation: str,
                   columns: Mapping[str, Sequence[Any]]) -> pd.DataFrame:
     """The grid's columns, ``scenario``, then the evaluation's typed result columns."""
     schema = {**RESULT_COLUMNS[evaluation], **ERROR_COLUMNS}
     results = pd.DataFrame({name: pd.array(list(columns[name]), dtype=dtype)
                             for name, dtype in schema.items()})
-    frame = grid.reset_index(drop=True).copy()
+    frame = (grid.to_frame() if isinstance(grid, SweepGrid)
+             else grid.reset_index(drop=True).copy())
     frame.insert(0, "scenario", range(len(grid)))
     frame = frame.drop(columns=[name for name in schema if name in frame.columns])
     return pd.concat([frame, results], axis=1)
@@ -680,7 +777,7 @@ def _setting(name: str) -> Fail:
 
 
 def sweep(
-    grid: pd.DataFrame,
+    grid: pd.DataFrame | SweepGrid,
     evaluate: str = "plan",
     *,
     workers: int | None = None,
@@ -845,6 +942,6 @@ def _interrupted(cause: str, parts: PartsFolder, results: _Results) -> SweepErro
 
 
 __all__ = ["ERROR_COLUMNS", "EVALUATIONS", "GRID_COLUMNS", "RESULT_COLUMNS", "Batch",
-           "SweepError", "SweepOutputError", "SweepWarning", "check_grid",
+           "SweepError", "SweepGrid", "SweepOutputError", "SweepWarning", "check_grid",
            "evaluate_batch", "evaluate_scenario", "grid_from_axes", "load_grid",
            "record_problem", "results_frame", "scenario_key", "sweep", "write_results"]

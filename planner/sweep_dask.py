@@ -59,12 +59,9 @@ def connect_timeout() -> float:
 def tls_problem() -> str | None:
     """What Dask's configuration lacks to reach a ``tls://`` scheduler (``None`` when a
     client can: a CA file and a client certificate are set)."""
-    from distributed.security import Security
-
-    security = Security()
-    missing = [key for key, value in (("distributed.comm.tls.ca-file", security.tls_ca_file),
-                                      ("distributed.comm.tls.client.cert",
-                                       security.tls_client_cert)) if not value]
+    missing = [key for key in ("distributed.comm.tls.ca-file",
+                               "distributed.comm.tls.client.cert")
+               if not dask.config.get(key, None)]
     if missing:
         return ("a tls:// scheduler needs Dask's TLS settings; set "
                 f"{' and '.join(missing)} (and the client key) in Dask's configuration")

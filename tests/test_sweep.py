@@ -7,9 +7,12 @@ import multiprocessing
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from planner.availability import NodeReliability, fleet_availability
 from planner.fleet import load_fleet
@@ -150,7 +153,7 @@ def test_grid_files_and_bad_grids(tmp_path: Path) -> None:
     # Relative fleet paths start at the grid file's folder.
     grid, evaluation = load_grid(path)
     assert evaluation == "availability" and len(grid) == 2
-    assert Path(grid.loc[0, "fleet"]).resolve() == Path(FIVE).resolve()
+    assert Path(grid.row(0)["fleet"]).resolve() == Path(FIVE).resolve()
     for bad, words in [({"flet": [FIVE]}, "unknown grid column 'flet'"),
                        ({"min_context": [-5]}, "column 'min_context'"),
                        ({"annual_failure_rate": ["often"]}, "row 0")]:
@@ -249,3 +252,78 @@ def test_availability_rows_use_each_nodes_own_figures(tmp_path: Path) -> None:
                **{f"steady-0{i}": NodeReliability(0.5, row.repair_hours) for i in range(2)}}
         assert row.availability == fleet_availability(request, own,
                                                       min_context=65536).availability
+
+
+_COLUMN_VALUES = {
+    "min_context": st.integers(0, 2**31 + 1), "min_lanes": st.integers(0, 5000),
+    "seed": st.integers(0, 9), "annual_failure_rate": st.floats(0, 1e6) | st.integers(0, 9),
+    "repair_hours": st.floats(0, 1e6), "horizon_hours": st.floats(0, 1e6),
+    "fleet": st.sampled_from([FIVE, "missing.toml", "x"]), "catalog": st.just("gpus.toml")}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.sampled_from(sorted(_COLUMN_VALUES)), st.booleans(), max_size=4),
+       st.data())
+def test_a_sweep_grid_gives_each_row_as_its_dataframe_does(columns: dict[str, bool],
+                                                            data: st.DataObject) -> None:
+    from planner.sweep import SweepGrid, _Rows
+
+    axes: dict[str, list[Any]] = {}
+    fixed: dict[str, Any] = {}
+    for name, is_axis in columns.items():
+        values = data.draw(st.lists(_COLUMN_VALUES[name], min_size=1, max_size=3))
+        if is_axis:
+            axes[name] = values
+        else:
+            fixed[name] = values[0]
+    try:
+        grid = SweepGrid(axes, fixed)
+    except SweepError as error:
+        assert error.code == "InvalidGrid"
+        with pytest.raises(SweepError) as caught:
+            check_grid(_frame(axes, fixed))
+        assert caught.value.message == error.message
+        return
+    frame_rows = _Rows(check_grid(grid.to_frame()))
+    assert len(grid) == frame_rows.count
+    for index in range(len(grid)):
+        assert grid.row(index) == frame_rows[index]
+    assert SweepGrid.from_dict(grid.to_dict()) == grid
+
+
+def _frame(axes: dict[str, list[Any]], fixed: dict[str, Any]) -> pd.DataFrame:
+    names = list(axes)
+    grid = (pd.MultiIndex.from_product([axes[n] for n in names], names=names)
+            .to_frame(index=False) if names else pd.DataFrame(index=range(1)))
+    for name, value in fixed.items():
+        grid[name] = pd.Series([value] * len(grid))
+    return grid
+
+
+def test_a_sweep_grid_and_its_dataframe_sweep_to_the_same_results(tmp_path: Path) -> None:
+    grid = grid_from_axes({"fleet": [FIVE, str(tmp_path / "missing.toml")],
+                           "min_lanes": [1, 2, 64], "annual_failure_rate": [0.1, 3]},
+                          {"repair_hours": 48, "max_states": 20})
+    for evaluation in ("plan", "availability"):
+        lazy = sweep(grid, evaluation)
+        pd.testing.assert_frame_equal(lazy, sweep(grid.to_frame(), evaluation))
+        assert len(lazy) == len(grid) == 12
+
+
+@pytest.mark.parametrize(("axes", "fixed", "words"), [
+    ({"min_lanes": [1, 2]}, {"min_lanes": 3}, "both an axis and a fixed value"),
+    ({"flet": [FIVE]}, {}, "unknown grid column 'flet'"),
+    ({}, {"flet": FIVE}, "unknown grid column 'flet'"),
+    ({"min_lanes": [1, 2], "min_context": [4096, -5]}, {}, "row 1, column 'min_context'"),
+    ({"min_lanes": [[1]]}, {}, "values must be numbers or text"),
+    ({"min_lanes": []}, {}, "non-empty list"),
+    ({"min_lanes": "12"}, {}, "non-empty list"),
+])
+def test_a_bad_sweep_grid_is_refused_naming_the_column(axes: dict[str, Any],
+                                                       fixed: dict[str, Any],
+                                                       words: str) -> None:
+    from planner.sweep import SweepGrid
+
+    with pytest.raises(SweepError) as caught:
+        SweepGrid(axes, fixed)
+    assert caught.value.code == "InvalidGrid" and words in caught.value.message
