@@ -30,12 +30,13 @@ UNIT = 10**6  # bytes of one layer's weights
 
 def _kind(kind: str, units: int, price: float, bandwidth: int = 10**9,
           latency: int | None = None, max_count: int | None = None,
-          headroom: int | None = None) -> GpuModel:
+          headroom: int | None = None, tflops: float | None = None) -> GpuModel:
     return GpuModel(name=kind.upper(), memory_bytes=units * UNIT, vendor="V", note="n",
                     id=kind, price_per_hour=price, price_source="test",
                     price_date="2026-01-01", memory_bandwidth_bytes_per_s=bandwidth,
                     memory_bandwidth_source="test", headroom_bytes=headroom,
-                    stage_transfer_latency_ms=latency, max_count=max_count)
+                    stage_transfer_latency_ms=latency, max_count=max_count,
+                    fp16_tflops=tflops, fp16_tflops_source=None if tflops is None else "test")
 
 
 def _model(layers: int, kv: int, native: int = 131072) -> dict[str, Any]:
@@ -132,9 +133,50 @@ def test_size_fleet_matches_brute_force_on_a_few_questions(question: tuple) -> N
     _assert_matches_brute_force(question)
 
 
-def _assert_matches_brute_force(question: tuple) -> None:
+@st.composite
+def tpot_questions(draw: st.DrawFn) -> tuple[dict[str, Any], list[GpuModel], SizingTargets,
+                                             ModelTraffic]:
+    """TPOT targets where the context a fleet plans decides whether it meets them: no
+    latencies (the planner takes the highest context that fits), a KV cache that costs
+    room and read time at 131,072, compute and attention that count (FP16 rates a
+    thousandth of a real GPU's), and targets across the range from no fleet to any."""
+    layers = draw(st.integers(2, 6))
+    model = _model(layers, layers * draw(st.sampled_from((3, 5, 8))))
+    kinds = [_kind(f"k{index}", draw(st.sampled_from((1, 2, 3, 5, 8, 12))),
+                   draw(st.sampled_from((1.0, 1.5, 2.0, 3.0))),
+                   bandwidth=draw(st.sampled_from((10**9, 2 * 10**9, 4 * 10**9))),
+                   max_count=draw(st.sampled_from((1, 2, 3, 4))),
+                   tflops=draw(st.sampled_from((None, 0.01, 0.1))))
+             for index in range(draw(st.integers(1, 3)))]
+    targets = SizingTargets(
+        minimum_context=draw(st.sampled_from((None, None, 131072))),
+        minimum_nodes=draw(st.integers(0, 2)),
+        minimum_lanes=draw(st.sampled_from((1, 1, 4))),
+        target_decode_tpot_ms=draw(st.integers(2, 40)),
+        failures_tolerated=draw(st.integers(0, 1)))
+    traffic = ModelTraffic.dense(model["model_weight_bytes"], hidden_size=16,
+                                 parameter_count=draw(st.sampled_from(
+                                     (None, model["model_weight_bytes"] // 2))))
+    return model, kinds, targets, traffic
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None)
+@given(tpot_questions())
+def test_size_fleet_matches_brute_force_on_tpot_targets(question: tuple) -> None:
+    _assert_matches_brute_force(question[:3], question[3])
+
+
+@settings(max_examples=25, derandomize=True, database=None, deadline=None)
+@given(tpot_questions())
+def test_size_fleet_matches_brute_force_on_a_few_tpot_targets(question: tuple) -> None:
+    _assert_matches_brute_force(question[:3], question[3])
+
+
+def _assert_matches_brute_force(question: tuple, traffic: ModelTraffic | None = None
+                                ) -> None:
     model, kinds, targets = question
-    traffic = ModelTraffic.dense(model["model_weight_bytes"], hidden_size=16)
+    traffic = traffic or ModelTraffic.dense(model["model_weight_bytes"], hidden_size=16)
     expected = _brute_force(model, traffic, kinds, targets)
     try:
         result = size_fleet(model, kinds, targets, top=3, traffic=traffic, pareto=False)

@@ -79,10 +79,12 @@ def _random_fleets(count: int, seed: int) -> list[dict[str, int]]:
             for _ in range(count)]
 
 
-@pytest.mark.parametrize("preset", ["llama-3.1-70b", "qwen3-coder-480b-a35b"])
+@pytest.mark.parametrize("preset", ["llama-3.1-70b", "qwen3-coder-480b-a35b", "glm-4.5",
+                                    "qwen3-next-80b-a3b"])
 def test_the_speed_floors_are_below_every_estimate(preset: str) -> None:
     """The floors the search prunes with are below the estimate of every plan of random
-    fleets of the shipped kinds, TPOT and TTFT alike."""
+    fleets of the shipped kinds, TPOT and TTFT alike: the decode floor at the plan's own
+    lanes (its compute and attention counted) and context."""
     spec = load_preset(preset)
     traffic = ModelTraffic.from_spec(spec)
     catalog = {gpu.kind: gpu for gpu in load_gpu_catalog()}
@@ -100,8 +102,9 @@ def test_the_speed_floors_are_below_every_estimate(preset: str) -> None:
                                      kinds, counts)), prompt_tokens=4096)
         used = [kinds[index] for index, kind in enumerate(mix)
                 if any(stage.node_id.startswith(f"{kind}-") for stage in plan.stages)]
-        floor = floors.decode_floor(used, traffic, request, {})
+        floor = floors.decode_floor(used, traffic, request, {}, plan.parallel_lanes)
         assert estimate.estimated_tpot_ms >= floor.least_ms(plan.context_length)
+        assert plan.parallel_lanes >= floors.least_lanes(request)
         if estimate.ttft_ms is not None:
             assert estimate.ttft_ms >= min(floors.prefill_floor_ms(gpu, traffic, request, 4096)
                                            for gpu in used)
@@ -176,3 +179,34 @@ def test_the_pareto_pass_stops_at_the_bounds_with_a_note(monkeypatch: pytest.Mon
     assert cut.fleets == whole.fleets
     assert any(note.startswith("the Pareto front leaves out contexts from")
                for note in cut.notes)
+
+
+@pytest.mark.parametrize(("preset", "tpot"), [("llama-3.1-70b", 84), ("glm-4.5", 72),
+                                              ("deepseek-v3", 44), ("llama-4-maverick", 22)])
+def test_tpot_targets_between_the_floor_and_any_fleet_are_answered(
+        monkeypatch: pytest.MonkeyPatch, preset: str, tpot: int) -> None:
+    """Targets a fleet of more memory misses because it plans a longer context: each used
+    to end in SizingTooLarge after 3,000 plans. The planned context only grows with the
+    fleet, so a partial fleet sure to plan a context no plan reads within the target is
+    not searched further: each is answered (fleets that meet it, re-checked with the one
+    targets check, or NoFleetMeetsTargets) within a third of the search's plan budget."""
+    monkeypatch.setattr(search_module, "MAX_SIZING_PLANS", 1000)
+    spec = load_preset(preset)
+    targets = SizingTargets(target_decode_tpot_ms=tpot)
+    try:
+        result = size_fleet(spec, load_gpu_catalog(), targets, pareto=False)
+    except SizingError as error:
+        assert error.code == "NoFleetMeetsTargets", error
+        return
+    traffic = ModelTraffic.from_spec(spec)
+    catalog = {gpu.kind: gpu for gpu in load_gpu_catalog()}
+    for fleet in result.fleets:
+        kinds = [catalog[kind] for kind, _ in fleet.counts]
+        counts = [n for _, n in fleet.counts]
+        request = PlanningInput.from_dict({**spec.planning_fields(),
+                                           "nodes": list(fleet_nodes(kinds, counts))})
+        plan = plan_or_none(request)
+        assert plan == fleet.plan
+        estimate = estimate_plan(request, plan, traffic, node_speeds(
+            request.nodes, kinds, fleet_node_kinds(kinds, counts)))
+        assert targets.for_request(request).meets(plan, estimate)

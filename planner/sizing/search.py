@@ -26,7 +26,10 @@ With a TPOT or TTFT target, kinds too slow to carry a plan within it do not coun
 towards it (:mod:`planner.sizing.floors`: no split decodes faster than the whole model
 read at the fastest kind's bandwidth, nor fills a prompt faster than at its fastest
 compute): a fleet needs f + 1 nodes that can, and a question no fleet can answer is
-``NoFleetMeetsTargets`` at once (:func:`_speed_carriers`). The search is bounded
+``NoFleetMeetsTargets`` at once (:func:`_speed_carriers`). Without latencies a fleet
+plans at least every context a subset of its nodes fits, so a partial fleet sure to fit
+a context no plan reads within the TPOT target is not searched further, and below it
+the read-time covers of the context it is sure of hold (:class:`_Levels`). The search is bounded
 (:data:`planner.limits.MAX_SIZING_KINDS`, ``MAX_SIZING_PLANS``, ``MAX_SIZING_QUEUE``):
 past them it is ``SizingTooLarge``, and the Pareto pass stops at the context it reached,
 with a note.
@@ -126,6 +129,16 @@ class _Search:
         self.prices = [int(Decimal(str(gpu.price_per_hour)) * _MICRO) for gpu in self.kinds]
         self.cache: dict[tuple[int, ...], _Outcome] = {}
         self.plans_evaluated = 0
+        self._floor: floors.DecodeFloor | None = None
+
+    def decode_floor(self, probe: PlanningInput) -> floors.DecodeFloor:
+        """The TPOT floor of plans that meet the targets (at their least lanes)."""
+        if self._floor is None:
+            assert self.traffic is not None
+            self._floor = floors.decode_floor(
+                self.kinds, self.traffic, probe, self.options,
+                floors.least_lanes(probe, self.targets.minimum_lanes))
+        return self._floor
 
     def check_budget(self, queued: int) -> None:
         """``SizingTooLarge`` once the search has made more plans or holds more partial
@@ -462,8 +475,14 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
     byte_bound = _Bound(prices, usables, bounds)
     # Each speed cover: what each kind's node gives towards it, and what a fleet needs.
     covers = [*carriers, *_read_time_covers(search, probe, candidates, c0, needs)]
+    levels = _Levels(search, probe, candidates, c0)
+    for level, context in enumerate(levels.contexts):
+        if not levels.dead[level]:
+            covers += [replace(cover, level=level) for cover in _read_time_covers(
+                search, probe, candidates, context, needs, _LEVEL_READ_COVERS)]
     carried = [[float(c.kinds[i] or 0) for i in order] for c in covers]
     carrier_bounds = [_Bound(prices, amounts, bounds) for amounts in carried]
+    spans = [[levels.spans[level][i] for i in order] for level in range(len(levels.contexts))]
 
     def in_catalog_order(tree_counts: tuple[int, ...]) -> tuple[int, ...]:
         counts = [0] * kinds
@@ -474,13 +493,14 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
     f = search.f
 
     def lower(start: int, layers: int, held: int, top_caps: tuple[int, ...] = (),
-              top_usable: tuple[int, ...] = (), have: tuple[float, ...] = ()
-              ) -> float | None:
+              top_usable: tuple[int, ...] = (), have: tuple[float, ...] = (),
+              level: int = -1) -> float | None:
         need_layers, need_bytes = needs.totals(f, top_caps, top_usable)
         parts = [layer_bound(start, need_layers - layers), byte_bound(start, need_bytes - held)]
         parts += [cover_bound(start, cover.need - (have[i] if have else 0))
                   for i, (cover, cover_bound) in enumerate(zip(covers, carrier_bounds,
-                                                                strict=True))]
+                                                                strict=True))
+                  if cover.level < 0 or cover.level == level]
         if any(part is None for part in parts):
             return None
         return max(part for part in parts if part is not None)
@@ -494,16 +514,17 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
                 raise _nothing(search, cover.why)
         raise _nothing(search, _short_of(search, needs, c0))
     # Each entry: bound, tie order, counts of the first kinds, their cost, layers and
-    # bytes, the f largest layer caps and usable bytes among their nodes, and how many
-    # of them carry each speed target.
+    # bytes, the f largest layer caps and usable bytes among their nodes, how many of
+    # them carry each speed target, and the layers they surely take at each level.
     no_carriers = (0.0,) * len(covers)
+    no_spans = ((0, 0),) * len(levels.contexts)
     queue: list[tuple[float, int, tuple[int, ...], int, int, int, tuple[int, ...],
-                      tuple[int, ...], tuple[float, ...]]] = [
-        (start_bound, 0, (), 0, 0, 0, (), (), no_carriers)]
+                      tuple[int, ...], tuple[float, ...], tuple[tuple[int, int], ...]]] = [
+        (start_bound, 0, (), 0, 0, 0, (), (), no_carriers, no_spans)]
     tie = itertools.count(1)
     while queue:
         (bound, _, tree_counts, cost, layers, held, top_caps, top_usable,
-         have) = heapq.heappop(queue)
+         have, sure) = heapq.heappop(queue)
         if bound > threshold:
             break
         search.check_budget(len(queue))
@@ -529,8 +550,14 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
             child_usable = _largest_sizes(f, top_usable, usable, amount)
             child_have = tuple(n + flags[depth] * amount
                                for n, flags in zip(have, carried, strict=True))
+            child_sure = tuple((taken + span[depth] * amount,
+                                holders + (span[depth] > 0) * amount)
+                               for (taken, holders), span in zip(sure, spans, strict=True))
+            level = levels.level(child_sure)
+            if level >= 0 and levels.dead[level]:
+                break  # more of this kind only raise the context every completion plans
             rest = lower(depth + 1, layers + cap * amount, held + usable * amount,
-                         child_caps, child_usable, child_have)
+                         child_caps, child_usable, child_have, level)
             if rest is None:
                 continue
             child_bound = child_cost + rest
@@ -538,7 +565,7 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
                 heapq.heappush(queue, (child_bound, next(tie), (*tree_counts, amount),
                                        child_cost, layers + cap * amount,
                                        held + usable * amount, child_caps, child_usable,
-                                       child_have))
+                                       child_have, child_sure))
     if not found:
         raise _nothing(search, _why_not(search, needs, c0))
     found.sort()
@@ -554,6 +581,7 @@ class _Cover:
     kinds: tuple[float | None, ...]
     need: float
     why: str
+    level: int = -1  # >= 0: it holds only for fleets at that _Levels level
 
 
 def _carriers(search: _Search, target: str, fast: Sequence[bool | None]) -> _Cover:
@@ -567,16 +595,91 @@ def _carriers(search: _Search, target: str, fast: Sequence[bool | None]) -> _Cov
                   "had")
 
 
-# The read-time covers tried (each a valid condition; more cost more per partial fleet).
+# The read-time covers tried (each a valid condition; more cost more per partial fleet),
+# at the lowest context and at each higher level.
 _READ_COVERS = 8
+_LEVEL_READ_COVERS = 4
+
+
+class _Levels:
+    """The contexts above ``c0`` that a partial fleet surely plans at or above, and the
+    TPOT they cost.
+
+    Without latencies the planner plans the highest context at which some set of the
+    fleet's nodes fits (docs/rules.md §6), so a fleet plans at least any context that a
+    subset of it fits at, and so does every fleet that holds it. A set of nodes surely
+    fits at context ``c`` when each of them takes at least ``g >= 1`` layers in the walk
+    of docs/rules.md §4 from any start layer (:func:`_surest_run`, at the fewest lanes:
+    the most room), and their ``g`` add up to the layers (or they are as many as the
+    layers), in at least ``minimum_nodes`` stages. The walk then ends at the last layer:
+    each stage takes its ``g`` or, where it must leave one layer to each later stage,
+    exactly that. A partial fleet's **level** is the highest such context; every fleet
+    below it in the search plans that context or a higher one, so its plan reads at
+    least the cache of that context (:class:`floors.DecodeFloor`): a level no plan reads
+    within the TPOT target is **dead**, and the level's read-time covers hold below it.
+
+    Only with a TPOT target, no latencies and no memory rule that reserves bytes per
+    node (which this walk leaves out); else there are no levels."""
+
+    def __init__(self, search: _Search, probe: PlanningInput, candidates: Sequence[int],
+                 c0: int) -> None:
+        self.contexts: list[int] = []
+        self.spans: list[list[int]] = []
+        self.dead: list[bool] = []
+        self.layer_count = search.layer_count
+        self.stages = max(search.targets.minimum_nodes, 1)
+        target = search.targets.target_decode_tpot_ms
+        fewest_lanes = rules.lane_candidates(probe)[-1]
+        if (target is None or search.traffic is None
+                or any(gpu.stage_transfer_latency_ms is not None for gpu in search.kinds)):
+            return
+        floor = search.decode_floor(probe)
+        for context in sorted(c for c in candidates if c > c0):
+            if any(probe.memory_rule.node_reserves(probe, context, lanes).values()
+                   for lanes in rules.lane_candidates(probe)):
+                self.contexts, self.spans, self.dead = [], [], []
+                return
+            costs = rules.layer_bytes(probe, context, fewest_lanes)
+            self.contexts.append(context)
+            self.spans.append([_surest_run(gpu.usable_bytes, costs) for gpu in search.kinds])
+            self.dead.append(floor.least_ms(context) > target)
+
+    def level(self, sure: Sequence[tuple[int, int]]) -> int:
+        """The highest level a partial fleet surely plans at (-1: none), from the layers
+        its nodes surely take and how many take one, per level."""
+        for level in range(len(sure) - 1, -1, -1):
+            taken, holders = sure[level]
+            if (min(holders, self.layer_count) >= self.stages
+                    and (taken >= self.layer_count or holders >= self.layer_count)):
+                return level
+        return -1
+
+
+def _surest_run(budget: int, costs: Sequence[int]) -> int:
+    """The fewest consecutive layers a node of ``budget`` bytes takes from any start layer
+    where the layers left do not all fit (``len(costs)`` when they always do)."""
+    least = len(costs)
+    end = total = 0
+    for start in range(len(costs)):
+        if end < start:
+            end, total = start, 0
+        while end < len(costs) and total + costs[end] <= budget:
+            total += costs[end]
+            end += 1
+        if end < len(costs):
+            least = min(least, end - start)
+        if end > start:
+            total -= costs[start]
+    return least
 
 
 def _read_time_covers(search: _Search, probe: PlanningInput, candidates: Sequence[int],
-                      c0: int, needs: _Needs) -> list[_Cover]:
-    """With a TPOT target: a plan's stages read ``R`` weight bytes at least (and ``K``
-    cache bytes, :class:`floors.DecodeFloor` at ``c0``), a stage on a node of ``u`` usable
-    bytes at most ``rho x u`` of them (:func:`floors.most_read_per_held_byte`), at ``m``
-    ms a byte or more, within ``T`` = the target less the fixed per-layer times and the
+                      c0: int, needs: _Needs, most: int = _READ_COVERS) -> list[_Cover]:
+    """With a TPOT target: the stages of a plan at ``c0`` or above read ``R`` weight bytes
+    at least (and ``K`` cache bytes, :class:`floors.DecodeFloor` at ``c0``), a stage on a
+    node of ``u`` usable bytes at most ``rho x u`` of them
+    (:func:`floors.most_read_per_held_byte`), at ``m`` ms a byte or more (its compute
+    and attention included), within ``T`` = the target less the fixed per-layer times and the
     other reads at the fastest kind's rate. Its fleet so reads ``R`` bytes within ``T``,
     which the fastest nodes filled first do best; for any rate ``x``, that needs
     ``sum(rho x u x max(0, x - m)) >= x R - T`` over the fleet (linear programming's dual
@@ -585,19 +688,19 @@ def _read_time_covers(search: _Search, probe: PlanningInput, candidates: Sequenc
     target = search.targets.target_decode_tpot_ms
     if target is None or search.traffic is None:
         return []
-    floor = floors.decode_floor(search.kinds, search.traffic, probe, search.options)
+    floor = search.decode_floor(probe)
     rho_weight, rho_kv = floors.most_read_per_held_byte(search.traffic, probe, candidates)
     kv = floor.kv_bytes_per_token * c0
+    kv_rates = floor.kv_ms_per_byte(c0)
     covers = []
     for read, rho, rates, budget in (
             (floor.weight_bytes, rho_weight, floor.weight_ms_per_byte,
-             target - floor.fixed_ms - kv * min(floor.kv_ms_per_byte)),
-            (kv, rho_kv, floor.kv_ms_per_byte,
+             target - floor.fixed_ms - kv * min(kv_rates)),
+            (kv, rho_kv, kv_rates,
              target - floor.fixed_ms - floor.weight_bytes * min(floor.weight_ms_per_byte))):
         slow = sorted({m for m in rates if not math.isinf(m) and m * read > budget})
-        if len(slow) > _READ_COVERS:
-            slow = [slow[round(i * (len(slow) - 1) / (_READ_COVERS - 1))]
-                    for i in range(_READ_COVERS)]
+        if len(slow) > most:
+            slow = [slow[round(i * (len(slow) - 1) / (most - 1))] for i in range(most)]
         for x in slow:
             amounts = tuple(0.0 if math.isinf(m) else rho * usable * max(0.0, x - m)
                             for m, usable in zip(rates, needs.usable, strict=True))
@@ -685,15 +788,17 @@ def _tpot_carriers(search: _Search, probe: PlanningInput, candidates: Sequence[i
                            "the speed estimate, and no plan has one: the model's decode "
                            "traffic is unknown (the model is typed as numbers; give a "
                            "preset or GGUF model)", target_decode_tpot_ms=target)
-    floor = floors.decode_floor(search.kinds, search.traffic, probe, search.options)
+    floor = search.decode_floor(probe)
     least = floor.least_ms(c0)
     if least > target:
         fastest = min(range(len(search.kinds)), key=lambda i: floor.weight_ms_per_byte[i])
         gpu = search.kinds[fastest]
         why = ("no kind has a memory bandwidth" if math.isinf(least) else
-               f"reading the model once (its active weights, "
+               f"reading the model once (the weights a step of {floor.lanes} "
+               f"lane{'s' if floor.lanes > 1 else ''} reads, "
                f"{format_bytes(round(floor.weight_bytes))}, and the KV cache at {c0:,}) "
-               f"takes at least {least:,.1f} ms at the fastest kinds' bandwidth ({gpu.kind}, "
+               f"and computing with it takes at least {least:,.1f} ms at the fastest kinds' "
+               f"bandwidth ({gpu.kind}, "
                f"{(gpu.memory_bandwidth_bytes_per_s or 0) / 1e9:,.0f} GB/s)")
         raise _nothing(search, f"no split decodes within the TPOT target of {target} ms: "
                        f"{why}")
