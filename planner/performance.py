@@ -13,7 +13,10 @@ plotting), calibrated on published llama.cpp measurements.
   experts, the shared weights plus the expected share of its routed experts that the
   step's ``B`` tokens use, ``1 - (1 - k/n)^B`` of ``n`` experts with ``k`` used per
   token (independent routing: two lanes rarely pick the same experts). A spec that gives
-  only ``active_weight_bytes`` reads that share, whatever ``B``.
+  only ``active_weight_bytes`` reads that share, whatever ``B``. Two or more lanes run
+  the routed experts with llama.cpp's matrix-matrix kernel: their read overlaps their
+  compute (each expert's few tokens below the full rate), and each layer pays
+  ``expert_batch_ms`` (per backend) that one token's matrix-vector kernel does not.
 - ``kv_read``: the stage's KV cache at the plan's context (the last token of a full
   context, the slowest), read at its own efficiency ``e_kv``: attention reads the cache
   less efficiently than matrix kernels read weights (published depth sweeps slow decode
@@ -354,6 +357,12 @@ class SpeedCalibration:
     # ubatch. Bandwidth-bound, so it does not shrink with a GPU's FLOPS: on an H100 it
     # is a larger share of a ubatch than on an A100 of the same bandwidth.
     activation_bytes: Mapping[str, float] = field(default_factory=dict)
+    # Per backend: ms per layer a step of two or more tokens pays to run its routed
+    # experts through the matrix-matrix kernel (llama.cpp's mul_mat_id: sorting the
+    # tokens by expert and laying their activations out for MMQ), which a single
+    # token's matrix-vector kernel does not (llama.cpp pull request 18958 measured the
+    # dip this makes at two tokens).
+    expert_batch_ms: Mapping[str, float] = field(default_factory=dict)
     held_out: tuple[HeldOutError, ...] = ()
     source: str = "planner/data/speed-calibration.toml"
 
@@ -385,7 +394,7 @@ class SpeedCalibration:
                 raise PerformanceError("InvalidCalibration",
                                        f"attention_score_bytes.{key} must be in [0, 1] bytes",
                                        field=f"attention_score_bytes.{key}", value=value)
-        for name in ("layer_ms", "hop_ms"):
+        for name in ("layer_ms", "hop_ms", "expert_batch_ms"):
             for key, value in getattr(self, name).items():
                 if isinstance(value, bool) or not isinstance(value, int | float) or not (
                         0 <= value < 1000):
@@ -461,6 +470,7 @@ class SpeedCalibration:
                 "staging_bytes_per_parameter": dict(self.staging_bytes_per_parameter),
                 "attention_score_bytes": dict(self.attention_score_bytes),
                 "activation_bytes": dict(self.activation_bytes),
+                "expert_batch_ms": dict(self.expert_batch_ms),
                 "held_out": [{"phase": e.phase, "memory_type": e.memory_type,
                               "rows": e.rows, "median_abs_error": e.median_abs_error}
                              for e in self.held_out]}
@@ -469,7 +479,8 @@ class SpeedCalibration:
     def from_dict(cls, data: Mapping[str, Any], source: str = "calibration") -> SpeedCalibration:
         known = (*EFFICIENCY_TABLES, "layer_ms", "hop_ms", "quantized_compute_factor",
                  "half_rate_tokens", "staging_bytes_per_parameter",
-                 "attention_score_bytes", "activation_bytes", "held_out")
+                 "attention_score_bytes", "activation_bytes", "expert_batch_ms",
+                 "held_out")
         if not isinstance(data, Mapping):
             raise PerformanceError("InvalidCalibration", f"{source}: must be a table",
                                    field="calibration")
@@ -557,6 +568,7 @@ class Device:
     staging_bytes_per_parameter: float = 0.0
     attention_score_bytes: float = 0.0
     activation_bytes: float = 0.0
+    expert_batch_ms: float = 0.0
 
     def matrix_rate(self, tokens: Any, quantized: bool) -> Any:
         """FLOP/s of a matrix product over ``tokens`` tokens (``inf``: the full rate)."""
@@ -582,13 +594,19 @@ class StageTerms:
     overlap: bool = False
     staging_ms: Any = 0.0  # a ubatch's quantized weights staged as FP16
     activation_ms: Any = 0.0  # a ubatch's activations moved between its kernels
+    # A decode step of several tokens multiplies its routed experts with the
+    # matrix-matrix kernel, which computes while the experts stream in: their read and
+    # compute, apart from weight_ms and compute_ms (0 otherwise).
+    routed_weight_ms: Any = 0.0
+    routed_compute_ms: Any = 0.0
 
     @property
     def total_ms(self) -> Any:
         matrix = (np.maximum(self.weight_ms, self.compute_ms) if self.overlap else
                   self.weight_ms + self.compute_ms)
-        return (matrix + self.staging_ms + self.activation_ms + self.kv_ms
-                + self.attention_ms + self.fixed_ms)
+        return (matrix + np.maximum(self.routed_weight_ms, self.routed_compute_ms)
+                + self.staging_ms + self.activation_ms + self.kv_ms + self.attention_ms
+                + self.fixed_ms)
 
 
 def stage_terms(load: StageLoad, device: Device, traffic: ModelTraffic, *, tokens: Any,
@@ -597,22 +615,33 @@ def stage_terms(load: StageLoad, device: Device, traffic: ModelTraffic, *, token
     """One stage's time for ``tokens`` tokens computed at once (a decode step of
     ``tokens`` lanes, or a ubatch): the weights a step of that many tokens reads, the
     cache of ``cached`` tokens read ``kv_read_tokens / cached`` times over, and
-    ``attention_pairs`` (query, cached token) pairs of attention compute."""
-    if traffic.routed_bytes:
-        routed = load.routed_expert_bytes
-        weights = load.weight_bytes - routed + routed * traffic.expert_share(tokens)
-    else:
-        weights = load.weight_bytes * traffic.read_share(tokens)
-    weights += load.embedding_row_bytes * tokens
+    ``attention_pairs`` (query, cached token) pairs of attention compute.
+
+    A mixture of experts' routed experts are read once each, as many as the tokens'
+    independent routings reach (:meth:`ModelTraffic.expert_share`). One token's run
+    llama.cpp's matrix-vector kernel; two or more tokens' its matrix-matrix one
+    (``mul_mat_id`` with MMQ, as a ubatch's), one small product per expert used: each
+    computes only the tokens routed to it, below the full rate
+    (:meth:`Device.matrix_rate`), and each layer pays ``expert_batch_ms`` to route the
+    tokens to their experts."""
+    read_rate = device.weight_efficiency * device.bandwidth_bytes_per_s
+    routed = load.routed_expert_bytes if traffic.routed_bytes else 0
+    share = traffic.expert_share(tokens)
+    shared: Any = (load.weight_bytes - routed if routed else
+                   load.weight_bytes * traffic.read_share(tokens))
+    shared_ms = (shared + load.embedding_row_bytes * tokens) / read_rate * 1000
+    routed_ms = routed * share / read_rate * 1000
+    # Several tokens' routed experts: the matrix-matrix kernel (a ubatch's always).
+    batched = bool(routed) and (overlap or bool(np.all(np.asarray(tokens) > 1)))
+    weight_ms = shared_ms + routed_ms
     kv = load.kv_bytes(cached) * (kv_read_tokens / np.maximum(cached, 1))
-    weight_ms = weights / (device.weight_efficiency * device.bandwidth_bytes_per_s) * 1000
     if overlap and traffic.quantized and device.staging_bytes_per_parameter:
         # A ubatch's quantized weights staged as FP16 before the product: the
         # parameters of every weight it reads (the routed experts its tokens use).
         routed_all = load.routed_active_parameters * (
             (traffic.expert_count or 1) / (traffic.experts_used or 1))
         staged = (load.active_parameters - load.routed_active_parameters
-                  + routed_all * traffic.expert_share(tokens))
+                  + routed_all * share)
         staging_ms = (staged * device.staging_bytes_per_parameter
                       / (device.weight_efficiency * device.bandwidth_bytes_per_s) * 1000)
     else:
@@ -623,27 +652,34 @@ def stage_terms(load: StageLoad, device: Device, traffic: ModelTraffic, *, token
                          * device.activation_bytes
                          / (device.weight_efficiency * device.bandwidth_bytes_per_s) * 1000)
     kv_ms = kv / (device.kv_efficiency * device.bandwidth_bytes_per_s) * 1000
-    compute_ms = attention_ms = 0.0
+    compute_ms = attention_ms = routed_compute_ms = 0.0
     if device.compute_flops_per_s is not None:
-        # A ubatch's routed experts each multiply only the tokens routed to them: small
-        # products, below the full rate. A decode step's kernels are matrix-vector ones,
-        # whose compute is the plain rate's.
-        routed_active = load.routed_active_parameters if overlap else 0.0
-        routed_tokens = np.maximum(
-            tokens * (traffic.experts_used or 1) / (traffic.expert_count or 1), 1e-9)
+        # Batched routed experts each multiply only the tokens routed to them (the
+        # step's k x tokens routings over the experts they reach): small products,
+        # below the full rate. One token's kernels are matrix-vector ones, whose compute
+        # is the plain rate's.
+        routed_active = load.routed_active_parameters if batched else 0.0
+        reached = np.maximum(share * (traffic.expert_count or 1), 1e-9)
+        routed_tokens = np.maximum(tokens * (traffic.experts_used or 1) / reached, 1e-9)
         full = device.matrix_rate(math.inf, traffic.quantized)
-        compute_ms = 1000 * (
-            2 * (load.active_parameters - routed_active) * tokens / full
-            + (2 * routed_active * tokens
-               / device.matrix_rate(routed_tokens, traffic.quantized)
-               if routed_active else 0.0))
+        compute_ms = 1000 * 2 * (load.active_parameters - routed_active) * tokens / full
+        routed_compute_ms = (1000 * 2 * routed_active * tokens
+                             / device.matrix_rate(routed_tokens, traffic.quantized)
+                             if routed_active else 0.0)
         attention = device.attention_flops_per_s or device.compute_flops_per_s
         attention_ms = 4 * attention_pairs / attention * 1000
     if device.attention_score_bytes:
         attention_ms = attention_ms + (attention_pairs * device.attention_score_bytes / (
             device.kv_efficiency * device.bandwidth_bytes_per_s) * 1000)
-    return StageTerms(weight_ms, kv_ms, compute_ms, attention_ms,
-                      load.layer_count * device.layer_ms, overlap, staging_ms, activation_ms)
+    fixed_ms = load.layer_count * (device.layer_ms
+                                   + (device.expert_batch_ms if batched else 0.0))
+    if overlap:
+        return StageTerms(weight_ms, kv_ms, compute_ms + routed_compute_ms, attention_ms,
+                          fixed_ms, True, staging_ms, activation_ms)
+    if batched:
+        return StageTerms(shared_ms, kv_ms, compute_ms, attention_ms, fixed_ms,
+                          routed_weight_ms=routed_ms, routed_compute_ms=routed_compute_ms)
+    return StageTerms(weight_ms, kv_ms, compute_ms, attention_ms, fixed_ms)
 
 
 def decode_step(loads: Sequence[StageLoad], devices: Sequence[Device],
@@ -904,7 +940,8 @@ def calibrated_device(calibration: SpeedCalibration, bandwidth_bytes_per_s: floa
                   calibration.attention_score_bytes.get(
                       SpeedCalibration.key(memory_type, backend), 0.0),
                   calibration.activation_bytes.get(
-                      SpeedCalibration.key(memory_type, backend), 0.0))
+                      SpeedCalibration.key(memory_type, backend), 0.0),
+                  calibration.expert_batch_ms.get(backend or FALLBACK_BACKEND, 0.0))
 
 
 def _devices(plan: Plan, speeds: Mapping[str, NodeSpeed], calibration: SpeedCalibration | None,
@@ -987,13 +1024,16 @@ def estimate_plan(
                      "prefill estimate")
     stages = []
     for index, (stage, load, term) in enumerate(zip(plan.stages, loads, terms, strict=True)):
-        weight_read = round(term.weight_ms / 1000 * devices[index].weight_efficiency
+        read_ms = term.weight_ms + term.routed_weight_ms
+        weight_read = round(read_ms / 1000 * devices[index].weight_efficiency
                             * devices[index].bandwidth_bytes_per_s)
+        # Compute is what the step takes beyond its reads and fixed time (a batched
+        # expert product's compute overlaps its read).
         stages.append(StageEstimate(
             stage.stage_id, stage.node_id, weight_read, load.kv_bytes(plan.context_length),
-            used[index].memory_bandwidth_bytes_per_s or 0, term.weight_ms + term.kv_ms,
-            hops[index] if index < len(hops) else 0.0, term.compute_ms + term.attention_ms,
-            term.fixed_ms))
+            used[index].memory_bandwidth_bytes_per_s or 0, read_ms + term.kv_ms,
+            hops[index] if index < len(hops) else 0.0,
+            float(term.total_ms - read_ms - term.kv_ms - term.fixed_ms), term.fixed_ms))
     tpot = sum(s.stage_ms + s.hop_ms for s in stages)
     tokens_per_s = lanes * 1000 / tpot
     fill = ttft = None

@@ -194,6 +194,39 @@ def test_lanes_of_a_mixture_of_experts_read_the_expected_distinct_experts() -> N
     assert dense.read_share(32) == 1.0
 
 
+def test_two_lanes_of_a_mixture_of_experts_run_the_batched_expert_kernel() -> None:
+    """One token's routed experts run llama.cpp's matrix-vector kernel; two tokens' its
+    matrix-matrix one: each layer pays expert_batch_ms, and each expert used computes
+    its few tokens below the full rate while the experts stream in."""
+    # 10 layers, 8 GB of which 6 GB routed experts, 2 of 8 used per token; 3.5e9
+    # parameters per token, 1.5e9 of them in routed experts; no cache.
+    traffic = ModelTraffic(8 * 10**9, 3_500_000_000, 1000, active_parameter_count=35 * 10**8,
+                           expert_count=8, experts_used=2, parameter_count=8 * 10**9)
+    load = StageLoad(layer_count=10, weight_bytes=8 * 10**9, routed_expert_bytes=6 * 10**9,
+                     active_parameters=3.5e9, kv_bytes_per_token=0, attention_width=0,
+                     routed_active_parameters=1.5e9)
+    device = Device(10**12, 1.0, 1.0, 10**14, 0.0, half_rate_tokens=8.0,
+                    expert_batch_ms=0.1)
+
+    def step_ms(lanes: int) -> float:
+        terms, _ = decode_step([load], [device], [], 0, [], traffic, lanes=lanes,
+                               cached=lanes)
+        return float(terms[0].total_ms)
+
+    # One token: 2 GB shared + 6 GB x 2/8 read at 1 TB/s, 2 x 3.5e9 FLOPs at 1e14.
+    assert step_ms(1) == pytest.approx(3.5 + 0.07)
+    # Two tokens: the experts reached, 6 GB x (1 - (6/8)^2) = 2.625 GB; each of the
+    # 3.5 experts reached computes 4/3.5 tokens at 1e14 x t / (t + 8), 0.48 ms, hidden
+    # behind their read; the shared weights' compute adds 0.08 ms, the kernel 10 x 0.1.
+    assert step_ms(2) == pytest.approx(2.0 + 0.08 + 2.625 + 1.0)
+    # A dense model's lanes pay no such time.
+    dense = ModelTraffic.dense(8 * 10**9, 1000, parameter_count=8 * 10**9)
+    plain = StageLoad(layer_count=10, weight_bytes=8 * 10**9, routed_expert_bytes=0,
+                      active_parameters=8e9, kv_bytes_per_token=0, attention_width=0)
+    terms, _ = decode_step([plain], [device], [], 0, [], dense, lanes=2, cached=2)
+    assert float(terms[0].total_ms) == pytest.approx(8.0 + 2 * 8e9 * 2 / 1e14 * 1000)
+
+
 def test_prefill_pipelines_ubatches_through_the_stages() -> None:
     traffic = ModelTraffic.dense(2 * 10**9, 1000, parameter_count=10**9)
     device = Device(10**12, 1.0, 1.0, 10**13, 0.0)

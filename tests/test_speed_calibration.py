@@ -142,17 +142,57 @@ def _gain(rows: list[speed_calibration.Row], one: int, many: int,
     return measured, estimated
 
 
+def _lane_pairs(rows: list[speed_calibration.Row], lanes: int
+                ) -> list[tuple[speed_calibration.Row, speed_calibration.Row]]:
+    """(one lane, ``lanes`` lanes) llama-batched-bench rows of each mixture of experts at
+    each prompt size."""
+    batched = [r for r in rows if r.test.startswith("batched") and r.model.get("expert_count")]
+    return [(one, many) for many in batched if many.lanes == lanes
+            for one in batched if one.lanes == 1 and one.model is many.model
+            and one.depth == many.depth]
+
+
+def _gain_misses(pairs: list[tuple[speed_calibration.Row, speed_calibration.Row]],
+                 calibration: Any) -> list[float]:
+    """Estimated over measured gain of the second row of each pair over the first."""
+    misses = []
+    for one, many in pairs:
+        measured = (many.tokens_per_s / one.tokens_per_s)
+        estimated = ((speed_calibration.predict_ms(one, calibration) / one.lanes)
+                     / (speed_calibration.predict_ms(many, calibration) / many.lanes))
+        misses.append(estimated / measured - 1)
+    return misses
+
+
+def test_two_lanes_of_a_mixture_of_experts_gain_what_was_measured(
+        rows: list[speed_calibration.Row]) -> None:
+    """llama-batched-bench on a DGX Spark (build 6918): two lanes of gpt-oss-20b,
+    gpt-oss-120b and Qwen3-30B-A3B decoded only 1.05-1.19 times as fast as one, at
+    512-, 4,096- and 8,192-token prompts, where the experts two tokens reach say about
+    1.4: that build ran two tokens' routed experts with its matrix-matrix kernel, at a
+    fixed cost per layer (llama.cpp pull request 18958 names the dip at two tokens). With
+    that time the estimated gains are within 15 % of the measured ones (7 of the 9 pairs
+    held out); with the distinct experts alone they are a quarter too high at the
+    median."""
+    pairs = _lane_pairs(rows, 2)
+    assert len(pairs) == 9
+    assert sum(many.split == "holdout" for _, many in pairs) == 7
+    calibration = load_calibration()
+    misses = _gain_misses(pairs, calibration)
+    assert max(abs(m) for m in misses) <= 0.15, misses
+    without = _gain_misses(pairs, replace(calibration, expert_batch_ms={}))
+    assert statistics.median(without) > 0.2, without
+
+
 def test_lanes_of_a_mixture_of_experts_read_the_expected_distinct_experts(
         rows: list[speed_calibration.Row], monkeypatch: pytest.MonkeyPatch) -> None:
-    """llama-batched-bench on a DGX Spark: gpt-oss-120b gains 1.66x at 4 lanes and 2.56x
-    at 8 (its lanes route to different experts), the dense Qwen2.5-7B 3.57x and 6.69x.
-    The estimate follows both; reading only one token's experts per step would not. (At
-    2 lanes the mixtures of experts measured almost no gain, 1.05-1.17x, and the
-    estimate says 1.4x: docs/speed.md's known gaps.)"""
-    moe = ((359, 361), (359, 362), (343, 345), (343, 346), (375, 377), (375, 378))
-    for one, many in moe:
-        measured, estimated = _gain(rows, one, many)
-        assert estimated == pytest.approx(measured, rel=0.25), (many, measured, estimated)
+    """llama-batched-bench on a DGX Spark: four lanes of the mixtures of experts gained
+    1.6-1.9 times one lane, the dense Qwen2.5-7B 3.3-3.6 times. The estimate follows
+    both within 20 % and 10 %; reading only one token's experts per step would not.
+    (From 8 lanes on the mixtures of experts reached fewer experts than even routing
+    says: docs/speed.md's known gaps.)"""
+    misses = _gain_misses(_lane_pairs(rows, 4), load_calibration())
+    assert len(misses) == 9 and max(abs(m) for m in misses) <= 0.2, misses
     for many in range(392, 397):
         measured, estimated = _gain(rows, 391, many)
         assert estimated == pytest.approx(measured, rel=0.1), (many, measured, estimated)
@@ -161,6 +201,18 @@ def test_lanes_of_a_mixture_of_experts_read_the_expected_distinct_experts(
                             self.expert_count or 1))
     measured, one_tokens_experts = _gain(rows, 359, 361)
     assert one_tokens_experts > 1.6 * measured
+
+
+def test_held_out_lanes_stay_within_bounds(rows: list[speed_calibration.Row]) -> None:
+    """The held-out llama-batched-bench rows of one to four lanes (mixtures of experts
+    and a dense model, 512- to 8,192-token prompts): median absolute error at most 8 %,
+    none over 20 %."""
+    held = [r for r in rows if r.test.startswith("batched") and r.split == "holdout"
+            and r.lanes <= 4]
+    assert len(held) >= 25
+    errors = [abs(speed_calibration.error(r, load_calibration())) for r in held]
+    assert statistics.median(errors) <= 0.08, errors
+    assert max(errors) <= 0.20, errors
 
 
 def test_the_compute_ceiling_caps_large_batches(rows: list[speed_calibration.Row]) -> None:
