@@ -6,12 +6,16 @@ size`` (text, JSON) and its reports, and the Size a fleet panel."""
 from __future__ import annotations
 
 import json
+from html import escape
 
 from test_cli import FIVE, run
 
+from planner.fleet import load_fleet
 from planner.models import load_gpu_catalog, load_preset
 from planner.performance import ESTIMATE_NOTE, format_duration_ms, load_calibration
+from planner.reports import build_report, render_report
 from planner.reports.sizing import render_sizing
+from planner.reports.tables import candidate_estimate_note
 from planner.sizing import SizingTargets, size_fleet
 
 MEASURED = "Median error on held-out published measurements"
@@ -78,3 +82,19 @@ def test_the_size_a_fleet_panel_gives_the_measured_error() -> None:
     assert panel.result is not None and panel.result.error_note
     assert panel.result.error_note in panel.summary.value
     assert "filling the context takes" in panel.summary.value
+
+
+def test_the_reports_candidates_table_says_its_estimates_and_their_error() -> None:
+    """The report's candidates table carries est. columns; the note under it says they
+    are estimates and gives their measured error, in HTML and Markdown."""
+    content = build_report(load_fleet(FIVE))
+    assert any(row["estimated_tpot_ms"] is not None for row in content.candidates)
+    note = candidate_estimate_note(content)
+    assert note.startswith("est. columns: " + ESTIMATE_NOTE) and MEASURED in note
+    html = render_report(content, "html")
+    candidates = html[html.index('<section id="candidates">'):]
+    candidates = candidates[:candidates.index("</section>")]
+    assert escape(note) in candidates
+    markdown = render_report(content, "md")
+    section = markdown[markdown.index("## Candidates"):markdown.index("## Warnings")]
+    assert ESTIMATE_NOTE in section and MEASURED in section

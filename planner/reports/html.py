@@ -11,6 +11,7 @@ from planner.figures.plan import candidates_figure, layer_ranges_figure, memory_
 from planner.reports.content import ReportContent
 from planner.reports.tables import (
     TextTable,
+    candidate_estimate_note,
     candidate_table,
     choice_table,
     choice_text,
@@ -181,7 +182,9 @@ def render_html(content: ReportContent) -> str:
         '<div class="figure">', figures["candidates-figure"], "</div>",
         '<div class="scroll">',
         _table(candidate_table(content), table_id="candidates-table", selected=selected),
-        "</div></section>",
+        "</div>",
+        *([f"<p>{escape(note)}</p>"] if (note := candidate_estimate_note(content)) else []),
+        "</section>",
         '<section id="warnings"><h2>Warnings</h2>',
     ]
     warnings = warning_lines(content)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from planner.reports.content import ReportContent
 from planner.reports.tables import (
     TextTable,
+    candidate_estimate_note,
     candidate_table,
     choice_table,
     choice_text,
@@ -112,6 +113,8 @@ def render_markdown(content: ReportContent) -> str:
     lines += ["## Candidates", "",
               "Every shape the planner considers, in the order it tries them.", "",
               *_table(candidate_table(content)), ""]
+    if note := candidate_estimate_note(content):
+        lines += [md_text(note), ""]
 
     lines += ["## Warnings", ""]
     warnings = warning_lines(content)

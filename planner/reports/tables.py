@@ -12,6 +12,7 @@ from html import escape
 from typing import Any
 
 from planner._validate import inert_text
+from planner.performance import ESTIMATE_NOTE
 from planner.reports.content import ReportContent
 from planner.units import format_bytes, layer_range
 
@@ -258,6 +259,16 @@ def what_if_table(content: ReportContent) -> TextTable:
 
 def candidate_table(content: ReportContent) -> TextTable:
     return candidate_rows_table(content.candidates)
+
+
+def candidate_estimate_note(content: ReportContent) -> str:
+    """Under a candidates table whose rows carry the speed estimate: that the ``est.``
+    columns are estimates, with the measured error (the plan's estimate's notes); ""
+    without such rows."""
+    if not any(row.get("estimated_tpot_ms") is not None for row in content.candidates):
+        return ""
+    notes = (content.estimate or {}).get("notes") or [ESTIMATE_NOTE]
+    return "est. columns: " + " ".join(notes[:2])
 
 
 def candidate_rows_table(records: Sequence[dict[str, Any]]) -> TextTable:
