@@ -6,7 +6,9 @@ Both floors bound :mod:`planner.performance`'s estimate from below, whatever the
 
 - **Decode.** A plan's estimated TPOT is at least its stages' reads and their compute:
   each stage reads its weights at ``e_w x BW`` and multiplies them at ``e_c x
-  fp16_tflops`` (times the quantized kernels' share), reads its KV cache at ``e_kv x BW``
+  fp16_tflops`` (times the quantized kernels' share; a mixture of experts' routed
+  experts not, as two or more lanes multiply them while they stream in, and such plans
+  pay the batched expert kernel's time per layer), reads its KV cache at ``e_kv x BW``
   and computes attention over it at ``e_att x fp16_tflops`` (moving its scores where
   the calibration says so); the fixed per-layer times and the hops are not negative.
   Over all stages the reads cover the model once: its weights beside the token
@@ -35,6 +37,7 @@ from typing import Any
 
 from planner.models.gpus import GpuModel
 from planner.performance import (
+    FALLBACK_BACKEND,
     ModelTraffic,
     calibrated_device,
     load_calibration,
@@ -120,7 +123,13 @@ def decode_floor(kinds: Sequence[GpuModel], traffic: ModelTraffic, probe: Planni
     read = body * traffic.read_share(lanes)
     efficiency = _efficiency_option(options)
     calibration = load_calibration()
-    active = traffic.active_parameter_count or 0
+    active = float(traffic.active_parameter_count or 0)
+    if traffic.routed_bytes:
+        # Two or more lanes multiply the routed experts while they stream in
+        # (performance.stage_terms): only the other parameters' compute is sure to add
+        # to the read, whatever the plan's lanes.
+        active *= 1 - (traffic.routed_bytes * traffic.expert_share(1)
+                       / (body * traffic.read_share(1)))
     width = (traffic.attention_width or traffic.hidden_size or 0) * probe.layer_count
     weight_rates, kv_rates, pair_rates = [], [], []
     for gpu in kinds:
@@ -147,8 +156,13 @@ def decode_floor(kinds: Sequence[GpuModel], traffic: ModelTraffic, probe: Planni
         pair_rates.append((4 * 1000 / attention if attention else 0.0)
                           + device.attention_score_bytes * 1000
                           / (device.kv_efficiency * bandwidth))
+    # Plans of two or more lanes of a mixture of experts also pay the batched expert
+    # kernel's time per layer.
+    batched = lanes > 1 and bool(traffic.routed_bytes)
     fixed = 0.0 if efficiency is not None or not kinds else probe.layer_count * min(
-        calibration.fixed_ms(calibration.layer_ms, gpu.backend, [], "") for gpu in kinds)
+        calibration.fixed_ms(calibration.layer_ms, gpu.backend, [], "")
+        + (calibration.expert_batch_ms.get(gpu.backend or FALLBACK_BACKEND, 0.0)
+           if batched else 0.0) for gpu in kinds)
     return DecodeFloor(read, probe.kv_bytes_per_token, tuple(weight_rates),
                        tuple(kv_rates), fixed, tuple(pair_rates), width, lanes)
 
