@@ -91,6 +91,8 @@ def _setup(folder: Path) -> dict[str, list[str]]:
         "size deepseek-v3.2 --tpot 54": ["size", "deepseek-v3.2", "--tpot", "54", "--json"],
         "size llama-4-maverick --tpot 22 (no fleet meets it)":
             ["size", "llama-4-maverick", "--tpot", "22"],
+        "size llama-4-maverick --tpot 27 --tolerate 1 (no fleet meets it)":
+            ["size", "llama-4-maverick", "--tpot", "27", "--tolerate", "1", "--json"],
         "size glm-4.5 --tpot 72 --tolerate 1":
             ["size", "glm-4.5", "--tpot", "72", "--tolerate", "1", "--json"],
         "size llama-3.1-70b --ttft-ms 10 --prompt-tokens 32768 (no fleet meets it)":

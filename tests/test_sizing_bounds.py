@@ -13,6 +13,7 @@ from test_sizing import _kind, _model
 import planner.sizing.search as search_module
 from planner.models import load_gpu_catalog, load_preset
 from planner.performance import ModelTraffic, estimate_plan, node_speeds
+from planner.planning import rules
 from planner.planning.inputs import PlanningInput
 from planner.sizing import (
     SizingError,
@@ -210,3 +211,36 @@ def test_tpot_targets_between_the_floor_and_any_fleet_are_answered(
         estimate = estimate_plan(request, plan, traffic, node_speeds(
             request.nodes, kinds, fleet_node_kinds(kinds, counts)))
         assert targets.for_request(request).meets(plan, estimate)
+
+
+def test_a_model_with_a_state_per_sequence_is_sized_at_its_fewest_lanes() -> None:
+    """A kind that holds the model at the minimum context only with one lane (each lane
+    keeps its own recurrent state) makes a fleet that meets the default targets: the
+    search's needs are those of the fewest lanes (it used to take the most, and found
+    no fleet)."""
+    spec = load_preset("nemotron-nano-9b-v2")
+    probe = PlanningInput.from_dict({**spec.planning_fields(),
+                                     "nodes": [{"node_id": "p", "detected_vram_bytes": 1}]})
+    one_lane = sum(rules.layer_bytes(probe, 65536, 1))
+    assert one_lane < sum(rules.layer_bytes(probe, 65536, 2))
+    tight = replace(load_gpu_catalog()[0], id="tight", name="Tight", headroom_bytes=0,
+                    memory_bytes=one_lane, max_count=2)
+    found = size_fleet(spec, [tight], SizingTargets(), top=1, pareto=False)
+    assert found.cheapest.label == "1 x tight"
+    assert (found.cheapest.plan.parallel_lanes, found.cheapest.plan.context_length) == (
+        1, 65536)
+
+
+def test_a_tpot_target_with_a_spare_is_answered_without_planning_what_cannot_fit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Llama 4 Maverick's layers alternate between experts and dense: many mixes of small
+    cards hold enough layers and bytes in all but no walk of their stages fits. Each node
+    taking all it can, largest first, gets as far as any set of them: a fleet (less its
+    f largest) that does not get through is not planned (this used to make 3,000 plans
+    of fleets that do not fit and stop with SizingTooLarge)."""
+    monkeypatch.setattr(search_module, "MAX_SIZING_PLANS", 300)
+    with pytest.raises(SizingError) as caught:
+        size_fleet(load_preset("llama-4-maverick"), load_gpu_catalog(),
+                   SizingTargets(target_decode_tpot_ms=27, failures_tolerated=1),
+                   pareto=False)
+    assert caught.value.code == "NoFleetMeetsTargets"

@@ -249,6 +249,7 @@ class _Needs:
     most layers one node holds and its usable bytes; and the totals to cover."""
 
     def __init__(self, search: _Search, costs: tuple[int, ...]) -> None:
+        self.costs = costs
         self.layers_needed = len(costs)
         self.bytes_needed = sum(costs)
         self.caps = [_longest_run(gpu.usable_bytes, costs) for gpu in search.kinds]
@@ -289,7 +290,26 @@ class _Needs:
         if sum(caps[f:]) < self.layers_needed or sum(usable[f:]) < self.bytes_needed:
             return False
         holding = sum(1 for cap in caps[f:] if cap)
-        return holding >= max(search.targets.minimum_nodes, 1)
+        if holding < max(search.targets.minimum_nodes, 1):
+            return False
+        # The fleet without its f largest nodes must fit: then some set of its nodes
+        # fits, and each node taking all it can, largest first, gets at least as far.
+        left = sorted(itertools.chain.from_iterable(
+            [gpu.usable_bytes] * n for gpu, n in zip(search.kinds, counts, strict=True)),
+            reverse=True)[f:]
+        return _greedy_reach(left, self.costs) == len(self.costs)
+
+
+def _greedy_reach(budgets: Sequence[int], costs: Sequence[int]) -> int:
+    """The layers nodes of ``budgets`` hold when each, in turn, takes all it can."""
+    next_layer = 0
+    for budget in budgets:
+        while next_layer < len(costs) and costs[next_layer] <= budget:
+            budget -= costs[next_layer]
+            next_layer += 1
+        if next_layer == len(costs):
+            break
+    return next_layer
 
 
 def _largest_sizes(f: int, top: tuple[int, ...], size: int, amount: int) -> tuple[int, ...]:
@@ -456,7 +476,9 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
     if lanes < search.targets.minimum_lanes:
         raise _nothing(search, f"the planner plans at most {lanes} parallel lanes")
     c0 = min(candidates)
-    costs = rules.layer_bytes(probe, c0)
+    # At the fewest lanes a plan meeting the targets runs: the most room (a model with a
+    # state per sequence may fit only with fewer lanes).
+    costs = rules.layer_bytes(probe, c0, floors.least_lanes(probe, search.targets.minimum_lanes))
     needs = _Needs(search, costs)
     kinds = len(search.kinds)
     carriers = _speed_carriers(search, probe, candidates, c0)
