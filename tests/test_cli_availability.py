@@ -135,3 +135,14 @@ def test_a_wide_interval_gives_the_hours_down_as_a_range_not_a_middle(tmp_path) 
     assert "time below the targets: between" in done.stdout
     assert "expected time below the targets" not in done.stdout
     assert "not explored" in done.stdout
+
+
+def test_a_minimum_context_above_the_native_one_is_refused_as_size_refuses_it() -> None:
+    # One rule for both commands: the same refusal, by name, with exit 2 (not 0 %).
+    said = []
+    for command in ("availability", "size"):
+        done = run(command, FIVE, "--min-context", "300000")
+        assert done.returncode == 2, done.stdout
+        said.append(done.stderr.strip().splitlines()[-1])
+    assert said[0] == said[1] == ("planner: InvalidTargets: minimum_context 300,000 exceeds "
+                                  "the model's native context 262,144")
