@@ -38,7 +38,6 @@ KNOWN_MISSES: dict[str, str] = {
                        "layers: the second device copies in the whole residual and four "
                        "views of it, and layer 0's top-k, each four times over"),
     "kimi-k3-moe.gguf": "the KDA recurrent attention layers (build_kda_layer)",
-    "minimax-01-moe.gguf": "the lightning (linear) attention layers",
     "minimax-m3-moe.gguf": "the multi-scale sparse attention (build_attn_msa_fa)",
     "qwen4exp-moe.gguf": "the pooled keys of its sparse attention (kpool)",
 }

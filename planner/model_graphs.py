@@ -52,6 +52,8 @@ ROPE_ON_SLIDING_ONLY = frozenset({"cohere2", "cohere2moe"})
 # whose are Mamba-1 mixers (build_mamba_layer).
 MAMBA2 = frozenset({"mamba2", "nemotron_h", "nemotron_h_moe", "granitehybrid"})
 MAMBA1 = frozenset({"mamba", "jamba"})
+# Architectures whose recurrent blocks are lightning attention layers (MiniMax-01).
+LIGHTNING = frozenset({"minimax-01"})
 # Architectures whose recurrent blocks are PLaMo 2's Mamba mixers.
 PLAMO2_MAMBA = frozenset({"plamo2"})
 # A SwiGLU limit (swiglu_clamp_exp, swiglu_clamp_shexp) clamps the activation in place
@@ -77,6 +79,8 @@ ROWS_AFTER_OUTPUT_NORM = frozenset({
     "bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "gemma4", "glm-dsa",
     "glm4moe", "glm5-next", "hy_v3", "mimo2", "nemotron_h_moe", "nemotron_h", "gpt-oss",
     "qwen35", "qwen35moe", "qwen3next", "qwen4exp", "step35"})
+# Architectures whose blocks add each half's output to the normed input, scaled.
+RESIDUAL_FROM_NORM = frozenset({"minimax-01"})
 # Architectures whose blocks norm their input without weights (olmo.cpp, talkie.cpp).
 UNWEIGHTED_INPUT_NORM = frozenset({"olmo", "talkie"})
 # Architectures that add the normed embeddings, scaled, to every block's output.
@@ -153,7 +157,8 @@ class RecurrentShape:
     heads the heads, ``d_state`` each key head's size); "kda" for Kimi delta attention
     (``d_inner`` its heads' width, ``d_state`` a head's size); "shortconv" for LFM2's
     short convolution (``d_inner`` the convolved width, ``d_conv`` the cached columns);
-    "plamo2" for PLaMo 2's Mamba mixer (``n_head`` heads)."""
+    "plamo2" for PLaMo 2's Mamba mixer (``n_head`` heads); "lightning" for MiniMax-01's
+    lightning attention (``n_head`` heads of ``d_state``, ``d_inner`` its gate's width)."""
 
     d_inner: int
     d_state: int
@@ -198,6 +203,9 @@ class GraphModel:
     embedding_skip: bool = False
     """The normed embeddings are kept to the end and each block adds them, scaled, to its
     output (talkie)."""
+    residual_from_norm: bool = False
+    """Each half of a block adds its output to its normed input, scaled, not to its input
+    (MiniMax-01)."""
     rows_after_output_norm: bool = False
     """The rows of the tokens that produce outputs are kept after the output norm (the
     norm is the next-token head's input), not in the last block."""
@@ -298,6 +306,14 @@ def _inputs(b: _Builder) -> dict[str, Tensor]:
         inputs["v_idxs_swa"] = g.input("attn_inp_v_idxs_swa", n * v_rows * I64, host)
         inputs["mask_swa"] = g.input("attn_inp_kq_mask_swa", b.n_kv_swa * n * mask, host)
     inputs["out_ids"] = g.input("out_ids", b.n_outputs * I32, host)
+    lightning = [block.recurrent for block in m.blocks
+                 if block.recurrent is not None and block.recurrent.mixer == "lightning"]
+    if lightning:
+        heads = lightning[0].n_head
+        inputs["slopes"] = g.input("slopes", heads * F32, host)
+        inputs["q_decay"] = g.input("q_decay_exp", heads * n * F32, host)
+        inputs["k_decay"] = g.input("k_decay_exp", heads * n * F32, host)
+        inputs["diag_decay"] = g.input("diag_decay_exp", n * n * heads * F32, host)
     return inputs
 
 
@@ -843,6 +859,59 @@ def _plamo2_mamba(b: _Builder, cur: Tensor, ssm: RecurrentShape, index: int,
                 "mamba_out_proj", backend=backend)
 
 
+def _lightning(b: _Builder, cur: Tensor, ssm: RecurrentShape, index: int,
+               inputs: Mapping[str, Tensor], backend: int, tail_backend: int) -> Tensor:
+    """MiniMax-01's lightning attention (its recurrent layers): the state's rows, the joint
+    Q, K, V projection, the decayed query against the old state, the decayed ``n_tokens x
+    n_tokens`` scores per head against V, the new state from the old one and the decayed
+    keys, the output made contiguous, normed and gated, the output projection."""
+    g, n = b.graph, b.rows(cur)
+    layer = f"blk.{index}"
+    heads, head = ssm.n_head, ssm.d_state
+    size = heads * head * n * F32
+    state_size = head * head * heads * F32
+    kv_old = g.op("GET_ROWS", state_size, (external(f"cache_s_{index}"), inputs["rs_copy"]),
+                  "kv_old", backend=backend)
+    qkv = g.op("MUL_MAT", 3 * size, (b.w(f"{layer}.attn_qkv"), cur), "QKVcur",
+               backend=backend)
+    qkv = g.like("UNARY", qkv, (), "QKVcur_silu", backend)
+
+    def decay(name: str) -> Tensor:
+        return g.like("UNARY", g.like("SCALE", inputs[name], (), f"{name}_scaled", backend),
+                      (), name, backend)
+
+    q_s = g.op("MUL", size, (g.view(qkv, backend=backend), decay("q_decay")), "q_s",
+               backend=backend)
+    past = g.op("MUL_MAT", size, (g.view(kv_old, backend=backend), g.view(q_s, backend=backend)),
+                "qkv_none_diag", backend=backend)
+    v = g.op("CONT", size, (g.view(qkv, backend=backend),), "v_trans", backend=backend)
+    scores = g.op("MUL_MAT", n * n * heads * F32,
+                  (g.view(qkv, backend=backend), g.view(qkv, backend=backend)), "qk",
+                  backend=backend)
+    scores = g.like("MUL", scores, (decay("diag_decay"),), "qk_s", backend)
+    current = g.op("MUL_MAT", size, (v, scores), "qkv_diag", backend=backend)
+    out = g.like("ADD", past, (current,), "qkv", backend)
+    kept = g.op("MUL", state_size, (g.view(kv_old, backend=backend), inputs["slopes"]),
+                "kv_old_s", backend=backend)
+    k = g.op("MUL", size, (g.view(qkv, backend=backend), decay("k_decay")), "k_after_decay",
+             backend=backend)
+    k = g.op("CONT", size, (g.view(k, backend=backend),), "k_after_decay_trans",
+             backend=backend)
+    new = g.op("MUL_MAT", state_size, (k, v), "kv_cur", backend=backend)
+    new = g.like("ADD", kept, (new,), "kv_new", backend)
+    g.op("CPY", 0, (new, external(f"cache_s_{index}")), backend=backend)
+    gate = g.op("MUL_MAT", ssm.d_inner * n * F32, (b.w(f"{layer}.attn_gate"), cur), "g",
+                backend=backend)
+    gate = g.like("UNARY", gate, (), "g_sigm", backend)
+    out = g.op("CONT", size, (g.view(out, backend=backend),), "qkv_permuted",
+               backend=tail_backend)
+    out = g.like("RMS_NORM", g.view(out, backend=backend), (), "qkv_norm", backend)
+    out = g.like("MUL", out, (b.w(f"{layer}.attn_norm_2"),), "qkv_normed", backend)
+    gated = g.like("MUL", gate, (out,), "attn_gated", backend)
+    return g.op("MUL_MAT", b.model.n_embd * n * F32, (b.w(f"{layer}.wo"), gated), "attn_out",
+                backend=backend)
+
+
 def _strided_view(b: _Builder, src: Tensor, width: int, n: int, backend: int) -> Tensor:
     """A view of ``width`` f32 columns of each of ``n`` rows of ``src``: as a tensor of
     its own (a scheduler's copy of it) it spans every row but the last one's tail."""
@@ -1066,18 +1135,19 @@ def _block(b: _Builder, x: Tensor, block: BlockShape, index: int, last: bool,
     if block.recurrent is not None:
         normed = _norm(b, x, f"blk.{index}.attn", backend, entry)
         mixer = {"delta_net": _delta_net, "kda": _kda, "shortconv": _shortconv,
-                 "plamo2": _plamo2_mamba}.get(
+                 "plamo2": _plamo2_mamba, "lightning": _lightning}.get(
             block.recurrent.mixer, _mamba2 if block.recurrent.version == 2 else _mamba1)
         cur = mixer(b, normed, block.recurrent, index, inputs, backend,
                     _tail_backend(b, index))
+        residual = _residual(b, x, normed, backend)
         if last:
             cur = rows(cur, "mamba_out_rows")
-            x = rows(x, "inp_rows")
-        x = g.like("ADD", cur, (x,), f"l_out-{index}", backend)
+            residual = rows(residual, "inp_rows")
+        x = g.like("ADD", cur, (_scaled_residual(b, residual, backend),), f"l_out-{index}",
+                   backend)
         if ffn is None:
             return x
-        out = _feed_forward(b, _norm(b, x, f"blk.{index}.ffn", backend), ffn, index, backend)
-        return g.like("ADD", out, (x,), f"l_out-{index}", backend)
+        return _ffn_block(b, x, ffn, index, backend)
     if attn is None:
         if ffn is None:
             return x
@@ -1112,15 +1182,36 @@ def _block(b: _Builder, x: Tensor, block: BlockShape, index: int, last: bool,
         cur = g.like("ADD", ffn_out, (projected,), f"ffn_attn-{index}", backend)
         return g.like("ADD", cur, (x,), f"l_out-{index}", backend)
     cur = _output_projection(b, core, attn, index, backend)
-    residual = x
+    residual = _residual(b, x, normed, backend)
     if last:
         cur = rows(cur, "attn_out_rows")
         residual = rows(residual, "inp_rows")
-    x = g.like("ADD", cur, (residual,), f"ffn_inp-{index}", backend)
+    x = g.like("ADD", cur, (_scaled_residual(b, residual, backend),), f"ffn_inp-{index}",
+               backend)
     if ffn is None:
         return x
-    out = _feed_forward(b, _norm(b, x, f"blk.{index}.ffn", backend), ffn, index, backend)
-    return g.like("ADD", out, (x,), f"l_out-{index}", backend)
+    return _ffn_block(b, x, ffn, index, backend)
+
+
+def _residual(b: _Builder, x: Tensor, normed: Tensor, backend: int) -> Tensor:
+    """What a block adds its attention (or mixer) output to: its input, or its normed
+    input where the model's residual is the norm's output (MiniMax-01)."""
+    return normed if b.model.residual_from_norm else x
+
+
+def _scaled_residual(b: _Builder, residual: Tensor, backend: int) -> Tensor:
+    if not b.model.residual_from_norm:
+        return residual
+    return b.graph.like("SCALE", residual, (), "residual_scaled", backend)
+
+
+def _ffn_block(b: _Builder, x: Tensor, ffn: FeedForwardShape, index: int,
+               backend: int) -> Tensor:
+    """The feed-forward half of a block: its norm, the network, the residual sum."""
+    normed = _norm(b, x, f"blk.{index}.ffn", backend)
+    out = _feed_forward(b, normed, ffn, index, backend)
+    residual = _scaled_residual(b, _residual(b, x, normed, backend), backend)
+    return b.graph.like("ADD", out, (residual,), f"l_out-{index}", backend)
 
 
 def build_graph(model: GraphModel, *, n_tokens: int, n_outputs: int, n_kv: int,
@@ -1374,6 +1465,13 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
                                        int(key("ssm.conv_kernel")), mixer="plamo2",
                                        dt_rank=w["ssm_x"] // d_inner - 2 * d_state)
             attention = None
+        elif arch in LIGHTNING and "attn_qkv" in w and "attn_gate" in w \
+                and layer.state_elements:
+            head = int(key("attention.key_length", n_embd // max(1, heads[index])))
+            recurrent = RecurrentShape(w["attn_gate"] // n_embd, head, 1,
+                                       w["attn_qkv"] // (3 * n_embd * head), 0,
+                                       mixer="lightning")
+            attention = None
         elif "shortconv.in_proj" in w and "shortconv.conv" in w:
             width = w["shortconv.in_proj"] // (3 * n_embd)
             recurrent = RecurrentShape(width, 0, 1, 0, int(key("shortconv.l_cache")) - 1,
@@ -1395,4 +1493,5 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
     return GraphModel(n_embd, int(vocab), tuple(blocks), position_embedding=positions,
                       mixed_batch=arch not in NO_MIXED_BATCH,
                       embedding_skip=arch in EMBEDDING_SKIP,
-                      rows_after_output_norm=arch in ROWS_AFTER_OUTPUT_NORM)
+                      rows_after_output_norm=arch in ROWS_AFTER_OUTPUT_NORM,
+                      residual_from_norm=arch in RESIDUAL_FROM_NORM)
