@@ -37,7 +37,6 @@ KNOWN_MISSES: dict[str, str] = {
     "hy_v4-moe.gguf": ("its hyper-connections' four residual streams and its shared-indexer "
                        "layers: the second device copies in the whole residual and four "
                        "views of it, and layer 0's top-k, each four times over"),
-    "kimi-k3-moe.gguf": "the KDA recurrent attention layers (build_kda_layer)",
     "minimax-m3-moe.gguf": "the multi-scale sparse attention (build_attn_msa_fa)",
     "qwen4exp-moe.gguf": "the pooled keys of its sparse attention (kpool)",
 }

@@ -16,7 +16,7 @@ kept four times over with pipeline parallelism.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,7 +65,7 @@ FUSED_CLAMP_EXPERTS = FUSED_CLAMP | {"maple", "hy_v4"}
 # Architectures whose recurrent blocks are Kimi delta attention layers (kimi-linear's
 # builder), and those whose are gated delta-net layers with a joint Q, K, V projection
 # (qwen35's builder), both on build_delta_net_base.
-KDA = frozenset({"kimi-linear", "bailingmoe3"})
+KDA = frozenset({"kimi-linear", "bailingmoe3", "kimi-k3"})
 DELTA_NET = frozenset({"qwen35", "qwen35moe", "qwen3next"})
 # Blocks that run attention and a Mamba-2 mixer side by side on the same input and add
 # them (Falcon-H1).
@@ -79,6 +79,9 @@ ROWS_AFTER_OUTPUT_NORM = frozenset({
     "bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "gemma4", "glm-dsa",
     "glm4moe", "glm5-next", "hy_v3", "mimo2", "nemotron_h_moe", "nemotron_h", "gpt-oss",
     "qwen35", "qwen35moe", "qwen3next", "qwen4exp", "step35"})
+# Kimi K3: cross-layer residual attention (attn_res.block_size) and the SiTU activation.
+RESIDUAL_STACK = frozenset({"kimi-k3"})
+SITU = frozenset({"kimi-k3"})
 # Architectures whose blocks add each half's output to the normed input, scaled.
 RESIDUAL_FROM_NORM = frozenset({"minimax-01"})
 # Architectures whose blocks norm their input without weights (olmo.cpp, talkie.cpp).
@@ -114,6 +117,8 @@ class AttentionShape:
     """Latent attention (MLA, absorbed): the compressed KV width; 0 for plain attention.
     ``q_width`` is then the query heads' nope + rope, ``k_width`` the rope part."""
     q_lora: int = 0
+    output_gate: bool = False
+    """The attention's output is gated by a sigmoid of its own projection (Kimi K3)."""
     kv_b_width: int = 0
     """Latent attention without absorption (MiniCPM3): the heads' decompressed K nope and
     V width, cached as plain K and V; 0 for absorbed latent attention."""
@@ -146,6 +151,12 @@ class FeedForwardShape:
     SiLU of the gate, both clamped, their product, instead of one SwiGLU."""
     shexp_clamped: bool = False
     """The shared expert's activation is clamped so."""
+    activation: str = "swiglu"
+    """"situ" for Kimi K3's gate (scaled tanh times sigmoid, computed in place), else
+    SwiGLU (or the ungated activation)."""
+    n_latent: int = 0
+    """A latent mixture of experts (Kimi K3): the routed experts run at this width,
+    projected down from the input and (normed) back up; 0 at the embedding width."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +214,10 @@ class GraphModel:
     embedding_skip: bool = False
     """The normed embeddings are kept to the end and each block adds them, scaled, to its
     output (talkie)."""
+    residual_stack_block: int = 0
+    """Kimi K3's cross-layer residual attention: every this many blocks the block's input
+    is banked, and each half of a block (and the output) reads a softmax mix of the banked
+    inputs and the running sum; 0 for a plain residual stream."""
     residual_from_norm: bool = False
     """Each half of a block adds its output to its normed input, scaled, not to its input
     (MiniMax-01)."""
@@ -521,7 +536,13 @@ def _latent_attention_core(b: _Builder, cur: Tensor, attn: AttentionShape, index
                   backend=backend)
     merged = g.op("CONT", attn.out_width * n * F32, (g.view(values, backend=backend),),
                   "kqv_out", backend=backend)
-    return g.view(merged, "kqv_out", backend=backend)
+    out = g.view(merged, "kqv_out", backend=backend)
+    if attn.output_gate:
+        gate = g.op("MUL_MAT", out.nbytes, (b.w(f"{layer}.attn_gate"), cur), "attn_gate",
+                    backend=backend)
+        gate = g.like("UNARY", gate, (), "attn_gate_sigmoid", backend)
+        out = g.like("MUL", out, (gate,), "mla_gated", backend)
+    return out
 
 
 def _decompressed_latent_attention_core(b: _Builder, cur: Tensor, attn: AttentionShape,
@@ -1002,11 +1023,20 @@ def _feed_forward(b: _Builder, cur: Tensor, ffn: FeedForwardShape, index: int,
     """The feed-forward network or mixture of experts on the normed input ``cur``."""
     layer = f"blk.{index}"
     if ffn.n_expert:
-        out = _moe(b, cur, ffn, layer, backend)
+        if ffn.n_latent:
+            latent = b.graph.op("MUL_MAT", ffn.n_latent * b.rows(cur) * F32,
+                                (b.w(f"{layer}.routed_down"), cur), "routed_in",
+                                backend=backend)
+            out = _moe(b, latent, ffn, layer, backend)
+            out = _norm(b, out, f"{layer}.routed", backend)
+            out = b.graph.op("MUL_MAT", cur.nbytes, (b.w(f"{layer}.routed_up"), out),
+                             "routed_out", backend=backend)
+        else:
+            out = _moe(b, cur, ffn, layer, backend)
         if ffn.n_ff_shexp:
-            shared = _mlp(b, cur, FeedForwardShape(ffn.n_ff_shexp, clamped=ffn.shexp_clamped),
-                          f"{layer}.shexp",
-                          backend)
+            shared = _mlp(b, cur, FeedForwardShape(ffn.n_ff_shexp, clamped=ffn.shexp_clamped,
+                                                   activation=ffn.activation),
+                          f"{layer}.shexp", backend)
             out = b.graph.like("ADD", out, (shared,), "ffn_out", backend)
         if ffn.n_ff_dense:
             dense = _mlp(b, cur, FeedForwardShape(ffn.n_ff_dense), layer, backend)
@@ -1025,6 +1055,11 @@ def _mlp(b: _Builder, cur: Tensor, ffn: FeedForwardShape, layer: str,
     if ffn.fused_up:
         up = g.op("MUL_MAT", 2 * size, (b.w(f"{layer}.up"), cur), "ffn_up", backend=backend)
         act = g.op("SWIGLU", size, (up,), "ffn_swiglu", backend=backend)
+    elif ffn.gated and ffn.activation == "situ":
+        gate = g.op("MUL_MAT", size, (b.w(f"{layer}.gate"), cur), "ffn_gate",
+                    backend=backend)
+        act = _situ(b, gate, lambda: g.op("MUL_MAT", size, (b.w(f"{layer}.up"), cur), "ffn_up",
+                                          backend=backend), backend)
     elif ffn.gated and ffn.clamped:
         gate = g.op("MUL_MAT", size, (b.w(f"{layer}.gate"), cur), "ffn_gate",
                     backend=backend)
@@ -1045,10 +1080,31 @@ def _mlp(b: _Builder, cur: Tensor, ffn: FeedForwardShape, layer: str,
                 backend=backend)
 
 
+def _situ(b: _Builder, gate: Tensor, up_projection: Callable[[], Tensor],
+          backend: int) -> Tensor:
+    """Kimi K3's SiTU: the gate scaled, through tanh and scaled back (a new tensor, as the
+    gate is read twice), times the gate's sigmoid (in place), then the up projection
+    (made only now), through the same scaled tanh, multiplied in (in place)."""
+    g = b.graph
+    scaled = g.op("SCALE", gate.nbytes, (gate,), "situ_scaled", layout=gate.layout,
+                  backend=backend)
+    scaled = g.like("SCALE", g.like("UNARY", scaled, (), "situ_tanh", backend), (),
+                    "situ_tanh_scaled", backend)
+    sigmoid = g.like("UNARY", gate, (), "situ_sigmoid", backend)
+    act = g.like("MUL", scaled, (sigmoid,), "situ_gate", backend)
+    up = up_projection()
+    up = g.like("SCALE", g.like("UNARY", g.like("SCALE", up, (), "up_scaled", backend), (),
+                                "up_tanh", backend), (), "up_tanh_scaled", backend)
+    return g.like("MUL", act, (up,), "ffn_situ", backend)
+
+
 def _moe(b: _Builder, cur: Tensor, ffn: FeedForwardShape, layer: str,
          backend: int) -> Tensor:
-    """build_moe_ffn: router, top-k, the experts' multiplications and their sum."""
-    g, n = b.graph, b.rows(cur)
+    """build_moe_ffn: router, top-k, the experts' multiplications and their sum (at the
+    latent width for a latent mixture)."""
+    g = b.graph
+    width = ffn.n_latent or b.model.n_embd
+    n = cur.nbytes // (width * F32)
     e, k = ffn.n_expert, ffn.n_expert_used
     logits = g.op("MUL_MAT", e * n * F32, (b.w(f"{layer}.gate_inp"), cur), "ffn_moe_logits",
                   backend=backend)
@@ -1071,6 +1127,11 @@ def _moe(b: _Builder, cur: Tensor, ffn: FeedForwardShape, layer: str,
         up = g.op("MUL_MAT_ID", 2 * size, (b.w(f"{layer}.gate_up_exps"), x, topk),
                   "ffn_moe_gate_up", backend=backend)
         act = g.op("SWIGLU", size, (up,), "ffn_moe_swiglu", backend=backend)
+    elif ffn.gated and ffn.activation == "situ":
+        gate = g.op("MUL_MAT_ID", size, (b.w(f"{layer}.gate_exps"), x, topk), "ffn_moe_gate",
+                    backend=backend)
+        act = _situ(b, gate, lambda: g.op("MUL_MAT_ID", size, (b.w(f"{layer}.up_exps"), x, topk),
+                                          "ffn_moe_up", backend=backend), backend)
     elif ffn.gated and ffn.clamped:
         gate = g.op("MUL_MAT_ID", size, (b.w(f"{layer}.gate_exps"), x, topk), "ffn_moe_gate",
                     backend=backend)
@@ -1090,7 +1151,7 @@ def _moe(b: _Builder, cur: Tensor, ffn: FeedForwardShape, layer: str,
         up = g.op("MUL_MAT_ID", size, (b.w(f"{layer}.up_exps"), x, topk), "ffn_moe_up",
                   backend=backend)
         act = g.like("UNARY", up, (), "ffn_moe_act", backend)
-    experts = g.op("MUL_MAT_ID", b.model.n_embd * k * n * F32,
+    experts = g.op("MUL_MAT_ID", width * k * n * F32,
                    (b.w(f"{layer}.down_exps"), act, topk), "ffn_moe_down", backend=backend)
     weighted = g.like("MUL", experts, (weights,), "ffn_moe_weighted", backend)
     views = [g.view(weighted, f"ffn_moe_weighted ({i})", cur.nbytes, backend)
@@ -1214,6 +1275,76 @@ def _ffn_block(b: _Builder, x: Tensor, ffn: FeedForwardShape, index: int,
     return b.graph.like("ADD", out, (residual,), f"l_out-{index}", backend)
 
 
+def _residual_mix(b: _Builder, stack: list[Tensor], x: Tensor, name: str,
+                  backend: int, norm_backend: int) -> Tensor:
+    """Kimi K3's ``res_mix``: the banked inputs and the running sum ``x`` each scored (an
+    RMS norm, a weighted row sum), a softmax over the scores, the banked inputs mixed by
+    their weights (one ``DSV4_HC_PRE``) plus ``x`` times its own. The norms have no
+    weights: the scheduler runs them where the previous node ran (``norm_backend``)."""
+    g, n = b.graph, b.rows(x)
+    bank = stack[-1]
+    scores = g.op("RMS_NORM", bank.nbytes, (bank,), "res_stack_norm", backend=norm_backend)
+    scores = g.like("MUL", scores, (b.w(f"{name}.res_score"),), "res_stack_scored", backend)
+    scores = g.op("SUM_ROWS", len(stack) * n * F32, (scores,), "res_stack_score",
+                  backend=backend)
+    own = g.op("RMS_NORM", x.nbytes, (x,), "res_cur_norm", backend=norm_backend)
+    own = g.like("MUL", own, (b.w(f"{name}.res_score"),), "res_cur_scored", backend)
+    own = g.op("SUM_ROWS", n * F32, (own,), "res_cur_score", backend=backend)
+    probs = g.op("CONCAT", (len(stack) + 1) * n * F32, (scores, own), "res_scores",
+                 backend=backend)
+    probs = g.like("SOFT_MAX", probs, (), "res_probs", backend)
+    weights = g.op("CONT", len(stack) * n * F32, (g.view(probs, backend=backend),),
+                   "res_probs_stack", backend=backend)
+    mixed = g.op("DSV4_HC_PRE", x.nbytes, (bank, weights), "res_mixed", backend=backend)
+    weight = g.op("CONT", n * F32, (g.view(probs, backend=backend),), "res_probs_cur",
+                  backend=backend)
+    scaled = g.op("MUL", x.nbytes, (x, weight), "res_cur", layout=x.layout, backend=backend)
+    return g.like("ADD", mixed, (scaled,), "res_mix", backend)
+
+
+def _stacked_blocks(b: _Builder, x: Tensor, inputs: Mapping[str, Tensor],
+                    backends: Sequence[int], output_backend: int) -> Tensor:
+    """Kimi K3's blocks with cross-layer residual attention (``res_push``, ``res_mix``):
+    every ``residual_stack_block`` blocks the block's input is banked (concatenated to
+    the bank) and the running sum restarts from the attention's output; each half reads a
+    mix of the bank and the running sum; the output reads one too."""
+    g, m = b.graph, b.model
+    stack: list[Tensor] = []
+    for index, block in enumerate(m.blocks):
+        backend = backends[index]
+        layer = f"blk.{index}"
+        previous = backends[index - 1] if index else backend
+        cur = _residual_mix(b, stack, x, f"{layer}.attn", backend, previous) if stack else x
+        banked = index % m.residual_stack_block == 0
+        if banked:
+            # The bank holds a reshaped view of the input: a tensor of its own, which a
+            # device reading it from another one copies apart from the input itself.
+            checkpoint = g.view(x, "res_checkpoint", backend=x.backend)
+            stack.append(checkpoint if not stack else g.op(
+                "CONCAT", stack[-1].nbytes + x.nbytes, (stack[-1], checkpoint), "res_stack",
+                backend=backend))
+        normed = _norm(b, cur, f"{layer}.attn", backend)
+        if block.recurrent is not None:
+            cur = _kda(b, normed, block.recurrent, index, inputs, backend,
+                       _tail_backend(b, index))
+        elif block.attention is not None:
+            core = _latent_attention_core(b, normed, block.attention, index, inputs, backend) \
+                if block.attention.kv_lora else \
+                _attention_core(b, normed, block.attention, index, inputs, backend)
+            cur = _output_projection(b, core, block.attention, index, backend)
+        x = cur if banked else g.like("ADD", x, (cur,), f"prefix_sum_attn-{index}", backend)
+        if block.feed_forward is None:
+            continue
+        cur = _residual_mix(b, stack, x, f"{layer}.ffn", backend, backend)
+        out = _feed_forward(b, _norm(b, cur, f"{layer}.ffn", backend), block.feed_forward,
+                            index, backend)
+        x = g.like("ADD", x, (out,), f"l_out-{index}", backend)
+    if stack:
+        x = _residual_mix(b, stack, x, "output", output_backend, backends[-1])
+    return g.op("GET_ROWS", m.n_embd * b.n_outputs * F32, (x, inputs["out_ids"]),
+                "out_rows", backend=output_backend)
+
+
 def build_graph(model: GraphModel, *, n_tokens: int, n_outputs: int, n_kv: int,
                 n_kv_swa: int = 0, flash_attn: bool = True,
                 layer_backends: Sequence[int] | None = None, output_backend: int = 0,
@@ -1232,7 +1363,9 @@ def build_graph(model: GraphModel, *, n_tokens: int, n_outputs: int, n_kv: int,
     if model.embedding_skip and model.blocks:
         # The norm has no weights: the scheduler runs it where the first layer runs.
         x = skip = b.graph.op("RMS_NORM", x.nbytes, (x,), "embd_norm", backend=backends[0])
-    for index, block in enumerate(model.blocks):
+    if model.residual_stack_block:
+        x = _stacked_blocks(b, x, inputs, backends, output_backend)
+    for index, block in enumerate(model.blocks if not model.residual_stack_block else ()):
         x = _block(b, x, block, index, index == last and not model.rows_after_output_norm,
                    inputs, backends[index])
         if skip is not None:
@@ -1350,6 +1483,7 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
         return (values + [0.0] * n_layer)[:n_layer]
 
     clamp_exps, clamp_shexp = clamps("swiglu_clamp_exp"), clamps("swiglu_clamp_shexp")
+    activation = "situ" if arch in SITU else "swiglu"
     widths: dict[int, dict[str, int]] = {i: {} for i in range(n_layer)}
     for tensor in tensors:
         match = _BLOCK.match(tensor.name)
@@ -1380,6 +1514,7 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
                 q_width, w["attn_kv_a_mqa"] // n_embd - kv_lora, 0, w["attn_output"] // n_embd,
                 heads[index], sliding=layer.sliding, kv_lora=kv_lora, q_lora=q_lora,
                 rope=arch not in LATENT_WITHOUT_ROPE,
+                output_gate=w.get("attn_gate", 0) == w["attn_output"],
                 indexer_heads=int(key("attention.indexer.head_count")) if indexer else 0,
                 indexer_dim=int(key("attention.indexer.key_length")) if indexer else 0,
                 indexer_top_k=int(key("attention.indexer.top_k")) if indexer else 0)
@@ -1419,7 +1554,8 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
         if arch in NO_FFN_WEIGHTS and "ffn_down" not in w:
             feed_forward = FeedForwardShape(0, gated=False)
         elif "ffn_gate_inp" in w and n_expert and ("ffn_down_exps" in w):
-            n_ff_exp = w["ffn_down_exps"] // (n_embd * n_expert)
+            n_latent = w["ffn_routed_down"] // n_embd if "ffn_routed_down" in w else 0
+            n_ff_exp = w["ffn_down_exps"] // ((n_latent or n_embd) * n_expert)
             shared = w.get("ffn_down_shexp", 0) // n_embd
             feed_forward = FeedForwardShape(
                 n_ff_exp, gated="ffn_gate_exps" in w or "ffn_gate_up_exps" in w,
@@ -1427,14 +1563,16 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
                 n_ff_shexp=shared, norm_weights=bool(key("expert_weights_norm", False)),
                 n_ff_dense=w.get("ffn_down", 0) // n_embd if arch in DENSE_BESIDE_EXPERTS
                 else 0, clamped=clamp_exps[index] > 0 and arch not in FUSED_CLAMP_EXPERTS,
-                shexp_clamped=clamp_shexp[index] > 0 and arch not in FUSED_CLAMP)
+                shexp_clamped=clamp_shexp[index] > 0 and arch not in FUSED_CLAMP,
+                activation=activation, n_latent=n_latent)
         elif "ffn_down" in w:
             n_ff = w["ffn_down"] // n_embd
             fused = "ffn_gate" not in w and w.get("ffn_up", 0) == 2 * w["ffn_down"]
             feed_forward = FeedForwardShape(n_ff, gated="ffn_gate" in w or fused,
                                             fused_up=fused,
                                             clamped="ffn_gate" in w and clamp_shexp[index] > 0
-                                            and arch not in FUSED_CLAMP)
+                                            and arch not in FUSED_CLAMP,
+                                            activation=activation)
         elif not any(name.startswith("ffn") for name in w) and ffn[index]:
             feed_forward = FeedForwardShape(ffn[index])
         recurrent = None
@@ -1494,4 +1632,6 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
                       mixed_batch=arch not in NO_MIXED_BATCH,
                       embedding_skip=arch in EMBEDDING_SKIP,
                       rows_after_output_norm=arch in ROWS_AFTER_OUTPUT_NORM,
-                      residual_from_norm=arch in RESIDUAL_FROM_NORM)
+                      residual_from_norm=arch in RESIDUAL_FROM_NORM,
+                      residual_stack_block=int(key("attn_res.block_size"))
+                      if arch in RESIDUAL_STACK else 0)
