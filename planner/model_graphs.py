@@ -38,6 +38,10 @@ RESIDUAL_BEFORE_ATTENTION = frozenset({"command-r", "cohere2", "cohere2moe"})
 FFN_AFTER_OUTPUT_PROJECTION = frozenset({"phi2"})
 # Latent attention without rotary embedding on its rope part (Kimi's MLA).
 LATENT_WITHOUT_ROPE = frozenset({"kimi-linear", "kimi-k3"})
+# Multi-scale sparse attention (MiniMax-M3), and the positions its indexer covers when
+# llama.cpp reserves the graph (get_n_pos on an empty cache: at least 256).
+MSA_INDEXER = frozenset({"minimax-m3"})
+MSA_MIN_POSITIONS = 256
 # Sparse attention whose lightning indexer picks each token's top-k cells
 # (llm_graph_context::build_attn for DSA); glm5-next and qwen4exp pool their keys instead.
 DSA_INDEXER = frozenset({"deepseek32", "glm-dsa", "hy_v4", "dots3note"})
@@ -130,6 +134,9 @@ class AttentionShape:
     """A sparse attention's lightning indexer (DSA): its heads, head size and top-k."""
     indexer_dim: int = 0
     indexer_top_k: int = 0
+    msa_block: int = 0
+    """Multi-scale sparse attention (MiniMax-M3): the indexer's position block; the
+    indexer's heads, head size and top-k blocks are the fields above."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,7 +287,8 @@ def _inputs(b: _Builder) -> dict[str, Tensor]:
     if any(block.recurrent is not None for block in m.blocks):
         inputs["rs_copy"] = g.input("rs_s_copy", 8 * I32, host)
     indexed = [block.attention for block in m.blocks
-               if block.attention is not None and block.attention.indexer_heads]
+               if block.attention is not None and block.attention.indexer_heads
+               and not block.attention.msa_block]
     if indexed:
         dim = indexed[0].indexer_dim
         inputs["k_rot"] = g.input("attn_inp_k_rot", dim * dim * F32, host)
@@ -306,7 +314,8 @@ def _inputs(b: _Builder) -> dict[str, Tensor]:
         top_k = min(indexed[0].indexer_top_k, b.n_kv) if indexed else 0
         leaves = []
         for index, block in enumerate(m.blocks):
-            if block.attention is not None and block.attention.indexer_heads:
+            if block.attention is not None and block.attention.indexer_heads \
+                    and not block.attention.msa_block:
                 leaf = Tensor(f"zeros-{index}", top_k * n * F32,
                               backend=b.backend_of[index] if b.backend_of else host)
                 inputs[f"zeros-{index}"] = leaf
@@ -321,6 +330,14 @@ def _inputs(b: _Builder) -> dict[str, Tensor]:
         inputs["v_idxs_swa"] = g.input("attn_inp_v_idxs_swa", n * v_rows * I64, host)
         inputs["mask_swa"] = g.input("attn_inp_kq_mask_swa", b.n_kv_swa * n * mask, host)
     inputs["out_ids"] = g.input("out_ids", b.n_outputs * I32, host)
+    sparse = [a for a in attention if a.msa_block] if b.flash_attn else []
+    if sparse:
+        positions = msa_positions(sparse[0].msa_block)
+        inputs["msa_pos_slot"] = g.input("msa_pos_slot", positions * I32, host)
+        inputs["msa_pos_mask"] = g.input("msa_pos_mask", positions * n * F32, host)
+        inputs["msa_bias"] = g.input("msa_bias", positions // sparse[0].msa_block * n * F32,
+                                     host)
+        inputs["msa_cell_blk"] = g.input("msa_cell_blk", b.n_kv * I32, host)
     lightning = [block.recurrent for block in m.blocks
                  if block.recurrent is not None and block.recurrent.mixer == "lightning"]
     if lightning:
@@ -379,6 +396,8 @@ def _attention_core(b: _Builder, cur: Tensor, attn: AttentionShape, index: int,
     v_size, out_size = attn.v_width * n * F32, attn.out_width * n * F32
     if not attn.cached:
         return _uncached_attention_core(b, cur, attn, index, inputs, backend)
+    if attn.msa_block and b.flash_attn:
+        return _sparse_attention_core(b, cur, attn, index, inputs, backend)
     if attn.fused_qkv:
         qkv = g.op("MUL_MAT", q_size + k_size + v_size, (b.w(f"{layer}.qkv"), cur), "qkv",
                    backend=backend)
@@ -419,6 +438,95 @@ def _attention_core(b: _Builder, cur: Tensor, attn: AttentionShape, index: int,
         kqv = g.op("MUL_MAT", out_size, (cache_v, probs), "kqv", backend=backend)
         out = g.op("CONT", out_size, (g.view(kqv, backend=backend),), "kqv_merged_cont",
                    backend=backend)
+    return g.view(out, "kqv_out", backend=backend)
+
+
+def msa_positions(block: int) -> int:
+    """The positions MiniMax-M3's sparse attention indexes in the graph llama.cpp
+    reserves (``llama_kv_cache_msa_context::get_n_pos`` on an empty cache), padded to
+    the indexer's block."""
+    return -(-MSA_MIN_POSITIONS // block) * block
+
+
+def _sparse_attention_core(b: _Builder, cur: Tensor, attn: AttentionShape, index: int,
+                           inputs: Mapping[str, Tensor], backend: int) -> Tensor:
+    """MiniMax-M3's multi-scale sparse attention (``build_attn_msa_fa``, a batch of one
+    stream): the indexer's key normed, roped and cached; Q, K and V cached; the indexer's
+    cached keys gathered by position and scored against its normed, roped query heads,
+    pooled per block and biased, the best blocks kept; their mask made (the block mask
+    expanded to the cache's cells and added to the causal mask) and flash attention over
+    it. The one-token graph, far smaller, is laid out the same."""
+    g, n = b.graph, b.rows(cur)
+    layer = f"blk.{index}"
+    heads, dim = attn.indexer_heads, attn.indexer_dim
+    positions = msa_positions(attn.msa_block)
+    blocks = positions // attn.msa_block
+    top = min(attn.indexer_top_k, blocks)
+    cache_idx = external(f"cache_idx_{index}")
+    ik = g.op("MUL_MAT", dim * n * F32, (b.w(f"{layer}.indexer.k_proj"), cur), "indexer_k",
+              backend=backend)
+    ik = g.op("RMS_NORM", ik.nbytes, (g.view(ik, backend=backend),), "indexer_k_norm",
+              backend=backend)
+    ik = g.like("MUL", ik, (b.w(f"{layer}.indexer.k_norm"),), "indexer_k_normed", backend)
+    ik = g.op("ROPE", ik.nbytes, (ik, inputs["pos"]), "indexer_k_rope", backend=backend)
+    g.op("SET_ROWS", 0, (g.view(ik, backend=backend), inputs["k_idxs"], cache_idx),
+         backend=backend)
+    out_size = attn.out_width * n * F32
+    q = g.op("MUL_MAT", attn.q_width * n * F32, (b.w(f"{layer}.q"), cur), "q", backend=backend)
+    q = g.op("ROPE", out_size, (g.view(q, backend=backend), inputs["pos"]), "Qcur",
+             backend=backend)
+    k = g.op("MUL_MAT", attn.k_width * n * F32, (b.w(f"{layer}.k"), cur), "k", backend=backend)
+    k = g.op("ROPE", k.nbytes, (g.view(k, backend=backend), inputs["pos"]), "Kcur",
+             backend=backend)
+    v = g.op("MUL_MAT", attn.v_width * n * F32, (b.w(f"{layer}.v"), cur), "v", backend=backend)
+    cache_k, cache_v = external(f"cache_k_{index}"), external(f"cache_v_{index}")
+    g.op("SET_ROWS", 0, (g.view(k, backend=backend), inputs["k_idxs"], cache_k),
+         backend=backend)
+    g.op("SET_ROWS", 0, (g.view(v, backend=backend), inputs["v_idxs"], cache_v),
+         backend=backend)
+    keys = g.op("GET_ROWS", positions * dim * F32, (cache_idx, inputs["msa_pos_slot"]),
+                "indexer_keys", backend=backend)
+    iq = g.op("MUL_MAT", heads * dim * n * F32, (b.w(f"{layer}.indexer.q_proj"), cur),
+              "indexer_q", backend=backend)
+    iq = g.op("RMS_NORM", iq.nbytes, (g.view(iq, backend=backend),), "indexer_q_norm",
+              backend=backend)
+    iq = g.like("MUL", iq, (b.w(f"{layer}.indexer.q_norm"),), "indexer_q_normed", backend)
+    iq = g.op("ROPE", iq.nbytes, (iq, inputs["pos"]), "indexer_q_rope", backend=backend)
+    scores = g.op("MUL_MAT", positions * heads * n * F32, (keys, g.view(iq, backend=backend)),
+                  "msa_scores", backend=backend)
+    scores = g.like("ADD", scores, (g.view(inputs["msa_pos_mask"], backend=backend),),
+                    "msa_scores_masked", backend)
+    pooled = g.op("POOL_2D", blocks * heads * n * F32, (scores,), "msa_bs", backend=backend)
+    pooled = g.like("ADD", pooled, (g.view(inputs["msa_bias"], backend=backend),), "msa_bsf",
+                    backend)
+    picked = g.op("TOP_K", top * heads * n * I32, (pooled,), "msa_top_k", backend=backend)
+    zero = g.op("CPY", top * heads * n * F32, (picked,), "msa_top_k_f32", backend=backend)
+    zero = g.like("SCALE", zero, (), "msa_zero", backend)
+    floor = g.op("SCALE", blocks * n * F32, (g.view(inputs["msa_bias"], backend=backend),),
+                 "msa_ninf", backend=backend)
+    floor = g.op("CPY", blocks * n * F16, (floor,), "msa_ninf_f16", backend=backend)
+    floor = g.op("REPEAT", blocks * heads * n * F16, (floor,), "msa_ninf_heads",
+                 backend=backend)
+    unmasked = Tensor("msa_block_mask_rows", floor.nbytes, "SET_ROWS",
+                      (g.view(floor, backend=backend), zero, g.view(picked, backend=backend)),
+                      view_src=floor, backend=backend)
+    g.nodes.append(unmasked)
+    block_mask = g.op("CONT", floor.nbytes, (g.view(unmasked, backend=backend),),
+                      "msa_block_mask", backend=backend)
+    block_mask = g.op("CONT", floor.nbytes, (g.view(block_mask, backend=backend),),
+                      "msa_block_mask_t", backend=backend)
+    cells = g.op("GET_ROWS", n * heads * b.n_kv * F32, (block_mask, inputs["msa_cell_blk"]),
+                 "msa_cell_mask", backend=backend)
+    cells = g.op("CONT", cells.nbytes, (g.view(cells, backend=backend),), "msa_cell_mask_t",
+                 backend=backend)
+    causal = g.op("CPY", b.n_kv * n * F32, (inputs["mask"],), "msa_causal_f32",
+                  backend=backend)
+    mask = g.like("ADD", cells, (g.view(causal, backend=backend),), "msa_mask", backend)
+    mask = g.op("CPY", b.n_kv * n * heads * F16, (mask,), "msa_mask4", backend=backend)
+    out = g.op("FLASH_ATTN_EXT", out_size, (g.view(q, backend=backend), cache_k, cache_v, mask),
+               "msa_fattn", backend=backend)
+    out = g.op("CONT", out_size, (g.view(out, backend=backend),), "msa_fattn_cont",
+               backend=backend)
     return g.view(out, "kqv_out", backend=backend)
 
 
@@ -1536,12 +1644,21 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
                 q_width = w["attn_q"] // n_embd
                 k_width = w.get("attn_k", 0) // n_embd
                 v_width = w.get("attn_v", 0) // n_embd
+            sparse = arch in MSA_INDEXER and "indexer.q_proj" in w
             attention = AttentionShape(q_width, k_width, v_width, out_width, heads[index],
                                        sliding=layer.sliding, fused_qkv="attn_qkv" in w,
                                        parallel=parallel, cached=memory.kind != "none",
                                        rope=not positions and (
                                            arch not in ROPE_ON_SLIDING_ONLY or layer.sliding
-                                           or index < lead))
+                                           or index < lead),
+                                       indexer_heads=int(key("attention.indexer.head_count"))
+                                       if sparse else 0,
+                                       indexer_dim=int(key("attention.indexer.key_length"))
+                                       if sparse else 0,
+                                       indexer_top_k=int(key("attention.indexer.top_k"))
+                                       if sparse else 0,
+                                       msa_block=int(key("attention.indexer.block_size"))
+                                       if sparse else 0)
         elif heads[index] and layer.key_elements:
             # No projection tensors to measure: the widths the metadata gives.
             head_k = int(key("attention.key_length", n_embd // heads[index]))
