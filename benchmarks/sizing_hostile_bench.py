@@ -83,7 +83,7 @@ def _setup(folder: Path) -> dict[str, list[str]]:
         # TPOT targets between the fastest any fleet does and the cheapest fleet's: a
         # fleet of more memory plans a longer context and misses them (each ended in
         # SizingTooLarge after 3,000 plans); the hardest of a ladder over the presets
-        # (deepseek-v3.2 at 54 ms still is: its plans' hops are not in the floor).
+        # (deepseek-v3.2 at 54 ms: its plans' hops count in the floor).
         "size llama-3.1-70b --tpot 84": ["size", "llama-3.1-70b", "--tpot", "84"],
         "size glm-4.6 --tpot 87": ["size", "glm-4.6", "--tpot", "87", "--json"],
         "size glm-4.6 --tpot 87, table output with the Pareto front":

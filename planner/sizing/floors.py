@@ -167,6 +167,17 @@ def decode_floor(kinds: Sequence[GpuModel], traffic: ModelTraffic, probe: Planni
                        tuple(kv_rates), fixed, tuple(pair_rates), width, lanes)
 
 
+def least_hop_ms(kinds: Sequence[GpuModel], options: Mapping[str, Any]) -> float:
+    """The least time a hop between two stages on ``kinds`` takes (its calibrated fixed
+    time; none for the plain bandwidth-bound estimate): a plan of ``k`` stages pays
+    ``k - 1`` of them."""
+    if _efficiency_option(options) is not None or not kinds:
+        return 0.0
+    calibration = load_calibration()
+    return min(calibration.fixed_ms(calibration.hop_ms, gpu.backend, [], "")
+               for gpu in kinds) * _MARGIN
+
+
 def most_read_per_held_byte(traffic: ModelTraffic, probe: PlanningInput,
                             contexts: Sequence[int]) -> tuple[float, float]:
     """The most weight and cache bytes a decode step reads per byte a stage holds, over

@@ -637,8 +637,9 @@ class _Levels:
     each stage takes its ``g`` or, where it must leave one layer to each later stage,
     exactly that. A partial fleet's **level** is the highest such context; every fleet
     below it in the search plans that context or a higher one, so its plan reads at
-    least the cache of that context (:class:`floors.DecodeFloor`): a level no plan reads
-    within the TPOT target is **dead**, and the level's read-time covers hold below it.
+    least the cache of that context (:class:`floors.DecodeFloor`) and hops between as
+    many stages as it takes to hold the model there: a level no plan reads within the
+    TPOT target is **dead**, and the level's read-time covers hold below it.
 
     Only with a TPOT target, no latencies and no memory rule that reserves bytes per
     node (which this walk leaves out); else there are no levels."""
@@ -656,6 +657,7 @@ class _Levels:
                 or any(gpu.stage_transfer_latency_ms is not None for gpu in search.kinds)):
             return
         floor = search.decode_floor(probe)
+        hop = floors.least_hop_ms(search.kinds, search.options)
         for context in sorted(c for c in candidates if c > c0):
             if any(probe.memory_rule.node_reserves(probe, context, lanes).values()
                    for lanes in rules.lane_candidates(probe)):
@@ -664,7 +666,11 @@ class _Levels:
             costs = rules.layer_bytes(probe, context, fewest_lanes)
             self.contexts.append(context)
             self.spans.append([_surest_run(gpu.usable_bytes, costs) for gpu in search.kinds])
-            self.dead.append(floor.least_ms(context) > target)
+            # A plan at this context or above has at least as many stages as the most
+            # layers any node holds there take to cover the model: a hop between each.
+            most = max(_longest_run(gpu.usable_bytes, costs) for gpu in search.kinds)
+            stages = -(-self.layer_count // most) if most else self.layer_count
+            self.dead.append(floor.least_ms(context) + (stages - 1) * hop > target)
 
     def level(self, sure: Sequence[tuple[int, int]]) -> int:
         """The highest level a partial fleet surely plans at (-1: none), from the layers
