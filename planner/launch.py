@@ -24,11 +24,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from planner._validate import shown
+from planner._validate import Fail, instance, integer, shown, text
 from planner.errors import CodedError
 from planner.fleet import FleetDocument
 from planner.fleet._fields import address_problem
-from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_UBATCH
+from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_UBATCH, MAX_LAYERS
 from planner.memory import LlamaCppSettings
 from planner.planning import Plan
 from planner.units import layer_range
@@ -108,6 +108,7 @@ def shell_quote(argument: str) -> str:
     surrogate escapes) is written ``$'...'`` with every byte outside printable ASCII as
     ``\\xHH``: bash turns those into the same bytes in every locale, and the printed
     command shows no raw control character."""
+    instance(argument, str, _bad_argument("argument"), "text")
     if argument.isprintable():
         return shlex.quote(argument)
     escaped = []
@@ -118,7 +119,49 @@ def shell_quote(argument: str) -> str:
 
 
 def shell_join(argv: Sequence[str]) -> str:
-    return " ".join(shell_quote(argument) for argument in argv)
+    """``argv`` as one bash line, each argument quoted by :func:`shell_quote`."""
+    return " ".join(shell_quote(argument) for argument in _texts(argv, "argv"))
+
+
+def _bad_argument(name: str) -> Fail:
+    return lambda problem, value: LaunchError(
+        "InvalidLaunchSettings", f"{name} {problem} (got {shown(value)})", field=name,
+        value=shown(value))
+
+
+def _texts(values: Any, name: str) -> list[str]:
+    """``values`` as a list of strings: a list or tuple of text, not one string."""
+    fail = _bad_argument(name)
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+        raise fail("must be a list of text arguments", values)
+    for value in values:
+        instance(value, str, fail, "a list of text arguments")
+    return list(values)
+
+
+def _ranges(ranges: Any, layer_count: Any = None) -> list[tuple[int, int]]:
+    """``ranges`` checked: one ``(start, end)`` pair of whole numbers per device, in
+    order, each at least one layer, together the layers ``0..layer_count`` when that is
+    given (itself from 1 to :data:`~planner.limits.MAX_LAYERS`)."""
+    fail = _bad_argument("ranges")
+    if layer_count is not None:
+        layer_count = integer(layer_count, _bad_argument("layer_count"), minimum=1,
+                              maximum=MAX_LAYERS)
+    if isinstance(ranges, str | bytes) or not isinstance(ranges, Sequence) or not ranges:
+        raise fail("must be a non-empty list of (start, end) layer ranges", ranges)
+    checked: list[tuple[int, int]] = []
+    for pair in ranges:
+        if isinstance(pair, str | bytes) or not isinstance(pair, Sequence) or len(pair) != 2:
+            raise fail("must be a list of (start, end) layer ranges", pair)
+        start = integer(pair[0], fail, minimum=checked[-1][1] if checked else 0,
+                        maximum=MAX_LAYERS)
+        end = integer(pair[1], fail, minimum=start + 1, maximum=MAX_LAYERS)
+        if checked and start != checked[-1][1]:
+            raise fail("must follow each other without a gap", pair)
+        checked.append((start, end))
+    if layer_count is not None and (checked[0][0], checked[-1][1]) != (0, layer_count):
+        raise fail(f"must cover layers 0 to {layer_count} (the layer count)", ranges)
+    return checked
 
 
 def _stage(launch: Launch, node_id: str) -> LaunchStage:
@@ -128,7 +171,7 @@ def _stage(launch: Launch, node_id: str) -> LaunchStage:
 def tensor_split(ranges: Sequence[tuple[int, int]]) -> list[int]:
     """``-ts`` weights that put exactly ``ranges`` on the devices (the output layer is one
     more unit on the last device)."""
-    counts = [end - start for start, end in ranges]
+    counts = [end - start for start, end in _ranges(ranges)]
     counts[-1] += 1
     return counts
 
@@ -138,7 +181,9 @@ def layer_devices(ranges: Sequence[tuple[int, int]], layer_count: int) -> list[i
     ``-ts`` of :func:`tensor_split`, computed the way llama.cpp does, in float32."""
     import numpy as np
 
-    splits = np.array(tensor_split(ranges), dtype=np.float32)
+    layer_count = integer(layer_count, _bad_argument("layer_count"), minimum=1,
+                          maximum=MAX_LAYERS)
+    splits = np.array(tensor_split(_ranges(ranges, layer_count)), dtype=np.float32)
     cumulative = np.cumsum(splits, dtype=np.float32)
     cumulative = cumulative / np.float32(cumulative[-1])
     total = layer_count + 1
@@ -150,6 +195,11 @@ def layer_devices(ranges: Sequence[tuple[int, int]], layer_count: int) -> list[i
 
 
 def split_address(address: str) -> tuple[str, int]:
+    """An rpc-server address's host and port (``host:port``, checked)."""
+    problem = address_problem(address) if isinstance(address, str) else "must be text"
+    if problem is not None:
+        raise LaunchError("InvalidLaunchSettings", f"the address {problem} (got "
+                          f"{shown(address)})", field="address", value=shown(address))
     host, _, port = address.rpartition(":")
     return host, int(port)
 
@@ -166,6 +216,24 @@ def build_launch(stages: Sequence[Any], model_path: str, settings: LlamaCppSetti
     ``layer_end``, in order). A node without an address is reached as
     ``{node_id}:50052``. An rpc-server reached by host name listens on every IPv4
     interface (``--host 0.0.0.0``): llama.cpp's rpc-server binds IPv4 addresses only."""
+    model_path = text(model_path, _bad_argument("model_path"))
+    layer_count = integer(layer_count, _bad_argument("layer_count"), minimum=1,
+                          maximum=MAX_LAYERS)
+    instance(settings, LlamaCppSettings, _bad_argument("settings"), "a LlamaCppSettings")
+    rpc_server = text(rpc_server, _bad_argument("rpc_server"))
+    llama_server = text(llama_server, _bad_argument("llama_server"))
+    extra_server_args = _texts(extra_server_args, "extra_server_args")
+    if addresses is not None and not isinstance(addresses, Mapping):
+        raise _bad_argument("addresses")("must be a mapping of node id to address",
+                                         addresses)
+    if isinstance(stages, str | bytes) or not isinstance(stages, Sequence) or not stages:
+        raise _bad_argument("stages")("must be a non-empty list of stages", stages)
+    for stage in stages:
+        if not all(hasattr(stage, name) for name in ("node_id", "layer_start", "layer_end")):
+            raise _bad_argument("stages")("must be stages with node_id, layer_start and "
+                                          "layer_end", stage)
+        instance(stage.node_id, str, _bad_argument("stages"), "stages with text node ids")
+    _ranges([(stage.layer_start, stage.layer_end) for stage in stages], layer_count)
     addresses = dict(addresses or {})
     placed = []
     servers = []
@@ -226,6 +294,10 @@ def launch_for_plan(document: FleetDocument, plan: Plan, *, model_path: str | No
     plan's context and lanes, the model's KV cache type for K and V, and the rpc-server
     addresses the fleet file gives. ``model_path`` is the GGUF file as the serving host
     sees it (default: the fleet file's ``gguf``, resolved from the file's folder)."""
+    instance(document, FleetDocument, _bad_argument("document"), "a FleetDocument")
+    instance(plan, Plan, _bad_argument("plan"), "a Plan")
+    if model_path is not None:
+        model_path = text(model_path, _bad_argument("model_path"))
     if model_path is None:
         found = document.model.gguf_path(document.base_dir)
         if found is None:

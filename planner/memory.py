@@ -49,13 +49,15 @@ from typing import Any, ClassVar
 
 import pandas as pd
 
-from planner._validate import Fail, flag, integer, is_integral, shown
+from planner._validate import Fail, flag, instance, integer, is_integral, shown
 from planner.errors import CodedError, InvalidInput
 from planner.limits import (
     DEFAULT_BATCH,
     DEFAULT_CACHE_TYPE,
     DEFAULT_PARALLEL_LANES,
     DEFAULT_UBATCH,
+    MAX_BYTES,
+    MAX_LAYERS,
 )
 from planner.model_graphs import (
     AttentionShape,
@@ -95,6 +97,10 @@ ACCURACY_TARGETS: dict[str, tuple[str, float]] = {
 
 def within_target(component: str, estimated: int, measured: int) -> bool:
     """Whether an estimate of ``component`` is within its accuracy target."""
+    if not isinstance(component, str) or component not in ACCURACY_TARGETS:
+        raise _bad("component")(f"must be one of {', '.join(ACCURACY_TARGETS)}", component)
+    estimated = integer(estimated, _bad("estimated"))
+    measured = integer(measured, _bad("measured"))
     kind, limit = ACCURACY_TARGETS[component]
     error = abs(estimated - measured)
     if kind == "abs":
@@ -129,6 +135,32 @@ def _bad(name: str, limit: str = "") -> Fail:
         f"(got {shown(value)})", field=name, value=value)
 
 
+def _cache_type(value: Any, name: str) -> str:
+    """A KV cache type llama.cpp knows; refused naming the argument it was given as."""
+    if not isinstance(value, str) or value not in CACHE_TYPES:
+        try:
+            check_cache_type(value)
+        except CodedError as error:
+            raise type(error)(error.code, f"{name}: {error.message}",
+                              **{**error.details, "field": name}) from None
+    return str(value)
+
+
+def _model(value: Any) -> LlamaCppModel:
+    model: LlamaCppModel = instance(value, LlamaCppModel, _bad("model"), "a LlamaCppModel")
+    return model
+
+
+def _settings(value: Any) -> LlamaCppSettings:
+    settings: LlamaCppSettings = instance(value, LlamaCppSettings, _bad("settings"),
+                                          "a LlamaCppSettings")
+    return settings
+
+
+def _layer_index(model: LlamaCppModel, index: Any) -> int:
+    return integer(index, _bad("index"), maximum=len(model.layers) - 1)
+
+
 def _check_positive(value: Any, name: str, minimum: int = 1,
                     maximum: int | None = None) -> int:
     limit = " (llama.cpp's limit)" if maximum is not None else ""
@@ -137,7 +169,9 @@ def _check_positive(value: Any, name: str, minimum: int = 1,
 
 def require_flash_attention(cache_type_v: str, flash_attn: bool) -> None:
     """llama.cpp refuses a quantized V cache without flash attention (llama_context)."""
-    if not flash_attn and CACHE_TYPES[check_cache_type(cache_type_v)][0] > 1:
+    flash_attn = flag(flash_attn, _bad("flash_attn"))
+    _cache_type(cache_type_v, "cache_type_v")
+    if not flash_attn and CACHE_TYPES[cache_type_v][0] > 1:
         raise MemoryModelError(
             "QuantizedVCacheNeedsFlashAttention",
             f"V cache type {cache_type_v} is quantized, and llama.cpp refuses it without "
@@ -235,6 +269,8 @@ def _aligned(size: int, alignment: int = TENSOR_ALIGNMENT) -> int:
 
 def model_from_gguf(path: str | Path) -> LlamaCppModel:
     """The llama.cpp layout of the GGUF model at ``path`` (any shard of a split model)."""
+    if not isinstance(path, str | Path):
+        raise _bad("path")("must be a file path", path)
 
     from planner.models.gguf_reader import from_gguf, read_shards
 
@@ -327,11 +363,12 @@ class LlamaCppSettings:
             object.__setattr__(self, name, _check_positive(getattr(self, name), name,
                                                            maximum=maximum))
         object.__setattr__(self, "overhead_bytes",
-                           _check_positive(self.overhead_bytes, "overhead_bytes", minimum=0))
+                           integer(self.overhead_bytes, _bad("overhead_bytes"), minimum=0,
+                                   maximum=MAX_BYTES))
         for name in ("kv_unified", "flash_attn"):
             object.__setattr__(self, name, flag(getattr(self, name), _bad(name)))
-        check_cache_type(self.cache_type_k)
-        check_cache_type(self.cache_type_v)
+        _cache_type(self.cache_type_k, "cache_type_k")
+        _cache_type(self.cache_type_v, "cache_type_v")
         require_flash_attention(self.cache_type_v, self.flash_attn)
 
     @property
@@ -434,6 +471,9 @@ class MemoryEstimate:
 
 def even_ranges(layer_count: int, devices: int) -> list[tuple[int, int]]:
     """Contiguous layer ranges as even as possible, earlier devices taking the extra."""
+    layer_count = integer(layer_count, _bad("layer_count"), minimum=1, maximum=MAX_LAYERS)
+    devices = integer(devices, _bad("devices"), minimum=1)
+    _check_device_count(layer_count, devices, "devices")
     base, extra = divmod(layer_count, devices)
     ranges, start = [], 0
     for index in range(devices):
@@ -461,6 +501,10 @@ def _shown_counts(counts: Sequence[Any], limit: int = 8) -> str:
 
 
 def ranges_from_counts(layer_count: int, counts: Sequence[int]) -> list[tuple[int, int]]:
+    """The layer ranges of devices running ``counts`` layers each, in order."""
+    layer_count = integer(layer_count, _bad("layer_count"), minimum=1, maximum=MAX_LAYERS)
+    if isinstance(counts, str | bytes) or not isinstance(counts, Sequence):
+        raise _bad("layers_per_device")("must be a list of layer counts", counts)
     _check_device_count(layer_count, len(counts), "layers_per_device")
     if not all(is_integral(c) and c >= 1 for c in counts) or sum(counts) != layer_count:
         raise MemoryModelError(
@@ -481,7 +525,8 @@ def layer_kv_bytes(model: LlamaCppModel, index: int, settings: LlamaCppSettings)
     indexer rows and a compressed attention's caches. Without flash attention V is stored
     transposed and every layer's V row is padded to the widest (llama_kv_cache,
     TAG_V_CACHE_VARIABLE)."""
-    layer = model.layers[index]
+    layer = _model(model).layers[_layer_index(model, index)]
+    _settings(settings)
     unified = settings.kv_unified and not model.per_sequence_streams
     streams = 1 if unified else settings.parallel
     cells = (settings.window_cells(model.sliding_window, unified) if layer.sliding
@@ -511,13 +556,15 @@ NO_FLASH_ATTENTION = frozenset({"grok"})
 
 def runs_flash_attention(model: LlamaCppModel, settings: LlamaCppSettings) -> bool:
     """Whether llama.cpp runs the model's attention with flash attention."""
-    return settings.flash_attn and model.architecture not in NO_FLASH_ATTENTION
+    _model(model)
+    return _settings(settings).flash_attn and model.architecture not in NO_FLASH_ATTENTION
 
 
 def layer_state_bytes(model: LlamaCppModel, index: int, settings: LlamaCppSettings) -> int:
     """Recurrent state llama.cpp allocates for one layer (llama_memory_recurrent): f32 R
     and S rows for each of ``max(1, parallel)`` sequences, whatever the context."""
-    elements = model.layers[index].state_elements
+    elements = _model(model).layers[_layer_index(model, index)].state_elements
+    _settings(settings)
     return _aligned(elements * 4 * max(1, settings.parallel)) if elements else 0
 
 
@@ -529,7 +576,36 @@ def device_compute_bytes(model: LlamaCppModel, settings: LlamaCppSettings,
     does it. With no ranges, the host runs everything (the list is empty). Over two or
     more devices the scheduler keeps every input and every tensor a device reads from
     another one :data:`SCHED_MAX_COPIES` times (pipeline parallelism)."""
-    return _device_compute_bytes(model, settings, tuple(ranges))
+    ranges = _checked_ranges(_model(model), ranges)
+    return _device_compute_bytes(model, _settings(settings), tuple(ranges))
+
+
+def _checked_ranges(model: LlamaCppModel, ranges: Any) -> list[tuple[int, int]]:
+    """``ranges`` as ``(start, end)`` pairs, contiguous, in order, each one layer or
+    more and covering every layer of ``model`` (or none: the host alone)."""
+    layer_count = model.layer_count
+    if isinstance(ranges, str | bytes) or not isinstance(ranges, Sequence) or any(
+            isinstance(pair, str | bytes) or not isinstance(pair, Sequence) or len(pair) != 2
+            for pair in ranges):
+        raise _bad("ranges")("must be a list of (start, end) layer ranges", ranges)
+    _check_device_count(layer_count, len(ranges), "ranges")
+    checked = []
+    expected = 0
+    for start, end in ranges:
+        if (not (is_integral(start) and is_integral(end)) or int(start) != expected
+                or int(end) <= int(start)):
+            raise MemoryModelError(
+                "InvalidMemorySettings",
+                f"layer ranges {shown(ranges)} must be contiguous, in order and non-empty",
+                field="ranges", value=shown(ranges))
+        expected = int(end)
+        checked.append((int(start), int(end)))
+    if checked and expected != layer_count:
+        raise MemoryModelError(
+            "InvalidMemorySettings",
+            f"layer ranges {checked} cover {expected} of {layer_count} layers",
+            field="ranges", value=checked)
+    return checked
 
 
 @lru_cache(maxsize=256)
@@ -556,7 +632,7 @@ def stage_compute_bytes(model: LlamaCppModel, settings: LlamaCppSettings) -> tup
     a pipeline stage before the last (the larger of a first stage of one layer and a
     middle stage of every layer but the first and the last) and that of the output
     stage (the last layer and the output head), from a three-stage split of the model."""
-    count = model.layer_count
+    count = _model(model).layer_count
     if count < 3:
         devices, _ = device_compute_bytes(model, settings, [(0, 1), (1, count)] if count == 2
                                           else [(0, count)])
@@ -572,26 +648,13 @@ def estimate(model: LlamaCppModel, settings: LlamaCppSettings,
     """Per-device memory of ``model`` split over devices by ``ranges`` (contiguous, in
     order, covering every layer). ``devices=0`` is the host alone; ``devices=D`` without
     ranges splits the layers evenly over D devices."""
-    layer_count = model.layer_count
+    layer_count = _model(model).layer_count
+    _settings(settings)
     if ranges is None:
         count = 1 if devices is None else _check_positive(devices, "devices", minimum=0)
         _check_device_count(layer_count, count, "devices")
         ranges = [] if count == 0 else even_ranges(layer_count, count)
-    _check_device_count(layer_count, len(ranges), "ranges")
-    ranges = [(start, end) for start, end in ranges]
-    expected = 0
-    for start, end in ranges:
-        if start != expected or end <= start:
-            raise MemoryModelError(
-                "InvalidMemorySettings",
-                f"layer ranges {ranges} must be contiguous, in order and non-empty",
-                field="ranges", value=ranges)
-        expected = end
-    if ranges and expected != layer_count:
-        raise MemoryModelError(
-            "InvalidMemorySettings",
-            f"layer ranges {ranges} cover {expected} of {layer_count} layers",
-            field="ranges", value=ranges)
+    ranges = _checked_ranges(model, ranges)
     output_buffer = _aligned(model.vocab_size * max(1, settings.parallel) * 4)
     notes: list[str] = []
     if settings.flash_attn and not runs_flash_attention(model, settings):
@@ -658,7 +721,16 @@ class LlamaCppCosts:
     """``(node_id, bytes)``: each node's backend overhead (0 for nodes not listed)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "lanes", _check_positive(self.lanes, "lanes"))
+        _model(self.model)
+        if isinstance(self.overhead_bytes, str | bytes) or not isinstance(
+                self.overhead_bytes, Sequence | Mapping) or not all(
+                isinstance(pair, Sequence) and not isinstance(pair, str) and len(pair) == 2
+                for pair in (self.overhead_bytes.items() if isinstance(
+                    self.overhead_bytes, Mapping) else self.overhead_bytes)):
+            raise _bad("overhead_bytes")("must be (node id, bytes) pairs",
+                                         self.overhead_bytes)
+        object.__setattr__(self, "lanes", _check_positive(self.lanes, "lanes",
+                                                          maximum=LLAMA_MAX_SEQ))
         object.__setattr__(self, "ubatch", _check_positive(self.ubatch, "ubatch"))
         object.__setattr__(self, "flash_attn", flag(self.flash_attn, _bad("flash_attn")))
         self.settings(4096)  # the cache types, ubatch and flash attention are valid
@@ -757,7 +829,19 @@ def node_overheads(nodes: Sequence[Any], node_kinds: Mapping[str, str] | None = 
     as a fleet file's ``gpu`` gives them); nodes of unknown kind are left out (overhead
     0)."""
     from planner.models import load_backend_overheads, load_gpu_catalog
-    from planner.models.gpus import node_gpu_kinds
+    from planner.models.gpus import GpuModel, node_gpu_kinds
+    from planner.planning import NodeBudget
+
+    if isinstance(nodes, str | bytes) or not isinstance(nodes, Sequence) or not all(
+            isinstance(node, NodeBudget) for node in nodes):
+        raise _bad("nodes")("must be a list of NodeBudget", nodes)
+    for name, mapping in (("node_kinds", node_kinds), ("backend_overheads", backend_overheads)):
+        if mapping is not None and not isinstance(mapping, Mapping):
+            raise _bad(name)("must be a mapping", mapping)
+    if catalog is not None and (isinstance(catalog, str | bytes)
+                                or not isinstance(catalog, Sequence)
+                                or not all(isinstance(gpu, GpuModel) for gpu in catalog)):
+        raise _bad("catalog")("must be a list of GpuModel", catalog)
 
     catalog = load_gpu_catalog() if catalog is None else catalog
     defaults = load_backend_overheads() if backend_overheads is None else backend_overheads

@@ -379,6 +379,8 @@ def load_grid(path: str | Path) -> tuple[SweepGrid, str]:
     """A grid file: ``evaluate = "availability"``, ``[axes]`` (lists) and ``[fixed]``
     (single values). Relative ``fleet`` and ``catalog`` paths start at the file's folder.
     Returns the grid (its rows built as a sweep takes them) and the evaluation."""
+    if not isinstance(path, str | os.PathLike) or not str(path).strip():
+        raise _setting("path")("must be a file path", path)
     path = Path(path)
     try:
         data = tomllib.loads(read_regular_file(path).decode("utf-8"))
@@ -437,7 +439,10 @@ Documents = Mapping[str, "FleetDocument | CodedError"]
 def _document(row: Mapping[str, Any], documents: Documents) -> FleetDocument:
     if "fleet" not in row:
         raise SweepError("InvalidGrid", "this evaluation needs a fleet column", column="fleet")
-    document = documents[row["fleet"]]
+    document = documents.get(row["fleet"])
+    if document is None:
+        raise SweepError("InvalidGrid", f"fleet {shown(row['fleet'])} is not among the fleet "
+                         "documents given", column="fleet", field="documents")
     if isinstance(document, CodedError):
         raise document
     if "model" in row:
@@ -571,10 +576,25 @@ class Batch:
     documents: dict[str, FleetDocument | CodedError]
 
 
+def _evaluation(value: Any) -> str:
+    if not isinstance(value, str) or value not in EVALUATIONS:
+        raise _setting("evaluation")(f"must be one of {', '.join(EVALUATIONS)}", value)
+    return value
+
+
+def _mapping(value: Any, name: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _setting(name)("must be a mapping", value)
+    return value
+
+
 def evaluate_scenario(evaluation: str, row: Mapping[str, Any],
                       documents: Documents) -> dict[str, Any]:
     """One scenario's result columns; a coded error becomes ``error_code`` and
     ``error_message`` instead of stopping the sweep."""
+    _evaluation(evaluation)
+    _mapping(row, "row")
+    _mapping(documents, "documents")
     try:
         if evaluation == "size":
             values = _evaluate_size(row, documents)
@@ -598,6 +618,10 @@ def scenario_key(evaluation: str, row: Mapping[str, Any],
     """What a saved result is matched by: the evaluation, the row, and ``inputs``, what
     identifies the files the row names (so an edited fleet file or catalog is evaluated
     again instead of resumed from a stale result)."""
+    _evaluation(evaluation)
+    _mapping(row, "row")
+    if inputs is not None:
+        _mapping(inputs, "inputs")
     text = json.dumps([evaluation, sorted(row.items()), sorted((inputs or {}).items())],
                       sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
@@ -656,6 +680,7 @@ def record_problem(evaluation: str) -> Callable[[Mapping[str, Any]], str | None]
     """What is wrong with a saved record of ``evaluation`` (``None`` when it could be a
     result): its columns, their types, and their ranges (shares within [0, 1], other
     numbers at least 0, whole numbers within 64 bits)."""
+    _evaluation(evaluation)
     schema = {**RESULT_COLUMNS[evaluation], **ERROR_COLUMNS}
     allowed = {"scenario", "scenario_key", *schema}
 
@@ -707,7 +732,16 @@ class _Results:
 def results_frame(grid: pd.DataFrame | SweepGrid, evaluation: str,
                   columns: Mapping[str, Sequence[Any]]) -> pd.DataFrame:
     """The grid's columns, ``scenario``, then the evaluation's typed result columns."""
-    schema = {**RESULT_COLUMNS[evaluation], **ERROR_COLUMNS}
+    if not isinstance(grid, pd.DataFrame | SweepGrid):
+        raise _setting("grid")("must be a pandas DataFrame or a SweepGrid", grid)
+    schema = {**RESULT_COLUMNS[_evaluation(evaluation)], **ERROR_COLUMNS}
+    _mapping(columns, "columns")
+    for name in schema:
+        values = columns.get(name)
+        if (isinstance(values, str | bytes) or not isinstance(values, Sequence)
+                or len(values) != len(grid)):
+            raise _setting("columns")(f"must hold {name} as a list of {len(grid)} values",
+                                      values)
     results = pd.DataFrame({name: pd.array(list(columns[name]), dtype=dtype)
                             for name, dtype in schema.items()})
     frame = (grid.to_frame() if isinstance(grid, SweepGrid)
@@ -719,6 +753,10 @@ def results_frame(grid: pd.DataFrame | SweepGrid, evaluation: str,
 
 def write_results(frame: pd.DataFrame, output: str | Path) -> Path:
     """Parquet for ``.parquet``, CSV for ``.csv``."""
+    if not isinstance(frame, pd.DataFrame):
+        raise _setting("frame")("must be a pandas DataFrame", frame)
+    if not isinstance(output, str | os.PathLike) or not str(output).strip():
+        raise _setting("output")("must be a file path", output)
     path = Path(output)
     temporary = path.with_name(path.name + ".tmp")
     if path.suffix == ".parquet":

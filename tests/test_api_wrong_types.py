@@ -221,3 +221,252 @@ def test_node_budgets_of_no_request_is_a_coded_error(request_value: Any) -> None
 def test_node_budgets_takes_a_request_as_a_mapping() -> None:
     request = _request()
     assert node_budgets(request.to_dict()).equals(node_budgets(request))
+
+
+# -- every public function of launch, memory, sweep and size_fleet ----------------------
+#
+# Each argument of each call below is given every value of WRONG in turn; each must be a
+# coded error naming the argument (or, for a file path, showing the value), unless the
+# value is listed in ACCEPTED for that argument (a value it does take: None for an
+# optional argument, an empty list where nothing is a valid answer).
+
+WRONG = ["10", "off", None, -5, 0, 2.5, True, [], {}, object(), float("nan"), 2**70, b"x",
+         ""]
+
+
+@cache
+def _llama() -> dict[str, Any]:
+    import tempfile
+    from pathlib import Path
+
+    import gguf_files
+
+    from planner.memory import LlamaCppSettings, model_from_gguf
+    from planner.planning import plan_topology
+
+    gguf = Path(tempfile.mkdtemp()) / "model.gguf"
+    gguf.write_bytes(gguf_files.gemma3())
+    document = load_fleet(example_fleet("llama70b-home-lab"))
+    return {"gguf": gguf, "model": model_from_gguf(gguf), "document": document,
+            "plan": plan_topology(document.to_request()),
+            "settings": LlamaCppSettings(context_length=4096, parallel=2, kv_unified=True)}
+
+
+FIVE_FLEET = "qwen480b-5x80"
+
+
+def _public_calls() -> dict[str, tuple[Callable[..., Any], Callable[[], dict[str, Any]]]]:
+    import pandas as pd
+
+    import planner.launch as launch
+    import planner.memory as memory
+    import planner.sweep as sweep_module
+    from planner.models import load_gpu_catalog, load_preset
+    from planner.sizing import size_fleet
+
+    def five() -> str:
+        return str(example_fleet(FIVE_FLEET))
+
+    def llama(**names: str) -> Callable[[], dict[str, Any]]:
+        return lambda: {argument: _llama()[key] for argument, key in names.items()}
+
+    plan_columns = {**sweep_module.RESULT_COLUMNS["plan"], **sweep_module.ERROR_COLUMNS}
+    return {
+        "shell_quote": (launch.shell_quote, lambda: {"argument": "x"}),
+        "shell_join": (launch.shell_join, lambda: {"argv": ["a", "b"]}),
+        "tensor_split": (launch.tensor_split, lambda: {"ranges": [(0, 2), (2, 4)]}),
+        "layer_devices": (launch.layer_devices,
+                          lambda: {"ranges": [(0, 2), (2, 4)], "layer_count": 4}),
+        "split_address": (launch.split_address, lambda: {"address": "h:1"}),
+        "build_launch": (launch.build_launch, lambda: {
+            "stages": _llama()["plan"].stages, "model_path": "m.gguf",
+            "settings": _llama()["settings"],
+            "layer_count": _llama()["plan"].stages[-1].layer_end, "addresses": {},
+            "rpc_server": "r", "llama_server": "l", "extra_server_args": ()}),
+        "launch_for_plan": (launch.launch_for_plan, lambda: {
+            **llama(document="document", plan="plan")(), "model_path": "m.gguf",
+            "flash_attn": True, "ubatch": 512}),
+        "within_target": (memory.within_target,
+                          lambda: {"component": "kv_bytes", "estimated": 1, "measured": 1}),
+        "require_flash_attention": (memory.require_flash_attention,
+                                    lambda: {"cache_type_v": "q8_0", "flash_attn": True}),
+        "model_from_gguf": (memory.model_from_gguf, llama(path="gguf")),
+        "LlamaCppSettings": (memory.LlamaCppSettings, lambda: {
+            "context_length": 4096, "cache_type_k": "f16", "cache_type_v": "f16",
+            "parallel": 1, "kv_unified": False, "ubatch": 512, "batch": 2048,
+            "flash_attn": True, "overhead_bytes": 0}),
+        "even_ranges": (memory.even_ranges, lambda: {"layer_count": 4, "devices": 2}),
+        "ranges_from_counts": (memory.ranges_from_counts,
+                               lambda: {"layer_count": 4, "counts": [2, 2]}),
+        "layer_kv_bytes": (memory.layer_kv_bytes,
+                           lambda: {**llama(model="model", settings="settings")(), "index": 0}),
+        "runs_flash_attention": (memory.runs_flash_attention,
+                                 llama(model="model", settings="settings")),
+        "layer_state_bytes": (memory.layer_state_bytes, lambda: {
+            **llama(model="model", settings="settings")(), "index": 0}),
+        "device_compute_bytes": (memory.device_compute_bytes, lambda: {
+            **llama(model="model", settings="settings")(), "ranges": [(0, 3), (3, 6)]}),
+        "stage_compute_bytes": (memory.stage_compute_bytes,
+                                llama(model="model", settings="settings")),
+        "estimate": (memory.estimate, lambda: {
+            **llama(model="model", settings="settings")(), "ranges": None, "devices": 2}),
+        "LlamaCppCosts": (memory.LlamaCppCosts, lambda: {
+            **llama(model="model")(), "cache_type_k": "f16", "cache_type_v": "f16",
+            "flash_attn": True, "ubatch": 512, "lanes": 4, "overhead_bytes": ()}),
+        "node_overheads": (memory.node_overheads, lambda: {
+            "nodes": _llama()["document"].nodes, "node_kinds": None, "catalog": None,
+            "backend_overheads": None}),
+        "costs_from_gguf": (memory.costs_from_gguf, lambda: {
+            **llama(path="gguf")(), "kv_cache_type": "f16", "nodes": (),
+            "node_kinds": None, "lanes": 4, "flash_attn": True}),
+        "SweepGrid": (sweep_module.SweepGrid,
+                      lambda: {"axes": {"min_lanes": [1]}, "fixed": {"fleet": five()}}),
+        "check_grid": (sweep_module.check_grid,
+                       lambda: {"grid": pd.DataFrame({"min_lanes": [1]})}),
+        "evaluate_scenario": (sweep_module.evaluate_scenario, lambda: {
+            "evaluation": "plan", "row": {"fleet": five()},
+            "documents": {five(): load_fleet(five())}}),
+        "scenario_key": (sweep_module.scenario_key, lambda: {
+            "evaluation": "plan", "row": {"min_lanes": 1}, "inputs": None}),
+        "record_problem": (sweep_module.record_problem, lambda: {"evaluation": "plan"}),
+        "results_frame": (sweep_module.results_frame, lambda: {
+            "grid": pd.DataFrame({"min_lanes": [1]}), "evaluation": "plan",
+            "columns": {name: [None] for name in plan_columns}}),
+        "sweep": (sweep_module.sweep, lambda: {
+            "grid": sweep_module.SweepGrid({"min_lanes": [1]}, {"fleet": five()}),
+            "evaluate": "plan", "workers": 1, "scheduler": None, "executor": "inline",
+            "output": None, "batch_size": 1, "progress": None, "warn": None}),
+        "size_fleet": (size_fleet, lambda: {
+            "model": load_preset("llama-3.1-70b"), "catalog": load_gpu_catalog(),
+            "targets": None, "top": 1, "kinds": None, "traffic": None,
+            "context_length_override": None, "parallel_lanes_override": None,
+            "pareto": False, "bandwidth_efficiency": None,
+            "link_bandwidth_bytes_per_s": 1_250_000_000, "price_kind": "rented"}),
+    }
+
+
+# Values an argument does take (its default, an empty list of extras, any text for a
+# shell word or a program name, any size for a comparison).
+_OPTIONAL = (None,)
+ACCEPTED: dict[tuple[str, str], tuple[Any, ...]] = {
+    ("shell_quote", "argument"): ("10", "off", ""),
+    ("shell_join", "argv"): ([],),
+    ("build_launch", "model_path"): ("10", "off"),
+    ("build_launch", "addresses"): (None, {}),
+    ("build_launch", "rpc_server"): ("10", "off"),
+    ("build_launch", "llama_server"): ("10", "off"),
+    ("build_launch", "extra_server_args"): ([],),
+    ("launch_for_plan", "model_path"): ("10", "off"),
+    ("within_target", "estimated"): (0, 2**70),
+    ("within_target", "measured"): (0, 2**70),
+    ("require_flash_attention", "flash_attn"): (True,),
+    ("LlamaCppSettings", "kv_unified"): (True,),
+    ("LlamaCppSettings", "flash_attn"): (True,),
+    ("LlamaCppSettings", "overhead_bytes"): (0,),
+    ("layer_kv_bytes", "index"): (0,),
+    ("layer_state_bytes", "index"): (0,),
+    ("estimate", "ranges"): (None, []),
+    ("device_compute_bytes", "ranges"): ([],),
+    ("estimate", "devices"): (None, 0),
+    ("LlamaCppCosts", "flash_attn"): (True,),
+    ("LlamaCppCosts", "overhead_bytes"): ([], {}),
+    ("node_overheads", "nodes"): ([],),
+    ("node_overheads", "node_kinds"): (None, {}),
+    ("node_overheads", "catalog"): (None, []),
+    ("node_overheads", "backend_overheads"): (None, {}),
+    ("costs_from_gguf", "nodes"): ([],),
+    ("costs_from_gguf", "node_kinds"): (None, {}),
+    ("costs_from_gguf", "flash_attn"): (True,),
+    ("SweepGrid", "axes"): ({},),
+    ("SweepGrid", "fixed"): (None, {}),
+    ("evaluate_scenario", "row"): ({},),
+    # A row naming a fleet not among the documents is that row's error, as in a sweep.
+    ("evaluate_scenario", "documents"): ({},),
+    ("scenario_key", "row"): ({},),
+    ("scenario_key", "inputs"): (None, {}),
+    ("sweep", "workers"): _OPTIONAL, ("sweep", "scheduler"): _OPTIONAL,
+    ("sweep", "output"): _OPTIONAL, ("sweep", "batch_size"): _OPTIONAL,
+    ("sweep", "progress"): _OPTIONAL, ("sweep", "warn"): _OPTIONAL,
+    ("size_fleet", "targets"): _OPTIONAL, ("size_fleet", "kinds"): _OPTIONAL,
+    ("size_fleet", "traffic"): _OPTIONAL,
+    ("size_fleet", "context_length_override"): _OPTIONAL,
+    ("size_fleet", "parallel_lanes_override"): _OPTIONAL,
+    ("size_fleet", "pareto"): (True,),
+    ("size_fleet", "bandwidth_efficiency"): _OPTIONAL,
+    ("size_fleet", "link_bandwidth_bytes_per_s"): (2**70,),
+    ("launch_for_plan", "flash_attn"): (True,),
+}
+# Arguments whose refusal names the setting as users give it elsewhere, or, for a file
+# or a catalog entry, shows the value (the file or kind that is missing).
+NAMED_AS = {("ranges_from_counts", "counts"): "layers_per_device",
+            ("costs_from_gguf", "kv_cache_type"): "cache_type_k",
+            ("launch_for_plan", "ubatch"): "ubatch"}
+SHOWS_THE_VALUE = {("model_from_gguf", "path"), ("costs_from_gguf", "path"),
+                   ("size_fleet", "kinds"), ("size_fleet", "model"),
+                   ("size_fleet", "context_length_override"),
+                   ("size_fleet", "parallel_lanes_override"),
+                   ("launch_for_plan", "model_path")}
+
+
+def _public_cases() -> list[tuple[str, str]]:
+    return [(function, argument) for function, (_, base) in _PUBLIC.items()
+            for argument in _ARGUMENTS[function]]
+
+
+_PUBLIC = _public_calls()
+_ARGUMENTS = {
+    "shell_quote": ["argument"], "shell_join": ["argv"], "tensor_split": ["ranges"],
+    "layer_devices": ["ranges", "layer_count"], "split_address": ["address"],
+    "build_launch": ["stages", "model_path", "settings", "layer_count", "addresses",
+                     "rpc_server", "llama_server", "extra_server_args"],
+    "launch_for_plan": ["document", "plan", "model_path", "flash_attn", "ubatch"],
+    "within_target": ["component", "estimated", "measured"],
+    "require_flash_attention": ["cache_type_v", "flash_attn"],
+    "model_from_gguf": ["path"],
+    "LlamaCppSettings": ["context_length", "cache_type_k", "cache_type_v", "parallel",
+                         "kv_unified", "ubatch", "batch", "flash_attn", "overhead_bytes"],
+    "even_ranges": ["layer_count", "devices"], "ranges_from_counts": ["layer_count", "counts"],
+    "layer_kv_bytes": ["model", "index", "settings"],
+    "runs_flash_attention": ["model", "settings"],
+    "layer_state_bytes": ["model", "index", "settings"],
+    "device_compute_bytes": ["model", "settings", "ranges"],
+    "stage_compute_bytes": ["model", "settings"],
+    "estimate": ["model", "settings", "ranges", "devices"],
+    "LlamaCppCosts": ["model", "cache_type_k", "cache_type_v", "flash_attn", "ubatch",
+                      "lanes", "overhead_bytes"],
+    "node_overheads": ["nodes", "node_kinds", "catalog", "backend_overheads"],
+    "costs_from_gguf": ["path", "kv_cache_type", "nodes", "node_kinds", "lanes",
+                        "flash_attn"],
+    "SweepGrid": ["axes", "fixed"], "check_grid": ["grid"],
+    "evaluate_scenario": ["evaluation", "row", "documents"],
+    "scenario_key": ["evaluation", "row", "inputs"], "record_problem": ["evaluation"],
+    "results_frame": ["grid", "evaluation", "columns"],
+    "sweep": ["grid", "evaluate", "workers", "scheduler", "executor", "output",
+              "batch_size", "progress", "warn"],
+    "size_fleet": ["model", "catalog", "targets", "top", "kinds", "traffic",
+                   "context_length_override", "parallel_lanes_override", "pareto",
+                   "bandwidth_efficiency", "link_bandwidth_bytes_per_s", "price_kind"],
+}
+
+
+@pytest.mark.parametrize(("function", "argument"), _public_cases(),
+                         ids=[f"{f}-{a}" for f, a in _public_cases()])
+def test_every_wrong_argument_of_a_public_function_is_a_coded_error(function: str,
+                                                                    argument: str) -> None:
+    call, base = _PUBLIC[function]
+    arguments = base()
+    call(**arguments)  # the example itself is valid
+    allowed = ACCEPTED.get((function, argument), ())
+    said = NAMED_AS.get((function, argument), argument)
+    for value in WRONG:
+        if any(value is ok or (type(value) is type(ok) and value == ok) for ok in allowed):
+            continue
+        try:
+            call(**{**arguments, argument: value})
+        except CodedError as error:
+            if (function, argument) in SHOWS_THE_VALUE:
+                continue
+            assert said in error.message or error.details.get("field") == said, (
+                value, error.message)
+        else:
+            raise AssertionError(f"{function}({argument}={value!r}) was accepted")

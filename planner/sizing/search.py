@@ -57,7 +57,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
-from planner._validate import integer, shown
+from planner._validate import Fail, flag, instance, integer, shown
 from planner.errors import PlanError
 from planner.limits import (
     DEFAULT_PRICE_KIND,
@@ -361,6 +361,12 @@ class _Bound:
         return spend[index] + (need - reach[index]) * rate[index]
 
 
+def _bad_argument(name: str) -> Fail:
+    return lambda problem, got: TargetsError(
+        "InvalidTargets", f"{name}: {problem} (got {shown(got)})", field=name,
+        value=shown(got))
+
+
 def size_fleet(
     model: ModelSpec | Mapping[str, Any],
     catalog: Sequence[GpuModel],
@@ -390,10 +396,20 @@ def size_fleet(
     Raises :class:`SizingError` (``NoFleetMeetsTargets`` with the reason when nothing
     within the counts available meets the targets).
     """
+    top = integer(top, _bad_argument("top"), minimum=1, maximum=MAX_TOP_FLEETS)
+    instance(model, (ModelSpec, Mapping), _bad_argument("model"),
+             "a ModelSpec or a mapping of the model's fields")
+    if isinstance(catalog, str | bytes) or not isinstance(catalog, Sequence) or not all(
+            isinstance(gpu, GpuModel) for gpu in catalog):
+        raise _bad_argument("catalog")("must be a list of GpuModel", catalog)
+    if targets is not None:
+        instance(targets, SizingTargets, _bad_argument("targets"), "a Targets")
+    if kinds is not None and (isinstance(kinds, str | bytes) or not isinstance(kinds, Iterable)):
+        raise _bad_argument("kinds")("must be a list of kind names", kinds)
+    if traffic is not None:
+        instance(traffic, ModelTraffic, _bad_argument("traffic"), "a ModelTraffic")
+    pareto = flag(pareto, _bad_argument("pareto"))
     targets = targets or SizingTargets()
-    top = integer(top, lambda problem, got: TargetsError(
-        "InvalidTargets", f"top: {problem} (got {shown(got)})", field="top", value=got),
-        minimum=1, maximum=MAX_TOP_FLEETS)
     fields, spec_traffic = _model_fields(model)
     traffic = traffic or spec_traffic
     chosen, skipped = select_kinds(catalog, kinds, price_kind)
