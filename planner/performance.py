@@ -977,6 +977,7 @@ def estimate_plan(
     link_bandwidth_bytes_per_s: int = DEFAULT_LINK_BANDWIDTH_BYTES_PER_S,
     paid_node_ids: Iterable[str] | None = None,
     prompt_tokens: int | None = None,
+    context_fill: bool = True,
 ) -> PlanEstimate:
     """The estimate for ``plan`` of ``request`` (formulas in the module docstring).
 
@@ -985,8 +986,10 @@ def estimate_plan(
     (default: the shipped ones), unless ``bandwidth_efficiency`` asks for the plain
     bandwidth-bound estimate at one efficiency; ``paid_node_ids`` are the nodes the cost
     counts (default: the plan's stages); ``prompt_tokens`` a prompt whose time to first
-    token to estimate. Raises :class:`PerformanceError` ``MissingNodeSpeed`` when a
-    stage's node has no memory bandwidth.
+    token to estimate; without ``context_fill`` the time to fill the context (a prefill
+    as long as the context, the costliest part) is left out (``None``). Raises
+    :class:`PerformanceError` ``MissingNodeSpeed`` when a stage's node has no memory
+    bandwidth.
     """
     efficiency = (None if bandwidth_efficiency is None else
                   _check_efficiency(bandwidth_efficiency))
@@ -1042,7 +1045,7 @@ def estimate_plan(
         def prefill(tokens: int) -> float:
             return prefill_ms(loads, devices, hops_ms, hop_bytes, links, traffic,
                               prompt_tokens=tokens)
-        fill = prefill(plan.context_length)
+        fill = prefill(plan.context_length) if context_fill else None
         ttft = prefill(prompt_tokens) if prompt_tokens is not None else None
     paid = list(paid_node_ids) if paid_node_ids is not None else list(plan.node_ids)
     prices = [speeds[n].price_per_hour if n in speeds else None for n in paid]

@@ -182,13 +182,17 @@ class _Search:
         outcome = self.outcome(counts)
         return outcome.plan is not None and self.plan_meets(outcome.plan, outcome.estimate)
 
-    def estimate(self, counts: Sequence[int], request: PlanningInput, plan: Plan
-                 ) -> PlanEstimate | None:
+    def estimate(self, counts: Sequence[int], request: PlanningInput, plan: Plan, *,
+                 context_fill: bool = False) -> PlanEstimate | None:
+        """The fleet's estimate; the time to fill the context, which no target reads, only
+        with ``context_fill`` (for the fleets the answer shows: it is most of the cost of
+        an estimate, and the search estimates thousands of plans)."""
         if self.traffic is None:
             return None
         speeds = node_speeds(request.nodes, self.kinds, fleet_node_kinds(self.kinds, counts))
         try:
-            return fleet_estimate(request, plan, self.traffic, speeds, **self.options)
+            return fleet_estimate(request, plan, self.traffic, speeds,
+                                  context_fill=context_fill, **self.options)
         except PerformanceError as error:
             if error.code != "MissingNodeSpeed":
                 raise
@@ -234,11 +238,14 @@ class _Search:
         outcome = self.outcome(counts)
         assert outcome.plan is not None
         nodes = fleet_nodes(self.kinds, counts)
+        estimate = (None if outcome.estimate is None else
+                    self.estimate(counts, self.request(counts), outcome.plan,
+                                  context_fill=True))
         return SizedFleet(
             counts=tuple((gpu.kind, n) for gpu, n in zip(self.kinds, counts, strict=True) if n),
             node_ids=tuple(node.node_id for node in nodes),
             cost_per_hour_usd=self.cost(counts) / _MICRO,
-            plan=outcome.plan, estimate=outcome.estimate, failures_tolerated=self.f)
+            plan=outcome.plan, estimate=estimate, failures_tolerated=self.f)
 
     def cost(self, counts: Sequence[int]) -> int:
         return sum(p * n for p, n in zip(self.prices, counts, strict=True))
