@@ -138,9 +138,11 @@ def test_the_panel_says_when_the_fleet_changed_under_it() -> None:
     bench.remove_node(4)
     assert panel.out_of_date
     assert "node qwen-node-04 removed" in unescape(panel.stale.value)
-    assert "Compute" in panel.stale.value
-    panel.compute_button.click()
-    assert not panel.out_of_date
+    # The note says why and offers to compute again, right there.
+    assert panel.stale.layout.display is None
+    assert panel.stale.button.description == "Compute again"
+    panel.stale.button.click()
+    assert not panel.out_of_date and panel.stale.layout.display == "none"
     assert list(panel.view.figures) == [f"qwen-node-0{i}" for i in range(4)]
     assert panel.view.result != before
     # A fleet that cannot be read shows no figures of the one before.
@@ -148,3 +150,18 @@ def test_the_panel_says_when_the_fleet_changed_under_it() -> None:
     assert panel.out_of_date and "cannot be read" in panel.stale.value
     panel.compute()
     assert panel.view is None and panel.results.layout.display == "none"
+
+
+def test_a_problem_goes_out_of_date_with_its_fleet() -> None:
+    bench = Workbench.from_fleet(FIVE)
+    panel = bench.panel("Availability")
+    panel.min_context.value = 10**6
+    panel.compute_button.click()
+    assert panel.view is None and panel.problem.value and not panel.out_of_date
+    bench.remove_node(4)
+    # The problem was about the five-node fleet: the panel says that changed.
+    assert panel.out_of_date and "node qwen-node-04 removed" in unescape(panel.stale.value)
+    panel.min_context.value = 0
+    panel.stale.button.click()
+    assert not panel.out_of_date and panel.problem.value == ""
+    assert list(panel.view.figures) == [f"qwen-node-0{i}" for i in range(4)]

@@ -166,7 +166,31 @@ def test_a_sized_fleet_has_one_cost_and_one_tpot_wherever_shown(tmp_path) -> Non
     assert f"estimated TPOT {tpot} ms" in summary
     assert "unknown" not in summary and len(re.findall("TPOT", summary)) == 1
     assert "ms per token" not in summary
+    assert "TPOT" not in bench.view.candidates_table.value.split("network est.")[1]
+    assert "est. TPOT" not in bench.view.diagnosis.value
     title = bench.view.candidates.layout.title.text
     assert "unknown" not in title and "estimated TPOT" in title
     colours = [c for c in bench.view.candidates.data[0].marker.color if c == c]
     assert float(tpot.replace(",", "")) in {round(c, 1) for c in colours}
+
+
+def test_the_panel_says_when_the_model_changed_under_it_even_after_a_refusal() -> None:
+    from html import unescape
+
+    bench = Workbench.from_fleet(HOME_LAB)
+    panel = bench.panel("Size a fleet")
+    # The home lab's own 40 ms target cannot be met: a refusal, about llama-3.1-70b.
+    assert panel.result is None and "NoFleetMeetsTargets" in panel.problem.value
+    assert not panel.out_of_date
+    bench.model_editor.preset.value = "gpt-oss-120b"
+    assert panel.out_of_date and panel.stale.layout.display is None
+    assert "the model changed (llama-3.1-70b → gpt-oss-120b)" in unescape(panel.stale.value)
+    assert panel.stale.button.description == "Size again"
+    panel.stale.button.click()
+    assert not panel.out_of_date and panel.stale.layout.display == "none"
+    assert panel.result is not None and "gpt-oss-120b" in unescape(panel.summary.value)
+    # Sized fleets go out of date too, and editing the nodes changes neither.
+    bench.remove_node(0)
+    assert not panel.out_of_date
+    bench.model_editor.preset.value = "llama-3.1-70b"
+    assert panel.out_of_date and "(gpt-oss-120b → " in unescape(panel.stale.value)

@@ -41,6 +41,7 @@ pytestmark = pytest.mark.browser
 def voila(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("voila")
     notebooks = notebook_dir(root / "notebooks")
+    scenarios.place_gguf(notebooks)
     port = free_port()
     command = [jupyter_bin("voila"), *voila_arguments(port), str(notebooks)]
     with jupyter_server(command, port, root / "voila.log", cwd=root):

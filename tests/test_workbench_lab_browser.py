@@ -61,6 +61,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory,
     root = tmp_path_factory.mktemp("lab")
     # The copies `make lab` makes (there in .run/notebooks).
     notebooks = copy_notebooks(root / "notebooks")
+    scenarios.place_gguf(notebooks)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
         JUPYTER_CONFIG_DIR=str(root / "config"))

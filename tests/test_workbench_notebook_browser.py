@@ -32,6 +32,7 @@ pytestmark = pytest.mark.browser
 def notebook_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
     root = tmp_path_factory.mktemp("notebook")
     notebooks = copy_notebooks(root / "notebooks")
+    scenarios.place_gguf(notebooks)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
         JUPYTER_CONFIG_DIR=str(root / "config"))

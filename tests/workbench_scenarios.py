@@ -198,9 +198,12 @@ def preset_change(page: Any) -> None:
     state = reset(page)
     preset = "qwen3-235b-a22b"
     page.locator(".wb-model-preset select").select_option(label=preset)
-    changed = state.with_model(preset_source(preset).fields)
-    chart = wait_for_layers(page, changed, f"the plan of the {preset} preset")
+    # The cache type chosen (here the fleet file's q8_0) is kept for the new model.
+    assert state.model.kv_cache_type == "q8_0"
+    changed = state.with_model(preset_source(preset, "q8_0").fields)
+    chart = wait_for_layers(page, changed, f"the plan of the {preset} preset at q8_0")
     assert "(94 layers)" in chart["drawn_title"]
+    assert page.locator(".wb-kv-cache-type select").input_value() == "q8_0"
     charts_drawn(page, "after a preset change")
 
 
@@ -253,6 +256,112 @@ def availability_compute(page: Any) -> None:
     charts_drawn(page, "after removing a node and Compute")
 
 
+LLAMACPP = ".wb-llamacpp-panel"
+LLAMACPP_TITLE = "llama.cpp: memory and launch commands"
+GGUF_NAME = "g.gguf"
+
+
+def place_gguf(notebooks: Path) -> Path:
+    """A small GGUF file in ``models/`` beside the notebooks, where the workbench's GGUF
+    list looks (the kernel runs in the notebooks' folder); written before the server
+    starts, since the list is read when the panel opens."""
+    from test_memory import write_gemma_like
+
+    folder = notebooks / "models"
+    folder.mkdir(parents=True, exist_ok=True)
+    return write_gemma_like(folder)
+
+
+def _memory_model(page: Any, label: str) -> None:
+    page.locator(LLAMACPP).locator(".wb-memory-model button", has_text=label).click()
+
+
+def _gguf_plan(state: WorkbenchState, path: str) -> WorkbenchState:
+    """What the page plans once the GGUF file at ``path`` is used under llama.cpp's rule."""
+    from planner.workbench import Workbench
+
+    bench = Workbench(state.with_memory_model("llamacpp"))
+    bench.use_gguf(path)
+    return bench.state
+
+
+def gguf_chooser(page: Any) -> None:
+    """Under llama.cpp's rule a preset model needs a GGUF file: the page offers a list of
+    those found and a path box, and each plans the file chosen."""
+    state = reset(page)
+    open_panel(page, LLAMACPP_TITLE, LLAMACPP)
+    panel = page.locator(LLAMACPP)
+    box = panel.locator(".wb-gguf-box")
+    try:
+        _memory_model(page, "llama.cpp")
+        page.locator(".wb-error", has_text="model.gguf").first.wait_for(
+            timeout=EDIT_SECONDS * 1000)
+        box.wait_for(state="visible", timeout=EDIT_SECONDS * 1000)
+        # The list: the GGUF file in models/ beside the notebook.
+        choice = box.locator(".wb-gguf-choice select")
+        found = [text for text in choice.locator("option").all_inner_texts()
+                 if text.endswith("/models/" + GGUF_NAME)]
+        assert len(found) == 1, choice.locator("option").all_inner_texts()
+        choice.select_option(label=found[0])
+        chosen = _gguf_plan(state, found[0])
+        chart = wait_for_layers(page, chosen, "the plan of the GGUF file chosen from the list")
+        assert "(6 layers)" in chart["drawn_title"]
+        box.wait_for(state="hidden", timeout=EDIT_SECONDS * 1000)
+        charts_drawn(page, "after choosing a GGUF file from the list")
+        # The path box, on the preset again.
+        _memory_model(page, "design rule")
+        state = reset(page)
+        _memory_model(page, "llama.cpp")
+        box.wait_for(state="visible", timeout=EDIT_SECONDS * 1000)
+        type_into(box.locator(".wb-gguf-path input"), found[0])
+        box.locator("button.wb-use-gguf").click()
+        wait_for_layers(page, _gguf_plan(state, found[0]), "the plan of the GGUF file typed")
+        charts_drawn(page, "after typing a GGUF file's path")
+    finally:
+        _memory_model(page, "design rule")
+    reset(page)
+
+
+SIZING = ".wb-sizing-panel"
+HOME_LAB = "llama70b-home-lab.toml"
+
+
+def sizing_out_of_date(page: Any) -> None:
+    """Size a fleet says when the model changed since it sized, with the reason and a
+    button that sizes again; a fleet it sized, loaded into the editor, costs what its
+    table says."""
+    reset(page)
+    load_fleet_file(page, HOME_LAB)
+    wait_for_layers(page, state_of(HOME_LAB), f"the plan of {HOME_LAB}")
+    open_panel(page, "Size a fleet", SIZING)
+    panel = page.locator(SIZING)
+    panel.locator("button.wb-sizing-size").click()
+    # The home lab's own 40 ms target: no fleet meets it, which is said at once.
+    panel.locator(".wb-error", has_text="NoFleetMeetsTargets").first.wait_for(
+        timeout=EDIT_SECONDS * 1000)
+    page.locator(".wb-model-preset select").select_option(label="gpt-oss-120b")
+    note = panel.locator(".wb-sizing-stale")
+    wait_for_text(note.locator(".wb-warning-box"), "Out of date: the model changed "
+                  "(llama-3.1-70b → gpt-oss-120b) since the last sizing.",
+                  "the note after the model changed")
+    type_into(panel.locator(".wb-sizing-tolerate input"), "1")
+    note.get_by_role("button", name="Size again").click()
+    note.wait_for(state="hidden", timeout=EDIT_SECONDS * 1000)
+    panel.locator(".wb-sizing-summary", has_text="gpt-oss-120b").wait_for(
+        timeout=EDIT_SECONDS * 1000)
+    wait_until_drawn(page, ".wb-sizing-figure", "the sizing chart after Size again")
+    # The cheapest fleet survives losing a node; loaded, it costs what the table says.
+    cost = panel.locator(".wb-sizing-fleets tbody tr").first.locator("td").nth(3)
+    usd = cost.inner_text().strip()
+    panel.locator("button.wb-sizing-load").click()
+    page.locator(".wb-summary", has_text=f"USD {usd}/h").wait_for(
+        timeout=EDIT_SECONDS * 1000)
+    summary = page.locator(".wb-summary").inner_text()
+    assert summary.count("TPOT") == 1 and "unknown" not in summary, summary
+    charts_drawn(page, "after loading a sized fleet")
+    reset(page)
+
+
 def default_plan_drawn(page: Any) -> None:
     """The page came up planned: its charts show the default fleet's plan."""
     state = state_of(DEFAULT_FLEET)
@@ -265,7 +374,8 @@ def default_plan_drawn(page: Any) -> None:
 # opens, then every edit above.
 PAGE_CHECKS: tuple[Callable[[Any], None], ...] = (
     default_plan_drawn, vram_edit, fleet_file_load, add_and_remove_node,
-    latency_and_tpot_edit, preset_change, availability_compute)
+    latency_and_tpot_edit, preset_change, availability_compute, gguf_chooser,
+    sizing_out_of_date)
 PAGE_CHECK_IDS = [check.__name__ for check in PAGE_CHECKS]
 
 

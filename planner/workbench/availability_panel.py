@@ -43,6 +43,7 @@ from planner.workbench.catalog import gpu_catalog
 from planner.workbench.changes import document_changes
 from planner.workbench.chart import Chart, chart_row
 from planner.workbench.editor import text_input
+from planner.workbench.stale import OutOfDateNote
 from planner.workbench.view import STYLE
 
 
@@ -184,8 +185,7 @@ class AvailabilityPanel(widgets.VBox):
         self.compute_button = widgets.Button(description="Compute", button_style="primary")
         self.compute_button.add_class("wb-availability-compute")
         self.compute_button.on_click(lambda _: self.compute())
-        self.stale = widgets.HTML()
-        self.stale.add_class("wb-availability-stale")
+        self.stale = OutOfDateNote("wb-availability-stale", "Compute again", self.compute)
         self.summary = widgets.HTML()
         self.summary.add_class("wb-availability-summary")
         self.problem = widgets.HTML()
@@ -237,22 +237,26 @@ class AvailabilityPanel(widgets.VBox):
             reason = f"the fleet cannot be read ({error.message})"
         else:
             reason = document_changes(self._computed, document)
-        self.stale.value = ("" if not reason else
-                            f"<div class='wb-warning-box'>Out of date: {escape(reason)} "
-                            "since these figures were computed. Press Compute to update "
-                            "them.</div>")
+        if reason:
+            self.stale.show(reason, "these figures were computed")
+        else:
+            self.stale.clear()
 
     def compute(self) -> None:
         """Recompute from the current fleet and the panel's settings; problems are shown,
         never raised."""
         try:
             document, request = self._fleet()
+        except CodedError as error:
+            self._say(f"{error.code}: {error.message}")
+            return
+        try:
             if request is None:
                 self._say("No fleet to evaluate: fix the problems shown above first.")
                 return
             if plan_or_none(request) is None:
                 self._say("no valid topology even with every node up; the plan above says "
-                          "why")
+                          "why", document)
                 return
             view = compute_view(
                 document, request, annual_failure_rate=_rate(self.afr.value, "failures/yr"),
@@ -260,10 +264,10 @@ class AvailabilityPanel(widgets.VBox):
                 min_context=self.min_context.value or None, min_lanes=self.min_lanes.value,
                 seed=self.seed.value)
         except CodedError as error:
-            self._say(f"{error.code}: {error.message}")
+            self._say(f"{error.code}: {error.message}", document)
             return
         self._computed = document
-        self.stale.value = ""
+        self.stale.clear()
         self.problem.value = ""
         self.view = view
         self.results.layout.display = None
@@ -273,10 +277,12 @@ class AvailabilityPanel(widgets.VBox):
         self.context_chart.show(context_distribution_figure(view.result, view.min_context))
         self.timeline_chart.show(timeline_figure(view.year))
 
-    def _say(self, message: str) -> None:
+    def _say(self, message: str, document: FleetDocument | None = None) -> None:
+        """Show a problem in place of the figures; ``document`` is the fleet it is about,
+        so that the panel says when that fleet changes."""
         # No figures of another fleet stay on screen under a problem.
-        self._computed = None
+        self._computed = document
         self.view = None
-        self.stale.value = ""
+        self.stale.clear()
         self.results.layout.display = "none"
         self.problem.value = f"<div class='wb-error-box'>{escape(message)}</div>"

@@ -45,6 +45,7 @@ from planner.units import format_bytes
 from planner.workbench.catalog import gpu_catalog, model_traffic
 from planner.workbench.chart import Chart
 from planner.workbench.editor import button, fixed_width
+from planner.workbench.stale import OutOfDateNote
 from planner.workbench.state import NodeExtras, NodeRow, WorkbenchInputError
 from planner.workbench.view import STYLE
 
@@ -216,6 +217,7 @@ class SizingPanel(widgets.VBox):
                                                description="survive losing", style=style,
                                                tooltip="nodes the fleet must be able to lose",
                                                layout=widgets.Layout(width="170px"))
+        self.tolerate.add_class("wb-sizing-tolerate")
         self.top = widgets.BoundedIntText(value=top, min=1, max=100, description="show",
                                           style=style, layout=widgets.Layout(width="120px"))
         self.size_button = widgets.Button(description="Size", button_style="primary")
@@ -230,8 +232,7 @@ class SizingPanel(widgets.VBox):
                                   tooltip="replace the fleet on screen with this one")
         self.load_button.disabled = not hasattr(source, "set_state")
         self.load_button.on_click(lambda _: self.choose(self.choice.value))
-        self.stale = widgets.HTML()
-        self.stale.add_class("wb-sizing-stale")
+        self.stale = OutOfDateNote("wb-sizing-stale", "Size again", self.compute)
         self.summary = widgets.HTML()
         self.summary.add_class("wb-sizing-summary")
         self.problem = widgets.HTML()
@@ -297,9 +298,10 @@ class SizingPanel(widgets.VBox):
                       else model_changes(self._sized_for, model))
         if self._sized_for is None:
             reason = ""
-        self.stale.value = ("" if not reason else
-                            f"<div class='wb-warning-box'>Out of date: {escape(reason)} "
-                            "since these fleets were sized. Press Size to size again.</div>")
+        if reason:
+            self.stale.show(reason, "the last sizing")
+        else:
+            self.stale.clear()
 
     def catalog(self) -> list[GpuModel]:
         """The kinds in use, as edited. Raises :class:`WorkbenchInputError`."""
@@ -326,6 +328,10 @@ class SizingPanel(widgets.VBox):
         self.chosen = None
         try:
             model = self._model()
+        except CodedError as error:
+            self._say(f"{error.code}: {error.message}")
+            return
+        try:
             catalog = self.catalog()
             if not catalog:
                 raise WorkbenchInputError("catalog", "tick at least one kind to size with",
@@ -336,10 +342,11 @@ class SizingPanel(widgets.VBox):
                 context_length_override=model.context_length_override,
                 parallel_lanes_override=model.parallel_lanes_override)
         except CodedError as error:
-            self._say(f"{error.code}: {error.message}")
+            # A refusal is about this model and these options: say when they change.
+            self._say(f"{error.code}: {error.message}", model)
             return
         self.problem.value = ""
-        self.stale.value = ""
+        self.stale.clear()
         self._sized_for = model
         self.result = result
         self._kinds = {gpu.kind: gpu for gpu in catalog}
@@ -378,9 +385,10 @@ class SizingPanel(widgets.VBox):
                 [NodeExtras(ReliabilityOverride(gpu=named[n.node_id])) for n in nodes])
             workbench.set_state(state.with_name(f"{self._model().label} on {fleet.label}"))
 
-    def _say(self, message: str) -> None:
-        self._sized_for = None
-        self.stale.value = ""
+    def _say(self, message: str, model: SizingModel | None = None) -> None:
+        """Show a problem in place of the fleets; ``model`` is what it is about."""
+        self._sized_for = model
+        self.stale.clear()
         self.problem.value = f"<div class='wb-error-box'>{escape(message)}</div>"
         self.summary.value = ""
         self.table.value = ""

@@ -149,13 +149,16 @@ def _estimate(option: ShapeOption) -> str:
     return "unknown (0 ms)" if estimate is None else f"{estimate} ms"
 
 
-def choice_html(choice: ChoiceExplanation) -> str:
+def choice_html(choice: ChoiceExplanation, speed: bool = False) -> str:
     """Why the plan has its shape: the chosen shape, the best shape at each higher context
-    with its estimated TPOT, and the docs/rules.md §6 rule that ranked it lower."""
+    with the planner's estimate, and the docs/rules.md §6 rule that ranked it lower. With
+    a ``speed`` estimate on the page (the TPOT shown), the planner's figure is named as
+    what it is: its network estimate."""
     text = f"<div><b>Why this shape</b>: {escape(choice.summary)}</div>"
     if not choice.higher_contexts:
         return text
-    headers = [("shape", True), ("context", False), ("stages", False), ("est. TPOT", False),
+    headers = [("shape", True), ("context", False), ("stages", False),
+               ("network est." if speed else "est. TPOT", False),
                ("target", True), ("rule that decided", True)]
     options = [("chosen", choice.chosen, "")]
     options += [("higher context", item.option, RULE_TEXT[item.rule])
@@ -239,7 +242,7 @@ class PlanView(widgets.VBox):
             lines.append(f"<div><b>Limiting node</b>: {escape(evaluation.limiting.describe())}"
                          "</div>")
         if evaluation.choice is not None:
-            lines.append(choice_html(evaluation.choice))
+            lines.append(choice_html(evaluation.choice, evaluation.estimate is not None))
         if evaluation.unused:
             items = "".join(f"<li><b>{escape(u.node_id)}</b>: {escape(u.reason)}</li>"
                             for u in evaluation.unused)
