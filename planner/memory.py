@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
@@ -708,7 +708,10 @@ class LlamaCppCosts:
     last stage, also carries the output head (and a tied ``token_embd``'s second copy)
     and the output device's compute buffer. Per node: its backend overhead and the
     compute buffer of a pipeline stage before the last, reserved on every node (so a
-    last stage is charged both, on the safe side).
+    last stage is charged both, on the safe side). A plan of one stage is costed as
+    llama.cpp runs it, on one device without pipeline parallelism (:meth:`for_stages`):
+    the last layer carries that device's compute buffer and nodes reserve only their
+    overhead, so the plan charges what llama.cpp allocates there.
     """
 
     model: LlamaCppModel
@@ -719,6 +722,10 @@ class LlamaCppCosts:
     lanes: int = DEFAULT_PARALLEL_LANES
     overhead_bytes: tuple[tuple[str, int], ...] = ()
     """``(node_id, bytes)``: each node's backend overhead (0 for nodes not listed)."""
+    one_device: bool = False
+    """Costs of a plan of one stage (:meth:`for_stages`): llama.cpp runs one device
+    without pipeline parallelism, so the last layer carries that device's whole compute
+    buffer (no copies of its inputs) and nodes reserve only their overhead."""
 
     def __post_init__(self) -> None:
         _model(self.model)
@@ -733,6 +740,7 @@ class LlamaCppCosts:
                                                           maximum=LLAMA_MAX_SEQ))
         object.__setattr__(self, "ubatch", _check_positive(self.ubatch, "ubatch"))
         object.__setattr__(self, "flash_attn", flag(self.flash_attn, _bad("flash_attn")))
+        object.__setattr__(self, "one_device", flag(self.one_device, _bad("one_device")))
         self.settings(4096)  # the cache types, ubatch and flash attention are valid
         object.__setattr__(self, "overhead_bytes", tuple(sorted(
             (str(node), _check_positive(size, f"overhead_bytes.{node}", minimum=0))
@@ -768,8 +776,11 @@ class LlamaCppCosts:
         model = self.model
         count = model.layer_count
         other = [0] * count
-        other[count - 1] = (model.output_bytes + model.tied_embedding_bytes
-                            + stage_compute_bytes(model, settings)[1])
+        if self.one_device:
+            compute = device_compute_bytes(model, settings, [(0, count)])[0][0]
+        else:
+            compute = stage_compute_bytes(model, settings)[1]
+        other[count - 1] = model.output_bytes + model.tied_embedding_bytes + compute
         return LayerCosts(
             weights=tuple(layer.weight_bytes for layer in model.layers),
             kv=tuple(layer_kv_bytes(model, index, settings) for index in range(count)),
@@ -786,7 +797,15 @@ class LlamaCppCosts:
                 for node in request.nodes}
 
     def _stage_compute_bytes(self, context_length: int, lanes: int | None = None) -> int:
+        if self.one_device:
+            return 0  # the last layer carries the one device's compute buffer
         return stage_compute_bytes(self.model, self.settings(context_length, lanes))[0]
+
+    def for_stages(self, count: int) -> LlamaCppCosts:
+        """The costs of a plan of ``count`` stages: one stage runs on one device, without
+        pipeline parallelism's copies (:attr:`one_device`); more stages, with them."""
+        one = count == 1
+        return self if one == self.one_device else replace(self, one_device=one)
 
     def lanes_matter(self, request: Any) -> bool:
         # The sliding-window cache, the recurrent state and the compute buffers that read
@@ -810,7 +829,8 @@ class LlamaCppCosts:
                 "cache_type_k": self.cache_type_k,
                 "cache_type_v": self.cache_type_v, "flash_attn": self.flash_attn,
                 "ubatch": self.ubatch, "lanes": self.lanes,
-                "overhead_bytes": dict(self.overhead_bytes)}
+                "overhead_bytes": dict(self.overhead_bytes),
+                **({"one_device": True} if self.one_device else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LlamaCppCosts:

@@ -90,6 +90,7 @@ from planner.planning.rules import (
     kv_bytes_per_layer_token,
     layer_bytes,
     layer_weights,
+    request_for_stages,
     walk_stages,
 )
 
@@ -1133,7 +1134,7 @@ def with_candidate_estimates(frame: pd.DataFrame, request: PlanningInput,
     weights = layer_weights(request)
     # The budgets and layer bytes the search walked, per shape: after the memory rule's
     # fixed costs per node (none under the design rule).
-    walked: dict[tuple[int, int], tuple[dict[str, NodeBudget], tuple[int, ...]]] = {}
+    walked: dict[tuple[int, int, bool], tuple[dict[str, NodeBudget], tuple[int, ...]]] = {}
     speeds = node_speeds(request.nodes, catalog, node_kinds)
     values: dict[str, list[Any]] = {column: [] for column in ESTIMATE_COLUMNS}
     for row in frame.itertuples(index=False):
@@ -1144,11 +1145,14 @@ def with_candidate_estimates(frame: pd.DataFrame, request: PlanningInput,
                 node_id in speeds and speeds[node_id].memory_bandwidth_bytes_per_s
                 for node_id in row.node_ids):
             shape = (int(row.context_length), int(row.parallel_lanes))
-            if shape not in walked:
-                walked[shape] = (
-                    {node.node_id: node for node in at_context(request, *shape).nodes},
-                    layer_bytes(request, *shape))
-            budgets, costs = walked[shape]
+            # The rule of the row's stage count (llama.cpp's one device has no pipeline).
+            staged = request_for_stages(request, int(row.stage_count))
+            walk_key = (*shape, staged is request)
+            if walk_key not in walked:
+                walked[walk_key] = (
+                    {node.node_id: node for node in at_context(staged, *shape).nodes},
+                    layer_bytes(staged, *shape))
+            budgets, costs = walked[walk_key]
             ordered = [budgets[node_id] for node_id in row.node_ids]
             walk = walk_stages([node.usable_bytes for node in ordered], costs)
             if walk.fits:

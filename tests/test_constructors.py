@@ -137,7 +137,7 @@ EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
         flash_attn=True, overhead_bytes=100),
     "planner.memory.LlamaCppCosts": lambda: dict(
         model=_llama_model(), flash_attn=True, ubatch=512, lanes=4,
-        overhead_bytes=(("a", 100),)),
+        overhead_bytes=(("a", 100),), one_device=False),
     "planner.models.gpus.GpuModel": lambda: dict(
         name="Card", memory_bytes=24 * GIB, unified_memory_bytes=24 * GIB,
         working_set_fraction=1.0, annual_failure_rate=0.1, repair_hours=24.0,

@@ -3,6 +3,7 @@ the design rule stays the default and unchanged."""
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from planner.memory import (
     LlamaCppCosts,
     LlamaCppModel,
     stage_compute_bytes,
+    within_target,
 )
 from planner.planning.memory_rule import DESIGN_RULE
 from planner.planning.tables import stage_usage
@@ -149,10 +151,11 @@ def test_fleet_files_and_reports_plan_with_the_chosen_model(tmp_path: Path) -> N
     assert document.to_request().memory_model == "design"
     request = document.to_request("llamacpp")
     assert request.memory_model == "llamacpp" and request.memory_rule.layer_count == 6
-    # The small model's weights and KV are a few MiB, but llama.cpp's compute buffers
-    # (4 pipeline copies of the KQ masks at 32k cells, the logits of a ubatch over its
-    # vocabulary) are well over 100 MiB: 100 MiB nodes fit it by design only.
-    small = parse_fleet_toml(_fleet(tmp_path, f"gguf = {json.dumps(str(gguf))}", "100 MiB")
+    # The small model's weights and KV are a few MiB, but llama.cpp's compute buffer on
+    # one device (the KQ masks at 32k cells, the logits of a ubatch over its vocabulary)
+    # is over 30 MiB more: 40 MiB nodes fit it by design only (split over two, each
+    # stage would carry pipeline parallelism's copies of its inputs too).
+    small = parse_fleet_toml(_fleet(tmp_path, f"gguf = {json.dumps(str(gguf))}", "40 MiB")
                              .read_text())
     assert planner.plan_topology(small.to_request()).stage_count == 1
     with pytest.raises(planner.PlanError) as caught:
@@ -173,6 +176,55 @@ def test_fleet_files_and_reports_plan_with_the_chosen_model(tmp_path: Path) -> N
         for row in rows)
     assert build_report(document, include_what_if=False).memory == {
         "memory_model": "design", "stages": []}
+
+
+def test_a_plan_of_one_stage_charges_what_llama_cpp_allocates_on_its_node(
+        tmp_path: Path) -> None:
+    """One stage runs on one device, without pipeline parallelism: the plan charges that
+    device's compute buffer alone (not a pipeline's output stage plus a pipeline stage's
+    reserve), so the stage table's used bytes are the memory table's total for it."""
+    gguf = write_gemma_like(tmp_path)
+    document = parse_fleet_toml(_fleet(tmp_path, f"gguf = {json.dumps(str(gguf))}")
+                                .read_text())
+    request = document.to_request("llamacpp")
+    plan = planner.plan_topology(request)
+    assert plan.stage_count == 1
+    usage = stage_usage(request, plan)
+    content = build_report(document, memory_model="llamacpp", include_what_if=False)
+    stage = content.memory["stages"][0]
+    assert stage["stage_id"] == "stage-0"
+    assert usage["used_bytes"].tolist() == [stage["total_bytes"]]
+    assert usage["usable_vram_bytes"].tolist() == [300 * MIB]  # no pipeline reserve
+    node = next(row for row in content.nodes if row["node_id"] == plan.stages[0].node_id)
+    assert node["memory_rule_reserve_bytes"] == 0
+    # Split over two stages, every node still reserves a pipeline stage's compute buffer.
+    rule = request.memory_rule
+    assert rule.for_stages(1).one_device and rule.for_stages(2) is rule
+    assert rule.for_stages(2).reserve_bytes("a", plan.context_length) > 0
+    assert LlamaCppCosts.from_dict(rule.for_stages(1).to_dict()) == rule.for_stages(1)
+
+
+def test_the_one_stage_charge_is_what_the_recorded_run_on_one_device_allocated() -> None:
+    """make validate's gemma-3-270m run on one device: what a plan of one stage charges
+    its node is llama.cpp's total there within the 5 % target; the pipeline's charges
+    (an output stage and a stage's reserve) were not."""
+    recorded = json.loads((ROOT / "validation" / "results" / "llamacpp-runs.json")
+                          .read_text())
+    model = LlamaCppModel.from_dict(recorded["model_layout"])
+    run_ = next(r for r in recorded["runs"] if r["setting"] == "1dev-c4096-f16-fa")
+    assert run_["settings"]["parallel"] == 1 and run_["layer_ranges"] == [[0, 18]]
+    with (ROOT / "validation" / "results" / "llamacpp-memory.csv").open() as handle:
+        measured = next(int(r["measured_bytes"]) for r in csv.DictReader(handle)
+                        if r["setting"] == run_["setting"] and r["layers"] == "0-18"
+                        and r["component"] == "total_bytes")
+    costs = LlamaCppCosts(model, lanes=1)
+    context = run_["settings"]["context_length"]
+
+    def charged(rule: LlamaCppCosts) -> int:
+        return sum(rule.layer_bytes(context)) + rule.reserve_bytes("node", context)
+
+    assert within_target("total_bytes", charged(costs.for_stages(1)), measured)
+    assert not within_target("total_bytes", charged(costs.for_stages(2)), measured)
 
 
 def run(*args: str | Path) -> subprocess.CompletedProcess[str]:

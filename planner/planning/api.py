@@ -21,6 +21,7 @@ from planner.planning.rules import (
     layer_bytes,
     layer_costs,
     node_count_range,
+    request_for_stages,
     stage_order,
     walk_stages,
 )
@@ -77,57 +78,89 @@ class Shape:
 class Shapes:
     """The search at each context (and lane count, where the memory rule charges by
     lanes), run at most once per distinct cost of the layers and nodes and per stage
-    count, so that the plan, the candidates table and the explanation share it."""
+    count, so that the plan, the candidates table and the explanation share it. Stage
+    counts whose costs differ (llama.cpp's rule: one device runs without pipeline
+    parallelism's copies) are searched with their own rule."""
 
     def __init__(self, request: PlanningInput) -> None:
         self.request = request
         self.counts = node_count_range(request)
         self.lanes = lane_candidates(request)
         self._lanes_matter = request.memory_rule.lanes_matter(request)
+        # One request per distinct rule among the stage counts, and each count's.
+        self._regimes: list[PlanningInput] = []
+        self._regime_of: dict[int, int] = {}
+        for count in self.counts:
+            staged = request_for_stages(request, count)
+            index = next((i for i, known in enumerate(self._regimes)
+                          if known.memory_rule is staged.memory_rule
+                          or known.memory_rule == staged.memory_rule), None)
+            if index is None:
+                self._regimes.append(staged)
+                index = len(self._regimes) - 1
+            self._regime_of[count] = index
         self._searches: dict[Any, ContextSearch] = {}
-        self._keys: dict[tuple[int, int], Any] = {}
+        self._keys: dict[tuple[int, int, int], Any] = {}
         self._budget = SearchBudget()
         self._fitting: dict[Any, dict[int, int]] = {}
         self._best: dict[tuple[Any, int], NodeSetChoice] = {}
 
+    def regime(self, count: int) -> PlanningInput:
+        """The request a plan of ``count`` stages is searched and costed with."""
+        return self._regimes[self._regime_of[count]]
+
+    def _key(self, context: int, lanes: int, regime: int) -> Any:
+        if not self._lanes_matter:
+            return (regime, context)
+        if (context, lanes, regime) not in self._keys:
+            request = self._regimes[regime]
+            rule = request.memory_rule
+            reserves = rule.node_reserves(request, context, lanes)
+            self._keys[(context, lanes, regime)] = (
+                regime, context, rule.layer_costs(request, context, lanes).totals,
+                tuple(sorted(reserves.items())))
+        return self._keys[(context, lanes, regime)]
+
     def key(self, context: int, lanes: int) -> Any:
         """Equal for lane counts that cost every layer and node the same."""
-        if not self._lanes_matter:
-            return context
-        if (context, lanes) not in self._keys:
-            rule = self.request.memory_rule
-            reserves = rule.node_reserves(self.request, context, lanes)
-            self._keys[(context, lanes)] = (
-                context, rule.layer_costs(self.request, context, lanes).totals,
-                tuple(sorted(reserves.items())))
-        return self._keys[(context, lanes)]
+        return tuple(self._key(context, lanes, regime)
+                     for regime in range(len(self._regimes)))
 
-    def _search(self, context: int, lanes: int) -> ContextSearch:
-        key = self.key(context, lanes)
+    def _search(self, context: int, lanes: int, regime: int) -> ContextSearch:
+        key = self._key(context, lanes, regime)
         if key not in self._searches:
-            self._searches[key] = ContextSearch(self.request, context, self._budget, lanes)
+            self._searches[key] = ContextSearch(self._regimes[regime], context,
+                                                self._budget, lanes)
         return self._searches[key]
 
     def fitting(self, context: int, lanes: int) -> dict[int, int]:
         """Stage count -> smallest max latency in microseconds (unknown as 0), for the
         counts that fit."""
-        key = self.key(context, lanes)
-        if key not in self._fitting:
-            found = self._search(context, lanes).min_max_latency()
-            self._fitting[key] = {k: v for k, v in found.items() if k in self.counts}
-        return self._fitting[key]
+        fitting: dict[int, int] = {}
+        for regime in range(len(self._regimes)):
+            key = self._key(context, lanes, regime)
+            if key not in self._fitting:
+                found = self._search(context, lanes, regime).min_max_latency()
+                self._fitting[key] = {k: v for k, v in found.items()
+                                      if self._regime_of.get(k) == regime}
+            fitting.update(self._fitting[key])
+        return dict(sorted(fitting.items()))
 
     def best(self, context: int, lanes: int, counts: Iterable[int]) -> dict[int, NodeSetChoice]:
         """The docs/rules.md §5 best set for each of ``counts`` that fits at ``context``
         with ``lanes``."""
         fitting = self.fitting(context, lanes)
-        key = self.key(context, lanes)
         wanted = [k for k in counts if k in fitting]
-        missing = [k for k in wanted if (key, k) not in self._best]
-        if missing:
-            for k, choice in self._search(context, lanes).best_for_counts(missing).items():
-                self._best[(key, k)] = choice
-        return {k: self._best[(key, k)] for k in wanted}
+        for regime in range(len(self._regimes)):
+            key = self._key(context, lanes, regime)
+            missing = [k for k in wanted
+                       if self._regime_of[k] == regime and (key, k) not in self._best]
+            if missing:
+                for k, choice in self._search(context, lanes, regime).best_for_counts(
+                        missing).items():
+                    self._best[(key, k)] = choice
+        return {k: self._best[(self._key(context, lanes, self._regime_of[k]), k)]
+                for k in wanted}
 
 
 def select_shape(request: PlanningInput, shapes: Shapes,
@@ -355,11 +388,21 @@ def candidates_with(request: PlanningInput, shapes: Shapes) -> pd.DataFrame:
 
 def _infeasible_reasons(request: PlanningInput, context: int, lanes: int,
                         counts: Iterable[int]) -> dict[int, str]:
-    """Why no set of each of ``counts`` fits; the fleet is sorted once."""
-    costs = layer_bytes(request, context, lanes)
-    ordered = stage_order([n for n in at_context(request, context, lanes).nodes
-                           if n.usable_bytes > 0])
-    return {count: _infeasible_reason(ordered, count, costs) for count in counts}
+    """Why no set of each of ``counts`` fits, each under the rule of its stage count; the
+    fleet is sorted once per rule."""
+    walked: dict[int, tuple[list[Any], tuple[int, ...]]] = {}
+    reasons = {}
+    for count in counts:
+        staged = request_for_stages(request, count)
+        rule = 0 if staged is request else count
+        if rule not in walked:
+            walked[rule] = (
+                stage_order([n for n in at_context(staged, context, lanes).nodes
+                             if n.usable_bytes > 0]),
+                layer_bytes(staged, context, lanes))
+        ordered, costs = walked[rule]
+        reasons[count] = _infeasible_reason(ordered, count, costs)
+    return reasons
 
 
 def _row(request: PlanningInput, context: int, count: int, lanes: int,

@@ -64,6 +64,11 @@ class MemoryRule(Protocol):
     def lanes_matter(self, request: PlanningInput) -> bool:
         """Whether the lane count can change any layer's or node's bytes."""
 
+    def for_stages(self, count: int) -> MemoryRule:
+        """The rule a plan of ``count`` stages is costed with: itself, unless the costs
+        depend on the stage count (llama.cpp runs one device without pipeline
+        parallelism's copies)."""
+
     def to_dict(self) -> dict[str, Any]:
         """The rule as plain data, with its ``name``."""
 
@@ -105,6 +110,9 @@ class DesignRule:
 
     def lanes_matter(self, request: PlanningInput) -> bool:
         return any(request.layer_state_bytes_per_sequence or ())
+
+    def for_stages(self, count: int) -> DesignRule:
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name}

@@ -58,6 +58,13 @@ def kv_bytes_per_layer_token(request: PlanningInput) -> int:
     return -(-request.kv_bytes_per_token // request.layer_count)
 
 
+def request_for_stages(request: PlanningInput, count: int) -> PlanningInput:
+    """The request whose memory rule costs a plan of ``count`` stages (the request itself
+    unless its rule's costs depend on the stage count)."""
+    rule = request.memory_rule.for_stages(count)
+    return request if rule is request.memory_rule else replace(request, memory_rule=rule)
+
+
 def layer_costs(request: PlanningInput, context_length: int,
                 lanes: int | None = None) -> LayerCosts:
     """Each layer's bytes by part under the request's memory rule, at ``context_length``

@@ -10,7 +10,7 @@ import pandas as pd
 from planner.errors import PlanError
 from planner.planning.inputs import PlanningInput, as_planning_input
 from planner.planning.plan import Plan
-from planner.planning.rules import at_context, layer_costs, walk_stages
+from planner.planning.rules import at_context, layer_costs, request_for_stages, walk_stages
 
 
 def milliseconds_dtype(values: Iterable[Any]) -> str:
@@ -82,6 +82,7 @@ def stage_usage(request: PlanningInput, plan: Plan) -> pd.DataFrame:
     node (backend overhead, a stage's compute buffer).
     """
     lanes = plan.parallel_lanes
+    request = request_for_stages(request, plan.stage_count)
     budgets = at_context(request, plan.context_length, lanes)
     usable = budgets.usable_bytes
     missing = [stage.node_id for stage in plan.stages if stage.node_id not in usable]

@@ -38,7 +38,12 @@ from planner.planning import (
     plan_topology,
 )
 from planner.planning.api import candidate_frame
-from planner.planning.rules import context_floor, kv_bytes_per_layer_token, layer_weights
+from planner.planning.rules import (
+    context_floor,
+    kv_bytes_per_layer_token,
+    layer_weights,
+    request_for_stages,
+)
 from planner.planning.warnings import fleet_warnings
 
 ReportSource = FleetDocument | PlanningInput | Mapping[str, Any]
@@ -191,8 +196,9 @@ def _node_rows(request: PlanningInput, plan: Plan | None) -> tuple[dict[str, Any
     """Each node's usable bytes as the plan's search had them: under llama.cpp's rule,
     after what it reserves on the node at the plan's context and lanes."""
     stage_of = {stage.node_id: stage.stage_id for stage in plan.stages} if plan else {}
-    reserves = (request.memory_rule.node_reserves(request, plan.context_length,
-                                                  plan.parallel_lanes) if plan else {})
+    staged = request_for_stages(request, plan.stage_count) if plan else request
+    reserves = (staged.memory_rule.node_reserves(staged, plan.context_length,
+                                                 plan.parallel_lanes) if plan else {})
     rows = []
     for node in request.nodes:
         reserve = reserves.get(node.node_id, 0)
