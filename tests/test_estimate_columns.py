@@ -5,6 +5,7 @@ from :func:`planner.performance.estimate_plan` on the same plan, not from copies
 from __future__ import annotations
 
 import json
+from html import escape
 
 import pytest
 
@@ -187,6 +188,14 @@ def test_workbench_shows_the_estimate() -> None:
         [s.stage_read_ms for s in expected.stages])
     assert "est. read" in stage_table_html(evaluation.stages)
     assert f"{expected.estimated_tpot_ms:,.1f} ms" in candidates_table_html(evaluation.candidates)
+    # The page's candidates table says under it that its est. columns are estimates, with
+    # the measured error of the plan's estimate.
+    from planner.workbench import Workbench
+
+    bench = Workbench(state)
+    shown = bench.view.candidates_table.value
+    assert expected.error_note and "est.: Estimated, not measured" in shown
+    assert escape(expected.error_note) in shown
     # Nodes typed by hand: no estimate, and the summary does not pretend one.
     plain = evaluate(WorkbenchState.design_default())
     assert plain.estimate is None and "speed estimate" not in plain.summary()

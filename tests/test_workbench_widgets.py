@@ -183,12 +183,13 @@ def test_the_latency_aware_choice_is_explained_on_screen(bench: Workbench) -> No
     for row in rows(bench):
         row.latency.value = "5"
     shown = shown_text(bench.view.diagnosis.value)
-    assert ("Why this shape: context 65,536 on 4 stages with 4 lanes, estimated TPOT 20 ms: "
+    assert ("Why this shape: context 65,536 on 4 stages with 4 lanes, network estimate of the TPOT "
+            "20 ms: "
             "latency-aware planning ranks the estimate before the context") in shown
     lines = shown.splitlines()
     assert "shape | context | stages | est. TPOT | target | rule that decided |" in lines
     assert "chosen | 65,536 | 4 | 20 ms | | |" in lines
-    rule = "the lower estimated TPOT ranks before the higher context"
+    rule = "the lower network estimate of the TPOT ranks before the higher context"
     assert f"higher context | 262,144 | 5 | 25 ms | | {rule} |" in lines
     assert f"higher context | 131,072 | 5 | 25 ms | | {rule} |" in lines
     bench.options_editor.target_decode_tpot_ms.value = "22"
@@ -572,3 +573,18 @@ def test_the_title_and_report_follow_the_edits(tmp_path: Path) -> None:
     import json
     report = json.loads(payload.read_text())
     assert report["source_edited"] is True and report["title"] == "gpt-oss-120b on 5 nodes"
+
+
+def test_the_page_gives_one_estimated_tpot_where_a_speed_estimate_and_latencies_meet() -> None:
+    """With catalog GPUs (a speed estimate) and latencies (the planner's network estimate
+    ranks the shapes), "estimated TPOT" names one figure on the page: the speed estimate.
+    The planner's ranking figure is named its network estimate."""
+    from planner.fleet import example_fleet
+
+    bench = Workbench.from_fleet(example_fleet("qwen480b-5x80.toml"))
+    for row in rows(bench):
+        row.latency.value = "5"
+    text = shown_text(bench.view.summary.value + bench.view.diagnosis.value)
+    figures = set(re.findall(r"estimated TPOT ([\d,.]+ ms)", text))
+    assert len(figures) == 1, text
+    assert "network estimate of the TPOT 20 ms" in text

@@ -29,7 +29,7 @@ TARGET_MET = "target_met"
 LOWER_ESTIMATE = "lower_estimate"
 RULE_TEXT = {
     TARGET_MET: "meeting the TPOT target ranks first",
-    LOWER_ESTIMATE: "the lower estimated TPOT ranks before the higher context",
+    LOWER_ESTIMATE: "the lower network estimate of the TPOT ranks before the higher context",
 }
 """Each rule of :class:`HigherContext` in words."""
 
@@ -184,7 +184,8 @@ def _summary(request: PlanningInput, chosen: ShapeOption, higher: list[HigherCon
     if not request.has_latency:
         return (f"{shape}: the highest context that fits, on the fewest nodes "
                 "(no node has a latency, so the estimate does not rank)")
-    text = f"{shape}, estimated TPOT {_ms(chosen.estimated_decode_network_ms_per_token)}"
+    text = (f"{shape}, network estimate of the TPOT "
+            f"{_ms(chosen.estimated_decode_network_ms_per_token)}")
     if not higher:
         return text + ": no higher context fits"
     reasons = "; ".join(item.reason for item in higher)

@@ -19,7 +19,7 @@ from planner.figures import (
     memory_figure,
 )
 from planner.figures.plan import shape_tpot
-from planner.performance import format_duration_ms
+from planner.performance import ESTIMATE_NOTE, format_duration_ms
 from planner.planning import ChoiceExplanation, ShapeOption
 from planner.planning.explain import RULE_TEXT
 from planner.units import format_bytes, format_milliseconds
@@ -95,11 +95,14 @@ def _short_nodes(node_ids: tuple[str, ...], shown: int = 6) -> str:
     return ", ".join(node_ids[:shown]) + f", … (+{len(node_ids) - shown})"
 
 
-def candidates_table_html(candidates: pd.DataFrame, target_ms: int | None = None) -> str:
+def candidates_table_html(candidates: pd.DataFrame, target_ms: int | None = None,
+                          error_note: str = "") -> str:
     """One row per (context, stage count) shape; lanes are folded together. Its TPOT is
     the chart's (:func:`planner.figures.plan.shape_tpot`): the speed estimate where there
     is one, judged against ``target_ms`` (the fleet's TPOT target), with the planner's
-    network estimate beside it; else the network estimate and the planner's judgement."""
+    network estimate beside it; else the network estimate and the planner's judgement.
+    Under a table of speed estimates, what they are and ``error_note`` (their measured
+    error, :meth:`planner.performance.SpeedCalibration.error_note`)."""
     shapes = candidate_shapes(candidates)
     tpots, speed = shape_tpot(shapes)
     # The time to fill the context does not depend on lanes: one value per shape.
@@ -141,7 +144,11 @@ def candidates_table_html(candidates: pd.DataFrame, target_ms: int | None = None
                 (shape.context_length, shape.stage_count))) is not None else "")]
               if fill else []),
         ]))
-    return _table(headers, rows)
+    if not (speed or fill):
+        return _table(headers, rows)
+    note = " ".join(part for part in (ESTIMATE_NOTE, error_note) if part)
+    return (_table(headers, rows) +
+            f"<div class='wb-estimate-note'>est.: {escape(note)}</div>")
 
 
 def _estimate(option: ShapeOption) -> str:
@@ -260,7 +267,10 @@ class PlanView(widgets.VBox):
                                   else "<i>no stages: there is no plan</i>")
         table = evaluation.candidates
         self.candidates_table.value = (
-            candidates_table_html(table, request.target_decode_tpot_ms) if table is not None
+            candidates_table_html(table, request.target_decode_tpot_ms,
+                                  evaluation.estimate.error_note
+                                  if evaluation.estimate is not None else "")
+            if table is not None
             else "<i>no candidates</i>")
         self.memory_chart.show(memory_figure(request, plan))
         self.layers_chart.show(layer_ranges_figure(request, plan))
