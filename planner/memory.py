@@ -628,18 +628,22 @@ def _device_compute_bytes(model: LlamaCppModel, settings: LlamaCppSettings,
 
 
 def stage_compute_bytes(model: LlamaCppModel, settings: LlamaCppSettings) -> tuple[int, int]:
-    """What a plan charges for compute before it knows the stages: the compute buffer of
-    a pipeline stage before the last (the larger of a first stage of one layer and a
-    middle stage of every layer but the first and the last) and that of the output
-    stage (the last layer and the output head), from a three-stage split of the model."""
+    """What a plan of two or more stages charges for compute before it knows the stages:
+    the compute buffer of a pipeline stage before the last (the largest of a first stage
+    of every layer but the last, which copies in the host's inputs and reads every kind
+    of attention mask, a first stage of one layer, and a middle stage of every layer but
+    the first and the last) and that of the output stage (the last layer and the output
+    head)."""
     count = _model(model).layer_count
-    if count < 3:
-        devices, _ = device_compute_bytes(model, settings, [(0, 1), (1, count)] if count == 2
-                                          else [(0, count)])
-        return max(devices[:-1], default=devices[-1]), devices[-1]
+    if count < 2:
+        devices, _ = device_compute_bytes(model, settings, [(0, count)])
+        return devices[0], devices[0]
+    first, _ = device_compute_bytes(model, settings, [(0, count - 1), (count - 1, count)])
+    if count == 2:
+        return first[0], first[1]
     devices, _ = device_compute_bytes(model, settings, [(0, 1), (1, count - 1),
                                                         (count - 1, count)])
-    return max(devices[0], devices[1]), devices[2]
+    return max(first[0], devices[0], devices[1]), max(first[1], devices[2])
 
 
 def estimate(model: LlamaCppModel, settings: LlamaCppSettings,

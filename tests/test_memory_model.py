@@ -20,6 +20,8 @@ from planner.memory import (
     LayerLayout,
     LlamaCppCosts,
     LlamaCppModel,
+    LlamaCppSettings,
+    estimate,
     stage_compute_bytes,
     within_target,
 )
@@ -225,6 +227,30 @@ def test_the_one_stage_charge_is_what_the_recorded_run_on_one_device_allocated()
 
     assert within_target("total_bytes", charged(costs.for_stages(1)), measured)
     assert not within_target("total_bytes", charged(costs.for_stages(2)), measured)
+
+
+def test_a_split_charges_each_node_at_least_what_llama_cpp_allocates_there() -> None:
+    """make validate's gemma-3-270m splits over two and three devices: every node of a
+    split reserves a pipeline stage's compute buffer, the last one the output stage's on
+    top, and that covers each device's compute buffer as estimated for the split (within
+    10 % of the recorded one): the first stage copies in the host's inputs and reads both
+    attention masks, more than a middle stage."""
+    recorded = json.loads((ROOT / "validation" / "results" / "llamacpp-runs.json")
+                          .read_text())
+    model = LlamaCppModel.from_dict(recorded["model_layout"])
+    checked = 0
+    for run_ in recorded["runs"]:
+        ranges = [tuple(r) for r in run_["layer_ranges"]]
+        if len(ranges) < 2:
+            continue
+        settings = LlamaCppSettings(**run_["settings"])
+        reserve, output = stage_compute_bytes(model, settings)
+        split = estimate(model, settings, ranges)
+        for index, device in enumerate(split.devices):
+            charged = reserve + (output if index == len(ranges) - 1 else 0)
+            assert device.compute_bytes <= charged, (run_["setting"], ranges[index])
+            checked += 1
+    assert checked >= 20
 
 
 def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
