@@ -43,6 +43,11 @@ WORKBENCH = "workbench.ipynb"
 CULL_IDLE_SECONDS = 120
 """A Voilà kernel with no page connected is shut down after this many idle seconds."""
 CULL_INTERVAL_SECONDS = 30
+OUTPUT_WAIT_SECONDS = 600
+"""How long Voilà waits for a cell's outputs once the kernel has answered that it ran.
+Outputs travel on another channel than the answer and can arrive well after it: behind
+thousands of widget updates (a sweep's progress bar) on a busy machine. Voilà's default
+(nbclient's 4 s) then drops the rest of the cell's outputs, its result table among them."""
 STARTUP_SECONDS = 120
 
 
@@ -68,6 +73,7 @@ def voila_arguments(port: int, *, ip: str = "127.0.0.1", open_browser: bool = Fa
         # cell runs. Without it a page with hundreds of widgets (fencing.ipynb) sometimes
         # draws a widget before the page has its model ("widget model not found").
         "--VoilaConfiguration.progressive_rendering=True",
+        f"--VoilaExecutor.iopub_timeout={OUTPUT_WAIT_SECONDS}",
         *(f"--VoilaConfiguration.extension_allowlist={name}" for name in VOILA_EXTENSIONS),
         # Only kernels without a connected page are culled (cull_connected stays False).
         f"--MappingKernelManager.cull_idle_timeout={cull_idle_seconds}",
