@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import nbformat
-import pytest
 
 from planner.workbench import serve
 
@@ -65,32 +64,3 @@ def test_copies_record_the_kernels_language(tmp_path: Path) -> None:
     serve.record_language(run_dir, info)  # already recorded: nothing is rewritten
     assert {copy.name: copy.stat().st_mtime_ns for copy in run_dir.glob("*.ipynb")} == before
 
-
-# A cell whose progress bar moves this many times before it shows its table: its outputs
-# reach Voilà well after the kernel says the cell ran, as availability.ipynb's sweep table
-# did on a busy machine; Voilà's default wait (4 s) dropped the table.
-PROGRESS_UPDATES = 20_000
-PROGRESS_CELL = f"""import pandas as pd
-from planner.workbench.progress import ProgressBar
-
-bar = ProgressBar()
-for done in range(1, {PROGRESS_UPDATES} + 1):
-    bar(done, {PROGRESS_UPDATES})
-pd.DataFrame({{"result": ["shown after the progress bar"]}})"""
-
-
-@pytest.mark.notebook
-def test_make_app_keeps_a_cells_table_shown_after_its_progress_bar(tmp_path: Path) -> None:
-    from traitlets.config.loader import KVArgParseConfigLoader
-    from voila.execute import VoilaExecutor
-
-    arguments = [a for a in serve.voila_arguments(8866) if a.startswith("--VoilaExecutor.")]
-    config = KVArgParseConfigLoader(arguments, classes=[VoilaExecutor]).load_config()
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(PROGRESS_CELL)])
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                       "language": "python"}
-    VoilaExecutor(notebook, config=config, kernel_name="python3",
-                  resources={"metadata": {"path": str(tmp_path)}}).execute(notebook, {})
-    shown = [output.get("data", {}).get("text/plain", "")
-             for output in notebook.cells[0].outputs]
-    assert any("shown after the progress bar" in text for text in shown), shown
