@@ -45,6 +45,9 @@ def test_figures_show_the_numbers() -> None:
     assert max(line.x) == 8760 and set(line.y) <= {0, 65536, 262144}
     assert len(replans.x) == year.replans
     assert f"{year.replans} re-plans" in timeline.layout.title.text
+    assert timeline.layout.title.text.startswith("Simulated 1 year, seed 1: ")
+    two = simulate(request, FLAKY, seed=1, min_context=65536, horizon_hours=2 * 8760)
+    assert timeline_figure(two).layout.title.text.startswith("Simulated 2 years, seed 1: ")
 
 
 def test_panel_follows_the_workbench_fleet() -> None:

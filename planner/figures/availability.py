@@ -9,6 +9,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from planner.availability import AvailabilityResult
+from planner.availability.reliability import HOURS_PER_YEAR
 from planner.figures.style import axis, base_layout
 from planner.simulation import SimulatedYear
 
@@ -79,7 +80,8 @@ def timeline_figure(year: SimulatedYear, *, title: str | None = None) -> go.Figu
                          in zip(terms["term"], terms["claim_messages"], strict=True)],
                    hovertemplate="hour %{x:,.0f}: %{text}<extra></extra>"),
     ]
-    heading = title or (f"Simulated {year.horizon_hours / 8760:g} year(s), seed {year.seed}: "
+    years = year.horizon_hours / HOURS_PER_YEAR
+    heading = title or (f"Simulated {years:g} year{'' if years == 1 else 's'}, seed {year.seed}: "
                         f"{year.hours_down:,.1f} h below targets, "
                         f"{year.hours_reduced_context:,.1f} h at reduced context, "
                         f"{year.replans} re-plans")

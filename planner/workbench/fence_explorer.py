@@ -543,7 +543,8 @@ class EventStepper(_ChartHolder, widgets.VBox):
 
 
 def _event_line(event: Mapping[str, Any]) -> str:
-    parts = [f"#{event['seq']}", f"t={event['time_ms']} ms", str(event["node"]),
+    # Numbered from 1, as the slider, the chart's title and its event axis are.
+    parts = [f"event {int(event['seq']) + 1}:", f"t={event['time_ms']} ms", str(event["node"]),
              str(event["kind"])]
     message, peer = event.get("message"), event.get("peer")
     if isinstance(message, str):
