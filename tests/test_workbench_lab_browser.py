@@ -169,6 +169,8 @@ def test_run_all_in_the_copy_make_lab_opens(browser: Any, lab: LabServer,
         for index in range(len(charts)):
             save_screenshot(page, ".planner-chart >> visible=true",
                             f"lab-{notebook.removesuffix('.ipynb')}-chart-{index}", index)
+        # No toast asking to fetch news from the internet covers the charts.
+        assert page.get_by_text("official Jupyter news").count() == 0
     finally:
         page.close()
     assert errors.problems() == []

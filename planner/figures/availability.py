@@ -12,6 +12,7 @@ from planner.availability import AvailabilityResult
 from planner.availability.reliability import HOURS_PER_YEAR
 from planner.figures.style import axis, base_layout
 from planner.simulation import SimulatedYear
+from planner.units import counted
 
 UP_COLOUR = "#4c72b0"
 REDUCED_COLOUR = "#dd8452"
@@ -84,7 +85,7 @@ def timeline_figure(year: SimulatedYear, *, title: str | None = None) -> go.Figu
     heading = title or (f"Simulated {years:g} year{'' if years == 1 else 's'}, seed {year.seed}: "
                         f"{year.hours_down:,.1f} h below targets, "
                         f"{year.hours_reduced_context:,.1f} h at reduced context, "
-                        f"{year.replans} re-plans")
+                        f"{counted(year.replans, 're-plan')}")
     figure = go.Figure(traces, base_layout(heading, height=320))
     figure.update_xaxes(**axis(title="hours", range=[0, year.horizon_hours]))
     figure.update_yaxes(**axis(title="planned context (tokens)", rangemode="tozero"))
