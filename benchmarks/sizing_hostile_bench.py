@@ -96,6 +96,15 @@ def _setup(folder: Path) -> dict[str, list[str]]:
             ["size", "glm-4.5", "--tpot", "72", "--tolerate", "1", "--json"],
         "size llama-3.1-70b --ttft-ms 10 --prompt-tokens 32768 (no fleet meets it)":
             ["size", "llama-3.1-70b", "--ttft-ms", "10", "--prompt-tokens", "32768"],
+        # A TTFT below the fastest read of the weights a ubatch routes to (each used to
+        # end in SizingTooLarge after 3,000 plans, when only compute was counted), and
+        # one a mixture of the shipped kinds reaches.
+        "size deepseek-v3 --ttft-ms 116 --prompt-tokens 1024 (no fleet meets it)":
+            ["size", "deepseek-v3", "--ttft-ms", "116", "--prompt-tokens", "1024"],
+        "size glm-4.5 --ttft-ms 500 --prompt-tokens 8192 (no fleet meets it)":
+            ["size", "glm-4.5", "--ttft-ms", "500", "--prompt-tokens", "8192"],
+        "size deepseek-v3 --ttft-ms 400 --prompt-tokens 1024":
+            ["size", "deepseek-v3", "--ttft-ms", "400", "--prompt-tokens", "1024", "--json"],
         "size the TPOT-33 example fleet (model typed as numbers)":
             ["size", str(FLEETS / "qwen480b-4x80-latency10-tpot33.toml")],
         "size a model typed as numbers with a TPOT target":

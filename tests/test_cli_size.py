@@ -13,9 +13,8 @@ from planner.models import load_gpu_catalog, load_preset
 from planner.sizing import SizingTargets, size_fleet
 
 KEYS = ["counts", "nodes", "cost_per_hour", "context_length", "stage_count",
-        "parallel_lanes", "estimated_tpot_ms", "tokens_per_s", "estimated_context_fill_ms",
-        "cost_per_million_tokens",
-        "failures_tolerated"]
+        "parallel_lanes", "estimated_tpot_ms", "estimated_ttft_ms", "tokens_per_s",
+        "estimated_context_fill_ms", "cost_per_million_tokens", "failures_tolerated"]
 KINDS = "h100-sxm-80gb,a100-80gb,h200-141gb,instinct-mi300x"
 
 CARD = ('[[gpu]]\nname = "Card"\nvendor = "V"\nmemory_bytes = 85899345920\nnote = "n"\n'

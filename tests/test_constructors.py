@@ -203,6 +203,7 @@ RESULTS = {
     "planner.availability.fleet.FleetAvailability": _ANSWER,
     "planner.availability.reliability.NodeFigures": _ANSWER,
     "planner.sizing.floors.DecodeFloor": _ANSWER,
+    "planner.sizing.floors.PrefillFloor": _ANSWER,
     "planner.sizing.result.SizedFleet": _ANSWER,
     "planner.sizing.result.SizingResult": _ANSWER,
     "planner.simulation.SimulatedYear": _ANSWER,

@@ -225,8 +225,8 @@ def test_json_keys_are_the_documented_ones() -> None:
                         traffic=ModelTraffic.dense(4 * UNIT, 16))
     assert list(result.cheapest.to_dict()) == [
         "counts", "nodes", "cost_per_hour", "context_length", "stage_count",
-        "parallel_lanes", "estimated_tpot_ms", "tokens_per_s", "estimated_context_fill_ms",
-        "cost_per_million_tokens", "failures_tolerated"]
+        "parallel_lanes", "estimated_tpot_ms", "estimated_ttft_ms", "tokens_per_s",
+        "estimated_context_fill_ms", "cost_per_million_tokens", "failures_tolerated"]
     assert result.cheapest.to_dict()["nodes"] == ["big-00"]
 
 

@@ -108,8 +108,13 @@ def test_the_speed_floors_are_below_every_estimate(preset: str) -> None:
             plan.stage_count - 1) * floors.least_hop_ms(used, {})
         assert plan.parallel_lanes >= floors.least_lanes(request)
         if estimate.ttft_ms is not None:
-            assert estimate.ttft_ms >= min(floors.prefill_floor_ms(gpu, traffic, request, 4096)
-                                           for gpu in used)
+            # The fastest reader and the fastest computer among the plan's kinds: each
+            # bounds its term (the carriers' rule), and together the whole floor.
+            prefill = floors.prefill_floor(used, traffic, request, 4096)
+            assert estimate.ttft_ms >= prefill.least_ms()
+            for term in floors.PREFILL_TERMS:
+                assert estimate.ttft_ms >= min(prefill.least_ms(**{term: i})
+                                               for i in range(len(used)))
         checked += 1
     assert checked >= 10
 
@@ -123,6 +128,53 @@ def test_a_ttft_no_kind_can_reach_is_answered_at_once(monkeypatch: pytest.Monkey
     assert caught.value.code == "NoFleetMeetsTargets"
     assert "no split fills a 32,768-token prompt within the TTFT target of 10 ms" in str(
         caught.value)
+
+
+def test_a_ttft_below_the_fastest_read_of_the_weights_is_answered_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeepSeek-V3 at 116 ms for 1,024 tokens: each ubatch of the prompt routes to nearly
+    every expert, so the stages read almost all 712 GB, which takes about 250 ms at the
+    fastest kind's calibrated bandwidth. It used to search for 10 s and end in
+    SizingTooLarge, as only the compute was counted."""
+    _no_plans(monkeypatch)
+    with pytest.raises(SizingError) as caught:
+        size_fleet(load_preset("deepseek-v3"), load_gpu_catalog(),
+                   SizingTargets(target_ttft_ms=116, prompt_tokens=1024))
+    assert caught.value.code == "NoFleetMeetsTargets"
+    said = re.search(r"reading the weights a ubatch uses and computing with them takes at "
+                     r"least ([\d,]+) ms", caught.value.message)
+    assert said is not None and int(said.group(1).replace(",", "")) > 116
+
+
+def test_the_prefill_read_covers_remove_no_fleet_that_meets_the_target(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a TTFT target the fleet must read the weights fast enough over its nodes; the
+    same cheapest fleets come out with the rule as without it, from fewer plans."""
+    kinds = ["h100-sxm-80gb", "a100-80gb", "l40s", "rtx-4090"]
+    model, catalog = load_preset("llama-3.1-70b"), load_gpu_catalog()
+    targets = SizingTargets(target_ttft_ms=3000, prompt_tokens=4096)
+    ruled = size_fleet(model, catalog, targets, kinds=kinds, top=3, pareto=False)
+    monkeypatch.setattr(search_module, "_prefill_read_covers", lambda *args: [])
+    plain = size_fleet(model, catalog, targets, kinds=kinds, top=3, pareto=False)
+    assert [f.counts for f in ruled.fleets] == [f.counts for f in plain.fleets]
+    assert ruled.plans_evaluated <= plain.plans_evaluated
+    for fleet in ruled.fleets:
+        assert fleet.estimated_ttft_ms is not None and fleet.estimated_ttft_ms <= 3000
+
+
+def test_a_search_that_stops_short_says_how_close_it_came(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """SizingTooLarge on a speed target names the fastest estimate it saw and its fleet,
+    so the user knows how far to relax the target."""
+    monkeypatch.setattr(search_module, "MAX_SIZING_PLANS", 20)
+    with pytest.raises(SizingError) as caught:
+        size_fleet(load_preset("deepseek-v3"), load_gpu_catalog(),
+                   SizingTargets(target_ttft_ms=300, prompt_tokens=1024), pareto=False)
+    assert caught.value.code == "SizingTooLarge"
+    said = re.search(r"the fastest plans evaluated reach an estimated TTFT of ([\d,.]+) ms "
+                     r"\((\d+ x [a-z0-9-]+)", caught.value.message)
+    assert said is not None and float(said.group(1).replace(",", "")) > 300
+    assert "against the target of 300 ms" in caught.value.message
 
 
 def test_a_model_typed_as_numbers_cannot_meet_a_speed_target() -> None:

@@ -69,6 +69,14 @@ def test_planner_size_takes_ttft_and_prompt_tokens() -> None:
     assert done.returncode == 0, done.stderr
     fleets = json.loads(done.stdout)["fleets"]
     assert fleets and all(f["estimated_context_fill_ms"] is not None for f in fleets)
+    # The figure the target is judged on is shown, in JSON and in the table.
+    assert all(0 < f["estimated_ttft_ms"] <= 10000 for f in fleets)
+    table = run("size", "llama-3.1-70b", "--kinds", ",".join(KINDS), "--ttft-ms", "10000",
+                "--prompt-tokens", "8192", "--top", "2")
+    assert table.returncode == 0, table.stderr
+    assert "TTFT <= 10000 ms for a 8,192-token prompt" in table.stdout
+    assert "estimated_ttft_ms" in table.stdout
+    assert "first token of a 8,192-token prompt in" in table.stdout
     assert_user_error(run("size", "llama-3.1-70b", "--ttft-ms", "5000"), 2, "prompt_tokens")
 
 

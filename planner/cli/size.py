@@ -133,6 +133,9 @@ def run(args: argparse.Namespace) -> int:
     print(terminal_safe(f"{name}: context >= {result.minimum_context:,}, lanes >= "
                         f"{targets.minimum_lanes}, tolerating {targets.failures_tolerated} "
                         f"failed node(s)" + ("" if tpot is None else f", TPOT <= {tpot} ms")
+                        + ("" if targets.target_ttft_ms is None else
+                           f", TTFT <= {targets.target_ttft_ms} ms for a "
+                           f"{targets.prompt_tokens or 0:,}-token prompt")
                         + f"; {result.price_kind} prices"))
     print(terminal_safe(answer_text(result)))
     print()

@@ -24,20 +24,24 @@ def _number(value: float | None, digits: int) -> str:
 
 
 def fleet_table(fleets: Sequence[SizedFleet]) -> TextTable:
-    """Fleets as text cells, cheapest first."""
+    """Fleets as text cells, cheapest first; the estimated TTFT only where the targets
+    give a prompt size (its column is the time to first token of that prompt)."""
+    ttft = any(fleet.estimated_ttft_ms is not None for fleet in fleets)
     headers = ("rank", "fleet", "nodes", "cost_per_hour_usd", "context_length",
-               "stage_count", "parallel_lanes", "estimated_tpot_ms", "tokens_per_s",
+               "stage_count", "parallel_lanes", "estimated_tpot_ms",
+               *(("estimated_ttft_ms",) if ttft else ()), "tokens_per_s",
                "estimated_context_fill_s", "cost_per_million_tokens_usd",
                "failures_tolerated")
     rows = tuple(
         (str(rank), fleet.label, str(fleet.node_count), f"{fleet.cost_per_hour_usd:,.2f}",
          f"{fleet.plan.context_length:,}", str(fleet.plan.stage_count),
          str(fleet.plan.parallel_lanes), _number(fleet.estimated_tpot_ms, 1),
+         *((_number(fleet.estimated_ttft_ms, 1),) if ttft else ()),
          _number(fleet.tokens_per_s, 1),
          _number(None if (fill := fleet.estimated_context_fill_ms) is None else fill / 1000, 1),
          _number(fleet.cost_per_million_tokens_usd, 2), str(fleet.failures_tolerated))
         for rank, fleet in enumerate(fleets, 1))
-    return TextTable(headers, rows, ("r", "l", *("r",) * 10))
+    return TextTable(headers, rows, ("r", "l", *("r",) * (len(headers) - 2)))
 
 
 def question_rows(result: SizingResult, model_name: str) -> list[tuple[str, str]]:
@@ -49,6 +53,9 @@ def question_rows(result: SizingResult, model_name: str) -> list[tuple[str, str]
         ("minimum lanes", str(targets.minimum_lanes)),
         ("minimum nodes", str(max(targets.minimum_nodes, 1))),
         ("TPOT target", "none" if tpot is None else f"{tpot} ms (estimated TPOT)"),
+        ("TTFT target", "none" if targets.target_ttft_ms is None else
+         f"{targets.target_ttft_ms} ms for a {targets.prompt_tokens or 0:,}-token prompt "
+         "(estimated TTFT)"),
         ("failures tolerated", str(targets.failures_tolerated)),
         ("kinds", ", ".join(result.kinds)),
         ("prices", PRICE_KIND_TEXT[result.price_kind]),
@@ -60,8 +67,12 @@ def answer_text(result: SizingResult) -> str:
     best = result.cheapest
     tpot = best.estimated_tpot_ms
     fill = best.estimated_context_fill_ms
+    ttft = best.estimated_ttft_ms
+    prompt = result.targets.prompt_tokens
     speed = "" if tpot is None else (
         f", estimated TPOT {tpot:,.1f} ms, {best.tokens_per_s:,.1f} tokens/s"
+        + ("" if ttft is None or prompt is None else
+           f", first token of a {prompt:,}-token prompt in {format_duration_ms(ttft)}")
         + ("" if fill is None else
            f", filling the context takes {format_duration_ms(fill)}"))
     return (f"Cheapest at {result.price_kind} prices: {best.label} at USD "

@@ -19,12 +19,18 @@ Both floors bound :mod:`planner.performance`'s estimate from below, whatever the
   the plan's kinds plus the cache at theirs, plus every layer at the least fixed time:
   a fleet meets a TPOT target only with a node fast enough to read the weights, and one
   to read the cache, within it given the other's best (:class:`DecodeFloor`).
-- **Prefill.** Every ubatch of a prompt passes through every layer, at each stage's
-  compute rate (``e_c x fp16_tflops``, times the quantized kernels' share; attention at
-  ``e_att x fp16_tflops``); a batch finishes no sooner than its largest ubatch has
-  passed, and batches follow one another. So ``TTFT >=`` the sum over the prompt's
-  batches of their largest ubatch's FLOPs at the fastest rate of the plan's kinds
-  (:func:`prefill_floor_ms`); a kind without ``fp16_tflops`` has no prefill estimate,
+- **Prefill.** Every ubatch of a prompt passes through every layer: each stage reads its
+  weights (the shared ones whole, the routed experts the ubatch's tokens reach) at
+  ``e_w x BW`` while it computes at ``e_c x fp16_tflops`` (times the quantized kernels'
+  share; attention at ``e_att x fp16_tflops``), the slower of the two counting, and pays
+  its fixed per-layer time. The sum of the larger of two terms over the stages is at
+  least the larger of their sums, and a batch finishes no sooner than any of its
+  ubatches has passed every stage; batches follow one another. So ``TTFT >=`` the sum
+  over the prompt's batches of the largest, over their ubatches, of the whole model's
+  read at the plan's fastest-reading kind and its FLOPs at the fastest-computing kind,
+  plus every layer at the least fixed time (:class:`PrefillFloor`). A fleet meets a TTFT
+  target only with a node fast enough to read, and one to compute, within it given the
+  fastest kind's other rate. A kind without ``fp16_tflops`` has no prefill estimate,
   and a plan on it never meets a TTFT target.
 """
 
@@ -179,12 +185,15 @@ def least_hop_ms(kinds: Sequence[GpuModel], options: Mapping[str, Any]) -> float
 
 
 def most_read_per_held_byte(traffic: ModelTraffic, probe: PlanningInput,
-                            contexts: Sequence[int]) -> tuple[float, float]:
+                            contexts: Sequence[int], weight_share: float | None = None
+                            ) -> tuple[float, float]:
     """The most weight and cache bytes a decode step reads per byte a stage holds, over
     every layer, the given contexts and lane counts: a stage on a node of ``u`` usable
-    bytes reads at most these times ``u``."""
+    bytes reads at most these times ``u``. ``weight_share``: the share of the weights
+    read (by default the most any lane count of a decode step reads)."""
     weights = layer_weights(probe)
-    share = traffic.read_share(max(lane_candidates(probe)))
+    share = (traffic.read_share(max(lane_candidates(probe))) if weight_share is None
+             else weight_share)
     kv_layer = kv_bytes_per_layer_token(probe)
     most_weight = most_kv = 0.0
     for context in contexts:
@@ -208,23 +217,106 @@ def prefill_unknown(traffic: ModelTraffic | None, options: Mapping[str, Any]) ->
     return ""
 
 
+# The terms of a prefill ubatch's time the floor counts, each at its own per-kind rate.
+PREFILL_TERMS = ("read", "matrix", "staging", "activation", "attention")
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillFloor:
+    """What each ubatch of a prompt costs over all stages, per batch and ubatch: the
+    amount of each of :data:`PREFILL_TERMS` (``amounts[b][j]``: weight bytes read, matrix
+    FLOPs, parameters staged as FP16, activation units moved, attention pairs), each
+    kind's least ms per unit of each (``rates[term][kind]``; ``inf`` on a kind with no
+    prefill estimate), and the least fixed per-layer time of a ubatch over the model.
+
+    A stage's ubatch takes the larger of its read and its matrix products (they overlap)
+    plus the rest; summed over the stages, each term at the plan's fastest kind for it."""
+
+    amounts: tuple[tuple[tuple[float, ...], ...], ...]
+    rates: tuple[tuple[float, ...], ...]
+    fixed_ms: float
+
+    @property
+    def read_ms_per_byte(self) -> tuple[float, ...]:
+        return self.rates[0]
+
+    def read_bytes(self) -> float:
+        """The weight bytes the prompt's batches read at least: each batch's largest
+        ubatch's."""
+        return sum(max(ubatch[0] for ubatch in batch) for batch in self.amounts)
+
+    def least_ms(self, **kinds: int) -> float:
+        """The least TTFT of a plan whose fastest kind for each term named (``read=i``,
+        ``matrix=j``, ...) is that kind, and for every other term the fastest of all."""
+        if not self.rates or not self.rates[0]:
+            return math.inf
+        rate = [self.rates[t][kinds[name]] if name in kinds else min(self.rates[t])
+                for t, name in enumerate(PREFILL_TERMS)]
+        if any(math.isinf(r) for r in rate):
+            return math.inf
+        read, matrix, staging, activation, attention = rate
+        return sum(max(max(w * read, m * matrix) + p * staging + a * activation
+                       + q * attention for w, m, p, a, q in batch) + self.fixed_ms
+                   for batch in self.amounts) * _MARGIN
+
+
+def prefill_floor(kinds: Sequence[GpuModel], traffic: ModelTraffic, probe: PlanningInput,
+                  prompt_tokens: int) -> PrefillFloor:
+    """The :class:`PrefillFloor` of a ``prompt_tokens`` prompt of the model on ``kinds``
+    (calibrated rates: a plain bandwidth-bound estimate makes no prefill estimate).
+
+    As :func:`planner.performance.stage_terms` costs a ubatch of ``t`` tokens at depth
+    ``d``: the shared weights whole and the routed experts its tokens reach; ``2 x
+    active x t`` FLOPs of matrix products at the full rate (the routed experts' small
+    products are slower); the parameters of every weight read staged as FP16 when the
+    model is quantized; ``t x active / hidden_size`` activation units; ``width x (t d +
+    t^2/2)`` attention pairs over the layers."""
+    calibration = load_calibration()
+    body = max(1, sum(layer_weights(probe)) - (traffic.token_embedding_bytes or 0))
+    width = (traffic.attention_width or traffic.hidden_size or 0) * probe.layer_count
+    active = float(traffic.active_parameter_count or 0)
+    routed_active = 0.0
+    if traffic.routed_bytes:
+        routed_active = active * traffic.routed_bytes * traffic.expert_share(1) / (
+            body * traffic.read_share(1))
+    every_expert = (traffic.expert_count or 1) / (traffic.experts_used or 1)
+
+    def ubatch(tokens: int, depth: int) -> tuple[float, ...]:
+        share = traffic.expert_share(tokens)
+        staged = (active - routed_active + routed_active * every_expert * share
+                  if traffic.quantized else 0.0)
+        moved = tokens * active / traffic.hidden_size if traffic.hidden_size else 0.0
+        return (body * traffic.read_share(tokens), 2 * active * tokens, staged, moved,
+                width * (tokens * depth + tokens * tokens / 2))
+
+    amounts = tuple(tuple(ubatch(tokens, depth) for tokens, depth in batch)
+                    for batch in ubatches(prompt_tokens))
+    rates: list[list[float]] = [[] for _ in PREFILL_TERMS]
+    for gpu in kinds:
+        bandwidth = gpu.memory_bandwidth_bytes_per_s
+        if gpu.fp16_tflops is None or traffic.active_parameter_count is None or not bandwidth:
+            for column in rates:
+                column.append(math.inf)
+            continue
+        device = calibrated_device(calibration, float(bandwidth), gpu.memory_type,
+                                   gpu.backend, gpu.fp16_tflops, [])
+        read = 1000 / (device.weight_efficiency * bandwidth)
+        matrix = float(device.matrix_rate(math.inf, traffic.quantized))
+        attention = device.attention_flops_per_s or device.compute_flops_per_s
+        rates[0].append(read)
+        rates[1].append(1000 / matrix if matrix else math.inf)
+        rates[2].append(device.staging_bytes_per_parameter * read)
+        rates[3].append(device.activation_bytes * read)
+        rates[4].append((4 * 1000 / attention if attention else math.inf)
+                        + device.attention_score_bytes * 1000
+                        / (device.kv_efficiency * bandwidth))
+    fixed = 0.0 if not kinds else probe.layer_count * min(
+        calibration.fixed_ms(calibration.layer_ms, gpu.backend, [], "") for gpu in kinds)
+    return PrefillFloor(amounts, tuple(tuple(column) for column in rates), fixed)
+
+
 def prefill_floor_ms(gpu: GpuModel, traffic: ModelTraffic, probe: PlanningInput,
                      prompt_tokens: int) -> float:
-    """The least TTFT of a ``prompt_tokens`` prompt on a plan whose fastest-computing node
-    is of kind ``gpu`` (``inf`` without ``fp16_tflops``: no prefill estimate)."""
-    if gpu.fp16_tflops is None or traffic.active_parameter_count is None:
-        return math.inf
-    device = calibrated_device(load_calibration(), float(gpu.memory_bandwidth_bytes_per_s or 1),
-                               gpu.memory_type, gpu.backend, gpu.fp16_tflops, [])
-    # A plan's stages may mix kinds: the faster of the kind's two rates bounds both terms.
-    rate = max(float(device.matrix_rate(math.inf, traffic.quantized)),
-               device.attention_flops_per_s or 0.0)
-    if not rate:
-        return math.inf
-    width = (traffic.attention_width or traffic.hidden_size or 0) * probe.layer_count
-    flops = sum(max(2 * traffic.active_parameter_count * tokens
-                    + 4 * width * (tokens * depth + tokens * tokens / 2)
-                    for tokens, depth in batch)
-                for batch in ubatches(prompt_tokens))
-    return flops / rate * 1000 * _MARGIN
-
+    """The least TTFT of a ``prompt_tokens`` prompt on a plan of nodes of kind ``gpu``
+    alone (``inf`` without ``fp16_tflops``: no prefill estimate)."""
+    return prefill_floor([gpu], traffic, probe, prompt_tokens).least_ms()

@@ -39,6 +39,12 @@ class SizedFleet:
         return None if self.estimate is None else self.estimate.estimated_tpot_ms
 
     @property
+    def estimated_ttft_ms(self) -> float | None:
+        """The estimated time to first token of the targets' prompt (``None`` without a
+        prompt size or an estimate)."""
+        return None if self.estimate is None else self.estimate.ttft_ms
+
+    @property
     def tokens_per_s(self) -> float | None:
         return None if self.estimate is None else self.estimate.tokens_per_s
 
@@ -69,6 +75,7 @@ class SizedFleet:
             "stage_count": self.plan.stage_count,
             "parallel_lanes": self.plan.parallel_lanes,
             "estimated_tpot_ms": self.estimated_tpot_ms,
+            "estimated_ttft_ms": self.estimated_ttft_ms,
             "tokens_per_s": self.tokens_per_s,
             "estimated_context_fill_ms": self.estimated_context_fill_ms,
             "cost_per_million_tokens": self.cost_per_million_tokens_usd,
@@ -77,8 +84,8 @@ class SizedFleet:
 
 
 SIZING_COLUMNS = ("fleet", "node_count", "node_ids", "cost_per_hour_usd", "context_length",
-                  "stage_count", "parallel_lanes", "estimated_tpot_ms", "tokens_per_s",
-                  "estimated_context_fill_ms", "cost_per_million_tokens_usd",
+                  "stage_count", "parallel_lanes", "estimated_tpot_ms", "estimated_ttft_ms",
+                  "tokens_per_s", "estimated_context_fill_ms", "cost_per_million_tokens_usd",
                   "failures_tolerated")
 
 
@@ -96,6 +103,7 @@ def fleets_frame(fleets: Sequence[SizedFleet], kinds: Sequence[str] = ()) -> pd.
             "stage_count": fleet.plan.stage_count,
             "parallel_lanes": fleet.plan.parallel_lanes,
             "estimated_tpot_ms": fleet.estimated_tpot_ms,
+            "estimated_ttft_ms": fleet.estimated_ttft_ms,
             "tokens_per_s": fleet.tokens_per_s,
             "estimated_context_fill_ms": fleet.estimated_context_fill_ms,
             "cost_per_million_tokens_usd": fleet.cost_per_million_tokens_usd,
@@ -107,7 +115,8 @@ def fleets_frame(fleets: Sequence[SizedFleet], kinds: Sequence[str] = ()) -> pd.
     return frame.astype({
         "fleet": "string", "node_count": "int64", "cost_per_hour_usd": "float64",
         "context_length": "int64", "stage_count": "int64", "parallel_lanes": "int64",
-        "estimated_tpot_ms": "Float64", "tokens_per_s": "Float64",
+        "estimated_tpot_ms": "Float64", "estimated_ttft_ms": "Float64",
+        "tokens_per_s": "Float64",
         "estimated_context_fill_ms": "Float64", "cost_per_million_tokens_usd": "Float64",
         "failures_tolerated": "int64",
         **{f"count_{kind}": "int64" for kind in used},

@@ -130,6 +130,9 @@ class _Search:
         self.cache: dict[tuple[int, ...], _Outcome] = {}
         self.plans_evaluated = 0
         self._floor: floors.DecodeFloor | None = None
+        # The fastest estimates among the plans evaluated, with their fleets: what a
+        # search that stops short can still tell of a speed target.
+        self.fastest: dict[str, tuple[float, tuple[int, ...]]] = {}
 
     def decode_floor(self, probe: PlanningInput) -> floors.DecodeFloor:
         """The TPOT floor of plans that meet the targets (at their least lanes)."""
@@ -148,9 +151,30 @@ class _Search:
                 "SizingTooLarge",
                 f"the search stopped after {self.plans_evaluated:,} plans with "
                 f"{queued:,} partial fleets queued, without proving which fleets are "
-                f"cheapest at context {self.minimum_context:,}; size with fewer kinds "
-                "(--kinds), lower max_count, or relax the targets",
+                f"cheapest at context {self.minimum_context:,}{self._fastest_seen()}; size "
+                "with fewer kinds (--kinds), lower max_count, or relax the targets",
                 plans_evaluated=self.plans_evaluated, queued=queued)
+
+    def _fastest_seen(self) -> str:
+        """What the plans evaluated reached of the speed targets (the TPOT and TTFT
+        targets only)."""
+        seen = []
+        for name, target in (("TPOT", self.targets.target_decode_tpot_ms),
+                             ("TTFT", self.targets.target_ttft_ms)):
+            if target is not None and name in self.fastest:
+                ms, counts = self.fastest[name]
+                label = " + ".join(f"{n} x {gpu.kind}"
+                                   for gpu, n in zip(self.kinds, counts, strict=True) if n)
+                seen.append(f"an estimated {name} of {ms:,.1f} ms ({label}) against the "
+                            f"target of {target} ms")
+        return f"; the fastest plans evaluated reach {' and '.join(seen)}" if seen else ""
+
+    def _note_fastest(self, counts: tuple[int, ...], estimate: PlanEstimate | None) -> None:
+        if estimate is None:
+            return
+        for name, ms in (("TPOT", estimate.estimated_tpot_ms), ("TTFT", estimate.ttft_ms)):
+            if ms is not None and (name not in self.fastest or ms < self.fastest[name][0]):
+                self.fastest[name] = (float(ms), counts)
 
     # -- exact evaluation ------------------------------------------------------------
 
@@ -174,6 +198,7 @@ class _Search:
                 plan = None
             if plan is not None:
                 result = _Outcome(plan, self.estimate(counts, request, plan))
+                self._note_fastest(counts, result.estimate)
         self.cache[counts] = result
         return result
 
@@ -519,7 +544,8 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
     layer_bound = _Bound(prices, caps, bounds)
     byte_bound = _Bound(prices, usables, bounds)
     # Each speed cover: what each kind's node gives towards it, and what a fleet needs.
-    covers = [*carriers, *_read_time_covers(search, probe, candidates, c0, needs)]
+    covers = [*carriers, *_read_time_covers(search, probe, candidates, c0, needs),
+              *_prefill_read_covers(search, probe, candidates, needs)]
     levels = _Levels(search, probe, candidates, c0)
     for level, context in enumerate(levels.contexts):
         if not levels.dead[level]:
@@ -731,10 +757,7 @@ def _read_time_covers(search: _Search, probe: PlanningInput, candidates: Sequenc
     node of ``u`` usable bytes at most ``rho x u`` of them
     (:func:`floors.most_read_per_held_byte`), at ``m`` ms a byte or more (its compute
     and attention included), within ``T`` = the target less the fixed per-layer times and the
-    other reads at the fastest kind's rate. Its fleet so reads ``R`` bytes within ``T``,
-    which the fastest nodes filled first do best; for any rate ``x``, that needs
-    ``sum(rho x u x max(0, x - m)) >= x R - T`` over the fleet (linear programming's dual
-    bound at ``x``, exact at the best ``x``, one of the kinds' ``m``). Likewise for the
+    other reads at the fastest kind's rate (:func:`_time_covers`). Likewise for the
     cache."""
     target = search.targets.target_decode_tpot_ms
     if target is None or search.traffic is None:
@@ -743,23 +766,54 @@ def _read_time_covers(search: _Search, probe: PlanningInput, candidates: Sequenc
     rho_weight, rho_kv = floors.most_read_per_held_byte(search.traffic, probe, candidates)
     kv = floor.kv_bytes_per_token * c0
     kv_rates = floor.kv_ms_per_byte(c0)
+    why = (f"no fleet reads the model (its active weights and the KV cache at {c0:,}) "
+           f"within the TPOT target of {target} ms on the nodes to be had: the fastest "
+           "hold too little of it")
+    return [*_time_covers(floor.weight_bytes, rho_weight, floor.weight_ms_per_byte,
+                          target - floor.fixed_ms - kv * min(kv_rates), needs, most, why),
+            *_time_covers(kv, rho_kv, kv_rates, target - floor.fixed_ms
+                          - floor.weight_bytes * min(floor.weight_ms_per_byte),
+                          needs, most, why)]
+
+
+def _prefill_read_covers(search: _Search, probe: PlanningInput, candidates: Sequence[int],
+                         needs: _Needs) -> list[_Cover]:
+    """With a TTFT target: each batch of the prompt reads, over the stages, the weights its
+    largest ubatch uses (:class:`floors.PrefillFloor`), a stage on a node of ``u`` usable
+    bytes its own share of them, at most ``rho x u`` (:func:`floors.most_read_per_held_byte`
+    with every weight counted); so the prompt reads ``R`` bytes within the target less
+    every batch's fixed per-layer times (:func:`_time_covers`)."""
+    ttft = search.targets.target_ttft_ms
+    prompt = search.targets.prompt_tokens
+    if (ttft is None or prompt is None or search.traffic is None
+            or floors.prefill_unknown(search.traffic, search.options)):
+        return []
+    floor = floors.prefill_floor(search.kinds, search.traffic, probe, prompt)
+    read = floor.read_bytes()
+    body = max(1, sum(rules.layer_weights(probe)) - (search.traffic.token_embedding_bytes or 0))
+    rho, _ = floors.most_read_per_held_byte(search.traffic, probe, candidates, weight_share=1.0)
+    return _time_covers(read, rho * read / body, floor.read_ms_per_byte,
+                        ttft - floor.fixed_ms * len(floor.amounts), needs, _READ_COVERS,
+                        f"no fleet reads the weights a {prompt:,}-token prompt uses within "
+                        f"the TTFT target of {ttft} ms on the nodes to be had: the fastest "
+                        "hold too little of them")
+
+
+def _time_covers(read: float, rho: float, rates: Sequence[float], budget: float,
+                 needs: _Needs, most: int, why: str) -> list[_Cover]:
+    """A fleet whose stages read ``read`` bytes, a stage on a node of ``u`` usable bytes at
+    most ``rho x u`` of them at ``m`` ms a byte or more (its kind's ``rates``), within
+    ``budget`` ms: the fastest nodes filled first do best; for any rate ``x``, that needs
+    ``sum(rho x u x max(0, x - m)) >= x R - T`` over the fleet (linear programming's dual
+    bound at ``x``, exact at the best ``x``, one of the kinds' ``m``)."""
+    slow = sorted({m for m in rates if not math.isinf(m) and m * read > budget})
+    if len(slow) > most:
+        slow = [slow[round(i * (len(slow) - 1) / (most - 1))] for i in range(most)]
     covers = []
-    for read, rho, rates, budget in (
-            (floor.weight_bytes, rho_weight, floor.weight_ms_per_byte,
-             target - floor.fixed_ms - kv * min(kv_rates)),
-            (kv, rho_kv, kv_rates,
-             target - floor.fixed_ms - floor.weight_bytes * min(floor.weight_ms_per_byte))):
-        slow = sorted({m for m in rates if not math.isinf(m) and m * read > budget})
-        if len(slow) > most:
-            slow = [slow[round(i * (len(slow) - 1) / (most - 1))] for i in range(most)]
-        for x in slow:
-            amounts = tuple(0.0 if math.isinf(m) else rho * usable * max(0.0, x - m)
-                            for m, usable in zip(rates, needs.usable, strict=True))
-            covers.append(_Cover(amounts, (x * read - budget) * (1 - 1e-6),
-                                 f"no fleet reads the model (its active weights and the KV "
-                                 f"cache at {c0:,}) within the TPOT target of {target} ms "
-                                 "on the nodes to be had: the fastest hold too little of "
-                                 "it"))
+    for x in slow:
+        amounts = tuple(0.0 if math.isinf(m) else rho * usable * max(0.0, x - m)
+                        for m, usable in zip(rates, needs.usable, strict=True))
+        covers.append(_Cover(amounts, (x * read - budget) * (1 - 1e-6), why))
     return covers
 
 
@@ -792,16 +846,21 @@ def _speed_carriers(search: _Search, probe: PlanningInput, candidates: Sequence[
                                f"by the prefill estimate, and no plan has one: {why}",
                                target_ttft_ms=ttft)
         assert search.traffic is not None
-        least = [floors.prefill_floor_ms(gpu, search.traffic, probe, prompt)
-                 for gpu in search.kinds]
-        if not any(ms <= ttft for ms in least):
-            best = min(range(len(least)), key=lambda i: least[i])
-            floor = ("no kind has fp16_tflops" if math.isinf(least[best]) else
-                     f"its compute alone takes {least[best]:,.0f} ms at the fastest kind's "
-                     f"rate ({search.kinds[best].kind})")
+        floor = floors.prefill_floor(search.kinds, search.traffic, probe, prompt)
+        least = floor.least_ms()
+        if least > ttft:
+            fastest = min(range(len(search.kinds)), key=lambda i: floor.read_ms_per_byte[i])
+            why = ("no kind has fp16_tflops" if math.isinf(least) else
+                   f"reading the weights a ubatch uses and computing with them takes at "
+                   f"least {least:,.0f} ms at the fastest kinds' rates "
+                   f"({search.kinds[fastest].kind})")
             raise _nothing(search, f"no split fills a {prompt:,}-token prompt within the "
-                           f"TTFT target of {ttft} ms: {floor}")
-        carriers.append(_carriers(search, "TTFT", [ms <= ttft for ms in least]))
+                           f"TTFT target of {ttft} ms: {why}")
+        # Each term's fastest kind in a plan is one of its nodes: a carrier of that term.
+        carriers.extend(
+            _carriers(search, "TTFT", [floor.least_ms(**{term: i}) <= ttft
+                                       for i in range(len(search.kinds))])
+            for term in floors.PREFILL_TERMS)
     return carriers
 
 

@@ -56,7 +56,8 @@ CATALOG_COLUMNS = (("use", "36px"), ("kind · memory · bandwidth · price", "38
 FLEET_HEADERS = {
     "rank": "#", "fleet": "fleet", "nodes": "nodes", "cost_per_hour_usd": "USD / hour",
     "context_length": "context", "stage_count": "stages", "parallel_lanes": "lanes",
-    "estimated_tpot_ms": "est. TPOT", "tokens_per_s": "est. tokens/s",
+    "estimated_tpot_ms": "est. TPOT",
+    "estimated_ttft_ms": "est. TTFT", "tokens_per_s": "est. tokens/s",
     "estimated_context_fill_s": "est. fill (s)",
     "cost_per_million_tokens_usd": "USD / M tokens", "failures_tolerated": "survives losing",
 }
