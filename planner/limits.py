@@ -90,6 +90,11 @@ GGUF_BUILD_BUDGET_BYTES = 4 * 2**20
 """Bytes of GGUF metadata values the reader builds beyond scalars and short strings
 (each array item counted at 64 bytes more); longer values are stepped over. With the
 caps above, reading a header stays within a few hundred MB whatever the file holds."""
+MAX_BANDWIDTH_BYTES_PER_S = 2**53
+"""A memory or link bandwidth in bytes per second (a GPU's ``memory_bandwidth_bytes_per_s``,
+the ``link_bandwidth_bytes_per_s`` between stages): 9 PB/s, far above any device, and
+exact as a float."""
+
 MAX_TFLOPS = 1_000_000
 """A GPU kind's FP16 throughput in TFLOPS (``fp16_tflops``)."""
 

@@ -500,17 +500,20 @@ def _shown_counts(counts: Sequence[Any], limit: int = 8) -> str:
     return f"[{head}, ... {len(counts):,} in all]" if len(counts) > limit else f"[{head}]"
 
 
-def ranges_from_counts(layer_count: int, counts: Sequence[int]) -> list[tuple[int, int]]:
-    """The layer ranges of devices running ``counts`` layers each, in order."""
+def ranges_from_counts(layer_count: int, counts: Sequence[int], *,
+                       field: str = "counts") -> list[tuple[int, int]]:
+    """The layer ranges of devices running ``counts`` layers each, in order. A refusal
+    names the counts ``field`` (as the caller's user gave them: the CLI's
+    ``layers_per_device``)."""
     layer_count = integer(layer_count, _bad("layer_count"), minimum=1, maximum=MAX_LAYERS)
     if isinstance(counts, str | bytes) or not isinstance(counts, Sequence):
-        raise _bad("layers_per_device")("must be a list of layer counts", counts)
-    _check_device_count(layer_count, len(counts), "layers_per_device")
+        raise _bad(field)("must be a list of layer counts", counts)
+    _check_device_count(layer_count, len(counts), field)
     if not all(is_integral(c) and c >= 1 for c in counts) or sum(counts) != layer_count:
         raise MemoryModelError(
             "InvalidMemorySettings",
-            f"layers per device {_shown_counts(counts)} must be positive and add up to the "
-            f"model's {layer_count} layers", field="layers_per_device",
+            f"{field}: layers per device {_shown_counts(counts)} must be positive and add "
+            f"up to the model's {layer_count} layers", field=field,
             value=_shown_counts(counts))
     counts = [int(count) for count in counts]
     ranges, start = [], 0
@@ -878,6 +881,7 @@ def costs_from_gguf(path: str | Path, *, kv_cache_type: str = DEFAULT_CACHE_TYPE
                     nodes: Sequence[Any] = (), node_kinds: Mapping[str, str] | None = None,
                     lanes: int = DEFAULT_PARALLEL_LANES, flash_attn: bool = True) -> LlamaCppCosts:
     """:class:`LlamaCppCosts` for the GGUF model at ``path`` on ``nodes``."""
+    kv_cache_type = _cache_type(kv_cache_type, "kv_cache_type")
     return LlamaCppCosts(model_from_gguf(path), cache_type_k=kv_cache_type,
                          cache_type_v=kv_cache_type, flash_attn=flash_attn, lanes=lanes,
                          overhead_bytes=tuple(node_overheads(nodes, node_kinds).items()))

@@ -78,7 +78,7 @@ import pandas as pd
 
 from planner._validate import Fail, integer, number, shown
 from planner.errors import CodedError
-from planner.limits import DEFAULT_BATCH, DEFAULT_UBATCH
+from planner.limits import DEFAULT_BATCH, DEFAULT_UBATCH, MAX_BANDWIDTH_BYTES_PER_S
 from planner.models.gpus import GpuModel, node_gpu_kinds
 from planner.models.presets import data_dir
 from planner.models.spec import ModelSpec
@@ -996,8 +996,9 @@ def estimate_plan(
                   _check_efficiency(bandwidth_efficiency))
     if efficiency is None and calibration is None:
         calibration = load_calibration()
-    link_bandwidth_bytes_per_s = _positive(link_bandwidth_bytes_per_s,
-                                           "link_bandwidth_bytes_per_s")
+    link_bandwidth_bytes_per_s = integer(link_bandwidth_bytes_per_s,
+                                         _bad("link_bandwidth_bytes_per_s"), minimum=1,
+                                         maximum=MAX_BANDWIDTH_BYTES_PER_S)
     if prompt_tokens is not None:
         prompt_tokens = _positive(prompt_tokens, "prompt_tokens")
     notes: list[str] = []

@@ -393,18 +393,13 @@ ACCEPTED: dict[tuple[str, str], tuple[Any, ...]] = {
     ("size_fleet", "parallel_lanes_override"): _OPTIONAL,
     ("size_fleet", "pareto"): (True,),
     ("size_fleet", "bandwidth_efficiency"): _OPTIONAL,
-    ("size_fleet", "link_bandwidth_bytes_per_s"): (2**70,),
     ("launch_for_plan", "flash_attn"): (True,),
 }
 # Arguments whose refusal names the setting as users give it elsewhere, or, for a file
 # or a catalog entry, shows the value (the file or kind that is missing).
-NAMED_AS = {("ranges_from_counts", "counts"): "layers_per_device",
-            ("costs_from_gguf", "kv_cache_type"): "cache_type_k",
-            ("launch_for_plan", "ubatch"): "ubatch"}
+NAMED_AS = {("launch_for_plan", "ubatch"): "ubatch"}
 SHOWS_THE_VALUE = {("model_from_gguf", "path"), ("costs_from_gguf", "path"),
                    ("size_fleet", "kinds"), ("size_fleet", "model"),
-                   ("size_fleet", "context_length_override"),
-                   ("size_fleet", "parallel_lanes_override"),
                    ("launch_for_plan", "model_path")}
 
 

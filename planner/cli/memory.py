@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         if args.devices is not None and args.devices != len(counts):
             raise UserError(f"--devices {args.devices} but --layers-per-device gives "
                             f"{len(counts)} devices")
-        ranges = ranges_from_counts(model.layer_count, counts)
+        ranges = ranges_from_counts(model.layer_count, counts, field="layers_per_device")
     if args.devices is not None and args.devices < 0:
         raise UserError(f"--devices must be 0 or more (got {args.devices})")
     result = estimate(model, settings, ranges,

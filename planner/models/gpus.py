@@ -72,6 +72,7 @@ from typing import Any
 from planner._validate import integer, number, shown, text
 from planner.limits import (
     DEFAULT_PRICE_KIND,
+    MAX_BANDWIDTH_BYTES_PER_S,
     MAX_BYTES,
     MAX_LATENCY_MS,
     MAX_NODE_BYTES,
@@ -182,7 +183,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "price_kind": _one_of(PRICE_KINDS),
     "price_source": _text,
     "price_date": _date,
-    "memory_bandwidth_bytes_per_s": _whole(1, MAX_BYTES),
+    "memory_bandwidth_bytes_per_s": _whole(1, MAX_BANDWIDTH_BYTES_PER_S),
     "memory_bandwidth_source": _text,
     "headroom_bytes": _whole(0, MAX_NODE_BYTES),
     "stage_transfer_latency_ms": _latency,

@@ -393,6 +393,12 @@ class _Bound:
         return spend[index] + (need - reach[index]) * rate[index]
 
 
+# The request checks that refuse an override the caller gave, not the model's fields.
+_OVERRIDE_FIELDS = {"ContextExceedsNative": "context_length_override",
+                    "ContextBelowMinimum": "context_length_override",
+                    "ZeroParallelLanes": "parallel_lanes_override"}
+
+
 def _bad_argument(name: str) -> Fail:
     return lambda problem, got: TargetsError(
         "InvalidTargets", f"{name}: {problem} (got {shown(got)})", field=name,
@@ -465,8 +471,10 @@ def size_fleet(
     try:
         rules.check_request(probe)
     except PlanError as error:
-        raise TargetsError("InvalidTargets", error.message, field="model",
-                           planning_code=error.code) from None
+        field = _OVERRIDE_FIELDS.get(error.code)
+        raise TargetsError("InvalidTargets",
+                           error.message if field is None else f"{field}: {error.message}",
+                           field=field or "model", planning_code=error.code) from None
     minimum_context = targets.context_for(probe)
     options = {"bandwidth_efficiency": bandwidth_efficiency,
                "link_bandwidth_bytes_per_s": link_bandwidth_bytes_per_s,
