@@ -68,7 +68,7 @@ def test_panel_follows_the_workbench_fleet() -> None:
     assert [t.name for t in panel.context_chart.figure.data] == list(CONTEXT_TRACES)
     assert panel.timeline_chart.figure.data[0].name == "context"
     # Settings change what is computed.
-    panel.min_context.value = 262144
+    panel.min_context.value = "262144"
     panel.afr.value = "0.119"
     panel.repair.value = "72"
     panel.compute()
@@ -162,13 +162,41 @@ def test_the_panel_says_when_the_fleet_changed_under_it() -> None:
 def test_a_problem_goes_out_of_date_with_its_fleet() -> None:
     bench = Workbench.from_fleet(FIVE)
     panel = bench.panel("Availability")
-    panel.min_context.value = 10**6
+    panel.min_context.value = "1,000,000"
     panel.compute_button.click()
     assert panel.view is None and panel.problem.value and not panel.out_of_date
     bench.remove_node(4)
     # The problem was about the five-node fleet: the panel says that changed.
     assert panel.out_of_date and "node qwen-node-04 removed" in unescape(panel.stale.value)
-    panel.min_context.value = 0
+    panel.min_context.value = ""
     panel.stale.button.click()
     assert not panel.out_of_date and panel.problem.value == ""
     assert list(panel.view.figures) == [f"qwen-node-0{i}" for i in range(4)]
+
+
+def test_the_minimum_context_box_shows_the_context_the_figures_use() -> None:
+    """The box said "min context 0" while the summary said "≥ 65,536": a blank box now
+    shows, greyed, the floor the figures were computed at, and a typed context is read
+    as the other context boxes read it ("128k")."""
+    bench = Workbench.from_fleet(FIVE)
+    panel = bench.panel("Availability")
+    panel.compute()
+    assert panel.min_context.value == ""
+    assert panel.min_context.placeholder == "65,536"
+    assert "context ≥ 65,536" in panel.summary.value
+    panel.min_context.value = "256k"
+    panel.compute()
+    assert "context ≥ 262,144" in panel.summary.value
+    panel.min_context.value = "lots"
+    panel.compute()
+    assert panel.view is None and "min context" in panel.problem.value
+
+
+def test_the_sizing_panel_shows_the_context_it_sized_for() -> None:
+    from planner.workbench.sizing_panel import SizingPanel
+
+    bench = Workbench.from_fleet(FIVE)
+    panel = SizingPanel(bench, top=1)
+    assert panel.result is not None
+    assert panel.min_context.placeholder == f"{panel.result.minimum_context:,}"
+    assert f"context ≥ {panel.result.minimum_context:,}" in panel.summary.value

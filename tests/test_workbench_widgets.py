@@ -588,3 +588,19 @@ def test_the_page_gives_one_estimated_tpot_where_a_speed_estimate_and_latencies_
     figures = set(re.findall(r"estimated TPOT ([\d,.]+ ms)", text))
     assert len(figures) == 1, text
     assert "network estimate of the TPOT 20 ms" in text
+
+
+def test_a_preset_named_by_its_display_name_is_that_preset(tmp_path: Path) -> None:
+    """A fleet file may name its preset by display name: the model list then showed no
+    entry, and choosing the same preset by id counted as an edit ("edited from")."""
+    fleet = tmp_path / "named.toml"
+    fleet.write_text(HOME_LAB.read_text().replace('preset = "llama-3.1-70b"',
+                                                  'preset = "Llama-3.1-70B-Instruct"'))
+    bench = Workbench.from_fleet(fleet, fleet_dir=tmp_path)
+    assert bench.model_editor.preset.value == "llama-3.1-70b"
+    assert bench.state.provenance == "from named.toml"
+    bench.model_editor.preset.value = "llama-3.1-70b"
+    assert bench.state.provenance == "from named.toml"
+    assert bench.state.to_document().model == load_fleet(fleet).model
+    bench.model_editor.preset.value = "gpt-oss-120b"
+    assert bench.state.provenance == "edited from named.toml"

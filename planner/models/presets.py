@@ -533,18 +533,24 @@ def list_presets() -> list[str]:
     return sorted(path.stem for path in presets_dir().glob("*.toml"))
 
 
-def load_preset(name: str, kv_cache_type: str | None = None) -> ModelSpec:
-    """The preset whose id or display name is ``name`` (case-insensitive)."""
+def preset_id(name: str) -> str:
+    """The id of the preset whose id or display name is ``name`` (case-insensitive):
+    ``"Llama 3.1 70B"`` and ``"llama-3.1-70b"`` are one preset."""
     wanted = name.strip().casefold()
-    # An id names its file: read that one alone; a display name needs them all.
+    # An id names its file: no need to read them all; a display name needs them all.
     for path in sorted(presets_dir().glob("*.toml")):
         if path.stem.casefold() == wanted:
-            spec = _parse(path)[1]
-            return spec if kv_cache_type is None else spec.with_kv_cache_type(kv_cache_type)
+            return path.stem
     presets = _load_all()
-    for preset_id, spec in presets.items():
-        if wanted in (preset_id.casefold(), spec.name.casefold()):
-            return spec if kv_cache_type is None else spec.with_kv_cache_type(kv_cache_type)
-    known = ", ".join(f"{preset_id} ({spec.name})" for preset_id, spec in presets.items())
+    for found, spec in presets.items():
+        if wanted in (found.casefold(), spec.name.casefold()):
+            return found
+    known = ", ".join(f"{found} ({spec.name})" for found, spec in presets.items())
     raise ModelError("UnknownPreset", f"no preset named {name!r}; known: {known}",
                      name=name, known=list(presets))
+
+
+def load_preset(name: str, kv_cache_type: str | None = None) -> ModelSpec:
+    """The preset whose id or display name is ``name`` (case-insensitive)."""
+    spec = _parse(presets_dir() / f"{preset_id(name)}.toml")[1]
+    return spec if kv_cache_type is None else spec.with_kv_cache_type(kv_cache_type)

@@ -38,6 +38,7 @@ from planner.workbench.editor import (
     ModelEditor,
     OptionsEditor,
     button,
+    same_preset,
     text_input,
 )
 from planner.workbench.evaluation import Evaluation, evaluate
@@ -324,11 +325,22 @@ class Workbench(widgets.VBox):
                 if kept is not None:
                     source = gguf_source(path, self._base_dir(), kept)
                 self._state = self._state.with_model(source.fields)
+            elif same_preset(model.preset, choice) and model.gguf is None:
+                return  # the preset on screen, named by its id: nothing changed
             else:
-                source = preset_source(choice)
+                # The fleet file's preset, chosen again, keeps the file's spelling (its id
+                # or display name): choosing the model the file names is no edit.
+                loaded = self._state.loaded
+                file_preset = loaded.model.preset if loaded is not None else None
+                again = file_preset is not None and same_preset(file_preset, choice)
+                named = file_preset if again and file_preset is not None else choice
+                source = preset_source(named)
                 kept = self._state.cache_type_for(source.kv_cache_types)
                 if kept is not None:
-                    source = preset_source(choice, kept)
+                    source = preset_source(named, kept)
+                if again and loaded is not None:
+                    source = replace(source, fields=replace(source.fields,
+                                                            name=loaded.model.name))
                 self._state = self._state.with_model(source.fields)
         except ModelError:
             self._load_model_editor()

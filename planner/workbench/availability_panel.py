@@ -35,14 +35,19 @@ from planner.availability.fleet import fleet_file_availability
 from planner.errors import CodedError
 from planner.figures.availability import context_distribution_figure, timeline_figure
 from planner.fleet import FleetDocument
-from planner.limits import MAX_CONTEXT, MAX_LANES
+from planner.limits import MAX_LANES
 from planner.planning import PlanningInput
 from planner.simulation import SimulatedYear, simulate
 from planner.targets import plan_or_none
 from planner.workbench.catalog import gpu_catalog
 from planner.workbench.changes import document_changes
 from planner.workbench.chart import Chart, chart_row
-from planner.workbench.editor import text_input
+from planner.workbench.editor import (
+    context_input,
+    read_context_input,
+    show_context_used,
+    text_input,
+)
 from planner.workbench.stale import OutOfDateNote
 from planner.workbench.view import STYLE
 
@@ -172,10 +177,7 @@ class AvailabilityPanel(widgets.VBox):
                                  description="repair h", placeholder="each node's own",
                                  tooltip="for nodes without their own figure; blank: each "
                                          f"node's catalog kind, else {DEFAULT_REPAIR_HOURS:g}")
-        self.min_context = widgets.BoundedIntText(
-            value=0, min=0, max=MAX_CONTEXT, description="min context",
-            tooltip="0: the context floor, min(native, 64k)",
-            layout=widgets.Layout(width="220px"), style={"description_width": "initial"})
+        self.min_context = context_input("wb-availability-min-context", width="220px")
         self.min_lanes = widgets.BoundedIntText(
             value=1, min=1, max=MAX_LANES, description="min lanes",
             layout=widgets.Layout(width="150px"), style={"description_width": "initial"})
@@ -261,7 +263,8 @@ class AvailabilityPanel(widgets.VBox):
             view = compute_view(
                 document, request, annual_failure_rate=_rate(self.afr.value, "failures/yr"),
                 repair_hours=_rate(self.repair.value, "repair h"),
-                min_context=self.min_context.value or None, min_lanes=self.min_lanes.value,
+                min_context=read_context_input(self.min_context, "minimum_context"),
+                min_lanes=self.min_lanes.value,
                 seed=self.seed.value)
         except CodedError as error:
             self._say(f"{error.code}: {error.message}", document)
@@ -272,6 +275,7 @@ class AvailabilityPanel(widgets.VBox):
         self.view = view
         self.results.layout.display = None
         self.summary.value = summary_html(view)
+        show_context_used(self.min_context, view.min_context)
         self.spares.value = "<h3>Spares needed</h3>" + spares_html(view.spares)
         self.figures.value = figures_html(view.figures)
         self.context_chart.show(context_distribution_figure(view.result, view.min_context))

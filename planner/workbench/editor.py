@@ -21,9 +21,10 @@ from typing import Any
 import ipywidgets as widgets
 
 from planner.limits import MAX_CONTEXT, MAX_LAYERS, MAX_MINIMUM_NODES
-from planner.models import GpuModel
+from planner.models import GpuModel, ModelError
+from planner.models.presets import preset_id
 from planner.units import format_bytes
-from planner.workbench.state import ModelFields, NodeRow, PlanOptions
+from planner.workbench.state import ModelFields, NodeRow, PlanOptions, parse_context_text
 
 CUSTOM_MODEL = ""
 """Preset dropdown value for numbers typed by hand."""
@@ -57,6 +58,42 @@ def text_input(value: str, css_class: str, *, width: str, placeholder: str = "",
                        style={"description_width": "initial"})
     box.add_class(css_class)
     return box
+
+
+def _preset_choice(name: str | None) -> str | None:
+    """The preset list's entry for a model's preset, named by id or display name."""
+    if name is None:
+        return None
+    try:
+        return preset_id(name)
+    except ModelError:
+        return None
+
+
+def same_preset(name: str | None, choice: str) -> bool:
+    """Whether the model's preset (by id or display name) is the list's ``choice``."""
+    return _preset_choice(name) == choice
+
+
+def context_input(css_class: str, *, width: str) -> widgets.Text:
+    """A panel's minimum context: blank for the context floor, which the box then shows
+    greyed as the number the panel used (:func:`show_context_used`)."""
+    return text_input("", css_class, width=width, description="min context",
+                      placeholder="the floor",
+                      tooltip="blank: the context floor, min(native context, 65,536); "
+                              "131072, 131,072 or 128k")
+
+
+def read_context_input(box: widgets.Text, field_name: str) -> int | None:
+    """The minimum context typed (``None``: the floor). Raises
+    :class:`~planner.workbench.state.WorkbenchInputError` naming the box."""
+    return parse_context_text(box.value, field_name, label="min context")
+
+
+def show_context_used(box: widgets.Text, context: int) -> None:
+    """Grey the context the panel used into a blank box, so that the box and the figures
+    under it say the same."""
+    box.placeholder = f"{context:,}"
 
 
 def int_input(value: int, css_class: str, *, minimum: int, maximum: int, width: str,
@@ -293,8 +330,9 @@ class ModelEditor(widgets.VBox):
     def set_model(self, model: ModelFields, kv_cache_types: Sequence[str],
                   description: str) -> None:
         self.preset.options = self._preset_options(model.gguf)
-        if model.preset is not None and model.preset in self._presets:
-            self.preset.value = model.preset
+        chosen = _preset_choice(model.preset)
+        if chosen is not None and chosen in self._presets:
+            self.preset.value = chosen
         elif model.gguf is not None:
             self.preset.value = f"gguf:{model.gguf}"
         else:

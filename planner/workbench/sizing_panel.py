@@ -44,7 +44,13 @@ from planner.sizing import (
 from planner.units import format_bytes
 from planner.workbench.catalog import gpu_catalog, model_traffic
 from planner.workbench.chart import Chart
-from planner.workbench.editor import button, fixed_width
+from planner.workbench.editor import (
+    button,
+    context_input,
+    fixed_width,
+    read_context_input,
+    show_context_used,
+)
 from planner.workbench.stale import OutOfDateNote
 from planner.workbench.state import NodeExtras, NodeRow, WorkbenchInputError
 from planner.workbench.view import STYLE
@@ -190,10 +196,7 @@ class SizingPanel(widgets.VBox):
         self._source = source
         model = self._model()
         style = {"description_width": "initial"}
-        self.min_context = widgets.BoundedIntText(
-            value=0, min=0, max=MAX_CONTEXT, description="min context", style=style,
-            tooltip="0: the context floor, min(native, 64k)",
-            layout=widgets.Layout(width="210px"))
+        self.min_context = context_input("wb-sizing-min-context", width="210px")
         self.min_lanes = widgets.BoundedIntText(value=1, min=1, max=MAX_LANES,
                                                 description="min lanes", style=style,
                                                 layout=widgets.Layout(width="150px"))
@@ -310,7 +313,7 @@ class SizingPanel(widgets.VBox):
 
     def targets(self) -> SizingTargets:
         return SizingTargets(
-            minimum_context=self.min_context.value or None,
+            minimum_context=read_context_input(self.min_context, "minimum_context"),
             minimum_lanes=self.min_lanes.value, minimum_nodes=self.min_nodes.value,
             target_decode_tpot_ms=self.tpot.value or None,
             failures_tolerated=self.tolerate.value,
@@ -351,6 +354,7 @@ class SizingPanel(widgets.VBox):
         self._sized_for = model
         self.result = result
         self._kinds = {gpu.kind: gpu for gpu in catalog}
+        show_context_used(self.min_context, result.minimum_context)
         speed = (f" {result.error_note}" if model.traffic is not None else
                  " No speed estimate: the model is not a preset or GGUF file.")
         self.summary.value = (f"<div class='wb-summary-box'>{escape(answer_text(result))}"
