@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from html import unescape
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,15 @@ def test_figures_show_the_numbers() -> None:
     assert list(good.x) == ["262,144"] and list(good.y) == [result.availability]
     assert set(bad.x) == {"no plan", "65,536"}
     assert sum(good.y) + sum(bad.y) == sum(result.context_distribution.values())
+    # The probability axis is labelled once per power of ten, in percent, down to the
+    # rarest state shown (plotly's own log labels, "2e-5 3e-5 ...", crowded each other).
+    yaxis = figure.layout.yaxis
+    smallest = min(p for p in result.context_distribution.values() if p > 0)
+    assert yaxis.tickvals[0] <= smallest < yaxis.tickvals[0] * 10
+    assert yaxis.tickvals[-1] == 1.0 and yaxis.ticktext[-1] == "100%"
+    assert all(b == pytest.approx(a * 10) for a, b in pairwise(yaxis.tickvals))
+    assert all(text.endswith("%") and "e" not in text for text in yaxis.ticktext)
+    assert len(yaxis.ticktext) == len(set(yaxis.ticktext))
 
     year = simulate(request, FLAKY, seed=1, min_context=65536)
     timeline = timeline_figure(year)

@@ -194,3 +194,24 @@ def test_the_panel_says_when_the_model_changed_under_it_even_after_a_refusal() -
     assert not panel.out_of_date
     bench.model_editor.preset.value = "llama-3.1-70b"
     assert panel.out_of_date and "(gpt-oss-120b → " in unescape(panel.stale.value)
+
+
+def test_the_chart_shows_no_colour_range_when_every_fleet_has_one_tpot() -> None:
+    """Fleets of one estimated TPOT had a colour bar of 68.6 .. 69.4, a range no fleet
+    has; the legend now says the one value. The Pareto front is drawn with markers, so a
+    front of one fleet is seen and its legend entry shows its mark."""
+    from planner.figures.sizing import sizing_figure
+
+    result = size_fleet(load_preset("llama-3.1-70b"), _catalog(),
+                        SizingTargets(), kinds=["h100-sxm-80gb"], top=2)
+    tpots = {round(f.estimated_tpot_ms, 1) for f in (*result.fleets, *result.pareto)}
+    figure = sizing_figure(result)
+    front, fleets = figure.data
+    assert "markers" in front.mode and front.marker.symbol == "diamond-open"
+    assert len(tpots) == 1  # two and three H100s decode alike
+    assert not fleets.marker.showscale
+    assert fleets.name == f"fleets, estimated TPOT {tpots.pop():,.1f} ms"
+    mixed = size_fleet(load_preset("llama-3.1-70b"), _catalog(), SizingTargets(), top=6)
+    spread = {round(f.estimated_tpot_ms, 1) for f in (*mixed.fleets, *mixed.pareto)}
+    assert len(spread) > 1
+    assert sizing_figure(mixed).data[1].marker.showscale

@@ -6,6 +6,8 @@ input, shown in the workbench through :class:`planner.workbench.chart.Chart`.
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 
 from planner.availability import AvailabilityResult
@@ -45,8 +47,24 @@ def context_distribution_figure(result: AvailabilityResult, min_context: int,
     figure = go.Figure(traces, layout)
     figure.update_xaxes(**axis(title="planned context (tokens)", type="category",
                                categoryorder="array", categoryarray=order))
-    figure.update_yaxes(**axis(title="probability", type="log", tickformat=".0e"))
+    ticks = _percent_decades([p for _, p in items])
+    figure.update_yaxes(**axis(title="probability", type="log", tickvals=ticks,
+                               ticktext=[_percent_text(t) for t in ticks]))
     return figure
+
+
+def _percent_decades(probabilities: list[float]) -> list[float]:
+    """One tick per power of ten from the smallest probability shown up to 100 % (a log
+    axis's own labels, 2e-5, 3e-5, ..., crowd each other)."""
+    smallest = min((p for p in probabilities if p > 0), default=1.0)
+    lowest = math.floor(math.log10(smallest))
+    return [10.0 ** k for k in range(lowest, 1)]
+
+
+def _percent_text(probability: float) -> str:
+    """``0.001`` is ``"0.1%"``, ``1e-7`` is ``"0.00001%"``."""
+    digits = max(0, -round(math.log10(probability)) - 2)
+    return f"{probability * 100:.{digits}f}%"
 
 
 def timeline_figure(year: SimulatedYear, *, title: str | None = None) -> go.Figure:

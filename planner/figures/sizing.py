@@ -24,20 +24,33 @@ def sizing_figure(result: SizingResult) -> go.Figure:
     fleets = list({f.counts: f for f in (*result.fleets, *result.pareto)}.values())
     tpots = [f.estimated_tpot_ms for f in fleets]
     known = [t for t in tpots if t is not None]
+    # One TPOT for every fleet is said in the legend: a colour bar over one value would
+    # show a range (68.6 .. 69.4) that no fleet has.
+    spread = bool(known) and max(known) - min(known) >= 0.05
+    same = (f", estimated TPOT {known[0]:,.1f} ms" if known and not spread
+            and len(known) == len(tpots) else "")
     figure = go.Figure()
+    # Markers as well as the line: a front of one fleet draws no line, and the legend
+    # shows what the front's points look like.
     figure.add_trace(go.Scatter(
         x=[f.cost_per_hour_usd for f in result.pareto],
         y=[f.plan.context_length for f in result.pareto],
-        mode="lines", line={"color": "#999999", "dash": "dot", "shape": "hv"},
+        mode="lines+markers", line={"color": "#777777", "dash": "dot", "shape": "hv",
+                                    "width": 2},
+        marker={"symbol": "diamond-open", "size": 17, "color": "#777777",
+                "line": {"width": 2}},
         name="Pareto front", hoverinfo="skip"))
+    marker: dict[str, object] = {"size": 11, "line": {"width": 1, "color": "#333333"}}
+    if spread:
+        marker.update(color=[t if t is not None else max(known) for t in tpots],
+                      colorscale="Viridis", reversescale=True, showscale=True,
+                      colorbar={"title": {"text": "estimated<br>TPOT ms"}})
+    else:
+        marker["color"] = "#3b528b"
     figure.add_trace(go.Scatter(
         x=[f.cost_per_hour_usd for f in fleets],
         y=[f.plan.context_length for f in fleets],
-        mode="markers", name="fleets",
-        marker={"size": 11, "line": {"width": 1, "color": "#333333"},
-                "color": [t if t is not None else (max(known) if known else 0) for t in tpots],
-                "colorscale": "Viridis", "reversescale": True, "showscale": bool(known),
-                "colorbar": {"title": {"text": "estimated<br>TPOT ms"}}},
+        mode="markers", name=f"fleets{same}", marker=marker,
         text=[_hover(f) for f in fleets], hovertemplate="%{text}<extra></extra>"))
     # Contexts are powers of two far apart: a log axis, labelled at each context a fleet
     # reaches (plotly's own log ticks, 30k .. 2M, leave 262,144 unreadable).
