@@ -739,6 +739,31 @@ def _indexer_mask(b: _Builder, cur: Tensor, qr: Tensor | None, attn: AttentionSh
                 backend=backend)
 
 
+def _conv_step(b: _Builder, ssm: RecurrentShape, index: int, inputs: Mapping[str, Tensor],
+               backend: int, conv_dim: int, n: int, project: Callable[[], Tensor],
+               name: str) -> tuple[Tensor, Tensor]:
+    """The convolution both Mamba layers run over the cached and new columns: the cached
+    columns gathered, the input projection (``project``, built between them as llama.cpp
+    does, which decides what is alive at once), the two concatenated and written back to
+    the cache, convolved, biased and SiLU'd (``name``, ``name_b``, ``name_silu``). Returns
+    the projection and the convolved columns."""
+    g = b.graph
+    layer = f"blk.{index}"
+    conv_rows = g.op("GET_ROWS", (ssm.d_conv - 1) * conv_dim * F32,
+                     (external(f"cache_r_{index}"), inputs["rs_copy"]), "conv_states",
+                     backend=backend)
+    projected = project()
+    conv_x = g.op("CONCAT", (ssm.d_conv - 1 + n) * conv_dim * F32,
+                  (g.view(conv_rows, backend=backend), g.view(projected, backend=backend)),
+                  "conv_x", backend=backend)
+    g.op("CPY", 0, (g.view(conv_x, backend=backend), external(f"cache_r_{index}")),
+         backend=backend)
+    x = g.op("SSM_CONV", conv_dim * n * F32, (conv_x, b.w(f"{layer}.ssm_conv1d")), name,
+             backend=backend)
+    x = g.like("ADD", x, (b.w(f"{layer}.ssm_conv1d_b"),), f"{name}_b", backend)
+    return projected, g.like("UNARY", x, (), f"{name}_silu", backend)
+
+
 def _mamba2(b: _Builder, cur: Tensor, ssm: RecurrentShape, index: int,
             inputs: Mapping[str, Tensor], backend: int, tail_backend: int) -> Tensor:
     """build_mamba2_layer: the input projection (z, x, B, C and dt), the convolution over
@@ -747,20 +772,10 @@ def _mamba2(b: _Builder, cur: Tensor, ssm: RecurrentShape, index: int,
     g, n = b.graph, b.rows(cur)
     layer = f"blk.{index}"
     conv_dim = ssm.d_inner + 2 * ssm.n_group * ssm.d_state
-    conv_rows = g.op("GET_ROWS", (ssm.d_conv - 1) * conv_dim * F32,
-                     (external(f"cache_r_{index}"), inputs["rs_copy"]), "conv_states",
-                     backend=backend)
-    projected = g.op("MUL_MAT", (2 * ssm.d_inner + 2 * ssm.n_group * ssm.d_state + ssm.n_head)
-                     * n * F32, (b.w(f"{layer}.ssm_in"), cur), "zxBCdt", backend=backend)
-    conv_x = g.op("CONCAT", (ssm.d_conv - 1 + n) * conv_dim * F32,
-                  (g.view(conv_rows, backend=backend), g.view(projected, backend=backend)),
-                  "conv_x", backend=backend)
-    g.op("CPY", 0, (g.view(conv_x, backend=backend), external(f"cache_r_{index}")),
-         backend=backend)
-    x = g.op("SSM_CONV", conv_dim * n * F32, (conv_x, b.w(f"{layer}.ssm_conv1d")), "xBC",
-             backend=backend)
-    x = g.like("ADD", x, (b.w(f"{layer}.ssm_conv1d_b"),), "xBC_b", backend)
-    x = g.like("UNARY", x, (), "xBC_silu", backend)
+    projected, x = _conv_step(
+        b, ssm, index, inputs, backend, conv_dim, n, lambda: g.op(
+            "MUL_MAT", (2 * ssm.d_inner + 2 * ssm.n_group * ssm.d_state + ssm.n_head) * n
+            * F32, (b.w(f"{layer}.ssm_in"), cur), "zxBCdt", backend=backend), "xBC")
     dt = g.op("CONT", ssm.n_head * n * F32, (g.view(projected, backend=backend),), "dt",
               backend=backend)
     dt = g.like("ADD", dt, (b.w(f"{layer}.ssm_dt_b"),), "dt_b", backend)
@@ -1073,20 +1088,9 @@ def _mamba1(b: _Builder, cur: Tensor, ssm: RecurrentShape, index: int,
     g, n = b.graph, b.rows(cur)
     layer = f"blk.{index}"
     d_inner, d_state, rank = ssm.d_inner, ssm.d_state, ssm.n_head
-    conv_rows = g.op("GET_ROWS", (ssm.d_conv - 1) * d_inner * F32,
-                     (external(f"cache_r_{index}"), inputs["rs_copy"]), "conv_states",
-                     backend=backend)
-    xz = g.op("MUL_MAT", 2 * d_inner * n * F32, (b.w(f"{layer}.ssm_in"), cur), "xz",
-              backend=backend)
-    conv_x = g.op("CONCAT", (ssm.d_conv - 1 + n) * d_inner * F32,
-                  (g.view(conv_rows, backend=backend), g.view(xz, backend=backend)),
-                  "conv_x", backend=backend)
-    g.op("CPY", 0, (g.view(conv_x, backend=backend), external(f"cache_r_{index}")),
-         backend=backend)
-    x = g.op("SSM_CONV", d_inner * n * F32, (conv_x, b.w(f"{layer}.ssm_conv1d")), "x",
-             backend=backend)
-    x = g.like("ADD", x, (b.w(f"{layer}.ssm_conv1d_b"),), "x_b", backend)
-    x = g.like("UNARY", x, (), "x_silu", backend)
+    xz, x = _conv_step(b, ssm, index, inputs, backend, d_inner, n, lambda: g.op(
+        "MUL_MAT", 2 * d_inner * n * F32, (b.w(f"{layer}.ssm_in"), cur), "xz",
+        backend=backend), "x")
     x_db = g.op("MUL_MAT", (rank + 2 * d_state) * n * F32, (b.w(f"{layer}.ssm_x"), x),
                 "x_db", backend=backend)
     if ssm.norm:
