@@ -215,3 +215,7 @@ def test_the_chart_shows_no_colour_range_when_every_fleet_has_one_tpot() -> None
     spread = {round(f.estimated_tpot_ms, 1) for f in (*mixed.fleets, *mixed.pareto)}
     assert len(spread) > 1
     assert sizing_figure(mixed).data[1].marker.showscale
+    # The estimate is labelled with its measured error on the chart itself.
+    assert mixed.error_note.startswith("Median error on held-out published measurements")
+    subtitle = sizing_figure(mixed).layout.title.subtitle.text
+    assert subtitle.replace(":<br>", ": ", 1) == mixed.error_note

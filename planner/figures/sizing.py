@@ -60,5 +60,11 @@ def sizing_figure(result: SizingResult) -> go.Figure:
         xaxis=axis(title={"text": "cost per hour (USD)"}, rangemode="tozero"),
         yaxis=axis(title={"text": "context length (tokens)"}, type="log",
                    tickvals=contexts, ticktext=[f"{c:,}" for c in contexts]),
-        height=420))
+        height=440))
+    if known and result.error_note:
+        # The estimate's measured error goes with the chart wherever it is shown.
+        lines = plotly_text(result.error_note).split(": ", 1)
+        figure.update_layout(title_subtitle={"text": ":<br>".join(lines),
+                                             "font": {"size": 11, "color": "#555555"}},
+                             margin={"t": 80})
     return figure
