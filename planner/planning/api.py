@@ -17,6 +17,7 @@ from planner.planning.rules import (
     check_request,
     context_candidates,
     context_floor,
+    greedy_layer_reach,
     lane_candidates,
     layer_bytes,
     layer_costs,
@@ -249,7 +250,7 @@ def no_valid_topology(request: PlanningInput) -> PlanError:
     else:
         costs = layer_bytes(request, lowest, lanes)
         ordered = stage_order(usable_nodes)[:layers]
-        placed = _greedy_layers(ordered, costs)
+        placed = greedy_layer_reach((node.usable_bytes for node in ordered), costs)
         missing = sum(costs[placed:])
         if placed < layers:
             why = (f"with all {len(ordered)} usable nodes at context {lowest:,}, "
@@ -269,17 +270,6 @@ def no_valid_topology(request: PlanningInput) -> PlanError:
         layers_fit=placed,
         layer_count=layers,
     )
-
-
-def _greedy_layers(ordered: list[Any], costs: tuple[int, ...]) -> int:
-    """Layers the nodes hold when each takes as many as it can, in stage order."""
-    next_layer = 0
-    for node in ordered:
-        budget = node.usable_bytes
-        while next_layer < len(costs) and costs[next_layer] <= budget:
-            budget -= costs[next_layer]
-            next_layer += 1
-    return next_layer
 
 
 CANDIDATE_COLUMNS = (

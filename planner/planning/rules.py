@@ -3,7 +3,7 @@ that fits one node set at one context (§4)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from itertools import accumulate
 
@@ -78,6 +78,20 @@ def layer_bytes(request: PlanningInput, context_length: int,
     """Bytes each layer needs at ``context_length`` under the request's memory rule
     (docs/rules.md §3: weights plus its KV cache)."""
     return layer_costs(request, context_length, lanes).totals
+
+
+def greedy_layer_reach(budgets: Iterable[int], costs: Sequence[int]) -> int:
+    """The layers nodes with ``budgets`` bytes hold when each, in turn, takes all the
+    next layers it can (``costs`` in layer order): how far a fleet gets, and, since any
+    node set that fits is beaten by its nodes largest first, a test that one fits."""
+    next_layer = 0
+    for budget in budgets:
+        while next_layer < len(costs) and costs[next_layer] <= budget:
+            budget -= costs[next_layer]
+            next_layer += 1
+        if next_layer == len(costs):
+            break
+    return next_layer
 
 
 def at_context(request: PlanningInput, context_length: int,

@@ -329,19 +329,7 @@ class _Needs:
         left = sorted(itertools.chain.from_iterable(
             [gpu.usable_bytes] * n for gpu, n in zip(search.kinds, counts, strict=True)),
             reverse=True)[f:]
-        return _greedy_reach(left, self.costs) == len(self.costs)
-
-
-def _greedy_reach(budgets: Sequence[int], costs: Sequence[int]) -> int:
-    """The layers nodes of ``budgets`` hold when each, in turn, takes all it can."""
-    next_layer = 0
-    for budget in budgets:
-        while next_layer < len(costs) and costs[next_layer] <= budget:
-            budget -= costs[next_layer]
-            next_layer += 1
-        if next_layer == len(costs):
-            break
-    return next_layer
+        return rules.greedy_layer_reach(left, self.costs) == len(self.costs)
 
 
 def _largest_sizes(f: int, top: tuple[int, ...], size: int, amount: int) -> tuple[int, ...]:
