@@ -226,3 +226,33 @@ def test_a_fractional_network_estimate_is_shown_exactly_in_the_workbench_table()
 
     (hover,) = candidates_figure(table).data[2].hovertext  # the selected shape's star
     assert "estimated TPOT 1.5 ms" in hover
+
+
+def test_the_candidates_chart_opens_the_dots_the_table_says_missed() -> None:
+    # A 2 x H100 fleet whose network estimate meets a 10 ms TPOT target while its speed
+    # estimate misses it: the chart's hollow dots follow the one estimated TPOT shown.
+    from dataclasses import replace
+
+    from planner.figures.plan import candidate_shapes, candidates_figure, shape_tpot
+
+    state = WorkbenchState.design_default()
+    state = state.with_model(preset_source("llama-3.1-70b").fields).with_nodes(())
+    state = state.add_gpus("NVIDIA H100 SXM 80GB", 85520809984, 2)
+    state = state.with_options(replace(state.options, target_decode_tpot_ms="10"))
+    evaluation = evaluate(state)
+    table = evaluation.candidates
+    shapes = candidate_shapes(table)
+    tpots, speed = shape_tpot(shapes)
+    assert speed
+    feasible = [t for t, ok in zip(tpots, shapes["feasible"], strict=True) if ok]
+    assert feasible and all(t is not None and t > 10 for t in feasible)
+    assert shapes.loc[shapes["feasible"], "decode_tpot_target_met"].all()  # network: met
+    figure = candidates_figure(table, target_ms=10)
+    assert list(figure.data[0].marker.symbol) == ["circle-open"] * len(feasible)
+    assert all("target missed" in text for text in figure.data[0].hovertext)
+    html = candidates_table_html(table, 10)
+    assert html.count(">missed<") == len(feasible) and ">met<" not in html
+    from planner.workbench import Workbench
+
+    shown = Workbench(state).view.candidates_chart
+    assert list(shown.figure.data[0].marker.symbol) == ["circle-open"] * len(feasible)

@@ -221,6 +221,18 @@ def shape_tpot(shapes: pd.DataFrame) -> tuple[list[float | None], bool]:
     return values, speed
 
 
+def shape_target_met(shapes: pd.DataFrame, tpots: list[float | None], speed: bool,
+                     target_ms: float | None) -> list[bool | None]:
+    """Whether each shape meets the TPOT target, judged on its one estimated TPOT
+    (:func:`shape_tpot`): the speed estimate against ``target_ms`` where there is one,
+    else the planner's judgement of its network estimate. Unknown is ``None``."""
+    if speed:
+        return [None if tpot is None or target_ms is None else tpot <= target_ms
+                for tpot in tpots]
+    return [bool(met) if _known(met) else None
+            for met in shapes.get("decode_tpot_target_met", [None] * len(tpots))]
+
+
 def _known(value: Any) -> bool:
     return value is not None and not pd.isna(value)
 
@@ -232,13 +244,13 @@ def _tpot_text(tpot: float | None, speed: bool) -> str:
             else f"estimated TPOT {format_milliseconds(tpot)}")
 
 
-def _hover(shape: dict[str, Any], tpot: float | None = None, speed: bool = False) -> str:
+def _hover(shape: dict[str, Any], tpot: float | None = None, speed: bool = False,
+           met: bool | None = None) -> str:
     lines = [f"context {shape['context_length']:,}", f"{shape['stage_count']} stages"]
     if shape["feasible"]:
         lines.append(_tpot_text(tpot, speed))
-        met = shape["decode_tpot_target_met"]
-        if _known(met):
-            lines.append("target met" if bool(met) else "target missed")
+        if met is not None:
+            lines.append("target met" if met else "target missed")
         lines.append(f"smallest margin {format_bytes(int(shape['min_remaining_bytes']))}")
         nodes = ", ".join(shape["node_ids"])
         lines.append(plotly_text(f"nodes {nodes if len(nodes) <= 80 else nodes[:77] + '...'}"))
@@ -247,27 +259,29 @@ def _hover(shape: dict[str, Any], tpot: float | None = None, speed: bool = False
     return "<br>".join(lines)
 
 
-def candidates_figure(candidates: pd.DataFrame) -> go.Figure:
+def candidates_figure(candidates: pd.DataFrame, target_ms: float | None = None) -> go.Figure:
     """Context length against stage count, coloured by estimated decode TPOT.
 
     ``candidates`` is the table of :func:`planner.candidates`. Lanes are folded together
     (they never change whether a shape fits). Feasible shapes are dots coloured by their
-    estimated TPOT (:func:`shape_tpot`; a hollow dot when the TPOT target is missed),
+    estimated TPOT (:func:`shape_tpot`; a hollow dot when it misses the TPOT target
+    ``target_ms``, :func:`shape_target_met`),
     infeasible ones grey crosses, and the selected shape a star. Traces: ``feasible``,
     ``infeasible``, ``selected``, always in that order.
     """
     shapes = candidate_shapes(candidates)
     tpots, speed = shape_tpot(shapes)
+    judged = shape_target_met(shapes, tpots, speed, target_ms)
     records = shapes.to_dict("records")
-    for record, tpot in zip(records, tpots, strict=True):
-        record["hover"] = _hover(record, tpot, speed)
+    for record, tpot, met in zip(records, tpots, judged, strict=True):
+        record["hover"] = _hover(record, tpot, speed, met)
+        record["missed"] = met is False
     feasible = [r for r in records if r["feasible"]]
     infeasible = [r for r in records if not r["feasible"]]
     selected = [r for r in records if r["selected"]]
     estimates = [tpot for r, tpot in zip(records, tpots, strict=True) if r["feasible"]]
     has_estimates = any(v is not None for v in estimates)
-    missed = [_known(r["decode_tpot_target_met"]) and not bool(r["decode_tpot_target_met"])
-              for r in feasible]
+    missed = [r["missed"] for r in feasible]
     marker: dict[str, Any] = {
         "size": 11,
         "symbol": ["circle-open" if m else "circle" for m in missed],

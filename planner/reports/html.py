@@ -110,7 +110,7 @@ def _figures(content: ReportContent) -> dict[str, str]:
     figures = (
         memory_figure(request, plan),
         layer_ranges_figure(request, plan),
-        candidates_figure(content.candidates_frame()),
+        candidates_figure(content.candidates_frame(), request.target_decode_tpot_ms),
     )
     return {
         div_id: _figure_html(figure, div_id, with_plotlyjs=index == 0)

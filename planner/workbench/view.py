@@ -18,7 +18,7 @@ from planner.figures import (
     layer_ranges_figure,
     memory_figure,
 )
-from planner.figures.plan import shape_tpot
+from planner.figures.plan import shape_target_met, shape_tpot
 from planner.performance import ESTIMATE_NOTE, format_duration_ms
 from planner.planning import ChoiceExplanation, ShapeOption
 from planner.planning.explain import RULE_TEXT
@@ -105,6 +105,7 @@ def candidates_table_html(candidates: pd.DataFrame, target_ms: int | None = None
     error, :meth:`planner.performance.SpeedCalibration.error_note`)."""
     shapes = candidate_shapes(candidates)
     tpots, speed = shape_tpot(shapes)
+    judged = shape_target_met(shapes, tpots, speed, target_ms)
     # The time to fill the context does not depend on lanes: one value per shape.
     fill: dict[tuple[int, int], float] = {}
     if "estimated_context_fill_ms" in candidates:
@@ -120,11 +121,8 @@ def candidates_table_html(candidates: pd.DataFrame, target_ms: int | None = None
     if fill:
         headers.append(("est. context fill", False))
     rows = []
-    for shape, tpot in zip(shapes.itertuples(index=False), tpots, strict=True):
+    for shape, tpot, met in zip(shapes.itertuples(index=False), tpots, judged, strict=True):
         network = shape.estimated_decode_network_ms_per_token
-        met = shape.decode_tpot_target_met
-        if speed:
-            met = None if tpot is None or target_ms is None else tpot <= target_ms
         margin = shape.min_remaining_bytes
         css = "wb-selected" if shape.selected else ("" if shape.feasible else "wb-infeasible")
         tpot_text = ("" if tpot is None else f"{tpot:,.1f} ms" if speed
@@ -133,7 +131,7 @@ def candidates_table_html(candidates: pd.DataFrame, target_ms: int | None = None
             _cell(f"{shape.context_length:,}"), _cell(shape.stage_count),
             _cell("yes" if shape.feasible else "no", text=True),
             _cell(tpot_text),
-            _cell("" if met is None or pd.isna(met) else ("met" if met else "missed"),
+            _cell("" if met is None else ("met" if met else "missed"),
                   text=True),
             _cell("" if pd.isna(margin) else format_bytes(int(margin))),
             _cell(_short_nodes(shape.node_ids) if shape.feasible else shape.reason, text=True),
@@ -275,4 +273,4 @@ class PlanView(widgets.VBox):
         self.memory_chart.show(memory_figure(request, plan))
         self.layers_chart.show(layer_ranges_figure(request, plan))
         self.candidates_chart.show(candidates_figure(
-            table if table is not None else pd.DataFrame()))
+            table if table is not None else pd.DataFrame(), request.target_decode_tpot_ms))
