@@ -165,6 +165,7 @@ _READ_CHART = """([selector, index]) => {
     count: plots.length, traces: traces, title: title,
     drawn_title: drawn ? drawn.textContent : '',
     x_ticks: ticks('.xtick text'), y_ticks: ticks('.ytick text'),
+    legend: ticks('.legendtext'),
     width: box.width, height: box.height,
     svg_width: svg ? Number(svg.getAttribute('width')) : 0,
     svg_height: svg ? Number(svg.getAttribute('height')) : 0,

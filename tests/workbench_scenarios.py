@@ -17,6 +17,7 @@ import pytest
 from browser_support import (
     EDIT_SECONDS,
     PageWatch,
+    read_chart,
     save_screenshot,
     trace,
     wait_for_chart,
@@ -236,6 +237,9 @@ def wait_for_availability(page: Any, state: WorkbenchState, what: str) -> dict[s
     chart = wait_for_chart(page, AVAILABILITY_CONTEXT, ready, what)
     for selector in AVAILABILITY_CHARTS:
         wait_until_drawn(page, selector, what)
+    # The probability axis reads in percent at whole decades, not in crowded exponents.
+    ticks = read_chart(page, AVAILABILITY_CONTEXT)["y_ticks"]
+    assert ticks and all(tick.endswith("%") and "e" not in tick for tick in ticks), ticks
     return chart
 
 
@@ -349,7 +353,12 @@ def sizing_out_of_date(page: Any) -> None:
     note.wait_for(state="hidden", timeout=EDIT_SECONDS * 1000)
     panel.locator(".wb-sizing-summary", has_text="gpt-oss-120b").wait_for(
         timeout=EDIT_SECONDS * 1000)
-    wait_until_drawn(page, ".wb-sizing-figure", "the sizing chart after Size again")
+    sized = wait_until_drawn(page, ".wb-sizing-figure", "the sizing chart after Size again")
+    # The Pareto front is drawn (its fleets marked) and named in the legend beside the
+    # fleets, whose colour bar, if any, spans TPOTs that differ.
+    front = trace(sized, "Pareto front")
+    assert front["x"] and front["symbol"] == "diamond-open", front
+    assert "Pareto front" in sized["legend"], sized["legend"]
     # The cheapest fleet survives losing a node; loaded, it costs what the table says.
     cost = panel.locator(".wb-sizing-fleets tbody tr").first.locator("td").nth(3)
     usd = cost.inner_text().strip()
