@@ -192,6 +192,26 @@ def latency_and_tpot_edit(page: Any) -> None:
     wait_for_chart(page, CANDIDATES,
                    lambda c: set(trace(c, "feasible")["symbol"]) == {"circle-open"},
                    "every shape missing the 12 ms TPOT target")
+    # A 100 ms target: the chart's hollow dots are the shapes the table says missed, both
+    # judged on the one estimated TPOT the page shows.
+    type_into(page.locator(".wb-tpot-target input"), "100")
+    table = page.locator(".wb-candidates-table")
+    table.locator("td", has_text="missed").first.wait_for(timeout=EDIT_SECONDS * 1000)
+    judged = {}
+    for row in table.locator("tbody tr").all():
+        cells = [cell.strip() for cell in row.locator("td").all_inner_texts()]
+        if cells[2] == "yes":
+            judged[(int(cells[1]), int(cells[0].replace(",", "")))] = cells[4]
+    assert "missed" in judged.values(), judged
+
+    def shown(chart: dict[str, Any]) -> dict[tuple[int, int], str]:
+        feasible = trace(chart, "feasible")
+        return {(x, y): "missed" if symbol == "circle-open" else "met"
+                for x, y, symbol in zip(feasible["x"], feasible["y"], feasible["symbol"],
+                                        strict=True)}
+
+    wait_for_chart(page, CANDIDATES, lambda c: shown(c) == judged,
+                   "hollow dots where the table says the 100 ms target is missed")
     charts_drawn(page, "after latency and TPOT target edits")
 
 
