@@ -4,6 +4,7 @@ plan_topology and every f-node removal."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -61,9 +62,16 @@ def _meets(model: dict[str, Any], traffic: ModelTraffic, kinds: list[GpuModel],
     minimum = targets.minimum_context or context_floor(request)
     if plan.context_length < minimum or plan.parallel_lanes < targets.minimum_lanes:
         return False, plan
-    if targets.target_decode_tpot_ms is not None:
-        estimate, _ = try_estimate(request, plan, traffic, kinds)
-        if estimate is None or estimate.estimated_tpot_ms > targets.target_decode_tpot_ms:
+    if targets.target_decode_tpot_ms is not None or targets.target_ttft_ms is not None:
+        estimate, _ = try_estimate(request, plan, traffic, kinds,
+                                   prompt_tokens=targets.prompt_tokens)
+        if estimate is None:
+            return False, plan
+        if (targets.target_decode_tpot_ms is not None
+                and estimate.estimated_tpot_ms > targets.target_decode_tpot_ms):
+            return False, plan
+        if targets.target_ttft_ms is not None and (
+                estimate.ttft_ms is None or estimate.ttft_ms > targets.target_ttft_ms):
             return False, plan
     return True, plan
 
@@ -170,6 +178,41 @@ def test_size_fleet_matches_brute_force_on_tpot_targets(question: tuple) -> None
 @settings(max_examples=25, derandomize=True, database=None, deadline=None)
 @given(tpot_questions())
 def test_size_fleet_matches_brute_force_on_a_few_tpot_targets(question: tuple) -> None:
+    _assert_matches_brute_force(question[:3], question[3])
+
+
+@st.composite
+def ttft_questions(draw: st.DrawFn) -> tuple[dict[str, Any], list[GpuModel], SizingTargets,
+                                             ModelTraffic]:
+    """TTFT targets, alone or beside a TPOT target: prompts of one ubatch and of several
+    batches on kinds with and without an FP16 rate, and targets across the range from
+    no fleet to any (a 1,024-token prompt takes from about 0.1 s to a few seconds)."""
+    model, kinds, targets, _ = draw(tpot_questions())
+    kinds = [replace(kind, fp16_tflops=tflops, fp16_tflops_source=tflops and "test")
+             for kind, tflops in zip(kinds, draw(st.lists(st.sampled_from(
+                 (None, 0.01, 0.03, 0.1, 0.1)), min_size=len(kinds), max_size=len(kinds))),
+                                     strict=True)]
+    traffic = ModelTraffic.dense(model["model_weight_bytes"], hidden_size=16,
+                                 parameter_count=model["model_weight_bytes"] // 2)
+    targets = replace(targets,
+                      target_decode_tpot_ms=draw(st.sampled_from((None, None, 10, 20))),
+                      target_ttft_ms=draw(st.sampled_from((2, 20, 100, 500, 2000))),
+                      prompt_tokens=draw(st.sampled_from((1, 300, 1024, 5000))))
+    return model, kinds, targets, traffic
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None)
+@given(ttft_questions())
+def test_size_fleet_matches_brute_force_on_ttft_targets(question: tuple) -> None:
+    _assert_matches_brute_force(question[:3], question[3])
+
+
+@settings(max_examples=25, derandomize=True, database=None, deadline=None)
+@given(ttft_questions())
+def test_size_fleet_matches_brute_force_on_a_few_ttft_targets(question: tuple) -> None:
+    """Every fleet sizing returns meets the TPOT and TTFT targets on its estimate, and
+    the prefill floor the search prunes with removes no fleet that meets them."""
     _assert_matches_brute_force(question[:3], question[3])
 
 

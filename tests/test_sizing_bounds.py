@@ -8,6 +8,8 @@ import re
 from dataclasses import replace
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from test_sizing import _kind, _model
 
 import planner.sizing.search as search_module
@@ -117,6 +119,44 @@ def test_the_speed_floors_are_below_every_estimate(preset: str) -> None:
                                                for i in range(len(used)))
         checked += 1
     assert checked >= 10
+
+
+_CATALOG = {gpu.kind: gpu for gpu in load_gpu_catalog()}
+_PREFILL_KINDS = sorted(kind for kind, gpu in _CATALOG.items()
+                        if gpu.memory_bandwidth_bytes_per_s and gpu.fp16_tflops)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(preset=st.sampled_from(["llama-3.1-70b", "deepseek-v3", "qwen3-coder-480b-a35b",
+                               "gpt-oss-120b", "qwen3-next-80b-a3b"]),
+       mix=st.dictionaries(st.sampled_from(_PREFILL_KINDS), st.integers(1, 6),
+                           min_size=1, max_size=4),
+       prompt=st.sampled_from([1, 100, 512, 513, 1024, 2047, 4096, 20000]))
+def test_the_prefill_floor_is_below_the_ttft_of_random_fleets(
+        preset: str, mix: dict[str, int], prompt: int) -> None:
+    """No plan of any fleet has an estimated TTFT below the prefill floor of its kinds:
+    prompts of one ubatch (more stages gain nothing) and of several batches, dense
+    models and mixtures of experts, on mixes of the shipped kinds."""
+    spec = load_preset(preset)
+    traffic = ModelTraffic.from_spec(spec)
+    kinds = [_CATALOG[kind] for kind in mix]
+    counts = list(mix.values())
+    request = PlanningInput.from_dict({**spec.planning_fields(),
+                                       "nodes": list(fleet_nodes(kinds, counts))})
+    plan = plan_or_none(request)
+    assume(plan is not None)
+    assert plan is not None
+    estimate = estimate_plan(request, plan, traffic, node_speeds(
+        request.nodes, kinds, fleet_node_kinds(kinds, counts)), prompt_tokens=prompt)
+    assert estimate.ttft_ms is not None
+    used = [gpu for gpu in kinds
+            if any(stage.node_id.startswith(f"{gpu.kind}-") for stage in plan.stages)]
+    floor = floors.prefill_floor(used, traffic, request, prompt)
+    assert estimate.ttft_ms >= floor.least_ms()
+    # Each term's fastest kind among the plan's bounds the estimate on its own: what the
+    # search's carriers of a TTFT target rest on.
+    for term in floors.PREFILL_TERMS:
+        assert estimate.ttft_ms >= min(floor.least_ms(**{term: i}) for i in range(len(used)))
 
 
 def test_a_ttft_no_kind_can_reach_is_answered_at_once(monkeypatch: pytest.MonkeyPatch
