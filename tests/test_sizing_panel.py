@@ -217,5 +217,9 @@ def test_the_chart_shows_no_colour_range_when_every_fleet_has_one_tpot() -> None
     assert sizing_figure(mixed).data[1].marker.showscale
     # The estimate is labelled with its measured error on the chart itself.
     assert mixed.error_note.startswith("Median error on held-out published measurements")
-    subtitle = sizing_figure(mixed).layout.title.subtitle.text
+    drawn = sizing_figure(mixed)
+    subtitle = drawn.layout.title.subtitle.text
     assert subtitle.replace(":<br>", ": ", 1) == mixed.error_note
+    # The legend sits under the plot, clear of the note (at the top it covered the note's
+    # second line on an 812-pixel page).
+    assert drawn.layout.legend.y < 0 and drawn.layout.legend.yanchor == "top"

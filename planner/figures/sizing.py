@@ -64,7 +64,11 @@ def sizing_figure(result: SizingResult) -> go.Figure:
     if known and result.error_note:
         # The estimate's measured error goes with the chart wherever it is shown.
         lines = plotly_text(result.error_note).split(": ", 1)
+        # The legend goes under the plot: at the top it covered the note's second line
+        # on a page narrower than the note.
         figure.update_layout(title_subtitle={"text": ":<br>".join(lines),
                                              "font": {"size": 11, "color": "#555555"}},
-                             margin={"t": 80})
+                             margin={"t": 80, "b": 100}, height=480,
+                             legend={"y": -0.22, "yanchor": "top", "x": 1.0,
+                                     "xanchor": "right"})
     return figure
