@@ -265,10 +265,15 @@ def trace(chart: dict[str, Any], name: str) -> dict[str, Any]:
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost"})
 
 
+SHARED_MODULE_MISMATCH = re.compile(r"Unsatisfied version|No satisfying version")
+"""A front-end extension built against another JupyterLab than the page's: it runs on its
+own copies of JupyterLab's modules (webpack warns, the page goes on)."""
+
+
 class PageWatch:
     """What went wrong on a page while it was open: uncaught script errors, console
-    errors, and requests to any host but this machine (a page must work offline: every
-    asset is served locally)."""
+    errors, extensions whose shared modules disagree with the page's, and requests to any
+    host but this machine (a page must work offline: every asset is served locally)."""
 
     def __init__(self, page: Any) -> None:
         self.errors: list[str] = []
@@ -280,6 +285,8 @@ class PageWatch:
     def _console(self, message: Any) -> None:
         if message.type == "error":
             self.errors.append(f"console: {message.text}")
+        elif message.type == "warning" and SHARED_MODULE_MISMATCH.search(message.text):
+            self.errors.append(f"console warning: {message.text}")
 
     def _request(self, request: Any) -> None:
         url = urlsplit(request.url)
