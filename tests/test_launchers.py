@@ -91,7 +91,8 @@ def _launched(what: str, port: int, tmp_path: Path) -> Iterator[tuple[subprocess
 
 
 def _stops_cleanly(process: subprocess.Popen[str], lines: list[str], port: int,
-                   stop_signal: int) -> None:
+                   stop_signal: int) -> str:
+    """Stop the launcher with ``stop_signal``; what it printed after ``lines``."""
     below = _children(process.pid)
     assert _alive(below), "the server runs below the launcher"
     process.send_signal(stop_signal)
@@ -107,6 +108,7 @@ def _stops_cleanly(process: subprocess.Popen[str], lines: list[str], port: int,
     assert process.stdout is not None
     rest = process.stdout.read()
     assert "Stopped." in rest, rest
+    return rest
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGHUP, signal.SIGTERM],
@@ -146,4 +148,9 @@ def test_make_app_serves_every_notebook_from_an_index_page(tmp_path: Path) -> No
         assert sorted(link.rsplit("/", 1)[1] for link in links) == notebooks
         assert links[0].endswith("/workbench.ipynb")
         assert "cdn." not in index and "https://" not in index
-        _stops_cleanly(process, lines, port, signal.SIGHUP)
+        page = urllib.request.urlopen(f"http://127.0.0.1:{port}/voila/render/fencing.ipynb",
+                                      timeout=120).read().decode()
+        assert "fencing" in page.lower()
+        rest = _stops_cleanly(process, lines, port, signal.SIGHUP)
+        # Opening a page logs no warning (Voilà's "Notebook fencing.ipynb is not trusted").
+        assert not re.search(r"warning", "".join(lines) + rest, re.I), "".join(lines) + rest

@@ -323,8 +323,18 @@ def stopped_by_signals() -> Iterator[None]:
             signal.signal(number, handler)
 
 
+def trust_notebooks(folder: Path = NOTEBOOKS) -> None:
+    """Record the notebooks in ``folder`` as trusted in this user's signature store (as
+    ``jupyter trust`` does; the files are not changed). Voilà runs a notebook itself, but
+    on opening an unsigned one it logs "Notebook ... is not trusted" for every page."""
+    notary = NotebookNotary()
+    for path in sorted(folder.glob("*.ipynb")):
+        notary.sign(nbformat.read(path, as_version=4))
+
+
 def serve_app(port: int, *, open_browser: bool = True) -> int:
     """Voilà on every notebook (``make app``), until it exits or is stopped."""
+    trust_notebooks()
     voila = str(Path(sys.executable).with_name("voila"))
     command = [voila, *voila_arguments(port, open_browser=open_browser), str(NOTEBOOKS)]
     process = subprocess.Popen(command, env=voila_environment(), start_new_session=True)
