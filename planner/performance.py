@@ -1008,11 +1008,16 @@ def estimate_plan(
     if traffic.hidden_size is None and plan.stage_count > 1:
         notes.append("the model's hidden size is unknown: hops carry no activation bytes")
     hops_ms = []
+    without_latency = [stage.node_id for stage in plan.stages[:-1]
+                       if latency.get(stage.node_id) is None]
+    if len(without_latency) == 1:
+        notes.append(f"{without_latency[0]} has no stage-transfer latency: its hop counts "
+                     "0 ms of latency")
+    elif without_latency:
+        notes.append(f"{', '.join(without_latency)} have no stage-transfer latency: their "
+                     "hops count 0 ms of latency")
     for stage, speed in zip(plan.stages[:-1], used, strict=False):
         stage_latency = latency.get(stage.node_id)
-        if stage_latency is None:
-            notes.append(f"{stage.node_id} has no stage-transfer latency: its hop counts "
-                         "0 ms of latency")
         fixed = 0.0 if calibration is None or efficiency is not None else (
             calibration.fixed_ms(calibration.hop_ms, speed.backend, notes, "hop time"))
         hops_ms.append((stage_latency or 0) + fixed)

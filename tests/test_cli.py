@@ -239,3 +239,18 @@ def test_every_command_help_shows_an_example(command: str) -> None:
     assert result.returncode == 0
     assert "example" in result.stdout
     assert f"planner {command}" in result.stdout.split("example", 1)[1]
+
+
+def test_nodes_without_a_latency_are_named_in_one_note() -> None:
+    # Ten stages of data/fleets/deepseek-v3-mixed-datacenter.toml have no latency: one
+    # note names them all, instead of ten lines that differ by the node id.
+    fleet = FLEETS / "deepseek-v3-mixed-datacenter.toml"
+    result = run("plan", fleet)
+    assert result.returncode == 0, result.stderr
+    plan = planner.plan_topology(load_fleet(fleet).to_request())
+    notes = [line for line in result.stdout.splitlines() if "no stage-transfer latency" in line]
+    assert len(notes) == 1, notes
+    senders = [stage.node_id for stage in plan.stages[:-1]]
+    assert len(senders) == 10
+    assert all(node_id in notes[0] for node_id in senders)
+    assert plan.stages[-1].node_id not in notes[0]
