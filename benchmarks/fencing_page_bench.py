@@ -64,7 +64,7 @@ def run(runs: int = RUNS) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     from playwright.sync_api import sync_playwright
 
-    from planner.workbench.serve import stop, voila_arguments
+    from planner.workbench.serve import stop, voila_arguments, voila_environment
 
     chromium = os.environ.get("PLANNER_CHROMIUM") or shutil.which("chromium")
     if not chromium:
@@ -74,10 +74,11 @@ def run(runs: int = RUNS) -> dict[str, Any]:
         # A copy, so that nothing the page does can touch the committed notebook.
         notebook = Path(tmp) / "fencing.ipynb"
         shutil.copy(ROOT / "notebooks" / "fencing.ipynb", notebook)
-        env = dict(os.environ, JUPYTER_CONFIG_DIR=f"{tmp}/config",
+        # voila_environment: Voilà finds the page template make app uses.
+        env = voila_environment(dict(os.environ, JUPYTER_CONFIG_DIR=f"{tmp}/config",
                    JUPYTER_RUNTIME_DIR=f"{tmp}/runtime",
                    PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
-                                                            os.environ.get("PYTHONPATH")])))
+                                                            os.environ.get("PYTHONPATH")]))))
         voila = str(Path(sys.executable).with_name("voila"))
         with open(f"{tmp}/voila.log", "wb") as log:
             server = subprocess.Popen([voila, *voila_arguments(port), str(notebook)],
