@@ -25,6 +25,7 @@ planner's choice among plans (docs/rules.md §6); it is judged here only as a ta
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -208,6 +209,36 @@ class Targets:
         return cls(**dict(data))
 
 
+def tpot_verdicts(target_decode_tpot_ms: int | float | None,
+                  estimated_tpots_ms: Sequence[float | None],
+                  network_met: Sequence[bool | None]) -> list[bool | None]:
+    """Whether each shape of one table (candidates, a chart) meets a TPOT target, judged
+    as :func:`plan_tpot_target_met` judges a plan: by the speed estimates where the table
+    has any (a shape without one is then unknown, ``None``), else by the planner's
+    judgement of its network estimate (``network_met``)."""
+    if not any(tpot is not None for tpot in estimated_tpots_ms):
+        return list(network_met)  # judged against the request's own target
+    if target_decode_tpot_ms is None:
+        return [None] * len(estimated_tpots_ms)
+    return [None if tpot is None else tpot <= target_decode_tpot_ms
+            for tpot in estimated_tpots_ms]
+
+
+def plan_tpot_target_met(target_decode_tpot_ms: int | None, plan: Plan,
+                         estimate: PlanEstimate | None) -> bool | None:
+    """Whether one plan's TPOT is within a fleet's ``target_decode_tpot_ms``, wherever a
+    single plan is shown (the workbench, reports, ``planner plan``): judged by the speed
+    estimate as :meth:`Targets.meets` judges it when the plan has one; else by the
+    planner's network estimate (``plan.decode_tpot_target_met``, docs/rules.md §6, which
+    only ranks the shapes and leaves out the weight reads); ``None`` without a target or
+    without either estimate."""
+    if target_decode_tpot_ms is None:
+        return None
+    if estimate is None:
+        return plan.decode_tpot_target_met
+    return Targets(target_decode_tpot_ms=target_decode_tpot_ms).meets(plan, estimate)
+
+
 class SpeedEstimator:
     """The speed estimate of any plan of a fleet's nodes (or a subset of them), for
     judging a TPOT target: the model's decode ``traffic`` and each node's bandwidth from
@@ -220,6 +251,15 @@ class SpeedEstimator:
         self.speeds: dict[str, NodeSpeed] = (
             node_speeds(nodes, catalog, node_kinds) if traffic is not None else {})
         self.options = options
+
+    def with_copies(self, copies: Mapping[str, NodeSpeed | None]) -> SpeedEstimator:
+        """This estimator, knowing added nodes too: each new node id with the speed it
+        has (a copy of a fleet node's or a catalog kind's; ``None``: unknown)."""
+        added = copy.copy(self)
+        added.speeds = {**self.speeds, **{node_id: replace(speed, node_id=node_id)
+                                          for node_id, speed in copies.items()
+                                          if speed is not None}}
+        return added
 
     @classmethod
     def for_document(cls, document: FleetDocument, catalog: Sequence[GpuModel],

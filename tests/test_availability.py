@@ -530,3 +530,24 @@ def test_spares_for_a_large_fleet_bounds_each_fleets_exploration() -> None:
     # One spare fewer falls short, with the same bound on the exploration.
     fewer = replace(request, nodes=(*nodes, *kind.nodes(found.spare_count - 1, set())))
     assert fleet_availability(fewer, flaky, max_states=40).availability_lower < 0.95
+
+
+def test_spares_copy_the_speed_of_the_node_they_copy_for_a_tpot_target() -> None:
+    # The home lab names its nodes' kinds and has a TPOT target: a spare copied from one
+    # of its nodes has that node's speed, so the fleet with spares is still judged (it
+    # was refused, TpotNotEstimable, naming the spare as a node of unknown speed).
+    from planner.availability import spares_table
+    from planner.fleet import example_fleet, load_fleet
+    from planner.models import load_gpu_catalog
+    from planner.targets import SpeedEstimator, Targets
+
+    document = load_fleet(example_fleet("llama70b-home-lab"))
+    request = document.to_request()
+    estimator = SpeedEstimator.for_document(document, load_gpu_catalog())
+    targets = Targets(target_decode_tpot_ms=400)
+    table = spares_table(request, targets=targets, estimator=estimator, max_spares=2)
+    assert table["spare_count"].notna().all(), table
+    # A spare is no faster than the node it copies: at 40 ms no number of them helps.
+    strict = spares_table(request, targets=Targets(target_decode_tpot_ms=40),
+                          estimator=estimator, max_spares=2)
+    assert (strict["spares"] == "unreachable").all(), strict

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -254,3 +255,28 @@ def test_nodes_without_a_latency_are_named_in_one_note() -> None:
     assert len(senders) == 10
     assert all(node_id in notes[0] for node_id in senders)
     assert plan.stages[-1].node_id not in notes[0]
+
+
+def test_plan_judges_the_tpot_target_by_the_speed_estimate() -> None:
+    # The home lab's network estimate (16 ms) ranks the shapes; its 40 ms target is
+    # judged by the speed estimate (about 157 ms), as the workbench and reports judge it.
+    result = run("plan", FLEETS / "llama70b-home-lab.toml")
+    assert result.returncode == 0, result.stderr
+    assert "target 40 ms met" not in result.stdout
+    assert re.search(r"TPOT target 40 ms missed: estimated TPOT [\d.]+ ms", result.stdout), (
+        result.stdout)
+
+
+def test_candidates_judge_the_tpot_target_by_the_speed_estimate() -> None:
+    # As the workbench's candidates chart does (hollow dots): a shape whose speed
+    # estimate is above the home lab's 40 ms target misses it, whatever its network time.
+    result = run("candidates", FLEETS / "llama70b-home-lab.toml")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    header = lines[0]
+    rows = [line for line in lines[2:] if line.strip() and not line.startswith("est.")]
+    met_at, fits_at = header.index("target met"), header.index("fits")
+    fitting = [line for line in rows if line[fits_at:fits_at + 4].strip() == "yes"]
+    assert fitting, result.stdout
+    verdicts = {line[met_at:met_at + 3].strip() for line in fitting}
+    assert verdicts == {"no"}, result.stdout

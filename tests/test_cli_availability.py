@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from test_cli import FIVE, FOUR_BY_70, ROOT, assert_user_error, run
 
 from planner.availability import NodeReliability, fleet_availability
@@ -146,3 +147,26 @@ def test_a_minimum_context_above_the_native_one_is_refused_as_size_refuses_it() 
         said.append(done.stderr.strip().splitlines()[-1])
     assert said[0] == said[1] == ("planner: InvalidTargets: minimum_context 300,000 exceeds "
                                   "the model's native context 262,144")
+
+
+@pytest.mark.parametrize("fleet", sorted((ROOT / "data" / "fleets").glob("*.toml")),
+                         ids=lambda path: path.stem)
+def test_every_shipped_fleet_gets_its_availability_and_speed_estimate(fleet) -> None:
+    # The examples are what a person tries first. Each whose model is a preset or a GGUF
+    # file names its nodes' GPU kinds, so its plan has a speed estimate and its TPOT
+    # target can be judged; a model typed as numbers (the design's Qwen 480B fleets) has
+    # no speed estimate, and a TPOT target on it is refused by name.
+    typed_as_numbers = load_fleet(fleet).model.numbers is not None
+    result = run("availability", fleet, "--json")
+    if typed_as_numbers and result.returncode == 2:
+        assert_user_error(result, 2, "TpotNotEstimable")
+        return
+    assert result.returncode in (0, 1), result.stderr
+    if result.returncode == 0:
+        assert 0 <= json.loads(result.stdout)["availability"] <= 1
+    plan = run("plan", fleet)
+    if plan.returncode == 1:  # no valid topology (qwen480b-4x70): nothing to estimate
+        assert "NoValidTopology" in plan.stderr
+        return
+    assert plan.returncode == 0, plan.stderr
+    assert ("estimate  not available" in plan.stdout) == typed_as_numbers, plan.stdout

@@ -28,6 +28,7 @@ from planner.availability.states import (
     resolve_targets,
 )
 from planner.limits import DEFAULT_PRICE_KIND, MAX_PRICE_PER_HOUR
+from planner.performance import NodeSpeed
 from planner.planning import NodeBudget, PlanningInput
 from planner.planning.inputs import as_planning_input
 from planner.sizing import fleet_nodes, select_kinds
@@ -43,6 +44,10 @@ class SpareKind:
     budget: NodeBudget
     reliability: NodeReliability = field(default_factory=NodeReliability)
     price_per_hour: float | None = None
+    speed: NodeSpeed | None = None
+    """What the speed estimate knows of each spare (its bandwidth, from the node it
+    copies or its catalog kind); ``None``: unknown, so a plan on it misses a TPOT
+    target."""
 
     def __post_init__(self) -> None:
         fail = _invalid("InvalidSpareKind", "price_per_hour",
@@ -54,6 +59,8 @@ class SpareKind:
         if not isinstance(self.reliability, NodeReliability):
             raise _invalid("InvalidSpareKind", "reliability")(
                 "must be a NodeReliability", self.reliability)
+        if self.speed is not None and not isinstance(self.speed, NodeSpeed):
+            raise _invalid("InvalidSpareKind", "speed")("must be a NodeSpeed", self.speed)
         if self.price_per_hour is not None:
             object.__setattr__(self, "price_per_hour", float(number(
                 self.price_per_hour, fail, maximum=MAX_PRICE_PER_HOUR)))
@@ -83,7 +90,8 @@ def catalog_spare_kinds(catalog: Sequence[Any], kinds: Sequence[str] | None = No
             annual_failure_rate=(DEFAULT_ANNUAL_FAILURE_RATE if gpu.annual_failure_rate is None
                                  else gpu.annual_failure_rate),
             repair_hours=DEFAULT_REPAIR_HOURS if gpu.repair_hours is None else gpu.repair_hours)
-        spares.append(SpareKind(gpu.kind, budget, figures, gpu.price_per_hour))
+        spares.append(SpareKind(gpu.kind, budget, figures, gpu.price_per_hour,
+                                NodeSpeed.of_kind(budget.node_id, gpu)))
     return spares
 
 
@@ -141,8 +149,8 @@ def spares_for(
     end of its availability interval does, so the answer holds whatever the
     unexplored states hold (``tolerance`` and ``max_states`` bound each fleet's
     exploration; the targets and ``estimator`` as in :func:`fleet_availability`; a
-    spare's speed is unknown to the estimator, so a plan on a spare misses a TPOT
-    target). Raises ``SparesUnreachable`` when no mix of at most ``max_spares`` nodes
+    spare has its kind's ``speed``, and where that is unknown a plan on it misses a
+    TPOT target). Raises ``SparesUnreachable`` when no mix of at most ``max_spares`` nodes
     (or within ``max_candidates`` evaluations) reaches it.
     """
     goal = _check_target(target)
@@ -159,13 +167,17 @@ def spares_for(
 
     def evaluate(counts: tuple[int, ...]) -> tuple[AvailabilityResult, list[NodeBudget]]:
         extra: list[NodeBudget] = []
+        speeds: dict[str, NodeSpeed | None] = {}
         down = dict(base)
         for kind, count in zip(kinds, counts, strict=True):
             made = kind.nodes(count, taken | {n.node_id for n in extra})
             extra += made
             down.update({n.node_id: kind.reliability.down_probability for n in made})
+            speeds.update({n.node_id: kind.speed for n in made})
         fleet = replace(req, nodes=(*req.nodes, *extra))
-        return fleet_availability(fleet, down=down, targets=judged, estimator=estimator,
+        knowing = (estimator.with_copies(speeds) if estimator is not None and extra
+                   else estimator)
+        return fleet_availability(fleet, down=down, targets=judged, estimator=knowing,
                                   tolerance=tolerance, max_states=max_states), extra
 
     def price(counts: tuple[int, ...]) -> float:
@@ -212,9 +224,10 @@ SPARE_TARGETS = (0.99, 0.999, 0.9999)
 
 
 def fleet_spare_kind(request: PlanningInput,
-                     reliability: Mapping[str, NodeReliability] | NodeReliability | None = None
-                     ) -> SpareKind:
-    """The fleet's most common kind of node (ties: more usable memory) as a spare."""
+                     reliability: Mapping[str, NodeReliability] | NodeReliability | None = None,
+                     estimator: SpeedEstimator | None = None) -> SpareKind:
+    """The fleet's most common kind of node (ties: more usable memory) as a spare, with
+    the speed ``estimator`` knows that node by."""
     if not request.nodes:
         raise AvailabilityError("SparesUnreachable", "the fleet has no nodes to copy as spares",
                                 field="nodes")
@@ -228,7 +241,8 @@ def fleet_spare_kind(request: PlanningInput,
     else:
         own = reliability or NodeReliability()
     name = first.node_id.rsplit("-", 1)[0] if "-" in first.node_id else first.node_id
-    return SpareKind(name, first, own)
+    speed = estimator.speeds.get(first.node_id) if estimator is not None else None
+    return SpareKind(name, first, own, speed=speed)
 
 
 def spares_table(request: PlanningInput | Mapping[str, Any],
@@ -242,7 +256,8 @@ def spares_table(request: PlanningInput | Mapping[str, Any],
     ``spare_count`` (NA when unreachable within the limit), ``spares`` (``kind x count``),
     ``availability_lower`` with them, ``cost_per_hour``."""
     req = as_planning_input(request)
-    choices = list(kinds) if kinds else [fleet_spare_kind(req, reliability)]
+    choices = list(kinds) if kinds else [fleet_spare_kind(req, reliability,
+                                                          options.get("estimator"))]
     rows = []
     for target in availability_targets:
         try:

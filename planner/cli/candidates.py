@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
             traffic = None
         estimated = candidate_records(with_candidate_estimates(
             frame, request, traffic, catalog, node_kinds=document.node_kinds))
-        print(text_table(candidate_rows_table(estimated)))
+        print(text_table(candidate_rows_table(estimated, request.target_decode_tpot_ms)))
         if any(record["estimated_tpot_ms"] is not None for record in estimated):
             kinds = {speed.memory_type for speed in node_speeds(
                 request.nodes, catalog, document.node_kinds).values()}

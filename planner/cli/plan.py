@@ -61,22 +61,26 @@ def run(args: argparse.Namespace) -> int:
     print(terminal_safe(f"{document.title}: {content.model['name']}"))
     print(f"context {plan.context_length:,} tokens, {plan.parallel_lanes} parallel lanes, "
           f"{plan.stage_count} stage{'s' if plan.stage_count != 1 else ''}")
-    estimate = plan.estimated_decode_network_ms_per_token
-    if estimate is not None:
-        met = plan.decode_tpot_target_met
-        target = ("" if met is None else
-                  f" (target {request.target_decode_tpot_ms} ms {'met' if met else 'missed'})")
-        print(f"estimated decode network time {estimate} ms per token{target}")
+    network = plan.estimated_decode_network_ms_per_token
+    speed = content.estimate if content.estimate and content.estimate.get("available") else None
+    if network is not None:
+        ranks = " (ranks the shapes, docs/rules.md §6)" if speed is not None else ""
+        print(f"estimated decode network time {network} ms per token{ranks}")
+    if content.tpot_target_met is not None:
+        verdict = "met" if content.tpot_target_met else "missed"
+        judged = (f"estimated TPOT {speed['estimated_tpot_ms']:.2f} ms" if speed is not None
+                  else f"network estimate {network} ms (no speed estimate)")
+        print(f"TPOT target {request.target_decode_tpot_ms} ms {verdict}: {judged}")
     print(terminal_safe(f"memory model {memory_model_text(content)}"))
     print()
     print(text_table(stage_table(content)))
-    speed = estimate_rows(content)
-    if speed:
+    rows = estimate_rows(content)
+    if rows:
         print()
         print("speed and cost (ESTIMATE):")
-        figures = tuple(row for row in speed if row[0] != "estimate note")
+        figures = tuple(row for row in rows if row[0] != "estimate note")
         print(text_table(TextTable(("estimate", "value"), figures, ("l", "l"))))
-        for label, note in speed:
+        for label, note in rows:
             if label == "estimate note":
                 print(terminal_safe(f"- {note}"))
     if memory_table(content).rows:

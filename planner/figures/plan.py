@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 
 from planner.figures.style import axis, base_layout, plotly_text
 from planner.planning import Plan, PlanningInput, stage_usage
+from planner.targets import tpot_verdicts
 from planner.units import format_bytes, format_milliseconds, layer_range
 
 GIB = 1024**3
@@ -226,11 +227,9 @@ def shape_target_met(shapes: pd.DataFrame, tpots: list[float | None], speed: boo
     """Whether each shape meets the TPOT target, judged on its one estimated TPOT
     (:func:`shape_tpot`): the speed estimate against ``target_ms`` where there is one,
     else the planner's judgement of its network estimate. Unknown is ``None``."""
-    if speed:
-        return [None if tpot is None or target_ms is None else tpot <= target_ms
-                for tpot in tpots]
-    return [bool(met) if _known(met) else None
-            for met in shapes.get("decode_tpot_target_met", [None] * len(tpots))]
+    network = [bool(met) if _known(met) else None
+               for met in shapes.get("decode_tpot_target_met", [None] * len(tpots))]
+    return tpot_verdicts(target_ms, tpots if speed else [None] * len(tpots), network)
 
 
 def _known(value: Any) -> bool:

@@ -45,6 +45,7 @@ from planner.planning.rules import (
     request_for_stages,
 )
 from planner.planning.warnings import fleet_warnings
+from planner.targets import plan_tpot_target_met
 
 ReportSource = FleetDocument | PlanningInput | Mapping[str, Any]
 
@@ -88,6 +89,9 @@ class ReportContent:
     source_edited: bool = False
     """Whether the fleet reported differs from the file ``source`` (edited in the
     workbench): the report then says "edited from" the file."""
+    tpot_target_met: bool | None = None
+    """Whether the plan meets the fleet's TPOT target, by the speed estimate where there is
+    one (:func:`planner.targets.plan_tpot_target_met`); ``None`` without a target."""
 
     @property
     def provenance(self) -> str:
@@ -139,6 +143,7 @@ class ReportContent:
             "estimate": self.estimate,
             "memory": self.memory,
             "source_edited": self.source_edited,
+            "tpot_target_met": self.tpot_target_met,
         }
 
 
@@ -221,13 +226,15 @@ def _warnings(request: PlanningInput) -> tuple[dict[str, Any], ...]:
     return tuple(warning.to_dict() for warning in fleet_warnings(request))
 
 
-def _summary(plan: Plan) -> str:
+def _summary(plan: Plan, estimate: PlanEstimate | None, met: bool | None) -> str:
     text = (f"{plan.stage_count} stage{'s' if plan.stage_count != 1 else ''}, context "
             f"{plan.context_length:,}, {plan.parallel_lanes} lanes")
-    if plan.estimated_decode_network_ms_per_token is not None:
+    if estimate is not None:
+        text += f", estimated TPOT {estimate.estimated_tpot_ms:,.2f} ms"
+    elif plan.estimated_decode_network_ms_per_token is not None:
         text += f", estimated decode network {plan.estimated_decode_network_ms_per_token} ms"
-        if plan.decode_tpot_target_met is not None:
-            text += " (target met)" if plan.decode_tpot_target_met else " (target missed)"
+    if met is not None:
+        text += " (target met)" if met else " (target missed)"
     return text
 
 
@@ -283,7 +290,8 @@ def _what_if(request: PlanningInput, plan: Plan) -> tuple[dict[str, Any], ...]:
             if fallback is not None:
                 same = fallback == plan
                 row.update(ok=True, plan=fallback.to_dict(), error=None, unchanged=same,
-                           summary="plan unchanged" if same else _summary(fallback))
+                           summary="plan unchanged" if same else _summary(
+                               fallback, None, fallback.decode_tpot_target_met))
             else:
                 assert error is not None
                 row.update(ok=False, plan=None, error=_error_dict(error), unchanged=False,
@@ -380,6 +388,7 @@ def build_report(
     stages: tuple[dict[str, Any], ...] = ()
     quorum = None
     estimate = None
+    found: PlanEstimate | None = None
     catalog = load_gpu_catalog() if catalog is None else catalog
     traffic = traffic or _traffic(source)
     kinds = _node_kinds(source)
@@ -396,6 +405,8 @@ def build_report(
             "quorum_requirement": needed,
             "tolerated_failures": plan.stage_count - needed,
         }
+    met = (plan_tpot_target_met(request.target_decode_tpot_ms, plan, found)
+           if plan is not None else None)
     return ReportContent(
         title=title or default_title,
         generated_at=moment.isoformat().replace("+00:00", "Z"),
@@ -414,7 +425,7 @@ def build_report(
         nodes=_node_rows(request, plan),
         plan=plan.to_dict() if plan is not None else None,
         error=_error_dict(error) if error is not None else None,
-        summary=_summary(plan) if plan is not None else f"no plan: {error}",
+        summary=_summary(plan, found, met) if plan is not None else f"no plan: {error}",
         stages=stages,
         quorum=quorum,
         candidates=(_candidate_rows(result, traffic, catalog, kinds)
@@ -428,6 +439,7 @@ def build_report(
         estimate=estimate,
         memory=memory_section(request, plan),
         source_edited=source_edited and origin is not None,
+        tpot_target_met=met,
     )
 
 

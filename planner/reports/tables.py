@@ -14,6 +14,7 @@ from typing import Any
 from planner._validate import inert_text
 from planner.performance import ESTIMATE_NOTE
 from planner.reports.content import ReportContent
+from planner.targets import tpot_verdicts
 from planner.units import format_bytes, layer_range
 
 
@@ -44,6 +45,15 @@ def _optional(value: Any, unit: str = "") -> str:
 
 def _met(value: bool | None) -> str:
     return "—" if value is None else ("yes" if value else "no")
+
+
+def _judged_by(content: ReportContent) -> str:
+    """Which estimate judged the plan's TPOT target (planner.targets.plan_tpot_target_met)."""
+    if content.tpot_target_met is None:
+        return ""
+    if content.estimate is not None and content.estimate.get("available"):
+        return " (by the speed estimate)"
+    return " (by the network estimate: no speed estimate)"
 
 
 def model_rows(content: ReportContent) -> list[tuple[str, str]]:
@@ -201,7 +211,8 @@ def plan_facts(content: ReportContent) -> list[tuple[str, str]]:
         ("stages", str(len(plan["stages"]))),
         ("estimated decode network time",
          _optional(plan["estimated_decode_network_ms_per_token"], " ms per token")),
-        ("TPOT target met", _met(plan["decode_tpot_target_met"])),
+        ("TPOT target met", _met(content.tpot_target_met)
+         + _judged_by(content)),
         ("memory model", memory_model_text(content)),
     ]
 
@@ -258,7 +269,8 @@ def what_if_table(content: ReportContent) -> TextTable:
 
 
 def candidate_table(content: ReportContent) -> TextTable:
-    return candidate_rows_table(content.candidates)
+    return candidate_rows_table(content.candidates,
+                                content.planning.get("target_decode_tpot_ms"))
 
 
 def candidate_estimate_note(content: ReportContent) -> str:
@@ -271,12 +283,17 @@ def candidate_estimate_note(content: ReportContent) -> str:
     return "est. columns: " + " ".join(notes[:2])
 
 
-def candidate_rows_table(records: Sequence[dict[str, Any]]) -> TextTable:
+def candidate_rows_table(records: Sequence[dict[str, Any]],
+                         target_decode_tpot_ms: int | None = None) -> TextTable:
     """Candidate records (see :func:`~planner.reports.content.candidate_records`); with
-    the speed estimate's columns when the records carry them."""
+    the speed estimate's columns when the records carry them. "target met" judges the
+    fleet's ``target_decode_tpot_ms`` by :func:`planner.targets.tpot_verdicts`."""
     estimated = any(row.get("estimated_tpot_ms") is not None for row in records)
+    verdicts = tpot_verdicts(target_decode_tpot_ms,
+                             [row.get("estimated_tpot_ms") for row in records],
+                             [row["decode_tpot_target_met"] for row in records])
     rows = []
-    for row in records:
+    for row, met in zip(records, verdicts, strict=True):
         fill = row.get("estimated_context_fill_ms")
         extra = (_ms(row.get("estimated_tpot_ms")), _number(row.get("tokens_per_s"), 1),
                  "—" if fill is None else _duration(fill),
@@ -291,7 +308,7 @@ def candidate_rows_table(records: Sequence[dict[str, Any]]) -> TextTable:
             size(row["min_remaining_bytes"]),
             size(row["total_remaining_bytes"]),
             _optional(row["estimated_decode_network_ms_per_token"], " ms"),
-            _met(row["decode_tpot_target_met"]),
+            _met(met),
             "yes" if row["selected"] else "no",
             row["reason"] or "",
             *extra,

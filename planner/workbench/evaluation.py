@@ -27,7 +27,7 @@ from planner.planning import (
     plan_request,
 )
 from planner.planning.warnings import fleet_warnings as core_fleet_warnings
-from planner.targets import Targets
+from planner.targets import plan_tpot_target_met
 from planner.units import format_bytes, format_milliseconds
 from planner.workbench.catalog import gpu_catalog, model_traffic
 from planner.workbench.state import Problem, WorkbenchState
@@ -117,15 +117,11 @@ class Evaluation:
     @property
     def target_met(self) -> bool | None:
         """Whether :attr:`tpot_ms` is within the fleet's TPOT target (``None``: no target
-        or no estimate), judged as :meth:`planner.targets.Targets.meets` judges it."""
+        or no estimate), judged by :func:`planner.targets.plan_tpot_target_met`."""
         if self.plan is None or self.request is None:
             return None
-        target = self.request.target_decode_tpot_ms
-        if target is None:
-            return None
-        if self.estimate is None:
-            return self.plan.decode_tpot_target_met
-        return Targets(target_decode_tpot_ms=target).meets(self.plan, self.estimate)
+        return plan_tpot_target_met(self.request.target_decode_tpot_ms, self.plan,
+                                    self.estimate)
 
     def estimate_summary(self) -> str:
         """The rest of the speed and cost estimate (its TPOT is :attr:`tpot_ms`) in one
