@@ -177,18 +177,33 @@ class Targets:
 
     def meets(self, plan: Plan, estimate: PlanEstimate | None = None) -> bool:
         """Whether ``plan`` meets the targets (the module says how)."""
+        return not self.missed(plan, estimate)
+
+    def missed(self, plan: Plan, estimate: PlanEstimate | None = None) -> list[str]:
+        """The targets ``plan`` misses, each said with the plan's figure; empty when it
+        meets them all."""
+        found = []
         if self.minimum_context is not None and plan.context_length < self.minimum_context:
-            return False
-        if plan.parallel_lanes < self.minimum_lanes or plan.stage_count < max(
-                self.minimum_nodes, 1):
-            return False
+            found.append(f"context {plan.context_length:,} < {self.minimum_context:,}")
+        if plan.parallel_lanes < self.minimum_lanes:
+            found.append(f"{plan.parallel_lanes} lanes < {self.minimum_lanes}")
+        if plan.stage_count < max(self.minimum_nodes, 1):
+            found.append(f"{plan.stage_count} stages < {self.minimum_nodes}")
         target = self.target_decode_tpot_ms
-        if target is not None and (estimate is None
-                                   or estimate.estimated_tpot_ms > target):
-            return False
+        if target is not None:
+            if estimate is None:
+                found.append(f"TPOT not estimated (target {target} ms)")
+            elif estimate.estimated_tpot_ms > target:
+                found.append(f"estimated TPOT {estimate.estimated_tpot_ms:,.2f} ms > "
+                             f"{target} ms")
         ttft = self.target_ttft_ms
-        return ttft is None or (estimate is not None and estimate.ttft_ms is not None
-                                and estimate.ttft_ms <= ttft)
+        if ttft is not None:
+            if estimate is None or estimate.ttft_ms is None:
+                found.append(f"time to first token not estimated (target {ttft} ms)")
+            elif estimate.ttft_ms > ttft:
+                found.append(f"estimated time to first token {estimate.ttft_ms:,.0f} ms > "
+                             f"{ttft} ms")
+        return found
 
     def to_dict(self) -> dict[str, Any]:
         return {"minimum_context": self.minimum_context, "minimum_lanes": self.minimum_lanes,

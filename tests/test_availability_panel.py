@@ -97,6 +97,11 @@ def _cli(capsys: pytest.CaptureFixture[str], path: Path) -> dict[str, Any]:
     return json.loads(captured.out)
 
 
+def _cli_text(capsys: pytest.CaptureFixture[str], path: Path) -> str:
+    cli_main(["availability", str(path)])
+    return capsys.readouterr().out
+
+
 @pytest.mark.parametrize("path", FLEETS, ids=lambda path: path.stem)
 def test_the_panel_gives_what_planner_availability_gives(
         path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -118,6 +123,11 @@ def test_the_panel_gives_what_planner_availability_gives(
     shown = (f"{result.availability:.4%}" if result.exact
              else f"{result.availability_lower:.4%}")
     assert shown in panel.summary.value
+    # Where the plan of the whole fleet already misses the targets, both say so.
+    said = _cli_text(capsys, path)
+    missed = "with every node up, the plan misses the targets" in said
+    assert missed == ("With every node up, the plan misses the targets"
+                      in unescape(panel.summary.value)), (said, panel.summary.value)
 
 
 def test_the_panel_shows_where_each_nodes_figures_came_from(tmp_path: Path) -> None:

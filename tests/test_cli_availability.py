@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from test_cli import FIVE, FOUR_BY_70, ROOT, assert_user_error, run
@@ -170,3 +171,16 @@ def test_every_shipped_fleet_gets_its_availability_and_speed_estimate(fleet) -> 
         return
     assert plan.returncode == 0, plan.stderr
     assert ("estimate  not available" in plan.stdout) == typed_as_numbers, plan.stdout
+
+
+def test_a_fleet_that_misses_its_targets_with_every_node_up_says_which() -> None:
+    # The home lab's plan is estimated at about 157 ms per token against its 40 ms
+    # target: 0 % available, and the output says that no failure is to blame.
+    result = run("availability", ROOT / "data" / "fleets" / "llama70b-home-lab.toml")
+    assert result.returncode == 0, result.stderr
+    assert "availability 0.000000%" in result.stdout
+    assert re.search(r"with every node up, the plan misses the targets: estimated TPOT "
+                     r"[\d.]+ ms > 40 ms", result.stdout), result.stdout
+    # A fleet that meets them says nothing of the kind.
+    fine = run("availability", FIVE)
+    assert fine.returncode == 0 and "misses the targets" not in fine.stdout

@@ -18,7 +18,7 @@ from planner.availability.states import (
 )
 from planner.fleet.document import FleetDocument
 from planner.planning import PlanningInput
-from planner.targets import SpeedEstimator, Targets
+from planner.targets import SpeedEstimator, Targets, plan_or_none
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +31,9 @@ class FleetAvailability:
     targets: Targets
     figures: dict[str, NodeFigures]
     estimator: SpeedEstimator
+    missed_with_every_node_up: tuple[str, ...] = ()
+    """The targets the plan of the whole fleet misses (:meth:`Targets.missed`): when
+    any, no failure is to blame for the time below the targets."""
 
     @property
     def reliability(self) -> dict[str, NodeReliability]:
@@ -65,4 +68,6 @@ def fleet_file_availability(
     reliability = {node_id: node.reliability for node_id, node in figures.items()}
     result = fleet_availability(request, reliability, targets=targets, estimator=estimator,
                                 tolerance=tolerance, max_states=max_states)
-    return FleetAvailability(result, targets, figures, estimator)
+    whole = plan_or_none(request)
+    missed = () if whole is None else tuple(targets.missed(whole, estimator(request, whole)))
+    return FleetAvailability(result, targets, figures, estimator, missed)

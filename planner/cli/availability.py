@@ -103,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
             minimum_lanes=args.min_lanes, tolerance=args.tolerance,
             max_states=args.max_states)
         result, targets = found.result, found.targets
+        missed = found.missed_with_every_node_up
     except (AvailabilityError, ModelError) as error:
         raise UserError(f"{args.fleet}: {error.message}") from None
     if not result.exact and result.unexplored_mass > args.tolerance:
@@ -128,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"availability between {result.availability_lower:.6%} and "
               f"{result.availability_upper:.6%} ({result.states_evaluated:,} plans of the "
               "most likely failure states)")
+    if missed:
+        print("with every node up, the plan misses the targets: " + "; ".join(missed))
     expected = result.expected_hours_down_per_year
     fewest, most = result.hours_down_per_year
     if expected is not None:

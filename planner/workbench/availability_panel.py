@@ -61,6 +61,7 @@ class AvailabilityView:
     year: SimulatedYear
     min_context: int
     figures: dict[str, NodeFigures]
+    missed_with_every_node_up: tuple[str, ...] = ()
 
 
 def compute_view(document: FleetDocument, request: PlanningInput | None = None, *,
@@ -83,7 +84,7 @@ def compute_view(document: FleetDocument, request: PlanningInput | None = None, 
                     estimator=found.estimator)
     assert found.targets.minimum_context is not None
     return AvailabilityView(found.result, spares, year, found.targets.minimum_context,
-                            found.figures)
+                            found.figures, found.missed_with_every_node_up)
 
 
 def _percent(value: float | None) -> str:
@@ -101,9 +102,14 @@ def summary_html(view: AvailabilityView) -> str:
     fewest, most = result.hours_down_per_year
     down = (f"about {expected:,.1f} hours" if expected is not None
             else f"between {fewest:,.1f} and {most:,.1f} hours")
+    missed = ""
+    if view.missed_with_every_node_up:
+        missed = ("<div class='wb-warning-box'>With every node up, the plan misses the "
+                  f"targets: {escape('; '.join(view.missed_with_every_node_up))}</div>")
     return (f"<div class='wb-summary-box'>{escape(headline)} at context ≥ "
             f"{view.min_context:,}</div><div class='wb-message-box'>{down} a year below "
-            f"the targets; {result.states_evaluated:,} plans of failure states</div>")
+            f"the targets; {result.states_evaluated:,} plans of failure states</div>"
+            f"{missed}")
 
 
 def spares_html(spares: pd.DataFrame) -> str:
