@@ -245,6 +245,33 @@ class PrefillFloor:
         ubatch's."""
         return sum(max(ubatch[0] for ubatch in batch) for batch in self.amounts)
 
+    def held_byte_rates(self, body: float) -> tuple[tuple[float, ...], float]:
+        """Each kind's least ms per body byte a stage on it holds, and the least ms of
+        the rest of the prompt whatever the stages hold.
+
+        :func:`planner.performance.stage_loads` gives a stage the read, matrix, staging
+        and activation terms in proportion to the body bytes it holds, and attention in
+        proportion to its layers. Per batch, one ubatch (the costliest at the fastest
+        rates) passes every stage; its stage on kind ``i`` holding ``h`` body bytes
+        takes ``h / body`` of ``max(w r_i, m c_i) + p s_i + a v_i`` or more, while its
+        attention (at the fastest kind's rate) and every layer's fixed time add up to
+        the rest. So a plan's TTFT is at least ``sum_s h_s x rate[kind(s)] + rest``."""
+        if not self.rates or not self.rates[0]:
+            return (), 0.0
+        fastest = [min(column) for column in self.rates]
+        rates = [0.0] * len(self.rates[0])
+        rest = 0.0
+        for batch in self.amounts:
+            w, m, p, a, q = max(batch, key=lambda ubatch: max(
+                ubatch[0] * fastest[0], ubatch[1] * fastest[1]) + sum(
+                    amount * rate for amount, rate in zip(ubatch[2:], fastest[2:],
+                                                          strict=True)))
+            for i in range(len(rates)):
+                rates[i] += (max(w * self.rates[0][i], m * self.rates[1][i])
+                             + p * self.rates[2][i] + a * self.rates[3][i])
+            rest += q * fastest[4] + self.fixed_ms
+        return tuple(rate / body * _MARGIN for rate in rates), rest * _MARGIN
+
     def least_ms(self, **kinds: int) -> float:
         """The least TTFT of a plan whose fastest kind for each term named (``read=i``,
         ``matrix=j``, ...) is that kind, and for every other term the fastest of all."""

@@ -788,11 +788,18 @@ def _prefill_read_covers(search: _Search, probe: PlanningInput, candidates: Sequ
     read = floor.read_bytes()
     body = max(1, sum(rules.layer_weights(probe)) - (search.traffic.token_embedding_bytes or 0))
     rho, _ = floors.most_read_per_held_byte(search.traffic, probe, candidates, weight_share=1.0)
-    return _time_covers(read, rho * read / body, floor.read_ms_per_byte,
-                        ttft - floor.fixed_ms * len(floor.amounts), needs, _READ_COVERS,
-                        f"no fleet reads the weights a {prompt:,}-token prompt uses within "
-                        f"the TTFT target of {ttft} ms on the nodes to be had: the fastest "
-                        "hold too little of them")
+    # And the whole of each ubatch's stage time but attention, per body byte held
+    # (floors.PrefillFloor.held_byte_rates): a stage holds at most rho x u of the body.
+    rates, rest = floor.held_byte_rates(body)
+    return [*_time_covers(read, rho * read / body, floor.read_ms_per_byte,
+                          ttft - floor.fixed_ms * len(floor.amounts), needs, _READ_COVERS,
+                          f"no fleet reads the weights a {prompt:,}-token prompt uses "
+                          f"within the TTFT target of {ttft} ms on the nodes to be had: the "
+                          "fastest hold too little of them"),
+            *_time_covers(body, rho, rates, ttft - rest, needs, _READ_COVERS,
+                          f"no fleet fills a {prompt:,}-token prompt within the TTFT target "
+                          f"of {ttft} ms on the nodes to be had: the fastest hold too little "
+                          "of the model")]
 
 
 def _time_covers(read: float, rho: float, rates: Sequence[float], budget: float,
