@@ -34,10 +34,6 @@ KNOWN_MISSES: dict[str, str] = {
     "glm5-next-moe.gguf": ("not in the graph model yet: its sparse attention's indexer (64 query "
                            "heads projected from the query's low rank, keys pooled per block with "
                            "learned position weights: kpool) and its hyper-connection streams"),
-    "hrm_text-dense.gguf": ("its cycles reuse two stacks' matrices (blk.0 and blk.1, on the first "
-                            "device) but keep their own cache slots and scales: a cycle whose "
-                            "slot is on the second device crosses between the devices at each "
-                            "projection and attention, each crossing kept four times over"),
     "hy_v4-moe.gguf": ("its hyper-connections' four residual streams and its shared-indexer "
                        "layers: the second device copies in the whole residual and four "
                        "views of it, and layer 0's top-k, each four times over"),

@@ -231,6 +231,18 @@ class GraphModel:
     rows_after_output_norm: bool = False
     """The rows of the tokens that produce outputs are kept after the output norm (the
     norm is the next-token head's input), not in the last block."""
+    hrm_layers_per_stack: int = 0
+    """HRM-Text's recurrent stacks (hrm-text.cpp): layers per stack, and the cycles. Each
+    cycle runs its own cache slots (blocks), ``l_cycles`` low-level stacks on the matrices
+    of the first stack's blocks then one high-level stack on the next stack's; 0 for a
+    plain stack of blocks."""
+    hrm_h_cycles: int = 0
+    hrm_l_cycles: int = 0
+    hrm_qkv_bias: bool = False
+    """HRM-Text's Q, K and V projections add the (shared) stack's biases."""
+    hrm_slot_scales: bool = False
+    """Each HRM-Text slot scales its Q, K, V and output projections by its own scales
+    (``blk.N.attn_q.scale``), stored with the slot's block, not with the matrices."""
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -1475,6 +1487,8 @@ def build_graph(model: GraphModel, *, n_tokens: int, n_outputs: int, n_kv: int,
     if model.embedding_skip and model.blocks:
         # The norm has no weights: the scheduler runs it where the first layer runs.
         x = skip = b.graph.op("RMS_NORM", x.nbytes, (x,), "embd_norm", backend=backends[0])
+    if model.hrm_layers_per_stack:
+        return _hrm_graph(b, x, inputs, output_backend)
     if model.residual_stack_block:
         x = _stacked_blocks(b, x, inputs, backends, output_backend)
     for index, block in enumerate(model.blocks if not model.residual_stack_block else ()):
@@ -1497,6 +1511,122 @@ def build_graph(model: GraphModel, *, n_tokens: int, n_outputs: int, n_kv: int,
                         backend=output_backend)
     logits.is_output = True
     return b.graph
+
+
+def hrm_matrix_block(model: GraphModel, slot: int) -> int:
+    """The block whose matrices HRM-Text's slot (cache slot, block index) runs: the first
+    stack's blocks for a low-level cycle, the second stack's for the high-level one
+    (``llama_model_hrm_text::load_arch_tensors``)."""
+    lps, l_cycles = model.hrm_layers_per_stack, model.hrm_l_cycles
+    cycle = (slot // lps) % (l_cycles + 1)
+    return (lps if cycle == l_cycles else 0) + slot % lps
+
+
+def _hrm_graph(b: _Builder, embd: Tensor, inputs: Mapping[str, Tensor],
+               output_backend: int) -> Graph:
+    """HRM-Text's graph (hrm-text.cpp): ``h_cycles`` times, ``l_cycles`` low-level stacks
+    on ``zH + zL`` then a high-level one; each slot's matrices are those of blocks 0 or 1
+    (on their devices), its scales and cache its own. The scheduler runs each operation
+    with a weight where that weight lives (a slot's scales and cache on the slot's device,
+    the matrices and biases on theirs) and every other one where the operation before it
+    ran (``ggml_backend_sched_split_graph``, expanding down): a slot on another device
+    than its matrices crosses between the two at each projection, its scale and its bias,
+    at the cache and the attention, and back."""
+    g, m, n = b.graph, b.model, b.n_tokens
+    size = m.n_embd * n * F32
+    lps = m.hrm_layers_per_stack
+    at = b.backend_of[0]
+
+    def run(x: Tensor, slot: int) -> Tensor:
+        nonlocal at
+        block = hrm_matrix_block(m, slot)
+        attn, ffn = m.blocks[block].attention, m.blocks[block].feed_forward
+        assert attn is not None and ffn is not None
+        mats, own = b.backend_of[block], b.backend_of[slot]
+        layer = f"blk.{block}"
+        normed = g.op("RMS_NORM", size, (x,), f"attn_norm-{slot}", backend=at)
+
+        def project(name: str, width: int) -> Tensor:
+            nonlocal at
+            out = g.op("MUL_MAT", width * n * F32, (b.w(f"{layer}.{name}"), normed), name,
+                       backend=mats)
+            at = mats
+            if m.hrm_slot_scales:
+                out = g.like("MUL", out, (b.w(f"blk.{slot}.{name}.scale"),), f"{name}_s",
+                             own)
+                at = own
+            if m.hrm_qkv_bias:
+                out = g.like("ADD", out, (b.w(f"{layer}.{name}.bias"),), f"{name}_b", mats)
+                at = mats
+            return out
+
+        q = project("q", attn.q_width)
+        q = g.op("ROPE", q.nbytes, (g.view(q, backend=at), inputs["pos"]), "Qcur",
+                 backend=at)
+        q_at = at
+        v = project("v", attn.v_width)
+        v_at = at
+        k = project("k", attn.k_width)
+        k = g.op("ROPE", k.nbytes, (g.view(k, backend=at), inputs["pos"]), "Kcur",
+                 backend=at)
+        cache_k, cache_v = external(f"cache_k_{slot}"), external(f"cache_v_{slot}")
+        g.op("SET_ROWS", 0, (g.view(k, backend=at), inputs["k_idxs"], cache_k), backend=own)
+        g.op("SET_ROWS", 0, (g.view(v, backend=v_at), inputs["v_idxs"], cache_v),
+             backend=own)
+        at = own
+        out_size = attn.out_width * n * F32
+        if b.flash_attn:
+            core = g.op("FLASH_ATTN_EXT", out_size,
+                        (g.view(q, backend=q_at), cache_k, cache_v, inputs["mask"]), "kqv",
+                        backend=at)
+        else:
+            scores = g.op("MUL_MAT", b.n_kv * n * attn.n_head * F32,
+                          (cache_k, g.view(q, backend=q_at)), "kq", backend=at)
+            probs = g.like("SOFT_MAX", scores, (inputs["mask"],), "kq_soft_max", at)
+            kqv = g.op("MUL_MAT", out_size, (cache_v, probs), "kqv", backend=at)
+            core = g.op("CONT", out_size, (g.view(kqv, backend=at),), "kqv_merged_cont",
+                        backend=at)
+        core = g.view(core, "kqv_out", backend=at)
+        gate = g.op("MUL_MAT", out_size, (b.w(f"{layer}.attn_gate"), normed), "attn_gate",
+                    backend=mats)
+        at = mats
+        gate = g.like("UNARY", gate, (), "attn_gate_sigmoid", at)
+        gated = g.op("MUL", out_size, (core, gate), "attn_gated", backend=at)
+        out = g.op("MUL_MAT", size, (b.w(f"{layer}.wo"), gated), "attn_out", backend=mats)
+        if m.hrm_slot_scales:
+            out = g.like("MUL", out, (b.w(f"blk.{slot}.wo.scale"),), "attn_out_s", own)
+            at = own
+        x = g.like("ADD", out, (x,), f"attn_add-{slot}", at)
+        normed = g.op("RMS_NORM", size, (x,), f"ffn_norm-{slot}", backend=at)
+        out = _mlp(b, normed, ffn, layer, mats)
+        at = mats
+        return g.like("ADD", out, (x,), f"l_out-{slot}", at)
+
+    def stack(x: Tensor, first: int) -> Tensor:
+        for slot in range(first, first + lps):
+            x = run(x, slot)
+        return g.op("RMS_NORM", size, (x,), f"stack_norm-{first}", backend=at)
+
+    z_h, z_l = embd, b.w("hrm.z_l_init")
+    slot = 0
+    for _ in range(m.hrm_h_cycles):
+        for _ in range(m.hrm_l_cycles):
+            if slot == 0:
+                # zH + zL_init: the sum reads a weight, so it runs where the weight lives
+                # (with block 0's).
+                entry = g.like("ADD", z_h, (z_l,), "hrm_in", b.backend_of[0])
+            else:
+                entry = g.like("ADD", z_h, (z_l,), "hrm_in", at)
+            z_l = stack(entry, slot)
+            slot += lps
+        z_h = stack(g.like("ADD", z_h, (z_l,), "hrm_in", at), slot)
+        slot += lps
+    rows = g.op("GET_ROWS", m.n_embd * b.n_outputs * F32, (z_h, inputs["out_ids"]),
+                "result_norm", backend=at)
+    logits = g.op("MUL_MAT", m.n_vocab * b.n_outputs * F32, (b.w("output.weight"), rows),
+                  "result_output", backend=output_backend)
+    logits.is_output = True
+    return g
 
 
 def schedule(graph: Graph, copies: int) -> Graph:
@@ -1573,6 +1703,17 @@ def _elements(tensor: Any) -> int:
     return int(tensor.n_bytes) // size * block
 
 
+def _hrm_fields(arch: str, key: Callable[[str], Any], names: set[str]) -> dict[str, Any]:
+    """HRM-Text's stacks and cycles (``hrm.layers_per_stack``, ``hrm.h_cycles``,
+    ``hrm.l_cycles``) and whether its projections carry biases and per-slot scales."""
+    if arch != "hrm_text":
+        return {}
+    return {"hrm_layers_per_stack": int(key("hrm.layers_per_stack")),
+            "hrm_h_cycles": int(key("hrm.h_cycles")), "hrm_l_cycles": int(key("hrm.l_cycles")),
+            "hrm_qkv_bias": "blk.0.attn_q.bias" in names,
+            "hrm_slot_scales": "blk.0.attn_q.scale" in names}
+
+
 def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphModel:
     """The graph-relevant shape of a GGUF model: the metadata's head counts and expert
     counts, the tensors' widths."""
@@ -1607,7 +1748,8 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
     memory = model_memory(arch, metadata, n_layer, "model")
     n_expert = int(key("expert_count"))
     n_used = int(key("expert_used_count"))
-    positions = any(t.name == "position_embd.weight" for t in tensors)
+    names = {t.name for t in tensors}
+    positions = "position_embd.weight" in names
     lead = int(key("leading_dense_block_count")) if arch == "cohere2moe" else 0
     parallel = ("ffn_residual_first" if arch in RESIDUAL_BEFORE_ATTENTION else
                 "ffn_first" if arch in FFN_BEFORE_OUTPUT_PROJECTION else
@@ -1755,4 +1897,4 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
                       rows_after_output_norm=arch in ROWS_AFTER_OUTPUT_NORM,
                       residual_from_norm=arch in RESIDUAL_FROM_NORM,
                       residual_stack_block=int(key("attn_res.block_size"))
-                      if arch in RESIDUAL_STACK else 0)
+                      if arch in RESIDUAL_STACK else 0, **_hrm_fields(arch, key, names))
