@@ -34,9 +34,6 @@ KNOWN_MISSES: dict[str, str] = {
     "glm5-next-moe.gguf": ("not in the graph model yet: its sparse attention's indexer (64 query "
                            "heads projected from the query's low rank, keys pooled per block with "
                            "learned position weights: kpool) and its hyper-connection streams"),
-    "hy_v4-moe.gguf": ("its hyper-connections' four residual streams and its shared-indexer "
-                       "layers: the second device copies in the whole residual and four "
-                       "views of it, and layer 0's top-k, each four times over"),
     "qwen4exp-moe.gguf": ("not in the graph model yet: its hyper-connection streams (hc_init, "
                           "four copies of the residual), its per-layer embeddings (ple_key, "
                           "ple_value and their gated convolution) and the pooled keys of its "

@@ -83,6 +83,8 @@ ROWS_AFTER_OUTPUT_NORM = frozenset({
     "bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "gemma4", "glm-dsa",
     "glm4moe", "glm5-next", "hy_v3", "mimo2", "nemotron_h_moe", "nemotron_h", "gpt-oss",
     "qwen35", "qwen35moe", "qwen3next", "qwen4exp", "step35"})
+# Architectures whose residual is hyper-connection streams with their own graph here.
+HYPER_CONNECTIONS = frozenset({"hy_v4"})
 # Kimi K3: cross-layer residual attention (attn_res.block_size) and the SiTU activation.
 RESIDUAL_STACK = frozenset({"kimi-k3"})
 SITU = frozenset({"kimi-k3"})
@@ -231,6 +233,10 @@ class GraphModel:
     rows_after_output_norm: bool = False
     """The rows of the tokens that produce outputs are kept after the output norm (the
     norm is the next-token head's input), not in the last block."""
+    hc_streams: int = 0
+    """Hyper-connections (hy-v4.cpp's iHC): the residual is this many streams per token,
+    each half of a block reads their weighted sum and writes each stream back; 0 for a
+    plain residual."""
     hrm_layers_per_stack: int = 0
     """HRM-Text's recurrent stacks (hrm-text.cpp): layers per stack, and the cycles. Each
     cycle runs its own cache slots (blocks), ``l_cycles`` low-level stacks on the matrices
@@ -274,6 +280,9 @@ class _Builder:
     backend_of: Sequence[int]
     input_backend: int = 0
     weights: dict[str, Tensor] = field(default_factory=dict)
+    top_k: Tensor | None = None
+    """The last indexer's top-k, which the next layers without an indexer reuse (hy_v4's
+    shared-indexer layers)."""
 
     def w(self, name: str) -> Tensor:
         tensor = self.weights.get(name)
@@ -642,6 +651,11 @@ def _latent_attention_core(b: _Builder, cur: Tensor, attn: AttentionShape, index
     mask = inputs[f"mask{suffix}"]
     if attn.indexer_heads:
         mask = _indexer_mask(b, cur, qr, attn, index, inputs, backend)
+    elif b.model.hc_streams and b.top_k is not None:
+        # A shared-indexer layer reuses the last indexer's top-k (hy-v4.cpp), with zero
+        # rows of its own.
+        zeros = g.op("FILL", b.top_k.nbytes // I32 * F32, (), "zeros", backend=backend)
+        mask = _top_k_mask(b, b.top_k, zeros, inputs, backend)
     if b.flash_attn:
         out = g.op("FLASH_ATTN_EXT", latent, (q_view, cache, cache, mask), "kqv",
                    backend=backend)
@@ -740,7 +754,15 @@ def _indexer_mask(b: _Builder, cur: Tensor, qr: Tensor | None, attn: AttentionSh
                   inputs["mask_lid"]), "indexer_score", backend=backend)
     top_k = min(attn.indexer_top_k, b.n_kv)
     picked = g.op("TOP_K", top_k * n * I32, (score,), "top_k", backend=backend)
-    picked = g.op("CONT", picked.nbytes, (picked,), "top_k_cont", backend=backend)
+    picked = b.top_k = g.op("CONT", picked.nbytes, (picked,), "top_k_cont", backend=backend)
+    return _top_k_mask(b, picked, zeros, inputs, backend)
+
+
+def _top_k_mask(b: _Builder, picked: Tensor, zeros: Tensor, inputs: Mapping[str, Tensor],
+                backend: int) -> Tensor:
+    """The causal mask with every cell but each token's top-k masked (build_attn for DSA):
+    filled, the picked cells zeroed, the causal mask added."""
+    g = b.graph
     mask = inputs["mask"]
     everything = g.op("FILL", mask.nbytes, (mask,), "kq_mask_all", backend=backend)
     unmasked = Tensor("kq_mask_top_k", mask.nbytes, "SET_ROWS",
@@ -1489,6 +1511,8 @@ def build_graph(model: GraphModel, *, n_tokens: int, n_outputs: int, n_kv: int,
         x = skip = b.graph.op("RMS_NORM", x.nbytes, (x,), "embd_norm", backend=backends[0])
     if model.hrm_layers_per_stack:
         return _hrm_graph(b, x, inputs, output_backend)
+    if model.hc_streams:
+        return _hc_graph(b, x, inputs, output_backend)
     if model.residual_stack_block:
         x = _stacked_blocks(b, x, inputs, backends, output_backend)
     for index, block in enumerate(model.blocks if not model.residual_stack_block else ()):
@@ -1511,6 +1535,101 @@ def build_graph(model: GraphModel, *, n_tokens: int, n_outputs: int, n_kv: int,
                         backend=output_backend)
     logits.is_output = True
     return b.graph
+
+
+def _hc_graph(b: _Builder, embd: Tensor, inputs: Mapping[str, Tensor],
+              output_backend: int) -> Graph:
+    """hy_v4's graph (hy-v4.cpp): the embedding repeated into ``hc`` residual streams;
+    each half of each block reduces them (``build_hc_pre``: the streams cast, flattened
+    and normed, mixed into ``2 hc`` coefficients, the weighted sum of the streams), runs
+    on the sum and writes every stream back (``build_hc_post``: the residual cast, each
+    stream plus the output times its coefficient, concatenated and cast); the output
+    rows kept, the streams reduced once more (``build_hc_head``), normed, projected.
+    Operations without weights run where the one before them ran (the scheduler's
+    expansion): the cast and norm of a block's first reduction run where the previous
+    block ran, so the next device copies in the norm, the residual and each stream's
+    strided view, as well as the last indexer's top-k a shared-indexer layer reads."""
+    g, m, n = b.graph, b.model, b.n_tokens
+    hc, width = m.hc_streams, m.n_embd * F32
+    stream = width * n
+    at = b.backend_of[0] if b.backend_of else b.input_backend
+    x = g.op("REPEAT", hc * stream, (embd,), "hc_init", backend=at)
+
+    def reduce(x: Tensor, fn: str, backend: int, pre_at: int,
+               tokens: int) -> tuple[Tensor, Tensor]:
+        """hy_v4_hc_reduce after the coefficients: ``x`` cast, each stream's view times
+        its coefficient, summed, cast; the cast and the norm run at ``pre_at``. The
+        sum, and the mixes the post coefficients come from."""
+        cast = g.op("CPY", hc * width * tokens, (x,), "hc_x_f32", backend=pre_at)
+        flat = g.op("RMS_NORM", cast.nbytes, (g.view(x, backend=x.backend),), "hc_flat_norm",
+                    backend=pre_at)
+        mixes = g.op("MUL_MAT", 2 * hc * tokens * F32, (b.w(fn), flat), "hc_mixes",
+                     backend=backend)
+        pre = g.op("MUL", hc * tokens * F32, (g.view(mixes, backend=backend),), "hc_pre",
+                   backend=backend)
+        for op in ("ADD", "UNARY", "SCALE"):
+            pre = g.like(op, pre, (), "hc_pre", backend)
+        total = None
+        size = width * tokens
+        for index in range(hc):
+            # A stream's strided view (rows hc streams apart) spans the other streams of
+            # all but its last row: what a copy of it holds.
+            view = g.view(cast, f"hc_stream_{index}", (tokens - 1) * hc * width + width,
+                          cast.backend)
+            term = g.op("MUL", size, (view, g.view(pre, backend=backend)), "hc_term",
+                        backend=backend)
+            total = term if total is None else g.like("ADD", total, (term,), "hc_sum",
+                                                      backend)
+        assert total is not None
+        return g.op("CPY", size, (total,), "hc_reduced", backend=backend), mixes
+
+    def post(out: Tensor, residual: Tensor, mixes: Tensor, mixes_backend: int) -> Tensor:
+        """build_hc_post: the residual cast, the output cast, the post coefficients
+        (from the reduction's mixes) cast, each stream plus the output times its
+        coefficient, concatenated, cast back."""
+        res = g.op("CPY", residual.nbytes, (residual,), "hc_res_f32", backend=mixes_backend)
+        x_f32 = g.op("CPY", out.nbytes, (out,), "hc_out_f32", backend=mixes_backend)
+        coef = g.op("MUL", hc * n * F32, (g.view(mixes, backend=mixes_backend),), "hc_post",
+                    backend=mixes_backend)
+        for op in ("ADD", "UNARY", "SCALE", "SCALE", "CPY"):
+            coef = g.like(op, coef, (), "hc_post", mixes_backend)
+        joined = None
+        for _ in range(hc):
+            term = g.op("MUL", stream, (x_f32, g.view(coef, backend=mixes_backend)),
+                        "hc_post_term", backend=mixes_backend)
+            term = g.op("ADD", stream, (g.view(res, backend=mixes_backend), term),
+                        "hc_post_stream", backend=mixes_backend)
+            joined = term if joined is None else g.op(
+                "CONCAT", joined.nbytes + stream, (joined, term), "hc_post_concat",
+                backend=mixes_backend)
+        assert joined is not None
+        return g.op("CPY", joined.nbytes, (joined,), "hc_out", backend=mixes_backend)
+
+    for index, block in enumerate(m.blocks):
+        backend = b.backend_of[index]
+        attn, ffn = block.attention, block.feed_forward
+        assert attn is not None and ffn is not None
+        layer = f"blk.{index}"
+        residual = x
+        cur, mixes = reduce(x, f"{layer}.hc_attn_fn", backend, at, n)
+        normed = _norm(b, cur, f"{layer}.attn", backend)
+        core = _latent_attention_core(b, normed, attn, index, inputs, backend)
+        x = post(_output_projection(b, core, attn, index, backend), residual, mixes,
+                 backend)
+        residual = x
+        cur, mixes = reduce(x, f"{layer}.hc_ffn_fn", backend, backend, n)
+        out = _feed_forward(b, _norm(b, cur, f"{layer}.ffn", backend), ffn, index, backend)
+        x = post(out, residual, mixes, backend)
+        at = backend
+    rows = g.op("GET_ROWS", hc * width * b.n_outputs, (g.view(x, backend=at),
+                                                         inputs["out_ids"]),
+                "hc_rows", backend=at)
+    cur, _ = reduce(rows, "output_hc_fn", output_backend, at, b.n_outputs)
+    normed = _norm(b, cur, "output", output_backend)
+    logits = g.op("MUL_MAT", m.n_vocab * b.n_outputs * F32, (b.w("output.weight"), normed),
+                  "result_output", backend=output_backend)
+    logits.is_output = True
+    return g
 
 
 def hrm_matrix_block(model: GraphModel, slot: int) -> int:
@@ -1897,4 +2016,7 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
                       rows_after_output_norm=arch in ROWS_AFTER_OUTPUT_NORM,
                       residual_from_norm=arch in RESIDUAL_FROM_NORM,
                       residual_stack_block=int(key("attn_res.block_size"))
-                      if arch in RESIDUAL_STACK else 0, **_hrm_fields(arch, key, names))
+                      if arch in RESIDUAL_STACK else 0,
+                      hc_streams=int(key("hyper_connection.count"))
+                      if arch in HYPER_CONNECTIONS else 0,
+                      **_hrm_fields(arch, key, names))

@@ -130,3 +130,25 @@ def test_hrm_text_slots_run_the_matrices_of_their_stack() -> None:
     hrm = next(entry for entry in RECORD["models"] if entry["architecture"] == "hrm_text")
     assert hrm["file"] not in KNOWN_MISSES
     assert all(row.within_target for row in ROWS if row.file == hrm["file"])
+
+
+def test_hy_v4_streams_cross_to_the_next_device_with_the_shared_top_k() -> None:
+    """hy_v4's hyper-connections: split after its first block, the second device copies in
+    the previous block's residual streams, their norm, each stream's strided view and the
+    first block's top-k (its second block shares the indexer), four times over."""
+    from types import SimpleNamespace
+
+    from planner.memory_check import model_from_header
+    from planner.model_graphs import build_graph, schedule
+
+    entry = next(e for e in RECORD["models"] if e["architecture"] == "hy_v4")
+    header = entry["header"]
+    tensors = [SimpleNamespace(name=n, type_name=t, n_bytes=b) for n, t, b in header["tensors"]]
+    model = model_from_header(entry["file"], header["metadata"], tensors, entry["file"])
+    graph = schedule(build_graph(model.graph_model(), n_tokens=512, n_outputs=512, n_kv=1024,
+                                 layer_backends=[0, 1], output_backend=1, input_backend=2), 4)
+    copied = {t.name.split("#")[0] for t in graph.inputs if t.backend == 1 and "#" in t.name}
+    assert {"top_k_cont", "hc_flat_norm", "hc_out"} <= copied
+    assert {f"hc_stream_{i}" for i in range(4)} <= copied
+    assert entry["file"] not in KNOWN_MISSES
+    assert all(row.within_target for row in ROWS if row.file == entry["file"])
