@@ -101,6 +101,10 @@ def _setup(folder: Path) -> dict[str, list[str]]:
         # one a mixture of the shipped kinds reaches.
         "size deepseek-v3 --ttft-ms 116 --prompt-tokens 1024 (no fleet meets it)":
             ["size", "deepseek-v3", "--ttft-ms", "116", "--prompt-tokens", "1024"],
+        # Below what passing two ubatches through the stages allows (ended in
+        # SizingTooLarge after 3,000 plans when the pipeline was not counted).
+        "size deepseek-v3 --ttft-ms 340 --prompt-tokens 1024 (no fleet meets it)":
+            ["size", "deepseek-v3", "--ttft-ms", "340", "--prompt-tokens", "1024"],
         "size glm-4.5 --ttft-ms 500 --prompt-tokens 8192 (no fleet meets it)":
             ["size", "glm-4.5", "--ttft-ms", "500", "--prompt-tokens", "8192"],
         "size deepseek-v3 --ttft-ms 400 --prompt-tokens 1024":

@@ -30,8 +30,11 @@ Both floors bound :mod:`planner.performance`'s estimate from below, whatever the
   read at the plan's fastest-reading kind and its FLOPs at the fastest-computing kind,
   plus every layer at the least fixed time (:class:`PrefillFloor`). A fleet meets a TTFT
   target only with a node fast enough to read, and one to compute, within it given the
-  fastest kind's other rate. A kind without ``fp16_tflops`` has no prefill estimate,
-  and a plan on it never meets a TTFT target.
+  fastest kind's other rate. The ubatches of a batch also wait on one another: the
+  others pass the busiest stage after the first, and each crosses the hops
+  (:meth:`PrefillFloor.pipeline_least_ms`), which refuses a target no split reaches. A
+  kind without ``fp16_tflops`` has no prefill estimate, and a plan on it never meets a
+  TTFT target.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ from typing import Any
 
 from planner.models.gpus import GpuModel
 from planner.performance import (
+    ACTIVATION_BYTES_PER_VALUE,
+    DEFAULT_LINK_BANDWIDTH_BYTES_PER_S,
     FALLBACK_BACKEND,
     ModelTraffic,
     calibrated_device,
@@ -235,6 +240,12 @@ class PrefillFloor:
     amounts: tuple[tuple[tuple[float, ...], ...], ...]
     rates: tuple[tuple[float, ...], ...]
     fixed_ms: float
+    # Each batch's ubatch sizes in tokens, each kind's least fixed time of a hop between
+    # stages, and the time a hop takes per token it carries (the activations over the
+    # link): what passing the ubatches from stage to stage costs.
+    ubatch_tokens: tuple[tuple[int, ...], ...] = ()
+    hop_ms: tuple[float, ...] = ()
+    hop_ms_per_token: float = 0.0
 
     @property
     def read_ms_per_byte(self) -> tuple[float, ...]:
@@ -272,6 +283,44 @@ class PrefillFloor:
             rest += q * fastest[4] + self.fixed_ms
         return tuple(rate / body * _MARGIN for rate in rates), rest * _MARGIN
 
+    def _least_of(self, ubatch: Sequence[float], rate: Sequence[float]) -> float:
+        read, matrix, staging, activation, attention = rate
+        w, m, p, a, q = ubatch
+        return max(w * read, m * matrix) + p * staging + a * activation + q * attention
+
+    def pipeline_least_ms(self, body: float, most_stages: int) -> float:
+        """The least TTFT of a plan of at most ``most_stages`` stages on these kinds,
+        counting what passing the ubatches from stage to stage costs.
+
+        :func:`planner.performance.prefill_ms` starts a ubatch on a stage once the stage
+        has finished the one before and the ubatch has crossed the hop to it, so a batch
+        of ``m`` ubatches on ``S`` stages ends no sooner than the first ubatch's way down
+        to any stage ``k``, ``k``'s work on all ``m``, and the last one's way on from
+        ``k``: one ubatch through every stage, ``m - 1`` more on the busiest stage, and
+        ``S - 1`` hops. A stage holding ``h`` body bytes takes ``h x rho`` or more per
+        ubatch (:meth:`held_byte_rates`, at the batch's smallest ubatch and the fastest
+        kind), and the stages hold the whole body, so the busiest takes ``body x rho /
+        S`` or more: more stages shorten it, each at the price of a hop. The least over
+        every stage count."""
+        rate = [min(column, default=math.inf) for column in self.rates]
+        if not self.ubatch_tokens or any(math.isinf(r) for r in rate):
+            return math.inf
+        hop = min(self.hop_ms, default=0.0)
+        batches: list[tuple[float, float, float, float]] = []
+        for batch, tokens in zip(self.amounts, self.ubatch_tokens, strict=True):
+            smallest = tuple(min(column) for column in zip(*batch, strict=True))
+            w, m, p, a, _ = smallest
+            busiest = min(max(w * self.rates[0][i], m * self.rates[1][i])
+                          + p * self.rates[2][i] + a * self.rates[3][i]
+                          for i in range(len(self.rates[0])))
+            batches.append((max(self._least_of(ubatch, rate) for ubatch in batch),
+                            self._least_of(smallest, rate), (len(batch) - 1) * busiest,
+                            hop + min(tokens) * self.hop_ms_per_token))
+        return min(
+            sum(max(whole, smallest + more / stages) + self.fixed_ms + (stages - 1) * hop_ms
+                for whole, smallest, more, hop_ms in batches)
+            for stages in range(1, max(1, most_stages) + 1)) * _MARGIN
+
     def least_ms(self, **kinds: int) -> float:
         """The least TTFT of a plan whose fastest kind for each term named (``read=i``,
         ``matrix=j``, ...) is that kind, and for every other term the fastest of all."""
@@ -288,7 +337,8 @@ class PrefillFloor:
 
 
 def prefill_floor(kinds: Sequence[GpuModel], traffic: ModelTraffic, probe: PlanningInput,
-                  prompt_tokens: int) -> PrefillFloor:
+                  prompt_tokens: int, options: Mapping[str, Any] | None = None
+                  ) -> PrefillFloor:
     """The :class:`PrefillFloor` of a ``prompt_tokens`` prompt of the model on ``kinds``
     (calibrated rates: a plain bandwidth-bound estimate makes no prefill estimate).
 
@@ -339,7 +389,15 @@ def prefill_floor(kinds: Sequence[GpuModel], traffic: ModelTraffic, probe: Plann
                         / (device.kv_efficiency * bandwidth))
     fixed = 0.0 if not kinds else probe.layer_count * min(
         calibration.fixed_ms(calibration.layer_ms, gpu.backend, [], "") for gpu in kinds)
-    return PrefillFloor(amounts, tuple(tuple(column) for column in rates), fixed)
+    # A hop after a stage on a kind: its calibrated fixed time and the kind's own
+    # stage-transfer latency, then the ubatch's activations over the link.
+    hops = tuple(calibration.fixed_ms(calibration.hop_ms, gpu.backend, [], "")
+                 + (gpu.stage_transfer_latency_ms or 0) for gpu in kinds)
+    link = (options or {}).get("link_bandwidth_bytes_per_s") or DEFAULT_LINK_BANDWIDTH_BYTES_PER_S
+    per_token = (traffic.hidden_size or 0) * ACTIVATION_BYTES_PER_VALUE / float(link) * 1000
+    tokens = tuple(tuple(size for size, _ in batch) for batch in ubatches(prompt_tokens))
+    return PrefillFloor(amounts, tuple(tuple(column) for column in rates), fixed, tokens,
+                        hops, per_token)
 
 
 def prefill_floor_ms(gpu: GpuModel, traffic: ModelTraffic, probe: PlanningInput,

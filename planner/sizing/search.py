@@ -130,6 +130,8 @@ class _Search:
         self.cache: dict[tuple[int, ...], _Outcome] = {}
         self.plans_evaluated = 0
         self._floor: floors.DecodeFloor | None = None
+        self._prefill: floors.PrefillFloor | None = None
+        self.body_bytes = 1
         # The fastest estimates among the plans evaluated, with their fleets: what a
         # search that stops short can still tell of a speed target.
         self.fastest: dict[str, tuple[float, tuple[int, ...]]] = {}
@@ -142,6 +144,16 @@ class _Search:
                 self.kinds, self.traffic, probe, self.options,
                 floors.least_lanes(probe, self.targets.minimum_lanes))
         return self._floor
+
+    def prefill_floor(self, probe: PlanningInput) -> floors.PrefillFloor:
+        """The TTFT floor of the prompt of the targets, on every kind."""
+        if self._prefill is None:
+            assert self.traffic is not None and self.targets.prompt_tokens is not None
+            self._prefill = floors.prefill_floor(self.kinds, self.traffic, probe,
+                                                 self.targets.prompt_tokens, self.options)
+            self.body_bytes = max(1, sum(rules.layer_weights(probe))
+                             - (self.traffic.token_embedding_bytes or 0))
+        return self._prefill
 
     def check_budget(self, queued: int) -> None:
         """``SizingTooLarge`` once the search has made more plans or holds more partial
@@ -784,7 +796,7 @@ def _prefill_read_covers(search: _Search, probe: PlanningInput, candidates: Sequ
     if (ttft is None or prompt is None or search.traffic is None
             or floors.prefill_unknown(search.traffic, search.options)):
         return []
-    floor = floors.prefill_floor(search.kinds, search.traffic, probe, prompt)
+    floor = search.prefill_floor(probe)
     read = floor.read_bytes()
     body = max(1, sum(rules.layer_weights(probe)) - (search.traffic.token_embedding_bytes or 0))
     rho, _ = floors.most_read_per_held_byte(search.traffic, probe, candidates, weight_share=1.0)
@@ -849,7 +861,7 @@ def _speed_carriers(search: _Search, probe: PlanningInput, candidates: Sequence[
                                f"by the prefill estimate, and no plan has one: {why}",
                                target_ttft_ms=ttft)
         assert search.traffic is not None
-        floor = floors.prefill_floor(search.kinds, search.traffic, probe, prompt)
+        floor = search.prefill_floor(probe)
         least = floor.least_ms()
         if least > ttft:
             fastest = min(range(len(search.kinds)), key=lambda i: floor.read_ms_per_byte[i])
@@ -859,6 +871,14 @@ def _speed_carriers(search: _Search, probe: PlanningInput, candidates: Sequence[
                    f"({search.kinds[fastest].kind})")
             raise _nothing(search, f"no split fills a {prompt:,}-token prompt within the "
                            f"TTFT target of {ttft} ms: {why}")
+        piped = floor.pipeline_least_ms(search.body_bytes, search.layer_count)
+        if piped > ttft:
+            raise _nothing(search, f"no split fills a {prompt:,}-token prompt within the "
+                           f"TTFT target of {ttft} ms: its ubatches pass through the stages "
+                           f"in turn, which takes at least {piped:,.0f} ms at the fastest "
+                           f"kinds' rates ({least:,.0f} ms for one ubatch through every "
+                           "stage, the others on the busiest stage, whose share shrinks "
+                           "with more stages as the hops between them add up)")
         # Each term's fastest kind in a plan is one of its nodes: a carrier of that term.
         carriers.extend(
             _carriers(search, "TTFT", [floor.least_ms(**{term: i}) <= ttft
