@@ -105,6 +105,10 @@ def _setup(folder: Path) -> dict[str, list[str]]:
         # SizingTooLarge after 3,000 plans when the pipeline was not counted).
         "size deepseek-v3 --ttft-ms 340 --prompt-tokens 1024 (no fleet meets it)":
             ["size", "deepseek-v3", "--ttft-ms", "340", "--prompt-tokens", "1024"],
+        # Fleets that hold the model on too few stages for the pipeline a prompt of
+        # four ubatches a batch needs (ended in SizingTooLarge after 3,000 plans).
+        "size deepseek-v3 --ttft-ms 1800 --prompt-tokens 8192 (no fleet meets it)":
+            ["size", "deepseek-v3", "--ttft-ms", "1800", "--prompt-tokens", "8192"],
         "size glm-4.5 --ttft-ms 500 --prompt-tokens 8192 (no fleet meets it)":
             ["size", "glm-4.5", "--ttft-ms", "500", "--prompt-tokens", "8192"],
         "size deepseek-v3 --ttft-ms 400 --prompt-tokens 1024":

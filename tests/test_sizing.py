@@ -16,11 +16,12 @@ from planner.errors import PlanError
 from planner.models import GpuModel, load_gpu_catalog, load_preset
 from planner.performance import ModelTraffic, node_speeds, try_estimate
 from planner.planning import as_planning_input
-from planner.planning.rules import context_floor
+from planner.planning.rules import context_floor, layer_weights
 from planner.sizing import (
     SizingError,
     SizingTargets,
     fleet_nodes,
+    floors,
     pareto_front,
     size_fleet,
 )
@@ -213,6 +214,39 @@ def test_size_fleet_matches_brute_force_on_ttft_targets(question: tuple) -> None
 def test_size_fleet_matches_brute_force_on_a_few_ttft_targets(question: tuple) -> None:
     """Every fleet sizing returns meets the TPOT and TTFT targets on its estimate, and
     the prefill floor the search prunes with removes no fleet that meets them."""
+    _assert_matches_brute_force(question[:3], question[3])
+
+
+@st.composite
+def pipeline_questions(draw: st.DrawFn) -> tuple[dict[str, Any], list[GpuModel],
+                                                 SizingTargets, ModelTraffic]:
+    """TTFT targets for prompts of several ubatches, drawn between the least any number of
+    stages can do and what one stage does: where how few stages a fleet plans on decides
+    whether it meets them (the search prunes partial fleets that hold the model at the
+    highest context on too few nodes)."""
+    model, kinds, targets, traffic = draw(ttft_questions())
+    kinds = [replace(kind, fp16_tflops=kind.fp16_tflops or 0.1, fp16_tflops_source="test")
+             for kind in kinds]
+    prompt = draw(st.sampled_from((1024, 2048, 5000)))
+    probe = as_planning_input({**model, "nodes": [{"node_id": "p", "detected_vram_bytes": 1}]})
+    by_stages = floors.prefill_floor(kinds, traffic, probe, prompt).pipeline_least_ms_by_stages(
+        sum(layer_weights(probe)), model["layer_count"])
+    target = draw(st.integers(max(1, int(by_stages[-1])), int(by_stages[0] * 1.3) + 2))
+    return model, kinds, replace(targets, target_ttft_ms=target, prompt_tokens=prompt,
+                                 target_decode_tpot_ms=None), traffic
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None)
+@given(pipeline_questions())
+def test_size_fleet_matches_brute_force_on_pipeline_bound_ttft_targets(question: tuple) -> None:
+    _assert_matches_brute_force(question[:3], question[3])
+
+
+@settings(max_examples=30, derandomize=True, database=None, deadline=None)
+@given(pipeline_questions())
+def test_size_fleet_matches_brute_force_on_a_few_pipeline_bound_ttft_targets(
+        question: tuple) -> None:
     _assert_matches_brute_force(question[:3], question[3])
 
 

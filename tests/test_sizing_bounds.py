@@ -249,6 +249,23 @@ def test_a_ttft_below_what_the_pipeline_of_stages_allows_is_answered_at_once(
     assert said is not None and int(said.group(1).replace(",", "")) > 300
 
 
+def test_fleets_that_plan_on_too_few_stages_for_a_ttft_are_not_searched(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeepSeek-V3, 8,192 tokens (four batches of four ubatches) at 1,800 ms: some split
+    into eight stages might do it (the floor over any number is 1,717 ms), but four
+    MI300X hold the whole model at its native context, so every fleet with them plans on
+    four stages or fewer (at least 1,896 ms), and fleets without them hold it on more,
+    slower nodes. It used to search 3,000 plans and end in SizingTooLarge; now a few
+    plans end in NoFleetMeetsTargets naming what the largest fleet does."""
+    monkeypatch.setattr(search_module, "MAX_SIZING_PLANS", 100)
+    with pytest.raises(SizingError) as caught:
+        size_fleet(load_preset("deepseek-v3"), load_gpu_catalog(),
+                   SizingTargets(target_ttft_ms=1800, prompt_tokens=8192), pareto=False)
+    assert caught.value.code == "NoFleetMeetsTargets", caught.value
+    said = re.search(r"estimated TTFT ([\d,]+) ms > 1800 ms", caught.value.message)
+    assert said is not None and int(said.group(1).replace(",", "")) > 1800
+
+
 def test_the_pipeline_floor_gains_nothing_on_a_prompt_of_one_ubatch() -> None:
     """One ubatch per batch: the stages wait on nothing but the hops, so the floor is the
     plain one; two ubatches on one stage take about twice one (less its fixed and

@@ -290,7 +290,14 @@ class PrefillFloor:
 
     def pipeline_least_ms(self, body: float, most_stages: int) -> float:
         """The least TTFT of a plan of at most ``most_stages`` stages on these kinds,
-        counting what passing the ubatches from stage to stage costs.
+        counting what passing the ubatches from stage to stage costs
+        (:meth:`pipeline_least_ms_by_stages`)."""
+        return self.pipeline_least_ms_by_stages(body, most_stages)[-1]
+
+    def pipeline_least_ms_by_stages(self, body: float, most_stages: int) -> list[float]:
+        """For ``k`` from 1 to ``most_stages``: the least TTFT of a plan of at most ``k``
+        stages on these kinds, counting what passing the ubatches from stage to stage
+        costs.
 
         :func:`planner.performance.prefill_ms` starts a ubatch on a stage once the stage
         has finished the one before and the ubatch has crossed the hop to it, so a batch
@@ -304,7 +311,7 @@ class PrefillFloor:
         every stage count."""
         rate = [min(column, default=math.inf) for column in self.rates]
         if not self.ubatch_tokens or any(math.isinf(r) for r in rate):
-            return math.inf
+            return [math.inf] * max(1, most_stages)
         hop = min(self.hop_ms, default=0.0)
         batches: list[tuple[float, float, float, float]] = []
         for batch, tokens in zip(self.amounts, self.ubatch_tokens, strict=True):
@@ -316,10 +323,12 @@ class PrefillFloor:
             batches.append((max(self._least_of(ubatch, rate) for ubatch in batch),
                             self._least_of(smallest, rate), (len(batch) - 1) * busiest,
                             hop + min(tokens) * self.hop_ms_per_token))
-        return min(
-            sum(max(whole, smallest + more / stages) + self.fixed_ms + (stages - 1) * hop_ms
-                for whole, smallest, more, hop_ms in batches)
-            for stages in range(1, max(1, most_stages) + 1)) * _MARGIN
+        least: list[float] = []
+        for stages in range(1, max(1, most_stages) + 1):
+            ms = sum(max(whole, smallest + more / stages) + self.fixed_ms
+                     + (stages - 1) * hop_ms for whole, smallest, more, hop_ms in batches)
+            least.append(min(ms * _MARGIN, least[-1]) if least else ms * _MARGIN)
+        return least
 
     def least_ms(self, **kinds: int) -> float:
         """The least TTFT of a plan whose fastest kind for each term named (``read=i``,

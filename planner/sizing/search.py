@@ -51,7 +51,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
@@ -555,6 +555,7 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
     covers = [*carriers, *_read_time_covers(search, probe, candidates, c0, needs),
               *_prefill_read_covers(search, probe, candidates, needs)]
     levels = _Levels(search, probe, candidates, c0)
+    top_stages = _TopStages(search, probe, candidates)
     for level, context in enumerate(levels.contexts):
         if not levels.dead[level]:
             covers += [replace(cover, level=level) for cover in _read_time_covers(
@@ -594,16 +595,18 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
         raise _nothing(search, _short_of(search, needs, c0))
     # Each entry: bound, tie order, counts of the first kinds, their cost, layers and
     # bytes, the f largest layer caps and usable bytes among their nodes, how many of
-    # them carry each speed target, and the layers they surely take at each level.
+    # them carry each speed target, the layers they surely take at each level, and how
+    # far they walk at the highest context (_TopStages).
     no_carriers = (0.0,) * len(covers)
     no_spans = ((0, 0),) * len(levels.contexts)
     queue: list[tuple[float, int, tuple[int, ...], int, int, int, tuple[int, ...],
-                      tuple[int, ...], tuple[float, ...], tuple[tuple[int, int], ...]]] = [
-        (start_bound, 0, (), 0, 0, 0, (), (), no_carriers, no_spans)]
+                      tuple[int, ...], tuple[float, ...], tuple[tuple[int, int], ...],
+                      tuple[int, int]]] = [
+        (start_bound, 0, (), 0, 0, 0, (), (), no_carriers, no_spans, (0, 0))]
     tie = itertools.count(1)
     while queue:
         (bound, _, tree_counts, cost, layers, held, top_caps, top_usable,
-         have, sure) = heapq.heappop(queue)
+         have, sure, reach) = heapq.heappop(queue)
         if bound > threshold:
             break
         search.check_budget(len(queue))
@@ -635,6 +638,9 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
             level = levels.level(child_sure)
             if level >= 0 and levels.dead[level]:
                 break  # more of this kind only raise the context every completion plans
+            child_reach = top_stages.walk(reach, usable, amount)
+            if top_stages.misses(child_reach):
+                break  # more of this kind plan on as few stages
             rest = lower(depth + 1, layers + cap * amount, held + usable * amount,
                          child_caps, child_usable, child_have, level)
             if rest is None:
@@ -644,7 +650,7 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
                 heapq.heappush(queue, (child_bound, next(tie), (*tree_counts, amount),
                                        child_cost, layers + cap * amount,
                                        held + usable * amount, child_caps, child_usable,
-                                       child_have, child_sure))
+                                       child_have, child_sure, child_reach))
     if not found:
         raise _nothing(search, _why_not(search, needs, c0))
     found.sort()
@@ -738,6 +744,70 @@ class _Levels:
                     and (taken >= self.layer_count or holders >= self.layer_count)):
                 return level
         return -1
+
+
+class _TopStages:
+    """With a TTFT target: how few stages every fleet below a partial fleet plans on.
+
+    Without latencies the planner plans the highest context some set of the fleet's
+    nodes fits at, on the fewest stages that fit there (docs/rules.md §6). The search
+    decides the largest kinds first, so a partial fleet's nodes are the largest of every
+    fleet below it: when the first ``m`` of them, largest first, reach the last layer in
+    the walk of docs/rules.md §4 at the highest context the planner tries (each taking
+    all it holds; the smallest of them holds any one layer, so leaving one layer to each
+    later stage still ends there), every fleet below plans that context on ``m`` stages
+    or fewer. Fewer stages pass a prompt's ubatches through a shorter pipeline, each
+    stage with more of the model (:meth:`floors.PrefillFloor.pipeline_least_ms`): too
+    few to fill the prompt within the target, and no fleet below meets it.
+
+    Only with a TTFT target, no latencies and no memory rule that reserves bytes per
+    node (which this walk leaves out); else it prunes nothing."""
+
+    def __init__(self, search: _Search, probe: PlanningInput, candidates: Sequence[int]
+                 ) -> None:
+        self.ttft_by_stages: list[float] = []
+        self.minimum_nodes = max(search.targets.minimum_nodes, 1)
+        target = search.targets.target_ttft_ms
+        prompt = search.targets.prompt_tokens
+        top = max(candidates)
+        fewest_lanes = rules.lane_candidates(probe)[-1]
+        if (target is None or prompt is None or search.traffic is None
+                or floors.prefill_unknown(search.traffic, search.options)
+                or any(gpu.stage_transfer_latency_ms is not None for gpu in search.kinds)
+                or any(probe.memory_rule.node_reserves(probe, top, lanes).values()
+                       for lanes in rules.lane_candidates(probe))):
+            return
+        self.target = target
+        costs = rules.layer_bytes(probe, top, fewest_lanes)
+        self.layer_count = len(costs)
+        self.largest_layer = max(costs)
+        self.prefix = list(itertools.accumulate(costs, initial=0))
+        floor = search.prefill_floor(probe)
+        self.ttft_by_stages = floor.pipeline_least_ms_by_stages(search.body_bytes,
+                                                                self.layer_count)
+
+    def walk(self, reach: tuple[int, int], usable: int, amount: int) -> tuple[int, int]:
+        """The layer the walk reaches and the nodes it took, after ``amount`` more nodes
+        of ``usable`` bytes (no smaller than those before); ``(-1, 0)`` once it can reach
+        the last layer on nodes that each hold any one layer no more."""
+        if not self.ttft_by_stages:
+            return reach
+        at, taken = reach
+        for _ in range(amount):
+            if at < 0 or at >= self.layer_count:
+                break
+            if usable < self.largest_layer:
+                return -1, 0
+            at = bisect_right(self.prefix, self.prefix[at] + usable) - 1
+            taken += 1
+        return at, taken
+
+    def misses(self, reach: tuple[int, int]) -> bool:
+        """No fleet below a partial fleet whose walk is ``reach`` meets the TTFT target."""
+        at, taken = reach
+        return (bool(self.ttft_by_stages) and at == self.layer_count
+                and taken >= self.minimum_nodes
+                and self.ttft_by_stages[taken - 1] > self.target)
 
 
 def _surest_run(budget: int, costs: Sequence[int]) -> int:
