@@ -31,9 +31,6 @@ KNOWN_MISSES: dict[str, str] = {
     "deepseek4-moe.gguf": ("not in the graph model yet: its hyper-connections (four residual "
                            "streams per token, hc_init/hc_post, each normed whole at every layer) "
                            "and the compressed KV stream of its attention"),
-    "glm5-next-moe.gguf": ("not in the graph model yet: its sparse attention's indexer (64 query "
-                           "heads projected from the query's low rank, keys pooled per block with "
-                           "learned position weights: kpool) and its hyper-connection streams"),
     "qwen4exp-moe.gguf": ("not in the graph model yet: its hyper-connection streams (hc_init, "
                           "four copies of the residual), its per-layer embeddings (ple_key, "
                           "ple_value and their gated convolution) and the pooled keys of its "

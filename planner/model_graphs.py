@@ -69,7 +69,7 @@ FUSED_CLAMP_EXPERTS = FUSED_CLAMP | {"maple", "hy_v4"}
 # Architectures whose recurrent blocks are Kimi delta attention layers (kimi-linear's
 # builder), and those whose are gated delta-net layers with a joint Q, K, V projection
 # (qwen35's builder), both on build_delta_net_base.
-KDA = frozenset({"kimi-linear", "bailingmoe3", "kimi-k3"})
+KDA = frozenset({"kimi-linear", "bailingmoe3", "kimi-k3", "glm5-next"})
 DELTA_NET = frozenset({"qwen35", "qwen35moe", "qwen3next"})
 # Blocks that run attention and a Mamba-2 mixer side by side on the same input and add
 # them (Falcon-H1).
@@ -85,6 +85,10 @@ ROWS_AFTER_OUTPUT_NORM = frozenset({
     "qwen35", "qwen35moe", "qwen3next", "qwen4exp", "step35"})
 # Architectures whose residual is hyper-connection streams with their own graph here.
 HYPER_CONNECTIONS = frozenset({"hy_v4"})
+# Manifold-constrained hyper-connections on ggml's fused DSV4_HC operations, each stream
+# written back a mix of all of them, around blocks of nope latent attention whose indexer
+# scores keys pooled per ``kpool`` cells (glm5-next.cpp).
+POOLED_INDEXER_HYPER_CONNECTIONS = frozenset({"glm5-next"})
 # Kimi K3: cross-layer residual attention (attn_res.block_size) and the SiTU activation.
 RESIDUAL_STACK = frozenset({"kimi-k3"})
 SITU = frozenset({"kimi-k3"})
@@ -139,6 +143,11 @@ class AttentionShape:
     msa_block: int = 0
     """Multi-scale sparse attention (MiniMax-M3): the indexer's position block; the
     indexer's heads, head size and top-k blocks are the fields above."""
+    indexer_kpool: int = 0
+    """glm5-next's indexer: the cells pooled into one key (its heads, head size and top-k
+    cells are the fields above); 0 on a layer that reuses the last indexer's selection."""
+    indexer_kpool_tail: bool = False
+    """The selection also keeps each token's incomplete last pool (kpool_select_tail)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +246,9 @@ class GraphModel:
     """Hyper-connections (hy-v4.cpp's iHC): the residual is this many streams per token,
     each half of a block reads their weighted sum and writes each stream back; 0 for a
     plain residual."""
+    hc_mixed: bool = False
+    """The hyper-connections are glm5-next's: fused operations, each stream written back
+    a mix of all the streams, around pooled-indexer attention and KDA blocks."""
     hrm_layers_per_stack: int = 0
     """HRM-Text's recurrent stacks (hrm-text.cpp): layers per stack, and the cycles. Each
     cycle runs its own cache slots (blocks), ``l_cycles`` low-level stacks on the matrices
@@ -283,6 +295,8 @@ class _Builder:
     top_k: Tensor | None = None
     """The last indexer's top-k, which the next layers without an indexer reuse (hy_v4's
     shared-indexer layers)."""
+    kpool_mask: Tensor | None = None
+    """The last pooled indexer's mask, which glm5-next's shared-indexer layers reuse."""
 
     def w(self, name: str) -> Tensor:
         tensor = self.weights.get(name)
@@ -1502,7 +1516,7 @@ def build_graph(model: GraphModel, *, n_tokens: int, n_outputs: int, n_kv: int,
         [0] * len(model.blocks)
     b = _Builder(Graph(), model, n_tokens, n_outputs, n_kv, n_kv_swa or n_kv, flash_attn,
                  backends, input_backend)
-    inputs = _inputs(b)
+    inputs = _kpool_inputs(b) if model.hc_mixed else _inputs(b)
     x = _embeddings(b, inputs)
     last = len(model.blocks) - 1
     skip = None
@@ -1511,6 +1525,8 @@ def build_graph(model: GraphModel, *, n_tokens: int, n_outputs: int, n_kv: int,
         x = skip = b.graph.op("RMS_NORM", x.nbytes, (x,), "embd_norm", backend=backends[0])
     if model.hrm_layers_per_stack:
         return _hrm_graph(b, x, inputs, output_backend)
+    if model.hc_streams and model.hc_mixed:
+        return _mixed_hc_graph(b, x, inputs, output_backend)
     if model.hc_streams:
         return _hc_graph(b, x, inputs, output_backend)
     if model.residual_stack_block:
@@ -1626,6 +1642,292 @@ def _hc_graph(b: _Builder, embd: Tensor, inputs: Mapping[str, Tensor],
                 "hc_rows", backend=at)
     cur, _ = reduce(rows, "output_hc_fn", output_backend, at, b.n_outputs)
     normed = _norm(b, cur, "output", output_backend)
+    logits = g.op("MUL_MAT", m.n_vocab * b.n_outputs * F32, (b.w("output.weight"), normed),
+                  "result_output", backend=output_backend)
+    logits.is_output = True
+    return g
+
+
+def kpool_pools(attn: AttentionShape, n_kv: int) -> tuple[int, int, int]:
+    """glm5-next's pooled-indexer sizes in the graph llama.cpp reserves for one sequence
+    (the full-cache context of ``llama_memory_hybrid_idx``): the pools read
+    (``kpool_pad``: one past the cache's pools, padded to 64), the pools built anew (every
+    pool of the cache) and the cells each token selects (the best pools' cells, and the
+    incomplete tail's)."""
+    kpool = attn.indexer_kpool
+    pools = n_kv // kpool
+    read = max(64, -(-(pools + 1) // 64) * 64)
+    selected = kpool * min(read, attn.indexer_top_k // kpool)
+    return read, max(pools, 1), selected + (kpool - 1 if attn.indexer_kpool_tail else 0)
+
+
+def _kpool_inputs(b: _Builder) -> dict[str, Tensor]:
+    """glm5-next's inputs (``build_inp_mem_hybrid_k``, ``build_inp_kpool``), in the order
+    its graph first reads them, which is the order ggml places them: the indexer cache's
+    rows, the pools built anew and where they go, the pools' cells, their mask and members,
+    the tail, the attention's rows, the selection's live slots (f32), the causal mask, the
+    recurrent state's rows, the output rows."""
+    g, m, n = b.graph, b.model, b.n_tokens
+    host = b.input_backend
+    inputs = {"tokens": g.input("inp_tokens", n * I32, host),
+              "embd": g.input("inp_embd", m.n_embd * n * F32, host)}
+    if m.mixed_batch:
+        inputs["mixed_tokens"] = g.input("inp_mixed_tokens", n * I32, host)
+        inputs["mixed_slots"] = g.input("inp_mixed_slots", n * I64, host)
+        inputs["mixed_embd"] = g.input("inp_mixed_embd", m.n_embd * n * F32, host)
+    pooled = [block.attention for block in m.blocks
+              if block.attention is not None and block.attention.indexer_kpool]
+    mask = F16 if b.flash_attn else F32
+    if pooled:
+        attn = pooled[0]
+        read, new, selected = kpool_pools(attn, b.n_kv)
+        kpool = attn.indexer_kpool
+        inputs["k_idxs_idx"] = g.input("idx_k_idxs", n * I64, host)
+        inputs["new_pool_idxs"] = g.input("kpool_new_pool_idxs", kpool * new * I32, host)
+        inputs["new_pool_rep"] = g.input("kpool_new_pool_rep", new * I64, host)
+        inputs["pool_cells"] = g.input("kpool_pool_cells", read * I32, host)
+        # The fused lightning indexer reads an f16 mask.
+        inputs["pool_mask"] = g.input("kpool_pool_mask", read * n * F16, host)
+        inputs["pool_idxs"] = g.input("kpool_pool_idxs", kpool * read * I32, host)
+        if attn.indexer_kpool_tail:
+            inputs["tail_idxs"] = g.input("kpool_tail_idxs", (kpool - 1) * n * I32, host)
+        inputs["k_idxs"] = g.input("attn_inp_k_idxs", n * I64, host)
+        inputs["gather_mask"] = g.input("kpool_gather_mask", selected * n * F32, host)
+        inputs["mask"] = g.input("attn_inp_kq_mask", b.n_kv * n * mask, host)
+    if any(block.recurrent is not None for block in m.blocks):
+        inputs["rs_copy"] = g.input("rs_s_copy", 8 * I32, host)
+    inputs["out_ids"] = g.input("out_ids", b.n_outputs * I32, host)
+    return inputs
+
+
+def _kpool_attention_core(b: _Builder, cur: Tensor, attn: AttentionShape, index: int,
+                          inputs: Mapping[str, Tensor], backend: int) -> Tensor:
+    """glm5-next's nope latent attention over its pooled indexer's selection
+    (``build_dsa_layer``, ``build_kpool_select``, the scatter path), in the order its
+    forward expansions lay it out: the indexer's key (normed, with bias) and pool gate
+    cached beside a zeroed pooled slot; the new pools' keys and gates gathered, their
+    gates plus the learned position weights soft-maxed over each pool and the keys summed
+    by them into the pooled slots; the query's low rank, the indexer's query heads from
+    it, every pool's key gathered, the heads' weights and the fused lightning indexer's
+    score of each pool; the best pools (top-k, reordered by score through f32 copies)
+    expanded to their cells, with the tail's; then the query absorbed and the compressed
+    KV cached; the mask built (a filled row repeated per token, the selected cells zeroed
+    through their live slots, the causal mask added) and flash attention over the latent
+    cache, each head's V decompressed. A layer without an indexer reuses the last mask."""
+    g, n = b.graph, b.rows(cur)
+    layer = f"blk.{index}"
+    mask_size = F16 if b.flash_attn else F32
+    if attn.indexer_kpool:
+        heads, dim, kpool = attn.indexer_heads, attn.indexer_dim, attn.indexer_kpool
+        read, new, selected = kpool_pools(attn, b.n_kv)
+        top = selected // kpool
+        cache_idx = external(f"cache_idx_{index}")
+        ik = g.op("MUL_MAT", dim * n * F32, (b.w(f"{layer}.indexer.attn_k"), cur), "indexer_k",
+                  backend=backend)
+        ik = g.like("NORM", ik, (), "indexer_k_norm", backend)
+        ik = g.like("MUL", ik, (b.w(f"{layer}.indexer.k_norm"),), "indexer_k_normed", backend)
+        ik = g.like("ADD", ik, (b.w(f"{layer}.indexer.k_norm.bias"),), "indexer_k", backend)
+        gate = g.op("MUL_MAT", dim * n * F32, (b.w(f"{layer}.indexer.kpool_gate"), cur),
+                    "indexer_gate", backend=backend)
+        packed = g.op("CONCAT", 2 * dim * n * F32, (ik, gate), "indexer_key_gate",
+                      backend=backend)
+        # The zeroed pooled slot fills a fresh tensor: a leaf the allocator places here.
+        zero = g.like("FILL", Tensor("pzero", dim * n * F32, backend=backend), (), "pzero",
+                      backend)
+        packed = g.op("CONCAT", 3 * dim * n * F32, (packed, zero), "indexer_packed",
+                      backend=backend)
+        g.op("SET_ROWS", 0, (g.view(packed, backend=backend), inputs["k_idxs_idx"], cache_idx),
+             backend=backend)
+        rows = g.op("GET_ROWS", 2 * dim * kpool * new * F32,
+                    (cache_idx, g.view(inputs["new_pool_idxs"], backend=backend)),
+                    "indexer_pool_rows", backend=backend)
+        pool = dim * kpool * new * F32
+        logits = g.op("ADD", pool, (g.view(rows, backend=backend),
+                                    b.w(f"{layer}.indexer.kpool_ape")),
+                      "indexer_pool_logits", backend=backend)
+        logits = g.op("CONT", pool, (g.view(logits, backend=backend),), "indexer_pool_logits",
+                      backend=backend)
+        probs = g.like("SOFT_MAX", g.view(logits, backend=backend), (), "indexer_pool_probs",
+                       backend)
+        keys = g.op("CONT", pool, (g.view(rows, backend=backend),), "indexer_pool_keys",
+                    backend=backend)
+        weighted = g.like("MUL", g.view(probs, backend=backend), (keys,),
+                          "indexer_pool_weighted", backend)
+        pooled_new = g.op("SUM_ROWS", dim * new * F32, (weighted,), "indexer_pool_k_new",
+                          backend=backend)
+        g.op("SET_ROWS", 0, (g.view(pooled_new, backend=backend), inputs["new_pool_rep"],
+                             cache_idx), backend=backend)
+        qr = g.op("MUL_MAT", attn.q_lora * n * F32, (b.w(f"{layer}.q_a"), cur), "q_a",
+                  backend=backend)
+        qr = _norm(b, qr, f"{layer}.q_a", backend)
+        iq = g.op("MUL_MAT", heads * dim * n * F32, (b.w(f"{layer}.indexer.attn_q_b"), qr),
+                  "indexer_q", backend=backend)
+        keys_read = g.op("GET_ROWS", dim * read * F32, (cache_idx, inputs["pool_cells"]),
+                         "indexer_pool_k", backend=backend)
+        weights = g.op("MUL_MAT", heads * n * F32, (b.w(f"{layer}.indexer.proj"), cur),
+                       "indexer_weights", backend=backend)
+        weights = g.like("SCALE", weights, (), "indexer_weights", backend)
+        score = g.op("LIGHTNING_INDEXER", read * n * F32,
+                     (g.view(iq, backend=backend), g.view(keys_read, backend=backend), weights,
+                      inputs["pool_mask"]), "indexer_score", backend=backend)
+        picked = g.op("TOP_K", top * n * I32, (score,), "indexer_top_k", backend=backend)
+        picked_f32 = g.op("CPY", top * n * F32, (picked,), "indexer_top_k_f32",
+                          backend=backend)
+        picked_score = g.op("GET_ROWS", top * n * F32, (g.view(score, backend=backend), picked),
+                            "indexer_top_k_score", backend=backend)
+        order = g.op("ARGSORT", top * n * I32, (g.view(picked_score, backend=backend),),
+                     "indexer_top_k_order", backend=backend)
+        ordered = g.op("GET_ROWS", top * n * F32, (g.view(picked_f32, backend=backend), order),
+                       "indexer_top_k_ordered", backend=backend)
+        ordered = g.op("CONT", top * n * F32, (g.view(ordered, backend=backend),),
+                       "indexer_top_k_ordered", backend=backend)
+        ordered = g.op("CPY", top * n * I32, (ordered,), "indexer_top_k", backend=backend)
+        cells = g.op("GET_ROWS", kpool * top * n * I32,
+                     (inputs["pool_idxs"], g.view(ordered, backend=backend)), "indexer_sel_idx",
+                     backend=backend)
+        if attn.indexer_kpool_tail:
+            cells = g.op("CONCAT", selected * n * I32,
+                         (g.view(cells, backend=backend), inputs["tail_idxs"]),
+                         "indexer_sel_idx", backend=backend)
+    else:
+        qr = g.op("MUL_MAT", attn.q_lora * n * F32, (b.w(f"{layer}.q_a"), cur), "q_a",
+                  backend=backend)
+        qr = _norm(b, qr, f"{layer}.q_a", backend)
+    q = g.op("MUL_MAT", attn.q_width * n * F32, (b.w(f"{layer}.q_b"), qr), "q", backend=backend)
+    absorbed = g.op("MUL_MAT", attn.n_head * attn.kv_lora * n * F32,
+                    (b.w(f"{layer}.k_b"), g.view(q, backend=backend)), "q_absorbed",
+                    backend=backend)
+    kv = g.op("MUL_MAT", (attn.kv_lora + attn.k_width) * n * F32,
+              (b.w(f"{layer}.kv_a"), cur), "kv_cmpr", backend=backend)
+    kv = _norm(b, kv, f"{layer}.kv_a", backend)
+    cache = external(f"cache_k_{index}")
+    g.op("SET_ROWS", 0, (g.view(kv, backend=backend), inputs["k_idxs"], cache), backend=backend)
+    if attn.indexer_kpool:
+        # Each selected slot's cell, or a dump row past the cache for a dead slot, made
+        # from the slots' liveness (exp of their mask) in f32; the filled mask, one row
+        # per token with the dump rows, the selected cells zeroed; the causal mask added.
+        zeros = g.like("FILL", Tensor("kpool_zeros", selected * mask_size, backend=backend), (),
+                       "kpool_zeros", backend)
+        zeros = g.op("REPEAT", selected * n * mask_size, (zeros,), "kpool_zeros",
+                     backend=backend)
+        slots = g.op("CPY", selected * n * F32, (cells,), "indexer_sel_idx_f32",
+                     backend=backend)
+        dump = g.op("ARANGE", selected * F32, (), "kpool_dump", backend=backend)
+        slots = g.like("SUB", slots, (dump,), "kpool_slots", backend)
+        live = g.like("UNARY", g.view(inputs["gather_mask"], backend=backend), (), "kpool_live",
+                      backend)
+        slots = g.like("MUL", slots, (live,), "kpool_slots", backend)
+        slots = g.like("ADD", slots, (dump,), "kpool_slots", backend)
+        slots = g.op("CPY", selected * n * I32, (slots,), "kpool_slots_i32", backend=backend)
+        width = (b.n_kv + selected) * mask_size
+        everything = g.like("FILL", Tensor("kpool_mask_all", width, backend=backend), (),
+                            "kpool_mask_all", backend)
+        everything = g.op("REPEAT", width * n, (everything,), "kpool_mask_all",
+                          backend=backend)
+        unmasked = Tensor("kpool_sel", everything.nbytes, "SET_ROWS",
+                          (g.view(zeros, backend=backend), g.view(slots, backend=backend),
+                           g.view(everything, backend=backend)), view_src=everything,
+                          backend=backend)
+        g.nodes.append(unmasked)
+        b.kpool_mask = g.op("ADD", b.n_kv * n * mask_size,
+                            (g.view(unmasked, backend=backend), inputs["mask"]),
+                            "kq_mask_dsa", backend=backend)
+    mask = b.kpool_mask
+    assert mask is not None, "a shared-indexer layer follows a pooled indexer's layer"
+    latent = attn.n_head * attn.kv_lora * n * F32
+    q_view = g.view(absorbed, "q (permuted)", backend=backend)
+    if b.flash_attn:
+        out = g.op("FLASH_ATTN_EXT", latent, (q_view, cache, cache, mask), "kqv",
+                   backend=backend)
+    else:
+        scores = g.op("MUL_MAT", b.n_kv * n * attn.n_head * F32, (cache, q_view), "kq",
+                      backend=backend)
+        probs = g.like("SOFT_MAX", scores, (mask,), "kq_soft_max", backend)
+        values = g.op("CONT", attn.kv_lora * b.n_kv * F16, (cache,), "v_cont",
+                      backend=backend)
+        out = g.op("MUL_MAT", latent, (values, probs), "kqv", backend=backend)
+    values = g.op("MUL_MAT", attn.out_width * n * F32,
+                  (b.w(f"{layer}.v_b"), g.view(out, backend=backend)), "fattn_mla",
+                  backend=backend)
+    merged = g.op("CONT", attn.out_width * n * F32, (g.view(values, backend=backend),),
+                  "kqv_out", backend=backend)
+    return g.view(merged, "kqv_out", backend=backend)
+
+
+def _mixed_hc_graph(b: _Builder, embd: Tensor, inputs: Mapping[str, Tensor],
+                    output_backend: int) -> Graph:
+    """glm5-next's graph (glm5-next.cpp, with ggml's fused DSV4_HC operations, which the
+    CPU and RPC backends run): the embedding repeated into ``hc`` residual streams; each
+    half of each block flattens and norms the streams, mixes them into the pre, post and
+    combination coefficients, reduces the streams by the pre ones (``DSV4_HC_PRE``), runs
+    on the sum (the pooled-indexer attention or a KDA mixer, the dense network or the
+    experts) and writes every stream back as a mix of all of them plus the output
+    (``DSV4_HC_POST``, its post and combination coefficients made only then); the
+    output rows kept, the streams averaged, normed, projected. Operations without
+    weights run where the one before them ran: a block's first norm of the streams runs
+    where the previous block ran, so the next device copies in the norm and the streams."""
+    g, m, n = b.graph, b.model, b.n_tokens
+    hc, width = m.hc_streams, m.n_embd * F32
+    at = b.backend_of[0] if b.backend_of else b.input_backend
+    x = g.op("REPEAT", hc * width * n, (embd,), "hc_init", backend=at)
+
+    def pre(x: Tensor, name: str, backend: int, norm_at: int) -> tuple[Tensor, Tensor]:
+        """build_hc_pre: the flattened streams normed (at ``norm_at``), mixed, the pre
+        coefficients (scaled, biased, sigmoid, offset), the fused reduction. The reduced
+        input, and the mixes the post and combination coefficients come from."""
+        flat = g.op("RMS_NORM", x.nbytes, (g.view(x, backend=norm_at),), "hc_flat_norm",
+                    backend=norm_at)
+        mixes = g.op("MUL_MAT", (2 + hc) * hc * n * F32, (b.w(f"{name}_fn"), flat),
+                     "hc_mixes", backend=backend)
+        coef = g.op("MUL", hc * n * F32, (g.view(mixes, backend=backend),
+                                          b.w(f"{name}_scale")), "hc_pre", backend=backend)
+        for op in ("ADD", "UNARY", "SCALE"):
+            coef = g.like(op, coef, (), "hc_pre", backend)
+        return g.op("DSV4_HC_PRE", width * n, (x, coef), "hc_pre_out", backend=backend), mixes
+
+    def post(out: Tensor, residual: Tensor, mixes: Tensor, name: str, backend: int) -> Tensor:
+        """build_hc_post: the post coefficients (scaled, biased, sigmoid, doubled), the
+        combination's (``DSV4_HC_COMB``), the streams written back (``DSV4_HC_POST``)."""
+        coef = g.op("MUL", hc * n * F32, (g.view(mixes, backend=backend),
+                                          b.w(f"{name}_scale")), "hc_post", backend=backend)
+        for op in ("ADD", "UNARY", "SCALE"):
+            coef = g.like(op, coef, (), "hc_post", backend)
+        comb = g.op("DSV4_HC_COMB", hc * hc * n * F32, (mixes, b.w(f"{name}_scale")),
+                    "hc_comb", backend=backend)
+        return g.op("DSV4_HC_POST", hc * width * n, (out, residual, coef, comb), "hc_post_out",
+                    backend=backend)
+
+    for index, block in enumerate(m.blocks):
+        backend = b.backend_of[index]
+        layer = f"blk.{index}"
+        residual = x
+        cur, mixes = pre(x, f"{layer}.hc_attn", backend, at)
+        normed = _norm(b, cur, f"{layer}.attn", backend)
+        if block.recurrent is not None:
+            out = _kda(b, normed, block.recurrent, index, inputs, backend,
+                       _tail_backend(b, index))
+        else:
+            attn = block.attention
+            assert attn is not None
+            core = _kpool_attention_core(b, normed, attn, index, inputs, backend)
+            out = _output_projection(b, core, attn, index, backend)
+        x = post(out, residual, mixes, f"{layer}.hc_attn", backend)
+        if block.feed_forward is not None:
+            residual = x
+            cur, mixes = pre(x, f"{layer}.hc_ffn", backend, backend)
+            out = _feed_forward(b, _norm(b, cur, f"{layer}.ffn", backend), block.feed_forward,
+                                index, backend)
+            x = post(out, residual, mixes, f"{layer}.hc_ffn", backend)
+        at = backend
+    rows = g.op("GET_ROWS", hc * width * b.n_outputs,
+                (g.view(x, backend=at), inputs["out_ids"]), "hc_rows", backend=at)
+    size = width * b.n_outputs
+    mean = g.op("ADD", size, (g.view(rows, backend=at), g.view(rows, backend=at)), "hc_head",
+                backend=at)
+    for _ in range(hc - 2):
+        mean = g.like("ADD", mean, (g.view(rows, backend=at),), "hc_head", at)
+    mean = g.like("SCALE", mean, (), "hc_head", at)
+    normed = _norm(b, mean, "output", output_backend)
     logits = g.op("MUL_MAT", m.n_vocab * b.n_outputs * F32, (b.w("output.weight"), normed),
                   "result_output", backend=output_backend)
     logits.is_output = True
@@ -1882,7 +2184,8 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
             kv_lora = int(key("attention.kv_lora_rank"))
             q_lora = w["attn_q_a"] // n_embd if "attn_q_a" in w else 0
             q_width = (w["attn_q_b"] // q_lora) if q_lora else w.get("attn_q", 0) // n_embd
-            indexer = arch in DSA_INDEXER and "indexer.attn_q_b" in w
+            pooled = arch in POOLED_INDEXER_HYPER_CONNECTIONS and "indexer.attn_q_b" in w
+            indexer = (arch in DSA_INDEXER or pooled) and "indexer.attn_q_b" in w
             attention = AttentionShape(
                 q_width, w["attn_kv_a_mqa"] // n_embd - kv_lora, 0, w["attn_output"] // n_embd,
                 heads[index], sliding=layer.sliding, kv_lora=kv_lora, q_lora=q_lora,
@@ -1890,7 +2193,10 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
                 output_gate=w.get("attn_gate", 0) == w["attn_output"],
                 indexer_heads=int(key("attention.indexer.head_count")) if indexer else 0,
                 indexer_dim=int(key("attention.indexer.key_length")) if indexer else 0,
-                indexer_top_k=int(key("attention.indexer.top_k")) if indexer else 0)
+                indexer_top_k=int(key("attention.indexer.top_k")) if indexer else 0,
+                indexer_kpool=int(key("attention.indexer.kpool")) if pooled else 0,
+                indexer_kpool_tail=bool(key("attention.indexer.kpool_select_tail", False))
+                and pooled)
         elif heads[index] and "attn_kv_a_mqa" in w and "attn_kv_b" in w \
                 and "attn_q_b" in w and "attn_output" in w:
             kv_lora = int(key("attention.kv_lora_rank"))
@@ -2018,5 +2324,6 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
                       residual_stack_block=int(key("attn_res.block_size"))
                       if arch in RESIDUAL_STACK else 0,
                       hc_streams=int(key("hyper_connection.count"))
-                      if arch in HYPER_CONNECTIONS else 0,
+                      if arch in HYPER_CONNECTIONS | POOLED_INDEXER_HYPER_CONNECTIONS else 0,
+                      hc_mixed=arch in POOLED_INDEXER_HYPER_CONNECTIONS,
                       **_hrm_fields(arch, key, names))
