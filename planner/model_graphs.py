@@ -84,11 +84,13 @@ ROWS_AFTER_OUTPUT_NORM = frozenset({
     "glm4moe", "glm5-next", "hy_v3", "mimo2", "nemotron_h_moe", "nemotron_h", "gpt-oss",
     "qwen35", "qwen35moe", "qwen3next", "qwen4exp", "step35"})
 # Architectures whose residual is hyper-connection streams with their own graph here.
-HYPER_CONNECTIONS = frozenset({"hy_v4"})
+HYPER_CONNECTIONS = frozenset({"hy_v4", "deepseek4"})
 # Manifold-constrained hyper-connections on ggml's fused DSV4_HC operations, each stream
 # written back a mix of all of them, around blocks of nope latent attention whose indexer
 # scores keys pooled per ``kpool`` cells (glm5-next.cpp).
 POOLED_INDEXER_HYPER_CONNECTIONS = frozenset({"glm5-next"})
+# DeepSeek-V4: compressed attention (per-layer compress_ratios) and a graph of its own.
+COMPRESSED_ATTENTION = frozenset({"deepseek4"})
 # Kimi K3: cross-layer residual attention (attn_res.block_size) and the SiTU activation.
 RESIDUAL_STACK = frozenset({"kimi-k3"})
 SITU = frozenset({"kimi-k3"})
@@ -148,6 +150,9 @@ class AttentionShape:
     cells are the fields above); 0 on a layer that reuses the last indexer's selection."""
     indexer_kpool_tail: bool = False
     """The selection also keeps each token's incomplete last pool (kpool_select_tail)."""
+    output_groups: int = 0
+    """DeepSeek-V4's grouped low-rank output projection: its groups and their rank."""
+    output_lora: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +254,10 @@ class GraphModel:
     hc_mixed: bool = False
     """The hyper-connections are glm5-next's: fused operations, each stream written back
     a mix of all the streams, around pooled-indexer attention and KDA blocks."""
+    compress_ratios: tuple[int, ...] = ()
+    """DeepSeek-V4 (deepseek4.cpp): each layer's KV compression ratio (0, 4 for CSA
+    through the lightning indexer, 128 for HCA); its graph is its own (``hc_streams``
+    residual streams, compressed attention). Empty for every other architecture."""
     hrm_layers_per_stack: int = 0
     """HRM-Text's recurrent stacks (hrm-text.cpp): layers per stack, and the cycles. Each
     cycle runs its own cache slots (blocks), ``l_cycles`` low-level stacks on the matrices
@@ -270,6 +279,7 @@ class GraphModel:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GraphModel:
         values = dict(data)
+        values["compress_ratios"] = tuple(values.get("compress_ratios", ()))
         values["blocks"] = tuple(
             BlockShape(AttentionShape(**block["attention"]) if block["attention"] else None,
                        FeedForwardShape(**block["feed_forward"]) if block["feed_forward"]
@@ -1516,6 +1526,8 @@ def build_graph(model: GraphModel, *, n_tokens: int, n_outputs: int, n_kv: int,
         [0] * len(model.blocks)
     b = _Builder(Graph(), model, n_tokens, n_outputs, n_kv, n_kv_swa or n_kv, flash_attn,
                  backends, input_backend)
+    if model.compress_ratios:
+        return _dsv4_graph(b, output_backend)
     inputs = _kpool_inputs(b) if model.hc_mixed else _inputs(b)
     x = _embeddings(b, inputs)
     last = len(model.blocks) - 1
@@ -1934,6 +1946,499 @@ def _mixed_hc_graph(b: _Builder, embd: Tensor, inputs: Mapping[str, Tensor],
     return g
 
 
+# --- DeepSeek-V4 (deepseek4.cpp) --------------------------------------------------------
+
+# llama-kv-cache-dsv4.h: the compression ratio of a CSA layer (compressed attention read
+# through the lightning indexer's top-k) and of an HCA layer (heavily compressed, read
+# whole); the compressed caches hold their cells in multiples of the KV padding.
+CSA_RATIO = 4
+HCA_RATIO = 128
+COMPRESSED_KV_PADDING = 256
+
+
+def _compressed_cells(n_ctx: int, ratio: int) -> int:
+    """Cells of a compressed cache (``dsv4_comp_size`` padded to 256)."""
+    cells = max(1, -(-n_ctx // ratio))
+    return -(-cells // COMPRESSED_KV_PADDING) * COMPRESSED_KV_PADDING
+
+
+class _Expanding:
+    """Tensors made as a builder goes that join the graph only when a root is expanded
+    (``ggml_build_forward_expand``: each tensor after its sources, depth first, in source
+    order). The order the nodes run in is the order they are first reached from the
+    roots the builder expands, not the order they are made; deepseek4.cpp expands its
+    cache writes, queries and residuals early, so that order decides what is alive at
+    once."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.seen: set[int] = set()
+
+    @staticmethod
+    def op(op: str, nbytes: int, srcs: Sequence[Tensor], name: str,
+           inplace: bool = False) -> Tensor:
+        """An operation; ``inplace`` when its result has its first source's layout."""
+        return Tensor(name, nbytes, op, tuple(srcs),
+                      layout=srcs[0].layout if inplace else object())
+
+    @staticmethod
+    def view(src: Tensor, name: str = "", nbytes: int | None = None) -> Tensor:
+        root = src.view_src or src
+        return Tensor(name or f"{src.name} (view)", src.nbytes if nbytes is None else nbytes,
+                      "VIEW", (src,), view_src=root, layout=src.layout
+                      if nbytes is None else object(), external=root.external)
+
+    def expand(self, root: Tensor) -> None:
+        stack: list[tuple[Tensor, bool]] = [(root, False)]
+        while stack:
+            tensor, ready = stack.pop()
+            if id(tensor) in self.seen:
+                continue
+            if not ready:
+                stack.append((tensor, True))
+                stack.extend((src, False) for src in reversed(tensor.srcs)
+                             if id(src) not in self.seen)
+                continue
+            self.seen.add(id(tensor))
+            if tensor.external or (tensor.op == "NONE" and not tensor.is_input):
+                continue  # a weight, a cache, or a constant allocated where first used
+            (self.graph.inputs if tensor.is_input else self.graph.nodes).append(tensor)
+
+
+def _assign_backends(graph: Graph, weights: set[int], cpu: int) -> None:
+    """The backend of every node and view, as ``ggml_backend_sched_split_graph`` picks
+    them: an input on the CPU, a view of a weight or cache where that lives, an
+    operation reading a weight where the weight lives (but ROPE and FLASH_ATTN_EXT);
+    then each device's assignment spread down and up the graph over unassigned nodes
+    (views skipped, the CPU's not spread), then any backend's; a node still unassigned
+    goes where most of its sources are, a view where its source is, a constant where its
+    reader runs."""
+    nodes = graph.nodes
+    backend: dict[int, int] = {}
+    for tensor in graph.inputs:
+        backend[id(tensor)] = cpu
+    for node in nodes:
+        root = node.view_src
+        if root is not None and root.external:
+            backend[id(node)] = root.backend
+        elif node.op not in ("ROPE", "FLASH_ATTN_EXT"):
+            pinned = next((src for src in node.srcs if id(src) in weights), None)
+            if pinned is not None:
+                backend[id(node)] = pinned.backend
+    ops = [node for node in nodes if node.op != "VIEW"]
+    for order, skip_cpu in ((ops, True), (ops[::-1], True), (ops, False), (ops[::-1], False)):
+        current = -1
+        for node in order:
+            assigned = backend.get(id(node))
+            if assigned is not None:
+                current = -1 if skip_cpu and assigned == cpu else assigned
+            elif current != -1:
+                backend[id(node)] = current
+    for node in ops:
+        if id(node) not in backend:
+            counts: dict[int, int] = {}
+            for src in node.srcs:
+                where = backend.get(id(src.view_src or src), src.backend if src.external
+                                    else None)
+                if where is not None:
+                    counts[where] = counts.get(where, 0) + 1
+            # The first backend with the most sources, the first of all with none.
+            backend[id(node)] = max(sorted(counts), key=lambda b: counts[b]) if counts \
+                else 0
+    for node in nodes:
+        if node.op == "VIEW" and id(node) not in backend:
+            root = node.view_src
+            assert root is not None
+            backend[id(node)] = root.backend if root.external else backend[id(root)]
+        node.backend = backend[id(node)]
+        for src in node.srcs:
+            if not src.external and id(src) not in backend:
+                backend[id(src)] = node.backend  # a constant: where it is read
+                src.backend = node.backend
+
+
+def _dsv4_graph(b: _Builder, output_backend: int) -> Graph:
+    """DeepSeek-V4's graph (deepseek4.cpp), with llama.cpp's fused hyper-connection
+    operations (on by default where the layer's device runs them): the token rows
+    repeated into ``hc`` residual streams; each half of a block normed whole and mixed
+    into coefficients, reduced to one row (``DSV4_HC_PRE``) and written back to every
+    stream (``DSV4_HC_POST``); the output rows reduced once more without the fused
+    operation (``build_hc_head``: each stream's strided view times its coefficient).
+    Attention: low-rank queries normed and roped, one K row per token into the
+    sliding-window cache; a compressed layer first feeds its compressor (the ubatch's
+    rows with the compressor state, gathered in blocks, softmax-pooled, normed, roped,
+    written to its compressed cache; the state's last rows kept) and attends over the
+    sliding window and its compressed cache, a CSA layer through the lightning indexer's
+    top-k (its queries ``indexer_heads x indexer_dim`` per token, rotated), an HCA layer
+    through all of it; the output de-roped and projected through grouped low-rank
+    matrices. The mixture of experts is scored by sqrt(softplus) with a selection bias,
+    beside a shared expert. The backends are those ggml's scheduler picks, so on a
+    split each device copies in the streams and their norm from the one before."""
+    g, m, n = b.graph, b.model, b.n_tokens
+    e = _Expanding(g)
+    hc, width = m.hc_streams, m.n_embd * F32
+    host = b.input_backend
+    weights: set[int] = set()
+
+    def backend_of(index: int) -> int:
+        return b.backend_of[index] if b.backend_of else host
+
+    def weight(name: str, where: int) -> Tensor:
+        tensor = b.weights.get(name)
+        if tensor is None:
+            tensor = b.weights[name] = Tensor(name, 0, external=True, backend=where)
+            weights.add(id(tensor))
+        return tensor
+
+    def cache(name: str, where: int) -> Tensor:
+        return b.weights.setdefault(name, Tensor(name, 0, external=True, backend=where))
+
+    def inp(name: str, nbytes: int) -> Tensor:
+        return Tensor(name, nbytes, is_input=True, backend=host)
+
+    def write(name: str, target: Tensor, rows: Tensor, idxs: Tensor) -> Tensor:
+        """set_rows into ``target``: a view of it, allocated with it."""
+        return Tensor(name, 0, "SET_ROWS", (target, rows, idxs), view_src=target)
+
+    def norm(x: Tensor, w: Tensor, name: str) -> Tensor:
+        return e.op("MUL", x.nbytes, (e.op("RMS_NORM", x.nbytes, (x,), f"{name}_rms",
+                                           inplace=True), w), name, inplace=True)
+
+    def rows(count: int) -> int:
+        return count * n * F32
+
+    # Inputs (build_inp_embd, build_inp_pos, build_inp_out_ids, build_inp_dsv4).
+    tokens = inp("inp_tokens", n * I32)
+    embd_rows = e.op("GET_ROWS", width * n, (weight("token_embd.weight", host), tokens),
+                     "embd")
+    e.expand(embd_rows)
+    e.expand(inp("inp_embd", width * n))
+    # Flash attention reads f16 masks, the fused lightning indexer always does.
+    mask_type = F16 if b.flash_attn else F32
+    raw_mask = inp("attn_inp_kq_mask", b.n_kv_swa * n * mask_type)
+    e.expand(raw_mask)
+    pos = inp("inp_pos", n * I32)
+    out_ids = inp("inp_out_ids", b.n_outputs * I32)
+    k_idxs = inp("attn_inp_k_idxs", n * I64)
+    compressed_inputs: dict[str, dict[str, Tensor]] = {}
+    for kind, ratio, overlap in (("csa", CSA_RATIO, True), ("hca", HCA_RATIO, False),
+                                 ("lid", CSA_RATIO, True)):
+        # llama_kv_cache_dsv4_context's reserve plan: the blocks a ubatch of one
+        # sequence may close, the state rows it keeps (two blocks' worth for the
+        # overlapping CSA compressors, one for HCA), no rollback rows.
+        blocks = n // ratio + 1
+        state = (2 if overlap else 1) * ratio
+        compressed_inputs[kind] = {
+            "state_pos": inp(f"dsv4_{kind}_state_pos", n * I32),
+            "persist_src": inp(f"dsv4_{kind}_state_persist_src_idxs", min(n, state) * I32),
+            "persist_dst": inp(f"dsv4_{kind}_state_persist_dst_idxs", min(n, state) * I32),
+            "read": inp(f"dsv4_{kind}_state_read_idxs",
+                        (2 if overlap else 1) * ratio * blocks * I32),
+            "write_idxs": inp(f"dsv4_{kind}_state_write_idxs", blocks * I64),
+            "write_pos": inp(f"dsv4_{kind}_state_write_pos", blocks * I32),
+            "mask": inp(f"dsv4_{kind}_kq_mask", _compressed_cells(b.n_kv, ratio) * n
+                        * (F16 if kind == "lid" else mask_type))}
+    # The indexer's cache rotates its keys (and so the queries) by a Hadamard matrix.
+    indexed = [block.attention.indexer_dim for block in m.blocks
+               if block.attention is not None and block.attention.indexer_dim]
+    lid_rot = inp("attn_inp_k_rot", indexed[0] ** 2 * F32 if indexed else 0)
+
+    def hc_pre(x: Tensor, fn: str, scale: str, base: str, where: int,
+               tokens: int) -> tuple[Tensor, Tensor, Tensor]:
+        """build_hc_pre: the streams flattened and normed, mixed into the pre, post and
+        combination coefficients, the fused reduction. Returns it, post, comb."""
+        mix = (2 + hc) * hc
+        flat = e.view(x, "hc_flat")
+        flat_norm = e.op("RMS_NORM", x.nbytes, (flat,), "hc_flat_norm", inplace=True)
+        mixes = e.op("MUL_MAT", mix * tokens * F32, (weight(fn, where), flat_norm),
+                     "hc_mixes")
+        strided = hc * F32 + (tokens - 1) * mix * F32
+
+        def coefficients(name: str) -> Tensor:
+            c = e.op("MUL", hc * tokens * F32,
+                     (e.view(mixes, name, strided), e.view(weight(scale, where))), name)
+            c = e.op("ADD", c.nbytes, (c, e.view(weight(base, where))), name, inplace=True)
+            c = e.op("UNARY", c.nbytes, (c,), name, inplace=True)
+            return e.op("SCALE", c.nbytes, (c,), name, inplace=True)
+
+        pre = coefficients("hc_pre")
+        post = coefficients("hc_post")
+        comb = e.op("DSV4_HC_COMB", hc * hc * tokens * F32,
+                    (mixes, weight(scale, where), weight(base, where)), "hc_comb")
+        return e.op("DSV4_HC_PRE", width * tokens, (x, pre), "hc_pre_out"), post, comb
+
+    def hc_post(out: Tensor, residual: Tensor, post: Tensor, comb: Tensor) -> Tensor:
+        return e.op("DSV4_HC_POST", residual.nbytes, (out, residual, post, comb), "hc_out")
+
+    def compress(kind: str, kv: Tensor, score: Tensor, norm_w: Tensor, ratio: int,
+                 dim: int, index: int, where: int) -> Tensor:
+        """build_{overlap,hca}_compressed_kv_from_state: the state's rows beside the
+        ubatch's, gathered ``ratio`` (twice over when overlapping) per block, each
+        block's softmax-weighted sum, normed and roped."""
+        put = compressed_inputs[kind]
+        overlap = ratio == CSA_RATIO
+        blocks = n // ratio + 1
+        plane = (2 if overlap else 1) * dim
+        state = (2 if overlap else 1) * ratio
+        sources = []
+        for name, rows_in in (("kv", kv), ("score", score)):
+            state_view = e.view(cache(f"{kind}_state_{name}_{index}", where),
+                                f"{kind}_base_{name}")
+            joined = e.op("CONCAT", plane * (state + n) * F32, (state_view, rows_in),
+                          f"{kind}_source_{name}")
+            if overlap:
+                # A zero row (or -inf for the scores) appended for the padded reads.
+                row = e.op("SCALE", plane * F32, (e.view(joined, nbytes=plane * F32),),
+                           f"{kind}_zero_row")
+                joined = e.op("CONCAT", joined.nbytes + plane * F32,
+                              (joined, e.view(row)), f"{kind}_source_{name}_padded")
+            sources.append(joined)
+        per_block = (2 if overlap else 1) * ratio
+        parts = []
+        for joined, name in zip(sources, ("kv", "score"), strict=True):
+            gathered = e.op("GET_ROWS", plane * per_block * blocks * F32,
+                            (joined, put["read"]), f"{kind}_{name}_rows")
+            if overlap:
+                halves = [e.op("CONT", dim * ratio * blocks * F32,
+                               (e.view(gathered, nbytes=gathered.nbytes),),
+                               f"{kind}_{name}_{half}") for half in ("prev", "cur")]
+                gathered = e.op("CONCAT", dim * per_block * blocks * F32,
+                                (e.view(halves[0]), e.view(halves[1])), f"{kind}_{name}s")
+            parts.append(e.op("CONT", dim * per_block * blocks * F32,
+                              (e.view(gathered, nbytes=gathered.nbytes),),
+                              f"{kind}_{name}_t"))
+        values, scores = parts
+        probs = e.op("SOFT_MAX", scores.nbytes, (scores,), f"{kind}_weights", inplace=True)
+        pooled = e.op("MUL", values.nbytes, (values, probs), f"{kind}_pooled", inplace=True)
+        pooled = e.op("SUM_ROWS", dim * blocks * F32, (pooled,), f"{kind}_sum")
+        comp = e.op("CONT", pooled.nbytes, (e.view(pooled, nbytes=pooled.nbytes),),
+                    f"{kind}_comp")
+        comp = norm(comp, norm_w, f"{kind}_comp_norm")
+        return e.op("ROPE", comp.nbytes, (comp, put["write_pos"]), f"{kind}_comp_rope",
+                    inplace=True)
+
+    def compressor(kind: str, cur: Tensor, layer: str, prefix: str, where: int, ratio: int,
+                   dim: int, index: int) -> Tensor:
+        """A compressor's projections and pooled rows written to its cache, its state's
+        last rows kept; the cache write (the root ggml expands)."""
+        put = compressed_inputs[kind]
+        overlap = ratio == CSA_RATIO
+        plane = (2 if overlap else 1) * dim
+        state = (2 if overlap else 1) * ratio
+        kv = e.op("MUL_MAT", rows(plane), (weight(f"{layer}.{prefix}_kv", where), cur),
+                  f"{kind}_state_kv")
+        score = e.op("MUL_MAT", rows(plane), (weight(f"{layer}.{prefix}_gate", where), cur),
+                     f"{kind}_state_score")
+        ape = e.op("GET_ROWS", rows(plane), (weight(f"{layer}.{prefix}_ape", where),
+                                             put["state_pos"]), f"{kind}_ape_rows")
+        score = e.op("ADD", score.nbytes, (score, ape), f"{kind}_state_score_ape",
+                     inplace=True)
+        comp = compress(kind, kv, score, weight(f"{layer}.{prefix}_norm", where), ratio, dim,
+                        index, where)
+        if kind == "lid":
+            flat = e.view(comp, "lid_comp_flat")
+            comp = e.view(e.op("MUL_MAT", comp.nbytes, (lid_rot, flat), "lid_comp_rot"))
+        e.expand(write(f"{kind}_write", cache(f"cache_{kind}_{index}", where),
+                       e.view(comp), put["write_idxs"]))
+        for rows_in, name in ((kv, "kv"), (score, "score")):
+            kept = e.op("GET_ROWS", plane * min(n, state) * F32, (rows_in, put["persist_src"]),
+                        f"{kind}_persist_{name}")
+            e.expand(write(f"{kind}_persist_{name}_write",
+                           cache(f"{kind}_state_{name}_{index}", where), kept,
+                           put["persist_dst"]))
+        return comp
+
+    def attention(cur: Tensor, index: int, where: int) -> Tensor:
+        """build_attention_impl for one layer of the main graph."""
+        attn = m.blocks[index].attention
+        assert attn is not None
+        layer = f"blk.{index}"
+        heads, dim = attn.n_head, attn.k_width
+        ratio = m.compress_ratios[index]
+        qr = e.op("MUL_MAT", rows(attn.q_lora), (weight(f"{layer}.attn_q_a", where), cur),
+                  "qr")
+        qr = norm(qr, weight(f"{layer}.attn_q_a_norm", where), "qr_norm")
+        q = e.op("MUL_MAT", rows(heads * dim), (weight(f"{layer}.attn_q_b", where), qr), "q")
+        q = e.op("RMS_NORM", q.nbytes, (e.view(q, "q (reshaped)"),), "q_norm", inplace=True)
+        q = e.op("ROPE", q.nbytes, (q, pos), "q", inplace=True)
+        kv = e.op("MUL_MAT", rows(dim), (weight(f"{layer}.attn_kv", where), cur), "kv")
+        kv = norm(kv, weight(f"{layer}.attn_kv_a_norm", where), "kv_norm")
+        kv = e.op("ROPE", kv.nbytes, (e.view(kv, "kv (reshaped)"), pos), "kv", inplace=True)
+        top_k = None
+        compressed = None
+        if ratio == HCA_RATIO:
+            compressor("hca", cur, layer, "attn_compressor", where, ratio, dim, index)
+            compressed = compressed_inputs["hca"]
+        elif ratio == CSA_RATIO:
+            compressor("csa", cur, layer, "attn_compressor", where, ratio, dim, index)
+            compressor("lid", cur, layer, "indexer_compressor", where, ratio,
+                       attn.indexer_dim, index)
+            compressed = compressed_inputs["csa"]
+            # build_lid_top_k: the indexer's query heads from the low-rank query, roped
+            # and rotated, scored (fused) against the indexer's cache with per-head
+            # weights, the best cells of each token kept.
+            size = rows(attn.indexer_heads * attn.indexer_dim)
+            iq = e.op("MUL_MAT", size, (weight(f"{layer}.indexer.attn_q_b", where), qr),
+                      "lid_q")
+            iq = e.op("ROPE", size, (e.view(iq, "lid_q (reshaped)"), pos), "lid_q_rope",
+                      inplace=True)
+            iq = e.view(e.op("MUL_MAT", size, (lid_rot, e.view(iq, "lid_q (flat)")),
+                             "lid_q_rot"))
+            iw = e.op("MUL_MAT", rows(attn.indexer_heads),
+                      (weight(f"{layer}.indexer.proj", where), cur), "lid_weights")
+            iw = e.op("SCALE", iw.nbytes, (iw,), "lid_weights", inplace=True)
+            cells = _compressed_cells(b.n_kv, CSA_RATIO)
+            score = e.op("LIGHTNING_INDEXER", rows(cells),
+                         (e.view(iq), e.view(cache(f"cache_lid_{index}", where)),
+                          e.view(iw), compressed_inputs["lid"]["mask"]), "lid_score")
+            picked = e.op("TOP_K", min(attn.indexer_top_k, cells) * n * I32, (score,),
+                          "lid_top_k")
+            top_k = e.op("CONT", picked.nbytes, (picked,), "lid_top_k")
+        e.expand(q)
+        e.expand(kv)
+        e.expand(write("raw_write", cache(f"cache_k_{index}", where), e.view(kv), k_idxs))
+        raw_k = e.view(cache(f"cache_k_{index}", where), "raw_k")
+        if compressed is None:
+            keys, mask = raw_k, raw_mask
+        else:
+            kind = "csa" if ratio == CSA_RATIO else "hca"
+            cells = _compressed_cells(b.n_kv, ratio)
+            keys = e.op("CONCAT", dim * (b.n_kv_swa + cells) * F16,
+                        (raw_k, e.view(cache(f"cache_{kind}_{index}", where))), "k_all")
+            comp_mask = compressed["mask"]
+            if top_k is not None:
+                # build_top_k_mask: every cell masked, the picked cells zeroed, the
+                # causal mask added.
+                everything = e.op("FILL", comp_mask.nbytes, (comp_mask,), "kq_mask_all",
+                                  inplace=True)
+                zeros = Tensor("zeros", top_k.nbytes // I32 * mask_type)
+                zeros = e.op("FILL", zeros.nbytes, (zeros,), "zeros", inplace=True)
+                unmasked = Tensor("kq_mask_top_k", comp_mask.nbytes, "SET_ROWS",
+                                  (e.view(everything), zeros, e.view(top_k)),
+                                  view_src=everything)
+                comp_mask = e.op("ADD", comp_mask.nbytes, (e.view(unmasked), comp_mask),
+                                 "csa_top_k_mask")
+            mask = e.op("CONCAT", raw_mask.nbytes + comp_mask.nbytes, (raw_mask, comp_mask),
+                        "kq_mask")
+        sinks = weight(f"{layer}.attn_sinks", where)
+        if b.flash_attn:
+            out = e.op("FLASH_ATTN_EXT", rows(heads * dim),
+                       (e.view(q), e.view(keys), e.view(keys), mask, sinks), "kqv")
+        else:
+            cells = keys.nbytes // (dim * F16) if compressed is not None else b.n_kv_swa
+            scores = e.op("MUL_MAT", rows(cells * heads), (e.view(keys), e.view(q)), "kq")
+            scores = e.op("SOFT_MAX", scores.nbytes, (scores, mask, sinks), "kq_soft_max",
+                          inplace=True)
+            values = e.op("CONT", dim * cells * F16, (e.view(keys),), "v_cont")
+            out = e.op("MUL_MAT", rows(heads * dim), (values, scores), "kqv")
+            out = e.op("CONT", out.nbytes, (e.view(out),), "kqv_merged_cont")
+        out = e.view(out, "attn_out_2d")
+        e.expand(out)
+        out = e.op("ROPE_BACK", out.nbytes, (e.view(out), pos), "attn_derope", inplace=True)
+        grouped = e.op("MUL_MAT", rows(attn.output_groups * attn.output_lora),
+                       (weight(f"{layer}.attn_output_a", where), e.view(e.view(out))),
+                       "attn_wo_a")
+        grouped = e.op("CONT", grouped.nbytes, (e.view(grouped),), "attn_wo_a_cont")
+        return e.op("MUL_MAT", width * n, (weight(f"{layer}.attn_output_b", where), grouped),
+                    "attn_out")
+
+    def feed_forward(cur: Tensor, index: int, where: int) -> Tensor:
+        """build_moe_ffn (sqrt-softplus scores, a selection bias, normalized weights) and
+        the shared expert, added; the experts' weights and sum expanded early."""
+        ffn = m.blocks[index].feed_forward
+        assert ffn is not None
+        layer = f"blk.{index}"
+        k, experts = ffn.n_expert_used, ffn.n_expert
+        logits = e.op("MUL_MAT", rows(experts), (weight(f"{layer}.ffn_gate_inp", where), cur),
+                      "ffn_moe_logits")
+        probs = e.op("UNARY", logits.nbytes, (logits,), "ffn_moe_softplus", inplace=True)
+        probs = e.op("SQRT", probs.nbytes, (probs,), "ffn_moe_probs", inplace=True)
+        biased = e.op("ADD", probs.nbytes, (probs, weight(f"{layer}.exp_probs_b", where)),
+                      "ffn_moe_probs_biased")
+        order = e.op("ARGSORT", experts * n * I32, (biased,), "ffn_moe_argsort")
+        chosen = e.view(order, "ffn_moe_topk", k * n * I32)
+        share = e.op("GET_ROWS", rows(k), (e.view(probs), chosen), "ffn_moe_weights")
+        if ffn.norm_weights:
+            total = e.op("SUM_ROWS", rows(1), (e.view(share),), "ffn_moe_weights_sum")
+            total = e.op("CLAMP", total.nbytes, (total,), "ffn_moe_weights_sum", inplace=True)
+            share = e.op("DIV", share.nbytes, (e.view(share), total), "ffn_moe_weights_norm")
+        share = e.view(share)
+        e.expand(share)
+        x = e.view(cur)
+        size = rows(ffn.n_ff * k)
+        up = e.op("MUL_MAT_ID", size, (weight(f"{layer}.ffn_up_exps", where), x, chosen),
+                  "ffn_moe_up")
+        gate = e.op("MUL_MAT_ID", size, (weight(f"{layer}.ffn_gate_exps", where), x, chosen),
+                    "ffn_moe_gate")
+        act = e.op("GLU", size, (gate, up), "ffn_moe_swiglu_limited")
+        down = e.op("MUL_MAT_ID", width * k * n,
+                    (weight(f"{layer}.ffn_down_exps", where), act, chosen), "ffn_moe_down")
+        down = e.op("MUL", down.nbytes, (down, share), "ffn_moe_weighted", inplace=True)
+        e.expand(down)
+        views = [e.view(down, f"ffn_moe_weighted ({i})", width * n) for i in range(k)]
+        for view in views:
+            e.expand(view)
+        total = views[0]
+        for view in views[1:]:
+            total = e.op("ADD", width * n, (total, view), "ffn_moe_out")
+            e.expand(total)
+        shared = ffn.n_ff_shexp
+        if not shared:
+            return total
+        up = e.op("MUL_MAT", rows(shared), (weight(f"{layer}.ffn_up_shexp", where), cur),
+                  "ffn_up")
+        gate = e.op("MUL_MAT", rows(shared), (weight(f"{layer}.ffn_gate_shexp", where), cur),
+                    "ffn_gate")
+        act = e.op("GLU", rows(shared), (gate, up), "ffn_swiglu_limited")
+        down = e.op("MUL_MAT", width * n, (weight(f"{layer}.ffn_down_shexp", where), act),
+                    "ffn_shexp")
+        return e.op("ADD", width * n, (total, down), "ffn_out", inplace=True)
+
+    x = e.op("REPEAT", hc * width * n, (e.view(embd_rows),), "hc_init")
+    for index in range(len(m.compress_ratios)):
+        where = backend_of(index)
+        layer = f"blk.{index}"
+        residual = x
+        cur, post, comb = hc_pre(x, f"{layer}.hc_attn_fn", f"{layer}.hc_attn_scale",
+                                 f"{layer}.hc_attn_base", where, n)
+        cur = norm(cur, weight(f"{layer}.attn_norm", where), "attn_norm")
+        x = hc_post(attention(cur, index, where), residual, post, comb)
+        residual = x
+        cur, post, comb = hc_pre(x, f"{layer}.hc_ffn_fn", f"{layer}.hc_ffn_scale",
+                                 f"{layer}.hc_ffn_base", where, n)
+        for root in (residual, post, comb):
+            e.expand(root)
+        cur = norm(cur, weight(f"{layer}.ffn_norm", where), "ffn_norm")
+        x = hc_post(feed_forward(cur, index, where), residual, post, comb)
+    # The output rows of every stream, reduced once more (build_hc_head, unfused).
+    outputs = b.n_outputs
+    x = e.op("GET_ROWS", hc * width * outputs, (e.view(x, "hc_flat"), out_ids), "hc_rows")
+    flat_norm = e.op("RMS_NORM", x.nbytes, (e.view(x, "hc_flat"),), "hc_head_norm",
+                     inplace=True)
+    mixes = e.op("MUL_MAT", hc * outputs * F32,
+                 (weight("output_hc_fn.weight", output_backend), flat_norm), "hc_head_mixes")
+    pre = e.op("MUL", mixes.nbytes, (mixes, weight("output_hc_scale.weight", output_backend)),
+               "hc_head_pre", inplace=True)
+    pre = e.op("ADD", pre.nbytes, (pre, weight("output_hc_base.weight", output_backend)),
+               "hc_head_pre", inplace=True)
+    pre = e.op("UNARY", pre.nbytes, (pre,), "hc_head_pre", inplace=True)
+    pre = e.op("SCALE", pre.nbytes, (pre,), "hc_head_pre", inplace=True)
+    reduced = None
+    for stream in range(hc):
+        view = e.view(x, f"hc_stream_{stream}", (outputs - 1) * hc * width + width)
+        term = e.op("MUL", width * outputs, (view, e.view(pre)), "hc_head_term")
+        reduced = term if reduced is None else e.op("ADD", term.nbytes, (reduced, term),
+                                                    "hc_head", inplace=True)
+    assert reduced is not None
+    normed = norm(reduced, weight("output_norm.weight", output_backend), "result_norm")
+    logits = e.op("MUL_MAT", m.n_vocab * outputs * F32,
+                  (weight("output.weight", output_backend), normed), "result_output")
+    logits.is_output = True
+    e.expand(logits)
+    _assign_backends(g, weights, host)
+    return g
+
+
 def hrm_matrix_block(model: GraphModel, slot: int) -> int:
     """The block whose matrices HRM-Text's slot (cache slot, block index) runs: the first
     stack's blocks for a low-level cycle, the second stack's for the high-level one
@@ -2135,6 +2640,14 @@ def _hrm_fields(arch: str, key: Callable[[str], Any], names: set[str]) -> dict[s
             "hrm_slot_scales": "blk.0.attn_q.scale" in names}
 
 
+def _main_layer_ratios(key: Callable[[str], Any],
+                       per_layer: Callable[[str], list[int]]) -> tuple[int, ...]:
+    """DeepSeek-V4's compression ratio of each layer of the main graph (the
+    next-token-prediction layers after them run in a graph of their own)."""
+    ratios = per_layer("attention.compress_ratios")
+    return tuple(ratios[:len(ratios) - int(key("nextn_predict_layers"))])
+
+
 def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphModel:
     """The graph-relevant shape of a GGUF model: the metadata's head counts and expert
     counts, the tensors' widths."""
@@ -2180,7 +2693,18 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
         w = widths[index]
         layer = memory.layers[index]
         attention = None
-        if heads[index] and "attn_kv_a_mqa" in w and "attn_k_b" in w and "attn_output" in w:
+        if arch in COMPRESSED_ATTENTION and heads[index] and "attn_kv" in w:
+            head = int(key("attention.key_length"))
+            indexer = "indexer.attn_q_b" in w
+            attention = AttentionShape(
+                heads[index] * head, head, 0, heads[index] * head, heads[index],
+                sliding=layer.sliding, q_lora=int(key("attention.q_lora_rank")),
+                indexer_heads=int(key("attention.indexer.head_count")) if indexer else 0,
+                indexer_dim=int(key("attention.indexer.key_length")) if indexer else 0,
+                indexer_top_k=int(key("attention.indexer.top_k")) if indexer else 0,
+                output_groups=int(key("attention.output_group_count")),
+                output_lora=int(key("attention.output_lora_rank")))
+        elif heads[index] and "attn_kv_a_mqa" in w and "attn_k_b" in w and "attn_output" in w:
             kv_lora = int(key("attention.kv_lora_rank"))
             q_lora = w["attn_q_a"] // n_embd if "attn_q_a" in w else 0
             q_width = (w["attn_q_b"] // q_lora) if q_lora else w.get("attn_q", 0) // n_embd
@@ -2326,4 +2850,6 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
                       hc_streams=int(key("hyper_connection.count"))
                       if arch in HYPER_CONNECTIONS | POOLED_INDEXER_HYPER_CONNECTIONS else 0,
                       hc_mixed=arch in POOLED_INDEXER_HYPER_CONNECTIONS,
+                      compress_ratios=_main_layer_ratios(key, per_layer)
+                      if arch in COMPRESSED_ATTENTION else (),
                       **_hrm_fields(arch, key, names))
