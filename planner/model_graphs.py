@@ -258,6 +258,8 @@ class GraphModel:
     """DeepSeek-V4 (deepseek4.cpp): each layer's KV compression ratio (0, 4 for CSA
     through the lightning indexer, 128 for HCA); its graph is its own (``hc_streams``
     residual streams, compressed attention). Empty for every other architecture."""
+    hash_routed_layers: int = 0
+    """DeepSeek-V4's leading layers that pick their experts by token id."""
     hrm_layers_per_stack: int = 0
     """HRM-Text's recurrent stacks (hrm-text.cpp): layers per stack, and the cycles. Each
     cycle runs its own cache slots (blocks), ``l_cycles`` low-level stacks on the matrices
@@ -2344,7 +2346,9 @@ def _dsv4_graph(b: _Builder, output_backend: int) -> Graph:
 
     def feed_forward(cur: Tensor, index: int, where: int) -> Tensor:
         """build_moe_ffn (sqrt-softplus scores, a selection bias, normalized weights) and
-        the shared expert, added; the experts' weights and sum expanded early."""
+        the shared expert, added; the experts' weights and sum expanded early. A
+        hash-routed layer looks its experts up by token (``ffn_gate_tid2eid``) instead
+        of ranking the biased scores."""
         ffn = m.blocks[index].feed_forward
         assert ffn is not None
         layer = f"blk.{index}"
@@ -2353,10 +2357,15 @@ def _dsv4_graph(b: _Builder, output_backend: int) -> Graph:
                       "ffn_moe_logits")
         probs = e.op("UNARY", logits.nbytes, (logits,), "ffn_moe_softplus", inplace=True)
         probs = e.op("SQRT", probs.nbytes, (probs,), "ffn_moe_probs", inplace=True)
-        biased = e.op("ADD", probs.nbytes, (probs, weight(f"{layer}.exp_probs_b", where)),
-                      "ffn_moe_probs_biased")
-        order = e.op("ARGSORT", experts * n * I32, (biased,), "ffn_moe_argsort")
-        chosen = e.view(order, "ffn_moe_topk", k * n * I32)
+        if index < m.hash_routed_layers:
+            chosen = e.op("GET_ROWS", k * n * I32,
+                          (weight(f"{layer}.ffn_gate_tid2eid", where), tokens),
+                          "ffn_moe_hash_experts")
+        else:
+            biased = e.op("ADD", probs.nbytes, (probs, weight(f"{layer}.exp_probs_b", where)),
+                          "ffn_moe_probs_biased")
+            order = e.op("ARGSORT", experts * n * I32, (biased,), "ffn_moe_argsort")
+            chosen = e.view(order, "ffn_moe_topk", k * n * I32)
         share = e.op("GET_ROWS", rows(k), (e.view(probs), chosen), "ffn_moe_weights")
         if ffn.norm_weights:
             total = e.op("SUM_ROWS", rows(1), (e.view(share),), "ffn_moe_weights_sum")
@@ -2852,4 +2861,6 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
                       hc_mixed=arch in POOLED_INDEXER_HYPER_CONNECTIONS,
                       compress_ratios=_main_layer_ratios(key, per_layer)
                       if arch in COMPRESSED_ATTENTION else (),
+                      hash_routed_layers=int(key("hash_layer_count"))
+                      if arch in COMPRESSED_ATTENTION else 0,
                       **_hrm_fields(arch, key, names))

@@ -218,3 +218,30 @@ def test_deepseek4_compressors_run_before_the_indexer_and_the_streams_cross_devi
     assert not any(name.startswith("dsv4_") for backend, name in copied if backend == 0)
     assert entry["file"] not in KNOWN_MISSES
     assert all(row.within_target for row in ROWS if row.file == entry["file"])
+
+
+def test_deepseek4_hash_routed_layers_look_their_experts_up_by_token() -> None:
+    """A hash-routed DeepSeek-V4 layer (``hash_layer_count``) gathers its experts from
+    ``ffn_gate_tid2eid`` by token id (deepseek4.cpp) and ranks no biased scores: its
+    device reads the token ids, and the later layers still rank theirs."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from planner.memory_check import model_from_header
+    from planner.model_graphs import build_graph
+
+    entry = next(e for e in RECORD["models"] if e["architecture"] == "deepseek4")
+    header = entry["header"]
+    tensors = [SimpleNamespace(name=n, type_name=t, n_bytes=b) for n, t, b in header["tensors"]]
+    plain = model_from_header(entry["file"], header["metadata"], tensors,
+                              entry["file"]).graph_model()
+    assert plain.hash_routed_layers == 0
+    hashed = replace(plain, hash_routed_layers=2)
+    graphs = [build_graph(model, n_tokens=8, n_outputs=8, n_kv=1024, n_kv_swa=768)
+              for model in (plain, hashed)]
+    looked_up = [[node for node in graph.nodes if any(
+        src.name.endswith("ffn_gate_tid2eid") for src in node.srcs)] for graph in graphs]
+    assert [len(nodes) for nodes in looked_up] == [0, 2]
+    assert all(node.srcs[1].name == "inp_tokens" for node in looked_up[1])
+    ranked = [sum(node.op == "ARGSORT" for node in graph.nodes) for graph in graphs]
+    assert ranked == [4, 2]
