@@ -321,8 +321,9 @@ class _Builder:
         return tensor.nbytes // (self.model.n_embd * F32)
 
 
-def _inputs(b: _Builder) -> dict[str, Tensor]:
-    """The graph's inputs, which live on the host, in the order llama.cpp creates them."""
+def _token_inputs(b: _Builder) -> dict[str, Tensor]:
+    """The ubatch's tokens and embeddings, and a mixed batch's, which every graph's
+    inputs start with."""
     g, m, n = b.graph, b.model, b.n_tokens
     host = b.input_backend
     inputs = {"tokens": g.input("inp_tokens", n * I32, host),
@@ -331,6 +332,14 @@ def _inputs(b: _Builder) -> dict[str, Tensor]:
         inputs["mixed_tokens"] = g.input("inp_mixed_tokens", n * I32, host)
         inputs["mixed_slots"] = g.input("inp_mixed_slots", n * I64, host)
         inputs["mixed_embd"] = g.input("inp_mixed_embd", m.n_embd * n * F32, host)
+    return inputs
+
+
+def _inputs(b: _Builder) -> dict[str, Tensor]:
+    """The graph's inputs, which live on the host, in the order llama.cpp creates them."""
+    g, m, n = b.graph, b.model, b.n_tokens
+    host = b.input_backend
+    inputs = _token_inputs(b)
     if any(block.recurrent is not None for block in m.blocks):
         inputs["rs_copy"] = g.input("rs_s_copy", 8 * I32, host)
     indexed = [block.attention for block in m.blocks
@@ -1683,12 +1692,7 @@ def _kpool_inputs(b: _Builder) -> dict[str, Tensor]:
     recurrent state's rows, the output rows."""
     g, m, n = b.graph, b.model, b.n_tokens
     host = b.input_backend
-    inputs = {"tokens": g.input("inp_tokens", n * I32, host),
-              "embd": g.input("inp_embd", m.n_embd * n * F32, host)}
-    if m.mixed_batch:
-        inputs["mixed_tokens"] = g.input("inp_mixed_tokens", n * I32, host)
-        inputs["mixed_slots"] = g.input("inp_mixed_slots", n * I64, host)
-        inputs["mixed_embd"] = g.input("inp_mixed_embd", m.n_embd * n * F32, host)
+    inputs = _token_inputs(b)
     pooled = [block.attention for block in m.blocks
               if block.attention is not None and block.attention.indexer_kpool]
     mask = F16 if b.flash_attn else F32
