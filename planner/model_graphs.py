@@ -91,6 +91,10 @@ HYPER_CONNECTIONS = frozenset({"hy_v4", "deepseek4"})
 POOLED_INDEXER_HYPER_CONNECTIONS = frozenset({"glm5-next"})
 # DeepSeek-V4: compressed attention (per-layer compress_ratios) and a graph of its own.
 COMPRESSED_ATTENTION = frozenset({"deepseek4"})
+# qwen4exp.cpp: hyper-connection streams mixed by low-rank gates, a per-layer n-gram
+# embedding (PLE) on one linear layer, gated delta-net linear layers and full-attention
+# layers whose sparse attention (QSA) scores blocks of pooled indexer keys.
+QWEN4EXP = frozenset({"qwen4exp"})
 # Kimi K3: cross-layer residual attention (attn_res.block_size) and the SiTU activation.
 RESIDUAL_STACK = frozenset({"kimi-k3"})
 SITU = frozenset({"kimi-k3"})
@@ -260,6 +264,28 @@ class GraphModel:
     residual streams, compressed attention). Empty for every other architecture."""
     hash_routed_layers: int = 0
     """DeepSeek-V4's leading layers that pick their experts by token id."""
+    low_rank_streams: int = 0
+    """qwen4exp's hyper-connections: the residual is this many streams per token, each
+    half of a block reads their gated mean (``build_hc_mix``, the gates from a low-rank
+    pair of projections) and scatters its output back into each stream
+    (``build_hc_combine``); 0 for a plain residual."""
+    low_rank_width: int = 0
+    """The width of the low-rank pair the mixers' gates come from."""
+    ple_block: int = -1
+    """qwen4exp's per-layer n-gram embedding (``build_ple``): the block that adds it to
+    the streams (one at most), the rows each token gathers, each row's width, the
+    depthwise convolution's kernel and its dilation (the n-gram size)."""
+    ple_heads: int = 0
+    ple_width: int = 0
+    ple_kernel: int = 0
+    ple_dilation: int = 0
+    qsa_pool: int = 0
+    """qwen4exp's sparse attention (``build_qsa_sel``): indexer keys pooled in blocks of
+    this many cells, its query heads and head size, and the top-k budget in cells; 0 for
+    dense attention."""
+    qsa_heads: int = 0
+    qsa_dim: int = 0
+    qsa_top_k: int = 0
     hrm_layers_per_stack: int = 0
     """HRM-Text's recurrent stacks (hrm-text.cpp): layers per stack, and the cycles. Each
     cycle runs its own cache slots (blocks), ``l_cycles`` low-level stacks on the matrices
@@ -412,9 +438,11 @@ def _embeddings(b: _Builder, inputs: Mapping[str, Tensor]) -> Tensor:
     size = m.n_embd * n * F32
     tok = b.w("token_embd.weight")
     # The mixed branch's copy has no weights: the scheduler runs it where the next node
-    # with weights runs, the first layer, or the host where position embeddings follow.
+    # with weights runs, the first layer, or the host where position embeddings follow
+    # or where a gather on the host (qwen4exp's per-layer embedding) comes between.
     host = b.input_backend
-    first = host if m.position_embedding or not b.backend_of else b.backend_of[0]
+    first = host if m.position_embedding or m.ple_heads or not b.backend_of \
+        else b.backend_of[0]
     embd = g.op("GET_ROWS", size, (tok, inputs["tokens"]), "embd", backend=host)
     if m.mixed_batch:
         rows = g.op("GET_ROWS", size, (tok, inputs["mixed_tokens"]), "mixed_rows",
@@ -1550,6 +1578,8 @@ def build_graph(model: GraphModel, *, n_tokens: int, n_outputs: int, n_kv: int,
         return _hrm_graph(b, x, inputs, output_backend)
     if model.hc_streams and model.hc_mixed:
         return _mixed_hc_graph(b, x, inputs, output_backend)
+    if model.low_rank_streams:
+        return _qwen4exp_graph(b, x, inputs, output_backend)
     if model.hc_streams:
         return _hc_graph(b, x, inputs, output_backend)
     if model.residual_stack_block:
@@ -1947,6 +1977,99 @@ def _mixed_hc_graph(b: _Builder, embd: Tensor, inputs: Mapping[str, Tensor],
     mean = g.like("SCALE", mean, (), "hc_head", at)
     normed = _norm(b, mean, "output", output_backend)
     logits = g.op("MUL_MAT", m.n_vocab * b.n_outputs * F32, (b.w("output.weight"), normed),
+                  "result_output", backend=output_backend)
+    logits.is_output = True
+    return g
+
+
+def qsa_pools(model: GraphModel, n_kv: int) -> tuple[int, int, int, int]:
+    """qwen4exp's pool counts in the graph llama.cpp reserves (a full cache:
+    ``llama_memory_hybrid_idx_context``): the pools of ``n_kv`` cells, the pooled-key list
+    padded past them (``kpool_pad``: one more, to 64), the top pools each token keeps and
+    the cells it selects (the top pools' members and the incomplete tail)."""
+    pool = model.qsa_pool
+    real = max(1, n_kv // pool)
+    padded = max(64, -(-(n_kv // pool + 1) // 64) * 64)
+    top = min(padded, model.qsa_top_k // pool)
+    return real, padded, top, pool * top + pool - 1
+
+
+def _qwen4exp_inputs(b: _Builder, inputs: dict[str, Tensor]) -> None:
+    """The inputs qwen4exp adds to the usual ones: the sparse attention's shared k-pool
+    inputs (``build_inp_kpool``: the indexer cache's rows, each pool's cell and members,
+    the pool mask, each token's tail cells, the pools to re-pool with their cells and
+    positions) and the per-layer embedding's rows (``build_inp_ple``)."""
+    g, m, n, host = b.graph, b.model, b.n_tokens, b.input_backend
+    if m.qsa_pool:
+        pool = m.qsa_pool
+        new, padded, _, _ = qsa_pools(m, b.n_kv)
+        inputs["qsa_k_idxs"] = g.input("qsa_k_idxs", n * I64, host)
+        inputs["pool_cells"] = g.input("pool_cells", padded * I32, host)
+        inputs["pool_idxs"] = g.input("pool_idxs", pool * padded * I32, host)
+        inputs["pool_mask"] = g.input("pool_mask", padded * n * F16, host)
+        inputs["tail_idxs"] = g.input("tail_idxs", (pool - 1) * n * I32, host)
+        inputs["new_pool_idxs"] = g.input("new_pool_idxs", pool * new * I32, host)
+        inputs["new_pool_rep"] = g.input("new_pool_rep", new * I64, host)
+        inputs["new_pool_pos"] = g.input("new_pool_pos", 4 * new * I32, host)
+    if m.ple_heads:
+        inputs["ple_rows"] = g.input("ple_rows", m.ple_heads * n * I32, host)
+
+
+def _qwen4exp_graph(b: _Builder, embd: Tensor, inputs: dict[str, Tensor],
+                    output_backend: int) -> Graph:
+    """qwen4exp's graph (qwen4exp.cpp): the embedding repeated into the residual streams
+    (``hc_init``); the per-layer embedding gathered on the host and added to the streams
+    by its block (``build_ple``); each half of each block reads the streams' gated mean
+    (``build_hc_mix``, fused) and scatters its output back into every stream
+    (``build_hc_combine``, fused); the last block keeps the output rows of its attention
+    output, its scatter weights and the streams; the head's mixer (unfused) is the output
+    norm. Nodes are laid out in the order ggml's depth-first expansion finds them: a
+    mixer's scatter projection runs only when its combine does, after the half's output.
+    The first norm of a block's mixer has no weights, so it runs where the previous block
+    ran: the next device copies in that norm and the streams."""
+    g, m, n = b.graph, b.model, b.n_tokens
+    hc, width = m.low_rank_streams, m.n_embd * F32
+    _qwen4exp_inputs(b, inputs)
+    host = b.input_backend
+    first = b.backend_of[0] if b.backend_of else host
+    ple = None
+    if m.ple_heads:
+        ple = g.op("GET_ROWS", m.ple_heads * m.ple_width * n * F32,
+                   (b.w("per_layer_token_embd.weight"), inputs["ple_rows"]), "ple_embd",
+                   backend=host)
+    x = g.op("REPEAT", hc * width * n, (g.view(embd, backend=embd.backend),), "hc_init",
+             backend=first)
+    at = first
+    last = len(m.blocks) - 1
+    for index, block in enumerate(m.blocks):
+        backend = b.backend_of[index] if b.backend_of else host
+        layer = f"blk.{index}"
+        if index == m.ple_block and ple is not None:
+            x = _qwen4exp_ple(b, x, ple, index, inputs, backend)
+            at = backend
+        cur, xn = _hc_mix(b, x, f"{layer}.hc_attn", backend, at)
+        if block.recurrent is not None:
+            out = _delta_net(b, cur, block.recurrent, index, inputs, backend,
+                             _tail_backend(b, index))
+        else:
+            assert block.attention is not None
+            out = _qwen4exp_attention(b, cur, block.attention, index, inputs, backend)
+        residual = x
+        if index == last:
+            out = g.op("GET_ROWS", width * b.n_outputs, (out, inputs["out_ids"]),
+                       "attn_out_rows", backend=backend)
+            residual = g.op("GET_ROWS", hc * width * b.n_outputs,
+                            (g.view(x, backend=x.backend), inputs["out_ids"]), "hc_rows",
+                            backend=backend)
+        x = _hc_combine(b, residual, out, xn, f"{layer}.hc_attn", backend,
+                        inputs["out_ids"] if index == last else None)
+        if block.feed_forward is not None:
+            cur, xn = _hc_mix(b, x, f"{layer}.hc_ffn", backend, backend)
+            out = _feed_forward(b, cur, block.feed_forward, index, backend)
+            x = _hc_combine(b, x, out, xn, f"{layer}.hc_ffn", backend, None)
+        at = backend
+    cur, _ = _hc_mix(b, x, "output_hc", output_backend, at, fused=False)
+    logits = g.op("MUL_MAT", m.n_vocab * b.n_outputs * F32, (b.w("output.weight"), cur),
                   "result_output", backend=output_backend)
     logits.is_output = True
     return g
@@ -2452,6 +2575,271 @@ def _dsv4_graph(b: _Builder, output_backend: int) -> Graph:
     return g
 
 
+def _hc_mix(b: _Builder, x: Tensor, name: str, backend: int, norm_at: int,
+            fused: bool = True) -> tuple[Tensor, Tensor]:
+    """qwen4exp's ``build_hc_mix`` up to the mean: the streams normed (the norm without
+    weights at ``norm_at``) and scaled, the low-rank gates, the gated mean of the streams
+    (one ``DSV4_HC_PRE``, or unfused for the head: the sigmoid, the product in place, the
+    first stream made contiguous and the others added). The mean, and the normed streams
+    the scatter projection reads later."""
+    g, m = b.graph, b.model
+    hc, width = m.low_rank_streams, m.n_embd * F32
+    tokens = x.nbytes // (hc * width)
+    size = hc * width * tokens
+    normed = g.op("RMS_NORM", size, (x,), "hc_norm_rms", backend=norm_at)
+    normed = g.like("MUL", normed, (b.w(f"{name}_norm"),), "hc_norm", backend)
+    flat = g.view(normed, "hc_norm (flat)", backend=backend)
+    low = g.op("MUL_MAT", m.low_rank_width * tokens * F32, (b.w(f"{name}_down"), flat), "hc_lo",
+               backend=backend)
+    low = g.like("UNARY", g.like("SCALE", low, (), "hc_lo_scaled", backend), (), "hc_lo_silu",
+                 backend)
+    gate = g.op("MUL_MAT", size, (b.w(f"{name}_up"), low), "hc_gate", backend=backend)
+    if fused:
+        mixed = g.op("DSV4_HC_PRE", width * tokens, (g.view(flat, backend=backend),
+                                                     g.view(gate, backend=backend)),
+                     "hc_mixed", backend=backend)
+        return mixed, flat
+    gate = g.like("UNARY", gate, (), "hc_gate_sigmoid", backend)
+    gated = g.like("MUL", flat, (gate,), "hc_gated", backend)
+    mixed = g.op("CONT", width * tokens, (g.view(gated, backend=backend),), "hc_mixed",
+                 backend=backend)
+    for _ in range(1, hc):
+        mixed = g.like("ADD", mixed, (g.view(gated, backend=backend),), "hc_mixed", backend)
+    return g.like("SCALE", mixed, (), "hc_mixed", backend), flat
+
+
+def _hc_combine(b: _Builder, residual: Tensor, out: Tensor, xn: Tensor, name: str,
+                backend: int, out_ids: Tensor | None) -> Tensor:
+    """qwen4exp's ``build_hc_combine`` (fused): the mixer's scatter projection of its
+    normed streams (the output rows of it in the last block), its weights (scaled,
+    sigmoid, doubled in place) and every stream plus the half's output times its
+    weight."""
+    g, m = b.graph, b.model
+    tokens = out.nbytes // (m.n_embd * F32)
+    inject = g.op("MUL_MAT", b.rows(xn) * F32, (b.w(f"{name}_inject"), xn), "hc_inject",
+                  backend=backend)
+    if out_ids is not None:
+        inject = g.op("GET_ROWS", m.low_rank_streams * tokens * F32, (inject, out_ids),
+                      "hc_inject_rows", backend=backend)
+    weights = g.like("SCALE", inject, (), "hc_scatter_scaled", backend)
+    weights = g.like("SCALE", g.like("UNARY", weights, (), "hc_scatter", backend), (),
+                     "hc_scatter_doubled", backend)
+    return g.op("DSV4_HC_POST", residual.nbytes, (out, residual, weights), "hc_combine",
+                backend=backend)
+
+
+def _qwen4exp_ple(b: _Builder, x: Tensor, embd: Tensor, index: int,
+                  inputs: Mapping[str, Tensor], backend: int) -> Tensor:
+    """qwen4exp's ``build_ple``, in the order ggml expands it (from the write-back of the
+    convolution's history): the history's cached rows; the value projected and repeated
+    over the streams; the key projected and normed per stream, the streams normed as the
+    query, their per-stream score and gate; the gated value; it normed, concatenated after
+    the history (whose tail is written back); the dilated convolution as a sum of shifted
+    copies, each made contiguous and scaled by its tap; SiLU, made contiguous, added with
+    the gated value to the streams."""
+    g, m, n = b.graph, b.model, b.n_tokens
+    hc = m.low_rank_streams
+    channels = hc * m.n_embd
+    size = channels * n * F32
+    layer = f"blk.{index}"
+    history = (m.ple_kernel - 1) * m.ple_dilation
+    rows = g.op("GET_ROWS", history * channels * F32,
+                (external(f"cache_p_{index}"), inputs["rs_copy"]), "ple_conv_state",
+                backend=backend)
+    value = g.op("MUL_MAT", m.n_embd * n * F32, (b.w(f"{layer}.ple_value"), embd),
+                 "ple_value", backend=backend)
+    value = g.op("REPEAT", size, (g.view(value, backend=backend),), "ple_value_streams",
+                 backend=backend)
+    key = g.op("MUL_MAT", size, (b.w(f"{layer}.ple_key"), embd), "ple_key", backend=backend)
+    key = g.like("RMS_NORM", g.view(key, backend=backend), (), "ple_key_norm", backend)
+    key = g.like("MUL", key, (b.w(f"{layer}.ple_norm_key"),), "ple_key_normed", backend)
+    query = g.op("RMS_NORM", size, (x,), "ple_query_norm", backend=backend)
+    query = g.like("MUL", query, (b.w(f"{layer}.ple_norm_query"),), "ple_query", backend)
+    score = g.like("MUL", key, (query,), "ple_key_query", backend)
+    score = g.op("SUM_ROWS", hc * n * F32, (score,), "ple_score", backend=backend)
+    score = g.like("SCALE", score, (), "ple_score_scaled", backend)
+    sign = g.op("UNARY", score.nbytes, (score,), "ple_sign", backend=backend)
+    magnitude = g.op("UNARY", score.nbytes, (score,), "ple_abs", backend=backend)
+    magnitude = g.like("SQRT", g.like("CLAMP", magnitude, (), "ple_clamped", backend), (),
+                       "ple_magnitude", backend)
+    gate = g.like("UNARY", g.like("MUL", sign, (magnitude,), "ple_signed", backend), (),
+                  "ple_gate", backend)
+    gated = g.like("MUL", value, (gate,), "ple_gated_value", backend)
+    normed = g.op("RMS_NORM", size, (g.view(gated, backend=backend),), "ple_conv_norm",
+                  backend=backend)
+    normed = g.like("MUL", normed, (b.w(f"{layer}.ple_norm_conv"),), "ple_conv_normed",
+                    backend)
+    padded = g.op("CONCAT", (history + n) * channels * F32,
+                  (g.view(rows, backend=backend), g.view(normed, backend=backend)),
+                  "ple_conv_input", backend=backend)
+    tail = g.op("CONT", history * channels * F32, (g.view(padded, backend=backend),),
+                "ple_conv_tail", backend=backend)
+    g.op("CPY", 0, (tail, external(f"cache_p_{index}")), backend=backend)
+    conv = None
+    for tap in range(m.ple_kernel):
+        shifted = g.op("CONT", size, (g.view(padded, backend=backend),), f"ple_shift_{tap}",
+                       backend=backend)
+        weight = g.op("CONT", channels * F32, (b.w(f"{layer}.ple_conv1d"),), "ple_tap",
+                      backend=backend)
+        term = g.like("MUL", shifted, (weight,), "ple_term", backend)
+        conv = term if conv is None else g.like("ADD", conv, (term,), "ple_conv", backend)
+    assert conv is not None
+    conv = g.like("UNARY", conv, (), "ple_conv_silu", backend)
+    conv = g.op("CONT", size, (conv,), "ple_conv_out", backend=backend)
+    summed = g.like("ADD", gated, (g.view(conv, backend=backend),), "ple_sum", backend)
+    return g.like("ADD", x, (summed,), "ple_out", backend)
+
+
+def _qwen4exp_attention(b: _Builder, cur: Tensor, attn: AttentionShape, index: int,
+                        inputs: Mapping[str, Tensor], backend: int) -> Tensor:
+    """qwen4exp's full-attention layer (``build_layer_attn``), in ggml's expansion order:
+    the sparse attention's selection (with pooled keys); Q (with its gate), K and V
+    projected, normed, roped and cached; the selection mask (else the causal mask) and
+    flash attention over it; the gate made contiguous and applied, the output
+    projection."""
+    g, m, n = b.graph, b.model, b.n_tokens
+    layer = f"blk.{index}"
+    selection = _qsa_select(b, cur, index, inputs, backend) if m.qsa_pool else None
+    q_full = g.op("MUL_MAT", attn.q_width * n * F32, (b.w(f"{layer}.q"), cur), "Qcur_full",
+                  backend=backend)
+    q = g.op("RMS_NORM", attn.out_width * n * F32, (g.view(q_full, backend=backend),),
+             "Qcur_normed", backend=backend)
+    q = g.like("MUL", q, (b.w(f"{layer}.attn_q_norm"),), "Qcur_normed", backend)
+    q = g.like("ROPE", q, (inputs["pos"],), "Qcur", backend)
+    v = g.op("MUL_MAT", attn.v_width * n * F32, (b.w(f"{layer}.v"), cur), "Vcur",
+             backend=backend)
+    k = g.op("MUL_MAT", attn.k_width * n * F32, (b.w(f"{layer}.k"), cur), "Kcur",
+             backend=backend)
+    k = g.like("RMS_NORM", g.view(k, backend=backend), (), "Kcur_normed", backend)
+    k = g.like("MUL", k, (b.w(f"{layer}.attn_k_norm"),), "Kcur_normed", backend)
+    k = g.like("ROPE", k, (inputs["pos"],), "Kcur", backend)
+    cache_k, cache_v = external(f"cache_k_{index}"), external(f"cache_v_{index}")
+    g.op("SET_ROWS", 0, (k, inputs["k_idxs"], cache_k), backend=backend)
+    g.op("SET_ROWS", 0, (g.view(v, backend=backend), inputs["v_idxs"], cache_v),
+         backend=backend)
+    mask = _qsa_mask(b, *selection, inputs, backend) if selection else inputs["mask"]
+    out_size = attn.out_width * n * F32
+    if b.flash_attn:
+        core = g.op("FLASH_ATTN_EXT", out_size,
+                    (g.view(q, backend=backend), cache_k, cache_v, mask), "kqv",
+                    backend=backend)
+    else:
+        scores = g.op("MUL_MAT", b.n_kv * n * attn.n_head * F32,
+                      (cache_k, g.view(q, backend=backend)), "kq", backend=backend)
+        probs = g.like("SOFT_MAX", scores, (mask,), "kq_soft_max", backend)
+        kqv = g.op("MUL_MAT", out_size, (cache_v, probs), "kqv", backend=backend)
+        core = g.op("CONT", out_size, (g.view(kqv, backend=backend),), "kqv_merged_cont",
+                    backend=backend)
+    core = g.view(core, "kqv_out", backend=backend)
+    gate = g.op("CONT", out_size, (g.view(q_full, backend=backend),), "gate_reshaped",
+                backend=backend)
+    gate = g.like("UNARY", gate, (), "gate_sigmoid", backend)
+    gated = g.like("MUL", core, (gate,), "attn_gated", backend)
+    return g.op("MUL_MAT", m.n_embd * n * F32, (b.w(f"{layer}.wo"), gated), "attn_output",
+                backend=backend)
+
+
+def _qsa_select(b: _Builder, cur: Tensor, index: int, inputs: Mapping[str, Tensor],
+                backend: int) -> tuple[Tensor, Tensor, Tensor]:
+    """qwen4exp's ``build_qsa_sel`` up to the selected cells: the indexer's raw key cached
+    beside a zero pooled slot; the pools this ubatch completes gathered from the indexer
+    cache, averaged, normed, roped and scattered back; the pooled keys gathered; the
+    indexer's query heads projected, normed (out of place: the norm reads a reshaped
+    projection) and roped, and scored against them; the top pools' member cells and the
+    incomplete tail. The cells, the scores and the top pools."""
+    g, m, n = b.graph, b.model, b.n_tokens
+    layer = f"blk.{index}"
+    pool, dim, heads = m.qsa_pool, m.qsa_dim, m.qsa_heads
+    new, padded, top, selected = qsa_pools(m, b.n_kv)
+    cache_idx = external(f"cache_idx_{index}")
+    raw = g.op("MUL_MAT", dim * n * F32, (b.w(f"{layer}.indexer.k_proj"), cur),
+               "indexer_k_raw", backend=backend)
+    zero = g.op("FILL", dim * n * F32, (), "indexer_pzero", backend=backend)
+    packed = g.op("CONCAT", 2 * dim * n * F32, (raw, zero), "indexer_k_packed",
+                  backend=backend)
+    g.op("SET_ROWS", 0, (g.view(packed, backend=backend), inputs["qsa_k_idxs"], cache_idx),
+         backend=backend)
+    members = g.op("GET_ROWS", dim * pool * new * F32, (cache_idx, inputs["new_pool_idxs"]),
+                   "indexer_pool_rows", backend=backend)
+    pooled = g.op("CONT", dim * new * F32, (g.view(members, backend=backend),),
+                  "indexer_pool_sum", backend=backend)
+    for _ in range(1, pool):
+        pooled = g.like("ADD", pooled, (g.view(members, backend=backend),),
+                        "indexer_pool_sum", backend)
+    for op in ("SCALE", "RMS_NORM", "MUL"):
+        pooled = g.like(op, pooled, (), "indexer_pool_k", backend)
+    pooled = g.like("ROPE", g.view(pooled, backend=backend), (inputs["new_pool_pos"],),
+                    "indexer_pool_k_new", backend)
+    g.op("SET_ROWS", 0, (g.view(pooled, backend=backend), inputs["new_pool_rep"], cache_idx),
+         backend=backend)
+    q = g.op("MUL_MAT", heads * dim * n * F32, (b.w(f"{layer}.indexer.q_proj"), cur),
+             "indexer_q", backend=backend)
+    q = g.like("RMS_NORM", g.view(q, backend=backend), (), "indexer_q_norm", backend)
+    q = g.like("MUL", q, (b.w(f"{layer}.indexer.q_norm"),), "indexer_q_normed", backend)
+    q = g.like("ROPE", q, (inputs["pos"],), "indexer_q", backend)
+    keys = g.op("GET_ROWS", dim * padded * F32, (cache_idx, inputs["pool_cells"]),
+                "indexer_k", backend=backend)
+    weights = g.op("FILL", heads * n * F32, (), "indexer_weights", backend=backend)
+    score = g.op("LIGHTNING_INDEXER", padded * n * F32,
+                 (q, g.view(keys, backend=backend), weights, inputs["pool_mask"]),
+                 "indexer_score", backend=backend)
+    picked = g.op("TOP_K", top * n * I32, (score,), "indexer_top_k", backend=backend)
+    cells = g.op("GET_ROWS", pool * top * n * I32,
+                 (inputs["pool_idxs"], g.view(picked, backend=backend)), "indexer_sel_rows",
+                 backend=backend)
+    cells = g.op("CONCAT", selected * n * I32,
+                 (g.view(cells, backend=backend), inputs["tail_idxs"]), "indexer_sel_idx",
+                 backend=backend)
+    return cells, score, picked
+
+
+def _qsa_mask(b: _Builder, cells: Tensor, score: Tensor, picked: Tensor,
+              inputs: Mapping[str, Tensor], backend: int) -> Tensor:
+    """The rest of ``build_qsa_sel``, expanded when the attention reads it: an all-masked
+    row per token (with a dump row per selected slot), zeros, the selected cells' indices
+    as floats, each slot live where its pool scored (or its tail cell exists), dead slots
+    sent to their own dump rows by a cumulative sum, the indices back to integers, the
+    zeros set at them and the causal mask added."""
+    g, m, n = b.graph, b.model, b.n_tokens
+    pool = m.qsa_pool
+    _, _, top, selected = qsa_pools(m, b.n_kv)
+    mask_type = F16 if b.flash_attn else F32
+    everything = g.op("FILL", (b.n_kv + selected) * mask_type, (), "kq_mask_all",
+                      backend=backend)
+    everything = g.op("REPEAT", (b.n_kv + selected) * n * mask_type, (everything,),
+                      "kq_mask_all", backend=backend)
+    zeros = g.op("FILL", selected * mask_type, (), "kq_mask_zeros", backend=backend)
+    zeros = g.op("REPEAT", selected * n * mask_type, (zeros,), "kq_mask_zeros",
+                 backend=backend)
+    index_f = g.op("CPY", selected * n * F32, (cells,), "indexer_sel_f32", backend=backend)
+    live = g.op("GET_ROWS", top * n * F32, (g.view(score, backend=backend), picked),
+                "indexer_top_score", backend=backend)
+    live = g.like("CLAMP", g.like("SCALE", live, (), "indexer_live", backend), (),
+                  "indexer_live", backend)
+    live = g.op("REPEAT", pool * top * n * F32, (live,), "indexer_live_pool", backend=backend)
+    tail = g.op("CPY", (pool - 1) * n * F32, (inputs["tail_idxs"],), "indexer_live_tail",
+                backend=backend)
+    tail = g.like("CLAMP", g.like("SCALE", tail, (), "indexer_live_tail", backend), (),
+                  "indexer_live_tail", backend)
+    live = g.op("CONCAT", selected * n * F32, (g.view(live, backend=backend), tail),
+                "indexer_live", backend=backend)
+    dump = g.op("FILL", live.nbytes, (live,), "indexer_ones", backend=backend)
+    dump = g.op("CUMSUM", live.nbytes, (dump,), "indexer_dump", backend=backend)
+    dump = g.like("SCALE", dump, (), "indexer_dump", backend)
+    index_f = g.like("SUB", index_f, (dump,), "indexer_sel_live", backend)
+    index_f = g.like("MUL", index_f, (live,), "indexer_sel_live", backend)
+    index_f = g.like("ADD", index_f, (dump,), "indexer_sel_live", backend)
+    index_i = g.op("CPY", selected * n * I32, (index_f,), "indexer_sel_i32", backend=backend)
+    unmasked = Tensor("indexer_sel_rows", everything.nbytes, "SET_ROWS",
+                      (g.view(everything, backend=backend), zeros,
+                       g.view(index_i, backend=backend)), view_src=everything,
+                      backend=backend)
+    g.nodes.append(unmasked)
+    return g.op("ADD", b.n_kv * n * mask_type,
+                (g.view(unmasked, backend=backend), inputs["mask"]), "indexer_sel",
+                backend=backend)
+
+
 def hrm_matrix_block(model: GraphModel, slot: int) -> int:
     """The block whose matrices HRM-Text's slot (cache slot, block index) runs: the first
     stack's blocks for a low-level cycle, the second stack's for the high-level one
@@ -2661,6 +3049,34 @@ def _main_layer_ratios(key: Callable[[str], Any],
     return tuple(ratios[:len(ratios) - int(key("nextn_predict_layers"))])
 
 
+def _qwen4exp_fields(arch: str, key: Callable[..., Any],
+                     widths: Mapping[int, Mapping[str, int]]) -> dict[str, Any]:
+    """qwen4exp's hyper-connection streams and their gates' low rank, its per-layer
+    embedding (``ple.*``: its block, ``(n-gram size - 1) x heads per n-gram`` rows of
+    ``embedding_length_per_layer_input`` per token, the convolution's kernel, dilated by
+    the n-gram size) and its sparse attention (the indexer's heads, head size and budget,
+    keys pooled by the layers' one compress ratio, where a layer has an indexer)."""
+    if arch not in QWEN4EXP:
+        return {}
+    fields: dict[str, Any] = {"low_rank_streams": int(key("hyper_connection.count")),
+                              "low_rank_width": int(key("hyper_connection.low_rank")),
+                              "positions_per_token": 4}
+    ple_layers = key("ple.layers", [])
+    if ple_layers:
+        ngram = int(key("ple.ngram_size"))
+        fields.update(ple_block=int(ple_layers[0]),
+                      ple_heads=(ngram - 1) * int(key("ple.heads_per_ngram")),
+                      ple_width=int(key("embedding_length_per_layer_input")),
+                      ple_kernel=int(key("ple.conv_kernel")), ple_dilation=ngram)
+    ratios = key("attention.compress_ratios", 0)
+    pool = max(int(r) for r in ratios) if isinstance(ratios, list) else int(ratios)
+    if pool and any("indexer.q_proj" in w for w in widths.values()):
+        fields.update(qsa_pool=pool, qsa_heads=int(key("attention.indexer.head_count")),
+                      qsa_dim=int(key("attention.indexer.key_length")),
+                      qsa_top_k=int(key("attention.indexer.top_k")))
+    return fields
+
+
 def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphModel:
     """The graph-relevant shape of a GGUF model: the metadata's head counts and expert
     counts, the tensors' widths."""
@@ -2808,7 +3224,8 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
                                        int(key("ssm.conv_kernel")), norm="ssm_norm" in w)
             if arch not in ATTENTION_BESIDE_MIXER:
                 attention = None
-        elif "ssm_conv1d" in w and ("ssm_beta" in w or "ssm_ba" in w) and arch in DELTA_NET:
+        elif "ssm_conv1d" in w and ("ssm_beta" in w or "ssm_ba" in w) \
+                and arch in DELTA_NET | QWEN4EXP:
             recurrent = RecurrentShape(int(key("ssm.inner_size")), int(key("ssm.state_size")),
                                        max(1, int(key("ssm.group_count"))),
                                        int(key("ssm.time_step_rank")),
@@ -2867,4 +3284,4 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
                       if arch in COMPRESSED_ATTENTION else (),
                       hash_routed_layers=int(key("hash_layer_count"))
                       if arch in COMPRESSED_ATTENTION else 0,
-                      **_hrm_fields(arch, key, names))
+                      **_hrm_fields(arch, key, names), **_qwen4exp_fields(arch, key, widths))

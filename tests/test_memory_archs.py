@@ -245,3 +245,43 @@ def test_deepseek4_hash_routed_layers_look_their_experts_up_by_token() -> None:
     assert all(node.srcs[1].name == "inp_tokens" for node in looked_up[1])
     ranked = [sum(node.op == "ARGSORT" for node in graph.nodes) for graph in graphs]
     assert ranked == [4, 2]
+def test_qwen4exp_streams_per_layer_embedding_and_pooled_keys() -> None:
+    """qwen4exp's graph: four residual streams mixed by low-rank gates, its per-layer
+    embedding gathered on the host (which keeps the mixed-batch branch there too), and its
+    sparse attention over 256 pools of four cells (the pooled-key list padded to 320, every
+    pool within the budget, 1,283 cells selected per token). Split after its first block,
+    the second device copies in the first block's streams (for its output rows) and the
+    norm of them its first mixer ran there; the first device copies in the embedding and
+    the per-layer embedding rows but none of the mixed branch. On one device the indexer's
+    64 query heads are normed out of place (a reshaped projection is never reused), so the
+    projection and its norm are live at once."""
+    from types import SimpleNamespace
+
+    from planner.compute_graph import buffer_sizes
+    from planner.memory_check import model_from_header
+    from planner.model_graphs import build_graph, qsa_pools, schedule
+
+    entry = next(e for e in RECORD["models"] if e["architecture"] == "qwen4exp")
+    header = entry["header"]
+    tensors = [SimpleNamespace(name=n, type_name=t, n_bytes=b) for n, t, b in header["tensors"]]
+    model = model_from_header(entry["file"], header["metadata"], tensors, entry["file"])
+    shape = model.graph_model()
+    assert (shape.low_rank_streams, shape.low_rank_width) == (4, 8)
+    assert (shape.ple_block, shape.ple_heads, shape.ple_kernel, shape.ple_dilation) \
+        == (0, 4, 4, 3)
+    assert qsa_pools(shape, 1024) == (256, 320, 320, 1283)
+    graph = schedule(build_graph(shape, n_tokens=512, n_outputs=512, n_kv=1024,
+                                 layer_backends=[0, 1], output_backend=1, input_backend=2), 4)
+    copied = {device: {t.name.split("#")[0] for t in graph.inputs
+                       if t.backend == device and "#" in t.name} for device in (0, 1)}
+    assert {"hc_norm_rms", "hc_combine (view)"} <= copied[1]
+    assert {"embd (view)", "ple_embd"} <= copied[0]
+    assert not {name for name in copied[0] if name.startswith(("inp_mixed", "mixed"))}
+    one = build_graph(shape, n_tokens=512, n_outputs=512, n_kv=1024)
+    query = next(t for t in one.nodes if t.name == "indexer_q" and t.op == "MUL_MAT")
+    assert query.nbytes == 64 * 128 * 512 * 4
+    normed = next(t for t in one.nodes if t.name == "indexer_q_norm")
+    assert normed.srcs[0].view_src is query
+    assert buffer_sizes([one])[0] >= 2 * query.nbytes
+    assert entry["file"] not in KNOWN_MISSES
+    assert all(row.within_target for row in ROWS if row.file == entry["file"])
