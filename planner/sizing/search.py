@@ -788,8 +788,9 @@ class _TopStages:
 
     def walk(self, reach: tuple[int, int], usable: int, amount: int) -> tuple[int, int]:
         """The layer the walk reaches and the nodes it took, after ``amount`` more nodes
-        of ``usable`` bytes (no smaller than those before); ``(-1, 0)`` once it can reach
-        the last layer on nodes that each hold any one layer no more."""
+        of ``usable`` bytes (no smaller than those before); ``(-1, 0)`` once a node that
+        cannot hold every single layer comes before the walk ends (then the rule proves
+        nothing)."""
         if not self.ttft_by_stages:
             return reach
         at, taken = reach
@@ -868,7 +869,7 @@ def _prefill_read_covers(search: _Search, probe: PlanningInput, candidates: Sequ
         return []
     floor = search.prefill_floor(probe)
     read = floor.read_bytes()
-    body = max(1, sum(rules.layer_weights(probe)) - (search.traffic.token_embedding_bytes or 0))
+    body = search.body_bytes
     rho, _ = floors.most_read_per_held_byte(search.traffic, probe, candidates, weight_share=1.0)
     # And the whole of each ubatch's stage time but attention, per body byte held
     # (floors.PrefillFloor.held_byte_rates): a stage holds at most rho x u of the body.
