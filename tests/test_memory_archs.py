@@ -63,6 +63,8 @@ def test_the_published_table_is_true_of_the_estimator_today() -> None:
     assert run_summary(ROWS) in shown
     assert family_summary(ROWS) in shown
     assert miss_summary(ROWS) in shown
+    # The README shows the runs' summary too.
+    assert run_summary(ROWS) in (ROOT / "README.md").read_text()
 
 
 
