@@ -1030,10 +1030,10 @@ def _tpot_carriers(search: _Search, probe: PlanningInput, candidates: Sequence[i
 
 def _nothing(search: _Search, why: str) -> SizingError:
     f = search.f
-    spares = f" and survives the loss of any {f} node{'s' if f > 1 else ''}" if f else ""
+    spares = f", also after losing any {f} node{'s' if f > 1 else ''}" if f else ""
     return SizingError("NoFleetMeetsTargets",
-                       f"no fleet within the counts available reaches context "
-                       f"{search.minimum_context:,}{spares}: {why}",
+                       f"no fleet within the counts available meets the targets (a context "
+                       f"of at least {search.minimum_context:,}{spares}): {why}",
                        minimum_context=search.minimum_context, failures_tolerated=f)
 
 
