@@ -205,6 +205,10 @@ def test_a_ttft_below_the_fastest_prefill_is_answered_at_once(
         size_fleet(load_preset("deepseek-v3"), load_gpu_catalog(),
                    SizingTargets(target_ttft_ms=target, prompt_tokens=1024))
     assert caught.value.code == "NoFleetMeetsTargets"
+    # The targets are missed at the context, not the context out of reach.
+    assert caught.value.message.startswith(
+        "no fleet within the counts available meets the targets (a context of at least "
+        "65,536): no split fills a 1,024-token prompt")
     found = re.search(re.escape(said) + r" ([\d,]+) ms", caught.value.message)
     assert found is not None and int(found.group(1).replace(",", "")) > target
 
