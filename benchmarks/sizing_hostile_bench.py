@@ -59,6 +59,10 @@ def _fleet(model: str, nodes: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+# A cheap, slow card of little memory, as a user's own catalog may add.
+CHEAP_16 = {"name": "Cheap 16", "memory": "16 GiB", "memory_type": "gddr", "backend": "cuda",
+            "price_per_hour": 0.25, "memory_bandwidth_bytes_per_s": 716_800_000_000,
+            "fp16_tflops": 194.9}
 QWEN = '[model]\npreset = "qwen3-coder-480b-a35b"\nkv_cache_type = "q8_0"'
 NUMBERS = ('[model]\nnative_context_length = 131072\nlayer_count = 80\n'
            'model_weight_bytes = "140 GB"\nkv_bytes_per_token = 327680\n'
@@ -117,6 +121,14 @@ def _setup(folder: Path) -> dict[str, list[str]]:
             ["size", str(FLEETS / "qwen480b-4x80-latency10-tpot33.toml")],
         "size a model typed as numbers with a TPOT target":
             ["size", write("numbers.toml", NUMBERS + '\n[[nodes]]\nid = "x"\nvram = "1 GiB"\n')],
+        # The shipped catalog and one cheap, slow 16 GiB kind: fleets of a few MI300X and
+        # small cards hold DeepSeek-V3.2 at its native context on many slow stages
+        # (ended in SizingTooLarge after 3,000 plans when only the layers each card
+        # surely takes from any start layer told that they do).
+        "size deepseek-v3.2 --tpot 54, shipped catalog and a cheap 16 GiB kind":
+            ["size", "deepseek-v3.2", "--tpot", "54", "--json", "--catalog",
+             write("cheap16.toml", (ROOT / "planner" / "data" / "gpus.toml").read_text()
+                   + "\n" + _catalog([CHEAP_16]))],
         "size, table output, shipped catalog with latencies":
             ["size", "qwen3-coder-480b-a35b", "--catalog", write("latency.toml", (
                 ROOT / "planner" / "data" / "gpus.toml").read_text().replace(

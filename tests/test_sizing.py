@@ -4,6 +4,7 @@ plan_topology and every f-node removal."""
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -15,7 +16,7 @@ from planner import plan_topology
 from planner.errors import PlanError
 from planner.models import GpuModel, load_gpu_catalog, load_preset
 from planner.performance import ModelTraffic, node_speeds, try_estimate
-from planner.planning import as_planning_input
+from planner.planning import as_planning_input, rules
 from planner.planning.rules import context_floor, layer_weights
 from planner.sizing import (
     SizingError,
@@ -246,6 +247,53 @@ def test_size_fleet_matches_brute_force_on_pipeline_bound_ttft_targets(question:
 @settings(max_examples=30, derandomize=True, database=None, deadline=None)
 @given(pipeline_questions())
 def test_size_fleet_matches_brute_force_on_a_few_pipeline_bound_ttft_targets(
+        question: tuple) -> None:
+    _assert_matches_brute_force(question[:3], question[3])
+
+
+@st.composite
+def uneven_layer_questions(draw: st.DrawFn) -> tuple[dict[str, Any], list[GpuModel],
+                                                     SizingTargets, ModelTraffic]:
+    """TPOT targets on a model whose layers differ in size, so that a node takes fewer
+    layers from some start layers than from others: fleets whose nodes, walked largest
+    first as the planner orders the stages, reach the last layer at a higher context
+    though the fewest layers each surely takes fall short (the search counts those
+    contexts as planned, and prunes where their reads miss the target). The targets lie
+    between the least TPOT at the lowest context and a little above that at the highest."""
+    layers = draw(st.integers(4, 8))
+    weights = [draw(st.sampled_from((1, 1, 3))) * UNIT for _ in range(layers)]
+    model = {**_model(layers, layers * draw(st.sampled_from((5, 8, 12))),
+                      native=draw(st.sampled_from((131072, 262144)))),
+             "model_weight_bytes": sum(weights), "layer_weight_bytes": weights}
+    kinds = [_kind(f"k{index}", draw(st.sampled_from((2, 3, 4, 5, 6))),
+                   draw(st.sampled_from((1.0, 1.5, 2.0, 3.0))),
+                   bandwidth=draw(st.sampled_from((10**9, 2 * 10**9, 4 * 10**9))),
+                   max_count=draw(st.sampled_from((2, 3, 4))),
+                   tflops=draw(st.sampled_from((None, 0.1))))
+             for index in range(draw(st.integers(2, 3)))]
+    traffic = ModelTraffic.dense(sum(weights), hidden_size=16)
+    targets = SizingTargets(minimum_nodes=draw(st.integers(0, 2)),
+                            failures_tolerated=draw(st.sampled_from((0, 0, 1))))
+    probe = as_planning_input({**model, "nodes": [{"node_id": "p", "detected_vram_bytes": 1}]})
+    floor = floors.decode_floor(kinds, traffic, probe, {})
+    contexts = rules.context_candidates(probe)
+    low, high = floor.least_ms(min(contexts)), floor.least_ms(max(contexts))
+    if math.isinf(low):
+        return model, kinds, replace(targets, target_decode_tpot_ms=40), traffic
+    target = draw(st.integers(max(1, int(low)), int(high * 1.2) + 2))
+    return model, kinds, replace(targets, target_decode_tpot_ms=target), traffic
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None)
+@given(uneven_layer_questions())
+def test_size_fleet_matches_brute_force_on_uneven_layers(question: tuple) -> None:
+    _assert_matches_brute_force(question[:3], question[3])
+
+
+@settings(max_examples=30, derandomize=True, database=None, deadline=None)
+@given(uneven_layer_questions())
+def test_size_fleet_matches_brute_force_on_a_few_uneven_layer_questions(
         question: tuple) -> None:
     _assert_matches_brute_force(question[:3], question[3])
 

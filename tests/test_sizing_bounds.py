@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import replace
+from importlib.resources import files
+from pathlib import Path
 
 import pytest
 from hypothesis import assume, given, settings
@@ -13,7 +15,7 @@ from hypothesis import strategies as st
 from test_sizing import _kind, _model
 
 import planner.sizing.search as search_module
-from planner.models import load_gpu_catalog, load_preset
+from planner.models import GpuModel, load_gpu_catalog, load_preset
 from planner.performance import ModelTraffic, estimate_plan, node_speeds, stage_loads
 from planner.planning import rules
 from planner.planning.inputs import PlanningInput
@@ -399,3 +401,37 @@ def test_a_tpot_target_with_a_spare_is_answered_without_planning_what_cannot_fit
                    SizingTargets(target_decode_tpot_ms=27, failures_tolerated=1),
                    pareto=False)
     assert caught.value.code == "NoFleetMeetsTargets"
+
+
+def _with_cheap_16_gib_kind(tmp_path: Path) -> list[GpuModel]:
+    """The shipped catalog and one more kind: 16 GiB at USD 0.25 an hour, slow."""
+    catalog = tmp_path / "gpus.toml"
+    catalog.write_text(files("planner.data").joinpath("gpus.toml").read_text() + """
+[[gpu]]
+name = "Cheap 16"
+memory = "16 GiB"
+memory_type = "gddr"
+backend = "cuda"
+price_per_hour = 0.25
+memory_bandwidth_bytes_per_s = 716_800_000_000
+fp16_tflops = 194.9
+""")
+    return load_gpu_catalog(catalog)
+
+
+def test_a_cheap_small_kind_leaves_a_tpot_target_answered_at_once(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """DeepSeek-V3.2 at 54 ms: the largest fleet plans 54.4 ms at 163,840. Fleets of three
+    MI300X and small cards hold the model there on 4 to 13 stages and miss it by far, but
+    the small cards each take a layer or two only from some start layers, so the layers
+    their nodes surely take fell short of the model and those fleets had no level: one
+    cheap 16 GiB kind more made such fleets 3,000 plans and SizingTooLarge. Walked
+    largest first, as the planner orders the stages, they reach the last layer at
+    163,840, where the fast nodes hold too little of the model: a handful of plans."""
+    monkeypatch.setattr(search_module, "MAX_SIZING_PLANS", 100)
+    with pytest.raises(SizingError) as caught:
+        size_fleet(load_preset("deepseek-v3.2"), _with_cheap_16_gib_kind(tmp_path),
+                   SizingTargets(target_decode_tpot_ms=54), pareto=False)
+    assert caught.value.code == "NoFleetMeetsTargets", caught.value
+    said = re.search(r"estimated TPOT ([\d.]+) ms > 54 ms", caught.value.message)
+    assert said is not None and float(said.group(1)) > 54

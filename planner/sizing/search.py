@@ -595,13 +595,14 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
         raise _nothing(search, _short_of(search, needs, c0))
     # Each entry: bound, tie order, counts of the first kinds, their cost, layers and
     # bytes, the f largest layer caps and usable bytes among their nodes, how many of
-    # them carry each speed target, the layers they surely take at each level, and how
-    # far they walk at the highest context (_TopStages).
+    # them carry each speed target, the layers they surely take at each level, how many
+    # take one, and how far their walk there gets on how many (_Levels), and how far they
+    # walk at the highest context (_TopStages).
     no_carriers = (0.0,) * len(covers)
-    no_spans = ((0, 0),) * len(levels.contexts)
+    no_spans = ((0, 0, 0, 0),) * len(levels.contexts)
     queue: list[tuple[float, int, tuple[int, ...], int, int, int, tuple[int, ...],
-                      tuple[int, ...], tuple[float, ...], tuple[tuple[int, int], ...],
-                      tuple[int, int]]] = [
+                      tuple[int, ...], tuple[float, ...],
+                      tuple[tuple[int, int, int, int], ...], tuple[int, int]]] = [
         (start_bound, 0, (), 0, 0, 0, (), (), no_carriers, no_spans, (0, 0))]
     tie = itertools.count(1)
     while queue:
@@ -633,8 +634,10 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
             child_have = tuple(n + flags[depth] * amount
                                for n, flags in zip(have, carried, strict=True))
             child_sure = tuple((taken + span[depth] * amount,
-                                holders + (span[depth] > 0) * amount)
-                               for (taken, holders), span in zip(sure, spans, strict=True))
+                                holders + (span[depth] > 0) * amount,
+                                *levels.walk(level, (at, walked), usable, amount))
+                               for level, ((taken, holders, at, walked), span)
+                               in enumerate(zip(sure, spans, strict=True)))
             level = levels.level(child_sure)
             if level >= 0 and levels.dead[level]:
                 break  # more of this kind only raise the context every completion plans
@@ -711,6 +714,8 @@ class _Levels:
                  c0: int) -> None:
         self.contexts: list[int] = []
         self.spans: list[list[int]] = []
+        self.prefixes: list[list[int]] = []
+        self.largest_layers: list[int] = []
         self.dead: list[bool] = []
         self.layer_count = search.layer_count
         self.stages = max(search.targets.minimum_nodes, 1)
@@ -725,23 +730,51 @@ class _Levels:
             if any(probe.memory_rule.node_reserves(probe, context, lanes).values()
                    for lanes in rules.lane_candidates(probe)):
                 self.contexts, self.spans, self.dead = [], [], []
+                self.prefixes, self.largest_layers = [], []
                 return
             costs = rules.layer_bytes(probe, context, fewest_lanes)
             self.contexts.append(context)
             self.spans.append([_surest_run(gpu.usable_bytes, costs) for gpu in search.kinds])
+            self.prefixes.append(list(itertools.accumulate(costs, initial=0)))
+            self.largest_layers.append(max(costs))
             # A plan at this context or above has at least as many stages as the most
             # layers any node holds there take to cover the model: a hop between each.
             most = max(_longest_run(gpu.usable_bytes, costs) for gpu in search.kinds)
             stages = -(-self.layer_count // most) if most else self.layer_count
             self.dead.append(floor.least_ms(context) + (stages - 1) * hop > target)
 
-    def level(self, sure: Sequence[tuple[int, int]]) -> int:
+    def walk(self, level: int, reach: tuple[int, int], usable: int, amount: int
+             ) -> tuple[int, int]:
+        """The layer the walk at ``level``'s context reaches and the nodes it took, after
+        ``amount`` more nodes of ``usable`` bytes (no larger than those before); ``(-1,
+        0)`` once a node that cannot hold every one layer comes before the walk has both
+        reached the last layer and taken ``minimum_nodes`` nodes."""
+        at, taken = reach
+        prefix = self.prefixes[level]
+        for _ in range(amount):
+            if at < 0 or (at >= self.layer_count and taken >= self.stages):
+                break
+            if usable < self.largest_layers[level]:
+                return -1, 0
+            at = bisect_right(prefix, prefix[at] + usable) - 1
+            taken += 1
+        return at, taken
+
+    def level(self, sure: Sequence[tuple[int, int, int, int]]) -> int:
         """The highest level a partial fleet surely plans at (-1: none), from the layers
-        its nodes surely take and how many take one, per level."""
+        its nodes surely take and how many take one, per level, or from its walk there.
+
+        The search decides the largest kinds first, so the walk takes the partial
+        fleet's nodes in the stage order of docs/rules.md §4, each taking all the layers
+        it holds: when that reaches the last layer on ``minimum_nodes`` nodes or more (at
+        most the layers), each of which holds any one layer, those nodes fit, as leaving
+        one layer to each later stage still ends at the last layer."""
         for level in range(len(sure) - 1, -1, -1):
-            taken, holders = sure[level]
+            taken, holders, at, walked = sure[level]
             if (min(holders, self.layer_count) >= self.stages
                     and (taken >= self.layer_count or holders >= self.layer_count)):
+                return level
+            if at >= self.layer_count and self.layer_count >= walked >= self.stages:
                 return level
         return -1
 
