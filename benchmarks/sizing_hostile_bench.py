@@ -77,6 +77,8 @@ def _setup(folder: Path) -> dict[str, list[str]]:
         return str(path)
 
     latency = _kinds(12, 1, stage_transfer_latency_ms=5)
+    cheap16 = write("cheap16.toml", (ROOT / "planner" / "data" / "gpus.toml").read_text()
+                    + "\n" + _catalog([CHEAP_16]))
     rnd = random.Random(7)
     return {
         "size llama-3.1-70b --tpot 30 (no fleet meets it)":
@@ -126,9 +128,12 @@ def _setup(folder: Path) -> dict[str, list[str]]:
         # (ended in SizingTooLarge after 3,000 plans when only the layers each card
         # surely takes from any start layer told that they do).
         "size deepseek-v3.2 --tpot 54, shipped catalog and a cheap 16 GiB kind":
-            ["size", "deepseek-v3.2", "--tpot", "54", "--json", "--catalog",
-             write("cheap16.toml", (ROOT / "planner" / "data" / "gpus.toml").read_text()
-                   + "\n" + _catalog([CHEAP_16]))],
+            ["size", "deepseek-v3.2", "--tpot", "54", "--json", "--catalog", cheap16],
+        # With a spare, fleets of one MI300X and dozens of small cards (ended in
+        # SizingTooLarge with 500,000 partial fleets queued).
+        "size llama-4-maverick --tpot 27 --tolerate 1, shipped catalog and a cheap 16 GiB "
+        "kind": ["size", "llama-4-maverick", "--tpot", "27", "--tolerate", "1", "--json",
+                 "--catalog", cheap16],
         "size, table output, shipped catalog with latencies":
             ["size", "qwen3-coder-480b-a35b", "--catalog", write("latency.toml", (
                 ROOT / "planner" / "data" / "gpus.toml").read_text().replace(

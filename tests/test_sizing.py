@@ -273,7 +273,7 @@ def uneven_layer_questions(draw: st.DrawFn) -> tuple[dict[str, Any], list[GpuMod
              for index in range(draw(st.integers(2, 3)))]
     traffic = ModelTraffic.dense(sum(weights), hidden_size=16)
     targets = SizingTargets(minimum_nodes=draw(st.integers(0, 2)),
-                            failures_tolerated=draw(st.sampled_from((0, 0, 1))))
+                            failures_tolerated=draw(st.sampled_from((0, 1, 1))))
     probe = as_planning_input({**model, "nodes": [{"node_id": "p", "detected_vram_bytes": 1}]})
     floor = floors.decode_floor(kinds, traffic, probe, {})
     contexts = rules.context_candidates(probe)

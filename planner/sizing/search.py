@@ -55,7 +55,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from planner._validate import Fail, flag, instance, integer, shown
 from planner.errors import PlanError
@@ -97,6 +97,7 @@ from planner.targets import TargetsError
 from planner.units import format_bytes
 
 _MICRO = 1_000_000  # prices are summed in micro-USD so that equal costs compare equal
+_Size = TypeVar("_Size", int, float)
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,11 +345,37 @@ class _Needs:
         return rules.greedy_layer_reach(left, self.costs) == len(self.costs)
 
 
-def _largest_sizes(f: int, top: tuple[int, ...], size: int, amount: int) -> tuple[int, ...]:
+def _spare_walk(f: int, prefix: Sequence[int], walk: tuple[int, int], usable: int,
+                amount: int) -> tuple[int, int]:
+    """How many of a partial fleet's nodes are among the f largest of every fleet below
+    it, and how far the others reach at ``c0`` (``prefix``: the layers' bytes summed),
+    after ``amount`` more nodes of ``usable`` bytes.
+
+    The search decides the largest kinds first, so a partial fleet's first f nodes are
+    f largest of every fleet below it, and its other nodes come first, in order, in the
+    walk of that fleet less its f largest, each taking all the next layers it holds
+    (:meth:`_Needs.necessary`). Each node to come takes at most its longest run: the
+    layers left past the walk are a need of the kinds to come."""
+    spared, reached = walk
+    layers = len(prefix) - 1
+    for _ in range(amount):
+        if spared < f:
+            spared += 1
+        elif reached < layers:
+            reached = bisect_right(prefix, prefix[reached] + usable) - 1
+        else:
+            break
+    return spared, reached
+
+
+def _largest_sizes(f: int, top: tuple[_Size, ...], size: _Size, amount: int
+                   ) -> tuple[_Size, ...]:
     """The f largest sizes of a partial fleet once ``amount`` nodes of ``size`` join."""
     if not f or not amount:
         return top
-    return tuple(sorted((*top, *[size] * min(amount, f)), reverse=True)[:f])
+    sizes = list(top) + [size] * min(amount, f)
+    sizes.sort(reverse=True)
+    return tuple(sizes[:f])
 
 
 def _longest_run(budget: int, costs: Sequence[int]) -> int:
@@ -572,12 +599,21 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
 
     f = search.f
 
+    prefix = list(itertools.accumulate(needs.costs, initial=0))
+
     def lower(start: int, layers: int, held: int, top_caps: tuple[int, ...] = (),
               top_usable: tuple[int, ...] = (), have: tuple[float, ...] = (),
-              level: int = -1) -> float | None:
+              level: int = -1, walk: tuple[int, int] = (0, 0),
+              tops: tuple[tuple[float, ...], ...] = ()) -> float | None:
         need_layers, need_bytes = needs.totals(f, top_caps, top_usable)
         parts = [layer_bound(start, need_layers - layers), byte_bound(start, need_bytes - held)]
-        parts += [cover_bound(start, cover.need - (have[i] if have else 0))
+        spared, reached = walk
+        if spared >= f:
+            # The fleet less its f largest nodes walks on from there (_Needs.necessary),
+            # each node to come taking at most its longest run.
+            parts.append(layer_bound(start, needs.layers_needed - reached))
+        parts += [cover_bound(start, cover.need - (have[i] if have else 0)
+                              + (sum(tops[i]) if tops else 0))
                   for i, (cover, cover_bound) in enumerate(zip(covers, carrier_bounds,
                                                                 strict=True))
                   if cover.level < 0 or cover.level == level]
@@ -597,17 +633,25 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
     # bytes, the f largest layer caps and usable bytes among their nodes, how many of
     # them carry each speed target, the layers they surely take at each level, how many
     # take one, and how far their walk there gets on how many (_Levels), and how far they
-    # walk at the highest context (_TopStages).
+    # walk at the highest context (_TopStages), and how many of the f largest nodes of
+    # every fleet below they hold and how far their others walk at c0 (_spare_walk).
     no_carriers = (0.0,) * len(covers)
+    # A fleet that meets the targets after losing any f nodes meets a speed cover that
+    # holds for every fleet meeting them without the f nodes that give it the most, which
+    # give at least as much as the f that give the most among a partial fleet's nodes.
+    spared_covers = [bool(f) and cover.level < 0 and cover.survives for cover in covers]
+    no_tops: tuple[tuple[float, ...], ...] = ((),) * len(covers)
     no_spans = ((0, 0, 0, 0),) * len(levels.contexts)
     queue: list[tuple[float, int, tuple[int, ...], int, int, int, tuple[int, ...],
                       tuple[int, ...], tuple[float, ...],
-                      tuple[tuple[int, int, int, int], ...], tuple[int, int]]] = [
-        (start_bound, 0, (), 0, 0, 0, (), (), no_carriers, no_spans, (0, 0))]
+                      tuple[tuple[int, int, int, int], ...], tuple[int, int],
+                      tuple[int, int], tuple[tuple[float, ...], ...]]] = [
+        (start_bound, 0, (), 0, 0, 0, (), (), no_carriers, no_spans, (0, 0), (0, 0),
+         no_tops)]
     tie = itertools.count(1)
     while queue:
         (bound, _, tree_counts, cost, layers, held, top_caps, top_usable,
-         have, sure, reach) = heapq.heappop(queue)
+         have, sure, reach, walk, tops) = heapq.heappop(queue)
         if bound > threshold:
             break
         search.check_budget(len(queue))
@@ -633,6 +677,9 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
             child_usable = _largest_sizes(f, top_usable, usable, amount)
             child_have = tuple(n + flags[depth] * amount
                                for n, flags in zip(have, carried, strict=True))
+            child_tops = tuple(_largest_sizes(f, top, flags[depth], amount) if lost else ()
+                               for top, flags, lost in zip(tops, carried, spared_covers,
+                                                           strict=True))
             child_sure = tuple((taken + span[depth] * amount,
                                 holders + (span[depth] > 0) * amount,
                                 *levels.walk(level, (at, walked), usable, amount))
@@ -644,8 +691,10 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
             child_reach = top_stages.walk(reach, usable, amount)
             if top_stages.misses(child_reach):
                 break  # more of this kind plan on as few stages
+            child_walk = _spare_walk(f, prefix, walk, usable, amount)
             rest = lower(depth + 1, layers + cap * amount, held + usable * amount,
-                         child_caps, child_usable, child_have, level)
+                         child_caps, child_usable, child_have, level, child_walk,
+                         child_tops)
             if rest is None:
                 continue
             child_bound = child_cost + rest
@@ -653,7 +702,8 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
                 heapq.heappush(queue, (child_bound, next(tie), (*tree_counts, amount),
                                        child_cost, layers + cap * amount,
                                        held + usable * amount, child_caps, child_usable,
-                                       child_have, child_sure, child_reach))
+                                       child_have, child_sure, child_reach, child_walk,
+                                       child_tops))
     if not found:
         raise _nothing(search, _why_not(search, needs, c0))
     found.sort()
@@ -670,6 +720,9 @@ class _Cover:
     need: float
     why: str
     level: int = -1  # >= 0: it holds only for fleets at that _Levels level
+    # It holds for every fleet that meets the targets at any context the search admits
+    # (not only for those that keep f spares): so also after losing any f nodes.
+    survives: bool = False
 
 
 def _carriers(search: _Search, target: str, fast: Sequence[bool | None]) -> _Cover:
@@ -881,11 +934,13 @@ def _read_time_covers(search: _Search, probe: PlanningInput, candidates: Sequenc
     why = (f"no fleet reads the model (its active weights and the KV cache at {c0:,}) "
            f"within the TPOT target of {target} ms on the nodes to be had: the fastest "
            "hold too little of it")
+    hop = floors.least_hop_ms(search.kinds, search.options)
     return [*_time_covers(floor.weight_bytes, rho_weight, floor.weight_ms_per_byte,
-                          target - floor.fixed_ms - kv * min(kv_rates), needs, most, why),
+                          target - floor.fixed_ms - kv * min(kv_rates), needs, most, why,
+                          hop),
             *_time_covers(kv, rho_kv, kv_rates, target - floor.fixed_ms
                           - floor.weight_bytes * min(floor.weight_ms_per_byte),
-                          needs, most, why)]
+                          needs, most, why, hop)]
 
 
 def _prefill_read_covers(search: _Search, probe: PlanningInput, candidates: Sequence[int],
@@ -919,20 +974,32 @@ def _prefill_read_covers(search: _Search, probe: PlanningInput, candidates: Sequ
 
 
 def _time_covers(read: float, rho: float, rates: Sequence[float], budget: float,
-                 needs: _Needs, most: int, why: str) -> list[_Cover]:
+                 needs: _Needs, most: int, why: str, hop: float = 0.0) -> list[_Cover]:
     """A fleet whose stages read ``read`` bytes, a stage on a node of ``u`` usable bytes at
     most ``rho x u`` of them at ``m`` ms a byte or more (its kind's ``rates``), within
     ``budget`` ms: the fastest nodes filled first do best; for any rate ``x``, that needs
     ``sum(rho x u x max(0, x - m)) >= x R - T`` over the fleet (linear programming's dual
-    bound at ``x``, exact at the best ``x``, one of the kinds' ``m``)."""
-    slow = sorted({m for m in rates if not math.isinf(m) and m * read > budget})
+    bound at ``x``, exact at the best ``x``, one of the kinds' ``m``).
+
+    With ``hop`` ms or more between stages (a plan of ``k`` stages pays ``k - 1`` of
+    them beside its reads): a stage reads at most ``rho x u``, so its hop costs at least
+    ``hop / (rho x u)`` a byte it reads, and the plan takes at least ``sum((m + hop /
+    (rho u)) r) - hop``: each kind's rate is raised so, and the budget by one hop. A node
+    then gives ``max(0, rho x u x (x - m) - hop)``: a small stage pays a whole hop for the
+    little of the model it reads."""
+    effective = [m if math.isinf(m) or not hop else
+                 (m + hop / (rho * usable) if rho * usable > 0 else math.inf)
+                 for m, usable in zip(rates, needs.usable, strict=True)]
+    budget += hop
+    slow = sorted({m for m in effective if not math.isinf(m) and m * read > budget})
     if len(slow) > most:
         slow = [slow[round(i * (len(slow) - 1) / (most - 1))] for i in range(most)]
     covers = []
     for x in slow:
         amounts = tuple(0.0 if math.isinf(m) else rho * usable * max(0.0, x - m)
-                        for m, usable in zip(rates, needs.usable, strict=True))
-        covers.append(_Cover(amounts, (x * read - budget) * (1 - 1e-6), why))
+                        for m, usable in zip(effective, needs.usable, strict=True))
+        covers.append(_Cover(amounts, (x * read - budget) * (1 - 1e-6), why,
+                             survives=True))
     return covers
 
 
