@@ -129,10 +129,10 @@ def _setup(folder: Path) -> dict[str, list[str]]:
         # surely takes from any start layer told that they do).
         "size deepseek-v3.2 --tpot 54, shipped catalog and a cheap 16 GiB kind":
             ["size", "deepseek-v3.2", "--tpot", "54", "--json", "--catalog", cheap16],
-        # With a spare, fleets of one MI300X and dozens of small cards (ended in
-        # SizingTooLarge with 500,000 partial fleets queued).
-        "size llama-4-maverick --tpot 27 --tolerate 1, shipped catalog and a cheap 16 GiB "
-        "kind": ["size", "llama-4-maverick", "--tpot", "27", "--tolerate", "1", "--json",
+        # With a spare, fleets of one large node and dozens of small cards (ended in
+        # SizingTooLarge with 500,000 partial fleets queued); the hardest of a ladder.
+        "size llama-4-maverick --tpot 40 --tolerate 1, shipped catalog and a cheap 16 GiB "
+        "kind": ["size", "llama-4-maverick", "--tpot", "40", "--tolerate", "1", "--json",
                  "--catalog", cheap16],
         "size, table output, shipped catalog with latencies":
             ["size", "qwen3-coder-480b-a35b", "--catalog", write("latency.toml", (

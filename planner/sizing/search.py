@@ -368,6 +368,14 @@ def _spare_walk(f: int, prefix: Sequence[int], walk: tuple[int, int], usable: in
     return spared, reached
 
 
+def _largest_from(values: Sequence[int]) -> list[int]:
+    """The largest of ``values`` from each position on (0 past the last)."""
+    largest = [0] * (len(values) + 1)
+    for index in range(len(values) - 1, -1, -1):
+        largest[index] = max(values[index], largest[index + 1])
+    return largest
+
+
 def _largest_sizes(f: int, top: tuple[_Size, ...], size: _Size, amount: int
                    ) -> tuple[_Size, ...]:
     """The f largest sizes of a partial fleet once ``amount`` nodes of ``size`` join."""
@@ -600,6 +608,11 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
     f = search.f
 
     prefix = list(itertools.accumulate(needs.costs, initial=0))
+    # The largest layer from each layer on, and the largest node to be had from each
+    # kind on: the walk past a layer needs a node that holds it.
+    largest_after = _largest_from(needs.costs)
+    largest_to_come = _largest_from([usable if bound else 0
+                                     for usable, bound in zip(usables, bounds, strict=True)])
 
     def lower(start: int, layers: int, held: int, top_caps: tuple[int, ...] = (),
               top_usable: tuple[int, ...] = (), have: tuple[float, ...] = (),
@@ -610,7 +623,10 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
         spared, reached = walk
         if spared >= f:
             # The fleet less its f largest nodes walks on from there (_Needs.necessary),
-            # each node to come taking at most its longest run.
+            # each node to come taking at most its longest run, and one of them taking the
+            # largest layer left.
+            if largest_after[reached] > largest_to_come[start]:
+                return None
             parts.append(layer_bound(start, needs.layers_needed - reached))
         parts += [cover_bound(start, cover.need - (have[i] if have else 0)
                               + (sum(tops[i]) if tops else 0))
