@@ -41,8 +41,11 @@ kinds left of covering what every fitting plan needs at the lowest admissible co
 ``c0`` (the smallest context candidate at or above the minimum): the layers, as each node
 holds at most its longest run of consecutive layers at ``c0``, and the bytes, with f
 nodes' worth more of each for the spares. Both needs only grow with the context, so no
-fleet meeting the targets is pruned; leaves leave the queue in cost order and each is
-planned exactly (with every f-node removal), so the first fleets found are the cheapest.
+fleet meeting the targets is pruned. The largest kinds are decided first, so a partial
+fleet's first f nodes are the f largest of every fleet below it: what is left without
+them must still walk through the layers at ``c0`` (:func:`_spare_walk`) and meet the
+read-time covers. Leaves leave the queue in cost order and each is planned exactly (with
+every f-node removal), so the first fleets found are the cheapest.
 Plans are cached per count vector, which the removals share.
 """
 
