@@ -821,16 +821,8 @@ class _Levels:
         ``amount`` more nodes of ``usable`` bytes (no larger than those before); ``(-1,
         0)`` once a node that cannot hold every one layer comes before the walk has both
         reached the last layer and taken ``minimum_nodes`` nodes."""
-        at, taken = reach
-        prefix = self.prefixes[level]
-        for _ in range(amount):
-            if at < 0 or (at >= self.layer_count and taken >= self.stages):
-                break
-            if usable < self.largest_layers[level]:
-                return -1, 0
-            at = bisect_right(prefix, prefix[at] + usable) - 1
-            taken += 1
-        return at, taken
+        return _walk_on(self.prefixes[level], self.largest_layers[level], self.stages,
+                         reach, usable, amount)
 
     def level(self, sure: Sequence[tuple[int, int, int, int]]) -> int:
         """The highest level a partial fleet surely plans at (-1: none), from the layers
@@ -892,21 +884,12 @@ class _TopStages:
                                                                 self.layer_count)
 
     def walk(self, reach: tuple[int, int], usable: int, amount: int) -> tuple[int, int]:
-        """The layer the walk reaches and the nodes it took, after ``amount`` more nodes
-        of ``usable`` bytes (no smaller than those before); ``(-1, 0)`` once a node that
-        cannot hold every single layer comes before the walk ends (then the rule proves
-        nothing)."""
+        """The walk at the highest context after ``amount`` more nodes of ``usable``
+        bytes (:func:`_walk_on`)."""
         if not self.ttft_by_stages:
             return reach
-        at, taken = reach
-        for _ in range(amount):
-            if at < 0 or at >= self.layer_count:
-                break
-            if usable < self.largest_layer:
-                return -1, 0
-            at = bisect_right(self.prefix, self.prefix[at] + usable) - 1
-            taken += 1
-        return at, taken
+        return _walk_on(self.prefix, self.largest_layer, self.minimum_nodes, reach, usable,
+                        amount)
 
     def misses(self, reach: tuple[int, int]) -> bool:
         """No fleet below a partial fleet whose walk is ``reach`` meets the TTFT target."""
@@ -914,6 +897,27 @@ class _TopStages:
         return (bool(self.ttft_by_stages) and at == self.layer_count
                 and taken >= self.minimum_nodes
                 and self.ttft_by_stages[taken - 1] > self.target)
+
+
+def _walk_on(prefix: Sequence[int], largest_layer: int, fewest: int, reach: tuple[int, int],
+             usable: int, amount: int) -> tuple[int, int]:
+    """The layer the walk of docs/rules.md §4 reaches and the nodes it took (``reach``
+    before), after ``amount`` more nodes of ``usable`` bytes, no larger than those
+    before, each taking all the next layers it holds (``prefix``: the layers' bytes
+    summed), until it has reached the last layer on ``fewest`` nodes or more; ``(-1, 0)``
+    once a node that cannot hold every single layer comes before that (then it proves
+    nothing). Where it ends, those nodes fit as a set: a stage that must leave one layer
+    to each later stage takes fewer, and each later one holds its one."""
+    at, taken = reach
+    layer_count = len(prefix) - 1
+    for _ in range(amount):
+        if at < 0 or (at >= layer_count and taken >= fewest):
+            break
+        if usable < largest_layer:
+            return -1, 0
+        at = bisect_right(prefix, prefix[at] + usable) - 1
+        taken += 1
+    return at, taken
 
 
 def _surest_run(budget: int, costs: Sequence[int]) -> int:
