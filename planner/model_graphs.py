@@ -361,6 +361,19 @@ def _token_inputs(b: _Builder) -> dict[str, Tensor]:
     return inputs
 
 
+def _latent_values(b: _Builder, attn: AttentionShape, out: Tensor, layer: str, n: int,
+                   backend: int) -> Tensor:
+    """Latent attention's output decompressed: each head's latent values through
+    ``v_b``, made contiguous as the attention's output rows (``build_attn_mla``)."""
+    g = b.graph
+    values = g.op("MUL_MAT", attn.out_width * n * F32,
+                  (b.w(f"{layer}.v_b"), g.view(out, backend=backend)), "fattn_mla",
+                  backend=backend)
+    merged = g.op("CONT", attn.out_width * n * F32, (g.view(values, backend=backend),),
+                  "kqv_out", backend=backend)
+    return g.view(merged, "kqv_out", backend=backend)
+
+
 def _inputs(b: _Builder) -> dict[str, Tensor]:
     """The graph's inputs, which live on the host, in the order llama.cpp creates them."""
     g, m, n = b.graph, b.model, b.n_tokens
@@ -728,12 +741,7 @@ def _latent_attention_core(b: _Builder, cur: Tensor, attn: AttentionShape, index
                       backend=backend)
         probs = g.like("SOFT_MAX", scores, (mask,), "kq_soft_max", backend)
         out = g.op("MUL_MAT", latent, (cache, probs), "kqv", backend=backend)
-    values = g.op("MUL_MAT", attn.out_width * n * F32,
-                  (b.w(f"{layer}.v_b"), g.view(out, backend=backend)), "fattn_mla",
-                  backend=backend)
-    merged = g.op("CONT", attn.out_width * n * F32, (g.view(values, backend=backend),),
-                  "kqv_out", backend=backend)
-    out = g.view(merged, "kqv_out", backend=backend)
+    out = _latent_values(b, attn, out, layer, n, backend)
     if attn.output_gate:
         gate = g.op("MUL_MAT", out.nbytes, (b.w(f"{layer}.attn_gate"), cur), "attn_gate",
                     backend=backend)
@@ -1894,12 +1902,7 @@ def _kpool_attention_core(b: _Builder, cur: Tensor, attn: AttentionShape, index:
         values = g.op("CONT", attn.kv_lora * b.n_kv * F16, (cache,), "v_cont",
                       backend=backend)
         out = g.op("MUL_MAT", latent, (values, probs), "kqv", backend=backend)
-    values = g.op("MUL_MAT", attn.out_width * n * F32,
-                  (b.w(f"{layer}.v_b"), g.view(out, backend=backend)), "fattn_mla",
-                  backend=backend)
-    merged = g.op("CONT", attn.out_width * n * F32, (g.view(values, backend=backend),),
-                  "kqv_out", backend=backend)
-    return g.view(merged, "kqv_out", backend=backend)
+    return _latent_values(b, attn, out, layer, n, backend)
 
 
 def _mixed_hc_graph(b: _Builder, embd: Tensor, inputs: Mapping[str, Tensor],
