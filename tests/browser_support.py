@@ -111,6 +111,7 @@ def jupyter_server(command: Sequence[str], port: int, log_path: Path,
     env = voila_environment(dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])))
     env["JUPYTER_CONFIG_DIR"] = str(log_path.parent / "jupyter-config")
+    env["PLANNER_WORKSPACE"] = str(log_path.parent / "workspace")
     env["JUPYTER_RUNTIME_DIR"] = str(log_path.parent / "jupyter-runtime")
     with log_path.open("wb") as log:
         process = subprocess.Popen(list(command), cwd=cwd, env=env, stdout=log,

@@ -5,6 +5,7 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 
 TESTS = Path(__file__).resolve().parent
@@ -19,3 +20,13 @@ DEADLINE = timedelta(seconds=5)
 settings.register_profile("default", deadline=DEADLINE)
 settings.register_profile("ci", deadline=DEADLINE, derandomize=True)
 settings.load_profile("ci" if os.environ.get("CI") == "true" else "default")
+
+
+@pytest.fixture(autouse=True)
+def workspace(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+               ) -> Path:
+    """Every test saves fleets and reports in a workspace of its own, never in the
+    person's (planner.workspace reads PLANNER_WORKSPACE)."""
+    folder = tmp_path_factory.mktemp("workspace")
+    monkeypatch.setenv("PLANNER_WORKSPACE", str(folder))
+    return folder

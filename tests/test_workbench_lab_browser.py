@@ -64,7 +64,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory,
     scenarios.place_gguf(notebooks)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
-        JUPYTER_CONFIG_DIR=str(root / "config"))
+        JUPYTER_CONFIG_DIR=str(root / "config"), PLANNER_WORKSPACE=str(root / "workspace"))
     with (root / "lab.log").open("wb") as log, planned_lab(
             notebooks, free_port(), log=log, env=env,
             extra_arguments=["--LabApp.expose_app_in_browser=True",

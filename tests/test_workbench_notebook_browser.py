@@ -35,7 +35,7 @@ def notebook_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabSer
     scenarios.place_gguf(notebooks)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
-        JUPYTER_CONFIG_DIR=str(root / "config"))
+        JUPYTER_CONFIG_DIR=str(root / "config"), PLANNER_WORKSPACE=str(root / "workspace"))
     with (root / "notebook.log").open("wb") as log, planned_lab(
             notebooks, free_port(), log=log, env=env, app="notebook") as server:
         yield server

@@ -55,7 +55,8 @@ def test_starts_planned(bench: Workbench) -> None:
 def test_default_workbench_loads_the_design_fleet() -> None:
     bench = Workbench.default()
     assert bench.state.name == "Qwen 480B on 5 x 80 GiB"
-    assert bench.fleet_editor.file_choice.value == "qwen480b-5x80.toml"
+    assert bench.fleet_editor.file_choice.label == "qwen480b-5x80.toml (example)"
+    assert bench.fleet_editor.save_name.value == "qwen480b-5x80.toml"
     assert bench.evaluation.summary().startswith("5 stages · context 262,144 · 4 lanes")
     assert bench.message.value == ""
 
@@ -312,7 +313,7 @@ def test_save_and_load_fleet_files(bench: Workbench, tmp_path: Path) -> None:
     saved = bench.fleet_dir / "mine.toml"
     assert saved.is_file()
     assert "Saved" in bench.message.value
-    assert bench.fleet_editor.file_choice.value == "mine.toml"
+    assert bench.fleet_editor.file_choice.label == "mine.toml (saved)"
     assert load_fleet(saved).to_request() == bench.evaluation.request
 
     rows(bench)[0].vram.value = "8 GiB"
@@ -343,7 +344,8 @@ def test_saving_a_bad_fleet_is_a_message(bench: Workbench) -> None:
 
 def test_loading_a_broken_file_is_a_message(bench: Workbench) -> None:
     (bench.fleet_dir / "broken.toml").write_text("[model\n")
-    bench.fleet_editor.set_fleet_files(["broken.toml"], "broken.toml")
+    broken = str(bench.fleet_dir / "broken.toml")
+    bench.fleet_editor.set_fleet_files([("broken.toml (saved)", broken)], broken)
     bench.fleet_editor.load_button.click()
     assert "InvalidToml" in bench.message.value
     assert bench.evaluation.ok  # the fleet on screen is untouched
@@ -472,27 +474,139 @@ def test_a_saved_note_is_cleared_by_the_next_edit(bench: Workbench) -> None:
     assert "Loaded" in bench.message.value
 
 
+def _save(bench: Workbench, name: str) -> None:
+    """As the page does: the name box, then the button."""
+    bench.fleet_editor.save_name.value = name
+    bench.fleet_editor.save_button.click()
+
+
 def test_a_save_that_would_drop_comments_asks_first(bench: Workbench) -> None:
     path = bench.fleet_dir / "inline.toml"
     written = ('# kept by hand\nname = "inline"\n'
                'nodes = [ { id = "a", vram = "80 GiB" } ]  # one card\n')
     path.write_text(written)
-
-    def save(name: str) -> None:  # as the page does: the name box, then the button
-        bench.fleet_editor.save_name.value = name
-        bench.fleet_editor.save_button.click()
-
-    save("inline.toml")
-    assert "CommentsWouldBeLost" in bench.message.value
-    assert "press save again" in bench.message.value
+    _save(bench, "inline.toml")
+    assert "WouldOverwrite" in bench.message.value
+    assert "drops 2 of its comments" in bench.message.value
     assert "drop_comments" not in bench.message.value
+    assert visible(bench.overwrite_button)
     assert path.read_text() == written  # nothing written yet
-    save("other.toml")  # another file: the question is no longer open
-    save("inline.toml")
+    _save(bench, "other.toml")  # another file: the question is no longer open
+    assert not visible(bench.overwrite_button)
+    _save(bench, "inline.toml")
     assert path.read_text() == written
-    save("inline.toml")  # asked again: overwritten
+    bench.overwrite_button.click()  # asked, and answered: overwritten
     assert "Saved" in bench.message.value and "# one card" not in path.read_text()
     assert load_fleet(path).to_request() == bench.evaluation.request
+
+
+def test_a_save_never_replaces_another_file_without_asking(bench: Workbench) -> None:
+    other = bench.fleet_dir / "other.toml"
+    text = ('# Two big cards.\nname = "two"\n\n[model]\npreset = "llama-3.1-70b"\n\n'
+            '[[nodes]]\nid = "big"\ncount = 2   # big-00 and big-01\nvram = "80 GiB"\n')
+    other.write_text(text)
+    _save(bench, "other.toml")
+    assert "WouldOverwrite" in bench.message.value and "other.toml" in bench.message.value
+    assert "keeping its comments" in bench.message.value
+    assert other.read_text() == text
+    rows(bench)[0].vram.value = "70 GiB"  # an edit: the question was about another fleet
+    assert not visible(bench.overwrite_button)
+    bench.overwrite_button.click()
+    assert "Nothing to overwrite" in bench.message.value and other.read_text() == text
+    _save(bench, "other.toml")
+    bench.overwrite_button.click()
+    saved = other.read_text()
+    assert saved.startswith("# Two big cards.\n")
+    assert load_fleet(other).to_request() == bench.evaluation.request
+
+
+def test_a_save_keeps_the_comment_at_the_end_of_a_changed_line(tmp_path: Path) -> None:
+    fleets = tmp_path / "fleets"
+    fleets.mkdir()
+    path = fleets / "pool.toml"
+    path.write_text('[model]\npreset = "llama-3.1-70b"\n\n[[nodes]]\nid = "gpu"\n'
+                    'count = 4   # the rack\nvram = "80 GiB"\n')
+    bench = Workbench.from_fleet(path, fleet_dir=fleets, report_dir=tmp_path)
+    bench.remove_node(3)
+    bench.save_fleet("pool.toml")
+    assert "count = 3   # the rack" in path.read_text()
+
+
+def test_saving_the_loaded_file_again_asks_only_when_it_changed_on_disk(
+        bench: Workbench) -> None:
+    path = bench.save_fleet("mine.toml")
+    rows(bench)[0].vram.value = "70 GiB"
+    assert bench.save_fleet("mine.toml") == path  # its own file: saved, not asked
+    path.write_text(path.read_text() + "# changed by hand\n")
+    rows(bench)[0].vram.value = "60 GiB"
+    _save(bench, "mine.toml")
+    assert "WouldOverwrite" in bench.message.value
+    assert "60 GiB" not in path.read_text()
+
+
+def test_a_name_left_in_the_box_does_not_replace_another_fleet(bench: Workbench) -> None:
+    first = bench.save_fleet("first.toml")
+    second = bench.fleet_dir / "second.toml"
+    second.write_text('[model]\npreset = "llama-3.1-70b"\n\n[[nodes]]\nid = "x"\n'
+                      'vram = "80 GiB"\n')
+    bench.load_fleet(second)
+    assert bench.fleet_editor.save_name.value == "second.toml"
+    before = first.read_text()
+    _save(bench, "first.toml")
+    assert "WouldOverwrite" in bench.message.value and first.read_text() == before
+
+
+def test_examples_are_listed_but_saves_go_to_the_workspace(workspace: Path) -> None:
+    from planner.workspace import EXAMPLE_FLEETS
+    bench = Workbench.default()
+    labels = [label for label, _path in bench.fleet_editor.file_choice.options]
+    assert "qwen480b-4x70.toml (example)" in labels
+    example = EXAMPLE_FLEETS / "qwen480b-4x70.toml"
+    shipped = example.read_bytes()
+    bench.remove_node(0)
+    written = bench.save_fleet("qwen480b-4x70.toml")
+    assert written == workspace / "fleets" / "qwen480b-4x70.toml"
+    assert example.read_bytes() == shipped
+    assert "qwen480b-4x70.toml (saved)" in [label for label, _path in
+                                              bench.fleet_editor.file_choice.options]
+
+
+def test_nothing_is_saved_inside_the_package(tmp_path: Path) -> None:
+    from planner.workspace import EXAMPLE_FLEETS
+    bench = Workbench(five_by_80(), fleet_dir=EXAMPLE_FLEETS, report_dir=tmp_path)
+    _save(bench, "new-in-the-package.toml")
+    assert "WriteFailed" in bench.message.value and "installed package" in bench.message.value
+    assert not (EXAMPLE_FLEETS / "new-in-the-package.toml").exists()
+
+
+def test_reports_go_to_the_workspace_and_never_replace_a_file_unasked(
+        workspace: Path, tmp_path: Path) -> None:
+    bench = Workbench(five_by_80())
+    bench.export_button.click()
+    written = workspace / "reports" / "qwen-480b-on-5-x-80-gib.html"
+    assert written.is_file(), bench.message.value
+    notes = tmp_path / "notes.md"
+    notes.write_text("mine")
+    bench.report_path.value = str(notes)
+    bench.export_button.click()
+    assert "WouldOverwrite" in bench.message.value and notes.read_text() == "mine"
+    bench.overwrite_button.click()
+    assert "Report written" in bench.message.value and notes.read_text() != "mine"
+
+
+def test_the_title_follows_the_fleet_once_its_name_no_longer_fits() -> None:
+    bench = Workbench.default()
+    assert bench.state.title == "Qwen 480B on 5 x 80 GiB"
+    bench.add_node()
+    assert bench.state.title == "qwen3-coder-480b-a35b on 6 x 80 GiB"
+    assert "6 x 80 GiB" in bench.title.value
+    assert bench.state.to_document().name is None  # the stale name is not saved
+    bench.remove_node(5)
+    assert bench.state.title == "Qwen 480B on 5 x 80 GiB"  # it fits again
+    bench.fleet_editor.fleet_name.value = "Lab rack"
+    bench.remove_node(4)
+    assert bench.state.title == "Lab rack"  # a typed name holds
+    assert bench.state.to_document().name == "Lab rack"
 
 
 def test_lazy_sections_make_each_section_once_when_first_opened() -> None:
@@ -560,19 +674,19 @@ def test_the_title_and_report_follow_the_edits(tmp_path: Path) -> None:
     assert "edited from" not in text
     bench.model_editor.preset.value = "gpt-oss-120b"
     assert "Llama 3.1 70B" not in bench.title.value
-    assert "gpt-oss-120b on 5 nodes" in bench.title.value
+    assert "gpt-oss-120b on 5 x 24 GiB" in bench.title.value
     assert "edited from llama70b-home-lab.toml" in bench.title.value
     for name in ("edited.md", "edited.html"):
         bench.export_report(name)
         text = unescape((tmp_path / name).read_text())
-        assert "gpt-oss-120b on 5 nodes" in text
+        assert "gpt-oss-120b on 5 x 24 GiB" in text
         assert re.search(r"edited from \S*llama70b-home-lab\.toml\.", text), name
         assert not re.search(r"[^d] from \S*llama70b-home-lab\.toml\.", text), name
     payload = bench.export_report("edited.json")
     assert payload is not None
     import json
     report = json.loads(payload.read_text())
-    assert report["source_edited"] is True and report["title"] == "gpt-oss-120b on 5 nodes"
+    assert report["source_edited"] is True and report["title"] == "gpt-oss-120b on 5 x 24 GiB"
 
 
 def test_the_page_gives_one_estimated_tpot_where_a_speed_estimate_and_latencies_meet() -> None:

@@ -108,7 +108,9 @@ def node_input(page: Any, row: int, column: str) -> Any:
 
 
 def load_fleet_file(page: Any, name: str) -> None:
-    page.locator(".wb-fleet-file select").select_option(label=name)
+    # Shipped fleets are listed as examples, saved ones as saved (workspace.py).
+    label = name if name.endswith(")") else f"{name} (example)"
+    page.locator(".wb-fleet-file select").select_option(label=label)
     page.locator("button.wb-load-fleet").click()
 
 

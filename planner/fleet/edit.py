@@ -41,12 +41,25 @@ def _same(old: Any, new: Any) -> bool:
 
 
 def _update(old: MutableMapping[str, Any], new: dict[str, Any]) -> None:
-    """Make ``old`` hold ``new``'s keys and values, keeping unchanged items as written."""
+    """Make ``old`` hold ``new``'s keys and values, keeping unchanged items as written
+    and the comment at the end of a changed value's line."""
     for key in [key for key in old if key not in new]:
         del old[key]
     for key, value in new.items():
-        if key not in old or not _same(old[key], value):
+        if key not in old:
             old[key] = value
+        elif not _same(old[key], value):
+            old[key] = _with_trivia_of(old[key], value)
+
+
+def _with_trivia_of(old: Any, value: Any) -> Any:
+    """``value`` as a TOML item that keeps ``old``'s comment (``count = 5  # the pool``)."""
+    trivia = getattr(old, "trivia", None)
+    if trivia is None or not trivia.comment:
+        return value
+    item = tomlkit.item(value)
+    item.trivia.comment, item.trivia.comment_ws = trivia.comment, trivia.comment_ws
+    return item
 
 
 def _entry_key(entry: Any) -> tuple[Any, Any]:
@@ -69,6 +82,12 @@ def _nodes(old_entries: list[Table], new_entries: list[dict[str, Any]]) -> list[
     tables: list[Table] = []
     for new in new_entries:
         entry = take(_entry_key(new))
+        if entry is None and isinstance(new.get("count"), int):
+            # The same pool of nodes, grown or shrunk: its entry keeps its comments.
+            entry = next((old for old in unused if old.get("id") == new["id"]
+                          and isinstance(old.get("count"), int)), None)
+            if entry is not None:
+                unused.remove(entry)
         if entry is not None:
             _update(entry, new)
             tables.append(entry)
@@ -126,8 +145,10 @@ def _edited(document: Any, wanted: dict[str, Any], *, add_tables: bool) -> str |
             _update(document[key], value)
         elif isinstance(value, dict) and key not in document and not add_tables:
             continue
-        elif key not in document or not _same(document[key], value):
+        elif key not in document:
             document[key] = value
+        elif not _same(document[key], value):
+            document[key] = _with_trivia_of(document[key], value)
     if "nodes" in wanted:
         old_entries = list(old_nodes or ())
         nodes = _nodes(old_entries, wanted["nodes"])

@@ -27,6 +27,7 @@ class FleetFileError(CodedError):
         "ModelUnavailable",
         "WriteFailed",
         "CommentsWouldBeLost",
+        "WouldOverwrite",
     )
 
     def __init__(

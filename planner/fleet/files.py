@@ -194,34 +194,40 @@ def save_fleet(document: FleetDocument, path: str | Path, *,
     raises ``CommentsWouldBeLost`` and writes nothing, unless ``drop_comments``.
     """
     destination = Path(path)
+    text, lost = _saved_text(document, destination)
+    if lost and not drop_comments:
+        raise FleetFileError(
+            "CommentsWouldBeLost",
+            f"has {len(lost):,} comment(s) that saving cannot keep (the first: "
+            f"{shown(lost[0])}), because its layout cannot be edited in place; "
+            f"{KEEP_COMMENTS_HINT}", path=str(destination))
+    return write_text_atomic(destination, text)
+
+
+def comments_lost_by_save(document: FleetDocument, path: str | Path) -> list[str]:
+    """The comments of the file at ``path`` that :func:`save_fleet` of ``document`` there
+    would drop (none when nothing is there, or its layout can be edited in place)."""
+    return _saved_text(document, Path(path))[1]
+
+
+def _saved_text(document: FleetDocument, destination: Path) -> tuple[str, list[str]]:
+    """What saving ``document`` at ``destination`` writes, and the comments of the file
+    there that it drops."""
     kind = _format_of(destination)
     document = _rebased(document, destination)
-    if kind == "json":
-        return write_text_atomic(destination, fleet_to_json(document))
-    text = fleet_to_toml(document)
+    text = fleet_to_json(document) if kind == "json" else fleet_to_toml(document)
     try:
         old = read_regular_file(destination).decode("utf-8-sig")
     except (FleetFileError, UnicodeDecodeError):
-        old = None  # nothing there to keep
-    if old is not None:
-        kept = edited_toml(old, text)
-        if kept is None and not drop_comments:
-            _refuse_lost_comments(old, text, destination)
-        text = kept or text
-    return write_text_atomic(destination, text)
+        return text, []  # nothing there to keep
+    kept = edited_toml(old, text) if kind == "toml" else None
+    if kept is not None:
+        return kept, []
+    written = set(toml_comments(text))
+    return text, [comment for comment in toml_comments(old) if comment not in written]
 
 
 KEEP_COMMENTS_HINT = ("save under another name, or save again with drop_comments=True to "
                       "overwrite it without them")
 """What ``CommentsWouldBeLost`` tells the person to do; other front-ends replace it."""
 
-
-def _refuse_lost_comments(old: str, new: str, destination: Path) -> None:
-    written = set(toml_comments(new))
-    lost = [comment for comment in toml_comments(old) if comment not in written]
-    if lost:
-        raise FleetFileError(
-            "CommentsWouldBeLost",
-            f"has {len(lost):,} comment(s) that saving cannot keep (the first: "
-            f"{shown(lost[0])}), because its layout cannot be edited in place; "
-            f"{KEEP_COMMENTS_HINT}", path=str(destination))

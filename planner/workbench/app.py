@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import functools
 import re
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from html import escape
 from pathlib import Path
 from typing import Any, ParamSpec
@@ -21,7 +22,7 @@ import ipywidgets as widgets
 
 from planner.errors import PlanError
 from planner.fleet import FleetFileError, load_fleet, save_fleet
-from planner.fleet.files import KEEP_COMMENTS_HINT
+from planner.fleet.files import comments_lost_by_save
 from planner.models import GpuModel, ModelError
 from planner.workbench.availability_panel import AvailabilityPanel
 from planner.workbench.catalog import (
@@ -53,8 +54,8 @@ from planner.workbench.state import (
     WorkbenchState,
 )
 from planner.workbench.view import STYLE, PlanView
+from planner.workspace import inside_package, reports_dir, saved_fleets_dir
 
-DEFAULT_REPORT_DIR = Path.cwd() / "reports"
 FLEET_SUFFIXES = (".toml", ".json")
 
 # Errors a person can cause from the workbench; each is shown as a message.
@@ -78,26 +79,48 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "fleet"
 
 
+@dataclass(frozen=True)
+class _PendingOverwrite:
+    """A save or export refused because its file exists: what the Overwrite button
+    writes, as long as the fleet on screen is still ``state``."""
+
+    path: Path
+    state: WorkbenchState
+    what: str  # "fleet" or "report"
+
+
 class Workbench(widgets.VBox):
     """Model, fleet and options editors over a live plan, figures and tables.
 
-    ``fleet_dir`` is where fleet files are listed, loaded and saved (``data/fleets`` by
-    default); ``report_dir`` where "Export report" writes by default.
+    ``fleet_dir`` is where fleets are saved and listed (the workspace's ``fleets/``,
+    :mod:`planner.workspace`), ``example_dir`` where the shipped example fleets are
+    listed from (read, never written); ``report_dir`` where "Export report" writes a
+    name without a folder (the workspace's ``reports/``).
+
+    A save or an export never replaces a file without asking: a file that exists (other
+    than the one the fleet on screen was loaded from or last saved to, unchanged since)
+    is named in a message, with an Overwrite button that replaces it, keeping its
+    comments where the layout allows (the message says which it would drop). Nothing is
+    ever written inside the installed package.
     """
 
     def __init__(self, state: WorkbenchState | None = None, *,
                  fleet_dir: str | Path | None = None,
-                 report_dir: str | Path | None = None) -> None:
+                 report_dir: str | Path | None = None,
+                 example_dir: str | Path | None = DEFAULT_FLEET_DIR) -> None:
         self._quiet = 0
         self._watchers: list[Callable[[], None]] = []
         self.evaluations = 0
         """How many times the workbench has planned (one per edit)."""
         self._state = state if state is not None else WorkbenchState.design_default()
         self._evaluation: Evaluation | None = None
-        self._overwrite_asked: Path | None = None
-        """The file a refused save (its comments would be lost) was asked for."""
-        self.fleet_dir = Path(fleet_dir) if fleet_dir is not None else DEFAULT_FLEET_DIR
-        self.report_dir = Path(report_dir) if report_dir is not None else DEFAULT_REPORT_DIR
+        self._pending: _PendingOverwrite | None = None
+        self._file_stamp: tuple[Path, tuple[int, int, int]] | None = None
+        """The fleet file loaded or last saved, and its stamp then (a save over it,
+        unchanged since, asks nothing)."""
+        self.fleet_dir = Path(fleet_dir) if fleet_dir is not None else saved_fleets_dir()
+        self.example_dir = Path(example_dir) if example_dir is not None else None
+        self.report_dir = Path(report_dir) if report_dir is not None else reports_dir()
         startup: list[str] = []
         presets = self._optional(preset_names, startup, "model presets")
         catalog: tuple[GpuModel, ...] = self._optional(gpu_catalog, startup, "GPU catalog")
@@ -117,6 +140,10 @@ class Workbench(widgets.VBox):
         self.fleet_editor.load_button.on_click(self._guard(lambda _b: self._load_chosen()))
         self.fleet_editor.save_button.on_click(self._guard(
             lambda _b: self.save_fleet(self.fleet_editor.save_name.value)))
+        self.fleet_editor.fleet_name.observe(
+            lambda _change: self._guard(self._fleet_name_typed)(), names="value")
+        self.fleet_editor.save_name.observe(lambda _change: self._drop_pending(),
+                                            names="value")
         self.options_editor = OptionsEditor(self._state.options,
                                             on_edit=self._guard(self._edited))
         self.report_path = text_input("", "wb-report-path", width="320px",
@@ -130,8 +157,14 @@ class Workbench(widgets.VBox):
                                     tooltip="write a report of this plan")
         self.export_button.on_click(self._guard(
             lambda _b: self.export_report(self.report_path.value or None)))
+        self.report_path.observe(lambda _change: self._drop_pending(), names="value")
         self.message = widgets.HTML()
         self.message.add_class("wb-message")
+        self.overwrite_button = button(
+            "Overwrite", "wb-overwrite", style="warning",
+            tooltip="replace the file named above with what is on screen")
+        self.overwrite_button.layout.display = "none"
+        self.overwrite_button.on_click(self._guard(lambda _b: self.confirm_overwrite()))
         self.view = PlanView()
         self.panels = LazySections(guard=self._guard)
         self.panels.add_class("wb-panels")
@@ -141,12 +174,19 @@ class Workbench(widgets.VBox):
             widgets.HTML("<h3>Planning</h3>"), self.options_editor,
             widgets.HBox([self.report_path, self.export_button]), self.report_where,
         ], layout=widgets.Layout(min_width="560px", flex="1 1 560px"))
-        right = widgets.VBox([widgets.HTML("<h3>Fleet</h3>"), self.fleet_editor],
+        self.fleet_where = widgets.HTML(
+            f"<span class='wb-hint'>fleets are saved in "
+            f"{escape(str(self.fleet_dir.resolve()))}</span>")
+        self.fleet_where.add_class("wb-fleet-where")
+        right = widgets.VBox([widgets.HTML("<h3>Fleet</h3>"), self.fleet_editor,
+                              self.fleet_where],
                              layout=widgets.Layout(min_width="560px", flex="1 1 640px"))
         super().__init__([
             widgets.HTML(STYLE), self.title,
             widgets.HBox([left, right], layout=widgets.Layout(flex_flow="row wrap")),
-            self.message, self.view, self.panels,
+            widgets.HBox([self.message, self.overwrite_button],
+                         layout=widgets.Layout(align_items="center")),
+            self.view, self.panels,
         ])
         self.add_class("wb-root")
         for title, factory in PANELS:
@@ -160,8 +200,11 @@ class Workbench(widgets.VBox):
     @classmethod
     def from_fleet(cls, path: str | Path, **options: Any) -> Workbench:
         """A workbench on the fleet file at ``path``."""
+        stamp = _stamp(Path(path))
         document = load_fleet(path)
-        return cls(WorkbenchState.from_document(document), **options)
+        workbench = cls(WorkbenchState.from_document(document), **options)
+        workbench._remember_file(Path(path), stamp)
+        return workbench
 
     @classmethod
     def default(cls, **options: Any) -> Workbench:
@@ -214,11 +257,18 @@ class Workbench(widgets.VBox):
         css = "wb-error-box" if error else "wb-message-box"
         self.message.value = f"<div class='{css}'>{escape(text)}</div>"
 
-    def _fleet_files(self) -> list[str]:
-        if not self.fleet_dir.is_dir():
-            return []
-        return sorted(p.name for p in self.fleet_dir.iterdir()
-                      if p.suffix in FLEET_SUFFIXES and p.is_file())
+    def _fleet_files(self) -> list[tuple[str, str]]:
+        """The fleets to load, as ``(label, path)``: the saved ones, then the examples."""
+        listed: list[tuple[str, str]] = []
+        seen: set[Path] = set()
+        for folder, kind in ((self.fleet_dir, "saved"), (self.example_dir, "example")):
+            if folder is None or not folder.is_dir() or folder.resolve() in seen:
+                continue
+            seen.add(folder.resolve())
+            listed.extend((f"{path.name} ({kind})", str(path))
+                          for path in sorted(folder.iterdir())
+                          if path.suffix in FLEET_SUFFIXES and path.is_file())
+        return listed
 
     # -- panels ---------------------------------------------------------------------------
     def add_panel(self, title: str, factory: PanelFactory) -> None:
@@ -253,6 +303,7 @@ class Workbench(widgets.VBox):
         """Plan the current state once and redraw."""
         self._evaluation = evaluate(self._state)
         self.evaluations += 1
+        self._drop_pending()  # a question about overwriting was about the fleet before
         self.title.value = (f"<h2 style='margin:4px 0 0 0'>{escape(self._state.title)}</h2>"
                             f"<div class='wb-hint wb-provenance'>"
                             f"{escape(self._state.provenance)}</div>")
@@ -275,9 +326,27 @@ class Workbench(widgets.VBox):
             self._load_model_editor()
             self.fleet_editor.set_rows(state.nodes)
             self.options_editor.set_options(state.options)
+            self._show_fleet_name()
             source = Path(state.source) if state.source is not None else None
-            if source is not None and source.resolve().parent == self.fleet_dir.resolve():
-                self.fleet_editor.set_fleet_files(self._fleet_files(), source.name)
+            if source is not None and not source.name.startswith("<"):
+                self.fleet_editor.set_fleet_files(self._fleet_files(), str(source))
+                # Save offers the file's name: its own file for a saved fleet, a new one
+                # in the workspace for an example.
+                self.fleet_editor.save_name.value = source.name
+
+    def _show_fleet_name(self) -> None:
+        editor, state = self.fleet_editor.fleet_name, self._state
+        editor.value = state.name or ""
+        editor.placeholder = state.title if not state.name else ""
+
+    def _fleet_name_typed(self) -> None:
+        if self._quiet:
+            return
+        name = self.fleet_editor.fleet_name.value
+        if name.strip() == (self._state.name or ""):
+            return
+        self._state = self._state.with_name(name)
+        self.refresh()
 
     def _load_model_editor(self, source: ModelSource | None = None) -> None:
         model = self._state.model
@@ -419,15 +488,18 @@ class Workbench(widgets.VBox):
 
     # -- files ----------------------------------------------------------------------------
     def _load_chosen(self) -> None:
-        name = self.fleet_editor.file_choice.value
-        if not name:
+        chosen = self.fleet_editor.file_choice.value
+        if not chosen:
             self._say(f"No fleet files in {self.fleet_dir}.", error=True)
             return
-        self.load_fleet(self.fleet_dir / name)
+        self.load_fleet(chosen)
 
     def load_fleet(self, path: str | Path) -> None:
         """Replace the model, fleet and options with those of a fleet file."""
+        path = Path(path)
+        stamp = _stamp(path)
         state = WorkbenchState.from_document(load_fleet(path))
+        self._remember_file(path, stamp)
         self.set_state(state.with_memory_model(self._state.memory_model))
         self._say(f"Loaded {path}.")
 
@@ -448,22 +520,24 @@ class Workbench(widgets.VBox):
                                       label="fleet file name")
         return path
 
-    def save_fleet(self, name: str) -> Path:
-        """Save the model, fleet and options as ``name`` in the fleet folder.
+    def save_fleet(self, name: str, *, overwrite: bool = False) -> Path:
+        """Save the model, fleet and options as ``name`` in :attr:`fleet_dir`.
 
-        A save that would drop the comments of a hand-written file is refused once, with
-        a message; asked again for the same file, it overwrites."""
+        A file that exists is replaced only with ``overwrite`` (the Overwrite button),
+        unless it is the one the fleet was loaded from or last saved to, unchanged since,
+        and the save keeps all its comments; otherwise ``WouldOverwrite`` names it and
+        nothing is written. Raises ``WriteFailed`` for a folder inside the package."""
         path = self._fleet_path(name)
-        asked_before, self._overwrite_asked = self._overwrite_asked == path, None
-        try:
-            written = save_fleet(self._state.to_document(), path, drop_comments=asked_before)
-        except FleetFileError as error:
-            if error.code != "CommentsWouldBeLost":
-                raise
-            self._overwrite_asked = path
-            raise FleetFileError(error.code, error.message.replace(
-                KEEP_COMMENTS_HINT, "press save again to overwrite it without them, or "
-                "save under another name"), path=error.path) from None
+        document = self._state.to_document()
+        _refuse_package_folder(path)
+        if not overwrite:
+            question = self._save_question(path, document)
+            if question is not None:
+                self._ask_overwrite(path, "fleet")
+                raise FleetFileError("WouldOverwrite", question, path=str(path))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        written = save_fleet(document, path, drop_comments=overwrite)
+        self._remember_file(written, _stamp(written))
         # What the file now holds (a relative GGUF path rebased to its folder, a .json
         # file's model as numbers) is what the editors show and what is edited next.
         self.set_state(WorkbenchState.from_document(load_fleet(written)).with_memory_model(
@@ -471,26 +545,77 @@ class Workbench(widgets.VBox):
         self._say(f"Saved {written}.")
         return written
 
+    def _remember_file(self, path: Path, stamp: tuple[int, int, int] | None) -> None:
+        """The fleet on screen is the file at ``path``, as it was at ``stamp``."""
+        self._file_stamp = (path.resolve(), stamp) if stamp is not None else None
+
+    def _save_question(self, path: Path, document: Any) -> str | None:
+        """Why saving ``document`` at ``path`` must be asked first, or ``None``."""
+        if not path.exists() and not path.is_symlink():
+            return None
+        lost = comments_lost_by_save(document, path)
+        own = self._file_stamp is not None and self._file_stamp == (path.resolve(),
+                                                                    _stamp(path))
+        if own and not lost:
+            return None
+        what = "the file this fleet was loaded from" if own else _described(path)
+        text = f"already exists ({what}); Overwrite replaces it with the fleet on screen"
+        if lost:
+            text += (f" and drops {len(lost):,} of its comments, whose layout cannot be "
+                     f"edited in place (the first: {lost[0]!r})")
+        else:
+            text += ", keeping its comments"
+        return text + "; or save under another name"
+
+    def _ask_overwrite(self, path: Path, what: str) -> None:
+        self._pending = _PendingOverwrite(path, self._state, what)
+        self.overwrite_button.tooltip = f"replace {path} with what is on screen"
+        self.overwrite_button.layout.display = None
+
+    def _drop_pending(self) -> None:
+        self._pending = None
+        self.overwrite_button.layout.display = "none"
+
+    def confirm_overwrite(self) -> Path | None:
+        """Write what a refused save or export asked to (the Overwrite button)."""
+        pending, self._pending = self._pending, None
+        self.overwrite_button.layout.display = "none"
+        if pending is None or pending.state is not self._state:
+            self._say("Nothing to overwrite: the fleet changed since; press Save or Export "
+                      "again.", error=True)
+            return None
+        if pending.what == "fleet":
+            return self.save_fleet(pending.path.name, overwrite=True)
+        return self.export_report(pending.path, overwrite=True)
+
     def report_destination(self, name: str | Path | None = None) -> Path:
         """Where a report named ``name`` is written: an absolute path as given, a relative
         one inside the report folder (not the notebook's folder, which depends on how the
         page was started), ``<fleet name>.html`` there when no name is given."""
         text = str(name).strip() if name is not None else ""
         if not text:
-            return (self.report_dir / f"{_slug(self._state.name or 'workbench')}.html").resolve()
+            return (self.report_dir / f"{_slug(self._state.title)}.html").resolve()
         path = Path(text).expanduser()
         if not path.is_absolute():
             path = self.report_dir / path
         return path.resolve()
 
-    def export_report(self, path: str | Path | None = None) -> Path | None:
-        """Write a report of the current plan to :meth:`report_destination` of ``path``."""
+    def export_report(self, path: str | Path | None = None, *,
+                      overwrite: bool = False) -> Path | None:
+        """Write a report of the current plan to :meth:`report_destination` of ``path``;
+        a file there is replaced only with ``overwrite`` (``WouldOverwrite`` names it)."""
         try:
             from planner.reports import write_report
         except ImportError as error:
             self._say(f"Reports are not available: {error}.", error=True)
             return None
         destination = self.report_destination(path)
+        _refuse_package_folder(destination)
+        if not overwrite and (destination.exists() or destination.is_symlink()):
+            self._ask_overwrite(destination, "report")
+            raise FleetFileError("WouldOverwrite", f"already exists ({_described(destination)})"
+                                 "; Overwrite replaces it with this plan's report, or give "
+                                 "another name", path=str(destination))
         if destination.is_relative_to(self.report_dir.resolve()):
             destination.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -502,3 +627,29 @@ class Workbench(widgets.VBox):
                                memory_model=state.memory_model, source_edited=state.edited)
         self._say(f"Report written to {written}.")
         return written
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    """What tells a file changed on disk: its inode, size and modification time."""
+    try:
+        status = path.stat()
+    except OSError:
+        return None
+    return (status.st_ino, status.st_size, status.st_mtime_ns)
+
+
+def _described(path: Path) -> str:
+    """A file that exists, for a question about replacing it: when it was changed."""
+    try:
+        changed = time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
+    except OSError:
+        return "a link to nothing" if path.is_symlink() else "it cannot be read"
+    return f"last changed {changed}"
+
+
+def _refuse_package_folder(path: Path) -> None:
+    if inside_package(path):
+        raise FleetFileError(
+            "WriteFailed", "is inside the installed package, whose example fleets are "
+            "read-only; save in the workspace (planner.workspace) or another folder",
+            path=str(path))

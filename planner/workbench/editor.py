@@ -183,7 +183,7 @@ class FleetEditor(widgets.VBox):
     """
 
     def __init__(self, rows: Sequence[NodeRow], catalog: Sequence[GpuModel],
-                 fleet_files: Sequence[str], *, on_edit: Callable[[], None],
+                 fleet_files: Sequence[tuple[str, str]], *, on_edit: Callable[[], None],
                  on_duplicate: Callable[[int], None], on_remove: Callable[[int], None]) -> None:
         self._on_edit = on_edit
         self._on_duplicate = on_duplicate
@@ -216,12 +216,17 @@ class FleetEditor(widgets.VBox):
         self.save_name = text_input("", "wb-save-name", width="180px",
                                     placeholder="my-fleet.toml")
         self.save_button = button("Save", "wb-save-fleet",
-                                  tooltip="save the fleet under data/fleets", width="64px")
+                                  tooltip="save the fleet in the workspace's fleets folder",
+                                  width="64px")
+        self.fleet_name = text_input("", "wb-fleet-name", width="420px",
+                                     tooltip="the fleet's name, saved with it; blank: "
+                                     "named by its model and nodes")
         super().__init__([
             widgets.HBox([_label("<b>Fleet file</b>", "80px"),
                           self.file_choice, self.load_button,
                           _label("&nbsp;save as", "64px"),
                           self.save_name, self.save_button]),
+            widgets.HBox([_label("<b>Fleet name</b>", "80px"), self.fleet_name]),
             header,
             self.rows_box,
             widgets.HBox([self.add_button, self.count_label]),
@@ -254,9 +259,11 @@ class FleetEditor(widgets.VBox):
             self.rows_box.children = tuple(self.row_editors)
         self.count_label.value = (f"&nbsp;{len(rows)} node{'s' if len(rows) != 1 else ''}")
 
-    def set_fleet_files(self, names: Sequence[str], selected: str | None = None) -> None:
-        self.file_choice.options = list(names)
-        if selected in names:
+    def set_fleet_files(self, files: Sequence[tuple[str, str]],
+                        selected: str | None = None) -> None:
+        """List ``files``, each a ``(label, path)``; choose the one at ``selected``."""
+        self.file_choice.options = list(files)
+        if selected is not None and selected in {path for _label_text, path in files}:
             self.file_choice.value = selected
 
     def chosen_gpu(self) -> GpuModel | None:

@@ -35,6 +35,8 @@ from typing import Any
 import nbformat
 from nbformat.sign import NotebookNotary
 
+from planner.workspace import WORKSPACE_VARIABLE
+
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"
 RUN_DIR = REPO / ".run" / "notebooks"
@@ -82,10 +84,16 @@ def voila_arguments(port: int, *, ip: str = "127.0.0.1", open_browser: bool = Fa
     ]
 
 
+WORKSPACE = REPO / "workspace"
+"""Where the pages save fleets and write reports (ignored by git), unless
+``PLANNER_WORKSPACE`` names another folder (:mod:`planner.workspace`)."""
+
+
 def voila_environment(env: dict[str, str] | None = None) -> dict[str, str]:
     """``env`` (default this process's) with :data:`JUPYTER_DATA` on ``JUPYTER_PATH``, so
-    Voilà finds the ``planner`` template."""
+    Voilà finds the ``planner`` template, and the pages' workspace set."""
     environment = dict(os.environ if env is None else env)
+    environment.setdefault(WORKSPACE_VARIABLE, str(WORKSPACE))
     paths = [str(JUPYTER_DATA), *filter(None, environment.get("JUPYTER_PATH", "").split(
         os.pathsep))]
     environment["JUPYTER_PATH"] = os.pathsep.join(dict.fromkeys(paths))
@@ -257,6 +265,7 @@ def planned_lab(run_dir: Path, port: int, *, log: Any = None,
     runtime_dir.mkdir(parents=True, exist_ok=True)
     environment = dict(env if env is not None else os.environ,
                        JUPYTER_RUNTIME_DIR=str(runtime_dir))
+    environment.setdefault(WORKSPACE_VARIABLE, str(WORKSPACE))
     config_dir = _lab_config(run_dir.parent / "config")
     environment["JUPYTER_CONFIG_PATH"] = os.pathsep.join(
         [str(config_dir), *filter(None, [environment.get("JUPYTER_CONFIG_PATH")])])

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +33,11 @@ from planner.units import (
     parse_context,
     parse_latency_ms,
 )
+from planner.workspace import EXAMPLE_FLEETS
 
-# The example fleets shipped in the package (the repository's data/fleets in a checkout).
-DEFAULT_FLEET_DIR = Path(str(files("planner.data"))) / "fleets"
+# The example fleets shipped in the package (the repository's data/fleets in a checkout):
+# read, never written (saves go to the workspace, planner.workspace).
+DEFAULT_FLEET_DIR = EXAMPLE_FLEETS
 DEFAULT_FLEET_FILE = DEFAULT_FLEET_DIR / "qwen480b-5x80.toml"
 
 # The design's Qwen3-Coder-480B-A35B on five 80 GiB GPUs, used when the default fleet
@@ -434,6 +435,25 @@ def _model_fields(choice: ModelChoice, base_dir: Path | None) -> ModelFields:
     return ModelFields.from_planning_fields(fields, **source)
 
 
+def fleet_shape(document: FleetDocument) -> tuple[Any, ...]:
+    """What a fleet's name describes: its model and its nodes' sizes, in order."""
+    return (document.model.label, tuple(node.detected_vram_bytes for node in document.nodes))
+
+
+def describe_nodes(nodes: Sequence[NodeBudget]) -> str:
+    """A fleet's nodes in words: ``"5 x 80 GiB"``, ``"2 x 80 GiB + 1 x 24 GiB"``, or
+    ``"12 nodes"`` when they come in more than three sizes."""
+    if not nodes:
+        return "no nodes"
+    counts: dict[int, int] = {}
+    for node in nodes:
+        counts[node.detected_vram_bytes] = counts.get(node.detected_vram_bytes, 0) + 1
+    if len(counts) > 3:
+        return f"{len(nodes):,} nodes"
+    return " + ".join(f"{count:,} x {format_bytes(size)}" for size, count in
+                      sorted(counts.items(), key=lambda item: (-item[0], item[1])))
+
+
 def _text(value: int | float | None) -> str:
     return "" if value is None else str(value)
 
@@ -452,6 +472,13 @@ class WorkbenchState:
 
     ``memory_model`` is the memory rule the plan uses (``design`` or ``llamacpp``);
     ``loaded`` the document as read from (or last saved to) its file.
+
+    The fleet's name describes the fleet it was given for: a name that came with a file
+    (``Qwen 480B on 5 x 80 GiB``) holds while the model and the nodes' sizes are those it
+    was read with (``named_shape``), and is dropped, from the title and from what Save
+    writes, once they change; ``given_name`` keeps it, so undoing the change brings it
+    back. A name typed on the page (``name_typed``) is the person's own and holds through
+    every edit.
     """
 
     document: FleetDocument
@@ -461,6 +488,9 @@ class WorkbenchState:
     options: PlanOptions = field(default_factory=PlanOptions)
     memory_model: str = "design"
     loaded: FleetDocument | None = None
+    given_name: str | None = None
+    named_shape: tuple[Any, ...] | None = None
+    name_typed: bool = False
 
     # -- building ---------------------------------------------------------------------
     @classmethod
@@ -487,7 +517,8 @@ class WorkbenchState:
         )
         return cls(document=document, model=_model_fields(document.model, document.base_dir),
                    nodes=tuple(NodeRow.from_budget(node) for node in document.nodes),
-                   extras=extras, options=options, loaded=document if loaded else None)
+                   extras=extras, options=options, loaded=document if loaded else None,
+                   given_name=document.name, named_shape=fleet_shape(document))
 
     @classmethod
     def from_text(cls, model: ModelFields, nodes: Sequence[NodeRow],
@@ -495,14 +526,15 @@ class WorkbenchState:
                   ) -> WorkbenchState:
         """A state holding what was typed (which need not read: planning it says why)."""
         base = cls.design_default()
-        state = replace(base, document=replace(base.document, name=name))
+        state = replace(base, given_name=name, name_typed=name is not None)
         return state.with_model(model).with_nodes(nodes).with_options(
             options or PlanOptions())
 
     # -- reading ----------------------------------------------------------------------
     @property
     def name(self) -> str | None:
-        """The fleet's name (a fleet file's ``name``)."""
+        """The fleet's name (a fleet file's ``name``) while it still describes the fleet
+        (see the class's docstring), else ``None``."""
         return self.document.name
 
     @property
@@ -523,11 +555,10 @@ class WorkbenchState:
 
     @property
     def title(self) -> str:
-        """The fleet's name, else what it is: ``"llama-3.1-70b on 5 nodes"``."""
+        """The fleet's name, else what it is: ``"llama-3.1-70b on 5 x 80 GiB"``."""
         if self.name:
             return self.name
-        count = len(self.nodes)
-        return f"{self.model.label} on {count} node{'s' if count != 1 else ''}"
+        return f"{self.model.label} on {describe_nodes(self.document.nodes)}"
 
     @property
     def provenance(self) -> str:
@@ -618,9 +649,13 @@ class WorkbenchState:
                           for budget, extra in zip(budgets, self.extras, strict=True)
                           if extra.address is not None)
         try:
-            return replace(self.document, model=self._model_choice(), nodes=budgets,
-                           reliability=reliability, addresses=addresses,
-                           **self.options.planning_fields())
+            document = replace(self.document, model=self._model_choice(), nodes=budgets,
+                               reliability=reliability, addresses=addresses,
+                               name=self.given_name, **self.options.planning_fields())
+            if document.name is not None and not self.name_typed and (
+                    fleet_shape(document) != self.named_shape):
+                document = replace(document, name=None)  # it names another fleet
+            return document
         except FleetFileError as error:
             raise WorkbenchInputError(error.field or "document", error.message,
                                       node_id=error.node_id,
@@ -662,14 +697,15 @@ class WorkbenchState:
         return self.with_model(custom)
 
     def with_model(self, model: ModelFields) -> WorkbenchState:
-        """Another model. The fleet's name is dropped with the model it named."""
-        state = replace(self, model=model)
-        if model.label != self.model.label and self.name:
-            state = replace(state, document=replace(state.document, name=None))
-        return state._settled()
+        """Another model. A name that came with the file is set aside with the model
+        it named (see the class's docstring)."""
+        return replace(self, model=model)._settled()
 
     def with_name(self, name: str | None) -> WorkbenchState:
-        return replace(self, document=replace(self.document, name=name))._settled()
+        """The fleet named ``name`` by the person (``None`` or blank: no name); such a
+        name holds through every edit."""
+        name = name.strip() if name is not None else None
+        return replace(self, given_name=name or None, name_typed=bool(name))._settled()
 
     def with_options(self, options: PlanOptions) -> WorkbenchState:
         return replace(self, options=options)._settled()
