@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -289,15 +290,43 @@ def test_json_errors_name_line_field_and_node() -> None:
     assert (unknown.value.code, unknown.value.field) == ("UnknownField", "colour")
 
 
-def test_preset_model_saved_as_json_is_resolved_to_numbers(tmp_path: Path) -> None:
+def test_a_preset_fleet_saved_as_json_reads_back_as_the_same_fleet(tmp_path: Path) -> None:
+    """Saving as JSON used to resolve a preset to bare numbers and drop the rpc-server
+    addresses: the speed estimate and `planner launch` then lost what the TOML held."""
+    document = parse_fleet_toml(
+        '[model]\npreset = "qwen3-coder-480b-a35b"\nkv_cache_type = "f16"\n'
+        '[[nodes]]\nid = "a"\nvram = "80 GiB"\naddress = "10.0.0.5:50052"\n'
+        'gpu = "h100-sxm-80gb"\n')
+    path = save_fleet(document, tmp_path / "fleet.json")
+    data = json.loads(path.read_text())
+    assert (data["preset"], data["kv_cache_type"]) == ("qwen3-coder-480b-a35b", "f16")
+    assert data["layer_count"] == 62  # still a planning request any reader can plan
+    assert data["nodes"][0]["address"] == "10.0.0.5:50052"
+    again = load_fleet(path)
+    assert replace(again, source=None) == replace(document, source=None)
+    assert again.to_request() == document.to_request()
+
+
+def test_json_numbers_that_disagree_with_their_preset_are_refused(tmp_path: Path) -> None:
     document = parse_fleet_toml(
         '[model]\npreset = "qwen3-coder-480b-a35b"\n[[nodes]]\nid = "a"\nvram = "80 GiB"\n')
     path = save_fleet(document, tmp_path / "fleet.json")
     data = json.loads(path.read_text())
-    assert data["model_name"] == "qwen3-coder-480b-a35b"
-    again = load_fleet(path)
-    assert again.model.numbers is not None
-    assert again.to_request() == document.to_request()
+    data["layer_count"] = 61
+    path.write_text(json.dumps(data))
+    with pytest.raises(FleetFileError) as refused:
+        load_fleet(path)
+    assert (refused.value.code, refused.value.field) == ("InvalidField", "layer_count")
+    assert "qwen3-coder-480b-a35b resolves to 62" in refused.value.message
+
+
+@pytest.mark.parametrize("name", ["bad\0name.json", "x" * 300 + ".json"])
+def test_a_save_to_a_name_no_file_system_takes_is_named(tmp_path: Path, name: str) -> None:
+    document = parse_fleet_toml('[model]\npreset = "llama-3.1-70b"\n'
+                                '[[nodes]]\nid = "a"\nvram = "80 GiB"\n')
+    with pytest.raises(FleetFileError) as refused:
+        save_fleet(document, tmp_path / name)
+    assert refused.value.code == "WriteFailed"
 
 
 # -- models: presets and GGUF files -----------------------------------------------------

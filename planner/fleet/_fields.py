@@ -52,8 +52,12 @@ PLANNING_KEYS = (
 NODE_KEYS = ("id", "count", "vram", "max_vram", "headroom", "latency_ms",
              *RELIABILITY_KEYS, "address")
 TOP_KEYS = ("name", "model", "planning", "nodes")
-# Beside the planning request: names, and the numbers the speed estimate reads.
-JSON_EXTRA_KEYS = ("model_name", "name", *SPEED_NUMBER_FIELDS)
+# Beside the planning request: names, the numbers the speed estimate reads, and the preset
+# or GGUF file the request's model numbers come from, with its KV cache type.
+JSON_MODEL_SOURCE_KEYS = ("preset", "gguf", "kv_cache_type")
+JSON_EXTRA_KEYS = ("model_name", "name", *SPEED_NUMBER_FIELDS, *JSON_MODEL_SOURCE_KEYS)
+# Beside a node's planning request fields: its failure figures and rpc-server address.
+JSON_NODE_EXTRA_KEYS = (*RELIABILITY_KEYS, "address")
 # A host name's labels (RFC 1123, and "_" as resolvers allow it): ASCII letters, digits,
 # "-" and "_", never starting or ending with "-" (so no label reads as a command option).
 _HOST_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")

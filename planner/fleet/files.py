@@ -34,6 +34,9 @@ def read_regular_file(path: Path) -> bytes:
     Opening without blocking means a FIFO or a device named ``x.toml`` is refused at
     once instead of waiting for a writer that never comes.
     """
+    if "\0" in str(path):
+        raise FleetFileError("UnreadableFile", "is no file name: it holds a NUL byte",
+                             path=str(path).replace("\0", "\\0"))
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
@@ -152,7 +155,14 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     left behind are removed.
     """
     given = Path(path)
-    destination = Path(os.path.realpath(given)) if given.is_symlink() else given
+    if "\0" in str(given):
+        raise FleetFileError("WriteFailed", "is no file name: it holds a NUL byte",
+                             path=str(given).replace("\0", "\\0"))
+    try:
+        destination = Path(os.path.realpath(given)) if given.is_symlink() else given
+    except OSError as error:  # a name too long for the file system, say
+        raise FleetFileError("WriteFailed", f"cannot be written: {error.strerror}",
+                             path=str(given)) from None
     folder = destination.parent
     if not folder.is_dir():
         raise FleetFileError("WriteFailed", f"folder {str(folder)!r} does not exist",

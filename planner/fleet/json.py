@@ -1,6 +1,12 @@
 """The JSON form of a fleet file: a docs/rules.md §1 planning request, plus optional
-``model_name`` and ``name``, and a node's own failure figures (``annual_failure_rate``,
-``repair_hours``, ``gpu``) beside its planning request fields."""
+``model_name`` and ``name``, the numbers the speed estimate reads, the ``preset`` or
+``gguf`` file the model's numbers come from (with its ``kv_cache_type``), and a node's
+own failure figures (``annual_failure_rate``, ``repair_hours``, ``gpu``) and rpc-server
+``address`` beside its planning request fields.
+
+Saving a fleet as JSON and reading it back gives the same fleet document: a model named
+by its preset or GGUF file stays one (its numbers are written too, so that the file is a
+planning request any reader can plan, and they must agree with what it resolves to)."""
 
 from __future__ import annotations
 
@@ -10,11 +16,14 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from planner._validate import shown
 from planner.errors import InvalidInput
 from planner.fleet._fields import (
     JSON_EXTRA_KEYS,
-    RELIABILITY_KEYS,
+    JSON_MODEL_SOURCE_KEYS,
+    JSON_NODE_EXTRA_KEYS,
     SPEED_NUMBER_FIELDS,
+    as_address,
     as_rate,
     as_text,
     lone_surrogate_field,
@@ -51,7 +60,9 @@ def parse_fleet_json(text: str, source: str = "<string>") -> FleetDocument:
                              "\\uDFFF escape), which is not Unicode text", path=source,
                              field=where)
     try:
-        return replace(_document_from_json(data), source=source)
+        document = replace(_document_from_json(data), source=source)
+        _checked_model_numbers(document, data)
+        return document
     except FleetFileError as error:
         raise error.located(source) from None
 
@@ -63,15 +74,19 @@ def _document_from_json(data: Any) -> FleetDocument:
     extras = {key: data[key] for key in JSON_EXTRA_KEYS if key in data}
     request_data = {key: value for key, value in data.items() if key not in JSON_EXTRA_KEYS}
     reliability: dict[str, ReliabilityOverride] = {}
+    addresses: list[tuple[str, str]] = []
     if isinstance(request_data.get("nodes"), list):
         nodes = []
         for index, node in enumerate(request_data["nodes"]):
-            if isinstance(node, Mapping) and any(key in node for key in RELIABILITY_KEYS):
+            if isinstance(node, Mapping) and any(key in node for key in JSON_NODE_EXTRA_KEYS):
                 own = _reliability_from_json(node, index)
+                address = _address_from_json(node, index)
                 node = {key: value for key, value in node.items()
-                        if key not in RELIABILITY_KEYS}
+                        if key not in JSON_NODE_EXTRA_KEYS}
                 if own is not None:
                     reliability[node["node_id"]] = own
+                if address is not None:
+                    addresses.append((node["node_id"], address))
             nodes.append(node)
         request_data["nodes"] = nodes
     try:
@@ -88,21 +103,58 @@ def _document_from_json(data: Any) -> FleetDocument:
     }
     if request.layer_weight_bytes is not None:
         numbers["layer_weight_bytes"] = request.layer_weight_bytes
-    numbers.update({key: extras[key] for key in SPEED_NUMBER_FIELDS if key in extras})
     model_name = extras.get("model_name")
     if model_name is not None:
         as_text(model_name, "model_name")
-    name = extras.get("name")
+    source = {key: extras[key] for key in JSON_MODEL_SOURCE_KEYS if key in extras}
+    if source:
+        speed = [key for key in SPEED_NUMBER_FIELDS if key in extras]
+        if speed:
+            raise FleetFileError("InvalidField", "a preset or GGUF model states its own "
+                                 "speed figures; give them only with the model's numbers "
+                                 "(no preset or gguf)", field=speed[0])
+        # JSON's null is "not given", as a missing key is.
+        model = ModelChoice(**{key: value for key, value in source.items()
+                               if value is not None}, name=model_name)
+    else:
+        numbers.update({key: extras[key] for key in SPEED_NUMBER_FIELDS if key in extras})
+        model = ModelChoice(numbers=numbers, name=model_name)
     return FleetDocument(
-        model=ModelChoice(numbers=numbers, name=model_name),
+        model=model,
         nodes=request.nodes,
         minimum_nodes=request.minimum_nodes,
         context_length_override=request.context_length_override,
         parallel_lanes_override=request.parallel_lanes_override,
         target_decode_tpot_ms=request.target_decode_tpot_ms,
-        name=name,
+        name=extras.get("name"),
         reliability=reliability,
+        addresses=tuple(addresses),
     )
+
+
+def _checked_model_numbers(document: FleetDocument, request: Mapping[str, Any]) -> None:
+    """Refuse a preset or GGUF model whose numbers in the file differ from what it
+    resolves to: which of the two to plan would be a guess."""
+    if document.model.numbers is not None:
+        return
+    resolved = document.model.resolve(document.base_dir)
+    for key, value in resolved.items():
+        stated = request.get(key)
+        if value is None and stated is None:
+            continue
+        if stated is None or (list(value) if isinstance(value, tuple) else value) != stated:
+            raise FleetFileError(
+                "InvalidField", f"is {shown(stated)}, but {document.model.label} "
+                f"resolves to {shown(value)}; drop preset/gguf to plan these numbers, or "
+                "write the model's own", field=key)
+
+
+def _address_from_json(node: Mapping[str, Any], index: int) -> str | None:
+    if node.get("address") is None:
+        return None
+    node_id = node.get("node_id")
+    return as_address(node["address"], f"nodes[{index}].address",
+                      node_id if isinstance(node_id, str) else None)
 
 
 def _reliability_from_json(node: Mapping[str, Any], index: int) -> ReliabilityOverride | None:
@@ -121,20 +173,25 @@ def _reliability_from_json(node: Mapping[str, Any], index: int) -> ReliabilityOv
 
 
 def fleet_to_json(document: FleetDocument) -> str:
-    """The JSON form: the resolved planning request plus ``model_name`` and ``name``."""
+    """The JSON form: the resolved planning request plus the keys of the module's
+    docstring; :func:`parse_fleet_json` reads it back as ``document``."""
     data: dict[str, Any] = {}
     if document.name is not None:
         data["name"] = document.name
     if document.model.name is not None:
         data["model_name"] = document.model.name
-    elif document.model.numbers is None:
-        data["model_name"] = document.model.label
+    model = document.model
+    data.update({key: getattr(model, key) for key in JSON_MODEL_SOURCE_KEYS
+                 if getattr(model, key) is not None})
     data.update(document.to_request().to_dict())
-    numbers = document.model.numbers or {}
+    numbers = model.numbers or {}
     data.update({key: numbers[key] for key in SPEED_NUMBER_FIELDS
                  if numbers.get(key) is not None})
+    addresses = dict(document.addresses)
     for node in data["nodes"]:
         own = document.reliability.get(node["node_id"])
         if own is not None:
             node.update(own.to_dict())
+        if node["node_id"] in addresses:
+            node["address"] = addresses[node["node_id"]]
     return json.dumps(data, indent=2) + "\n"

@@ -538,8 +538,8 @@ class Workbench(widgets.VBox):
         path.parent.mkdir(parents=True, exist_ok=True)
         written = save_fleet(document, path, drop_comments=overwrite)
         self._remember_file(written, _stamp(written))
-        # What the file now holds (a relative GGUF path rebased to its folder, a .json
-        # file's model as numbers) is what the editors show and what is edited next.
+        # What the file now holds (a relative GGUF path rebased to its folder) is what the
+        # editors show and what is edited next.
         self.set_state(WorkbenchState.from_document(load_fleet(written)).with_memory_model(
             self._state.memory_model))
         self._say(f"Saved {written}.")
