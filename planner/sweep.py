@@ -62,7 +62,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pandas as pd
 
@@ -91,7 +91,14 @@ from planner.limits import (
 )
 from planner.planning import plan_topology
 from planner.sizing import size_fleet
-from planner.sweep_store import PartsFolder, SweepOutputError, SweepWarning, file_fingerprint
+from planner.sweep_store import (
+    PartsFolder,
+    SweepOutputError,
+    SweepWarning,
+    check_output,
+    file_fingerprint,
+    write_output,
+)
 from planner.targets import SpeedEstimator, Targets
 
 
@@ -752,21 +759,25 @@ def results_frame(grid: pd.DataFrame | SweepGrid, evaluation: str,
 
 
 def write_results(frame: pd.DataFrame, output: str | Path) -> Path:
-    """Parquet for ``.parquet``, CSV for ``.csv``."""
+    """Parquet for ``.parquet``, CSV for ``.csv``, written atomically through a fresh
+    temporary file beside it (``OutputUnavailable`` when it cannot be)."""
     if not isinstance(frame, pd.DataFrame):
         raise _setting("frame")("must be a pandas DataFrame", frame)
     if not isinstance(output, str | os.PathLike) or not str(output).strip():
         raise _setting("output")("must be a file path", output)
     path = Path(output)
-    temporary = path.with_name(path.name + ".tmp")
-    if path.suffix == ".parquet":
-        frame.to_parquet(temporary, index=False)
-    elif path.suffix == ".csv":
-        frame.to_csv(temporary, index=False)
-    else:
+    if path.suffix not in (".parquet", ".csv"):
         raise SweepError("InvalidGrid", f"output {str(path)!r} must end in .parquet or .csv",
                          path=str(path))
-    temporary.replace(path)
+    check_output(path)
+
+    def write(stream: BinaryIO) -> None:
+        if path.suffix == ".parquet":
+            frame.to_parquet(stream, index=False)
+        else:
+            frame.to_csv(stream, index=False)
+
+    write_output(path, write)
     return path
 
 

@@ -2,9 +2,13 @@
 computed; each finished batch, saved at once under ``<output>.parts/`` and checked record
 by record when read back; and the fingerprints of the files a scenario reads.
 
-One sweep at a time writes an output: the parts folder is locked (``flock``) for the
-whole run, so a second sweep writing the same file stops at once with
-``OutputUnavailable`` instead of removing the first one's work. A saved record is used
+One sweep at a time writes an output: the parts folder is made and locked (``flock``)
+before anything else is touched and held for the whole run, so a second sweep writing
+the same file stops at once with ``OutputUnavailable`` (it does not wait) instead of
+removing the first one's work. Every file a sweep writes goes through a fresh temporary
+file made exclusively beside it (:func:`write_output`); the output is the only path
+given by the user and the only link followed: a link in the parts folder's place is
+refused, and links inside it are neither written through nor read. A saved record is used
 again only when it is whole and plausible (:meth:`PartsFolder.load`); any other (cut
 off, edited, not UTF-8, a value out of range) is skipped with a warning and its scenario
 evaluated again, so no bad file under the folder can stop a sweep.
@@ -13,19 +17,22 @@ evaluated again, so no bad file under the folder can stop a sweep.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
 import os
 import shutil
 import stat
+import tempfile
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from planner._validate import shown
 from planner.errors import CodedError
+from planner.fleet import FleetFileError, write_file_atomic
 
 DIGEST_BYTES = 1 << 20
 """A file's fingerprint hashes at most this many bytes from its start and as many from
@@ -92,19 +99,24 @@ def _unavailable(output: Path, why: str) -> SweepOutputError:
 
 
 def check_output(output: Path) -> None:
-    """Refuse an output that cannot be written, before anything is computed."""
+    """Refuse an output that cannot be written, before anything is computed or made:
+    a missing folder, or something other than a file (or a link to one) in its place."""
     folder = output.parent
     if not folder.is_dir():
         raise _unavailable(output, f"its folder {folder} does not exist")
     if output.exists() and not output.is_file():
         raise _unavailable(output, "it is not a regular file")
-    probe = output.with_name(output.name + ".tmp")
+
+
+def write_output(output: Path, write: Callable[[BinaryIO], object], *,
+                 private_folder: bool = False) -> None:
+    """Write ``output`` atomically through a fresh temporary file beside it
+    (:func:`planner.fleet.write_file_atomic`): no file or link that is already there
+    under another name is opened, emptied or removed."""
     try:
-        with probe.open("wb"):
-            pass
-        probe.unlink()
-    except OSError as error:
-        raise _unavailable(output, error.strerror or "it cannot be created") from None
+        write_file_atomic(output, write, private_folder=private_folder)
+    except FleetFileError as error:
+        raise _unavailable(output, error.message) from None
 
 
 _STALE = "stale"
@@ -126,6 +138,14 @@ class PartsFolder:
         if self.output is not None:
             check_output(self.output)
             self._lock = self._acquire()
+            try:
+                # Whether the folder takes new files (it may be read-only): a nameless
+                # file, so nothing already there is touched.
+                tempfile.TemporaryFile(dir=self.output.parent).close()
+            except OSError as error:
+                self.__exit__()
+                raise _unavailable(self.output, error.strerror or "it cannot be created"
+                                   ) from None
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -138,8 +158,15 @@ class PartsFolder:
         for _ in range(5):
             try:
                 self.folder.mkdir(exist_ok=True)
-                descriptor = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)
+                # A link in the folder's place is refused, never followed: the parts
+                # would land wherever it points.
+                descriptor = os.open(self.folder,
+                                     os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
             except OSError as error:
+                if self.folder.is_symlink():
+                    raise _unavailable(self.output, f"its parts folder {self.folder} is a "
+                                       "symbolic link; a sweep makes its own parts folder "
+                                       "(remove the link)") from None
                 raise _unavailable(self.output, f"cannot make {self.folder} "
                                    f"({error.strerror})") from None
             try:
@@ -188,15 +215,19 @@ class PartsFolder:
         if self.folder is None:
             return
         self.count += 1
-        path = self.folder / f"part-{os.getpid()}-{self.count:06d}.jsonl"
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text("".join(json.dumps(r, allow_nan=False) + "\n" for r in records),
-                             encoding="utf-8")
-        temporary.replace(path)
+        text = "".join(json.dumps(r, allow_nan=False) + "\n" for r in records)
+        write_output(self.folder / f"part-{os.getpid()}-{self.count:06d}.jsonl",
+                     lambda stream: stream.write(text.encode("utf-8")), private_folder=True)
 
     def clear(self) -> None:
-        if self.folder is not None and self.folder.is_dir():
-            shutil.rmtree(self.folder)
+        """Remove the parts folder this sweep holds (only that folder: a link put in its
+        place since is left alone)."""
+        if self.folder is None or self._lock is None:
+            return
+        with contextlib.suppress(OSError):
+            if os.stat(self.folder, follow_symlinks=False).st_ino == os.fstat(
+                    self._lock).st_ino:
+                shutil.rmtree(self.folder)
 
 
 def _refuse_constant(name: str) -> Any:
@@ -206,9 +237,10 @@ def _refuse_constant(name: str) -> Any:
 def _records(part: Path) -> Iterator[tuple[int, str | None, dict[str, Any] | None]]:
     """``(line number, problem, record)`` of each line of a part file."""
     try:
-        descriptor = os.open(part, os.O_RDONLY | os.O_NONBLOCK)
+        descriptor = os.open(part, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError as error:
-        yield 0, f"cannot be read ({error.strerror})", None
+        yield 0, ("a symbolic link, not a part a sweep wrote" if error.errno == errno.ELOOP
+                  else f"cannot be read ({error.strerror})"), None
         return
     with os.fdopen(descriptor, "rb") as stream:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):

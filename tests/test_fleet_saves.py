@@ -84,16 +84,18 @@ def test_a_save_killed_mid_write_is_cleaned_up_by_the_next(tmp_path: Path) -> No
 def test_only_unlocked_leftovers_of_this_file_are_removed(tmp_path: Path) -> None:
     path = tmp_path / "fleet.toml"
     path.write_text(HAND_WRITTEN)
-    stale = tmp_path / ".fleet.toml.dead.tmp"
-    busy = tmp_path / ".fleet.toml.busy.tmp"
-    other = tmp_path / ".other.toml.dead.tmp"
-    for leftover in (stale, busy, other):
+    # Leftovers are named as mkstemp names a save's temporary file (eight characters).
+    stale = tmp_path / ".fleet.toml.dead1234.tmp"
+    busy = tmp_path / ".fleet.toml.busy1234.tmp"
+    other = tmp_path / ".other.toml.dead1234.tmp"
+    mine = tmp_path / ".fleet.toml.mine.tmp"  # a file of the user's, no save's
+    for leftover in (stale, busy, other, mine):
         leftover.write_text("half a file")
     with busy.open() as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # as a save in progress holds its own
         save_fleet(load_fleet(path), path)
     assert not stale.exists()
-    assert busy.exists() and other.exists()
+    assert busy.exists() and other.exists() and mine.read_text() == "half a file"
 
 
 def test_saving_through_a_symlink_writes_the_target(tmp_path: Path) -> None:

@@ -303,6 +303,124 @@ def test_the_command_line_names_an_unwritable_output(tmp_path: Path) -> None:
                       "OutputUnavailable", "does not exist")
 
 
+# -- files beside the output ------------------------------------------------------------
+# The user names the output; every other path a sweep writes (its temporary file, its
+# parts folder and the files in it) is one the sweep makes afresh, and a link or a file
+# already there under such a name is never followed, emptied or removed.
+
+PRECIOUS = "precious data, 38 bytes long.........\n"
+
+
+def _precious(folder: Path) -> Path:
+    precious = folder / "precious.txt"
+    precious.write_text(PRECIOUS)
+    return precious
+
+
+def test_a_link_named_like_the_temporary_file_is_never_written_through(
+        tmp_path: Path) -> None:
+    precious = _precious(tmp_path)
+    (tmp_path / "out.csv.tmp").symlink_to(precious)
+    grid = grid_from_axes({"min_lanes": [1, 2]}, {"fleet": FIVE})
+    sweep(grid, "plan", output=tmp_path / "out.csv")
+    assert precious.read_text() == PRECIOUS
+    assert (tmp_path / "out.csv.tmp").is_symlink()
+    assert len(pd.read_csv(tmp_path / "out.csv")) == 2
+
+
+def test_a_file_named_like_the_temporary_file_is_kept(tmp_path: Path) -> None:
+    (tmp_path / "out.csv.tmp").write_text(PRECIOUS)
+    grid = grid_from_axes({"min_lanes": [1, 2]}, {"fleet": FIVE})
+    sweep(grid, "plan", output=tmp_path / "out.csv")
+    assert (tmp_path / "out.csv.tmp").read_text() == PRECIOUS
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "out.csv.tmp"]
+
+
+def test_a_parts_folder_that_is_a_link_is_refused_before_any_scenario(
+        tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "out.csv.parts").symlink_to(elsewhere)
+    grid = grid_from_axes({"min_lanes": [1, 2]}, {"fleet": FIVE})
+    with pytest.raises(SweepOutputError) as caught:
+        sweep(grid, "plan", output=tmp_path / "out.csv", executor="inline", batch_size=1,
+              progress=lambda done, total: pytest.fail("evaluated") if done else None)
+    assert caught.value.code == "OutputUnavailable"
+    assert "symbolic link" in caught.value.message
+    assert list(elsewhere.iterdir()) == []
+    assert not (tmp_path / "out.csv").exists()
+
+
+def test_the_command_line_refuses_a_parts_folder_that_is_a_link(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "out.csv.parts").symlink_to(tmp_path / "elsewhere")
+    grid_file = tmp_path / "grid.toml"
+    grid_file.write_text(f'evaluate = "plan"\n[fixed]\nfleet = "{FIVE}"\n')
+    assert_user_error(run("sweep", grid_file, "-o", tmp_path / "out.csv"), 2,
+                      "OutputUnavailable", "symbolic link")
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_links_inside_the_parts_folder_are_never_followed(tmp_path: Path) -> None:
+    precious = _precious(tmp_path)
+    parts = tmp_path / "out.csv.parts"
+    parts.mkdir()
+    # Parts that point outside, and every temporary name this process's first parts
+    # could take.
+    for count in range(1, 4):
+        (parts / f"part-{os.getpid()}-{count:06d}.jsonl").symlink_to(precious)
+    for count in range(1, 12):
+        (parts / f"part-{os.getpid()}-{count:06d}.tmp").symlink_to(precious)
+    (parts / "part-0-000001.jsonl").symlink_to(precious)
+    grid = grid_from_axes({"min_lanes": [1, 2, 3]}, {"fleet": FIVE})
+    warnings: list[str] = []
+    results = sweep(grid, "plan", output=tmp_path / "out.csv", executor="inline",
+                    batch_size=1, warn=warnings.append)
+    assert precious.read_text() == PRECIOUS
+    assert len(results) == 3 and results["error_code"].isna().all()
+    assert len(warnings) == 1 and "symbolic link" in warnings[0]
+
+
+def test_a_second_sweep_never_touches_the_first_ones_files_while_it_writes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The first sweep is held while it writes its output (after its temporary file is
+    # written, before it replaces the output); a second sweep of the same output then
+    # stops by name and the first one finishes whole.
+    output = tmp_path / "out.csv"
+    grid = grid_from_axes({"min_lanes": [1, 2, 3]}, {"fleet": FIVE})
+    writing, release = threading.Event(), threading.Event()
+    to_csv = pd.DataFrame.to_csv
+
+    def held(frame: pd.DataFrame, *args: object, **kwargs: object) -> object:
+        written = to_csv(frame, *args, **kwargs)  # type: ignore[call-overload]
+        writing.set()
+        assert release.wait(30)
+        return written
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", held)
+    outcome: list[object] = []
+
+    def first() -> None:
+        try:
+            outcome.append(sweep(grid, "plan", executor="inline", output=output))
+        except BaseException as error:  # reported by the assertion below
+            outcome.append(error)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    try:
+        assert writing.wait(30)
+        with pytest.raises(SweepOutputError) as caught:
+            sweep(grid, "plan", executor="inline", output=output)
+        assert caught.value.code == "OutputUnavailable"
+    finally:
+        release.set()
+        thread.join()
+    assert isinstance(outcome[0], pd.DataFrame), outcome
+    assert len(pd.read_csv(output)) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
+
+
 # -- schedulers ---------------------------------------------------------------------------
 
 

@@ -62,7 +62,13 @@ from planner.fleet.document import (
     expanded_node_ids,
 )
 from planner.fleet.errors import FleetFileError
-from planner.fleet.files import example_fleet, load_fleet, save_fleet, write_text_atomic
+from planner.fleet.files import (
+    example_fleet,
+    load_fleet,
+    save_fleet,
+    write_file_atomic,
+    write_text_atomic,
+)
 from planner.fleet.json import fleet_to_json, parse_fleet_json
 from planner.fleet.toml import fleet_to_toml, parse_fleet_toml
 
@@ -81,5 +87,6 @@ __all__ = [
     "parse_fleet_json",
     "parse_fleet_toml",
     "save_fleet",
+    "write_file_atomic",
     "write_text_atomic",
 ]

@@ -8,8 +8,10 @@ import glob
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import BinaryIO
 
 from planner._validate import shown
 from planner.fleet.document import FleetDocument
@@ -117,8 +119,9 @@ def _rebased(document: FleetDocument, destination: Path) -> FleetDocument:
 def _remove_stale_temporaries(destination: Path) -> None:
     """Delete temporary files a save of ``destination`` left behind when its process was
     killed. A save holds a lock on its temporary file until the rename, so a file whose
-    lock can be taken belongs to no running save."""
-    for stale in destination.parent.glob(f".{glob.escape(destination.name)}.*.tmp"):
+    lock can be taken belongs to no running save. Only names ``mkstemp`` makes are
+    looked at (eight characters between the name and ``.tmp``)."""
+    for stale in destination.parent.glob(f".{glob.escape(destination.name)}.{'?' * 8}.tmp"):
         try:
             descriptor = os.open(stale, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
@@ -147,19 +150,31 @@ def _locked_temporary(destination: Path) -> tuple[int, str]:
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` so that readers see the old file or the new, never half.
+    """Write ``text`` to ``path`` as UTF-8, atomically (:func:`write_file_atomic`)."""
+    return write_file_atomic(path, lambda stream: stream.write(text.encode("utf-8")))
 
-    The text goes to a temporary file in the same folder (same file system), is flushed
-    to disk, then replaces ``path`` in one ``os.replace``. A symbolic link is written
-    through: its target is replaced and the link kept. Temporary files that a killed save
-    left behind are removed.
+
+def write_file_atomic(path: str | Path, write: Callable[[BinaryIO], object], *,
+                      private_folder: bool = False) -> Path:
+    """Write ``path`` through ``write(stream)`` so that readers see the old file or the
+    new, never half.
+
+    ``write`` fills a fresh temporary file made beside ``path`` (same file system), created
+    exclusively (``O_EXCL``, so no file or link already there is opened) and locked; it is
+    flushed to disk and then replaces ``path`` in one ``os.replace``. The path given is the
+    only link followed: a symbolic link at ``path`` is written through (its target is
+    replaced and the link kept). Temporary files that a killed save left behind are
+    removed. ``private_folder``: ``path`` is in a folder the caller made and locked (a
+    sweep's parts): a link there is replaced, never followed, and no leftovers are looked
+    for (the caller removes the folder).
     """
     given = Path(path)
     if "\0" in str(given):
         raise FleetFileError("WriteFailed", "is no file name: it holds a NUL byte",
                              path=str(given).replace("\0", "\\0"))
     try:
-        destination = Path(os.path.realpath(given)) if given.is_symlink() else given
+        destination = (Path(os.path.realpath(given))
+                       if not private_folder and given.is_symlink() else given)
     except OSError as error:  # a name too long for the file system, say
         raise FleetFileError("WriteFailed", f"cannot be written: {error.strerror}",
                              path=str(given)) from None
@@ -168,19 +183,24 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
         raise FleetFileError("WriteFailed", f"folder {str(folder)!r} does not exist",
                              path=str(given))
     try:
-        _remove_stale_temporaries(destination)
+        if not private_folder:
+            _remove_stale_temporaries(destination)
         handle, temporary = _locked_temporary(destination)
     except OSError as error:
         raise FleetFileError("WriteFailed", f"cannot be written: {error.strerror}",
                              path=str(given)) from None
     # The handle (and with it the lock) stays open until the rename is done.
     try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
-            stream.write(text)
+        with os.fdopen(handle, "wb") as stream:
+            write(stream)
             stream.flush()
             os.fsync(stream.fileno())
             # mkstemp creates the file private to its owner; these are ordinary files.
-            mode = destination.stat().st_mode & 0o777 if destination.exists() else 0o644
+            try:
+                old = os.stat(destination, follow_symlinks=False)
+                mode = old.st_mode & 0o777 if stat.S_ISREG(old.st_mode) else 0o644
+            except FileNotFoundError:
+                mode = 0o644
             os.chmod(temporary, mode)
             os.replace(temporary, destination)
     except BaseException as error:
