@@ -42,8 +42,17 @@ def _node_ids() -> list[str]:
     return [node.node_id for node in _request().nodes]
 
 
+class _Opaque:
+    """Any object of no type the API knows, with a repr that names no address, so that
+    the tests' ids are the same in every process (pytest-xdist collects in each)."""
+
+    def __repr__(self) -> str:
+        return "<an object>"
+
+
+AN_OBJECT = _Opaque()
 # Values that are no mapping, no NodeReliability and no Targets / SpeedEstimator.
-NOT_AN_OBJECT = ["10", -5, 2.5, True, [], [0.1], object(), float("nan"), b"x"]
+NOT_AN_OBJECT = ["10", -5, 2.5, True, [], [0.1], AN_OBJECT, float("nan"), b"x"]
 
 
 def _availability(**kwargs: Any) -> Any:
@@ -70,7 +79,7 @@ def _spares_for(**kwargs: Any) -> Any:
 CALLS: list[tuple[str, Callable[..., Any], str, Any]] = [
     *(("spares_for", _spares_for, name, value)
       for name in ("max_spares", "max_candidates")
-      for value in ("10", None, -5, 0, 2.5, True, {}, [], object())),
+      for value in ("10", None, -5, 0, 2.5, True, {}, [], AN_OBJECT)),
     *(("fleet_availability", _availability, name, value)
       for name in ("reliability", "targets", "estimator") for value in NOT_AN_OBJECT),
     *(("simulate", _simulate, name, value)
@@ -212,7 +221,7 @@ def test_any_drawn_targets_load_and_judge_or_are_a_coded_error(drawn: dict[str, 
         fleet_availability(_request(), targets=targets, exact_states=64, max_states=8)
 
 
-@pytest.mark.parametrize("request_value", [None, "fleet.toml", 5, [], object()])
+@pytest.mark.parametrize("request_value", [None, "fleet.toml", 5, [], AN_OBJECT])
 def test_node_budgets_of_no_request_is_a_coded_error(request_value: Any) -> None:
     with pytest.raises(CodedError):
         node_budgets(request_value)
@@ -230,7 +239,7 @@ def test_node_budgets_takes_a_request_as_a_mapping() -> None:
 # value is listed in ACCEPTED for that argument (a value it does take: None for an
 # optional argument, an empty list where nothing is a valid answer).
 
-WRONG = ["10", "off", None, -5, 0, 2.5, True, [], {}, object(), float("nan"), 2**70, b"x",
+WRONG = ["10", "off", None, -5, 0, 2.5, True, [], {}, AN_OBJECT, float("nan"), 2**70, b"x",
          ""]
 
 
