@@ -10,6 +10,8 @@ and the modules named here) is pure Python with no widget or plotting imports; t
 workbench, figures, reports and command line sit on top of it.
 """
 
+from importlib import metadata as _metadata
+
 from planner.availability import NodeReliability, fleet_availability, spares_for
 from planner.errors import CodedError, InvalidInput, PlanError
 from planner.fleet import FleetDocument, example_fleet, load_fleet, save_fleet
@@ -32,7 +34,12 @@ from planner.planning import (
 from planner.sizing import SizingTargets, size_fleet
 from planner.units import format_bytes, parse_bytes, parse_context, parse_latency_ms
 
-__version__ = "0.1.0"
+try:
+    # The one place the version is written is pyproject.toml; the installed package's
+    # metadata carries it here.
+    __version__: str = _metadata.version("planner")
+except _metadata.PackageNotFoundError:  # imported from a source tree never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "CANDIDATE_COLUMNS",

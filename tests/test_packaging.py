@@ -136,3 +136,11 @@ def test_the_wheel_installed_in_a_fresh_venv_plans_a_fleet_naming_a_preset(
     assert shipped.returncode == 0, shipped.stderr
     kinds, results = (int(word) for word in shipped.stdout.split())
     assert kinds >= 10 and results >= 1
+
+
+def test_the_version_is_written_once_in_pyproject() -> None:
+    import planner
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert planner.__version__ == project["version"]
+    assert project["version"] not in (ROOT / "planner" / "__init__.py").read_text()
