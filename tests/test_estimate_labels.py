@@ -12,11 +12,12 @@ from test_cli import FIVE, run
 
 from planner.fleet import load_fleet
 from planner.models import load_gpu_catalog, load_preset
-from planner.performance import ESTIMATE_NOTE, format_duration_ms, load_calibration
+from planner.performance import ESTIMATE_NOTE, load_calibration
 from planner.reports import build_report, render_report
 from planner.reports.sizing import render_sizing
 from planner.reports.tables import candidate_estimate_note
 from planner.sizing import SizingTargets, size_fleet
+from planner.units import format_milliseconds
 
 MEASURED = "Median error on held-out published measurements"
 KINDS = ["h100-sxm-80gb", "l40s"]
@@ -55,7 +56,7 @@ def test_sizing_gives_the_measured_error_in_every_rendering() -> None:
     assert result.error_note.startswith(MEASURED)
     assert result.to_dict()["notes"][:2] == [ESTIMATE_NOTE, result.error_note]
     best = result.cheapest
-    fill = format_duration_ms(best.estimated_context_fill_ms)
+    fill = format_milliseconds(best.estimated_context_fill_ms)
     for fmt in ("md", "html"):
         rendered = render_sizing(result, fmt, model_name="Llama")
         assert result.error_note in rendered, fmt

@@ -20,7 +20,6 @@ from planner.performance import (
     PlanEstimate,
     estimate_plan,
     even_layers,
-    format_duration_ms,
     load_calibration,
     model_traffic,
     node_speeds,
@@ -29,7 +28,7 @@ from planner.planning import NodeBudget, PlanningInput
 from planner.planning.plan import Plan
 from planner.planning.rules import build_stages, layer_bytes, layer_weights
 from planner.reports.tables import TextTable, terminal_safe, text_table
-from planner.units import UnitError, parse_context
+from planner.units import UnitError, format_milliseconds, parse_context
 
 NAME = "speed"
 DEFAULT_CONTEXT = 4096
@@ -205,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
             ("decode tokens/s (all lanes)", f"{record['tokens_per_s']:,.1f}")]
     if record["ttft_ms"] is not None:
         rows += [(f"time to first token ({prompt:,}-token prompt)",
-                  format_duration_ms(record["ttft_ms"])),
+                  format_milliseconds(record["ttft_ms"])),
                  ("prefill tokens/s", f"{record['prefill_tokens_per_s']:,.0f}")]
     else:
         rows.append(("time to first token", "not estimated (see notes)"))

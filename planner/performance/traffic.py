@@ -1,0 +1,243 @@
+"""What a model's steps move and compute (:class:`ModelTraffic`), and each stage's share
+of it (:class:`StageLoad`): the inputs of the roofline terms."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from planner._validate import integer
+from planner.models.spec import ModelSpec
+from planner.performance.errors import PerformanceError, bad, positive
+from planner.planning.inputs import PlanningInput
+from planner.planning.plan import Plan
+from planner.planning.rules import kv_bytes_per_layer_token, layer_weights
+
+EMBEDDING_ROW_BYTES_PER_VALUE = 2  # one token-embedding row, at most F16
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTraffic:
+    """What a model's steps move and compute: its weight bytes and the share one token
+    reads, the activations' width, and (optional) parameters, routed experts, token
+    embeddings and attention width for the compute terms."""
+
+    model_weight_bytes: int
+    active_weight_bytes: int
+    hidden_size: int | None
+    active_parameter_count: int | None = None
+    expert_count: int | None = None
+    experts_used: int | None = None
+    token_embedding_bytes: int | None = None
+    # Query heads x head size; the hidden size when not given.
+    attention_width: int | None = None
+    parameter_count: int | None = None
+    # All routed experts' bytes when the model states them (a preset's parts, a GGUF's
+    # ``*_exps`` tensors); else derived from ``active_weight_bytes`` (:attr:`routed_bytes`).
+    routed_expert_bytes: int | None = None
+
+    @property
+    def quantized(self) -> bool:
+        """Weights stored below 12 bits per parameter on average (llama.cpp multiplies
+        them with its quantized kernels, not FP16 GEMM); unknown counts as not."""
+        if self.parameter_count is None:
+            return False
+        return self.model_weight_bytes * 8 < 12 * self.parameter_count
+
+    def __post_init__(self) -> None:
+        for name in ("model_weight_bytes", "active_weight_bytes"):
+            object.__setattr__(self, name, positive(getattr(self, name), name))
+        if self.active_weight_bytes > self.model_weight_bytes:
+            raise PerformanceError("InvalidPerformanceInput",
+                                   "active_weight_bytes exceeds model_weight_bytes",
+                                   field="active_weight_bytes")
+        for name in ("hidden_size", "active_parameter_count", "expert_count",
+                     "experts_used", "token_embedding_bytes", "attention_width",
+                     "parameter_count"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, positive(getattr(self, name), name))
+        if (self.expert_count is None) != (self.experts_used is None):
+            raise PerformanceError("InvalidPerformanceInput",
+                                   "expert_count and experts_used go together",
+                                   field="experts_used")
+        if (self.expert_count is not None and self.experts_used is not None
+                and self.experts_used > self.expert_count):
+            raise PerformanceError("InvalidPerformanceInput",
+                                   f"experts_used exceeds expert_count {self.expert_count}",
+                                   field="experts_used", value=self.experts_used)
+        if self.routed_expert_bytes is not None:
+            object.__setattr__(self, "routed_expert_bytes", integer(
+                self.routed_expert_bytes, bad("routed_expert_bytes"), minimum=0,
+                maximum=self.model_weight_bytes))
+        if (self.token_embedding_bytes or 0) >= self.model_weight_bytes:
+            raise PerformanceError("InvalidPerformanceInput",
+                                   "token_embedding_bytes must be below model_weight_bytes",
+                                   field="token_embedding_bytes")
+
+    @classmethod
+    def from_spec(cls, spec: ModelSpec) -> ModelTraffic:
+        """A model's traffic; a spec without ``active_weight_bytes`` reads every weight."""
+        return cls(spec.model_weight_bytes,
+                   spec.active_weight_bytes or spec.model_weight_bytes, spec.hidden_size,
+                   active_parameter_count=spec.active_parameter_count,
+                   expert_count=spec.expert_count, experts_used=spec.experts_used,
+                   token_embedding_bytes=spec.token_embedding_bytes,
+                   parameter_count=spec.parameter_count,
+                   routed_expert_bytes=spec.routed_expert_bytes)
+
+    @classmethod
+    def dense(cls, model_weight_bytes: int, hidden_size: int | None = None,
+              parameter_count: int | None = None) -> ModelTraffic:
+        return cls(model_weight_bytes, model_weight_bytes, hidden_size,
+                   active_parameter_count=parameter_count, parameter_count=parameter_count)
+
+    @property
+    def routed_bytes(self) -> int:
+        """Bytes of the routed experts, all of them: as the model states them, else
+        from ``active = model - routed + routed x k / n`` (numbers typed by hand); 0 for a
+        dense model or one whose experts are not given."""
+        if self.expert_count is None or self.experts_used is None or (
+                self.experts_used >= self.expert_count):
+            return 0
+        if self.routed_expert_bytes is not None:
+            return self.routed_expert_bytes
+        unread = self.model_weight_bytes - self.active_weight_bytes
+        share = 1 - self.experts_used / self.expert_count
+        return min(self.model_weight_bytes, round(unread / share))
+
+    def expert_share(self, tokens: int) -> float:
+        """Expected share of the routed experts ``tokens`` independently routed tokens
+        use: ``1 - (1 - k/n)^tokens``."""
+        if self.expert_count is None or self.experts_used is None:
+            return 1.0
+        return 1 - (1 - self.experts_used / self.expert_count) ** tokens
+
+    def read_share(self, tokens: int) -> float:
+        """The share of the weights beside the token embeddings that a step of
+        ``tokens`` tokens reads: the shared weights whole and the expected share of the
+        routed experts; without them, all of it when the embeddings are known (they are
+        apart), else the ``active_weight_bytes`` share."""
+        body = self.model_weight_bytes - (self.token_embedding_bytes or 0)
+        routed = self.routed_bytes
+        if routed:
+            return (body - routed + routed * self.expert_share(tokens)) / body
+        if self.token_embedding_bytes is not None:
+            return 1.0
+        return self.active_weight_bytes / self.model_weight_bytes
+
+
+# The numbers of a fleet file's ``[model]`` that ask for a speed estimate: numbers
+# without any of them are a model whose traffic is unknown (a mixture of experts typed
+# as its bytes alone would be estimated reading every weight).
+SPEED_FIELDS = ("hidden_size", "active_weight_bytes", "parameter_count", "expert_count",
+                "experts_used")
+
+
+def model_traffic(spec: ModelSpec | None, numbers: Mapping[str, Any] | None = None
+                  ) -> ModelTraffic | None:
+    """A model's traffic: from its spec (preset or GGUF), else from numbers typed by hand
+    that state at least one of :data:`SPEED_FIELDS` (a fleet file's ``[model]``:
+    ``model_weight_bytes`` and the optional ``active_weight_bytes``, ``hidden_size``,
+    ``parameter_count``, ``expert_count``, ``experts_used``); ``None`` otherwise. A
+    hand-typed mixture of experts computes with ``parameter_count x active_weight_bytes /
+    model_weight_bytes`` parameters per token."""
+    if spec is not None:
+        return ModelTraffic.from_spec(spec)
+    if not numbers or "model_weight_bytes" not in numbers or all(
+            numbers.get(name) is None for name in SPEED_FIELDS):
+        return None
+    weight = numbers["model_weight_bytes"]
+    active = numbers.get("active_weight_bytes") or weight
+    parameters = numbers.get("parameter_count")
+    return ModelTraffic(weight, active, numbers.get("hidden_size"),
+                        active_parameter_count=(None if parameters is None else
+                                                max(1, round(parameters * active / weight))),
+                        expert_count=numbers.get("expert_count"),
+                        experts_used=numbers.get("experts_used"),
+                        parameter_count=parameters)
+
+
+@dataclass(frozen=True, slots=True)
+class StageLoad:
+    """One stage's share of a model: its layers, the weight bytes it holds (without token
+    embeddings) and of those its routed experts', the parameters one token computes
+    with, its KV bytes per cached token, and its attention width summed over layers.
+    ``window`` layers (a sliding window of ``window`` tokens) keep
+    ``window_kv_bytes_per_token`` and ``window_attention_width`` apart."""
+
+    layer_count: int
+    weight_bytes: int
+    routed_expert_bytes: int
+    active_parameters: float
+    kv_bytes_per_token: int
+    attention_width: int
+    window_kv_bytes_per_token: int = 0
+    window_attention_width: int = 0
+    window: int = 0
+    embedding_row_bytes: int = 0  # on the first stage: one token's embedding row
+    routed_active_parameters: float = 0.0  # of active_parameters, in routed experts
+
+    def kv_tokens(self, cached: Any) -> tuple[Any, Any]:
+        """Cached tokens a full-attention and a windowed layer hold (numbers or arrays)."""
+        return cached, np.minimum(cached, self.window) if self.window else 0 * cached
+
+    def kv_bytes(self, cached: Any) -> Any:
+        full, windowed = self.kv_tokens(cached)
+        return self.kv_bytes_per_token * full + self.window_kv_bytes_per_token * windowed
+
+
+def even_layers(layer_count: int, devices: int) -> list[int]:
+    """Layers per device of an even split (``-sm layer`` on equal GPUs): the first
+    ``layer_count % devices`` devices take one more."""
+    base, extra = divmod(layer_count, devices)
+    return [base + (1 if index < extra else 0) for index in range(devices)]
+
+
+def stage_loads(request: PlanningInput, plan: Plan, traffic: ModelTraffic) -> list[StageLoad]:
+    """Each stage's share of the model (:class:`StageLoad`), from the request's per-layer
+    weights and KV. The token embeddings leave the stage holding layer 0 when the
+    request's weights are per layer (a GGUF puts them there), else every stage in
+    proportion."""
+    weights = layer_weights(request)
+    kv_layer = kv_bytes_per_layer_token(request)
+    embedding = traffic.token_embedding_bytes or 0
+    model = sum(weights)
+    body = max(1, model - embedding)
+    width = traffic.attention_width or traffic.hidden_size or 0
+    routed = traffic.routed_bytes
+    loads = []
+    for stage in plan.stages:
+        held = sum(weights[stage.layer_start:stage.layer_end])
+        if request.layer_weight_bytes is not None:
+            held -= embedding if stage.layer_start == 0 else 0
+        else:
+            held -= round(embedding * held / model)
+        held = max(0, held)
+        active = (None if traffic.active_parameter_count is None else
+                  traffic.active_parameter_count * held / body)
+        # Of those, the routed experts' share, taken as their share of the bytes one
+        # token reads (a model states no split of its active parameters).
+        one_token = body * traffic.read_share(1)
+        routed_active = (0.0 if active is None or not routed else
+                         active * routed * traffic.expert_share(1) / one_token)
+        loads.append(StageLoad(
+            layer_count=stage.layer_count, weight_bytes=held,
+            routed_active_parameters=routed_active,
+            routed_expert_bytes=round(routed * held / body),
+            active_parameters=active if active is not None else 0.0,
+            kv_bytes_per_token=kv_layer * stage.layer_count,
+            attention_width=width * stage.layer_count,
+            embedding_row_bytes=(EMBEDDING_ROW_BYTES_PER_VALUE * (traffic.hidden_size or 0)
+                                 if embedding and stage.layer_start == 0 else 0)))
+    return loads
+
+
+def fleet_model_traffic(model: Any, base_dir: Any = None) -> ModelTraffic | None:
+    """The traffic of a fleet file's model (``planner.fleet.ModelChoice``): a preset's or
+    GGUF file's, or its numbers' (:func:`model_traffic`). Raises what loading the model
+    raises."""
+    return model_traffic(model.spec(base_dir), model.numbers)
+
