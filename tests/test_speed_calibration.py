@@ -47,7 +47,7 @@ def test_the_data_set_is_whole_and_every_row_cited() -> None:
     for row in raw:
         assert row["source_url"].startswith("https://"), row["row_id"]
         assert row["build"] and row["test"] and float(row["tokens_per_s"]) > 0
-        assert row["split"] in ("fit", "holdout", "excluded")
+        assert row["split"] in ("fit", "holdout", "cv", "excluded")
         assert (row["split"] == "excluded") == bool(row["excluded_because"])
     used = [r for r in raw if r["split"] != "excluded"]
     kinds = {(r["memory_type"], r["phase"]) for r in used}

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from planner.models.gpus import GpuModel, load_gpu_catalog  # noqa: E402
+from planner.models.gpus import GpuModel, parse_gpu_catalog  # noqa: E402
 from planner.performance import (  # noqa: E402
     ACTIVATION_BYTES_PER_VALUE,
     EFFICIENCY_TABLES,
@@ -59,6 +59,9 @@ MODELS = HERE / "models.toml"
 SHIPPED = ROOT / "planner" / "data" / "speed-calibration.toml"
 MEMORY_TYPES = ("gddr", "hbm", "lpddr")
 PHASES = ("decode", "prefill")
+# Published figures gpus.toml gives beside the catalog's own fields, for the kinds whose
+# vendor states no dense FP16 matrix throughput (a fallback is derived from them).
+PUBLISHED_ONLY_FIELDS = ("shader_count", "boost_clock_mhz", "shader_source")
 
 
 @dataclass(frozen=True)
@@ -89,9 +92,19 @@ class Row:
         return 1000 * self.tokens / self.tokens_per_s
 
 
+def load_gpus(path: Path = GPUS) -> dict[str, GpuModel]:
+    """The calibration's GPU kinds by id, read as a catalog without the published-only
+    figures."""
+    with path.open("rb") as handle:
+        entries = tomllib.load(handle)["gpu"]
+    kept = [{key: value for key, value in entry.items() if key not in PUBLISHED_ONLY_FIELDS}
+            for entry in entries]
+    return {gpu.kind: gpu for gpu in parse_gpu_catalog({"gpu": kept}, str(path))}
+
+
 def load_rows(path: Path = MEASUREMENTS) -> list[Row]:
     """Every usable row (those with an ``excluded_because`` reason are left out)."""
-    gpus = {gpu.kind: gpu for gpu in load_gpu_catalog(GPUS)}
+    gpus = load_gpus()
     with MODELS.open("rb") as handle:
         models = {m["id"]: m for m in tomllib.load(handle)["model"]}
     rows = []
