@@ -85,12 +85,22 @@ def test_no_measurement_is_entered_twice(rows: list[dict[str, str]]) -> None:
 
 
 def test_every_gpu_cites_its_bandwidth_and_throughput_figures() -> None:
+    """A kind without a published FP16 matrix figure gives what a fallback is derived
+    from: a GPU its shader count (and clock where stated), a CPU its cores and SIMD width."""
     for kind, gpu in _table("gpus.toml", "gpu").items():
         assert gpu["memory_bandwidth_bytes_per_s"] > 0, kind
         assert "http" in gpu["memory_bandwidth_source"] or "whitepaper" in \
             gpu["memory_bandwidth_source"], kind
         if "fp16_tflops" in gpu:
             assert gpu["fp16_tflops_source"], kind
+        if gpu["backend"] == "cpu":
+            assert gpu["memory_type"] in ("ddr", "lpddr"), kind
+            assert gpu["core_count"] > 0 and gpu["simd_width_bits"] in (128, 256, 512), kind
+            assert gpu["core_source"], kind
+            assert "shader_count" not in gpu, kind
+            continue
+        assert gpu["memory_type"] in ("gddr", "hbm", "lpddr"), kind
+        assert "fp16_tflops" in gpu or "shader_count" in gpu, kind
         if "shader_count" in gpu or "boost_clock_mhz" in gpu:
             assert gpu["shader_source"], kind
 

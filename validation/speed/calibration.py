@@ -61,7 +61,8 @@ MEMORY_TYPES = ("gddr", "hbm", "lpddr")
 PHASES = ("decode", "prefill")
 # Published figures gpus.toml gives beside the catalog's own fields, for the kinds whose
 # vendor states no dense FP16 matrix throughput (a fallback is derived from them).
-PUBLISHED_ONLY_FIELDS = ("shader_count", "boost_clock_mhz", "shader_source")
+PUBLISHED_ONLY_FIELDS = ("shader_count", "boost_clock_mhz", "shader_source", "core_count",
+                         "simd_width_bits", "core_source")
 
 
 @dataclass(frozen=True)
@@ -93,12 +94,13 @@ class Row:
 
 
 def load_gpus(path: Path = GPUS) -> dict[str, GpuModel]:
-    """The calibration's GPU kinds by id, read as a catalog without the published-only
-    figures."""
+    """The calibration's kinds by id, read as a catalog without the published-only
+    figures. Kinds on DDR memory (CPUs) are left out: the catalog's memory types, and so
+    this fit, are HBM, GDDR and LPDDR."""
     with path.open("rb") as handle:
         entries = tomllib.load(handle)["gpu"]
     kept = [{key: value for key, value in entry.items() if key not in PUBLISHED_ONLY_FIELDS}
-            for entry in entries]
+            for entry in entries if entry["memory_type"] in MEMORY_TYPES]
     return {gpu.kind: gpu for gpu in parse_gpu_catalog({"gpu": kept}, str(path))}
 
 
@@ -110,7 +112,7 @@ def load_rows(path: Path = MEASUREMENTS) -> list[Row]:
     rows = []
     with path.open(newline="") as handle:
         for raw in csv.DictReader(handle):
-            if raw["excluded_because"]:
+            if raw["excluded_because"] or raw["gpu_kind"] not in gpus:
                 continue
             rows.append(Row(int(raw["row_id"]), gpus[raw["gpu_kind"]], int(raw["gpu_count"]),
                             models[raw["model"]], int(raw["file_bytes"]), raw["test"],
