@@ -44,6 +44,8 @@ def test_every_row_names_a_described_gpu_and_model(rows: list[dict[str, str]]) -
     for row in rows:
         assert row["memory_type"] == gpus[row["gpu_kind"]]["memory_type"], row["row_id"]
         assert row["gpu_vendor"] == gpus[row["gpu_kind"]]["vendor"], row["row_id"]
+        on_cpu = gpus[row["gpu_kind"]]["backend"] == "cpu"
+        assert (row["backend"] == "CPU") == on_cpu, row["row_id"]
 
 
 def test_every_row_says_where_and_how_it_was_run(rows: list[dict[str, str]]) -> None:
@@ -124,9 +126,12 @@ def test_models_give_the_shapes_the_estimate_reads() -> None:
 def test_the_set_is_wide_enough_to_hold_out_whole_sources(rows: list[dict[str, str]]) -> None:
     usable = [row for row in rows if not row["excluded_because"]]
     per_source = Counter(row["source_id"] for row in usable)
-    assert len([s for s, count in per_source.items() if count >= 20]) >= 5, per_source
+    assert len([s for s, count in per_source.items() if count >= 20]) >= 8, per_source
     per_backend = Counter(row["backend"] for row in usable)
     assert all(per_backend[b] >= 30 for b in ("CUDA", "ROCm", "Vulkan", "Metal")), per_backend
+    assert per_backend["CPU"] >= 40, per_backend
+    assert len({row["source_id"] for row in usable if row["backend"] == "CPU"}) >= 2
+    assert len({row["gpu_kind"] for row in usable if row["backend"] != "CPU"}) >= 30
     assert {row["flash_attn"] for row in usable} == {"0", "1"}
     years = {row["build_date"][:4] for row in usable}
     assert {"2024", "2025", "2026"} <= years
