@@ -11,13 +11,16 @@ from planner.errors import CodedError
 class PerformanceError(CodedError):
     """A speed estimate that cannot be made.
 
-    ``code`` is stable: ``InvalidPerformanceInput`` (a bad efficiency, bandwidth or model
-    figure, naming the field), ``MissingNodeSpeed`` (a stage's node has no memory
-    bandwidth; ``node_id`` names it) or ``InvalidCalibration`` (a calibration file that
+    ``code`` is stable: ``InvalidPerformanceInput`` (a bad efficiency, bandwidth, setting or
+    model figure, or one past its physical bound, naming the field), ``MissingNodeSpeed``
+    (a stage's node has no memory bandwidth; ``node_id`` names it),
+    ``PromptExceedsContext`` (a prompt, after the cached tokens before it, longer than
+    the context it is estimated in) or ``InvalidCalibration`` (a calibration file that
     cannot be used, naming the field).
     """
 
-    codes = ("InvalidPerformanceInput", "MissingNodeSpeed", "InvalidCalibration")
+    codes = ("InvalidPerformanceInput", "MissingNodeSpeed", "PromptExceedsContext",
+             "InvalidCalibration")
 
 
 def bad(name: str) -> Fail:

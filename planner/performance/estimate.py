@@ -9,11 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner._validate import integer
-from planner.limits import MAX_BANDWIDTH_BYTES_PER_S
+from planner.limits import MAX_BANDWIDTH_BYTES_PER_S, MIN_LINK_BANDWIDTH_BYTES_PER_S
 from planner.models.gpus import GpuModel, node_gpu_kinds
 from planner.performance.calibration import SpeedCalibration, load_calibration
+from planner.performance.device import NodeSpeed, calibrated_device, plain_device
 from planner.performance.errors import PerformanceError, bad, check_efficiency, positive
-from planner.performance.roofline import Device, calibrated_device, decode_step, prefill_ms
+from planner.performance.roofline import Device, Prompt, decode_step, prefill_ms
+from planner.performance.settings import DEFAULT_SETTINGS, RunSettings
 from planner.performance.traffic import ModelTraffic, stage_loads
 from planner.planning.inputs import NodeBudget, PlanningInput
 from planner.planning.plan import Plan
@@ -26,27 +28,8 @@ ACTIVATION_BYTES_PER_VALUE = 4  # F32 activations between llama.cpp devices
 INTRA_HOST_LINK_BYTES_PER_S = 31_500_000_000
 ESTIMATE_NOTE = ("Estimated, not measured: decode and prefill speed and cost come from "
                  "vendor bandwidth and FLOPS at efficiencies fitted to published llama.cpp "
-                 "measurements (validation/speed); the error measured on held-out "
-                 "measurements is stated with each estimate.")
-
-
-@dataclass(frozen=True, slots=True)
-class NodeSpeed:
-    """What the estimate needs to know about one node (from its catalog kind)."""
-
-    node_id: str
-    memory_bandwidth_bytes_per_s: int | None
-    price_per_hour: float | None
-    kind: str | None = None
-    memory_type: str | None = None
-    backend: str | None = None
-    fp16_tflops: float | None = None
-
-    @classmethod
-    def of_kind(cls, node_id: str, gpu: GpuModel) -> NodeSpeed:
-        return cls(node_id, gpu.memory_bandwidth_bytes_per_s, gpu.price_per_hour, gpu.kind,
-                   gpu.memory_type, gpu.backend, gpu.fp16_tflops)
-
+                 "measurements (validation/speed); the error measured on GPUs and sources "
+                 "the fit did not see is stated with each estimate.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +81,7 @@ class PlanEstimate:
     prompt_tokens: int | None = None
     ttft_ms: float | None = None
     error_note: str = ""
+    settings: RunSettings = DEFAULT_SETTINGS
 
     @property
     def prefill_tokens_per_s(self) -> float | None:
@@ -119,6 +103,7 @@ class PlanEstimate:
             "cost_per_million_tokens_usd": self.cost_per_million_tokens_usd,
             "bandwidth_efficiency": self.bandwidth_efficiency,
             "link_bandwidth_bytes_per_s": self.link_bandwidth_bytes_per_s,
+            "settings": self.settings.to_dict(),
             "stages": [stage.to_dict() for stage in self.stages],
             "notes": [ESTIMATE_NOTE, *([self.error_note] if self.error_note else []),
                       *self.notes],
@@ -159,7 +144,8 @@ def node_speeds(nodes: Iterable[NodeBudget], catalog: Sequence[GpuModel],
 
 
 def _devices(plan: Plan, speeds: Mapping[str, NodeSpeed], calibration: SpeedCalibration | None,
-             efficiency: float | None, notes: list[str]) -> tuple[list[Device], list[NodeSpeed]]:
+             efficiency: float | None, settings: RunSettings, quantized: bool,
+             notes: list[str]) -> tuple[list[Device], list[NodeSpeed]]:
     devices, used = [], []
     for stage in plan.stages:
         speed = speeds.get(stage.node_id)
@@ -171,13 +157,32 @@ def _devices(plan: Plan, speeds: Mapping[str, NodeSpeed], calibration: SpeedCali
                 f"memory_bandwidth_bytes_per_s", node_id=stage.node_id)
         used.append(speed)
         if efficiency is not None or calibration is None:
-            devices.append(Device(speed.memory_bandwidth_bytes_per_s, efficiency or 1.0,
-                                  efficiency or 1.0, None, 0.0))
+            devices.append(plain_device(speed.memory_bandwidth_bytes_per_s, efficiency or 1.0))
             continue
-        devices.append(calibrated_device(calibration, speed.memory_bandwidth_bytes_per_s,
-                                         speed.memory_type, speed.backend, speed.fp16_tflops,
-                                         notes))
+        devices.append(calibrated_device(calibration, speed, settings, quantized, notes))
     return devices, used
+
+
+def _latency_notes(plan: Plan, latency: Mapping[str, float | None], notes: list[str]) -> None:
+    without = [stage.node_id for stage in plan.stages[:-1] if latency.get(stage.node_id) is None]
+    if len(without) == 1:
+        notes.append(f"{without[0]} has no stage-transfer latency: its hop counts "
+                     "0 ms of latency")
+    elif without:
+        notes.append(f"{', '.join(without)} have no stage-transfer latency: their "
+                     "hops count 0 ms of latency")
+
+
+def check_prompt(prompt_tokens: int, settings: RunSettings, context_length: int) -> None:
+    """``PromptExceedsContext`` when a prompt after the settings' cached tokens does not
+    fit in ``context_length`` tokens (llama.cpp refuses it)."""
+    if prompt_tokens + settings.depth > context_length:
+        after = (f" after {settings.depth:,} cached tokens" if settings.depth else "")
+        raise PerformanceError(
+            "PromptExceedsContext",
+            f"prompt_tokens: a {prompt_tokens:,}-token prompt{after} does not fit in a "
+            f"context of {context_length:,} tokens", field="prompt_tokens",
+            value=prompt_tokens, context_length=context_length)
 
 
 def estimate_plan(
@@ -192,81 +197,77 @@ def estimate_plan(
     paid_node_ids: Iterable[str] | None = None,
     prompt_tokens: int | None = None,
     context_fill: bool = True,
+    settings: RunSettings = DEFAULT_SETTINGS,
 ) -> PlanEstimate:
-    """The estimate for ``plan`` of ``request`` (formulas in the module docstring).
+    """The estimate for ``plan`` of ``request`` (formulas in the package docstring).
 
     ``speeds`` gives each stage's node its bandwidth, memory type, backend, FP16
     throughput and price (:func:`node_speeds`); ``calibration`` the fitted figures
     (default: the shipped ones), unless ``bandwidth_efficiency`` asks for the plain
     bandwidth-bound estimate at one efficiency; ``paid_node_ids`` are the nodes the cost
     counts (default: the plan's stages); ``prompt_tokens`` a prompt whose time to first
-    token to estimate; without ``context_fill`` the time to fill the context (a prefill
-    as long as the context, the costliest part) is left out (``None``). Raises
-    :class:`PerformanceError` ``MissingNodeSpeed`` when a stage's node has no memory
-    bandwidth.
+    token to estimate (after ``settings.depth`` cached tokens); without ``context_fill``
+    the time to fill the context (a prefill as long as the context, the costliest part)
+    is left out (``None``); ``settings`` how llama.cpp runs (backend, flash attention,
+    micro-batch, build). Raises :class:`PerformanceError` ``MissingNodeSpeed`` when a
+    stage's node has no memory bandwidth, ``PromptExceedsContext`` when the prompt does
+    not fit in the plan's context.
     """
     efficiency = (None if bandwidth_efficiency is None else
                   check_efficiency(bandwidth_efficiency))
     if efficiency is None and calibration is None:
         calibration = load_calibration()
     link_bandwidth_bytes_per_s = integer(link_bandwidth_bytes_per_s,
-                                         bad("link_bandwidth_bytes_per_s"), minimum=1,
+                                         bad("link_bandwidth_bytes_per_s"),
+                                         minimum=MIN_LINK_BANDWIDTH_BYTES_PER_S,
                                          maximum=MAX_BANDWIDTH_BYTES_PER_S)
+    if not isinstance(settings, RunSettings):
+        raise PerformanceError("InvalidPerformanceInput", "settings: must be RunSettings",
+                               field="settings", value=settings)
     if prompt_tokens is not None:
         prompt_tokens = positive(prompt_tokens, "prompt_tokens")
+        check_prompt(prompt_tokens, settings, plan.context_length)
     notes: list[str] = []
-    devices, used = _devices(plan, speeds, calibration, efficiency, notes)
+    devices, used = _devices(plan, speeds, calibration, efficiency, settings,
+                             traffic.quantized, notes)
     loads = stage_loads(request, plan, traffic)
     latency = {node.node_id: node.stage_transfer_latency_ms for node in request.nodes}
     if traffic.hidden_size is None and plan.stage_count > 1:
         notes.append("the model's hidden size is unknown: hops carry no activation bytes")
-    hops_ms = []
-    without_latency = [stage.node_id for stage in plan.stages[:-1]
-                       if latency.get(stage.node_id) is None]
-    if len(without_latency) == 1:
-        notes.append(f"{without_latency[0]} has no stage-transfer latency: its hop counts "
-                     "0 ms of latency")
-    elif without_latency:
-        notes.append(f"{', '.join(without_latency)} have no stage-transfer latency: their "
-                     "hops count 0 ms of latency")
-    for stage, speed in zip(plan.stages[:-1], used, strict=False):
-        stage_latency = latency.get(stage.node_id)
-        fixed = 0.0 if calibration is None or efficiency is not None else (
-            calibration.fixed_ms(calibration.hop_ms, speed.backend, notes, "hop time"))
-        hops_ms.append((stage_latency or 0) + fixed)
-    links = [float(link_bandwidth_bytes_per_s)] * len(hops_ms)
-    hop_bytes = (traffic.hidden_size or 0) * ACTIVATION_BYTES_PER_VALUE
+    _latency_notes(plan, latency, notes)
+    hop_fixed = [(latency.get(stage.node_id) or 0) + device.hop_ms
+                 for stage, device in zip(plan.stages[:-1], devices, strict=False)]
+    per_token = ((traffic.hidden_size or 0) * ACTIVATION_BYTES_PER_VALUE
+                 / link_bandwidth_bytes_per_s * 1000)
+    hop_per_token = [per_token] * len(hop_fixed)
     lanes = plan.parallel_lanes
-    terms, hops = decode_step(loads, devices, hops_ms, hop_bytes, links, traffic,
+    terms, hops = decode_step(loads, [d.rates for d in devices],
+                              [fixed + lanes * per_token for fixed in hop_fixed], traffic,
                               lanes=lanes, cached=plan.context_length)
-    if efficiency is None and any(d.compute_flops_per_s is None for d in devices):
-        notes.append("a stage's GPU kind has no fp16_tflops: no compute ceiling and no "
-                     "prefill estimate")
     if efficiency is None and traffic.active_parameter_count is None:
         notes.append("the model's parameter count is unknown: no compute ceiling and no "
                      "prefill estimate")
     stages = []
     for index, (stage, load, term) in enumerate(zip(plan.stages, loads, terms, strict=True)):
-        read_ms = term.weight_ms + term.routed_weight_ms
-        weight_read = round(read_ms / 1000 * devices[index].weight_efficiency
-                            * devices[index].bandwidth_bytes_per_s)
-        # Compute is what the step takes beyond its reads and fixed time (a batched
-        # expert product's compute overlaps its read).
+        rates = devices[index].rates
         stages.append(StageEstimate(
-            stage.stage_id, stage.node_id, weight_read, load.kv_bytes(plan.context_length),
-            used[index].memory_bandwidth_bytes_per_s or 0, read_ms + term.kv_ms,
+            stage.stage_id, stage.node_id, round(float(term.read_ms) / rates.read_ms_per_byte),
+            round(float(load.kv_bytes(plan.context_length // lanes, lanes))),
+            used[index].memory_bandwidth_bytes_per_s or 0,
+            float(term.read_ms + term.kv_ms),
             hops[index] if index < len(hops) else 0.0,
-            float(term.total_ms - read_ms - term.kv_ms - term.fixed_ms), term.fixed_ms))
-    tpot = sum(s.stage_ms + s.hop_ms for s in stages)
+            float(term.total_ms - term.read_ms - term.kv_ms - term.fixed_ms),
+            float(term.fixed_ms)))
+    tpot = math.fsum(s.stage_ms + s.hop_ms for s in stages)
     tokens_per_s = lanes * 1000 / tpot
     fill = ttft = None
-    if (efficiency is None and traffic.active_parameter_count is not None
-            and all(d.compute_flops_per_s is not None for d in devices)):
-        def prefill(tokens: int) -> float:
-            return prefill_ms(loads, devices, hops_ms, hop_bytes, links, traffic,
-                              prompt_tokens=tokens)
-        fill = prefill(plan.context_length) if context_fill else None
-        ttft = prefill(prompt_tokens) if prompt_tokens is not None else None
+    if efficiency is None and traffic.active_parameter_count is not None:
+        def prefill(tokens: int, depth: int) -> float:
+            return prefill_ms(loads, [d.rates for d in devices], hop_fixed, hop_per_token,
+                              traffic, Prompt(tokens, depth, settings.batch, settings.ubatch),
+                              stage_weights=[d.stages_weights for d in devices])
+        fill = prefill(plan.context_length, 0) if context_fill else None
+        ttft = prefill(prompt_tokens, settings.depth) if prompt_tokens is not None else None
     paid = list(paid_node_ids) if paid_node_ids is not None else list(plan.node_ids)
     prices = [speeds[n].price_per_hour if n in speeds else None for n in paid]
     if any(price is None for price in prices):
@@ -277,10 +278,11 @@ def estimate_plan(
         cost = math.fsum(p for p in prices if p is not None)
         per_million = cost_per_million_tokens(cost, tokens_per_s)
     error_note = ("" if calibration is None or efficiency is not None else
-                  calibration.error_note(s.memory_type for s in used))
+                  calibration.error_note((d.backend, s.memory_type, d.figure)
+                                         for d, s in zip(devices, used, strict=True)))
     return PlanEstimate(tuple(stages), tpot, tokens_per_s, lanes, cost, per_million,
                         efficiency, link_bandwidth_bytes_per_s, tuple(dict.fromkeys(notes)),
-                        fill, plan.context_length, prompt_tokens, ttft, error_note)
+                        fill, plan.context_length, prompt_tokens, ttft, error_note, settings)
 
 
 def fleet_estimate(request: PlanningInput, plan: Plan, traffic: ModelTraffic,

@@ -1,252 +1,333 @@
-"""The roofline terms of one stage's time (weights and cache read at a share of peak
-bandwidth, matrix and attention FLOPs at a share of peak FP16 throughput, fixed times),
-and how they add up to a decode step and to a prompt's prefill."""
+"""The one formula of a stage's time: what a step does (:class:`Work`), what each unit of
+it costs on a device at a setting (:class:`Rates`), and how the terms add up
+(:func:`step_ms`); a decode step (:func:`decode_step`) and a prompt's prefill
+(:func:`prefill_ms`) are built from it, and so are the sizing floors
+(:mod:`planner.sizing.floors`) and the calibration's fit (``validation/speed``).
+
+Every field may be a number or a numpy array (one value per step, or per measured row),
+so one formula serves one estimate and a fit over every measurement at once.
+"""
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from planner.limits import DEFAULT_BATCH, DEFAULT_UBATCH
-from planner.performance.calibration import FALLBACK_BACKEND, SpeedCalibration
 from planner.performance.traffic import ModelTraffic, StageLoad
 
-# A prompt's batches and their ubatches: llama.cpp's defaults (-b, -ub).
-BATCH_TOKENS = DEFAULT_BATCH
-UBATCH_TOKENS = DEFAULT_UBATCH
+# The bytes one attention score moves without flash attention: llama.cpp writes the F32
+# scores of each head (4 B), its softmax reads them and writes the probabilities (8 B),
+# and the product with V reads those (4 B).
+SCORE_BYTES_WITHOUT_FLASH_ATTENTION = 16
+# The bytes a quantized weight's parameter moves when it is staged as FP16 before the
+# product (llama.cpp's CUDA backend before MMQ became the default): its FP16 copy is
+# written (2 B) and read back by cuBLAS (2 B).
+STAGING_BYTES_PER_PARAMETER = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """What one step of one stage does: ``tokens`` tokens at once (a decode step of that
+    many lanes, or a prompt's micro-batch), each field a number or an array.
+
+    ``weight_bytes`` read (the shared weights, the routed experts the tokens reach, one
+    embedding row a token); ``matrix_flops`` of products at the full rate and
+    ``routed_flops`` of the routed experts' small products of a step of several tokens,
+    each expert multiplying ``routed_tokens`` tokens; ``staged_parameters``, the
+    parameters of every weight a micro-batch multiplies (staged as FP16 where the
+    rates say so); ``activation_units``, tokens times the summed output widths of the
+    products (the activations a micro-batch moves between its kernels); ``kv_bytes`` of
+    cache read; ``attention_flops`` and ``score_values`` (heads times query-key pairs) of
+    attention; ``layers``; ``overlapped``: a micro-batch, whose products compute while
+    the weights stream in (a decode step's matrix-vector products add to the read)."""
+
+    weight_bytes: Any
+    matrix_flops: Any
+    kv_bytes: Any
+    attention_flops: Any
+    layers: Any
+    routed_flops: Any = 0.0
+    routed_tokens: Any = 0.0
+    staged_parameters: Any = 0.0
+    activation_units: Any = 0.0
+    score_values: Any = 0.0
+    overlapped: Any = False
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """What each unit of :class:`Work` costs on one device at one setting, in ms: a byte of
+    weights read, of cache read, a FLOP of products, of attention; and the bytes a
+    micro-batch moves per unit of activation, per staged parameter and per score, each
+    at the weights' or the cache's rate; a fixed time per layer. A product over ``t``
+    tokens runs at ``t / (t + half_rate_tokens)`` of the full rate."""
+
+    read_ms_per_byte: Any
+    kv_ms_per_byte: Any
+    matrix_ms_per_flop: Any
+    attention_ms_per_flop: Any
+    layer_ms: Any
+    activation_bytes: Any = 0.0
+    staging_bytes_per_parameter: Any = 0.0
+    score_bytes: Any = 0.0
+    half_rate_tokens: Any = 0.0
+
+
+def routed_product_ms(work: Work, rates: Rates) -> Any:
+    """The routed experts' small products: each below the full rate by
+    ``t / (t + half)`` for its ``t`` tokens."""
+    tokens = np.maximum(work.routed_tokens, 1e-9)
+    return (work.routed_flops * rates.matrix_ms_per_flop
+            * (tokens + rates.half_rate_tokens) / tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class StepTerms:
+    """The terms of one step's time in ms (numbers or arrays): the weights read, the
+    products, the bytes moved beside the weights (staging, activations), the cache read,
+    attention (its FLOPs and, without flash attention, its scores) and the fixed time."""
+
+    read_ms: Any
+    matrix_ms: Any
+    moved_ms: Any
+    kv_ms: Any
+    attention_ms: Any
+    fixed_ms: Any
+    overlapped: Any
+
+    @property
+    def total_ms(self) -> Any:
+        """A micro-batch's products compute while its weights stream in (the slower of
+        the two counts); a decode step's matrix-vector products add to the read."""
+        matrix = np.where(self.overlapped, np.maximum(self.read_ms, self.matrix_ms),
+                          self.read_ms + self.matrix_ms)
+        return matrix + self.moved_ms + self.kv_ms + self.attention_ms + self.fixed_ms
+
+
+def step_terms(work: Work, rates: Rates) -> StepTerms:
+    """The terms of :func:`step_ms`."""
+    moved = (work.staged_parameters * rates.staging_bytes_per_parameter
+             + work.activation_units * rates.activation_bytes) * rates.read_ms_per_byte
+    routed = (routed_product_ms(work, rates) if np.any(np.asarray(work.routed_flops) > 0)
+              else 0.0)
+    return StepTerms(
+        read_ms=work.weight_bytes * rates.read_ms_per_byte,
+        matrix_ms=work.matrix_flops * rates.matrix_ms_per_flop + routed,
+        moved_ms=moved,
+        kv_ms=work.kv_bytes * rates.kv_ms_per_byte,
+        attention_ms=(work.attention_flops * rates.attention_ms_per_flop
+                      + work.score_values * rates.score_bytes * rates.kv_ms_per_byte),
+        fixed_ms=work.layers * rates.layer_ms,
+        overlapped=work.overlapped)
+
+
+def step_ms(work: Work, rates: Rates) -> Any:
+    """The time of one step of one stage, in ms: the estimate's one formula."""
+    return step_terms(work, rates).total_ms
+
+
+def step_work(load: StageLoad, traffic: ModelTraffic, *, tokens: Any, sequences: Any,
+              cached: Any, attended: Any, overlapped: bool,
+              stage_weights: bool = False) -> Work:
+    """The :class:`Work` of ``tokens`` tokens of ``sequences`` sequences computed at once on
+    a stage: the weights a step of that many tokens reads, each sequence's cache of
+    ``cached`` tokens, and attention of every token over ``attended`` cached tokens of
+    its sequence on average. A micro-batch (``overlapped``) multiplies every routed
+    expert its tokens reach as one small product each, and a decode step of two or more
+    tokens too; ``stage_weights`` counts the parameters its products stage as FP16."""
+    routed = load.routed_expert_bytes if traffic.routed_bytes else 0
+    share = traffic.expert_share(tokens)
+    shared = (load.weight_bytes - routed if routed else
+              load.weight_bytes * traffic.read_share(tokens))
+    weight_bytes = shared + routed * share + load.embedding_row_bytes * tokens
+    batched = bool(routed) and (overlapped or bool(np.all(np.asarray(tokens) > 1)))
+    routed_active = load.routed_active_parameters if batched else 0.0
+    reached = np.maximum(share * (traffic.expert_count or 1), 1e-9)
+    full, windowed = load.kv_tokens(attended)
+    pairs = tokens * (load.attention_width * full + load.window_attention_width * windowed)
+    heads = tokens * (load.attention_heads * full + load.window_attention_heads * windowed)
+    staged: Any = 0.0
+    if stage_weights:
+        every_routed = load.routed_active_parameters * (
+            (traffic.expert_count or 1) / (traffic.experts_used or 1))
+        staged = (load.active_parameters - load.routed_active_parameters
+                  + every_routed * share)
+    return Work(
+        weight_bytes=weight_bytes,
+        matrix_flops=2 * (load.active_parameters - routed_active) * tokens,
+        routed_flops=2 * routed_active * tokens,
+        routed_tokens=tokens * (traffic.experts_used or 1) / reached,
+        staged_parameters=staged,
+        activation_units=(tokens * load.active_parameters / traffic.hidden_size
+                          if overlapped and traffic.hidden_size else 0.0),
+        kv_bytes=load.kv_bytes(cached, sequences),
+        attention_flops=4 * pairs,
+        score_values=heads,
+        layers=load.layer_count,
+        overlapped=overlapped)
+
+
+def decode_step(loads: Sequence[StageLoad], rates: Sequence[Rates],
+                hops_ms: Sequence[float], traffic: ModelTraffic, *, lanes: int,
+                cached: int) -> tuple[list[StepTerms], list[float]]:
+    """Each stage's terms and each hop's time of one decode step: ``lanes`` tokens, each
+    lane with ``cached / lanes`` tokens in the cache (``cached`` cells read in all);
+    ``hops_ms`` are each hop's time for the step's activations."""
+    per_lane = max(1.0, cached / lanes)
+    terms = [step_terms(step_work(load, traffic, tokens=lanes, sequences=lanes,
+                                  cached=per_lane, attended=per_lane, overlapped=False),
+                        rate)
+             for load, rate in zip(loads, rates, strict=True)]
+    return terms, list(hops_ms)
+
+
+# ------------------------------------------------------------------------------ prefill
+
+
+def pipeline_ms(stage_ms: np.ndarray, hop_ms: np.ndarray) -> np.ndarray:
+    """The time to pass micro-batches through stages as a pipeline: ``stage_ms[..., s, j]``
+    is stage ``s``'s time on micro-batch ``j`` (0 for a micro-batch a batch does not have),
+    ``hop_ms[..., h, j]`` the hop after stage ``h``. A stage starts a micro-batch when it
+    has finished the one before and the micro-batch has crossed the hop to it; the result
+    is when the last stage finishes, per leading index.
+
+    ``finish[s, j] = max(ready[s, j], finish[s, j - 1]) + t[s, j]`` unrolls to
+    ``C[j] + max over k <= j of (ready[s, k] - C[k - 1])`` with ``C`` the running sum of
+    ``t[s]``: one running maximum per stage (llama.cpp keeps several micro-batches in
+    flight across devices)."""
+    stages = stage_ms.shape[-2]
+    ready = np.zeros(stage_ms.shape[:-2] + stage_ms.shape[-1:])
+    finish = ready
+    for s in range(stages):
+        if s:
+            ready = finish + hop_ms[..., s - 1, :]
+        times = stage_ms[..., s, :]
+        running = np.cumsum(times, axis=-1)
+        before = running - times
+        finish = running + np.maximum.accumulate(ready - before, axis=-1)
+    result: np.ndarray = finish[..., -1]
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """A prompt of ``tokens`` tokens after ``depth`` cached ones, in llama.cpp's batches of
+    ``batch`` tokens and micro-batches of ``ubatch``."""
+
+    tokens: int
+    depth: int
+    batch: int
+    ubatch: int
+
+    @property
+    def batch_count(self) -> int:
+        return -(-self.tokens // self.batch)
+
+    def batch_shape(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """Batch ``index``'s micro-batches: their tokens and the tokens cached before each
+        (arrays of the same length)."""
+        start = index * self.batch
+        size = min(self.batch, self.tokens - start)
+        offsets = np.arange(0, size, self.ubatch, dtype=float)
+        tokens = np.minimum(self.ubatch, size - offsets)
+        return tokens, self.depth + start + offsets
+
+
+def batch_sum(prompt: Prompt, batch_ms: Callable[[Sequence[int]], np.ndarray],
+              breaks: Sequence[float] = (), exact: int = 64) -> float:
+    """The sum over a prompt's batches of ``batch_ms`` (which times a list of batches at
+    once), with bounded work for a prompt of millions of batches.
+
+    A batch's time is a maximum, over the ways through the pipeline, of sums of terms
+    each linear in the tokens cached before it, or a maximum of such (a stage's read
+    against its products): convex in the batch's index, wherever no term changes form.
+    The forms change where the cache passes a sliding window (``breaks``, in cached
+    tokens) and at the last batch (it may be shorter). Over a stretch of batches where
+    it is convex, when the time at the middle batch lies on the line through the ends,
+    it lies there at every batch, and the stretch sums in closed form; else it is split
+    in two. Stretches of at most ``exact`` batches are summed batch by batch."""
+    count = prompt.batch_count
+    if count <= exact:
+        return float(np.sum(batch_ms(range(count))))
+    edges = {0, count - 1, count}
+    for cached in breaks:
+        index = int((cached - prompt.depth) // prompt.batch)
+        edges.update(i for i in (index, index + 1) if 0 <= i < count)
+    cuts = sorted(edges)
+    total = 0.0
+    memo: dict[int, float] = {}
+
+    def at(indices: Sequence[int]) -> list[float]:
+        wanted = sorted({i for i in indices if i not in memo})
+        if wanted:
+            memo.update(zip(wanted, (float(v) for v in batch_ms(wanted)), strict=True))
+        return [memo[i] for i in indices]
+
+    stack = [(a, b - 1) for a, b in itertools.pairwise(cuts) if b - 1 >= a]
+    while stack:
+        first, last = stack.pop()
+        if last - first + 1 <= exact:
+            total += math.fsum(at(list(range(first, last + 1))))
+            continue
+        middle = (first + last) // 2
+        low, mid, high = at([first, middle, last])
+        line = low + (high - low) * (middle - first) / (last - first)
+        if abs(mid - line) <= 1e-9 * max(abs(line), 1e-12):
+            total += (low + high) / 2 * (last - first + 1)
+        else:
+            stack += [(first, middle), (middle + 1, last)]
+    return total
+
+
+def prefill_ms(loads: Sequence[StageLoad], rates: Sequence[Rates],
+               hop_fixed_ms: Sequence[float], hop_ms_per_token: Sequence[float],
+               traffic: ModelTraffic, prompt: Prompt, *,
+               stage_weights: Sequence[bool] | None = None) -> float:
+    """Time to process ``prompt``: each batch's micro-batches flow through the stages as a
+    pipeline (:func:`pipeline_ms`), each crossing every hop (a fixed time and its
+    activations); the batches follow one another (summed with bounded work,
+    :func:`batch_sum`)."""
+    staged = stage_weights or [False] * len(loads)
+    hops = len(loads) - 1
+
+    def batch_ms(indices: Sequence[int]) -> np.ndarray:
+        shapes = [prompt.batch_shape(i) for i in indices]
+        width = max(len(tokens) for tokens, _ in shapes)
+        tokens = np.zeros((len(shapes), width))
+        before = np.zeros((len(shapes), width))
+        for row, (size, cached) in enumerate(shapes):
+            tokens[row, :len(size)] = size
+            before[row, :len(size)] = cached
+        present = tokens > 0
+        times = np.zeros((len(shapes), len(loads), width))
+        for s, (load, rate, stage) in enumerate(zip(loads, rates, staged, strict=True)):
+            work = step_work(load, traffic, tokens=np.maximum(tokens, 1), sequences=1,
+                             cached=before + tokens, attended=before + tokens / 2,
+                             overlapped=True, stage_weights=stage)
+            times[:, s, :] = np.where(present, step_ms(work, rate), 0.0)
+        hop = np.zeros((len(shapes), max(hops, 1), width))
+        for h in range(hops):
+            hop[:, h, :] = np.where(present, hop_fixed_ms[h] + tokens * hop_ms_per_token[h],
+                                    0.0)
+        return pipeline_ms(times, hop)
+
+    breaks = sorted({load.window for load in loads if load.window})
+    return batch_sum(prompt, batch_ms, breaks)
 
 
 @dataclass(frozen=True, slots=True)
 class Device:
-    """What the estimate reads of one stage's GPU, with the calibrated figures applied."""
+    """One stage's GPU as the estimate reads it: its :class:`Rates` at the run's settings,
+    whether its products stage quantized weights as FP16, its fixed time per hop, which
+    FP16 figure it computes with (``"stated"``, or a stand-in) and its backend."""
 
-    bandwidth_bytes_per_s: float
-    weight_efficiency: float
-    kv_efficiency: float
-    compute_flops_per_s: float | None  # e_c x fp16_tflops, None without a figure
-    layer_ms: float
-    attention_flops_per_s: float | None = None  # e_att x fp16_tflops
-    quantized_compute_factor: float = 1.0
-    half_rate_tokens: float = 0.0
-    staging_bytes_per_parameter: float = 0.0
-    attention_score_bytes: float = 0.0
-    activation_bytes: float = 0.0
-    expert_batch_ms: float = 0.0
-
-    def matrix_rate(self, tokens: Any, quantized: bool) -> Any:
-        """FLOP/s of a matrix product over ``tokens`` tokens (``inf``: the full rate)."""
-        rate = (self.compute_flops_per_s or 0.0) * (
-            self.quantized_compute_factor if quantized else 1.0)
-        if not isinstance(tokens, np.ndarray) and math.isinf(tokens):
-            return rate
-        return rate * tokens / (tokens + self.half_rate_tokens)
-
-
-@dataclass(frozen=True, slots=True)
-class StageTerms:
-    """The terms of one stage's time for one decode step or prefill ubatch, in ms. A
-    decode step's matrix-vector kernels read each weight once and do little work with
-    it: its compute adds to the read. A ubatch's matrix-matrix kernels compute while the
-    weights stream in (``overlap``): the slower of the two counts."""
-
-    weight_ms: Any  # a number, or an array of one per ubatch
-    kv_ms: Any
-    compute_ms: Any
-    attention_ms: Any
-    fixed_ms: float
-    overlap: bool = False
-    staging_ms: Any = 0.0  # a ubatch's quantized weights staged as FP16
-    activation_ms: Any = 0.0  # a ubatch's activations moved between its kernels
-    # A decode step of several tokens multiplies its routed experts with the
-    # matrix-matrix kernel, which computes while the experts stream in: their read and
-    # compute, apart from weight_ms and compute_ms (0 otherwise).
-    routed_weight_ms: Any = 0.0
-    routed_compute_ms: Any = 0.0
-
-    @property
-    def total_ms(self) -> Any:
-        matrix = (np.maximum(self.weight_ms, self.compute_ms) if self.overlap else
-                  self.weight_ms + self.compute_ms)
-        return (matrix + np.maximum(self.routed_weight_ms, self.routed_compute_ms)
-                + self.staging_ms + self.activation_ms + self.kv_ms + self.attention_ms
-                + self.fixed_ms)
-
-
-def stage_terms(load: StageLoad, device: Device, traffic: ModelTraffic, *, tokens: Any,
-                kv_read_tokens: Any, attention_pairs: Any, cached: Any,
-                overlap: bool = False) -> StageTerms:
-    """One stage's time for ``tokens`` tokens computed at once (a decode step of
-    ``tokens`` lanes, or a ubatch): the weights a step of that many tokens reads, the
-    cache of ``cached`` tokens read ``kv_read_tokens / cached`` times over, and
-    ``attention_pairs`` (query, cached token) pairs of attention compute.
-
-    A mixture of experts' routed experts are read once each, as many as the tokens'
-    independent routings reach (:meth:`ModelTraffic.expert_share`). One token's run
-    llama.cpp's matrix-vector kernel; two or more tokens' its matrix-matrix one
-    (``mul_mat_id`` with MMQ, as a ubatch's), one small product per expert used: each
-    computes only the tokens routed to it, below the full rate
-    (:meth:`Device.matrix_rate`), and each layer pays ``expert_batch_ms`` to route the
-    tokens to their experts."""
-    read_rate = device.weight_efficiency * device.bandwidth_bytes_per_s
-    routed = load.routed_expert_bytes if traffic.routed_bytes else 0
-    share = traffic.expert_share(tokens)
-    shared: Any = (load.weight_bytes - routed if routed else
-                   load.weight_bytes * traffic.read_share(tokens))
-    shared_ms = (shared + load.embedding_row_bytes * tokens) / read_rate * 1000
-    routed_ms = routed * share / read_rate * 1000
-    # Several tokens' routed experts: the matrix-matrix kernel (a ubatch's always).
-    batched = bool(routed) and (overlap or bool(np.all(np.asarray(tokens) > 1)))
-    weight_ms = shared_ms + routed_ms
-    kv = load.kv_bytes(cached) * (kv_read_tokens / np.maximum(cached, 1))
-    if overlap and traffic.quantized and device.staging_bytes_per_parameter:
-        # A ubatch's quantized weights staged as FP16 before the product: the
-        # parameters of every weight it reads (the routed experts its tokens use).
-        routed_all = load.routed_active_parameters * (
-            (traffic.expert_count or 1) / (traffic.experts_used or 1))
-        staged = (load.active_parameters - load.routed_active_parameters
-                  + routed_all * share)
-        staging_ms = (staged * device.staging_bytes_per_parameter
-                      / (device.weight_efficiency * device.bandwidth_bytes_per_s) * 1000)
-    else:
-        staging_ms = 0.0
-    activation_ms = 0.0
-    if overlap and device.activation_bytes and traffic.hidden_size:
-        activation_ms = (tokens * load.active_parameters / traffic.hidden_size
-                         * device.activation_bytes
-                         / (device.weight_efficiency * device.bandwidth_bytes_per_s) * 1000)
-    kv_ms = kv / (device.kv_efficiency * device.bandwidth_bytes_per_s) * 1000
-    compute_ms = attention_ms = routed_compute_ms = 0.0
-    if device.compute_flops_per_s is not None:
-        # Batched routed experts each multiply only the tokens routed to them (the
-        # step's k x tokens routings over the experts they reach): small products,
-        # below the full rate. One token's kernels are matrix-vector ones, whose compute
-        # is the plain rate's.
-        routed_active = load.routed_active_parameters if batched else 0.0
-        reached = np.maximum(share * (traffic.expert_count or 1), 1e-9)
-        routed_tokens = np.maximum(tokens * (traffic.experts_used or 1) / reached, 1e-9)
-        full = device.matrix_rate(math.inf, traffic.quantized)
-        compute_ms = 1000 * 2 * (load.active_parameters - routed_active) * tokens / full
-        routed_compute_ms = (1000 * 2 * routed_active * tokens
-                             / device.matrix_rate(routed_tokens, traffic.quantized)
-                             if routed_active else 0.0)
-        attention = device.attention_flops_per_s or device.compute_flops_per_s
-        attention_ms = 4 * attention_pairs / attention * 1000
-    if device.attention_score_bytes:
-        attention_ms = attention_ms + (attention_pairs * device.attention_score_bytes / (
-            device.kv_efficiency * device.bandwidth_bytes_per_s) * 1000)
-    fixed_ms = load.layer_count * (device.layer_ms
-                                   + (device.expert_batch_ms if batched else 0.0))
-    if overlap:
-        return StageTerms(weight_ms, kv_ms, compute_ms + routed_compute_ms, attention_ms,
-                          fixed_ms, True, staging_ms, activation_ms)
-    if batched:
-        return StageTerms(shared_ms, kv_ms, compute_ms, attention_ms, fixed_ms,
-                          routed_weight_ms=routed_ms, routed_compute_ms=routed_compute_ms)
-    return StageTerms(weight_ms, kv_ms, compute_ms, attention_ms, fixed_ms)
-
-
-def decode_step(loads: Sequence[StageLoad], devices: Sequence[Device],
-                hops_ms: Sequence[float], hop_bytes_per_token: int,
-                link_bytes_per_s: Sequence[float], traffic: ModelTraffic, *, lanes: int,
-                cached: int) -> tuple[list[StageTerms], list[float]]:
-    """Stage terms and hop times of one decode step: ``lanes`` tokens, each lane with
-    ``cached / lanes`` tokens in the cache (``cached`` cells read in all)."""
-    terms = []
-    for load, device in zip(loads, devices, strict=True):
-        full, windowed = load.kv_tokens(max(1, cached // lanes))
-        pairs = lanes * (load.attention_width * full + load.window_attention_width * windowed)
-        terms.append(stage_terms(load, device, traffic, tokens=lanes, kv_read_tokens=cached,
-                                 attention_pairs=pairs, cached=cached))
-    hops = [fixed + lanes * hop_bytes_per_token / link * 1000
-            for fixed, link in zip(hops_ms, link_bytes_per_s, strict=True)]
-    return terms, hops
-
-
-
-def ubatches(prompt_tokens: int, depth: int = 0, *, batch_tokens: int = BATCH_TOKENS,
-             ubatch_tokens: int = UBATCH_TOKENS) -> list[list[tuple[int, int]]]:
-    """A prompt's batches, each a list of ``(tokens, depth)`` ubatches, as llama.cpp
-    splits it."""
-    batches = []
-    done = 0
-    while done < prompt_tokens:
-        size = min(batch_tokens, prompt_tokens - done)
-        batch = []
-        for start in range(0, size, ubatch_tokens):
-            batch.append((min(ubatch_tokens, size - start), depth + done + start))
-        batches.append(batch)
-        done += size
-    return batches
-
-
-def prefill_ms(loads: Sequence[StageLoad], devices: Sequence[Device],
-               hops_ms: Sequence[float], hop_bytes_per_token: int,
-               link_bytes_per_s: Sequence[float], traffic: ModelTraffic, *,
-               prompt_tokens: int, depth: int = 0, batch_tokens: int = BATCH_TOKENS,
-               ubatch_tokens: int = UBATCH_TOKENS) -> float:
-    """Time to process a prompt of ``prompt_tokens`` after ``depth`` cached tokens: the
-    ubatches of each batch flow through the stages as a pipeline (a stage starts a ubatch
-    when it has finished the previous one and the ubatch has crossed the hop to it); the
-    batches follow one another. Computed for all batches at once: ``tokens[b, j]`` and
-    ``at[b, j]`` are the size and depth of batch ``b``'s ubatch ``j`` (0 tokens where a
-    batch has fewer)."""
-    batches = ubatches(prompt_tokens, depth, batch_tokens=batch_tokens,
-                       ubatch_tokens=ubatch_tokens)
-    width = max(len(batch) for batch in batches)
-    tokens = np.zeros((len(batches), width))
-    at = np.zeros((len(batches), width))
-    for b, batch in enumerate(batches):
-        for j, (size, first) in enumerate(batch):
-            tokens[b, j], at[b, j] = size, first
-    present = tokens > 0
-    times = []
-    for load, device in zip(loads, devices, strict=True):
-        windowed_prior = np.minimum(at, load.window) if load.window else 0 * at
-        pairs = (load.attention_width * (tokens * at + tokens * tokens / 2)
-                 + load.window_attention_width * tokens * (
-                     np.minimum(windowed_prior + tokens / 2, load.window) if load.window
-                     else 0 * at))
-        step = stage_terms(load, device, traffic, tokens=tokens, kv_read_tokens=at + tokens,
-                           attention_pairs=pairs, cached=at + tokens, overlap=True).total_ms
-        times.append(np.where(present, step, 0.0))
-    hops = [np.where(present, fixed + tokens * hop_bytes_per_token / link * 1000, 0.0)
-            for fixed, link in zip(hops_ms, link_bytes_per_s, strict=True)]
-    free = [np.zeros(len(batches)) for _ in loads]
-    for j in range(width):
-        ready = np.zeros(len(batches))
-        for index in range(len(loads)):
-            if index:
-                ready = ready + hops[index - 1][:, j]
-            start = np.maximum(ready, free[index])
-            finish = start + times[index][:, j]
-            free[index] = np.where(present[:, j], finish, free[index])
-            ready = finish
-    return float(np.max(np.stack(free), axis=0).sum())
-
-
-
-def calibrated_device(calibration: SpeedCalibration, bandwidth_bytes_per_s: float,
-                      memory_type: str | None, backend: str | None,
-                      fp16_tflops: float | None, notes: list[str]) -> Device:
-    """A GPU kind's :class:`Device` with the calibration's figures for its memory type
-    and backend."""
-    e_w, e_kv, e_c, e_att = calibration.efficiencies(memory_type, backend, notes)
-    flops = None if fp16_tflops is None else fp16_tflops * 1e12
-    matrix = None if flops is None else e_c * flops
-    return Device(bandwidth_bytes_per_s, e_w, e_kv, matrix,
-                  calibration.fixed_ms(calibration.layer_ms, backend, notes, "per-layer time"),
-                  None if flops is None else e_att * flops,
-                  calibration.quantized_compute_factor.get(backend or FALLBACK_BACKEND, 1.0),
-                  calibration.half_rate_tokens.get(backend or FALLBACK_BACKEND, 0.0),
-                  calibration.staging_bytes_per_parameter.get(
-                      SpeedCalibration.key(memory_type, backend), 0.0),
-                  calibration.attention_score_bytes.get(
-                      SpeedCalibration.key(memory_type, backend), 0.0),
-                  calibration.activation_bytes.get(
-                      SpeedCalibration.key(memory_type, backend), 0.0),
-                  calibration.expert_batch_ms.get(backend or FALLBACK_BACKEND, 0.0))
-
+    rates: Rates
+    stages_weights: bool = False
+    hop_ms: float = 0.0
+    figure: str = "stated"
+    backend: str | None = None
