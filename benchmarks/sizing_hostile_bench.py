@@ -1,5 +1,5 @@
-"""Sizing and availability on hostile questions within the input caps: each finishes in
-< 30 s and < 2 GB, or is refused at once by name.
+"""Sizing, availability and the speed estimate on hostile questions within the input caps:
+each finishes in < 30 s and < 2 GB, or is refused at once by name.
 
 Each case runs the command as a user would (``planner size ...``, ``planner
 availability ...``) in a fresh process, so its peak memory (the process's maximum
@@ -64,6 +64,13 @@ CHEAP_16 = {"name": "Cheap 16", "memory": "16 GiB", "memory_type": "gddr", "back
             "price_per_hour": 0.25, "memory_bandwidth_bytes_per_s": 716_800_000_000,
             "fp16_tflops": 194.9}
 QWEN = '[model]\npreset = "qwen3-coder-480b-a35b"\nkv_cache_type = "q8_0"'
+# A dense 70B model typed as numbers, with the speed fields, and one whose native context
+# is the cap (2**31 tokens).
+NUMBERS_SPEED = ('[model]\nnative_context_length = 131072\nlayer_count = 80\n'
+                 'model_weight_bytes = "140 GB"\nkv_bytes_per_token = 327680\n'
+                 'hidden_size = 8192\nparameter_count = 70000000000\n'
+                 '[[nodes]]\nid = "x"\nvram = "80 GiB"\n')
+HUGE_CONTEXT = NUMBERS_SPEED.replace("131072", "2147483648")
 NUMBERS = ('[model]\nnative_context_length = 131072\nlayer_count = 80\n'
            'model_weight_bytes = "140 GB"\nkv_bytes_per_token = 327680\n'
            '[planning]\ntarget_decode_tpot_ms = 60')
@@ -150,6 +157,37 @@ def _setup(folder: Path) -> dict[str, list[str]]:
         "size, 12 kinds with max_count 10,000": [
             "size", "llama-3.1-70b", "--json", "--tolerate", "2", "--catalog",
             write("k12.toml", _catalog(_kinds(12, 5, max_count=10_000)))],
+        # The speed estimate's bombs: a prompt of 2**31 tokens (it used to allocate an array
+        # per micro-batch and end in MemoryError after 40 s at 5 GB), prompts longer than
+        # the context or the native context, and figures past their physical bounds.
+        "speed, a 2**31-token prompt on 80 GPUs (model typed as numbers)":
+            ["speed", write("huge.toml", HUGE_CONTEXT), "--gpu", "h100-sxm-80gb", "--gpus",
+             "80", "--context", "2147483648", "--prompt-tokens", "2147483648", "--json"],
+        "speed, a 2**31-token prompt, micro-batches of 1 token":
+            ["speed", write("huge1.toml", HUGE_CONTEXT), "--gpu", "h100-sxm-80gb",
+             "--gpus", "8", "--context", "2147483648", "--ubatch", "1", "--json"],
+        "speed, an MoE preset at its native context, 8 lanes":
+            ["speed", "deepseek-v3", "--gpu", "h200-141gb", "--gpus", "8", "--context",
+             "160k", "--lanes", "8", "--json"],
+        "speed, a 2,000,000-token prompt in a 4,096-token context (refused)":
+            ["speed", "llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--prompt-tokens",
+             "2000000"],
+        "speed, a context past the native one (refused)":
+            ["speed", "llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--context", "2147483648"],
+        "speed, fp16_tflops of 1e-300 in a catalog (refused)":
+            ["speed", "llama-3.1-70b", "--gpu", "tiny", "--catalog", write("tiny16.toml", (
+                '[[gpu]]\nid = "tiny"\nname = "Tiny"\nmemory = "80 GiB"\n'
+                'memory_bandwidth_bytes_per_s = 1000000000000\nfp16_tflops = 1e-300\n'))],
+        "speed, a memory bandwidth of 1 B/s in a catalog (refused)":
+            ["speed", "llama-3.1-70b", "--gpu", "slow", "--catalog", write("slow.toml", (
+                '[[gpu]]\nid = "slow"\nname = "Slow"\nmemory = "80 GiB"\n'
+                'memory_bandwidth_bytes_per_s = 1\n'))],
+        "speed, hidden_size 2**53 (refused)":
+            ["speed", write("wide.toml", NUMBERS_SPEED.replace("hidden_size = 8192",
+                                                               "hidden_size = 9007199254740992")),
+             "--gpu", "h100-sxm-80gb"],
+        "size, a 200,000-token TTFT prompt past the native context (refused)":
+            ["size", "llama-3.1-70b", "--ttft-ms", "100000", "--prompt-tokens", "200000"],
         "availability, 10,000 identical nodes": ["availability", write(
             "same.toml", _fleet(QWEN, [{"id": "n", "count": 10_000, "vram": "80 GiB"}]))],
         "availability, 100 kinds x 100 nodes": ["availability", write(

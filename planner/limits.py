@@ -143,3 +143,54 @@ question is refused as ``SizingTooLarge``."""
 MAX_GGUF_FILES = 200
 """The most GGUF files the workbench's folder search lists (a big models folder is cut
 there)."""
+
+# -- the speed estimate's physical bounds (docs/speed.md, "Bounds") ---------------------
+# A figure outside these is not a device or a model that exists: each is refused by name
+# where it enters (a catalog, a fleet file's numbers, a command's option), so that every
+# estimate stays a finite number of milliseconds, computed without overflow.
+
+MIN_BANDWIDTH_BYTES_PER_S = 10**9
+"""A GPU kind's memory bandwidth: 1 GB/s, below any memory a model is run from (one
+channel of DDR memory from 2003 gives 3.2 GB/s)."""
+
+MIN_LINK_BANDWIDTH_BYTES_PER_S = 10**5
+"""The link between stages: 100 kB/s (0.8 Mb/s), below any network a split is run over."""
+
+MIN_TFLOPS = 0.001
+"""A GPU kind's FP16 throughput: 1 GFLOPS, below any chip llama.cpp runs on (one core of
+a phone's CPU does tens)."""
+
+MAX_SHADERS = 10_000_000
+"""A GPU kind's shaders, or a CPU's cores: far beyond any real one (the largest today have
+tens of thousands of shaders)."""
+
+MIN_CLOCK_MHZ = 1
+"""The slowest clock of a GPU or CPU kind, in MHz."""
+
+MAX_CLOCK_MHZ = 100_000
+"""The fastest clock of a GPU or CPU kind, in MHz (today's run at about 3,000 to 6,000)."""
+
+MAX_HIDDEN_SIZE = 2**20
+"""A model's hidden size (embedding width): about a million, 40 times today's widest."""
+
+MAX_ATTENTION_WIDTH = 2**22
+"""Attention heads times head size of one layer."""
+
+MAX_ATTENTION_HEADS = 2**16
+"""Attention (query or KV) heads of one layer."""
+
+MAX_EXPERTS = 2**16
+"""Routed experts of one layer (today's most: a few hundred)."""
+
+MIN_BITS_PER_PARAMETER = 1
+"""The least a model's weights hold per parameter: one bit (llama.cpp's smallest
+quantisations store about 1.6)."""
+
+MAX_BITS_PER_PARAMETER = 64
+"""The most a model's weights hold per parameter: 64 bits (F64)."""
+
+MAX_UBATCH = 2**20
+"""Tokens of one llama.cpp micro-batch (``-ub``)."""
+
+MAX_LLAMA_CPP_BUILD = 10**6
+"""A llama.cpp build number (``b<N>``; 11,434 at the time of writing)."""

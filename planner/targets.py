@@ -60,12 +60,15 @@ class TargetsError(CodedError):
     """Targets that cannot be judged.
 
     ``code`` is ``InvalidTargets`` (a target out of range, or a minimum context above the
-    model's native context; ``field`` names it), ``TpotNotEstimable`` (a TPOT target on
-    a fleet whose decode speed cannot be estimated) or ``TtftNotEstimable`` (a TTFT target
-    on a model whose prefill cannot be estimated); the message says what is missing.
+    model's native context; ``field`` names it), ``PromptExceedsNativeContext`` (a TTFT
+    target's prompt longer than the model's native context), ``TpotNotEstimable`` (a TPOT
+    target on a fleet whose decode speed cannot be estimated) or ``TtftNotEstimable`` (a
+    TTFT target on a model whose prefill cannot be estimated); the message says what is
+    missing.
     """
 
-    codes = ("InvalidTargets", "TpotNotEstimable", "TtftNotEstimable")
+    codes = ("InvalidTargets", "PromptExceedsNativeContext", "TpotNotEstimable",
+             "TtftNotEstimable")
 
 
 def _whole(value: Any, name: str, low: int, high: int) -> int:
@@ -122,10 +125,20 @@ class Targets:
 
     def context_for(self, request: PlanningInput) -> int:
         """The minimum context for this model: ``minimum_context``, else the context
-        floor. ``InvalidTargets`` when it is above the model's native context (no plan
-        can reach it)."""
+        floor, and at least a TTFT target's prompt (a context that cannot hold the prompt
+        cannot answer it). ``PromptExceedsNativeContext`` when the prompt is longer than the
+        model's native context, ``InvalidTargets`` when the minimum is (no plan can reach
+        it)."""
         floor = context_floor(request)
         minimum = floor if self.minimum_context is None else self.minimum_context
+        if self.prompt_tokens is not None:
+            if self.prompt_tokens > request.native_context_length:
+                raise TargetsError(
+                    "PromptExceedsNativeContext",
+                    f"prompt_tokens: a {self.prompt_tokens:,}-token prompt is longer than "
+                    f"the model's native context of {request.native_context_length:,} "
+                    "tokens", field="prompt_tokens", value=self.prompt_tokens)
+            minimum = max(minimum, self.prompt_tokens)
         if minimum > request.native_context_length:
             raise TargetsError(
                 "InvalidTargets",
@@ -167,7 +180,11 @@ class Targets:
                 missed.append(f"estimated TPOT {estimate.estimated_tpot_ms:,.1f} ms > "
                               f"{target} ms")
         ttft = self.target_ttft_ms
-        if ttft is not None:
+        if ttft is not None and self.prompt_tokens is not None and (
+                plan.context_length < self.prompt_tokens):
+            missed.append(f"context {plan.context_length:,} holds no "
+                          f"{self.prompt_tokens:,}-token prompt")
+        elif ttft is not None:
             if estimate is None or estimate.ttft_ms is None:
                 missed.append("no time-to-first-token estimate")
             elif estimate.ttft_ms > ttft:
@@ -197,7 +214,11 @@ class Targets:
                 found.append(f"estimated TPOT {estimate.estimated_tpot_ms:,.2f} ms > "
                              f"{target} ms")
         ttft = self.target_ttft_ms
-        if ttft is not None:
+        if ttft is not None and self.prompt_tokens is not None and (
+                plan.context_length < self.prompt_tokens):
+            found.append(f"context {plan.context_length:,} holds no "
+                         f"{self.prompt_tokens:,}-token prompt")
+        elif ttft is not None:
             if estimate is None or estimate.ttft_ms is None:
                 found.append(f"time to first token not estimated (target {ttft} ms)")
             elif estimate.ttft_ms > ttft:

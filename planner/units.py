@@ -390,13 +390,28 @@ def ms_from_microseconds(micro: int) -> int | float:
 
 
 def format_milliseconds(value: int | float) -> str:
-    """A latency or network estimate as written, to the microsecond the planner works in.
+    """A time in milliseconds as people read it, the one duration format of the package:
+    below 10 s to the microsecond the planner works in, as a latency is written; from
+    there on in seconds, minutes or hours to one decimal (an estimated prefill of a long
+    context).
 
     >>> format_milliseconds(25), format_milliseconds(2.5), format_milliseconds(1250)
     ('25 ms', '2.5 ms', '1,250 ms')
+    >>> format_milliseconds(12_345), format_milliseconds(252_000), format_milliseconds(9e6)
+    ('12.3 s', '4.2 min', '2.5 h')
     """
-    value = ms_from_microseconds(latency_microseconds(value))
-    return f"{value:,} ms" if isinstance(value, int) else f"{value:,.3f}".rstrip("0") + " ms"
+    if not math.isfinite(value):
+        return f"{value} ms"
+    for unit, size, start in _LONG_DURATIONS:
+        if abs(value) >= start:
+            return f"{value / size:,.1f} {unit}"
+    exact = ms_from_microseconds(latency_microseconds(value))
+    return f"{exact:,} ms" if isinstance(exact, int) else f"{exact:,.3f}".rstrip("0") + " ms"
+
+
+# Long durations: (unit, its milliseconds, the duration from which it is used).
+_LONG_DURATIONS = (("h", 3_600_000, 7_200_000), ("min", 60_000, 120_000),
+                   ("s", 1000, 10_000))
 
 
 # -- context ----------------------------------------------------------------------------

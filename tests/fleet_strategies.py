@@ -69,9 +69,23 @@ def models(draw: st.DrawFn, numbers_only: bool = False) -> ModelChoice:
         if 0 < layers <= 6 and draw(st.booleans()):
             numbers["layer_weight_bytes"] = tuple(draw(sizes) for _ in range(layers))
         # What the speed estimate reads, each optional (planner.fleet SPEED_NUMBER_FIELDS).
-        for key in ("hidden_size", "parameter_count"):
+        if draw(st.booleans()):
+            numbers["hidden_size"] = draw(st.integers(min_value=1, max_value=2**20))
+        if draw(st.booleans()):
+            numbers["parameter_count"] = draw(st.integers(min_value=1, max_value=2**40))
+        if draw(st.booleans()):
+            heads = draw(st.integers(min_value=1, max_value=256))
+            numbers["attention_heads"] = heads
+            numbers["head_size"] = draw(st.integers(min_value=1, max_value=512))
             if draw(st.booleans()):
-                numbers[key] = draw(st.integers(min_value=1, max_value=2**40))
+                numbers["kv_heads"] = draw(st.integers(min_value=1, max_value=heads))
+            if draw(st.booleans()):
+                numbers["kv_lora_rank"] = draw(st.integers(min_value=1, max_value=1024))
+                numbers["rope_head_size"] = draw(st.integers(min_value=1, max_value=128))
+        if layers >= 1 and draw(st.booleans()):
+            numbers["sliding_window"] = draw(st.integers(min_value=1, max_value=2**20))
+            numbers["sliding_window_layers"] = draw(st.integers(min_value=1,
+                                                                max_value=layers))
         if numbers["model_weight_bytes"] > 0 and draw(st.booleans()):
             numbers["active_weight_bytes"] = draw(
                 st.integers(min_value=1, max_value=numbers["model_weight_bytes"]))

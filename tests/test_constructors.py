@@ -36,9 +36,11 @@ from planner.fence.coordinator import SplitPlan
 from planner.fence.runtime import StageWork, StopDecision, StopRequest
 from planner.fleet import ModelChoice
 from planner.memory import LlamaCppModel
+from planner.performance import BackendFigures
 from planner.planning import NodeBudget, Stage
 
 GIB = 2**30
+_BACKEND = BackendFigures(weight_efficiency=0.9, layer_ms=0.05)
 
 
 def _public_dataclasses() -> list[type]:
@@ -143,16 +145,24 @@ EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
         working_set_fraction=1.0, annual_failure_rate=0.1, repair_hours=24.0,
         price_per_hour=1.5, memory_bandwidth_bytes_per_s=10**12, headroom_bytes=GIB,
         stage_transfer_latency_ms=2, max_count=4, llamacpp_overhead_bytes=100,
-        fp16_tflops=82.5),
+        fp16_tflops=82.5, shader_count=4096, boost_clock_mhz=2500.0, core_count=8,
+        simd_width_bits=256),
     "planner.models.spec.ModelSpec": lambda: dict(_SPEC),
-    "planner.performance.ModelTraffic": lambda: dict(
+    "planner.performance.traffic.ModelTraffic": lambda: dict(
         model_weight_bytes=100, active_weight_bytes=10, hidden_size=64,
         active_parameter_count=40, expert_count=8, experts_used=2, token_embedding_bytes=5,
-        attention_width=64, parameter_count=200, routed_expert_bytes=80),
-    "planner.performance.SpeedCalibration": lambda: dict(
-        weight_efficiency={"gddr/cuda": 0.9}, kv_efficiency={"gddr/cuda": 0.3},
-        compute_efficiency={"gddr/cuda": 0.4}, attention_efficiency={"gddr/cuda": 0.1},
-        layer_ms={"cuda": 0.05}, hop_ms={"cuda": 0.1}),
+        attention_width=64, parameter_count=200, routed_expert_bytes=80, attention_heads=4,
+        sliding_window=128, window_layer_count=2, window_kv_bytes_per_token=8),
+    "planner.performance.calibration.BackendFigures": lambda: dict(
+        weight_efficiency=0.9, layer_ms=0.05, kv_efficiency=0.3,
+        kv_efficiency_without_flash_attention=0.2, matrix_efficiency=0.4,
+        attention_efficiency=0.1, quantized_matrix_factor=1.2, hop_ms=0.1),
+    "planner.performance.calibration.SpeedCalibration": lambda: dict(
+        backends={"cuda": _BACKEND}, memory_factors={"hbm": 0.6}, activation_bytes=12.0,
+        half_rate_tokens=8.0, fallback_matrix_factor=1.0,
+        fallback_flops_per_byte={"all": 150.0}),
+    "planner.performance.settings.RunSettings": lambda: dict(
+        backend="cuda", flash_attn=True, ubatch=512, batch=2048, depth=0, build=4000),
     "planner.planning.inputs.NodeBudget": lambda: dataclasses.asdict(_node()),
     "planner.planning.plan.Stage": lambda: dict(
         stage_id="stage-0", stage_index=0, node_id="a", layer_start=0, layer_end=2,
@@ -214,13 +224,16 @@ RESULTS = {
     "planner.memory.DeviceMemory": _ANSWER,
     "planner.memory.MemoryEstimate": _ANSWER,
     "planner.memory_check.Comparison": _ANSWER,
-    "planner.performance.NodeSpeed": _ANSWER,
-    "planner.performance.HeldOutError": _ANSWER,
-    "planner.performance.StageLoad": _ANSWER,
-    "planner.performance.Device": _ANSWER,
-    "planner.performance.StageTerms": _ANSWER,
-    "planner.performance.StageEstimate": _ANSWER,
-    "planner.performance.PlanEstimate": _ANSWER,
+    "planner.performance.device.NodeSpeed": _ANSWER,
+    "planner.performance.calibration.CrossValidatedError": _ANSWER,
+    "planner.performance.traffic.StageLoad": _ANSWER,
+    "planner.performance.roofline.Device": _ANSWER,
+    "planner.performance.roofline.Work": _ANSWER,
+    "planner.performance.roofline.Rates": _ANSWER,
+    "planner.performance.roofline.StepTerms": _ANSWER,
+    "planner.performance.roofline.Prompt": _ANSWER,
+    "planner.performance.estimate.StageEstimate": _ANSWER,
+    "planner.performance.estimate.PlanEstimate": _ANSWER,
     "planner.reports.content.ReportContent": _ANSWER,
     "planner.reports.tables.TextTable": _ANSWER,
     "planner.compute_graph.Tensor": "ggml's graph as the graph builder lays it out",

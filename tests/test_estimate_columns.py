@@ -17,11 +17,11 @@ from planner.performance import (
     ESTIMATE_NOTE,
     ModelTraffic,
     estimate_plan,
-    format_duration_ms,
     node_speeds,
 )
 from planner.reports import build_report, render_report
 from planner.reports.tables import candidate_table, estimate_rows, stage_table
+from planner.units import format_milliseconds
 from planner.workbench.catalog import preset_source
 from planner.workbench.evaluation import evaluate
 from planner.workbench.state import WorkbenchState
@@ -93,7 +93,7 @@ def test_renderings_label_the_estimate() -> None:
     # The time to fill the plan's whole context, next to the TPOT.
     fill = expected.estimated_context_fill_ms
     assert fill is not None and fill > 0
-    assert rows["estimated time to fill the context"] == format_duration_ms(fill)
+    assert rows["estimated time to fill the context"] == format_milliseconds(fill)
     markdown = render_report(content, "md")
     assert "### Speed and cost (estimate)" in markdown
     assert f"{expected.estimated_tpot_ms:,.2f} ms per token" in markdown

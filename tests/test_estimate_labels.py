@@ -12,13 +12,14 @@ from test_cli import FIVE, run
 
 from planner.fleet import load_fleet
 from planner.models import load_gpu_catalog, load_preset
-from planner.performance import ESTIMATE_NOTE, format_duration_ms, load_calibration
+from planner.performance import ESTIMATE_NOTE, NodeSpeed, kinds_error_note, load_calibration
 from planner.reports import build_report, render_report
 from planner.reports.sizing import render_sizing
 from planner.reports.tables import candidate_estimate_note
 from planner.sizing import SizingTargets, size_fleet
+from planner.units import format_milliseconds
 
-MEASURED = "Median error on held-out published measurements"
+MEASURED = "Median error on published measurements of GPUs and sources the fit did not see"
 KINDS = ["h100-sxm-80gb", "l40s"]
 
 
@@ -49,13 +50,13 @@ def test_sizing_gives_the_measured_error_in_every_rendering() -> None:
     result = size_fleet(load_preset("llama-3.1-70b"), catalog, SizingTargets(),
                         kinds=KINDS, top=2)
     kinds = {gpu.kind: gpu for gpu in catalog}
-    used = {kinds[kind].memory_type for fleet in (*result.fleets, *result.pareto)
-            for kind, _ in fleet.counts}
-    assert result.error_note == load_calibration().error_note(used)
+    used = {kind for fleet in (*result.fleets, *result.pareto) for kind, _ in fleet.counts}
+    assert result.error_note == kinds_error_note(
+        load_calibration(), [NodeSpeed.of_kind(kind, kinds[kind]) for kind in sorted(used)])
     assert result.error_note.startswith(MEASURED)
     assert result.to_dict()["notes"][:2] == [ESTIMATE_NOTE, result.error_note]
     best = result.cheapest
-    fill = format_duration_ms(best.estimated_context_fill_ms)
+    fill = format_milliseconds(best.estimated_context_fill_ms)
     for fmt in ("md", "html"):
         rendered = render_sizing(result, fmt, model_name="Llama")
         assert result.error_note in rendered, fmt

@@ -79,15 +79,20 @@ def test_a_kind_is_checked_however_it_is_made() -> None:
 def test_a_user_catalog_file_loads_with_every_field(tmp_path: Path) -> None:
     path = tmp_path / "mine.toml"
     path.write_text(ENTRY + 'id = "card"\nprice_per_hour = 1.5\nprice_source = "quote"\n'
-                    "price_date = 2026-11-30\nmemory_bandwidth_bytes_per_s = 1_000_000\n"
+                    "price_date = 2026-11-30\nmemory_bandwidth_bytes_per_s = 1_000_000_000\n"
                     'memory_bandwidth_source = "datasheet"\nheadroom_bytes = 24\n'
                     "stage_transfer_latency_ms = 3\nmax_count = 4\n"
-                    'memory_type = "gddr"\nfp16_tflops = 82.5\nfp16_tflops_source = "paper"\n')
+                    'memory_type = "gddr"\nfp16_tflops = 82.5\nfp16_tflops_source = "paper"\n'
+                    'shader_count = 4096\nboost_clock_mhz = 2500\nshader_source = "page"\n')
     [gpu] = load_gpu_catalog(path)
     assert (gpu.kind, gpu.price_per_hour, gpu.price_date, gpu.headroom_bytes,
             gpu.stage_transfer_latency_ms, gpu.max_count, gpu.usable_bytes) == (
         "card", 1.5, "2026-11-30", 24, 3, 4, 1000)
     assert (gpu.memory_type, gpu.fp16_tflops) == ("gddr", 82.5)
+    # Vendor "V" counts its shaders in no way the package knows: no vector rate from them.
+    assert gpu.shader_count == 4096 and gpu.vector_tflops is None
+    amd = GpuModel.from_dict({**gpu.to_dict(), "vendor": "AMD"})
+    assert amd.vector_tflops == pytest.approx(2 * 4096 * 2.5e9 / 1e12)
     assert GpuModel.from_dict(gpu.to_dict()) == gpu
 
 
@@ -108,6 +113,11 @@ def test_a_user_catalog_file_loads_with_every_field(tmp_path: Path) -> None:
     ('memory_type = "sram"\n', "memory_type"),
     ('fp16_tflops_source = "paper"\n', "fp16_tflops_source"),
     ('fp16_tflops = 0\nfp16_tflops_source = "s"\n', "fp16_tflops"),
+    ('fp16_tflops = 1e-300\nfp16_tflops_source = "s"\n', "fp16_tflops"),
+    ("memory_bandwidth_bytes_per_s = 1\n", "memory_bandwidth_bytes_per_s"),
+    ('shader_count = 4096\nboost_clock_mhz = 0.5\nshader_source = "s"\n', "boost_clock_mhz"),
+    ('memory_type = "ddr"\ncore_count = 8\nsimd_width_bits = 8\ncore_source = "s"\n',
+     "simd_width_bits"),
     ("colour = 1\n", "colour"),
 ])
 def test_bad_entries_name_the_field(tmp_path: Path, extra: str, field: str) -> None:

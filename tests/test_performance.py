@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from planner import plan_topology
-from planner.models import GpuModel, load_preset
+from planner.models import GpuModel, load_gpu_catalog, load_preset
 from planner.performance import (
     ESTIMATE_COLUMNS,
     ModelTraffic,
@@ -76,8 +76,8 @@ def test_unknown_latency_and_hidden_size_are_said() -> None:
     estimate = estimate_plan(request, plan, ModelTraffic.dense(40 * GIB), speeds)
     # No latency and no activation bytes: the hop is the calibrated fixed time of a
     # backend, CUDA's when the node's is unknown (and the estimate says so).
-    assert estimate.stages[0].hop_ms == load_calibration().hop_ms["cuda"]
-    assert any("no measurement of backend None" in note for note in estimate.notes)
+    assert estimate.stages[0].hop_ms == load_calibration().backends["cuda"].hop_ms
+    assert any("states no llama.cpp backend: cuda taken" in note for note in estimate.notes)
     assert any("no stage-transfer latency" in note for note in estimate.notes)
     assert any("hidden size is unknown" in note for note in estimate.notes)
     assert estimate.cost_per_hour_usd is None
@@ -107,18 +107,18 @@ def test_bad_efficiency_is_refused(efficiency: object) -> None:
 
 
 def test_nodes_match_catalog_kinds_by_id() -> None:
-    catalog = [GpuModel("A", 10, "V", "n", id="a", memory_bandwidth_bytes_per_s=5,
+    catalog = [GpuModel("A", 10, "V", "n", id="a", memory_bandwidth_bytes_per_s=5 * 10**9,
                         memory_bandwidth_source="s", price_per_hour=1.0, price_source="s",
                         price_date="2026-01-01"),
-               GpuModel("A big", 10, "V", "n", id="a-big", memory_bandwidth_bytes_per_s=7,
+               GpuModel("A big", 10, "V", "n", id="a-big", memory_bandwidth_bytes_per_s=7 * 10**9,
                         memory_bandwidth_source="s")]
     request = as_planning_input({**_request(), "nodes": [
         {"node_id": "a-00", "detected_vram_bytes": 10},
         {"node_id": "a-big-03", "detected_vram_bytes": 10},
         {"node_id": "a-x", "detected_vram_bytes": 10}]})
     speeds = node_speeds(request.nodes, catalog)
-    assert speeds["a-00"].memory_bandwidth_bytes_per_s == 5
-    assert speeds["a-big-03"].memory_bandwidth_bytes_per_s == 7
+    assert speeds["a-00"].memory_bandwidth_bytes_per_s == 5 * 10**9
+    assert speeds["a-big-03"].memory_bandwidth_bytes_per_s == 7 * 10**9
     assert "a-x" not in speeds
 
 
@@ -169,12 +169,18 @@ def test_cost_per_million_tokens() -> None:
 # --- calibrated decode and prefill: the terms, each worked on a small case -------------
 
 from planner.performance import (  # noqa: E402
-    Device,
+    Prompt,
+    Rates,
     StageLoad,
     decode_step,
     prefill_ms,
-    ubatches,
+    step_ms,
+    step_work,
 )
+
+# 1 TB/s for weights and cache, 10 TFLOPS for products and attention, no fixed time.
+PLAIN = Rates(read_ms_per_byte=1e-9, kv_ms_per_byte=1e-9, matrix_ms_per_flop=1e-10,
+              attention_ms_per_flop=1e-10, layer_ms=0.0)
 
 
 def _one_load(layers: int = 10, weight: int = 10**9, active: float = 5e8) -> StageLoad:
@@ -194,10 +200,10 @@ def test_lanes_of_a_mixture_of_experts_read_the_expected_distinct_experts() -> N
     assert dense.read_share(32) == 1.0
 
 
-def test_two_lanes_of_a_mixture_of_experts_run_the_batched_expert_kernel() -> None:
+def test_two_lanes_of_a_mixture_of_experts_multiply_small_products() -> None:
     """One token's routed experts run llama.cpp's matrix-vector kernel; two tokens' its
-    matrix-matrix one: each layer pays expert_batch_ms, and each expert used computes
-    its few tokens below the full rate while the experts stream in."""
+    matrix-matrix one, each expert reached multiplying its few tokens below the full
+    rate, ``t / (t + half_rate_tokens)`` of it."""
     # 10 layers, 8 GB of which 6 GB routed experts, 2 of 8 used per token; 3.5e9
     # parameters per token, 1.5e9 of them in routed experts; no cache.
     traffic = ModelTraffic(8 * 10**9, 3_500_000_000, 1000, active_parameter_count=35 * 10**8,
@@ -205,57 +211,66 @@ def test_two_lanes_of_a_mixture_of_experts_run_the_batched_expert_kernel() -> No
     load = StageLoad(layer_count=10, weight_bytes=8 * 10**9, routed_expert_bytes=6 * 10**9,
                      active_parameters=3.5e9, kv_bytes_per_token=0, attention_width=0,
                      routed_active_parameters=1.5e9)
-    device = Device(10**12, 1.0, 1.0, 10**14, 0.0, half_rate_tokens=8.0,
-                    expert_batch_ms=0.1)
+    rates = Rates(read_ms_per_byte=1e-9, kv_ms_per_byte=1e-9, matrix_ms_per_flop=1e-11,
+                  attention_ms_per_flop=1e-11, layer_ms=0.0, half_rate_tokens=8.0)
 
-    def step_ms(lanes: int) -> float:
-        terms, _ = decode_step([load], [device], [], 0, [], traffic, lanes=lanes,
-                               cached=lanes)
+    def ms(lanes: int) -> float:
+        terms, _ = decode_step([load], [rates], [], traffic, lanes=lanes, cached=lanes)
         return float(terms[0].total_ms)
 
     # One token: 2 GB shared + 6 GB x 2/8 read at 1 TB/s, 2 x 3.5e9 FLOPs at 1e14.
-    assert step_ms(1) == pytest.approx(3.5 + 0.07)
-    # Two tokens: the experts reached, 6 GB x (1 - (6/8)^2) = 2.625 GB; each of the
-    # 3.5 experts reached computes 4/3.5 tokens at 1e14 x t / (t + 8), 0.48 ms, hidden
-    # behind their read; the shared weights' compute adds 0.08 ms, the kernel 10 x 0.1.
-    assert step_ms(2) == pytest.approx(2.0 + 0.08 + 2.625 + 1.0)
-    # A dense model's lanes pay no such time.
-    dense = ModelTraffic.dense(8 * 10**9, 1000, parameter_count=8 * 10**9)
-    plain = StageLoad(layer_count=10, weight_bytes=8 * 10**9, routed_expert_bytes=0,
-                      active_parameters=8e9, kv_bytes_per_token=0, attention_width=0)
-    terms, _ = decode_step([plain], [device], [], 0, [], dense, lanes=2, cached=2)
-    assert float(terms[0].total_ms) == pytest.approx(8.0 + 2 * 8e9 * 2 / 1e14 * 1000)
+    assert ms(1) == pytest.approx(3.5 + 0.07)
+    # Two tokens: the experts reached, 6 GB x (1 - (6/8)^2) = 2.625 GB; the shared
+    # weights' products 2 x 2e9 x 2 FLOPs; each of the 3.5 experts reached multiplies
+    # 4 / 3.5 tokens at 1e14 x t / (t + 8): 2 x 1.5e9 x 2 FLOPs at that rate.
+    tokens = 4 / (8 * (1 - 0.75**2))
+    routed = 2 * 1.5e9 * 2 * 1e-11 * (tokens + 8) / tokens
+    assert ms(2) == pytest.approx(2.0 + 2.625 + 0.08 + routed)
 
 
 def test_prefill_pipelines_ubatches_through_the_stages() -> None:
     traffic = ModelTraffic.dense(2 * 10**9, 1000, parameter_count=10**9)
-    device = Device(10**12, 1.0, 1.0, 10**13, 0.0)
     one = [_one_load(20, 2 * 10**9, 1e9)]
     two = [_one_load(10, 10**9, 5e8)] * 2
-    args = dict(hops_ms=[], hop_bytes_per_token=0, link_bytes_per_s=[], traffic=traffic)
-    split = dict(hops_ms=[0.0], hop_bytes_per_token=0, link_bytes_per_s=[1e9],
-                 traffic=traffic)
+
+    def ttft(loads: list[StageLoad], tokens: int, per_token: float = 0.0) -> float:
+        hops = len(loads) - 1
+        return prefill_ms(loads, [PLAIN] * len(loads), [0.0] * hops, [per_token] * hops,
+                          traffic, Prompt(tokens, 0, 2048, 512))
+
     # One ubatch: two half stages take as long as one whole.
-    single = prefill_ms(one, [device], prompt_tokens=512, **args)
-    assert prefill_ms(two, [device] * 2, prompt_tokens=512, **split) == pytest.approx(single)
+    assert ttft(two, 512) == pytest.approx(ttft(one, 512))
     # Four ubatches in a batch: the second stage works while the first takes the next.
-    long_one = prefill_ms(one, [device], prompt_tokens=2048, **args)
-    long_two = prefill_ms(two, [device] * 2, prompt_tokens=2048, **split)
-    assert long_two < 0.7 * long_one
-    # Each ubatch crosses the hop: 512 tokens x 1000 B over 1 GB/s, 0.512 ms each.
-    slow = dict(split, hop_bytes_per_token=1000)
-    assert prefill_ms(two, [device] * 2, prompt_tokens=512, **slow) == pytest.approx(
-        single + 0.512)
-    assert [len(b) for b in ubatches(5000)] == [4, 4, 2]
-    assert ubatches(600, 100)[0] == [(512, 100), (88, 612)]
+    assert ttft(two, 2048) < 0.7 * ttft(one, 2048)
+    # Each ubatch crosses the hop: 512 tokens x 0.001 ms each.
+    assert ttft(two, 512, 0.001) == pytest.approx(ttft(one, 512) + 0.512)
+    # A prompt's batches and micro-batches, as llama.cpp splits them.
+    prompt = Prompt(5000, 100, 2048, 512)
+    assert prompt.batch_count == 3
+    sizes, before = prompt.batch_shape(2)
+    assert list(sizes) == [512, 392] and list(before) == [4196, 4708]
+
+
+def test_a_ubatch_computes_while_its_weights_stream_in() -> None:
+    """A micro-batch's time is the larger of its read and its products, plus the rest; a
+    decode step's products add to its read."""
+    traffic = ModelTraffic.dense(10**9, 1000, parameter_count=5 * 10**8)
+    load = _one_load()
+    ubatch = step_work(load, traffic, tokens=512, sequences=1, cached=512, attended=256,
+                       overlapped=True)
+    # Read 1 ms; products 2 x 5e8 x 512 FLOPs at 1e13, 51.2 ms; the cache 512 x 10 kB,
+    # 0.00512 ms; attention 4 x 1000 x 512 x 256 FLOPs, 0.0524 ms.
+    assert float(step_ms(ubatch, PLAIN)) == pytest.approx(51.2 + 0.00512 + 0.052429, rel=1e-4)
+    step = step_work(load, traffic, tokens=1, sequences=1, cached=1, attended=1,
+                     overlapped=False)
+    assert float(step_ms(step, PLAIN)) == pytest.approx(1.0 + 0.1 + 0.00001 + 0.0000004)
 
 
 def test_compute_caps_large_batches() -> None:
     traffic = ModelTraffic.dense(10**9, 1000, parameter_count=5 * 10**8)
-    device = Device(10**12, 1.0, 1.0, 10**13, 0.0)
     rates = []
     for lanes in (1, 64, 1024, 8192):
-        terms, _ = decode_step([_one_load()], [device], [], 0, [], traffic, lanes=lanes,
+        terms, _ = decode_step([_one_load()], [PLAIN], [], traffic, lanes=lanes,
                                cached=lanes)
         rates.append(lanes * 1000 / terms[0].total_ms)
     # tokens/s grow with lanes but never past the compute ceiling 1e13 / (2 x 5e8).
@@ -281,28 +296,73 @@ def test_token_embeddings_are_read_one_row_per_token() -> None:
     assert read_whole - read_lean == pytest.approx(4 * GIB - lanes * 2 * 1000, abs=2)
 
 
-def test_prefill_needs_fp16_throughput_and_says_so() -> None:
+def test_a_kind_without_an_fp16_figure_computes_at_a_stated_stand_in() -> None:
+    """A kind that states no FP16 figure still gets a prefill estimate: from its shaders
+    and clock when it gives them, else from its bandwidth at its vendor's median FLOPs
+    per byte; the estimate says which, and quotes that stand-in's own (wider) error."""
     request = as_planning_input({**_request(), "minimum_nodes": 1, "nodes": [
         {"node_id": "card-00", "detected_vram_bytes": 80 * GIB}]})
     plan = plan_topology(request)
-    base = {"name": "Card", "vendor": "V", "memory_bytes": 80 * GIB, "note": "n",
+    base = {"name": "Card", "vendor": "AMD", "memory_bytes": 80 * GIB, "note": "n",
             "id": "card", "memory_bandwidth_bytes_per_s": 10**12,
-            "memory_bandwidth_source": "s", "backend": "cuda", "memory_type": "hbm"}
+            "memory_bandwidth_source": "s", "backend": "rocm", "memory_type": "gddr"}
     traffic = ModelTraffic.dense(40 * GIB, 1000, parameter_count=20 * 10**9)
-    without = estimate_plan(request, plan, traffic,
-                            node_speeds(request.nodes, [GpuModel.from_dict(base)]),
-                            prompt_tokens=1000)
-    assert without.estimated_context_fill_ms is None and without.ttft_ms is None
-    assert any("no fp16_tflops" in note for note in without.notes)
-    fast = GpuModel.from_dict({**base, "fp16_tflops": 100, "fp16_tflops_source": "s"})
-    found = estimate_plan(request, plan, traffic, node_speeds(request.nodes, [fast]),
-                          prompt_tokens=1000)
-    assert found.ttft_ms is not None and found.estimated_context_fill_ms is not None
-    assert 0 < found.ttft_ms < found.estimated_context_fill_ms
-    assert found.prefill_tokens_per_s == pytest.approx(
-        plan.context_length * 1000 / found.estimated_context_fill_ms)
-    # The compute a prompt needs at the calibrated share, at least: 2 x 20e9 x 1000.
     calibration = load_calibration()
-    assert found.ttft_ms >= 2 * 20e9 * 1000 / (
-        calibration.compute_efficiency["hbm/cuda"] * 100e12) * 1000
-    assert "Median error on held-out" in found.to_dict()["notes"][1]
+
+    def estimate(**figures: object) -> object:
+        gpu = GpuModel.from_dict({**base, **figures})
+        return estimate_plan(request, plan, traffic, node_speeds(request.nodes, [gpu]),
+                             prompt_tokens=1000)
+
+    bare = estimate()
+    assert bare.ttft_ms is not None
+    assert any("taken from its memory bandwidth" in note for note in bare.notes)
+    assert "FP16 throughput from memory bandwidth" in bare.error_note
+    shaders = estimate(shader_count=4096, boost_clock_mhz=2500, shader_source="s")
+    assert any("taken from its shaders and clock" in note for note in shaders.notes)
+    stated = estimate(fp16_tflops=100, fp16_tflops_source="s")
+    assert not any("states no fp16_tflops" in note for note in stated.notes)
+    # The stated figure's compute, at least: 2 x 20e9 x 1000 at the matrix share.
+    figures = calibration.backends["rocm"]
+    assert stated.ttft_ms >= 2 * 20e9 * 1000 / (
+        figures.matrix_efficiency * 100e12) * 1000
+    assert stated.error_note.startswith("Median error on published measurements")
+
+
+def test_numbers_state_attention_windows_latent_ranks_and_expert_bytes() -> None:
+    """A model typed as numbers gives what the estimate reads of its shape: attention's
+    width from heads and head size, a sliding window's layers and their cache, latent
+    attention's width from its ranks, the routed experts' and the embeddings' bytes."""
+    from planner.performance import model_traffic
+
+    numbers = {"model_weight_bytes": 40 * GIB, "hidden_size": 4096,
+               "parameter_count": 20 * 10**9, "attention_heads": 32, "head_size": 128,
+               "kv_heads": 8, "sliding_window": 1024, "sliding_window_layers": 10,
+               "token_embedding_bytes": GIB, "routed_expert_bytes": 30 * GIB,
+               "expert_count": 64, "experts_used": 4}
+    traffic = model_traffic(None, numbers)
+    assert traffic is not None
+    assert traffic.attention_width == 32 * 128 and traffic.attention_heads == 32
+    assert traffic.sliding_window == 1024 and traffic.window_layer_count == 10
+    # Ten windowed layers, each an F16 row of 8 KV heads x 128 keys and values.
+    assert traffic.window_kv_bytes_per_token == 10 * 8 * 128 * 2 * 2
+    assert traffic.routed_bytes == 30 * GIB and traffic.token_embedding_bytes == GIB
+    latent = model_traffic(None, {**numbers, "kv_lora_rank": 512, "rope_head_size": 64})
+    assert latent is not None and latent.attention_width == 32 * (512 + 32)
+
+
+def test_a_window_caps_what_its_layers_read_and_attend_to() -> None:
+    """Layers over a sliding window read and attend to at most the window: deep in the
+    cache a model with windowed layers decodes faster than the same model without."""
+    request = as_planning_input({**_request(), "minimum_nodes": 1, "nodes": [
+        {"node_id": "rtx-4090-00", "detected_vram_bytes": 80 * GIB}],
+        "native_context_length": 131072, "context_length_override": 131072})
+    plan = plan_topology(request)
+    full = ModelTraffic(40 * GIB, 40 * GIB, 4096, attention_width=4096, attention_heads=32)
+    windowed = ModelTraffic(40 * GIB, 40 * GIB, 4096, attention_width=4096,
+                            attention_heads=32, sliding_window=1024, window_layer_count=2,
+                            window_kv_bytes_per_token=2048)
+    speeds = node_speeds(request.nodes, load_gpu_catalog())
+    slow = estimate_plan(request, plan, full, speeds).estimated_tpot_ms
+    fast = estimate_plan(request, plan, windowed, speeds).estimated_tpot_ms
+    assert fast < slow

@@ -216,7 +216,8 @@ def test_the_chart_shows_no_colour_range_when_every_fleet_has_one_tpot() -> None
     assert len(spread) > 1
     assert sizing_figure(mixed).data[1].marker.showscale
     # The estimate is labelled with its measured error on the chart itself.
-    assert mixed.error_note.startswith("Median error on held-out published measurements")
+    assert mixed.error_note.startswith("Median error on published measurements of GPUs and "
+                                       "sources the fit did not see")
     drawn = sizing_figure(mixed)
     subtitle = drawn.layout.title.subtitle.text
     assert subtitle.replace(":<br>", ": ", 1) == mixed.error_note

@@ -1,18 +1,20 @@
 """The speed estimate against published llama.cpp measurements (validation/speed/): the
-data set is whole and cited, the shipped calibration's held-out error is what the
-estimator gives today, and that error stays within bounds. A change to
-planner.performance that moves any held-out error fails here until the calibration is
-refitted (``python validation/speed/calibration.py``) and docs/speed.md updated."""
+fit is the estimate's own formula, a function of the rows it is given and of nothing
+else; its error is cross-validated on sources and GPU kinds it did not see, the tables
+published from it are what the folds give, and that error is held to bounds.
+
+``python validation/speed/calibration.py`` refits the shipped calibration and its folds
+and prints the table the README and docs/speed.md publish."""
 
 from __future__ import annotations
 
-import csv
+import math
 import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,7 +23,7 @@ sys.path.insert(0, str(ROOT / "validation" / "speed"))
 import calibration as speed_calibration  # noqa: E402
 
 from planner.performance import (  # noqa: E402
-    HeldOutError,
+    MMQ_DEFAULT_BUILD,
     PerformanceError,
     SpeedCalibration,
     load_calibration,
@@ -29,290 +31,265 @@ from planner.performance import (  # noqa: E402
 
 README = ROOT / "README.md"
 SPEED_PAGE = ROOT / "docs" / "speed.md"
-# Median absolute error on held-out rows: at most 15 % for decode and prefill, overall
-# and per memory type.
-BOUNDS = {(phase, memory_type): 0.15 for phase in ("decode", "prefill")
-          for memory_type in ("all", "gddr", "hbm", "lpddr")}
+# The bounds on the median absolute held-out error (every row of a phase; each backend).
+BOUNDS = {"decode": 0.10, "prefill": 0.15}
+BACKEND_BOUND = 0.20
+Rows = list[speed_calibration.Row]
 
 
 @pytest.fixture(scope="module")
-def rows() -> list[speed_calibration.Row]:
+def rows() -> Rows:
     return speed_calibration.load_rows()
 
 
-def test_the_data_set_is_whole_and_every_row_cited() -> None:
-    with speed_calibration.MEASUREMENTS.open(newline="") as handle:
-        raw = list(csv.DictReader(handle))
-    assert len(raw) >= 60
-    for row in raw:
-        assert row["source_url"].startswith("https://"), row["row_id"]
-        assert row["build"] and row["test"] and float(row["tokens_per_s"]) > 0
-        assert row["split"] in ("fit", "holdout", "excluded")
-        assert (row["split"] == "excluded") == bool(row["excluded_because"])
-    used = [r for r in raw if r["split"] != "excluded"]
-    kinds = {(r["memory_type"], r["phase"]) for r in used}
-    assert kinds == {(m, p) for m in ("gddr", "hbm", "lpddr") for p in ("decode", "prefill")}
-    counts = {int(r["gpu_count"]) for r in used}
-    assert {1, 2, 4, 6, 8} <= counts
-    multi = [r for r in used if int(r["gpu_count"]) > 1]
-    assert sum(r["phase"] == "prefill" for r in multi) >= 20
-    assert sum(r["split"] == "holdout" for r in multi) >= 20
-    assert any(int(r["lanes"]) > 1 for r in used)
+@pytest.fixture(scope="module")
+def folds() -> list[speed_calibration.Fold]:
+    return speed_calibration.load_folds()
 
 
-def test_every_gpu_and_model_figure_is_cited(rows: list[speed_calibration.Row]) -> None:
-    for row in rows:
-        assert row.gpu.memory_bandwidth_source and row.gpu.memory_type in (
-            "gddr", "hbm", "lpddr")
-        assert (row.gpu.fp16_tflops is None) == (row.gpu.fp16_tflops_source is None)
-        assert row.model["source"].startswith("https://huggingface.co/")
+@pytest.fixture(scope="module")
+def errors(rows: Rows, folds: list[speed_calibration.Fold]
+           ) -> dict[tuple[str, int], float]:
+    return speed_calibration.held_out_errors(rows, folds)
 
 
-def test_the_shipped_held_out_error_is_what_the_estimator_gives(
-        rows: list[speed_calibration.Row]) -> None:
-    shipped = load_calibration()
-    recomputed = speed_calibration.held_out_errors(rows, shipped)
-    assert [(e.phase, e.memory_type, e.rows) for e in recomputed] == [
-        (e.phase, e.memory_type, e.rows) for e in shipped.held_out]
-    for now, then in zip(recomputed, shipped.held_out, strict=True):
-        assert now.median_abs_error == pytest.approx(then.median_abs_error, abs=5e-4), now
-
-
-@pytest.mark.parametrize(("phase", "memory_type"), sorted(BOUNDS))
-def test_held_out_error_within_bounds(rows: list[speed_calibration.Row], phase: str,
-                                      memory_type: str) -> None:
-    errors = {(e.phase, e.memory_type): e
-              for e in speed_calibration.held_out_errors(rows, load_calibration())}
-    entry: HeldOutError = errors[(phase, memory_type)]
-    assert entry.rows >= 10
-    assert entry.median_abs_error <= BOUNDS[(phase, memory_type)], entry
-
-
-def test_the_fit_rows_fit_and_the_split_is_honest(rows: list[speed_calibration.Row]) -> None:
-    """The fit is no better on held-out rows than on the rows it saw by more than chance:
-    both are close, and no held-out row was used by the fit."""
+def test_the_fit_is_the_estimates_own_formula(rows: Rows) -> None:
+    """Every row estimated at once (the fit's path) equals the row estimated alone through
+    the estimate's scalar path, decode and prefill, splits and depths alike."""
     calibration = load_calibration()
-    fitted = [abs(speed_calibration.error(r, calibration)) for r in rows
-              if r.split == "fit" and speed_calibration.usable(r)]
-    held = [abs(speed_calibration.error(r, calibration)) for r in rows
-            if r.split == "holdout" and speed_calibration.usable(r)]
-    assert statistics.median(fitted) <= 0.15
-    assert abs(statistics.median(held) - statistics.median(fitted)) <= 0.05
-    ids = {r.row_id for r in rows}
-    assert len(ids) == len(rows)
+    together = speed_calibration.Prepared(rows).predict(calibration)
+    alone = np.array([speed_calibration.predict_ms(r, calibration) for r in rows])
+    assert np.allclose(together, alone, rtol=1e-9, atol=0)
 
 
-@pytest.mark.parametrize("page", [README, SPEED_PAGE], ids=["README.md", "docs/speed.md"])
-def test_readme_publishes_the_error_by_memory_type(rows: list[speed_calibration.Row],
-                                                   page: Path) -> None:
-    table = "\n".join(speed_calibration.summary_lines(rows, load_calibration()))
-    assert table in page.read_text(), (
-        f"{page.relative_to(ROOT)}'s speed calibration table is out of date; it should read:\n"
-        + table)
+def test_every_fold_left_out_what_it_is_asked_about(rows: Rows,
+                                                    folds: list[speed_calibration.Fold]
+                                                    ) -> None:
+    """One fold per source and per GPU kind, each fitted on exactly the other rows (the
+    fingerprint of those rows is its record of what it saw)."""
+    sources = {r.source_id for r in rows}
+    kinds = {r.gpu.kind for r in rows}
+    assert {f.value for f in folds if f.held_out == "source"} == sources
+    assert {f.value for f in folds if f.held_out == "gpu"} == kinds
+    assert len(sources) >= 5 and len(kinds) >= 20
+
+
+def test_a_fold_that_saw_a_held_out_row_is_refused(rows: Rows,
+                                                   folds: list[speed_calibration.Fold]
+                                                   ) -> None:
+    """A fold whose record says it saw one of the rows it is asked about (here: its
+    training rows with one held-out row added) is refused, not scored."""
+    fold = next(f for f in folds if f.held_out == "gpu" and f.value == "rtx-4090")
+    train = [r for r in rows if r.gpu.kind != "rtx-4090"]
+    leaked = next(r for r in rows if r.gpu.kind == "rtx-4090")
+    with pytest.raises(ValueError, match="other rows"):
+        speed_calibration.held_out_errors(rows, [replace(
+            fold, trained_on=speed_calibration.fingerprint([*train, leaked]))])
 
 
 @pytest.mark.slow
-def test_refitting_reproduces_the_shipped_calibration(rows: list[speed_calibration.Row]
-                                                      ) -> None:
-    shipped = load_calibration()
+def test_a_fold_is_the_fit_of_its_rows_and_a_leak_would_show(
+        rows: Rows, folds: list[speed_calibration.Fold]) -> None:
+    """Refitting a fold on its rows gives the figures it records (so the record holds only
+    what those rows say); the same fit with the held-out source's rows added gives other
+    figures and other held-out estimates (so a leak could not pass unseen)."""
+    fold = next(f for f in folds if f.held_out == "source" and f.value == "geerlingguy")
+    train = [r for r in rows if r.source_id != "geerlingguy"]
+    held = [r for r in rows if r.source_id == "geerlingguy"]
+    refit = speed_calibration.fit(train)
+    assert _close(refit, fold.calibration)
+    leaked = speed_calibration.fit(train + held)
+    before = speed_calibration.Prepared(held).predict(fold.calibration)
+    after = speed_calibration.Prepared(held).predict(leaked)
+    assert np.max(np.abs(after / before - 1)) > 0.01
+
+
+def _close(a: SpeedCalibration, b: SpeedCalibration) -> bool:
+    """The two calibrations' figures agree to a thousandth."""
+    left, right = a.to_dict(), b.to_dict()
+    assert left["backends"].keys() == right["backends"].keys()
+    for name, figures in left["backends"].items():
+        assert figures.keys() == right["backends"][name].keys(), name
+        for key, value in figures.items():
+            assert value == pytest.approx(right["backends"][name][key], rel=1e-3), (name, key)
+    for part in ("memory_factors", "shared", "fallback_flops_per_byte"):
+        assert left[part] == pytest.approx(right[part], rel=1e-3), part
+    return True
+
+
+def test_the_shipped_errors_are_what_the_folds_give(rows: Rows,
+                                                    folds: list[speed_calibration.Fold],
+                                                    errors: dict[tuple[str, int], float]
+                                                    ) -> None:
+    recomputed = speed_calibration.cross_validated(
+        rows, errors, speed_calibration.fallback_errors(rows, folds))
+    assert recomputed == list(load_calibration().cross_validated)
+
+
+@pytest.mark.parametrize("page", [README, SPEED_PAGE], ids=["README.md", "docs/speed.md"])
+def test_the_pages_publish_the_cross_validated_error(page: Path) -> None:
+    table = "\n".join(speed_calibration.summary_lines(load_calibration()))
+    assert table in page.read_text(), (
+        f"{page.relative_to(ROOT)}'s speed error table is out of date; it should read:\n"
+        + table)
+
+
+def _median(errors: dict[tuple[str, int], float], rows: Rows, held_out: str,
+            phase: str, backend: str = "all") -> float:
+    by_id = {r.row_id: r for r in rows}
+    values = [abs(e) for (kind, row_id), e in errors.items() if kind == held_out
+              and by_id[row_id].phase == phase
+              and backend in ("all", by_id[row_id].backend)]
+    return statistics.median(values)
+
+
+# The groups whose cross-validated error is above its bound today (docs/speed.md, "Known
+# gaps", says why): each is checked to be still above it, so that meeting a bound shows.
+ABOVE_BOUND = speed_calibration.ABOVE_BOUND
+
+
+@pytest.mark.parametrize("held_out", speed_calibration.HELD_OUT)
+@pytest.mark.parametrize("phase", speed_calibration.PHASES)
+def test_the_held_out_error_of_each_phase_is_bounded(rows: Rows,
+                                                     errors: dict[tuple[str, int], float],
+                                                     held_out: str, phase: str) -> None:
+    median = _median(errors, rows, held_out, phase)
+    if (held_out, phase, "all") in ABOVE_BOUND:
+        assert median > BOUNDS[phase], f"{held_out}/{phase} now meets its bound: {median:.1%}"
+    else:
+        assert median <= BOUNDS[phase], f"{held_out}/{phase}: {median:.1%}"
+
+
+@pytest.mark.parametrize("held_out", speed_calibration.HELD_OUT)
+@pytest.mark.parametrize("phase", speed_calibration.PHASES)
+@pytest.mark.parametrize("backend", ["cuda", "rocm", "vulkan", "metal", "cpu"])
+def test_the_held_out_error_of_each_backend_is_bounded(
+        rows: Rows, errors: dict[tuple[str, int], float], held_out: str, phase: str,
+        backend: str) -> None:
+    median = _median(errors, rows, held_out, phase, backend)
+    if (held_out, phase, backend) in ABOVE_BOUND:
+        assert median > BACKEND_BOUND, (
+            f"{held_out}/{phase}/{backend} now meets its bound: {median:.1%}")
+    else:
+        assert median <= BACKEND_BOUND, f"{held_out}/{phase}/{backend}: {median:.1%}"
+
+
+def test_the_bounds_would_fail_if_the_estimate_drifted(rows: Rows) -> None:
+    """The bounds are not loose: the shipped figures with every read efficiency a third
+    lower miss the decode bound on the rows they were fitted on."""
+    calibration = load_calibration()
+    drifted = replace(calibration, backends={
+        name: replace(figures, weight_efficiency=figures.weight_efficiency * 2 / 3)
+        for name, figures in calibration.backends.items()})
+    prepared = speed_calibration.Prepared(rows)
+    error = np.abs(prepared.predict(drifted) / prepared.measured - 1)
+    decode = [e for e, r in zip(error, rows, strict=True) if r.phase == "decode"]
+    assert statistics.median(decode) > BOUNDS["decode"]
+
+
+@pytest.mark.slow
+def test_the_shipped_calibration_is_the_fit_of_every_row(rows: Rows) -> None:
     refit = speed_calibration.fit(rows)
-    for name in ("weight_efficiency", "kv_efficiency", "compute_efficiency",
-                 "attention_efficiency", "layer_ms", "hop_ms", "quantized_compute_factor",
-                 "half_rate_tokens", "staging_bytes_per_parameter", "attention_score_bytes",
-                 "activation_bytes"):
-        assert getattr(refit, name) == pytest.approx(dict(getattr(shipped, name)),
-                                                     rel=1e-3, abs=1e-3), name
+    assert _close(refit, load_calibration())
 
 
-# ---------------------------------------------------------------- each term, on the rows
+# ------------------------------------------------------- what each figure stands for
 
 
-def _row(rows: list[speed_calibration.Row], row_id: int) -> speed_calibration.Row:
-    return next(r for r in rows if r.row_id == row_id)
-
-
-def _gain(rows: list[speed_calibration.Row], one: int, many: int,
-          calibration: Any = None) -> tuple[float, float]:
-    """Measured and estimated tokens/s of row ``many`` (B lanes) over row ``one``."""
-    calibration = calibration or load_calibration()
-    first, other = _row(rows, one), _row(rows, many)
-    measured = other.tokens_per_s / first.tokens_per_s
-    estimated = (speed_calibration.predict_ms(first, calibration) / first.lanes) / (
-        speed_calibration.predict_ms(other, calibration) / other.lanes)
-    return measured, estimated
-
-
-def _lane_pairs(rows: list[speed_calibration.Row], lanes: int
-                ) -> list[tuple[speed_calibration.Row, speed_calibration.Row]]:
-    """(one lane, ``lanes`` lanes) llama-batched-bench rows of each mixture of experts at
-    each prompt size."""
-    batched = [r for r in rows if r.test.startswith("batched") and r.model.get("expert_count")]
-    return [(one, many) for many in batched if many.lanes == lanes
-            for one in batched if one.lanes == 1 and one.model is many.model
-            and one.depth == many.depth]
-
-
-def _gain_misses(pairs: list[tuple[speed_calibration.Row, speed_calibration.Row]],
-                 calibration: Any) -> list[float]:
-    """Estimated over measured gain of the second row of each pair over the first."""
-    misses = []
-    for one, many in pairs:
-        measured = (many.tokens_per_s / one.tokens_per_s)
-        estimated = ((speed_calibration.predict_ms(one, calibration) / one.lanes)
-                     / (speed_calibration.predict_ms(many, calibration) / many.lanes))
-        misses.append(estimated / measured - 1)
-    return misses
-
-
-def test_two_lanes_of_a_mixture_of_experts_gain_what_was_measured(
-        rows: list[speed_calibration.Row]) -> None:
-    """llama-batched-bench on a DGX Spark (build 6918): two lanes of gpt-oss-20b,
-    gpt-oss-120b and Qwen3-30B-A3B decoded only 1.05-1.19 times as fast as one, at
-    512-, 4,096- and 8,192-token prompts, where the experts two tokens reach say about
-    1.4: that build ran two tokens' routed experts with its matrix-matrix kernel, at a
-    fixed cost per layer (llama.cpp pull request 18958 names the dip at two tokens). With
-    that time the estimated gains are within 15 % of the measured ones (7 of the 9 pairs
-    held out); with the distinct experts alone they are a quarter too high at the
-    median."""
-    pairs = _lane_pairs(rows, 2)
-    assert len(pairs) == 9
-    assert sum(many.split == "holdout" for _, many in pairs) == 7
+def test_no_figure_rests_on_one_gpu_and_none_sits_at_a_bound(rows: Rows) -> None:
+    """Every fitted figure is informed by rows of two GPU kinds or more, and none sits at
+    the end of its range but those :data:`speed_calibration.AT_BOUND` names with the
+    reason."""
+    fitted = {p.name for p in speed_calibration.parameters_of(rows)}
     calibration = load_calibration()
-    misses = _gain_misses(pairs, calibration)
-    assert max(abs(m) for m in misses) <= 0.15, misses
-    without = _gain_misses(pairs, replace(calibration, expert_batch_ms={}))
-    assert statistics.median(without) > 0.2, without
+    for backend, figures in calibration.backends.items():
+        for name, value in figures.to_dict().items():
+            if name == "quantized_matrix_factor" and value == 1.0 and (
+                    f"{name}.{backend}" not in fitted):
+                continue  # not fitted: the default, no effect
+            key = f"{name}.{backend}"
+            assert key in fitted, key
+            share = value / speed_calibration.HIGHEST[name]
+            assert key in speed_calibration.AT_BOUND or 1e-3 < share < 0.999, (key, value)
+    for kind, value in calibration.memory_factors.items():
+        assert f"memory_factor.{kind}" in fitted
+        assert 1e-3 < value / speed_calibration.HIGHEST["memory_factor"] < 0.999
 
 
-def test_lanes_of_a_mixture_of_experts_read_the_expected_distinct_experts(
-        rows: list[speed_calibration.Row], monkeypatch: pytest.MonkeyPatch) -> None:
-    """llama-batched-bench on a DGX Spark: four lanes of the mixtures of experts gained
-    1.6-1.9 times one lane, the dense Qwen2.5-7B 3.3-3.6 times. The estimate follows
-    both within 20 % and 10 %; reading only one token's experts per step would not.
-    (From 8 lanes on the mixtures of experts reached fewer experts than even routing
-    says: docs/speed.md's known gaps.)"""
-    misses = _gain_misses(_lane_pairs(rows, 4), load_calibration())
-    assert len(misses) == 9 and max(abs(m) for m in misses) <= 0.2, misses
-    for many in range(392, 397):
-        measured, estimated = _gain(rows, 391, many)
-        assert estimated == pytest.approx(measured, rel=0.1), (many, measured, estimated)
-    monkeypatch.setattr(speed_calibration.ModelTraffic, "expert_share",
-                        lambda self, tokens: (self.experts_used or 1) / (
-                            self.expert_count or 1))
-    measured, one_tokens_experts = _gain(rows, 359, 361)
-    assert one_tokens_experts > 1.6 * measured
-
-
-def test_held_out_lanes_stay_within_bounds(rows: list[speed_calibration.Row]) -> None:
-    """The held-out llama-batched-bench rows of one to four lanes (mixtures of experts
-    and a dense model, 512- to 8,192-token prompts): median absolute error at most 8 %,
-    none over 20 %."""
-    held = [r for r in rows if r.test.startswith("batched") and r.split == "holdout"
-            and r.lanes <= 4]
-    assert len(held) >= 25
-    errors = [abs(speed_calibration.error(r, load_calibration())) for r in held]
-    assert statistics.median(errors) <= 0.08, errors
-    assert max(errors) <= 0.20, errors
-
-
-def test_the_compute_ceiling_caps_large_batches(rows: list[speed_calibration.Row]) -> None:
-    """Qwen2.5-7B at 32 lanes on a DGX Spark (row 396): within 15 % with the compute
-    term, far too fast as bandwidth alone."""
-    row = _row(rows, 396)
+def test_the_mmq_era_stages_quantized_weights_only_before_it(rows: Rows) -> None:
+    """llama.cpp's CUDA backend staged quantized weights as FP16 before MMQ became the
+    default (pull request 8075, b3266): the same row estimated at an older build is
+    slower by the staging term, at a current build not, and other backends never."""
     calibration = load_calibration()
-    assert abs(speed_calibration.error(row, calibration)) <= 0.15
-    bandwidth_only = replace(row, gpu=replace(row.gpu, fp16_tflops=None,
-                                              fp16_tflops_source=None))
-    assert speed_calibration.error(bandwidth_only, calibration) < -0.3
+    row = next(r for r in rows if r.gpu.kind == "rtx-4090" and r.phase == "prefill"
+               and r.backend == "cuda" and r.test == "pp512"
+               and speed_calibration.traffic_of(r.model, r.file_bytes).quantized)
+    old = speed_calibration.predict_ms(replace(row, build=MMQ_DEFAULT_BUILD - 1), calibration)
+    new = speed_calibration.predict_ms(replace(row, build=MMQ_DEFAULT_BUILD), calibration)
+    current = speed_calibration.predict_ms(replace(row, build=None), calibration)
+    assert old > 1.1 * new and new == current
+    vulkan = replace(row, backend="vulkan")
+    assert (speed_calibration.predict_ms(replace(vulkan, build=MMQ_DEFAULT_BUILD - 1),
+                                         calibration)
+            == speed_calibration.predict_ms(vulkan, calibration))
 
 
-def test_a_fixed_time_per_layer_slows_a_small_model_on_a_fast_gpu(
-        rows: list[speed_calibration.Row]) -> None:
-    """Llama 3 8B Q4_K_M on an H100 PCIe (row 169, tg512): within 15 % with the fitted
-    time per layer, more than a quarter too fast without it."""
-    row = _row(rows, 169)
+def test_flash_attention_reads_the_cache_at_its_own_rate(rows: Rows) -> None:
+    """Without flash attention llama.cpp stores V transposed and writes every score to
+    memory; with it, neither. A backend whose flash attention was never measured deep in
+    the cache (Metal) reads its cache with flash attention at the rate measured on the
+    backends that were, and says so; without it, at its own rate and with the scores'
+    bytes on top: slower the deeper the cache."""
+    from planner.performance import NodeSpeed, RunSettings, calibrated_device
+
     calibration = load_calibration()
-    assert abs(speed_calibration.error(row, calibration)) <= 0.15
-    without = replace(calibration, layer_ms={key: 0.0 for key in calibration.layer_ms})
-    assert speed_calibration.error(row, without) < -0.25
+    row = next(r for r in rows if r.backend == "metal" and r.phase == "decode"
+               and r.test == "tg8192")
+    notes: list[str] = []
+    device = calibrated_device(calibration, NodeSpeed.of_kind("m", row.gpu),
+                               RunSettings(backend="metal", flash_attn=True), True, notes)
+    median = calibration.median_figure("kv_efficiency")
+    assert calibration.backends["metal"].kv_efficiency is None and median is not None
+    bandwidth = (row.gpu.memory_bandwidth_bytes_per_s or 0) * calibration.memory_factors[
+        "lpddr"]
+    assert device.rates.kv_ms_per_byte == pytest.approx(1000 / (median * bandwidth))
+    assert any("decoding with flash attention on the metal backend" in n for n in notes)
+    off = calibrated_device(calibration, NodeSpeed.of_kind("m", row.gpu),
+                            RunSettings(backend="metal", flash_attn=False), True, [])
+    assert off.rates.score_bytes == 16 and device.rates.score_bytes == 0
+    shallow, deep = replace(row, flash_attn=False), replace(row, flash_attn=False,
+                                                           depth=32768)
+    assert (speed_calibration.predict_ms(deep, calibration)
+            > 1.2 * speed_calibration.predict_ms(shallow, calibration))
 
 
-def _speedup(rows: list[speed_calibration.Row], slow: int, fast: int,
-             calibration: Any) -> float:
-    """Estimated tokens/s of row ``fast`` over row ``slow`` (the same prompt)."""
-    return (speed_calibration.predict_ms(_row(rows, slow), calibration)
-            / speed_calibration.predict_ms(_row(rows, fast), calibration))
-
-
-def test_a_ubatchs_activations_keep_an_h100_prefill_from_running_at_its_flops(
-        rows: list[speed_calibration.Row]) -> None:
-    """Llama 3 8B pp512 on one H100 PCIe against one A100 PCIe, F16 (rows 175, 151) and
-    Q4_K_M (171, 147): the H100 measured 1.40x and 1.36x the A100's prompt speed,
-    though its dense FP16 figure is 2.4x the A100's, at about the same memory
-    bandwidth. The activations a ubatch moves between its kernels are bandwidth-bound
-    and take the same time on both: with them the estimated speedups are within 25 %
-    of the measured ones; without them the F16 one is more than 40 % too high."""
+def test_each_backend_has_its_own_figures_and_its_own_error() -> None:
+    """ROCm and Vulkan are estimated with figures fitted on their own runs, and an
+    estimate quotes the error of the backend and memory type it used."""
     calibration = load_calibration()
-    without = replace(calibration, activation_bytes={})
-    for a100, h100 in ((151, 175), (147, 171)):
-        measured = _row(rows, h100).tokens_per_s / _row(rows, a100).tokens_per_s
-        assert _speedup(rows, a100, h100, calibration) == pytest.approx(
-            measured, rel=0.25), (h100, measured)
-    measured = _row(rows, 175).tokens_per_s / _row(rows, 151).tokens_per_s
-    assert _speedup(rows, 151, 175, without) > 1.4 * measured
+    assert {"cuda", "rocm", "vulkan", "metal"} <= set(calibration.backends)
+    assert calibration.backends["vulkan"] != calibration.backends["cuda"]
+    assert calibration.backends["rocm"] != calibration.backends["cuda"]
+    vulkan = calibration.error_note([("vulkan", "lpddr", "stated")])
+    cuda = calibration.error_note([("cuda", "gddr", "stated")])
+    assert "vulkan on lpddr memory" in vulkan and "cuda on gddr memory" in cuda
+    assert vulkan != cuda
 
 
-def test_a_calibration_with_impossible_activation_bytes_is_refused() -> None:
+def test_a_calibration_with_an_impossible_figure_is_refused() -> None:
     data = load_calibration().to_dict()
-    data["activation_bytes"] = {"hbm/cuda": -1.0}
+    data["backends"]["cuda"]["weight_efficiency"] = 1.5
     with pytest.raises(PerformanceError) as raised:
         SpeedCalibration.from_dict(data)
     assert raised.value.code == "InvalidCalibration"
-    assert raised.value.details["field"] == "activation_bytes.hbm/cuda"
+    assert raised.value.details["field"] == "backends.cuda.weight_efficiency"
 
 
-def test_the_kv_term_follows_the_measured_context_effect(
-        rows: list[speed_calibration.Row]) -> None:
-    """tg8192 against tg512 of the same GPU, model and split (llama-bench): the
-    measured slowdown is followed within 5 % at the median; the cache read as fast as
-    the weights (one efficiency for both) misses it by more."""
-    pairs = []
-    for row in rows:
-        if row.phase == "decode" and row.test == "tg8192":
-            short = next(r for r in rows if r.test == "tg512" and r.gpu.kind == row.gpu.kind
-                         and r.gpu_count == row.gpu_count and r.model is row.model
-                         and r.file_bytes == row.file_bytes)
-            pairs.append((short, row))
-    assert len(pairs) >= 30
-
-    def median_miss(calibration: Any) -> float:
-        misses = []
-        for short, long in pairs:
-            measured = long.tokens_per_s / short.tokens_per_s
-            estimated = (speed_calibration.predict_ms(short, calibration)
-                         / speed_calibration.predict_ms(long, calibration))
-            misses.append(abs(estimated / measured - 1))
-        return statistics.median(misses)
-
+def test_the_fallback_figures_carry_their_own_wider_error() -> None:
+    """The FP16 figure a kind that states none is given has its own cross-validated
+    error, measured on the rows of GPUs that state one as if they did not."""
     calibration = load_calibration()
-    assert median_miss(calibration) <= 0.05
-    as_weights = replace(calibration, kv_efficiency=dict(calibration.weight_efficiency))
-    assert median_miss(as_weights) > 1.5 * median_miss(calibration)
-
-
-@pytest.mark.parametrize(("table", "factor", "phase"), [
-    ("weight_efficiency", 1.5, "decode"), ("weight_efficiency", 0.6, "decode"),
-    ("compute_efficiency", 1.6, "prefill"), ("compute_efficiency", 0.6, "prefill")])
-def test_the_bounds_fail_when_the_estimator_drifts(rows: list[speed_calibration.Row],
-                                                   table: str, factor: float,
-                                                   phase: str) -> None:
-    """The bounds above are not loose: an estimator whose efficiencies drift by a
-    half breaks at least one of them for that phase. (Any smaller drift fails
-    test_the_shipped_held_out_error_is_what_the_estimator_gives until the calibration is
-    refitted and its table republished.)"""
-    calibration = load_calibration()
-    drifted = replace(calibration, **{table: {
-        key: min(1.0, value * factor) for key, value in getattr(calibration, table).items()}})
-    errors = speed_calibration.held_out_errors(rows, drifted)
-    assert any(e.median_abs_error > BOUNDS[(e.phase, e.memory_type)]
-               for e in errors if e.phase == phase), errors
+    stated = calibration.error("prefill", "all", "all")
+    bare = calibration.error("prefill", "all", "all", "bandwidth")
+    assert stated is not None and bare is not None and bare.rows >= 50
+    assert not math.isclose(bare.median_abs_error, stated.median_abs_error)

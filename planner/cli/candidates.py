@@ -25,6 +25,7 @@ from planner.models import load_gpu_catalog
 from planner.performance import (
     ESTIMATE_NOTE,
     fleet_model_traffic,
+    kinds_error_note,
     load_calibration,
     node_speeds,
     with_candidate_estimates,
@@ -89,9 +90,9 @@ def run(args: argparse.Namespace) -> int:
             frame, request, traffic, catalog, node_kinds=document.node_kinds))
         print(text_table(candidate_rows_table(estimated, request.target_decode_tpot_ms)))
         if any(record["estimated_tpot_ms"] is not None for record in estimated):
-            kinds = {speed.memory_type for speed in node_speeds(
-                request.nodes, catalog, document.node_kinds).values()}
-            print(f"\nest.: {ESTIMATE_NOTE} {load_calibration().error_note(kinds)}")
+            speeds = node_speeds(request.nodes, catalog, document.node_kinds).values()
+            print(f"\nest.: {ESTIMATE_NOTE} "
+                  f"{kinds_error_note(load_calibration(), speeds)}")
     if not any(record["selected"] for record in records):
         print(f"planner: {terminal_safe(args.fleet)}: NoValidTopology: no candidate shape "
               "fits (see the reasons above)", file=sys.stderr)

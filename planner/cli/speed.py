@@ -4,32 +4,46 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from planner.cli._common import EXIT_OK, UserError, add_command
 from planner.fleet import load_fleet
-from planner.limits import DEFAULT_CACHE_TYPE, MAX_CONTEXT, MAX_LANES, MAX_NODES
+from planner.limits import (
+    DEFAULT_BATCH,
+    DEFAULT_CACHE_TYPE,
+    DEFAULT_UBATCH,
+    MAX_BYTES,
+    MAX_CONTEXT,
+    MAX_LANES,
+    MAX_LLAMA_CPP_BUILD,
+    MAX_NODES,
+    MAX_UBATCH,
+)
 from planner.models import ModelError, ModelSpec, from_gguf, load_gpu_catalog, load_preset
-from planner.models.gpus import GpuModel
+from planner.models.gpus import BACKENDS, GpuModel, extend_catalog
 from planner.performance import (
     ESTIMATE_NOTE,
     INTRA_HOST_LINK_BYTES_PER_S,
     ModelTraffic,
+    PerformanceError,
     PlanEstimate,
+    RunSettings,
+    check_prompt,
     estimate_plan,
     even_layers,
-    format_duration_ms,
     load_calibration,
     model_traffic,
     node_speeds,
+    with_weight_bytes,
 )
 from planner.planning import NodeBudget, PlanningInput
 from planner.planning.plan import Plan
 from planner.planning.rules import build_stages, layer_bytes, layer_weights
 from planner.reports.tables import TextTable, terminal_safe, text_table
-from planner.units import UnitError, parse_context
+from planner.units import UnitError, format_milliseconds, parse_bytes, parse_context
 
 NAME = "speed"
 DEFAULT_CONTEXT = 4096
@@ -43,14 +57,19 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Estimate time per output token, tokens per second (all lanes together), "
             "prefill speed and time to first token of one model on N GPUs of one catalog "
             "kind in one machine, layers split evenly (llama.cpp's -sm layer on equal "
-            "GPUs). An ESTIMATE from the kind's memory bandwidth and FP16 throughput at "
-            "efficiencies fitted to published llama.cpp measurements (validation/speed); "
-            "its measured error is printed with it."),
+            "GPUs), run as llama-bench's options say (backend, flash attention, "
+            "micro-batch, cached tokens, build). An ESTIMATE from the kind's memory "
+            "bandwidth and FP16 throughput at figures fitted to published llama.cpp "
+            "measurements (validation/speed); the error cross-validated for its backend "
+            "and memory type is printed with it."),
         examples=("planner speed llama-3.1-70b --gpu h100-sxm-80gb --gpus 2",
                   "planner speed gpt-oss-120b --gpu rtx-4090 --gpus 4 --context 32k "
                   "--lanes 4 --prompt-tokens 8192 --json",
+                  "planner speed gpt-oss-20b --gpu rtx-4090 --file-size 11.27GiB "
+                  "--context 32k --prompt-tokens 2048 --depth 30000 --flash-attn on",
                   "planner speed model.gguf --gpu m2-ultra-192gb --kv-cache-type q8_0",
-                  "planner speed data/fleets/qwen480b-5x80.toml --gpu h200-141gb --gpus 4"),
+                  "planner speed llama-3.1-8b --gpu my-card --catalog my-cards.toml "
+                  "--backend vulkan --ubatch 2048"),
         exit_codes="0 estimated, 2 bad input")
     parser.add_argument("model", metavar="MODEL",
                         help="a preset id, a GGUF file or a fleet file (its [model])")
@@ -65,24 +84,42 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="sequences decoded together (default 1)")
     parser.add_argument("--prompt-tokens", metavar="P",
                         help="prompt whose time to first token to estimate (default: "
-                             "--context)")
+                             "--context less --depth)")
+    parser.add_argument("--depth", metavar="N", default="0",
+                        help="tokens already cached before the prompt (llama-bench's -d; "
+                             "default 0)")
+    parser.add_argument("--backend", choices=BACKENDS,
+                        help="llama.cpp backend (default: the kind's own)")
+    parser.add_argument("--flash-attn", choices=("on", "off"), default="on",
+                        help="flash attention (llama-bench's -fa; default on, as "
+                             "llama.cpp chooses it where it can)")
+    parser.add_argument("--ubatch", type=int, default=DEFAULT_UBATCH, metavar="N",
+                        help=f"micro-batch in tokens (-ub; default {DEFAULT_UBATCH}); the "
+                             f"batch (-b) is {DEFAULT_BATCH} or the micro-batch if larger")
+    parser.add_argument("--build", type=int, metavar="N",
+                        help="llama.cpp build number (b<N>; default: a current build)")
     parser.add_argument("--kv-cache-type", metavar="T",
                         help="KV cache type of a preset or GGUF model (default "
                              f"{DEFAULT_CACHE_TYPE})")
+    parser.add_argument("--file-size", metavar="SIZE",
+                        help="the model file's size (e.g. 11.27GiB) where a preset's "
+                             "weights were stored otherwise: its parts keep their shares")
     parser.add_argument("--catalog", metavar="FILE",
-                        help="GPU catalog in the format of data/gpus.toml (default: that)")
+                        help="GPU kinds added to the shipped catalog (a kind with the "
+                             "same id replaces the shipped one), in its format")
     parser.add_argument("--json", action="store_true",
                         help="print tpot_ms, tokens_per_s, prefill_tokens_per_s, ttft_ms "
                              "and the terms behind them as JSON")
 
 
-def _tokens(value: str, option: str) -> int:
+def _tokens(value: str, option: str, minimum: int = 1) -> int:
     try:
         tokens = parse_context(value)
     except UnitError as error:
         raise UserError(f"{option}: {error.message}") from None
-    if not 1 <= tokens <= MAX_CONTEXT:
-        raise UserError(f"{option}: must be from 1 to {MAX_CONTEXT:,} tokens (got {tokens:,})")
+    if not minimum <= tokens <= MAX_CONTEXT:
+        raise UserError(f"{option}: must be from {minimum} to {MAX_CONTEXT:,} tokens "
+                        f"(got {tokens:,})")
     return tokens
 
 
@@ -116,6 +153,14 @@ def resolve_model(source: str, kv_cache_type: str | None = None
     return spec.name, spec.planning_fields(), model_traffic(spec)
 
 
+def _catalog(path: str | None) -> list[GpuModel]:
+    """The shipped catalog, with ``path``'s kinds added (a same-id kind replaces)."""
+    shipped = load_gpu_catalog()
+    if path is None:
+        return shipped
+    return extend_catalog(shipped, load_gpu_catalog(path), path)
+
+
 def _kind(catalog: list[GpuModel], wanted: str) -> GpuModel:
     folded = wanted.strip().casefold()
     for gpu in catalog:
@@ -125,11 +170,28 @@ def _kind(catalog: list[GpuModel], wanted: str) -> GpuModel:
     raise UserError(f"--gpu: {wanted!r} is not a catalog kind; known: {known}")
 
 
+def _file_size(value: str, fields: dict[str, Any], traffic: ModelTraffic
+               ) -> tuple[dict[str, Any], ModelTraffic]:
+    """The model stored in ``value`` bytes: the planning fields' layer weights and the
+    traffic's parts scaled to it (:func:`planner.performance.with_weight_bytes`)."""
+    try:
+        size = parse_bytes(value)
+    except UnitError as error:
+        raise UserError(f"--file-size: {error.message}") from None
+    if not 1 <= size <= MAX_BYTES:
+        raise UserError(f"--file-size: must be from 1 byte to {MAX_BYTES:,} (got {size:,})")
+    try:
+        return with_weight_bytes(fields, traffic, size)
+    except PerformanceError as error:
+        raise UserError(f"--file-size: {error.message}") from None
+
+
 def estimate_speed(fields: dict[str, Any], traffic: ModelTraffic, gpu: GpuModel, gpus: int,
-                   context: int, lanes: int, prompt_tokens: int
-                   ) -> tuple[PlanEstimate, list[str]]:
+                   context: int, lanes: int, prompt_tokens: int,
+                   settings: RunSettings | None = None) -> tuple[PlanEstimate, list[str]]:
     """The estimate of ``gpus`` GPUs of kind ``gpu`` in one machine, layers split evenly,
-    ``lanes`` lanes of ``context`` cached tokens each; notes on what does not fit."""
+    ``lanes`` lanes of ``context`` cached tokens each, a prompt after ``settings.depth``
+    cached tokens; notes on what does not fit."""
     layers = fields["layer_count"]
     if gpus > layers:
         raise UserError(f"--gpus: {gpus} GPUs for {layers} layers: at most one GPU a layer")
@@ -153,7 +215,8 @@ def estimate_speed(fields: dict[str, Any], traffic: ModelTraffic, gpu: GpuModel,
     estimate = estimate_plan(request, plan, traffic, node_speeds(nodes, [gpu]),
                              calibration=load_calibration(),
                              link_bandwidth_bytes_per_s=INTRA_HOST_LINK_BYTES_PER_S,
-                             prompt_tokens=prompt_tokens)
+                             prompt_tokens=prompt_tokens, context_fill=False,
+                             settings=settings or RunSettings())
     return estimate, notes
 
 
@@ -164,6 +227,7 @@ def _record(name: str, gpu: GpuModel, gpus: int, context: int, lanes: int,
     return {
         "estimate": True,
         "model": name, "gpu": gpu.kind, "gpus": gpus, "context": context, "lanes": lanes,
+        "settings": estimate.settings.to_dict(),
         "tpot_ms": estimate.estimated_tpot_ms,
         "tokens_per_s": estimate.tokens_per_s,
         "prompt_tokens": prompt,
@@ -178,12 +242,35 @@ def _record(name: str, gpu: GpuModel, gpus: int, context: int, lanes: int,
     }
 
 
+def _settings(args: argparse.Namespace, context: int) -> tuple[RunSettings, int]:
+    """The run's settings and the prompt's tokens, each checked against the context."""
+    ubatch = _count(args.ubatch, "--ubatch", MAX_UBATCH)
+    depth = _tokens(args.depth, "--depth", minimum=0)
+    if args.build is not None:
+        _count(args.build, "--build", MAX_LLAMA_CPP_BUILD)
+    settings = RunSettings(backend=args.backend, flash_attn=args.flash_attn == "on",
+                           ubatch=ubatch, batch=max(DEFAULT_BATCH, ubatch), depth=depth,
+                           build=args.build)
+    if depth >= context:
+        raise UserError(f"--depth: {depth:,} cached tokens leave no room for a prompt in "
+                        f"the {context:,}-token context (--context)")
+    prompt = (_tokens(args.prompt_tokens, "--prompt-tokens") if args.prompt_tokens
+              else context - depth)
+    try:
+        check_prompt(prompt, settings, context)
+    except PerformanceError as error:
+        said = error.message.removeprefix("prompt_tokens: ")
+        raise UserError(f"--prompt-tokens: {said} (--context is each lane's cache)"
+                        ) from None
+    return settings, prompt
+
+
 def run(args: argparse.Namespace) -> int:
     gpus = _count(args.gpus, "--gpus", MAX_NODES)
     lanes = _count(args.lanes, "--lanes", MAX_LANES)
     context = _tokens(args.context, "--context")
-    prompt = _tokens(args.prompt_tokens, "--prompt-tokens") if args.prompt_tokens else context
-    catalog = load_gpu_catalog(args.catalog)
+    settings, prompt = _settings(args, context)
+    catalog = _catalog(args.catalog)
     gpu = _kind(catalog, args.gpu)
     if gpu.memory_bandwidth_bytes_per_s is None:
         raise UserError(f"--gpu: {gpu.kind} has no memory_bandwidth_bytes_per_s in the "
@@ -191,21 +278,37 @@ def run(args: argparse.Namespace) -> int:
     try:
         name, fields, traffic = resolve_model(args.model, args.kv_cache_type)
     except ModelError as error:
-        raise UserError(f"{args.model}: {error.message}") from None
+        raise UserError(f"{args.model}: {error.code}: {error.message}") from None
     if traffic is None:
         raise UserError(f"{args.model}: the model's numbers need model_weight_bytes")
-    estimate, notes = estimate_speed(fields, traffic, gpu, gpus, context, lanes, prompt)
+    native = fields["native_context_length"]
+    if context > native:
+        raise UserError(f"--context: {context:,} tokens exceed the model's native context "
+                        f"of {native:,}")
+    if args.file_size is not None:
+        fields, traffic = _file_size(args.file_size, fields, traffic)
+    estimate, notes = estimate_speed(fields, traffic, gpu, gpus, context, lanes, prompt,
+                                     settings)
     record = _record(name, gpu, gpus, context, lanes, estimate, notes)
     if args.json:
-        print(json.dumps(record, indent=2, ensure_ascii=False))
+        print(json.dumps(record, indent=2, ensure_ascii=True))
         return EXIT_OK
+    _print(record, name, gpu, gpus, context, lanes, prompt, estimate)
+    return EXIT_OK
+
+
+def _print(record: dict[str, Any], name: str, gpu: GpuModel, gpus: int, context: int,
+           lanes: int, prompt: int, estimate: PlanEstimate) -> None:
+    settings = estimate.settings
+    after = f" after {settings.depth:,} cached" if settings.depth else ""
     print(terminal_safe(f"{name} on {gpus} x {gpu.name} ({gpu.kind}), {lanes} lane(s) of "
-                        f"{context:,} cached tokens: ESTIMATE"))
-    rows = [("time per output token", f"{record['tpot_ms']:,.2f} ms"),
+                        f"{context:,} cached tokens, flash attention "
+                        f"{'on' if settings.flash_attn else 'off'}: ESTIMATE"))
+    rows = [("time per output token", format_milliseconds(record["tpot_ms"])),
             ("decode tokens/s (all lanes)", f"{record['tokens_per_s']:,.1f}")]
-    if record["ttft_ms"] is not None:
-        rows += [(f"time to first token ({prompt:,}-token prompt)",
-                  format_duration_ms(record["ttft_ms"])),
+    if record["ttft_ms"] is not None and math.isfinite(record["ttft_ms"]):
+        rows += [(f"time to first token ({prompt:,}-token prompt{after})",
+                  format_milliseconds(record["ttft_ms"])),
                  ("prefill tokens/s", f"{record['prefill_tokens_per_s']:,.0f}")]
     else:
         rows.append(("time to first token", "not estimated (see notes)"))
@@ -224,4 +327,3 @@ def run(args: argparse.Namespace) -> int:
     for note in record["notes"]:
         if note:
             print(terminal_safe(f"- {note}"))
-    return EXIT_OK

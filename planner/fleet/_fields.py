@@ -16,8 +16,12 @@ from typing import Any, TypeGuard
 from planner._validate import Fail, integer, known_keys, number, shown, text
 from planner.fleet.errors import FleetFileError
 from planner.limits import (
+    MAX_ATTENTION_HEADS,
+    MAX_ATTENTION_WIDTH,
     MAX_BYTES,
     MAX_CONTEXT,
+    MAX_EXPERTS,
+    MAX_HIDDEN_SIZE,
     MAX_LANES,
     MAX_LATENCY_MS,
     MAX_LAYERS,
@@ -29,9 +33,23 @@ from planner.units import SIZE_FORMS, UnitError, parse_bytes, parse_context, par
 # to repair, and the catalog kind (id or name) whose figures it takes.
 RELIABILITY_KEYS = ("annual_failure_rate", "repair_hours", "gpu")
 # A model given by its numbers may add what the speed estimate reads (each optional):
-# activations' width, weight bytes one token reads, parameters, and the routed experts.
+# activations' width, weight bytes one token reads, parameters, the routed experts and
+# their bytes, the token embeddings' bytes, attention's query heads and head size (their
+# product is its width) and KV heads, the layers over a sliding window, and latent
+# attention's ranks (planner.performance.model_traffic reads them).
 SPEED_NUMBER_FIELDS = ("hidden_size", "active_weight_bytes", "parameter_count",
-                       "expert_count", "experts_used")
+                       "expert_count", "experts_used", "routed_expert_bytes",
+                       "token_embedding_bytes", "attention_heads", "head_size", "kv_heads",
+                       "sliding_window", "sliding_window_layers", "kv_lora_rank",
+                       "rope_head_size")
+# Of those, the sizes (a bare number is bytes) and each count's bound.
+_SPEED_SIZES = ("active_weight_bytes", "routed_expert_bytes", "token_embedding_bytes")
+_SPEED_BOUNDS = {"hidden_size": MAX_HIDDEN_SIZE, "parameter_count": MAX_BYTES * 8,
+                 "expert_count": MAX_EXPERTS, "experts_used": MAX_EXPERTS,
+                 "attention_heads": MAX_ATTENTION_HEADS, "head_size": MAX_ATTENTION_WIDTH,
+                 "kv_heads": MAX_ATTENTION_HEADS, "sliding_window": MAX_CONTEXT,
+                 "sliding_window_layers": MAX_LAYERS, "kv_lora_rank": MAX_ATTENTION_WIDTH,
+                 "rope_head_size": MAX_ATTENTION_WIDTH}
 MODEL_NUMBER_FIELDS = (
     "native_context_length",
     "layer_count",
@@ -295,16 +313,30 @@ def _speed_numbers(numbers: Mapping[str, Any], result: dict[str, Any], prefix: s
         value = numbers.get(name)
         if value is None:
             continue
-        if name == "active_weight_bytes":
+        if name in _SPEED_SIZES:
             result[name] = as_size(value, f"{prefix}{name}", bare_bytes=True)
             if not 0 < result[name] <= result["model_weight_bytes"]:
                 raise FleetFileError("InvalidField", "must be above 0 and at most "
                                      "model_weight_bytes", field=f"{prefix}{name}")
         else:
-            result[name] = as_int(value, f"{prefix}{name}", minimum=1)
+            result[name] = as_int(value, f"{prefix}{name}", minimum=1,
+                                  maximum=_SPEED_BOUNDS[name])
     if ("expert_count" in result) != ("experts_used" in result):
         raise FleetFileError("MissingField", "expert_count and experts_used go together",
                              field=f"{prefix}experts_used")
     if result.get("experts_used", 0) > result.get("expert_count", 0):
         raise FleetFileError("InvalidField", "exceeds expert_count",
                              field=f"{prefix}experts_used")
+    for name, needs in (("head_size", "attention_heads"), ("kv_heads", "head_size"),
+                        ("sliding_window_layers", "sliding_window"),
+                        ("rope_head_size", "kv_lora_rank"),
+                        ("kv_lora_rank", "attention_heads")):
+        if name in result and needs not in result:
+            raise FleetFileError("MissingField", f"goes with {needs}",
+                                 field=f"{prefix}{needs}")
+    if result.get("sliding_window_layers", 0) > result["layer_count"]:
+        raise FleetFileError("InvalidField", "exceeds layer_count",
+                             field=f"{prefix}sliding_window_layers")
+    if result.get("kv_heads", 0) > result.get("attention_heads", 0):
+        raise FleetFileError("InvalidField", "exceeds attention_heads",
+                             field=f"{prefix}kv_heads")

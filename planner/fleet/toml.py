@@ -322,7 +322,7 @@ def _model_to_toml(model: ModelChoice) -> dict[str, Any]:
             table["layer_weight_bytes"] = list(numbers["layer_weight_bytes"])
         for key in SPEED_NUMBER_FIELDS:
             if numbers.get(key) is not None:
-                table[key] = (exact_size_text(numbers[key]) if key == "active_weight_bytes"
+                table[key] = (exact_size_text(numbers[key]) if key.endswith("_bytes")
                               else numbers[key])
     return table
 

@@ -44,12 +44,27 @@ shipped catalog gives every source (a test keeps it so). The fields:
     (:mod:`planner.memory`); a backend's default is in
     ``[llamacpp.backend_overhead_bytes]``.
 ``memory_type``
-    ``hbm``, ``gddr`` or ``lpddr`` (:data:`MEMORY_TYPES`): the speed estimate's fitted
-    efficiencies are per memory type and backend (:mod:`planner.performance`).
+    ``hbm``, ``gddr``, ``lpddr`` or ``ddr`` (:data:`MEMORY_TYPES`): the speed estimate's
+    read efficiencies differ by it (:mod:`planner.performance`).
 ``fp16_tflops``, ``fp16_tflops_source``
-    Dense (no sparsity) FP16 tensor throughput in TFLOPS and where it is stated. Prefill
-    (time to first token) and the compute ceiling of large batches read it; a kind
-    without it gets no prefill estimate.
+    Dense (no sparsity) FP16 matrix throughput with FP16 accumulate, in TFLOPS, and
+    where it is stated: a data-centre or workstation card's datasheet figure, a GeForce
+    card's FP16-accumulate tensor figure from its architecture whitepaper (NVIDIA
+    publishes a second one, with FP32 accumulate, half of it for GeForce cards: 165.2
+    against 330.3 for an RTX 4090), an Apple GPU's FP32 figure (it runs FP16 at the same
+    rate). Prefill (time to first token) and the compute ceiling of large batches read
+    it. A figure below half the kind's FP32 vector rate (:attr:`GpuModel.vector_tflops`,
+    from ``shader_count`` and ``boost_clock_mhz`` when the entry gives them) is refused:
+    it is no matrix figure.
+``shader_count``, ``boost_clock_mhz``, ``shader_source``
+    Where the vendor publishes no FP16 matrix figure: the GPU's shaders as the vendor
+    counts them (stream processors, CUDA cores, Xe-cores, GPU cores), its boost clock
+    and where they are stated. A CPU (``backend = "cpu"``, ``memory_type`` ``ddr`` or
+    ``lpddr``) gives ``core_count``, ``simd_width_bits`` (the vector width llama.cpp's
+    kernels use) and ``core_source`` instead of shaders. The speed estimate then
+    computes with the FP32 vector rate they give (:attr:`GpuModel.vector_tflops`), and
+    says so with a wider error; a kind with neither gets a rate from its memory
+    bandwidth (:mod:`planner.performance`).
 
 :class:`GpuModel` checks its fields however it is made (a file, ``from_dict``, a
 constructor call, ``dataclasses.replace``). Every problem raises
@@ -74,12 +89,17 @@ from planner.limits import (
     DEFAULT_PRICE_KIND,
     MAX_BANDWIDTH_BYTES_PER_S,
     MAX_BYTES,
+    MAX_CLOCK_MHZ,
     MAX_LATENCY_MS,
     MAX_NODE_BYTES,
     MAX_NODES,
     MAX_PRICE_PER_HOUR,
+    MAX_SHADERS,
     MAX_TFLOPS,
+    MIN_BANDWIDTH_BYTES_PER_S,
+    MIN_CLOCK_MHZ,
     MIN_PRICE_PER_HOUR,
+    MIN_TFLOPS,
 )
 from planner.models.presets import data_dir
 from planner.models.spec import ModelError
@@ -87,9 +107,10 @@ from planner.units import UnitError, parse_bandwidth, parse_bytes, parse_latency
 
 # llama.cpp backends a GPU kind can run (planner.memory's fixed overhead per device).
 BACKENDS = ("cuda", "rocm", "metal", "vulkan", "sycl", "cpu", "rpc")
-# Memory a GPU kind reads its weights from: stacked HBM, GDDR on a card, or LPDDR shared
-# with the CPU (Apple silicon, DGX Spark); the speed estimate's efficiencies differ by it.
-MEMORY_TYPES = ("hbm", "gddr", "lpddr")
+# Memory a kind reads its weights from: stacked HBM, GDDR on a card, LPDDR shared with the
+# CPU (Apple silicon, DGX Spark), or a CPU's DDR modules; the speed estimate's figures
+# differ by it.
+MEMORY_TYPES = ("hbm", "gddr", "lpddr", "ddr")
 # What a price per hour is: what a provider charges, or a purchase spread over hours.
 PRICE_KINDS = ("rented", "owned")
 # The unit forms a catalog file may write instead of a field whose name carries the unit.
@@ -99,6 +120,10 @@ UNIT_SPELLINGS = {"memory": "memory_bytes", "unified_memory": "unified_memory_by
 
 _KIND_ID = re.compile(r"^[a-z0-9]+(?:[-_.][a-z0-9]+)*$")
 _VENDOR_WORDS = {"nvidia", "amd", "apple", "intel", "geforce", "radeon"}
+# FP32 lanes of one shader as each vendor counts its shaders: a stream processor (AMD) or
+# CUDA core (NVIDIA) is one lane; an Xe-core (Intel Xe-HPG and Xe2: 16 or 8 vector
+# engines of 8 or 16 lanes) and an Apple GPU core hold 128 (docs/sources.md §6).
+FP32_LANES_PER_SHADER = {"AMD": 1, "NVIDIA": 1, "Intel": 128, "Apple": 128}
 # A message lists at most this many kinds.
 _LISTED_KINDS = 20
 
@@ -183,7 +208,8 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "price_kind": _one_of(PRICE_KINDS),
     "price_source": _text,
     "price_date": _date,
-    "memory_bandwidth_bytes_per_s": _whole(1, MAX_BANDWIDTH_BYTES_PER_S),
+    "memory_bandwidth_bytes_per_s": _whole(MIN_BANDWIDTH_BYTES_PER_S,
+                                           MAX_BANDWIDTH_BYTES_PER_S),
     "memory_bandwidth_source": _text,
     "headroom_bytes": _whole(0, MAX_NODE_BYTES),
     "stage_transfer_latency_ms": _latency,
@@ -191,8 +217,14 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "backend": _one_of(BACKENDS),
     "llamacpp_overhead_bytes": _whole(0, MAX_BYTES),
     "memory_type": _one_of(MEMORY_TYPES),
-    "fp16_tflops": _real(above=0, maximum=MAX_TFLOPS),
+    "fp16_tflops": _real(minimum=MIN_TFLOPS, maximum=MAX_TFLOPS),
     "fp16_tflops_source": _text,
+    "shader_count": _whole(1, MAX_SHADERS),
+    "boost_clock_mhz": _real(minimum=MIN_CLOCK_MHZ, maximum=MAX_CLOCK_MHZ),
+    "shader_source": _text,
+    "core_count": _whole(1, MAX_SHADERS),
+    "simd_width_bits": _whole(32, 4096),
+    "core_source": _text,
 }
 
 
@@ -228,6 +260,8 @@ _NEEDS = {"price_kind": "price_per_hour", "price_source": "price_per_hour",
           "price_date": "price_per_hour",
           "memory_bandwidth_source": "memory_bandwidth_bytes_per_s",
           "fp16_tflops_source": "fp16_tflops",
+          "shader_source": "shader_count", "core_source": "core_count",
+          "simd_width_bits": "core_count",
           "unified_memory_bytes": "working_set_fraction",
           "working_set_fraction": "unified_memory_bytes"}
 
@@ -264,6 +298,15 @@ class GpuModel:
     memory_type: str | None = None
     fp16_tflops: float | None = None
     fp16_tflops_source: str | None = None
+    # Where no FP16 figure is published: the GPU's shaders and clock, from which the
+    # speed estimate derives a stand-in (:func:`vector_tflops`).
+    shader_count: int | None = None
+    boost_clock_mhz: float | None = None
+    shader_source: str | None = None
+    # A CPU (backend "cpu"): its cores and the SIMD width llama.cpp's kernels use.
+    core_count: int | None = None
+    simd_width_bits: int | None = None
+    core_source: str | None = None
 
     def __post_init__(self) -> None:
         for key, check in _CHECKS.items():
@@ -278,6 +321,13 @@ class GpuModel:
         for key, needed in _NEEDS.items():
             if getattr(self, key) is not None and getattr(self, needed) is None:
                 raise _bad("GpuModel", key, f"is given without {needed}")
+        vector = self.vector_tflops
+        if (self.fp16_tflops is not None and vector is not None
+                and self.fp16_tflops < vector / 2):
+            raise _bad("GpuModel", "fp16_tflops",
+                       f"is below half the kind's FP32 vector rate of {vector:,.1f} TFLOPS "
+                       "(shader_count x boost_clock_mhz): give the dense FP16 matrix "
+                       "figure with FP16 accumulate", self.fp16_tflops)
         if self.price_per_hour is not None and self.price_kind is None:
             object.__setattr__(self, "price_kind", DEFAULT_PRICE_KIND)
         if self.unified_memory_bytes is not None and self.working_set_fraction is not None:
@@ -286,6 +336,22 @@ class GpuModel:
                 raise _bad("GpuModel", "memory_bytes",
                            f"must be unified_memory_bytes x working_set_fraction = {budget}",
                            self.memory_bytes)
+
+    @property
+    def vector_tflops(self) -> float | None:
+        """The FP32 vector rate at :attr:`boost_clock_mhz` of :attr:`shader_count` shaders
+        (:data:`FP32_LANES_PER_SHADER` lanes each), or of a CPU's :attr:`core_count`
+        cores of :attr:`simd_width_bits` (one vector unit each), two FLOPs per lane per
+        cycle (a fused multiply-add), in TFLOPS; ``None`` without them."""
+        if self.boost_clock_mhz is None:
+            return None
+        if self.core_count is not None and self.simd_width_bits is not None:
+            lanes = self.core_count * self.simd_width_bits // 32
+        elif self.shader_count is not None and self.vendor in FP32_LANES_PER_SHADER:
+            lanes = self.shader_count * FP32_LANES_PER_SHADER[self.vendor]
+        else:
+            return None
+        return 2 * lanes * self.boost_clock_mhz * 1e6 / 1e12
 
     def llamacpp_overhead(self, defaults: Mapping[str, int]) -> int:
         """Bytes llama.cpp's backend takes on this GPU beyond its logged buffers: the
@@ -505,3 +571,30 @@ def load_gpu_catalog(path: str | Path | None = None) -> list[GpuModel]:
     shipped = path is None
     resolved = data_dir() / "gpus.toml" if path is None else Path(path).expanduser()
     return parse_gpu_catalog(_read(resolved, shipped), str(resolved))
+
+
+# A stated FP16 figure this close to half the shipped one is NVIDIA's FP32-accumulate
+# tensor figure for a GeForce card (half its FP16-accumulate one), not the figure the
+# catalog asks for.
+_HALF_FIGURE = (0.48, 0.52)
+
+
+def extend_catalog(base: Sequence[GpuModel], extra: Sequence[GpuModel],
+                   where: str = "catalog") -> list[GpuModel]:
+    """``base`` with the kinds of ``extra``: a kind whose id is in ``base`` replaces that
+    one in its place, the others follow in their order.
+
+    A replacing kind whose ``fp16_tflops`` is half the replaced kind's is refused
+    (``InvalidGpuCatalog``): it is the FP32-accumulate figure, which halves the prefill
+    estimate (:class:`GpuModel`'s ``fp16_tflops``)."""
+    replacing = {gpu.kind: gpu for gpu in extra}
+    for gpu in base:
+        new = replacing.get(gpu.kind)
+        if (new is not None and new.fp16_tflops is not None and gpu.fp16_tflops is not None
+                and _HALF_FIGURE[0] <= new.fp16_tflops / gpu.fp16_tflops <= _HALF_FIGURE[1]):
+            raise _bad(where, f"{gpu.kind}.fp16_tflops",
+                       f"is half the shipped {gpu.fp16_tflops:g} TFLOPS of this kind: that "
+                       "is the FP32-accumulate tensor figure; give the dense FP16 figure "
+                       "with FP16 accumulate", new.fp16_tflops)
+    kept = [replacing.pop(gpu.kind, gpu) for gpu in base]
+    return kept + [gpu for gpu in extra if gpu.kind in replacing]

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import planner
 from planner.fleet import FleetFileError, write_text_atomic
-from planner.performance import format_duration_ms
 from planner.reports.markdown import md_text
 from planner.reports.tables import TextTable
 from planner.reports.tables import html_text as escape
 from planner.sizing import PRICE_KIND_TEXT, SizedFleet, SizingResult
+from planner.units import format_milliseconds
 
 SIZING_REPORT_SUFFIXES = (".html", ".htm", ".md", ".json")
 
@@ -72,9 +72,9 @@ def answer_text(result: SizingResult) -> str:
     speed = "" if tpot is None else (
         f", estimated TPOT {tpot:,.1f} ms, {best.tokens_per_s:,.1f} tokens/s"
         + ("" if ttft is None or prompt is None else
-           f", first token of a {prompt:,}-token prompt in {format_duration_ms(ttft)}")
+           f", first token of a {prompt:,}-token prompt in {format_milliseconds(ttft)}")
         + ("" if fill is None else
-           f", filling the context takes {format_duration_ms(fill)}"))
+           f", filling the context takes {format_milliseconds(fill)}"))
     return (f"Cheapest at {result.price_kind} prices: {best.label} at USD "
             f"{best.cost_per_hour_usd:,.2f} per hour, "
             f"context {best.plan.context_length:,} over {best.plan.stage_count} stages"

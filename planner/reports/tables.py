@@ -172,9 +172,9 @@ def estimate_rows(content: ReportContent) -> list[tuple[str, str]]:
 
 
 def _duration(ms: float) -> str:
-    from planner.performance import format_duration_ms
+    from planner.units import format_milliseconds
 
-    return format_duration_ms(ms)
+    return format_milliseconds(ms)
 
 
 def stage_table(content: ReportContent) -> TextTable:

@@ -2,39 +2,32 @@
 so that sizing leaves out fleets that cannot meet a TPOT or TTFT target without planning
 them, and answers at once where no fleet can.
 
-Both floors bound :mod:`planner.performance`'s estimate from below, whatever the split:
+Both floors come from the estimate's one formula (:mod:`planner.performance.roofline`):
+the work of a step of the whole model as one stage (:func:`~planner.performance.step_work`),
+each kind's rates (:func:`~planner.performance.calibrated_device`) and the way the terms
+add up (:func:`~planner.performance.step_terms`). A stage's weight read and its products
+grow with the body bytes it holds, its cache read and attention with its layers, so a
+plan's time is at least each term of the whole model at the fastest rate among the
+plan's kinds:
 
-- **Decode.** A plan's estimated TPOT is at least its stages' reads and their compute:
-  each stage reads its weights at ``e_w x BW`` and multiplies them at ``e_c x
-  fp16_tflops`` (times the quantized kernels' share; a mixture of experts' routed
-  experts not, as two or more lanes multiply them while they stream in, and such plans
-  pay the batched expert kernel's time per layer), reads its KV cache at ``e_kv x BW``
-  and computes attention over it at ``e_att x fp16_tflops`` (moving its scores where
-  the calibration says so); the fixed per-layer times and the hops are not negative.
-  Over all stages the reads cover the model once: its weights beside the token
-  embeddings at the read share of the plan's lanes (more lanes read more experts; a
-  plan meeting the targets runs at least :func:`least_lanes`) and the KV cache of the
-  plan's context, whose attention pairs number at least ``(context - lanes + 1)`` per
-  layer and unit of width. So ``TPOT >=`` the weights at the least per-byte time of
-  the plan's kinds plus the cache at theirs, plus every layer at the least fixed time:
-  a fleet meets a TPOT target only with a node fast enough to read the weights, and one
-  to read the cache, within it given the other's best (:class:`DecodeFloor`).
-- **Prefill.** Every ubatch of a prompt passes through every layer: each stage reads its
-  weights (the shared ones whole, the routed experts the ubatch's tokens reach) at
-  ``e_w x BW`` while it computes at ``e_c x fp16_tflops`` (times the quantized kernels'
-  share; attention at ``e_att x fp16_tflops``), the slower of the two counting, and pays
-  its fixed per-layer time. The sum of the larger of two terms over the stages is at
-  least the larger of their sums, and a batch finishes no sooner than any of its
-  ubatches has passed every stage; batches follow one another. So ``TTFT >=`` the sum
-  over the prompt's batches of the largest, over their ubatches, of the whole model's
-  read at the plan's fastest-reading kind and its FLOPs at the fastest-computing kind,
-  plus every layer at the least fixed time (:class:`PrefillFloor`). A fleet meets a TTFT
-  target only with a node fast enough to read, and one to compute, within it given the
-  fastest kind's other rate. The ubatches of a batch also wait on one another: the
-  others pass the busiest stage after the first, and each crosses the hops
-  (:meth:`PrefillFloor.pipeline_least_ms`), which refuses a target no split reaches. A
-  kind without ``fp16_tflops`` has no prefill estimate, and a plan on it never meets a
-  TTFT target.
+- **Decode.** A plan's estimated TPOT is at least the model's weights beside the token
+  embeddings (at the read share of the plan's lanes: more lanes read more experts; a
+  plan meeting the targets runs at least :func:`least_lanes`) read and multiplied at the
+  least per-byte time of the plan's kinds, plus the KV cache of the plan's context read
+  and attended to at theirs (``context - lanes + 1`` query-key pairs or more per lane's
+  token), plus every layer at the least fixed time; the hops are not negative. A fleet
+  meets a TPOT target only with a node fast enough to read the weights, and one to read
+  the cache, within it given the other's best (:class:`DecodeFloor`).
+- **Prefill.** Every micro-batch of a prompt passes through every layer: the sum over the
+  stages of the larger of a stage's read and its products is at least the larger of
+  their sums, and a batch finishes no sooner than any of its micro-batches has passed
+  every stage; batches follow one another, each at least as costly as the one before
+  (attention grows with the cache), so a prompt of many batches is bounded by groups of
+  batches each at its first (:class:`PrefillFloor`). A fleet meets a TTFT target only
+  with a node fast enough to read, and one to compute, within it given the fastest
+  kind's other rate. The micro-batches of a batch also wait on one another: the others
+  pass the busiest stage after the first, and each crosses the hops
+  (:meth:`PrefillFloor.pipeline_least_ms`), which refuses a target no split reaches.
 """
 
 from __future__ import annotations
@@ -48,13 +41,24 @@ from planner.models.gpus import GpuModel
 from planner.performance import (
     ACTIVATION_BYTES_PER_VALUE,
     DEFAULT_LINK_BANDWIDTH_BYTES_PER_S,
-    FALLBACK_BACKEND,
+    DEFAULT_SETTINGS,
+    Device,
     ModelTraffic,
+    NodeSpeed,
+    Prompt,
+    Rates,
+    RunSettings,
+    StageLoad,
+    Work,
     calibrated_device,
     load_calibration,
-    ubatches,
+    plain_device,
+    stage_loads,
+    step_terms,
+    step_work,
 )
 from planner.planning.inputs import PlanningInput
+from planner.planning.plan import Plan, Stage
 from planner.planning.rules import (
     kv_bytes_per_layer_token,
     lane_candidates,
@@ -70,6 +74,36 @@ _MARGIN = 1 - 1e-9
 def _efficiency_option(options: Mapping[str, Any]) -> float | None:
     value = options.get("bandwidth_efficiency")
     return None if value is None else float(value)
+
+
+def _settings(options: Mapping[str, Any]) -> RunSettings:
+    settings = options.get("settings")
+    return settings if isinstance(settings, RunSettings) else DEFAULT_SETTINGS
+
+
+def _device(gpu: GpuModel, traffic: ModelTraffic, options: Mapping[str, Any]
+            ) -> Device | None:
+    """A kind's device as the estimate builds it (``None`` without a bandwidth)."""
+    if not gpu.memory_bandwidth_bytes_per_s:
+        return None
+    efficiency = _efficiency_option(options)
+    if efficiency is not None:
+        return plain_device(gpu.memory_bandwidth_bytes_per_s, efficiency)
+    return calibrated_device(load_calibration(), NodeSpeed.of_kind(gpu.kind, gpu),
+                             _settings(options), traffic.quantized, [])
+
+
+def whole_model(probe: PlanningInput, traffic: ModelTraffic) -> StageLoad:
+    """The whole model as one stage's load, attention over its full-attention layers only
+    (a windowed layer attends to fewer tokens: left out, the floor stays below)."""
+    stage = Stage("stage-0", 0, "probe", 0, probe.layer_count, sum(layer_weights(probe)))
+    plan = Plan(probe.native_context_length, 1, (stage,), None, None)
+    load = stage_loads(probe, plan, traffic)[0]
+    return StageLoad(load.layer_count, load.weight_bytes, load.routed_expert_bytes,
+                     load.active_parameters, load.kv_bytes_per_token, load.attention_width,
+                     embedding_row_bytes=load.embedding_row_bytes,
+                     routed_active_parameters=load.routed_active_parameters,
+                     attention_heads=load.attention_heads)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,66 +161,41 @@ def least_lanes(probe: PlanningInput, minimum_lanes: int = 1) -> int:
 def decode_floor(kinds: Sequence[GpuModel], traffic: ModelTraffic, probe: PlanningInput,
                  options: Mapping[str, Any], lanes: int = 1) -> DecodeFloor:
     """The :class:`DecodeFloor` of the model on ``kinds`` for plans of ``lanes`` lanes or
-    more: a stage reads its weights at ``e_w x BW`` and its cache at ``e_kv x BW`` of its
-    kind (one ``bandwidth_efficiency`` for both when given, and then no compute), and each
-    layer takes the smallest calibrated ``layer_ms``."""
-    body = max(1, sum(layer_weights(probe)) - (traffic.token_embedding_bytes or 0))
-    read = body * traffic.read_share(lanes)
-    efficiency = _efficiency_option(options)
-    calibration = load_calibration()
-    active = float(traffic.active_parameter_count or 0)
-    if traffic.routed_bytes:
-        # Two or more lanes multiply the routed experts while they stream in
-        # (performance.stage_terms): only the other parameters' compute is sure to add
-        # to the read, whatever the plan's lanes.
-        active *= 1 - (traffic.routed_bytes * traffic.expert_share(1)
-                       / (body * traffic.read_share(1)))
-    width = (traffic.attention_width or traffic.hidden_size or 0) * probe.layer_count
-    weight_rates, kv_rates, pair_rates = [], [], []
+    more: a decode step of ``lanes`` tokens of the whole model (:func:`whole_model`) at
+    each kind's rates, split into what grows with the weights a stage holds (their read
+    and products), with the cache it reads, and with the pairs it attends to; each layer
+    at the smallest fixed time."""
+    load = whole_model(probe, traffic)
+    work = step_work(load, traffic, tokens=lanes, sequences=lanes, cached=1, attended=1,
+                     overlapped=False)
+    read = float(work.weight_bytes)
+    weight_rates, kv_rates, pair_rates, fixed = [], [], [], []
     for gpu in kinds:
-        bandwidth = gpu.memory_bandwidth_bytes_per_s
-        if not bandwidth:
+        device = _device(gpu, traffic, options)
+        if device is None:
             weight_rates.append(math.inf)
             kv_rates.append(math.inf)
             pair_rates.append(0.0)
             continue
-        if efficiency is not None:
-            weight_rates.append(1000 / (efficiency * bandwidth))
-            kv_rates.append(1000 / (efficiency * bandwidth))
-            pair_rates.append(0.0)
-            continue
-        device = calibrated_device(calibration, float(bandwidth), gpu.memory_type,
-                                   gpu.backend, gpu.fp16_tflops, [])
-        # A decode step multiplies every held weight once per lane at the full rate.
-        rate = (float(device.matrix_rate(math.inf, traffic.quantized))
-                if device.compute_flops_per_s is not None else 0.0)
-        compute = 2 * active * lanes * 1000 / (rate * read) if rate and active else 0.0
-        weight_rates.append(1000 / (device.weight_efficiency * bandwidth) + compute)
-        kv_rates.append(1000 / (device.kv_efficiency * bandwidth))
-        attention = device.attention_flops_per_s or device.compute_flops_per_s
-        pair_rates.append((4 * 1000 / attention if attention else 0.0)
-                          + device.attention_score_bytes * 1000
-                          / (device.kv_efficiency * bandwidth))
-    # Plans of two or more lanes of a mixture of experts also pay the batched expert
-    # kernel's time per layer.
-    batched = lanes > 1 and bool(traffic.routed_bytes)
-    fixed = 0.0 if efficiency is not None or not kinds else probe.layer_count * min(
-        calibration.fixed_ms(calibration.layer_ms, gpu.backend, [], "")
-        + (calibration.expert_batch_ms.get(gpu.backend or FALLBACK_BACKEND, 0.0)
-           if batched else 0.0) for gpu in kinds)
+        terms = step_terms(work, device.rates)
+        weight_rates.append(float(terms.read_ms + terms.matrix_ms) / read)
+        kv_rates.append(float(device.rates.kv_ms_per_byte))
+        # Attention of one token over one cached token, over every layer.
+        pair_rates.append(float(terms.attention_ms) / lanes)
+        fixed.append(float(terms.fixed_ms))
     return DecodeFloor(read, probe.kv_bytes_per_token, tuple(weight_rates),
-                       tuple(kv_rates), fixed, tuple(pair_rates), width, lanes)
+                       tuple(kv_rates), min(fixed, default=0.0), tuple(pair_rates), 1, lanes)
 
 
-def least_hop_ms(kinds: Sequence[GpuModel], options: Mapping[str, Any]) -> float:
+def least_hop_ms(kinds: Sequence[GpuModel], options: Mapping[str, Any],
+                 traffic: ModelTraffic | None = None) -> float:
     """The least time a hop between two stages on ``kinds`` takes (its calibrated fixed
     time; none for the plain bandwidth-bound estimate): a plan of ``k`` stages pays
     ``k - 1`` of them."""
-    if _efficiency_option(options) is not None or not kinds:
-        return 0.0
-    calibration = load_calibration()
-    return min(calibration.fixed_ms(calibration.hop_ms, gpu.backend, [], "")
-               for gpu in kinds) * _MARGIN
+    dense = traffic or ModelTraffic.dense(1)
+    hops = [device.hop_ms for gpu in kinds
+            if (device := _device(gpu, dense, options)) is not None]
+    return min(hops, default=0.0) * _MARGIN
 
 
 def most_read_per_held_byte(traffic: ModelTraffic, probe: PlanningInput,
@@ -222,30 +231,46 @@ def prefill_unknown(traffic: ModelTraffic | None, options: Mapping[str, Any]) ->
     return ""
 
 
-# The terms of a prefill ubatch's time the floor counts, each at its own per-kind rate.
+# The terms of a prefill micro-batch's time the floor counts, each at its own per-kind
+# rate: weight bytes read, FLOPs of products, parameters staged as FP16, activation units
+# moved, FLOPs of attention (with the scores it moves).
 PREFILL_TERMS = ("read", "matrix", "staging", "activation", "attention")
+# A prompt of more batches than this is bounded by as many groups of batches.
+_BATCH_GROUPS = 64
 
 
 @dataclass(frozen=True, slots=True)
 class PrefillFloor:
-    """What each ubatch of a prompt costs over all stages, per batch and ubatch: the
-    amount of each of :data:`PREFILL_TERMS` (``amounts[b][j]``: weight bytes read, matrix
-    FLOPs, parameters staged as FP16, activation units moved, attention pairs), each
-    kind's least ms per unit of each (``rates[term][kind]``; ``inf`` on a kind with no
-    prefill estimate), and the least fixed per-layer time of a ubatch over the model.
+    """What each micro-batch of a prompt costs over all stages: per batch (or group of
+    batches) and micro-batch, the amount of each of :data:`PREFILL_TERMS`
+    (``amounts[b][j]``), each kind's ms per unit of each (``rates[term][kind]``;
+    ``inf`` on a kind without a bandwidth), and the least fixed per-layer time of a
+    micro-batch over the model. ``batch_weights[b]`` is how many batches row ``b`` stands
+    for, each at least as costly (a later batch attends to more cached tokens).
 
-    A stage's ubatch takes the larger of its read and its matrix products (they overlap)
-    plus the rest; summed over the stages, each term at the plan's fastest kind for it."""
+    A stage's micro-batch takes the larger of its read and its products (they overlap)
+    plus the rest (:func:`planner.performance.step_terms`); summed over the stages, each
+    term at the plan's fastest kind for it."""
 
     amounts: tuple[tuple[tuple[float, ...], ...], ...]
     rates: tuple[tuple[float, ...], ...]
     fixed_ms: float
-    # Each batch's ubatch sizes in tokens, each kind's least fixed time of a hop between
-    # stages, and the time a hop takes per token it carries (the activations over the
-    # link): what passing the ubatches from stage to stage costs.
+    # Each batch's micro-batch sizes in tokens, each kind's least fixed time of a hop
+    # between stages, and the time a hop takes per token it carries (the activations
+    # over the link): what passing the micro-batches from stage to stage costs.
     ubatch_tokens: tuple[tuple[int, ...], ...] = ()
     hop_ms: tuple[float, ...] = ()
     hop_ms_per_token: float = 0.0
+    batch_weights: tuple[int, ...] = ()
+
+    @property
+    def weights(self) -> tuple[int, ...]:
+        return self.batch_weights or (1,) * len(self.amounts)
+
+    @property
+    def batch_count(self) -> int:
+        """The prompt's batches."""
+        return sum(self.weights)
 
     @property
     def read_ms_per_byte(self) -> tuple[float, ...]:
@@ -253,8 +278,9 @@ class PrefillFloor:
 
     def read_bytes(self) -> float:
         """The weight bytes the prompt's batches read at least: each batch's largest
-        ubatch's."""
-        return sum(max(ubatch[0] for ubatch in batch) for batch in self.amounts)
+        micro-batch's."""
+        return sum(weight * max(ubatch[0] for ubatch in batch)
+                   for batch, weight in zip(self.amounts, self.weights, strict=True))
 
     def held_byte_rates(self, body: float) -> tuple[tuple[float, ...], float]:
         """Each kind's least ms per body byte a stage on it holds, and the least ms of
@@ -262,71 +288,76 @@ class PrefillFloor:
 
         :func:`planner.performance.stage_loads` gives a stage the read, matrix, staging
         and activation terms in proportion to the body bytes it holds, and attention in
-        proportion to its layers. Per batch, one ubatch (the costliest at the fastest
-        rates) passes every stage; its stage on kind ``i`` holding ``h`` body bytes
-        takes ``h / body`` of ``max(w r_i, m c_i) + p s_i + a v_i`` or more, while its
-        attention (at the fastest kind's rate) and every layer's fixed time add up to
+        proportion to its layers. Per batch, one micro-batch (the costliest at the
+        fastest rates) passes every stage; its stage on kind ``i`` holding ``h`` body
+        bytes takes ``h / body`` of ``max(w r_i, m c_i) + p s_i + a v_i`` or more, while
+        its attention (at the fastest kind's rate) and every layer's fixed time add up to
         the rest. So a plan's TTFT is at least ``sum_s h_s x rate[kind(s)] + rest``."""
         if not self.rates or not self.rates[0]:
             return (), 0.0
         fastest = [min(column) for column in self.rates]
         rates = [0.0] * len(self.rates[0])
         rest = 0.0
-        for batch in self.amounts:
-            w, m, p, a, q = max(batch, key=lambda ubatch: max(
-                ubatch[0] * fastest[0], ubatch[1] * fastest[1]) + sum(
-                    amount * rate for amount, rate in zip(ubatch[2:], fastest[2:],
-                                                          strict=True)))
+        for batch, weight in zip(self.amounts, self.weights, strict=True):
+            w, m, p, a, q = max(batch, key=lambda ubatch: self._least_of(
+                (*ubatch[:4], 0.0), fastest))
             for i in range(len(rates)):
-                rates[i] += (max(w * self.rates[0][i], m * self.rates[1][i])
-                             + p * self.rates[2][i] + a * self.rates[3][i])
-            rest += q * fastest[4] + self.fixed_ms
+                rates[i] += weight * self._least_of(
+                    (w, m, p, a, 0.0), [column[i] for column in self.rates])
+            rest += weight * (q * fastest[4] + self.fixed_ms)
         return tuple(rate / body * _MARGIN for rate in rates), rest * _MARGIN
 
-    def _least_of(self, ubatch: Sequence[float], rate: Sequence[float]) -> float:
+    @staticmethod
+    def _least_of(ubatch: Sequence[float], rate: Sequence[float]) -> float:
+        """One micro-batch's time at these rates: the estimate's formula
+        (:func:`planner.performance.step_terms`) on its terms, the fixed time apart."""
         read, matrix, staging, activation, attention = rate
         w, m, p, a, q = ubatch
-        return max(w * read, m * matrix) + p * staging + a * activation + q * attention
+        work = Work(weight_bytes=w, matrix_flops=m, kv_bytes=0.0, attention_flops=q,
+                    layers=0, staged_parameters=p, activation_units=a, overlapped=True)
+        return float(step_terms(work, _term_rates(read, matrix, staging, activation,
+                                                  attention)).total_ms)
 
     def pipeline_least_ms(self, body: float, most_stages: int) -> float:
         """The least TTFT of a plan of at most ``most_stages`` stages on these kinds,
-        counting what passing the ubatches from stage to stage costs
+        counting what passing the micro-batches from stage to stage costs
         (:meth:`pipeline_least_ms_by_stages`)."""
         return self.pipeline_least_ms_by_stages(body, most_stages)[-1]
 
     def pipeline_least_ms_by_stages(self, body: float, most_stages: int) -> list[float]:
         """For ``k`` from 1 to ``most_stages``: the least TTFT of a plan of at most ``k``
-        stages on these kinds, counting what passing the ubatches from stage to stage
+        stages on these kinds, counting what passing the micro-batches from stage to stage
         costs.
 
-        :func:`planner.performance.prefill_ms` starts a ubatch on a stage once the stage
-        has finished the one before and the ubatch has crossed the hop to it, so a batch
-        of ``m`` ubatches on ``S`` stages ends no sooner than the first ubatch's way down
-        to any stage ``k``, ``k``'s work on all ``m``, and the last one's way on from
-        ``k``: one ubatch through every stage, ``m - 1`` more on the busiest stage, and
-        ``S - 1`` hops. A stage holding ``h`` body bytes takes ``h x rho`` or more per
-        ubatch (:meth:`held_byte_rates`, at the batch's smallest ubatch and the fastest
-        kind), and the stages hold the whole body, so the busiest takes ``body x rho /
-        S`` or more: more stages shorten it, each at the price of a hop. The least over
-        every stage count."""
+        :func:`planner.performance.prefill_ms` starts a micro-batch on a stage once the
+        stage has finished the one before and the micro-batch has crossed the hop to it,
+        so a batch of ``m`` micro-batches on ``S`` stages ends no sooner than the first
+        micro-batch's way down to any stage ``k``, ``k``'s work on all ``m``, and the last
+        one's way on from ``k``: one micro-batch through every stage, ``m - 1`` more on the
+        busiest stage, and ``S - 1`` hops. A stage holding ``h`` body bytes takes ``h x
+        rho`` or more per micro-batch (:meth:`held_byte_rates`, at the batch's smallest
+        micro-batch and the fastest kind), and the stages hold the whole body, so the
+        busiest takes ``body x rho / S`` or more: more stages shorten it, each at the
+        price of a hop. The least over every stage count."""
         rate = [min(column, default=math.inf) for column in self.rates]
         if not self.ubatch_tokens or any(math.isinf(r) for r in rate):
             return [math.inf] * max(1, most_stages)
         hop = min(self.hop_ms, default=0.0)
-        batches: list[tuple[float, float, float, float]] = []
-        for batch, tokens in zip(self.amounts, self.ubatch_tokens, strict=True):
+        batches: list[tuple[float, float, float, float, int]] = []
+        for batch, tokens, weight in zip(self.amounts, self.ubatch_tokens, self.weights,
+                                         strict=True):
             smallest = tuple(min(column) for column in zip(*batch, strict=True))
-            w, m, p, a, _ = smallest
-            busiest = min(max(w * self.rates[0][i], m * self.rates[1][i])
-                          + p * self.rates[2][i] + a * self.rates[3][i]
+            busiest = min(self._least_of((*smallest[:4], 0.0),
+                                         [column[i] for column in self.rates])
                           for i in range(len(self.rates[0])))
             batches.append((max(self._least_of(ubatch, rate) for ubatch in batch),
                             self._least_of(smallest, rate), (len(batch) - 1) * busiest,
-                            hop + min(tokens) * self.hop_ms_per_token))
+                            hop + min(tokens) * self.hop_ms_per_token, weight))
         least: list[float] = []
         for stages in range(1, max(1, most_stages) + 1):
-            ms = sum(max(whole, smallest + more / stages) + self.fixed_ms
-                     + (stages - 1) * hop_ms for whole, smallest, more, hop_ms in batches)
+            ms = sum(weight * (max(whole, smallest + more / stages) + self.fixed_ms
+                               + (stages - 1) * hop_ms)
+                     for whole, smallest, more, hop_ms, weight in batches)
             least.append(min(ms * _MARGIN, least[-1]) if least else ms * _MARGIN)
         return least
 
@@ -339,10 +370,33 @@ class PrefillFloor:
                 for t, name in enumerate(PREFILL_TERMS)]
         if any(math.isinf(r) for r in rate):
             return math.inf
-        read, matrix, staging, activation, attention = rate
-        return sum(max(max(w * read, m * matrix) + p * staging + a * activation
-                       + q * attention for w, m, p, a, q in batch) + self.fixed_ms
-                   for batch in self.amounts) * _MARGIN
+        return sum(weight * (max(self._least_of(ubatch, rate) for ubatch in batch)
+                             + self.fixed_ms)
+                   for batch, weight in zip(self.amounts, self.weights, strict=True)
+                   ) * _MARGIN
+
+
+def _term_rates(read: float, matrix: float, staging: float, activation: float,
+                attention: float) -> Rates:
+    """:data:`PREFILL_TERMS`' per-unit times as the estimate's :class:`Rates`: the staged
+    parameters and activation units in ms each (their bytes at the read's rate folded
+    in), attention's FLOPs with the scores they move."""
+    per_read = 1 / read if read else 0.0
+    return Rates(read_ms_per_byte=read, kv_ms_per_byte=0.0, matrix_ms_per_flop=matrix,
+                 attention_ms_per_flop=attention, layer_ms=0.0,
+                 activation_bytes=activation * per_read,
+                 staging_bytes_per_parameter=staging * per_read)
+
+
+def _batch_groups(count: int) -> list[tuple[int, int]]:
+    """A prompt's batches as at most :data:`_BATCH_GROUPS` groups (first batch, size), the
+    last batch alone (it may be shorter)."""
+    if count <= _BATCH_GROUPS:
+        return [(index, 1) for index in range(count)]
+    full = count - 1
+    size = -(-full // (_BATCH_GROUPS - 1))
+    groups = [(start, min(size, full - start)) for start in range(0, full, size)]
+    return [*groups, (full, 1)]
 
 
 def prefill_floor(kinds: Sequence[GpuModel], traffic: ModelTraffic, probe: PlanningInput,
@@ -351,66 +405,68 @@ def prefill_floor(kinds: Sequence[GpuModel], traffic: ModelTraffic, probe: Plann
     """The :class:`PrefillFloor` of a ``prompt_tokens`` prompt of the model on ``kinds``
     (calibrated rates: a plain bandwidth-bound estimate makes no prefill estimate).
 
-    As :func:`planner.performance.stage_terms` costs a ubatch of ``t`` tokens at depth
-    ``d``: the shared weights whole and the routed experts its tokens reach; ``2 x
-    active x t`` FLOPs of matrix products at the full rate (the routed experts' small
-    products are slower); the parameters of every weight read staged as FP16 when the
-    model is quantized; ``t x active / hidden_size`` activation units; ``width x (t d +
-    t^2/2)`` attention pairs over the layers."""
-    calibration = load_calibration()
-    body = max(1, sum(layer_weights(probe)) - (traffic.token_embedding_bytes or 0))
-    width = (traffic.attention_width or traffic.hidden_size or 0) * probe.layer_count
-    active = float(traffic.active_parameter_count or 0)
-    routed_active = 0.0
-    if traffic.routed_bytes:
-        routed_active = active * traffic.routed_bytes * traffic.expert_share(1) / (
-            body * traffic.read_share(1))
-    every_expert = (traffic.expert_count or 1) / (traffic.experts_used or 1)
+    Each micro-batch's terms are :func:`planner.performance.step_work` of the whole model
+    (:func:`whole_model`): the weights its tokens reach, the products (a routed expert's
+    small ones at the rate they reach), the parameters a staging kind copies as FP16,
+    the activations, and attention over the cache before it (windows left out); each
+    kind's rates are its :class:`~planner.performance.Rates`. A prompt of many batches is
+    bounded by groups of batches, each at its first (:data:`_BATCH_GROUPS`)."""
+    options = options or {}
+    settings = _settings(options)
+    load = whole_model(probe, traffic)
+    prompt = Prompt(prompt_tokens, settings.depth, settings.batch, settings.ubatch)
+    devices = [_device(gpu, traffic, options) for gpu in kinds]
+    half = load_calibration().half_rate_tokens
+    scores_per_flop = (load.attention_heads / (4 * load.attention_width)
+                       if load.attention_width else 0.0)
 
-    def ubatch(tokens: int, depth: int) -> tuple[float, ...]:
-        share = traffic.expert_share(tokens)
-        staged = (active - routed_active + routed_active * every_expert * share
-                  if traffic.quantized else 0.0)
-        moved = tokens * active / traffic.hidden_size if traffic.hidden_size else 0.0
-        return (body * traffic.read_share(tokens), 2 * active * tokens, staged, moved,
-                width * (tokens * depth + tokens * tokens / 2))
+    def ubatch(tokens: float, before: float) -> tuple[float, ...]:
+        work = step_work(load, traffic, tokens=tokens, sequences=1, cached=before + tokens,
+                         attended=before + tokens / 2, overlapped=True, stage_weights=True)
+        routed = float(work.routed_flops) * (float(work.routed_tokens) + half) / max(
+            float(work.routed_tokens), 1e-9)
+        return (float(work.weight_bytes), float(work.matrix_flops) + routed,
+                float(work.staged_parameters), float(work.activation_units),
+                float(work.attention_flops))
 
-    amounts = tuple(tuple(ubatch(tokens, depth) for tokens, depth in batch)
-                    for batch in ubatches(prompt_tokens))
+    groups = _batch_groups(prompt.batch_count)
+    amounts, tokens_of = [], []
+    for first, _ in groups:
+        sizes, before = prompt.batch_shape(first)
+        amounts.append(tuple(ubatch(float(t), float(b)) for t, b in zip(sizes, before,
+                                                                          strict=True)))
+        tokens_of.append(tuple(int(t) for t in sizes))
     rates: list[list[float]] = [[] for _ in PREFILL_TERMS]
-    for gpu in kinds:
-        bandwidth = gpu.memory_bandwidth_bytes_per_s
-        if gpu.fp16_tflops is None or traffic.active_parameter_count is None or not bandwidth:
+    fixed, hops = [], []
+    for device in devices:
+        if device is None or traffic.active_parameter_count is None:
             for column in rates:
                 column.append(math.inf)
             continue
-        device = calibrated_device(calibration, float(bandwidth), gpu.memory_type,
-                                   gpu.backend, gpu.fp16_tflops, [])
-        read = 1000 / (device.weight_efficiency * bandwidth)
-        matrix = float(device.matrix_rate(math.inf, traffic.quantized))
-        attention = device.attention_flops_per_s or device.compute_flops_per_s
-        rates[0].append(read)
-        rates[1].append(1000 / matrix if matrix else math.inf)
-        rates[2].append(device.staging_bytes_per_parameter * read)
-        rates[3].append(device.activation_bytes * read)
-        rates[4].append((4 * 1000 / attention if attention else math.inf)
-                        + device.attention_score_bytes * 1000
-                        / (device.kv_efficiency * bandwidth))
-    fixed = 0.0 if not kinds else probe.layer_count * min(
-        calibration.fixed_ms(calibration.layer_ms, gpu.backend, [], "") for gpu in kinds)
+        r = device.rates
+        rates[0].append(float(r.read_ms_per_byte))
+        rates[1].append(float(r.matrix_ms_per_flop) or math.inf)
+        rates[2].append(float(r.staging_bytes_per_parameter * r.read_ms_per_byte))
+        rates[3].append(float(r.activation_bytes * r.read_ms_per_byte))
+        rates[4].append(float(r.attention_ms_per_flop
+                              + scores_per_flop * r.score_bytes * r.kv_ms_per_byte))
+        fixed.append(load.layer_count * float(r.layer_ms))
+        hops.append(device.hop_ms)
     # A hop after a stage on a kind: its calibrated fixed time and the kind's own
-    # stage-transfer latency, then the ubatch's activations over the link.
-    hops = tuple(calibration.fixed_ms(calibration.hop_ms, gpu.backend, [], "")
-                 + (gpu.stage_transfer_latency_ms or 0) for gpu in kinds)
-    link = (options or {}).get("link_bandwidth_bytes_per_s") or DEFAULT_LINK_BANDWIDTH_BYTES_PER_S
+    # stage-transfer latency, then the micro-batch's activations over the link.
+    latencies = tuple(hop + (gpu.stage_transfer_latency_ms or 0)
+                      for hop, gpu in zip(hops, [g for g, d in zip(kinds, devices,
+                                                                   strict=True)
+                                                 if d is not None], strict=False))
+    link = options.get("link_bandwidth_bytes_per_s") or DEFAULT_LINK_BANDWIDTH_BYTES_PER_S
     per_token = (traffic.hidden_size or 0) * ACTIVATION_BYTES_PER_VALUE / float(link) * 1000
-    tokens = tuple(tuple(size for size, _ in batch) for batch in ubatches(prompt_tokens))
-    return PrefillFloor(amounts, tuple(tuple(column) for column in rates), fixed, tokens,
-                        hops, per_token)
+    return PrefillFloor(tuple(amounts), tuple(tuple(column) for column in rates),
+                        min(fixed, default=0.0), tuple(tokens_of), latencies, per_token,
+                        tuple(size for _, size in groups))
 
 
 def prefill_floor_ms(gpu: GpuModel, traffic: ModelTraffic, probe: PlanningInput,
                      prompt_tokens: int) -> float:
     """The least TTFT of a ``prompt_tokens`` prompt on a plan of nodes of kind ``gpu``
-    alone (``inf`` without ``fp16_tflops``: no prefill estimate)."""
+    alone."""
     return prefill_floor([gpu], traffic, probe, prompt_tokens).least_ms()

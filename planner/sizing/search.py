@@ -74,9 +74,11 @@ from planner.models.spec import ModelSpec
 from planner.performance import (
     DEFAULT_LINK_BANDWIDTH_BYTES_PER_S,
     ModelTraffic,
+    NodeSpeed,
     PerformanceError,
     PlanEstimate,
     fleet_estimate,
+    kinds_error_note,
     load_calibration,
     node_speeds,
 )
@@ -552,8 +554,9 @@ def size_fleet(
     used = {kind for fleet in (*fleets, *front) if fleet.estimate is not None
             for kind, _ in fleet.counts}
     error_note = ("" if not used or bandwidth_efficiency is not None else
-                  load_calibration().error_note(
-                      gpu.memory_type for gpu in chosen if gpu.kind in used))
+                  kinds_error_note(load_calibration(),
+                                   (NodeSpeed.of_kind(gpu.kind, gpu) for gpu in chosen
+                                    if gpu.kind in used)))
     return SizingResult(tuple(fleets), front, targets, minimum_context,
                         tuple(gpu.kind for gpu in chosen), tuple(skipped),
                         search.plans_evaluated, tuple(notes), price_kind, error_note)
@@ -986,7 +989,7 @@ def _prefill_read_covers(search: _Search, probe: PlanningInput, candidates: Sequ
     # (floors.PrefillFloor.held_byte_rates): a stage holds at most rho x u of the body.
     rates, rest = floor.held_byte_rates(body)
     return [*_time_covers(read, rho * read / body, floor.read_ms_per_byte,
-                          ttft - floor.fixed_ms * len(floor.amounts), needs, _READ_COVERS,
+                          ttft - floor.fixed_ms * floor.batch_count, needs, _READ_COVERS,
                           f"no fleet reads the weights a {prompt:,}-token prompt uses "
                           f"within the TTFT target of {ttft} ms on the nodes to be had: the "
                           "fastest hold too little of them"),
@@ -1059,7 +1062,7 @@ def _speed_carriers(search: _Search, probe: PlanningInput, candidates: Sequence[
         least = floor.least_ms()
         if least > ttft:
             fastest = min(range(len(search.kinds)), key=lambda i: floor.read_ms_per_byte[i])
-            why = ("no kind has fp16_tflops" if math.isinf(least) else
+            why = ("no kind states a memory bandwidth" if math.isinf(least) else
                    f"reading the weights a ubatch uses and computing with them takes at "
                    f"least {least:,.0f} ms at the fastest kinds' rates "
                    f"({search.kinds[fastest].kind})")

@@ -14,7 +14,6 @@ import pandas as pd
 from planner.errors import CodedError, PlanError
 from planner.performance import (
     PlanEstimate,
-    format_duration_ms,
     try_estimate,
     with_candidate_estimates,
     with_stage_estimates,
@@ -132,7 +131,7 @@ class Evaluation:
         text = f"{estimate.tokens_per_s:,.1f} tokens/s"
         if estimate.estimated_context_fill_ms is not None:
             text += (f", filling the context takes "
-                     f"{format_duration_ms(estimate.estimated_context_fill_ms)}")
+                     f"{format_milliseconds(estimate.estimated_context_fill_ms)}")
         if estimate.cost_per_hour_usd is not None:
             text += (f", USD {estimate.cost_per_hour_usd:,.2f}/h, USD "
                      f"{estimate.cost_per_million_tokens_usd:,.2f} per million tokens")

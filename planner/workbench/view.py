@@ -19,7 +19,7 @@ from planner.figures import (
     memory_figure,
 )
 from planner.figures.plan import shape_target_met, shape_tpot
-from planner.performance import ESTIMATE_NOTE, format_duration_ms
+from planner.performance import ESTIMATE_NOTE
 from planner.planning import ChoiceExplanation, ShapeOption
 from planner.planning.explain import RULE_TEXT
 from planner.units import format_bytes, format_milliseconds
@@ -138,7 +138,7 @@ def candidates_table_html(candidates: pd.DataFrame, target_ms: int | None = None
             _cell(f"★ {shape.selected_lanes} lanes" if shape.selected else "", text=True),
             *([_cell("" if pd.isna(network) else format_milliseconds(network))]
               if speed else []),
-            *([_cell(format_duration_ms(value) if (value := fill.get(
+            *([_cell(format_milliseconds(value) if (value := fill.get(
                 (shape.context_length, shape.stage_count))) is not None else "")]
               if fill else []),
         ]))

@@ -1,0 +1,159 @@
+"""An ESTIMATE of decode and prefill speed and of cost for a plan (pure: no widgets, no
+plotting), calibrated on published llama.cpp measurements (docs/speed.md).
+
+**One formula** (:mod:`~planner.performance.roofline`): a step of ``t`` tokens on a stage
+(a decode step of ``t`` lanes, or a prompt's micro-batch) does :class:`Work` (weight bytes
+read; the FLOPs of its products, a routed expert's small products apart; the parameters
+it stages as FP16 and the activation units it moves; the cache bytes it reads; attention's
+FLOPs and scores; its layers), each unit costing what :class:`Rates` say on the stage's
+GPU run a given way (:class:`RunSettings`: backend, flash attention, micro-batch, cached
+tokens, build), and :func:`step_ms` adds them up: a micro-batch's products overlap its
+read (the slower counts), a decode step's add to it, and the rest adds on.
+
+**Decode**: ``estimated_tpot_ms`` is every stage's step plus each hop (a fixed time, the
+node's latency and ``hidden_size x 4`` bytes a token over the link);
+``tokens_per_s = lanes x 1000 / estimated_tpot_ms``.
+
+**Prefill**: a prompt runs in batches of ``batch`` tokens, each in micro-batches of
+``ubatch``; a batch's micro-batches flow through the stages as a pipeline
+(:func:`pipeline_ms`) and the batches follow one another, summed with bounded work
+(:func:`~planner.performance.roofline.batch_sum`). ``ttft_ms`` is a prompt's prefill after
+``settings.depth`` cached tokens, ``estimated_context_fill_ms`` the plan's whole
+context's.
+
+The rates come from the GPU kind's published figures (memory bandwidth, dense FP16
+throughput, or a stated stand-in where there is none) at the calibration's fitted figures
+for its backend and memory type (:class:`SpeedCalibration`, shipped in
+``planner/data/speed-calibration.toml`` with the error cross-validated on sources and GPU
+kinds the fit did not see); ``bandwidth_efficiency=x`` instead applies one efficiency to
+weights and cache and nothing else: the plain bandwidth-bound estimate.
+
+``cost_per_hour_usd = sum(price_per_hour)`` over the nodes paid for, and
+``cost_per_million_tokens_usd = cost_per_hour_usd / (tokens_per_s x 3600) x 10**6``.
+Everything here is an estimate and is labelled so wherever it is shown
+(:data:`ESTIMATE_NOTE`, :meth:`SpeedCalibration.error_note`).
+
+The package, one idea a module: :mod:`~planner.performance.traffic` (what a model's
+steps move and compute, and each stage's share), :mod:`~planner.performance.settings`
+(how llama.cpp is run), :mod:`~planner.performance.calibration` (the fitted figures and
+their loader), :mod:`~planner.performance.device` (a GPU kind's rates),
+:mod:`~planner.performance.roofline` (the one formula, a decode step and a prefill),
+:mod:`~planner.performance.estimate` (a plan's estimate and its cost) and
+:mod:`~planner.performance.tables` (the estimate as table columns).
+"""
+
+from planner.performance.calibration import (
+    CALIBRATION_FILE,
+    BackendFigures,
+    CrossValidatedError,
+    SpeedCalibration,
+    load_calibration,
+)
+from planner.performance.device import (
+    FALLBACK_BACKEND,
+    NodeSpeed,
+    calibrated_device,
+    kinds_error_note,
+    matrix_tflops,
+    plain_device,
+)
+from planner.performance.errors import PerformanceError
+from planner.performance.estimate import (
+    ACTIVATION_BYTES_PER_VALUE,
+    DEFAULT_LINK_BANDWIDTH_BYTES_PER_S,
+    ESTIMATE_NOTE,
+    INTRA_HOST_LINK_BYTES_PER_S,
+    PlanEstimate,
+    StageEstimate,
+    check_prompt,
+    cost_per_million_tokens,
+    estimate_plan,
+    fleet_estimate,
+    node_speeds,
+    try_estimate,
+)
+from planner.performance.roofline import (
+    Device,
+    Prompt,
+    Rates,
+    StepTerms,
+    Work,
+    decode_step,
+    pipeline_ms,
+    prefill_ms,
+    step_ms,
+    step_terms,
+    step_work,
+)
+from planner.performance.settings import DEFAULT_SETTINGS, MMQ_DEFAULT_BUILD, RunSettings
+from planner.performance.tables import (
+    ESTIMATE_COLUMNS,
+    stage_estimates,
+    with_candidate_estimates,
+    with_stage_estimates,
+)
+from planner.performance.traffic import (
+    EMBEDDING_ROW_BYTES_PER_VALUE,
+    SPEED_FIELDS,
+    ModelTraffic,
+    StageLoad,
+    even_layers,
+    fleet_model_traffic,
+    model_traffic,
+    stage_loads,
+    with_weight_bytes,
+)
+
+__all__ = [
+    "ACTIVATION_BYTES_PER_VALUE",
+    "CALIBRATION_FILE",
+    "DEFAULT_LINK_BANDWIDTH_BYTES_PER_S",
+    "DEFAULT_SETTINGS",
+    "EMBEDDING_ROW_BYTES_PER_VALUE",
+    "ESTIMATE_COLUMNS",
+    "ESTIMATE_NOTE",
+    "FALLBACK_BACKEND",
+    "INTRA_HOST_LINK_BYTES_PER_S",
+    "MMQ_DEFAULT_BUILD",
+    "SPEED_FIELDS",
+    "BackendFigures",
+    "CrossValidatedError",
+    "Device",
+    "ModelTraffic",
+    "NodeSpeed",
+    "PerformanceError",
+    "PlanEstimate",
+    "Prompt",
+    "Rates",
+    "RunSettings",
+    "SpeedCalibration",
+    "StageEstimate",
+    "StageLoad",
+    "StepTerms",
+    "Work",
+    "calibrated_device",
+    "check_prompt",
+    "cost_per_million_tokens",
+    "decode_step",
+    "estimate_plan",
+    "even_layers",
+    "fleet_estimate",
+    "fleet_model_traffic",
+    "kinds_error_note",
+    "load_calibration",
+    "matrix_tflops",
+    "model_traffic",
+    "node_speeds",
+    "pipeline_ms",
+    "plain_device",
+    "prefill_ms",
+    "stage_estimates",
+    "stage_loads",
+    "step_ms",
+    "step_terms",
+    "step_work",
+    "try_estimate",
+    "with_candidate_estimates",
+    "with_stage_estimates",
+    "with_weight_bytes",
+]

@@ -1,0 +1,312 @@
+"""The fitted figures of the speed estimate (:class:`SpeedCalibration`), their checks, and
+the shipped calibration (``planner/data/speed-calibration.toml``).
+
+Each figure has a physical meaning and is fitted on published measurements of several
+GPUs (``validation/speed/calibration.py``):
+
+- per llama.cpp backend (:class:`BackendFigures`): the shares of a GPU's peak memory
+  bandwidth its kernels reach reading weights and reading the KV cache, the shares of
+  its peak FP16 throughput its matrix products and its attention reach, the rate of its
+  products on quantized weights against FP16 ones, a fixed time per layer of every step
+  (kernel launches and synchronisation), and a fixed time per hop between devices;
+- per memory type: the share of the bandwidth reached on it against GDDR (HBM's wide,
+  slow channels need more reads in flight than llama.cpp's kernels keep);
+- shared by every backend: the bytes a micro-batch moves between its kernels per token
+  and unit of matrix width, the tokens at which a product runs at half its rate, and
+  what a GPU that states no FP16 figure is taken to compute (:mod:`planner.models.gpus`).
+
+Beside them, the estimate's error measured by cross-validation, per backend, memory type
+and phase (:class:`CrossValidatedError`), which every estimate states with itself.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from typing import Any
+
+from planner._validate import number, shown
+from planner.models.presets import data_dir
+from planner.performance.errors import PerformanceError
+
+CALIBRATION_FILE = "speed-calibration.toml"
+PHASES = ("decode", "prefill")
+# The memory type the others are measured against (its factor is 1 by definition).
+REFERENCE_MEMORY_TYPE = "gddr"
+# A cross-validated error is quoted for a backend and memory type from this many held-out
+# rows on; with fewer, the backend's over every memory type is quoted.
+QUOTED_FROM_ROWS = 10
+# How each constant is bounded: what a share of a peak, a time or a size can be.
+_SHARE = (0.0, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class BackendFigures:
+    """One llama.cpp backend's fitted figures (the module docstring says what each is).
+    The cache is read at ``kv_efficiency`` with flash attention and at
+    ``kv_efficiency_without_flash_attention`` without (llama.cpp then stores V
+    transposed, and the product with it reads it so); attention computes at
+    ``attention_efficiency`` of the FP16 figure with flash attention, and without it at
+    ``matrix_efficiency`` (its products are matrix products then). A figure is ``None``
+    where nothing measured it (no prefill, no split, no run in that attention mode)."""
+
+    weight_efficiency: float
+    layer_ms: float
+    kv_efficiency: float | None = None
+    kv_efficiency_without_flash_attention: float | None = None
+    matrix_efficiency: float | None = None
+    attention_efficiency: float | None = None
+    quantized_matrix_factor: float = 1.0
+    hop_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if value is None and item.name in _OPTIONAL:
+                continue
+            low, high = _BACKEND_BOUNDS[item.name]
+            object.__setattr__(self, item.name, _figure(value, item.name, low, high))
+
+    def to_dict(self) -> dict[str, float]:
+        return {item.name: getattr(self, item.name) for item in fields(self)
+                if getattr(self, item.name) is not None}
+
+
+_OPTIONAL = ("kv_efficiency", "kv_efficiency_without_flash_attention", "matrix_efficiency",
+             "attention_efficiency", "hop_ms")
+_BACKEND_BOUNDS = {"weight_efficiency": _SHARE, "kv_efficiency": _SHARE,
+                   "kv_efficiency_without_flash_attention": _SHARE,
+                   "matrix_efficiency": _SHARE, "attention_efficiency": _SHARE,
+                   "quantized_matrix_factor": (0.0, 4.0), "layer_ms": (-1e-12, 10.0),
+                   "hop_ms": (-1e-12, 100.0)}
+_SHARED_BOUNDS = {"activation_bytes": (-1e-12, 256.0), "half_rate_tokens": (-1e-12, 4096.0),
+                  "fallback_matrix_factor": (0.0, 64.0)}
+
+
+@dataclass(frozen=True, slots=True)
+class CrossValidatedError:
+    """The estimate's median absolute error, (estimated - measured) / measured in time, on
+    ``rows`` measurements of one phase held out of the fit: every measurement of a GPU
+    predicted by a fit without that GPU (``held_out = "gpu"``), or of a source without
+    that source (``"source"``). ``backend`` and ``memory_type`` are ``"all"`` for every
+    one; ``figure`` is ``"stated"`` for GPUs with a published FP16 figure, else the
+    fallback the estimate used (``"shaders"``, ``"bandwidth"``)."""
+
+    phase: str
+    backend: str
+    memory_type: str
+    held_out: str
+    rows: int
+    median_abs_error: float
+    figure: str = "stated"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"phase": self.phase, "backend": self.backend,
+                "memory_type": self.memory_type, "held_out": self.held_out,
+                "rows": self.rows, "median_abs_error": self.median_abs_error,
+                "figure": self.figure}
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedCalibration:
+    """The fitted figures (the module docstring says what each is) and the
+    cross-validated error they were measured with."""
+
+    backends: Mapping[str, BackendFigures]
+    memory_factors: Mapping[str, float]
+    activation_bytes: float
+    half_rate_tokens: float
+    fallback_matrix_factor: float
+    # Per GPU vendor (and "all"): the median FP16 FLOPs per byte of memory bandwidth of
+    # the measured kinds that state an FP16 figure, a kind that states neither it nor
+    # its shaders computes at (planner.performance.device).
+    fallback_flops_per_byte: Mapping[str, float]
+    cross_validated: tuple[CrossValidatedError, ...] = ()
+    source: str = f"planner/data/{CALIBRATION_FILE}"
+
+    def __post_init__(self) -> None:
+        if not self.backends:
+            raise PerformanceError("InvalidCalibration", "backends is empty",
+                                   field="backends")
+        for name, (low, high) in _SHARED_BOUNDS.items():
+            object.__setattr__(self, name, _figure(getattr(self, name), name, low, high))
+        if "all" not in self.fallback_flops_per_byte:
+            raise PerformanceError("InvalidCalibration", "fallback_flops_per_byte.all is "
+                                   "missing", field="fallback_flops_per_byte.all")
+        for vendor, value in self.fallback_flops_per_byte.items():
+            if (isinstance(value, bool) or not isinstance(value, int | float)
+                    or not 0 < value <= 1e5):
+                raise PerformanceError(
+                    "InvalidCalibration", f"fallback_flops_per_byte.{vendor} must be above "
+                    "0 and at most 100,000", field=f"fallback_flops_per_byte.{vendor}",
+                    value=value)
+        for kind, value in self.memory_factors.items():
+            if (isinstance(value, bool) or not isinstance(value, int | float)
+                    or not 0 < value <= 2):
+                raise PerformanceError("InvalidCalibration",
+                                       f"memory_factors.{kind} must be above 0 and at most 2",
+                                       field=f"memory_factors.{kind}", value=value)
+
+    def median_figure(self, name: str) -> float | None:
+        """The median of one figure over the backends that have it."""
+        values = sorted(v for v in (getattr(f, name) for f in self.backends.values())
+                        if v is not None)
+        return values[len(values) // 2] if values else None
+
+    def backend(self, backend: str, notes: list[str]) -> BackendFigures:
+        """The figures of ``backend``; of one never measured, each figure's median over
+        the measured backends (and the notes say so)."""
+        if backend in self.backends:
+            return self.backends[backend]
+        notes.append(f"llama.cpp's {backend} backend was never measured: each of its "
+                     "figures is the median of the measured backends', and its error is "
+                     "not known")
+        medians: dict[str, Any] = {item.name: self.median_figure(item.name)
+                                   for item in fields(BackendFigures)}
+        return BackendFigures(**medians)
+
+    def memory_factor(self, memory_type: str | None, notes: list[str]) -> float:
+        """The share of the bandwidth reached on ``memory_type`` against GDDR."""
+        if memory_type is None or memory_type == REFERENCE_MEMORY_TYPE:
+            if memory_type is None:
+                notes.append(f"a GPU kind states no memory type: taken as "
+                             f"{REFERENCE_MEMORY_TYPE}")
+            return 1.0
+        if memory_type not in self.memory_factors:
+            notes.append(f"memory type {memory_type} was never measured: taken as "
+                         f"{REFERENCE_MEMORY_TYPE}")
+            return 1.0
+        return self.memory_factors[memory_type]
+
+    def error(self, phase: str, backend: str | None, memory_type: str | None,
+              figure: str = "stated") -> CrossValidatedError | None:
+        """The larger of the two cross-validated errors (by GPU and by source) of
+        ``phase`` for the most specific group with enough rows: the backend and memory
+        type, else the backend, else every row; for a fallback FP16 figure, its own."""
+        found = [e for e in self.cross_validated if e.phase == phase and e.figure == figure]
+        for wanted in ((backend, memory_type), (backend, "all"), ("all", "all")):
+            group = [e for e in found if (e.backend, e.memory_type) == wanted
+                     and e.rows >= (QUOTED_FROM_ROWS if wanted != ("all", "all") else 1)]
+            if group:
+                return max(group, key=lambda e: e.median_abs_error)
+        return None
+
+    def error_note(self, groups: Iterable[tuple[str | None, str | None, str]]) -> str:
+        """One sentence: the cross-validated error of each (backend, memory type, FP16
+        figure) the estimate used."""
+        parts = []
+        for backend, memory_type, figure in sorted(set(groups), key=str):
+            said = []
+            for phase in PHASES:
+                entry = self.error(phase, backend, memory_type,
+                                   figure if phase == "prefill" else "stated")
+                if entry is not None:
+                    said.append(f"{phase} {entry.median_abs_error:.0%}")
+            if not said:
+                continue
+            how = "" if figure == "stated" else (
+                ", FP16 throughput from shaders and clock" if figure == "shaders" else
+                ", FP16 throughput from memory bandwidth")
+            parts.append(f"{backend or 'unknown backend'} on {memory_type or 'unknown'} "
+                         f"memory{how}: " + ", ".join(said))
+        if not parts:
+            return "The estimate's error was not measured."
+        return ("Median error on published measurements of GPUs and sources the fit did "
+                "not see (cross-validated): " + "; ".join(parts) + ".")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backends": {name: figures.to_dict()
+                             for name, figures in sorted(self.backends.items())},
+                "memory_factors": dict(sorted(self.memory_factors.items())),
+                "shared": {name: getattr(self, name) for name in _SHARED_BOUNDS},
+                "fallback_flops_per_byte": dict(sorted(self.fallback_flops_per_byte.items())),
+                "cross_validated": [e.to_dict() for e in self.cross_validated]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "calibration"
+                  ) -> SpeedCalibration:
+        known = ("backends", "memory_factors", "shared", "fallback_flops_per_byte",
+                 "cross_validated")
+        if not isinstance(data, Mapping):
+            raise PerformanceError("InvalidCalibration", f"{source}: must be a table",
+                                   field="calibration")
+        for key in data:
+            if key not in known:
+                raise PerformanceError("InvalidCalibration",
+                                       f"{source}: {key} is not a known field; expected "
+                                       f"{', '.join(known)}", field=key)
+        backends = {}
+        for name, table in _table(data, "backends", source).items():
+            if not isinstance(table, Mapping):
+                raise PerformanceError("InvalidCalibration",
+                                       f"{source}: backends.{name} must be a table",
+                                       field=f"backends.{name}")
+            allowed = {item.name for item in fields(BackendFigures)}
+            unknown = sorted(set(table) - allowed)
+            if unknown:
+                raise PerformanceError("InvalidCalibration",
+                                       f"{source}: backends.{name}.{unknown[0]} is not a "
+                                       "known figure", field=f"backends.{name}.{unknown[0]}")
+            try:
+                backends[name] = BackendFigures(**table)
+            except TypeError as error:
+                raise PerformanceError("InvalidCalibration",
+                                       f"{source}: backends.{name}: {error}",
+                                       field=f"backends.{name}") from None
+            except PerformanceError as error:
+                raise PerformanceError("InvalidCalibration",
+                                       f"{source}: backends.{name}.{error.message}",
+                                       field=f"backends.{name}.{error.details['field']}"
+                                       ) from None
+        shared = _table(data, "shared", source)
+        missing = [name for name in _SHARED_BOUNDS if name not in shared]
+        if missing:
+            raise PerformanceError("InvalidCalibration",
+                                   f"{source}: shared.{missing[0]} is missing",
+                                   field=f"shared.{missing[0]}")
+        errors = []
+        for entry in data.get("cross_validated", []):
+            try:
+                errors.append(CrossValidatedError(
+                    str(entry["phase"]), str(entry["backend"]), str(entry["memory_type"]),
+                    str(entry["held_out"]), int(entry["rows"]),
+                    float(entry["median_abs_error"]), str(entry.get("figure", "stated"))))
+            except (KeyError, TypeError, ValueError):
+                raise PerformanceError(
+                    "InvalidCalibration", f"{source}: cross_validated entries need phase, "
+                    "backend, memory_type, held_out, rows and median_abs_error",
+                    field="cross_validated") from None
+        return cls(backends, dict(_table(data, "memory_factors", source)),
+                   **{name: shared[name] for name in _SHARED_BOUNDS},
+                   fallback_flops_per_byte=dict(_table(data, "fallback_flops_per_byte",
+                                                       source)),
+                   cross_validated=tuple(errors), source=source)
+
+
+def _figure(value: Any, name: str, low: float, high: float) -> float:
+    """A fitted figure above ``low`` and at most ``high`` (``InvalidCalibration``)."""
+    return float(number(value, lambda problem, got: PerformanceError(
+        "InvalidCalibration", f"{name}: {problem} (got {shown(got)})", field=name,
+        value=got), above=low, maximum=high))
+
+
+def _table(data: Mapping[str, Any], key: str, source: str) -> Mapping[str, Any]:
+    table = data.get(key, {})
+    if not isinstance(table, Mapping):
+        raise PerformanceError("InvalidCalibration", f"{source}: {key} must be a table",
+                               field=key)
+    return table
+
+
+@lru_cache(maxsize=1)
+def _shipped_calibration() -> SpeedCalibration:
+    path = data_dir() / CALIBRATION_FILE
+    with path.open("rb") as handle:
+        return SpeedCalibration.from_dict(tomllib.load(handle), f"planner/data/{CALIBRATION_FILE}")
+
+
+def load_calibration() -> SpeedCalibration:
+    """The shipped calibration (``planner/data/speed-calibration.toml``)."""
+    return _shipped_calibration()

@@ -1,0 +1,172 @@
+"""A GPU kind as the estimate reads it (:class:`NodeSpeed`), and its :class:`Rates` at a
+run's settings with the calibration's figures (:func:`calibrated_device`).
+
+A kind's matrix throughput is its published dense FP16 figure (``fp16_tflops``). A kind
+that states none computes at a stand-in, and its estimate says so and quotes the wider
+error measured for it: the FP32 vector rate of its shaders and clock times the fitted
+``fallback_matrix_factor`` (``"shaders"``; a CPU's from its cores, SIMD width and clock),
+else its memory bandwidth times the median FP16 FLOPs per byte of the measured kinds of
+its vendor (of the measured CPUs, for a CPU; of all, for a vendor never measured:
+``"bandwidth"``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from planner.models.gpus import GpuModel
+from planner.performance.calibration import BackendFigures, SpeedCalibration
+from planner.performance.roofline import (
+    SCORE_BYTES_WITHOUT_FLASH_ATTENTION,
+    STAGING_BYTES_PER_PARAMETER,
+    Device,
+    Rates,
+)
+from planner.performance.settings import (
+    DEFAULT_SETTINGS,
+    RunSettings,
+    stages_quantized_weights,
+)
+
+# Where neither the settings nor a kind name a backend, this one stands in (and the
+# estimate says so).
+FALLBACK_BACKEND = "cuda"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpeed:
+    """What the estimate needs to know about one node (from its catalog kind)."""
+
+    node_id: str
+    memory_bandwidth_bytes_per_s: int | None
+    price_per_hour: float | None
+    kind: str | None = None
+    memory_type: str | None = None
+    backend: str | None = None
+    fp16_tflops: float | None = None
+    vector_tflops: float | None = None
+    vendor: str | None = None
+
+    @classmethod
+    def of_kind(cls, node_id: str, gpu: GpuModel) -> NodeSpeed:
+        return cls(node_id, gpu.memory_bandwidth_bytes_per_s, gpu.price_per_hour, gpu.kind,
+                   gpu.memory_type, gpu.backend, gpu.fp16_tflops, gpu.vector_tflops,
+                   gpu.vendor)
+
+
+def matrix_tflops(speed: NodeSpeed, calibration: SpeedCalibration) -> tuple[float, str]:
+    """The FP16 matrix throughput the estimate computes with, in TFLOPS, and which figure
+    it is: ``"stated"``, ``"shaders"`` or ``"bandwidth"`` (the module docstring)."""
+    if speed.fp16_tflops is not None:
+        return speed.fp16_tflops, "stated"
+    if speed.vector_tflops is not None:
+        return speed.vector_tflops * calibration.fallback_matrix_factor, "shaders"
+    bandwidth = speed.memory_bandwidth_bytes_per_s or 0
+    ratios = calibration.fallback_flops_per_byte
+    key = "cpu" if speed.backend == "cpu" else speed.vendor or ""
+    return bandwidth * ratios.get(key, ratios["all"]) / 1e12, "bandwidth"
+
+
+def backend_of(speed: NodeSpeed, settings: RunSettings, notes: list[str]) -> str:
+    """The backend a node runs: the settings', else its kind's, else
+    :data:`FALLBACK_BACKEND` (said in ``notes``)."""
+    if settings.backend is not None:
+        return settings.backend
+    if speed.backend is not None:
+        return speed.backend
+    notes.append(f"{speed.kind or speed.node_id} states no llama.cpp backend: "
+                 f"{FALLBACK_BACKEND} taken")
+    return FALLBACK_BACKEND
+
+
+def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
+                      settings: RunSettings, quantized: bool, notes: list[str]) -> Device:
+    """A node's :class:`Device`: its kind's bandwidth and throughput at the calibration's
+    figures for its backend and memory type, at the run's settings (flash attention, the
+    build), for a model whose weights are ``quantized`` or not."""
+    backend = backend_of(speed, settings, notes)
+    figures = calibration.backend(backend, notes)
+    bandwidth = (speed.memory_bandwidth_bytes_per_s or 0) * calibration.memory_factor(
+        speed.memory_type, notes)
+    tflops, figure = matrix_tflops(speed, calibration)
+    if figure != "stated":
+        notes.append(f"{speed.kind or speed.node_id} states no fp16_tflops: its FP16 "
+                     + ("throughput is taken from its shaders and clock"
+                        if figure == "shaders" else
+                        "throughput is taken from its memory bandwidth")
+                     + ", and its prefill estimate is less sure")
+    staging = quantized and stages_quantized_weights(backend, settings.build)
+    matrix = _figure(calibration, figures, "matrix_efficiency", backend, notes)
+    if settings.flash_attn:
+        kv = _figure(calibration, figures, "kv_efficiency", backend, notes)
+        attention = _figure(calibration, figures, "attention_efficiency", backend, notes)
+    else:
+        kv = _figure(calibration, figures, "kv_efficiency_without_flash_attention", backend,
+                     notes)
+        attention = matrix
+    factor = figures.quantized_matrix_factor if quantized and not staging else 1.0
+    flops = tflops * 1e12
+    rates = Rates(
+        read_ms_per_byte=1000 / (figures.weight_efficiency * bandwidth),
+        kv_ms_per_byte=1000 / (kv * bandwidth),
+        matrix_ms_per_flop=1000 / (matrix * factor * flops),
+        attention_ms_per_flop=1000 / (attention * flops),
+        layer_ms=figures.layer_ms,
+        activation_bytes=calibration.activation_bytes,
+        staging_bytes_per_parameter=STAGING_BYTES_PER_PARAMETER if staging else 0.0,
+        score_bytes=0.0 if settings.flash_attn else SCORE_BYTES_WITHOUT_FLASH_ATTENTION,
+        half_rate_tokens=calibration.half_rate_tokens)
+    hop = _figure(calibration, figures, "hop_ms", backend, notes)
+    return Device(rates, staging, hop, figure, backend)
+
+
+def plain_device(bandwidth_bytes_per_s: float, efficiency: float) -> Device:
+    """The plain bandwidth-bound estimate's device: weights and cache read at one
+    ``efficiency`` of peak, no compute, no fixed times."""
+    read = 1000 / (efficiency * bandwidth_bytes_per_s)
+    return Device(Rates(read_ms_per_byte=read, kv_ms_per_byte=read, matrix_ms_per_flop=0.0,
+                        attention_ms_per_flop=0.0, layer_ms=0.0))
+
+
+# What a figure measures, for the note that says it was not measured on a backend.
+_MEASURED_BY = {"matrix_efficiency": "prompt processing",
+                "attention_efficiency": "prompt processing with flash attention",
+                "kv_efficiency": "decoding with flash attention",
+                "kv_efficiency_without_flash_attention": "decoding without flash attention",
+                "hop_ms": "a split over several GPUs"}
+
+
+# A figure measured nowhere stands in for by this one (the same reads or products in the
+# other attention mode, or as plain matrix products).
+_STAND_IN = {"kv_efficiency": "kv_efficiency_without_flash_attention",
+             "kv_efficiency_without_flash_attention": "kv_efficiency",
+             "attention_efficiency": "matrix_efficiency"}
+
+
+def _figure(calibration: SpeedCalibration, figures: BackendFigures, name: str,
+            backend: str, notes: list[str]) -> float:
+    """A backend's figure; else, never measured on it, the median of the backends that
+    measured it; else the backend's (or the median) figure of :data:`_STAND_IN`; each
+    stand-in said in ``notes``."""
+    value = getattr(figures, name)
+    if value is not None:
+        return float(value)
+    notes.append(f"no {_MEASURED_BY[name]} on the {backend} backend was measured: the "
+                 "median of the measured backends' figure is used")
+    median = calibration.median_figure(name)
+    if median is not None:
+        return median
+    if name in _STAND_IN:
+        return _figure(calibration, figures, _STAND_IN[name], backend, notes)
+    return 0.0
+
+
+def kinds_error_note(calibration: SpeedCalibration, speeds: Iterable[NodeSpeed],
+                     settings: RunSettings = DEFAULT_SETTINGS) -> str:
+    """The cross-validated error of estimates on these nodes' kinds
+    (:meth:`SpeedCalibration.error_note`): each kind's backend at the settings, memory
+    type and FP16 figure."""
+    return calibration.error_note(
+        (settings.backend or speed.backend or FALLBACK_BACKEND, speed.memory_type,
+         matrix_tflops(speed, calibration)[1]) for speed in speeds)

@@ -1,0 +1,333 @@
+"""The one formula of a stage's time: what a step does (:class:`Work`), what each unit of
+it costs on a device at a setting (:class:`Rates`), and how the terms add up
+(:func:`step_ms`); a decode step (:func:`decode_step`) and a prompt's prefill
+(:func:`prefill_ms`) are built from it, and so are the sizing floors
+(:mod:`planner.sizing.floors`) and the calibration's fit (``validation/speed``).
+
+Every field may be a number or a numpy array (one value per step, or per measured row),
+so one formula serves one estimate and a fit over every measurement at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from planner.performance.traffic import ModelTraffic, StageLoad
+
+# The bytes one attention score moves without flash attention: llama.cpp writes the F32
+# scores of each head (4 B), its softmax reads them and writes the probabilities (8 B),
+# and the product with V reads those (4 B).
+SCORE_BYTES_WITHOUT_FLASH_ATTENTION = 16
+# The bytes a quantized weight's parameter moves when it is staged as FP16 before the
+# product (llama.cpp's CUDA backend before MMQ became the default): its FP16 copy is
+# written (2 B) and read back by cuBLAS (2 B).
+STAGING_BYTES_PER_PARAMETER = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """What one step of one stage does: ``tokens`` tokens at once (a decode step of that
+    many lanes, or a prompt's micro-batch), each field a number or an array.
+
+    ``weight_bytes`` read (the shared weights, the routed experts the tokens reach, one
+    embedding row a token); ``matrix_flops`` of products at the full rate and
+    ``routed_flops`` of the routed experts' small products of a step of several tokens,
+    each expert multiplying ``routed_tokens`` tokens; ``staged_parameters``, the
+    parameters of every weight a micro-batch multiplies (staged as FP16 where the
+    rates say so); ``activation_units``, tokens times the summed output widths of the
+    products (the activations a micro-batch moves between its kernels); ``kv_bytes`` of
+    cache read; ``attention_flops`` and ``score_values`` (heads times query-key pairs) of
+    attention; ``layers``; ``overlapped``: a micro-batch, whose products compute while
+    the weights stream in (a decode step's matrix-vector products add to the read)."""
+
+    weight_bytes: Any
+    matrix_flops: Any
+    kv_bytes: Any
+    attention_flops: Any
+    layers: Any
+    routed_flops: Any = 0.0
+    routed_tokens: Any = 0.0
+    staged_parameters: Any = 0.0
+    activation_units: Any = 0.0
+    score_values: Any = 0.0
+    overlapped: Any = False
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """What each unit of :class:`Work` costs on one device at one setting, in ms: a byte of
+    weights read, of cache read, a FLOP of products, of attention; and the bytes a
+    micro-batch moves per unit of activation, per staged parameter and per score, each
+    at the weights' or the cache's rate; a fixed time per layer. A product over ``t``
+    tokens runs at ``t / (t + half_rate_tokens)`` of the full rate."""
+
+    read_ms_per_byte: Any
+    kv_ms_per_byte: Any
+    matrix_ms_per_flop: Any
+    attention_ms_per_flop: Any
+    layer_ms: Any
+    activation_bytes: Any = 0.0
+    staging_bytes_per_parameter: Any = 0.0
+    score_bytes: Any = 0.0
+    half_rate_tokens: Any = 0.0
+
+
+def routed_product_ms(work: Work, rates: Rates) -> Any:
+    """The routed experts' small products: each below the full rate by
+    ``t / (t + half)`` for its ``t`` tokens."""
+    tokens = np.maximum(work.routed_tokens, 1e-9)
+    return (work.routed_flops * rates.matrix_ms_per_flop
+            * (tokens + rates.half_rate_tokens) / tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class StepTerms:
+    """The terms of one step's time in ms (numbers or arrays): the weights read, the
+    products, the bytes moved beside the weights (staging, activations), the cache read,
+    attention (its FLOPs and, without flash attention, its scores) and the fixed time."""
+
+    read_ms: Any
+    matrix_ms: Any
+    moved_ms: Any
+    kv_ms: Any
+    attention_ms: Any
+    fixed_ms: Any
+    overlapped: Any
+
+    @property
+    def total_ms(self) -> Any:
+        """A micro-batch's products compute while its weights stream in (the slower of
+        the two counts); a decode step's matrix-vector products add to the read."""
+        matrix = np.where(self.overlapped, np.maximum(self.read_ms, self.matrix_ms),
+                          self.read_ms + self.matrix_ms)
+        return matrix + self.moved_ms + self.kv_ms + self.attention_ms + self.fixed_ms
+
+
+def step_terms(work: Work, rates: Rates) -> StepTerms:
+    """The terms of :func:`step_ms`."""
+    moved = (work.staged_parameters * rates.staging_bytes_per_parameter
+             + work.activation_units * rates.activation_bytes) * rates.read_ms_per_byte
+    routed = (routed_product_ms(work, rates) if np.any(np.asarray(work.routed_flops) > 0)
+              else 0.0)
+    return StepTerms(
+        read_ms=work.weight_bytes * rates.read_ms_per_byte,
+        matrix_ms=work.matrix_flops * rates.matrix_ms_per_flop + routed,
+        moved_ms=moved,
+        kv_ms=work.kv_bytes * rates.kv_ms_per_byte,
+        attention_ms=(work.attention_flops * rates.attention_ms_per_flop
+                      + work.score_values * rates.score_bytes * rates.kv_ms_per_byte),
+        fixed_ms=work.layers * rates.layer_ms,
+        overlapped=work.overlapped)
+
+
+def step_ms(work: Work, rates: Rates) -> Any:
+    """The time of one step of one stage, in ms: the estimate's one formula."""
+    return step_terms(work, rates).total_ms
+
+
+def step_work(load: StageLoad, traffic: ModelTraffic, *, tokens: Any, sequences: Any,
+              cached: Any, attended: Any, overlapped: bool,
+              stage_weights: bool = False) -> Work:
+    """The :class:`Work` of ``tokens`` tokens of ``sequences`` sequences computed at once on
+    a stage: the weights a step of that many tokens reads, each sequence's cache of
+    ``cached`` tokens, and attention of every token over ``attended`` cached tokens of
+    its sequence on average. A micro-batch (``overlapped``) multiplies every routed
+    expert its tokens reach as one small product each, and a decode step of two or more
+    tokens too; ``stage_weights`` counts the parameters its products stage as FP16."""
+    routed = load.routed_expert_bytes if traffic.routed_bytes else 0
+    share = traffic.expert_share(tokens)
+    shared = (load.weight_bytes - routed if routed else
+              load.weight_bytes * traffic.read_share(tokens))
+    weight_bytes = shared + routed * share + load.embedding_row_bytes * tokens
+    batched = bool(routed) and (overlapped or bool(np.all(np.asarray(tokens) > 1)))
+    routed_active = load.routed_active_parameters if batched else 0.0
+    reached = np.maximum(share * (traffic.expert_count or 1), 1e-9)
+    full, windowed = load.kv_tokens(attended)
+    pairs = tokens * (load.attention_width * full + load.window_attention_width * windowed)
+    heads = tokens * (load.attention_heads * full + load.window_attention_heads * windowed)
+    staged: Any = 0.0
+    if stage_weights:
+        every_routed = load.routed_active_parameters * (
+            (traffic.expert_count or 1) / (traffic.experts_used or 1))
+        staged = (load.active_parameters - load.routed_active_parameters
+                  + every_routed * share)
+    return Work(
+        weight_bytes=weight_bytes,
+        matrix_flops=2 * (load.active_parameters - routed_active) * tokens,
+        routed_flops=2 * routed_active * tokens,
+        routed_tokens=tokens * (traffic.experts_used or 1) / reached,
+        staged_parameters=staged,
+        activation_units=(tokens * load.active_parameters / traffic.hidden_size
+                          if overlapped and traffic.hidden_size else 0.0),
+        kv_bytes=load.kv_bytes(cached, sequences),
+        attention_flops=4 * pairs,
+        score_values=heads,
+        layers=load.layer_count,
+        overlapped=overlapped)
+
+
+def decode_step(loads: Sequence[StageLoad], rates: Sequence[Rates],
+                hops_ms: Sequence[float], traffic: ModelTraffic, *, lanes: int,
+                cached: int) -> tuple[list[StepTerms], list[float]]:
+    """Each stage's terms and each hop's time of one decode step: ``lanes`` tokens, each
+    lane with ``cached / lanes`` tokens in the cache (``cached`` cells read in all);
+    ``hops_ms`` are each hop's time for the step's activations."""
+    per_lane = max(1.0, cached / lanes)
+    terms = [step_terms(step_work(load, traffic, tokens=lanes, sequences=lanes,
+                                  cached=per_lane, attended=per_lane, overlapped=False),
+                        rate)
+             for load, rate in zip(loads, rates, strict=True)]
+    return terms, list(hops_ms)
+
+
+# ------------------------------------------------------------------------------ prefill
+
+
+def pipeline_ms(stage_ms: np.ndarray, hop_ms: np.ndarray) -> np.ndarray:
+    """The time to pass micro-batches through stages as a pipeline: ``stage_ms[..., s, j]``
+    is stage ``s``'s time on micro-batch ``j`` (0 for a micro-batch a batch does not have),
+    ``hop_ms[..., h, j]`` the hop after stage ``h``. A stage starts a micro-batch when it
+    has finished the one before and the micro-batch has crossed the hop to it; the result
+    is when the last stage finishes, per leading index.
+
+    ``finish[s, j] = max(ready[s, j], finish[s, j - 1]) + t[s, j]`` unrolls to
+    ``C[j] + max over k <= j of (ready[s, k] - C[k - 1])`` with ``C`` the running sum of
+    ``t[s]``: one running maximum per stage (llama.cpp keeps several micro-batches in
+    flight across devices)."""
+    stages = stage_ms.shape[-2]
+    ready = np.zeros(stage_ms.shape[:-2] + stage_ms.shape[-1:])
+    finish = ready
+    for s in range(stages):
+        if s:
+            ready = finish + hop_ms[..., s - 1, :]
+        times = stage_ms[..., s, :]
+        running = np.cumsum(times, axis=-1)
+        before = running - times
+        finish = running + np.maximum.accumulate(ready - before, axis=-1)
+    result: np.ndarray = finish[..., -1]
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """A prompt of ``tokens`` tokens after ``depth`` cached ones, in llama.cpp's batches of
+    ``batch`` tokens and micro-batches of ``ubatch``."""
+
+    tokens: int
+    depth: int
+    batch: int
+    ubatch: int
+
+    @property
+    def batch_count(self) -> int:
+        return -(-self.tokens // self.batch)
+
+    def batch_shape(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """Batch ``index``'s micro-batches: their tokens and the tokens cached before each
+        (arrays of the same length)."""
+        start = index * self.batch
+        size = min(self.batch, self.tokens - start)
+        offsets = np.arange(0, size, self.ubatch, dtype=float)
+        tokens = np.minimum(self.ubatch, size - offsets)
+        return tokens, self.depth + start + offsets
+
+
+def batch_sum(prompt: Prompt, batch_ms: Callable[[Sequence[int]], np.ndarray],
+              breaks: Sequence[float] = (), exact: int = 64) -> float:
+    """The sum over a prompt's batches of ``batch_ms`` (which times a list of batches at
+    once), with bounded work for a prompt of millions of batches.
+
+    A batch's time is a maximum, over the ways through the pipeline, of sums of terms
+    each linear in the tokens cached before it, or a maximum of such (a stage's read
+    against its products): convex in the batch's index, wherever no term changes form.
+    The forms change where the cache passes a sliding window (``breaks``, in cached
+    tokens) and at the last batch (it may be shorter). Over a stretch of batches where
+    it is convex, when the time at the middle batch lies on the line through the ends,
+    it lies there at every batch, and the stretch sums in closed form; else it is split
+    in two. Stretches of at most ``exact`` batches are summed batch by batch."""
+    count = prompt.batch_count
+    if count <= exact:
+        return float(np.sum(batch_ms(range(count))))
+    edges = {0, count - 1, count}
+    for cached in breaks:
+        index = int((cached - prompt.depth) // prompt.batch)
+        edges.update(i for i in (index, index + 1) if 0 <= i < count)
+    cuts = sorted(edges)
+    total = 0.0
+    memo: dict[int, float] = {}
+
+    def at(indices: Sequence[int]) -> list[float]:
+        wanted = sorted({i for i in indices if i not in memo})
+        if wanted:
+            memo.update(zip(wanted, (float(v) for v in batch_ms(wanted)), strict=True))
+        return [memo[i] for i in indices]
+
+    stack = [(a, b - 1) for a, b in itertools.pairwise(cuts) if b - 1 >= a]
+    while stack:
+        first, last = stack.pop()
+        if last - first + 1 <= exact:
+            total += math.fsum(at(list(range(first, last + 1))))
+            continue
+        middle = (first + last) // 2
+        low, mid, high = at([first, middle, last])
+        line = low + (high - low) * (middle - first) / (last - first)
+        if abs(mid - line) <= 1e-9 * max(abs(line), 1e-12):
+            total += (low + high) / 2 * (last - first + 1)
+        else:
+            stack += [(first, middle), (middle + 1, last)]
+    return total
+
+
+def prefill_ms(loads: Sequence[StageLoad], rates: Sequence[Rates],
+               hop_fixed_ms: Sequence[float], hop_ms_per_token: Sequence[float],
+               traffic: ModelTraffic, prompt: Prompt, *,
+               stage_weights: Sequence[bool] | None = None) -> float:
+    """Time to process ``prompt``: each batch's micro-batches flow through the stages as a
+    pipeline (:func:`pipeline_ms`), each crossing every hop (a fixed time and its
+    activations); the batches follow one another (summed with bounded work,
+    :func:`batch_sum`)."""
+    staged = stage_weights or [False] * len(loads)
+    hops = len(loads) - 1
+
+    def batch_ms(indices: Sequence[int]) -> np.ndarray:
+        shapes = [prompt.batch_shape(i) for i in indices]
+        width = max(len(tokens) for tokens, _ in shapes)
+        tokens = np.zeros((len(shapes), width))
+        before = np.zeros((len(shapes), width))
+        for row, (size, cached) in enumerate(shapes):
+            tokens[row, :len(size)] = size
+            before[row, :len(size)] = cached
+        present = tokens > 0
+        times = np.zeros((len(shapes), len(loads), width))
+        for s, (load, rate, stage) in enumerate(zip(loads, rates, staged, strict=True)):
+            work = step_work(load, traffic, tokens=np.maximum(tokens, 1), sequences=1,
+                             cached=before + tokens, attended=before + tokens / 2,
+                             overlapped=True, stage_weights=stage)
+            times[:, s, :] = np.where(present, step_ms(work, rate), 0.0)
+        hop = np.zeros((len(shapes), max(hops, 1), width))
+        for h in range(hops):
+            hop[:, h, :] = np.where(present, hop_fixed_ms[h] + tokens * hop_ms_per_token[h],
+                                    0.0)
+        return pipeline_ms(times, hop)
+
+    breaks = sorted({load.window for load in loads if load.window})
+    return batch_sum(prompt, batch_ms, breaks)
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One stage's GPU as the estimate reads it: its :class:`Rates` at the run's settings,
+    whether its products stage quantized weights as FP16, its fixed time per hop, which
+    FP16 figure it computes with (``"stated"``, or a stand-in) and its backend."""
+
+    rates: Rates
+    stages_weights: bool = False
+    hop_ms: float = 0.0
+    figure: str = "stated"
+    backend: str | None = None

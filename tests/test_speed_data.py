@@ -1,0 +1,137 @@
+"""The speed calibration's data files (validation/speed/): every measurement row names a
+GPU kind and a model that are described, cites where it was published, and says how it
+was run; every GPU kind cites its memory bandwidth."""
+
+from __future__ import annotations
+
+import csv
+import re
+import tomllib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parents[1] / "validation" / "speed"
+BACKENDS = ("CUDA", "ROCm", "Vulkan", "Metal", "CPU", "SYCL")
+SPLITS = ("fit", "holdout", "cv", "excluded")
+# What one measurement is: the same values twice are one row entered twice.
+IDENTITY = ("gpu_kind", "gpu_count", "backend", "model", "quant", "file_size_published",
+            "test", "tokens", "depth", "lanes", "ubatch", "flash_attn", "build",
+            "source_url", "tokens_per_s")
+
+
+def _rows() -> list[dict[str, str]]:
+    with (HERE / "measurements.csv").open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _table(name: str, key: str) -> dict[str, dict[str, Any]]:
+    with (HERE / name).open("rb") as handle:
+        return {entry["id"]: entry for entry in tomllib.load(handle)[key]}
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict[str, str]]:
+    return _rows()
+
+
+def test_every_row_names_a_described_gpu_and_model(rows: list[dict[str, str]]) -> None:
+    gpus, models = _table("gpus.toml", "gpu"), _table("models.toml", "model")
+    assert {r["gpu_kind"] for r in rows} - gpus.keys() == set()
+    assert {r["model"] for r in rows} - models.keys() == set()
+    for row in rows:
+        assert row["memory_type"] == gpus[row["gpu_kind"]]["memory_type"], row["row_id"]
+        assert row["gpu_vendor"] == gpus[row["gpu_kind"]]["vendor"], row["row_id"]
+        on_cpu = gpus[row["gpu_kind"]]["backend"] == "cpu"
+        assert (row["backend"] == "CPU") == on_cpu, row["row_id"]
+
+
+def test_every_row_says_where_and_how_it_was_run(rows: list[dict[str, str]]) -> None:
+    for row in rows:
+        where = f"row {row['row_id']}"
+        assert row["source_url"].startswith("https://"), where
+        assert row["source_detail"] and row["source_id"], where
+        assert re.fullmatch(r"[a-z0-9-]+", row["source_id"]), where
+        assert row["backend"] in BACKENDS, where
+        assert re.fullmatch(r"20(2[3-9])-(0[1-9]|1[0-2])", row["build_date"]), where
+        assert row["build_number"] == "" or int(row["build_number"]) > 0, where
+        assert row["build"], where
+        assert float(row["tokens_per_s"]) > 0, where
+        assert int(row["file_bytes"]) > 0 and int(row["gpu_count"]) >= 1, where
+        assert row["flash_attn"] in ("0", "1"), where
+        assert int(row["ubatch"]) >= 1 and int(row["lanes"]) >= 1, where
+        assert row["split"] in SPLITS, where
+        assert (row["split"] == "excluded") == bool(row["excluded_because"]), where
+
+
+def test_test_names_agree_with_tokens_depth_and_phase(rows: list[dict[str, str]]) -> None:
+    for row in rows:
+        where = f"row {row['row_id']}"
+        if row["test"].startswith("batched"):
+            assert row["phase"] == "decode" and f"B={row['lanes']}" in row["test"], where
+            continue
+        found = re.fullmatch(r"(pp|tg)(\d+)(?: @ d(\d+))?", row["test"])
+        assert found, where
+        assert row["phase"] == ("prefill" if found[1] == "pp" else "decode"), where
+        assert int(row["tokens"]) == int(found[2]), where
+        assert int(row["depth"]) == int(found[3] or 0), where
+        assert row["lanes"] == "1", where
+
+
+def test_no_measurement_is_entered_twice(rows: list[dict[str, str]]) -> None:
+    counts = Counter(tuple(row[key] for key in IDENTITY) for row in rows)
+    assert [key for key, count in counts.items() if count > 1] == []
+    assert len({row["row_id"] for row in rows}) == len(rows)
+
+
+def test_every_gpu_cites_its_bandwidth_and_throughput_figures() -> None:
+    """A kind without a published FP16 matrix figure gives what a fallback is derived
+    from: a GPU its shader count (and clock where stated), a CPU its cores and SIMD width."""
+    for kind, gpu in _table("gpus.toml", "gpu").items():
+        assert gpu["memory_bandwidth_bytes_per_s"] > 0, kind
+        assert "http" in gpu["memory_bandwidth_source"] or "whitepaper" in \
+            gpu["memory_bandwidth_source"], kind
+        if "fp16_tflops" in gpu:
+            assert gpu["fp16_tflops_source"], kind
+        if gpu["backend"] == "cpu":
+            assert gpu["memory_type"] in ("ddr", "lpddr"), kind
+            assert gpu["core_count"] > 0 and gpu["simd_width_bits"] in (128, 256, 512), kind
+            assert gpu["core_source"], kind
+            assert "shader_count" not in gpu, kind
+            continue
+        assert gpu["memory_type"] in ("gddr", "hbm", "lpddr"), kind
+        assert "fp16_tflops" in gpu or "shader_count" in gpu, kind
+        if "shader_count" in gpu or "boost_clock_mhz" in gpu:
+            assert gpu["shader_source"], kind
+
+
+def test_models_give_the_shapes_the_estimate_reads() -> None:
+    for name, model in _table("models.toml", "model").items():
+        assert model["source"].startswith("https://huggingface.co/"), name
+        for key in ("parameter_count", "layer_count", "hidden_size", "vocab_size",
+                    "attention_width", "kv_bytes_per_layer_token"):
+            assert model[key] > 0, (name, key)
+        experts = {key for key in ("expert_count", "experts_used", "expert_parameters")
+                   if key in model}
+        assert experts in (set(), {"expert_count", "experts_used", "expert_parameters"}), name
+        if experts:
+            assert model["experts_used"] < model["expert_count"], name
+            assert model["expert_parameters"] < model["parameter_count"], name
+        if "sliding_window" in model:
+            assert 0 < model["sliding_layer_count"] < model["layer_count"], name
+
+
+def test_the_set_is_wide_enough_to_hold_out_whole_sources(rows: list[dict[str, str]]) -> None:
+    usable = [row for row in rows if not row["excluded_because"]]
+    per_source = Counter(row["source_id"] for row in usable)
+    assert len([s for s, count in per_source.items() if count >= 20]) >= 8, per_source
+    per_backend = Counter(row["backend"] for row in usable)
+    assert all(per_backend[b] >= 30 for b in ("CUDA", "ROCm", "Vulkan", "Metal")), per_backend
+    assert per_backend["CPU"] >= 40, per_backend
+    assert len({row["source_id"] for row in usable if row["backend"] == "CPU"}) >= 2
+    assert len({row["gpu_kind"] for row in usable if row["backend"] != "CPU"}) >= 30
+    assert {row["flash_attn"] for row in usable} == {"0", "1"}
+    years = {row["build_date"][:4] for row in usable}
+    assert {"2024", "2025", "2026"} <= years
