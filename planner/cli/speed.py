@@ -11,7 +11,7 @@ from typing import Any
 from planner.cli._common import EXIT_OK, UserError, add_command
 from planner.fleet import load_fleet
 from planner.limits import DEFAULT_CACHE_TYPE, MAX_CONTEXT, MAX_LANES, MAX_NODES
-from planner.models import ModelError, ModelSpec, from_gguf, load_gpu_catalog, load_preset
+from planner.models import ModelSpec, from_gguf, load_gpu_catalog, load_preset
 from planner.models.gpus import GpuModel
 from planner.performance import (
     ESTIMATE_NOTE,
@@ -188,10 +188,8 @@ def run(args: argparse.Namespace) -> int:
     if gpu.memory_bandwidth_bytes_per_s is None:
         raise UserError(f"--gpu: {gpu.kind} has no memory_bandwidth_bytes_per_s in the "
                         "catalog; give a catalog that states it")
-    try:
-        name, fields, traffic = resolve_model(args.model, args.kv_cache_type)
-    except ModelError as error:
-        raise UserError(f"{args.model}: {error.message}") from None
+    # A model that cannot be read is said as `inspect` says it: its code, path and why.
+    name, fields, traffic = resolve_model(args.model, args.kv_cache_type)
     if traffic is None:
         raise UserError(f"{args.model}: the model's numbers need model_weight_bytes")
     estimate, notes = estimate_speed(fields, traffic, gpu, gpus, context, lanes, prompt)
