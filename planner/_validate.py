@@ -209,3 +209,31 @@ def inert_text(text: str) -> str:
     and lone surrogates (which no encoding can write). Terminals, HTML and Markdown
     reports and charts all show a user's string through this."""
     return _SURROGATE.sub("?", text.translate(_CONTROL))
+
+
+# What json.dumps leaves raw with ensure_ascii=False: it escapes C0 controls inside strings
+# itself, and JSON text has none outside them but the line breaks of its indentation.
+_JSON_ESCAPES = {code: f"\\u{code:04x}" for code in (*range(127, 160), *_BIDI)}
+
+
+def inert_json(text: str) -> str:
+    """JSON text (``json.dumps(..., ensure_ascii=False)``) with every character
+    :func:`inert_text` would replace written as a ``\\uXXXX`` escape instead: read back,
+    it is the same data, and a terminal shows it without acting on any of it."""
+    return _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}",
+                          text.translate(_JSON_ESCAPES))
+
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(text: str) -> str:
+    """``text`` for a CSV cell: inert (:func:`inert_text`), and never read as a formula.
+
+    Spreadsheets run a cell that starts with ``=``, ``+``, ``-`` or ``@`` (or a tab or
+    carriage return before one) as a formula, e.g. ``=HYPERLINK(...)``; a leading ``'``
+    makes it text, as the OWASP guidance on CSV injection recommends.
+    """
+    if text.startswith(_FORMULA_START):
+        text = "'" + text
+    return inert_text(text)

@@ -67,7 +67,7 @@ from typing import Any, BinaryIO
 import pandas as pd
 
 from planner import sweep_store
-from planner._validate import Fail, integer, number, shown, text
+from planner._validate import Fail, integer, number, shown, spreadsheet_safe, text
 from planner.availability import (
     DEFAULT_MAX_STATES,
     QUICK_MAX_STATES,
@@ -758,8 +758,22 @@ def results_frame(grid: pd.DataFrame | SweepGrid, evaluation: str,
     return pd.concat([frame, results], axis=1)
 
 
+def write_csv(frame: pd.DataFrame, stream: Any) -> None:
+    """``frame`` as CSV to ``stream`` (text or binary), each text cell spreadsheet-safe
+    (:func:`planner._validate.spreadsheet_safe`): never a formula, never a character a
+    terminal acts on. A grid names files and models as the user wrote them, and a
+    scenario's error message quotes them."""
+    text_columns = {name: frame[name].map(lambda value: spreadsheet_safe(value)
+                                          if isinstance(value, str) else value)
+                    for name in frame.columns
+                    if frame[name].dtype == object or pd.api.types.is_string_dtype(
+                        frame[name].dtype)}
+    frame.assign(**text_columns).to_csv(stream, index=False)
+
+
 def write_results(frame: pd.DataFrame, output: str | Path) -> Path:
-    """Parquet for ``.parquet``, CSV for ``.csv``, written atomically through a fresh
+    """Parquet for ``.parquet`` (values as they are), CSV for ``.csv``
+    (:func:`write_csv`), written atomically through a fresh
     temporary file beside it (``OutputUnavailable`` when it cannot be)."""
     if not isinstance(frame, pd.DataFrame):
         raise _setting("frame")("must be a pandas DataFrame", frame)
@@ -775,7 +789,7 @@ def write_results(frame: pd.DataFrame, output: str | Path) -> Path:
         if path.suffix == ".parquet":
             frame.to_parquet(stream, index=False)
         else:
-            frame.to_csv(stream, index=False)
+            write_csv(frame, stream)
 
     write_output(path, write)
     return path
@@ -993,4 +1007,5 @@ def _interrupted(cause: str, parts: PartsFolder, results: _Results) -> SweepErro
 __all__ = ["ERROR_COLUMNS", "EVALUATIONS", "GRID_COLUMNS", "RESULT_COLUMNS", "Batch",
            "SweepError", "SweepGrid", "SweepOutputError", "SweepWarning", "check_grid",
            "evaluate_batch", "evaluate_scenario", "grid_from_axes", "load_grid",
-           "record_problem", "results_frame", "scenario_key", "sweep", "write_results"]
+           "record_problem", "results_frame", "scenario_key", "sweep", "write_csv",
+           "write_results"]

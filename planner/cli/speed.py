@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from planner.performance import (
 from planner.planning import NodeBudget, PlanningInput
 from planner.planning.plan import Plan
 from planner.planning.rules import build_stages, layer_bytes, layer_weights
-from planner.reports.tables import TextTable, terminal_safe, text_table
+from planner.reports.tables import TextTable, terminal_json, terminal_safe, text_table
 from planner.units import UnitError, parse_context
 
 NAME = "speed"
@@ -195,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
     estimate, notes = estimate_speed(fields, traffic, gpu, gpus, context, lanes, prompt)
     record = _record(name, gpu, gpus, context, lanes, estimate, notes)
     if args.json:
-        print(json.dumps(record, indent=2, ensure_ascii=False))
+        print(terminal_json(record))
         return EXIT_OK
     print(terminal_safe(f"{name} on {gpus} x {gpu.name} ({gpu.kind}), {lanes} lane(s) of "
                         f"{context:,} cached tokens: ESTIMATE"))
