@@ -19,7 +19,7 @@ from test_cli import assert_user_error, run
 
 from planner.limits import MAX_SWEEP_SCENARIOS
 from planner.sweep import SweepError, grid_from_axes, load_grid, sweep
-from planner.sweep_store import (
+from planner.sweep._store import (
     DIGEST_BYTES,
     PartsFolder,
     SweepOutputError,
