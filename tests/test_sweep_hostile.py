@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import socket
+import struct
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -483,6 +484,77 @@ def test_a_port_that_is_no_dask_scheduler_interrupts_the_sweep_within_the_timeou
         listener.close()
     assert caught.value.code == "SweepInterrupted"
     assert words in caught.value.message
+
+
+def _message(*frames: bytes, counted: int | None = None,
+             lengths: tuple[int, ...] | None = None) -> bytes:
+    """A Dask TCP message as distributed.comm.tcp frames it: its length, then the frame
+    count, each frame's length and the frames; ``counted`` and ``lengths`` lie."""
+    sizes = [len(frame) for frame in frames] if lengths is None else list(lengths)
+    body = struct.pack("Q", len(sizes) if counted is None else counted)
+    body += b"".join(struct.pack("Q", size) for size in sizes)
+    body += b"".join(frames)
+    return struct.pack("Q", len(body)) + body
+
+
+@pytest.mark.parametrize(("answer", "words"), [
+    (_message(b"\0" * 8, counted=2**40), "1,099,511,627,776 frames"),
+    (_message(lengths=(8 * 2**40,)), "8,796,093,022,208 bytes"),
+    (_message(), "no frames"),
+    (_message(b"\xc1" * 8), "not as a Dask scheduler"),  # framed, but no message
+    (_message(b"\x01" * 8), "not as a Dask scheduler"),
+], ids=["2^40-frames", "8-TB-frame", "no-frames", "msgpack-junk", "msgpack-extra"])
+def test_a_scheduler_whose_first_message_lies_about_its_frames_interrupts_the_sweep(
+        answer: bytes, words: str) -> None:
+    import dask
+
+    listener = _Listener(answer)
+    grid = grid_from_axes({"repair_hours": [24]}, {"fleet": FIVE})
+    try:
+        with dask.config.set({"distributed.comm.timeouts.connect": "2s"}), \
+                pytest.raises(SweepError) as caught:
+            sweep(grid, "plan", scheduler=f"tcp://127.0.0.1:{listener.port}")
+    finally:
+        listener.close()
+    assert caught.value.code == "SweepInterrupted"
+    assert words in caught.value.message
+
+
+class _TwoFacedListener(_Listener):
+    """Answers its first connection (the sweep's check) as a Dask scheduler, and every
+    later one (Dask's own client) with ``answer``."""
+
+    def _serve(self) -> None:
+        import msgpack
+
+        handshake = _message(msgpack.packb({"compression": None, "python": (3, 11, 0),
+                                            "pickle-protocol": 5}))
+        while True:
+            try:
+                connection, _ = self.server.accept()
+            except OSError:
+                return
+            self.connections.append(connection)
+            connection.sendall(handshake if len(self.connections) == 1 else self.answer)
+
+
+@pytest.mark.parametrize("answer", [_message(b"\0" * 8, counted=2**40),
+                                    _message(lengths=(8 * 2**40,)), _message(b"\xc1")],
+                         ids=["2^40-frames", "8-TB-frame", "msgpack-junk"])
+def test_a_scheduler_that_answers_dask_otherwise_than_the_check_interrupts_the_sweep(
+        answer: bytes) -> None:
+    import dask
+
+    listener = _TwoFacedListener(answer)
+    grid = grid_from_axes({"repair_hours": [24]}, {"fleet": FIVE})
+    try:
+        with dask.config.set({"distributed.comm.timeouts.connect": "2s"}), \
+                pytest.raises(SweepError) as caught:
+            sweep(grid, "plan", scheduler=f"tcp://127.0.0.1:{listener.port}")
+    finally:
+        listener.close()
+    assert caught.value.code == "SweepInterrupted"
+    assert "not as a Dask scheduler Dask can read" in caught.value.message
 
 
 TLS = Path(__file__).resolve().parent / "data" / "hostile" / "tls"
