@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import os
 import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -491,6 +492,12 @@ def load_backend_overheads(path: str | Path | None = None) -> dict[str, int]:
     """``[llamacpp.backend_overhead_bytes]`` of a catalog file (default the shipped one):
     llama.cpp's fixed overhead per device for each backend."""
     shipped = path is None
+    if path is not None and (not isinstance(path, str | os.PathLike)
+                             or not isinstance(os.fspath(path), str)
+                             or not os.fspath(path).strip()):
+        raise ModelError("GpuCatalogNotFound", "the GPU catalog path must be the path of a "
+                         f"catalog file (text or a Path), or None for the shipped one (got "
+                         f"{shown(path)})", path=shown(path))
     resolved = data_dir() / "gpus.toml" if path is None else Path(path).expanduser()
     raw = _read(resolved, shipped)
     return _overheads(raw if isinstance(raw, Mapping) else {}, str(resolved))
@@ -503,5 +510,11 @@ def load_gpu_catalog(path: str | Path | None = None) -> list[GpuModel]:
     shipped one.
     """
     shipped = path is None
+    if path is not None and (not isinstance(path, str | os.PathLike)
+                             or not isinstance(os.fspath(path), str)
+                             or not os.fspath(path).strip()):
+        raise ModelError("GpuCatalogNotFound", "the GPU catalog path must be the path of a "
+                         f"catalog file (text or a Path), or None for the shipped one (got "
+                         f"{shown(path)})", path=shown(path))
     resolved = data_dir() / "gpus.toml" if path is None else Path(path).expanduser()
     return parse_gpu_catalog(_read(resolved, shipped), str(resolved))
