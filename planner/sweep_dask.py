@@ -23,6 +23,7 @@ other workers, and the batches already yielded were saved by the caller.
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
 import logging
 import socket
@@ -36,6 +37,7 @@ import dask
 import msgpack
 from dask.utils import parse_timedelta
 from distributed import Client, KilledWorker, LocalCluster, as_completed
+from distributed.config import defaults as distributed_defaults
 
 # What Dask raises when the cluster itself fails: a batch that keeps killing its workers
 # (Dask gives up after a few tries), or a scheduler that cannot be reached, does not
@@ -49,6 +51,16 @@ _LENGTH = struct.Struct("Q")
 HANDSHAKE_BYTES = 1 << 20
 
 
+def _with_defaults() -> None:
+    """Put back distributed's own defaults wherever Dask's configuration lacks them.
+
+    A ``dask.config.set`` entered before ``distributed`` was first imported removes, on
+    exit, every key added in the meantime, distributed's defaults among them; Dask then
+    fails on the first of them it reads (a ``KeyError``). Values that are set stay."""
+    dask.config.update(dask.config.config, copy.deepcopy(distributed_defaults),
+                       priority="old")
+
+
 def is_client(value: Any) -> bool:
     """Whether ``value`` is a ``dask.distributed.Client``."""
     return isinstance(value, Client)
@@ -56,6 +68,7 @@ def is_client(value: Any) -> bool:
 
 def connect_timeout() -> float:
     """Dask's connect timeout in seconds (``distributed.comm.timeouts.connect``)."""
+    _with_defaults()
     return float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"),
                                  default="s"))
 
@@ -229,6 +242,7 @@ def results(batches: Iterable[Any], function: Callable[[Any], Any], *,
     they complete. Batches are taken from ``batches`` as earlier ones finish (two per
     worker thread in flight), so a long stream is never all in memory. Raises one of
     :data:`CLUSTER_FAILURES` when the cluster fails; the results yielded before stand."""
+    _with_defaults()
     cluster = None
     if isinstance(scheduler, Client):
         client, owned = scheduler, False

@@ -10,6 +10,8 @@ import os
 import shutil
 import socket
 import struct
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -663,3 +665,28 @@ def test_the_command_line_names_a_bad_scheduler(tmp_path: Path, scheduler: str,
     grid_file = tmp_path / "grid.toml"
     grid_file.write_text(f'evaluate = "plan"\n[fixed]\nfleet = "{FIVE}"\n')
     assert_user_error(run("sweep", grid_file, "--scheduler", scheduler), 2, code)
+
+
+def test_a_dask_setting_made_before_dask_distributed_loads_leaves_later_sweeps_working(
+        ) -> None:
+    # dask.config.set entered before distributed is first imported removes, on exit,
+    # every key distributed added meanwhile, its defaults among them; the next sweep on
+    # Dask read a setting that was gone (KeyError) and ended in "unexpected error".
+    script = f"""
+import socket, threading, dask
+from planner.sweep import SweepError, grid_from_axes, sweep
+server = socket.create_server(("127.0.0.1", 0))
+threading.Thread(target=lambda: [server.accept() for _ in range(9)], daemon=True).start()
+grid = grid_from_axes({{"repair_hours": [24]}}, {{"fleet": {FIVE!r}}})
+for _ in range(2):
+    with dask.config.set({{"distributed.comm.timeouts.connect": "1s"}}):
+        try:
+            sweep(grid, "plan", scheduler=f"tcp://127.0.0.1:{{server.getsockname()[1]}}")
+        except SweepError as error:
+            print(error.code)
+print(len(sweep(grid, "plan", scheduler="dask", workers=1)))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["SweepInterrupted", "SweepInterrupted", "1"]
