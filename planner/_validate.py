@@ -228,6 +228,8 @@ def looks(text: str) -> str:
     in NFKC form (accents composed, full-width and compatibility letters as the plain
     ones, a no-break space as a space), and with what acts written ``?`` as
     :func:`inert_text` shows it. Two names with the same look are look-alikes."""
+    if text.isascii() and text.isprintable():  # the common id, which looks as it is
+        return text
     return inert_text(unicodedata.normalize("NFKC", text.translate(_UNSEEN)))
 
 

@@ -290,11 +290,15 @@ def format_bytes(value: int, *, precision: int = 2, decimal: bool = False,
     >>> format_bytes(315_680_000_000, decimal=True, trim=False)
     '315.68 GB'
     """
-    value = _shown_bytes(value, "format_bytes")
-    precision = integer(precision, _argument("format_bytes", "precision"),
-                        maximum=MAX_NUMBER_DIGITS)
-    decimal = flag(decimal, _argument("format_bytes", "decimal"))
-    trim = flag(trim, _argument("format_bytes", "trim"))
+    # Checked unless plainly valid: tables format every size of tens of thousands of rows.
+    if not (type(value) is int and -MAX_SHOWN_BYTES <= value <= MAX_SHOWN_BYTES):
+        value = _shown_bytes(value, "format_bytes")
+    if not (type(precision) is int and 0 <= precision <= MAX_NUMBER_DIGITS):
+        precision = integer(precision, _argument("format_bytes", "precision"),
+                            maximum=MAX_NUMBER_DIGITS)
+    if type(decimal) is not bool or type(trim) is not bool:
+        decimal = flag(decimal, _argument("format_bytes", "decimal"))
+        trim = flag(trim, _argument("format_bytes", "trim"))
     if value < 0:
         return "-" + format_bytes(-value, precision=precision, decimal=decimal, trim=trim)
     factors = _DECIMAL if decimal else _BINARY

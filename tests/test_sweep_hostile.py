@@ -458,8 +458,13 @@ class _Listener:
             except OSError:
                 return
             self.connections.append(connection)
-            if self.answer is not None:
-                connection.sendall(self.answer)
+            answer = self.answer_to(len(self.connections))
+            if answer is not None:
+                connection.sendall(answer)
+
+    def answer_to(self, connection: int) -> bytes | None:
+        """What the ``connection``-th connection (from 1) is sent."""
+        return self.answer
 
     def close(self) -> None:
         self.server.close()
@@ -473,19 +478,9 @@ class _Listener:
 ])
 def test_a_port_that_is_no_dask_scheduler_interrupts_the_sweep_within_the_timeout(
         answer: bytes | None, words: str) -> None:
-    import dask
-
-    listener = _Listener(answer)
-    grid = grid_from_axes({"repair_hours": [24]}, {"fleet": FIVE})
-    try:
-        # The message names the 2 s it waited (make bench times the default 30 s).
-        with dask.config.set({"distributed.comm.timeouts.connect": "2s"}), \
-                pytest.raises(SweepError) as caught:
-            sweep(grid, "plan", scheduler=f"tcp://127.0.0.1:{listener.port}")
-    finally:
-        listener.close()
-    assert caught.value.code == "SweepInterrupted"
-    assert words in caught.value.message
+    # The message names the 2 s it waited (make bench times the default 30 s).
+    error = _sweep_on(_Listener(answer))
+    assert error.code == "SweepInterrupted" and words in error.message
 
 
 def _message(*frames: bytes, counted: int | None = None,
@@ -508,9 +503,14 @@ def _message(*frames: bytes, counted: int | None = None,
 ], ids=["2^40-frames", "8-TB-frame", "no-frames", "msgpack-junk", "msgpack-extra"])
 def test_a_scheduler_whose_first_message_lies_about_its_frames_interrupts_the_sweep(
         answer: bytes, words: str) -> None:
+    error = _sweep_on(_Listener(answer))
+    assert error.code == "SweepInterrupted" and words in error.message
+
+
+def _sweep_on(listener: _Listener) -> SweepError:
+    """The error of a sweep sent to ``listener`` (closed after), waiting 2 s to connect."""
     import dask
 
-    listener = _Listener(answer)
     grid = grid_from_axes({"repair_hours": [24]}, {"fleet": FIVE})
     try:
         with dask.config.set({"distributed.comm.timeouts.connect": "2s"}), \
@@ -518,26 +518,19 @@ def test_a_scheduler_whose_first_message_lies_about_its_frames_interrupts_the_sw
             sweep(grid, "plan", scheduler=f"tcp://127.0.0.1:{listener.port}")
     finally:
         listener.close()
-    assert caught.value.code == "SweepInterrupted"
-    assert words in caught.value.message
+    return caught.value
 
 
 class _TwoFacedListener(_Listener):
     """Answers its first connection (the sweep's check) as a Dask scheduler, and every
     later one (Dask's own client) with ``answer``."""
 
-    def _serve(self) -> None:
+    def answer_to(self, connection: int) -> bytes | None:
         import msgpack
 
-        handshake = _message(msgpack.packb({"compression": None, "python": (3, 11, 0),
-                                            "pickle-protocol": 5}))
-        while True:
-            try:
-                connection, _ = self.server.accept()
-            except OSError:
-                return
-            self.connections.append(connection)
-            connection.sendall(handshake if len(self.connections) == 1 else self.answer)
+        return (_message(msgpack.packb({"compression": None, "python": (3, 11, 0),
+                                        "pickle-protocol": 5}))
+                if connection == 1 else self.answer)
 
 
 @pytest.mark.parametrize("answer", [_message(b"\0" * 8, counted=2**40),
@@ -545,18 +538,9 @@ class _TwoFacedListener(_Listener):
                          ids=["2^40-frames", "8-TB-frame", "msgpack-junk"])
 def test_a_scheduler_that_answers_dask_otherwise_than_the_check_interrupts_the_sweep(
         answer: bytes) -> None:
-    import dask
-
-    listener = _TwoFacedListener(answer)
-    grid = grid_from_axes({"repair_hours": [24]}, {"fleet": FIVE})
-    try:
-        with dask.config.set({"distributed.comm.timeouts.connect": "2s"}), \
-                pytest.raises(SweepError) as caught:
-            sweep(grid, "plan", scheduler=f"tcp://127.0.0.1:{listener.port}")
-    finally:
-        listener.close()
-    assert caught.value.code == "SweepInterrupted"
-    assert "not as a Dask scheduler Dask can read" in caught.value.message
+    error = _sweep_on(_TwoFacedListener(answer))
+    assert error.code == "SweepInterrupted"
+    assert "not as a Dask scheduler Dask can read" in error.message
 
 
 TLS = Path(__file__).resolve().parent / "data" / "hostile" / "tls"

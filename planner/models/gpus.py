@@ -488,17 +488,24 @@ def _overheads(raw: Mapping[str, Any], where: str) -> dict[str, int]:
     return overheads
 
 
+def _catalog_path(path: Any) -> Path:
+    """The catalog file ``path`` names (``None``: the shipped one); anything that is no
+    path is ``GpuCatalogNotFound``."""
+    if path is None:
+        return data_dir() / "gpus.toml"
+    if (not isinstance(path, str | os.PathLike) or not isinstance(os.fspath(path), str)
+            or not os.fspath(path).strip()):
+        raise ModelError("GpuCatalogNotFound", "the GPU catalog path must be the path of a "
+                         "catalog file (text or a Path), or None for the shipped one (got "
+                         f"{shown(path)})", path=shown(path))
+    return Path(path).expanduser()
+
+
 def load_backend_overheads(path: str | Path | None = None) -> dict[str, int]:
     """``[llamacpp.backend_overhead_bytes]`` of a catalog file (default the shipped one):
     llama.cpp's fixed overhead per device for each backend."""
     shipped = path is None
-    if path is not None and (not isinstance(path, str | os.PathLike)
-                             or not isinstance(os.fspath(path), str)
-                             or not os.fspath(path).strip()):
-        raise ModelError("GpuCatalogNotFound", "the GPU catalog path must be the path of a "
-                         f"catalog file (text or a Path), or None for the shipped one (got "
-                         f"{shown(path)})", path=shown(path))
-    resolved = data_dir() / "gpus.toml" if path is None else Path(path).expanduser()
+    resolved = _catalog_path(path)
     raw = _read(resolved, shipped)
     return _overheads(raw if isinstance(raw, Mapping) else {}, str(resolved))
 
@@ -510,11 +517,5 @@ def load_gpu_catalog(path: str | Path | None = None) -> list[GpuModel]:
     shipped one.
     """
     shipped = path is None
-    if path is not None and (not isinstance(path, str | os.PathLike)
-                             or not isinstance(os.fspath(path), str)
-                             or not os.fspath(path).strip()):
-        raise ModelError("GpuCatalogNotFound", "the GPU catalog path must be the path of a "
-                         f"catalog file (text or a Path), or None for the shipped one (got "
-                         f"{shown(path)})", path=shown(path))
-    resolved = data_dir() / "gpus.toml" if path is None else Path(path).expanduser()
+    resolved = _catalog_path(path)
     return parse_gpu_catalog(_read(resolved, shipped), str(resolved))

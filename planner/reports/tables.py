@@ -15,6 +15,7 @@ from typing import Any
 from planner._validate import inert_json, inert_text
 from planner._validate import spreadsheet_safe as spreadsheet_safe  # the one CSV cell rule
 from planner.performance import ESTIMATE_NOTE
+from planner.planning.nodesets import node_set_text
 from planner.reports.content import ReportContent
 from planner.targets import tpot_verdicts
 from planner.units import format_bytes, layer_range
@@ -306,7 +307,7 @@ def candidate_rows_table(records: Sequence[dict[str, Any]],
             str(row["stage_count"]),
             str(row["parallel_lanes"]),
             "yes" if row["feasible"] else "no",
-            ", ".join(row["node_ids"]),
+            node_set_text(row["node_ids"]),
             size(row["min_remaining_bytes"]),
             size(row["total_remaining_bytes"]),
             _optional(row["estimated_decode_network_ms_per_token"], " ms"),
