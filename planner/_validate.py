@@ -173,9 +173,15 @@ def _float_is_integer(value: Any) -> bool:
 
 
 def text(value: Any, fail: Fail) -> str:
-    """``value`` when it is a string with something besides spaces in it."""
+    """``value`` when it is a string with something besides spaces in it, and Unicode
+    text: half of a UTF-16 surrogate pair is not, and no file, table or terminal the
+    value would reach can encode it."""
     if not isinstance(value, str) or not value.strip():
         raise fail("must be a non-empty string", value)
+    lone = _SURROGATE.search(value)
+    if lone is not None:
+        raise fail(f"holds a lone surrogate (U+{ord(lone.group()):04X}), which is not "
+                   "Unicode text", value)
     return value
 
 

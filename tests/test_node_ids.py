@@ -148,3 +148,9 @@ def test_the_command_line_names_the_look_alike_ids(tmp_path: Path,
     assert main(["plan", str(path)]) == 2
     said = capsys.readouterr().err
     assert "looks the same as" in said and "cafe\\u0301" in said and "caf\\xe9" in said
+
+
+def test_an_id_holding_a_lone_surrogate_is_refused_as_a_fleet_file_refuses_it() -> None:
+    with pytest.raises(InvalidInput) as caught:
+        NodeBudget("gpu\ud800", 48 * GIB)
+    assert caught.value.field == "node_id" and "lone surrogate" in caught.value.message

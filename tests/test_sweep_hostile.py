@@ -674,3 +674,23 @@ print(len(sweep(grid, "plan", scheduler="dask", workers=1)))
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["SweepInterrupted", "SweepInterrupted", "1"]
+
+
+@pytest.mark.parametrize("column", ["fleet", "catalog"])
+def test_a_path_with_a_nul_byte_is_refused_before_any_scenario(column: str) -> None:
+    # A catalog path holding a NUL byte ended the sweep in "unexpected error: ValueError:
+    # embedded null byte" while its file was fingerprinted.
+    fixed = {} if column == "fleet" else {"fleet": FIVE}
+    with pytest.raises(SweepError) as caught:
+        sweep(grid_from_axes({column: ["a\0b.toml"]}, fixed), "plan")
+    assert caught.value.code == "InvalidGrid" and "NUL byte" in caught.value.message
+
+
+@pytest.mark.parametrize("column", ["fleet", "model", "kinds", "catalog", "kv_cache_type"])
+def test_text_holding_a_lone_surrogate_is_refused_before_any_scenario(column: str) -> None:
+    # A lone surrogate reached a pandas string column (pyarrow: UnicodeEncodeError) or a
+    # file name: an unexpected error, not a row's error.
+    fixed = {} if column == "fleet" else {"fleet": FIVE}
+    with pytest.raises(SweepError) as caught:
+        sweep(grid_from_axes({column: ["x\ud800"]}, fixed), "plan")
+    assert caught.value.code == "InvalidGrid" and "lone surrogate" in caught.value.message

@@ -174,6 +174,10 @@ def _clean(name: str, value: Any) -> Any:
     return value
 
 
+# Columns that name a file: no file system takes a NUL byte in a path.
+PATH_COLUMNS = ("fleet", "catalog")
+
+
 def _check_value(name: str, value: Any, fail: Fail) -> None:
     if name in INT_COLUMNS:
         low, high = INT_COLUMNS[name]
@@ -189,6 +193,8 @@ def _check_value(name: str, value: Any, fail: Fail) -> None:
         text(value, fail)
         if len(value) > MAX_GRID_TEXT:
             raise fail(f"must be at most {MAX_GRID_TEXT:,} characters", value)
+        if name in PATH_COLUMNS and "\0" in value:
+            raise fail("is a file path and cannot hold a NUL byte", value)
 
 
 def check_grid(grid: pd.DataFrame | SweepGrid) -> pd.DataFrame | SweepGrid:
