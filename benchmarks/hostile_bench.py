@@ -1,4 +1,5 @@
-"""Hostile inputs to simulations and sweeps: each must finish or be refused by name within
+"""Hostile inputs to simulations, sweeps, fleet files and the workbench state: each must
+finish or be refused by name within
 its limits (30 s and 2 GB unless the row says otherwise), in a fresh process so that its
 peak memory (the process's maximum resident size, imports included) is its own.
 
@@ -147,6 +148,37 @@ def _scheduler(answer: bytes | None, scheme: str = "tcp") -> str:
     return "finished"
 
 
+def _frames(*, counted: int | None = None, lengths: tuple[int, ...] = (8,)) -> bytes:
+    """A Dask TCP message whose frame header claims ``counted`` frames (or the frames of
+    ``lengths``), with 8 bytes of frames behind it."""
+    import struct
+
+    body = struct.pack("Q", len(lengths) if counted is None else counted)
+    body += b"".join(struct.pack("Q", n) for n in lengths) + b"\0" * 8
+    return struct.pack("Q", len(body)) + body
+
+
+def _look_alike_ids() -> str:
+    """A fleet file of 10,000 nodes, the last one's id the first one's with a zero-width
+    space in it: refused by name once every id is compared by how it looks."""
+    from planner.fleet import parse_fleet_toml
+
+    nodes = [f"caf\u00e9-{i:05d}" for i in range(9_999)] + ["caf\u00e9-\u200b00000"]
+    text = ("[model]\nnative_context_length = 65536\nlayer_count = 62\n"
+            'model_weight_bytes = "40 GiB"\nkv_bytes_per_token = 65536\n\n'
+            + "".join(f'[[nodes]]\nid = "{node_id}"\nvram = "48 GiB"\n\n' for node_id in nodes))
+    parse_fleet_toml(text, "look-alike.toml")
+    return "finished"
+
+
+def _add_gpus(count: int) -> str:
+    """The workbench state asked to add ``count`` GPUs at once."""
+    from planner.workbench.state import WorkbenchState
+
+    WorkbenchState.design_default().add_gpus("NVIDIA H100 SXM 80GB", 85_520_809_984, count)
+    return "finished"
+
+
 def _long_part_line() -> str:
     """A parts folder holding a 512 MB line (a record cut off and filled with junk): read
     in bounded pieces, skipped with a warning, its scenarios evaluated."""
@@ -198,6 +230,16 @@ CASES: dict[str, tuple[Any, ...]] = {
         lambda: _scheduler(None), ("SweepInterrupted",), 40.0),
     "sweep: a tls:// scheduler port that never answers": (
         lambda: _scheduler(None, "tls"), ("SweepInterrupted",), 40.0),
+    "sweep: a scheduler whose frame header claims 2^40 frames": (
+        lambda: _scheduler(_frames(counted=2**40)), ("SweepInterrupted",), SECONDS),
+    "sweep: a scheduler whose frame header claims an 8 TB frame": (
+        lambda: _scheduler(_frames(lengths=(8 * 2**40,))), ("SweepInterrupted",), SECONDS),
+    "fleet file: 10,000 nodes, the last id a look-alike of the first": (
+        _look_alike_ids, ("DuplicateNodeId",), SECONDS),
+    "workbench: add 10^5 GPUs at once": (lambda: _add_gpus(100_000),
+                                        ("InvalidEditorValue",), SECONDS),
+    "workbench: add 9,995 GPUs, up to the 10,000 nodes a fleet holds": (
+        lambda: _add_gpus(9_995), ("finished",), SECONDS),
 }
 
 

@@ -1,8 +1,9 @@
 """``make bench``: planner speed and memory on fleets up to 1,000 nodes, then on fleets
 up to the input caps (``limits_bench.py``: 10,000 nodes, 4,096 layers), the seconds
 until the fencing page is usable in Voilà (``fencing_page_bench.py``: 10 s), and reading
-GGUF files, real and hostile (``gguf_bench.py``), and hostile sizing and availability
-questions (``sizing_hostile_bench.py``: < 30 s and < 2 GB, or a refusal by name).
+GGUF files, real and hostile (``gguf_bench.py``), hostile sizing and availability
+questions (``sizing_hostile_bench.py``: < 30 s and < 2 GB, or a refusal by name), and the
+commands on fleets at the caps (``big_fleet_bench.py``: < 30 s of CPU and < 2 GB).
 
 Each fleet runs in a fresh process so that its peak memory is its own. The plain
 exhaustive reference planner (``tests/reference_planner.py``) runs beside it where it
@@ -144,6 +145,10 @@ def main() -> int:
 
     print()
     sizing_hostile_met = sizing_hostile_bench.print_table()
+    import big_fleet_bench
+
+    print()
+    big_fleets_met = big_fleet_bench.print_table()
     if not sizing_fast:
         print(f"sizing: some runs took {sizing_bench.TARGET_SECONDS:g} s or more",
               file=sys.stderr)
@@ -165,6 +170,11 @@ def main() -> int:
         print("a hostile sizing or availability question missed "
               f"{sizing_hostile_bench.TARGET_SECONDS:g} s or "
               f"{sizing_hostile_bench.TARGET_MB:g} MB", file=sys.stderr)
+        return 1
+    if not big_fleets_met:
+        print("a command on a fleet at the caps missed "
+              f"{big_fleet_bench.TARGET_CPU_SECONDS:g} s of CPU or "
+              f"{big_fleet_bench.TARGET_MB:g} MB", file=sys.stderr)
         return 1
     if not gguf_met:
         print("reading a GGUF file missed its CPU, time or memory target", file=sys.stderr)

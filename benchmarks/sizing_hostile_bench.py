@@ -76,12 +76,19 @@ NUMBERS = ('[model]\nnative_context_length = 131072\nlayer_count = 80\n'
            '[planning]\ntarget_decode_tpot_ms = 60')
 
 
-def _setup(folder: Path) -> dict[str, list[str]]:
-    """name -> the command's arguments (files written to ``folder``)."""
+def writer(folder: Path) -> Callable[[str, str], str]:
+    """``write(name, text)``: writes a file into ``folder`` and gives its path."""
     def write(name: str, text: str) -> str:
         path = folder / name
         path.write_text(text)
         return str(path)
+
+    return write
+
+
+def _setup(folder: Path) -> dict[str, list[str]]:
+    """name -> the command's arguments (files written to ``folder``)."""
+    write = writer(folder)
 
     latency = _kinds(12, 1, stage_transfer_latency_ms=5)
     cheap16 = write("cheap16.toml", (ROOT / "planner" / "data" / "gpus.toml").read_text()
@@ -208,36 +215,43 @@ def _one(args: list[str]) -> dict[str, Any]:
     from planner.cli import main
 
     sink, errors = io.StringIO(), io.StringIO()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(errors):
         code = main(args)
     seconds = time.perf_counter() - started
     said = errors.getvalue().strip().splitlines()
-    return {"seconds": seconds, "exit_code": code,
+    return {"seconds": seconds, "cpu_seconds": time.process_time() - cpu, "exit_code": code,
+            "output_bytes": len(sink.getvalue().encode()),
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "said": said[-1] if said else ""}
 
 
-def run(chosen: Callable[[str], bool] = lambda name: True) -> list[dict[str, Any]]:
+def run(chosen: Callable[[str], bool] = lambda name: True,
+        setup: Callable[[Path], dict[str, list[str]]] | None = None,
+        script: str = __file__, kill_seconds: float = KILL_SECONDS) -> list[dict[str, Any]]:
+    """Each case of ``setup`` (by default this module's) run by ``script --one`` in a
+    fresh process, stopped after ``kill_seconds``."""
     rows = []
     with tempfile.TemporaryDirectory() as folder:
-        for name, args in _setup(Path(folder)).items():
+        for name, args in (setup or _setup)(Path(folder)).items():
             if not chosen(name):
                 continue
             try:
-                done = subprocess.run([sys.executable, __file__, "--one", json.dumps(args)],
-                                      capture_output=True, text=True, timeout=KILL_SECONDS,
+                done = subprocess.run([sys.executable, script, "--one", json.dumps(args)],
+                                      capture_output=True, text=True, timeout=kill_seconds,
                                       check=False)
             except subprocess.TimeoutExpired:
-                row = {"seconds": KILL_SECONDS, "exit_code": None, "peak_mb": float("nan"),
+                row = {"seconds": kill_seconds, "cpu_seconds": float("nan"),
+                       "exit_code": None, "peak_mb": float("nan"), "output_bytes": 0,
                        "said": "stopped: still running"}
             else:
                 if done.returncode == 0:
                     row = json.loads(done.stdout)
                 else:
                     last = (done.stderr.strip().splitlines() or ["?"])[-1]
-                    row = {"seconds": float("nan"), "exit_code": None,
-                           "peak_mb": float("nan"), "said": f"crashed: {last}"}
+                    row = {"seconds": float("nan"), "cpu_seconds": float("nan"),
+                           "exit_code": None, "peak_mb": float("nan"), "output_bytes": 0,
+                           "said": f"crashed: {last}"}
             rows.append({"case": name, **row})
     return rows
 

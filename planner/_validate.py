@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import operator
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, SupportsIndex, TypeGuard
 
@@ -172,9 +173,15 @@ def _float_is_integer(value: Any) -> bool:
 
 
 def text(value: Any, fail: Fail) -> str:
-    """``value`` when it is a string with something besides spaces in it."""
+    """``value`` when it is a string with something besides spaces in it, and Unicode
+    text: half of a UTF-16 surrogate pair is not, and no file, table or terminal the
+    value would reach can encode it."""
     if not isinstance(value, str) or not value.strip():
         raise fail("must be a non-empty string", value)
+    lone = _SURROGATE.search(value)
+    if lone is not None:
+        raise fail(f"holds a lone surrogate (U+{ord(lone.group()):04X}), which is not "
+                   "Unicode text", value)
     return value
 
 
@@ -197,15 +204,100 @@ def known_keys(data: Mapping[str, Any], allowed: Iterable[str],
 
 # C0, DEL and C1 controls start terminal escape sequences (C1 U+009B is a one-character
 # CSI); the bidirectional overrides and isolates reorder what follows them on screen, so
-# a node id "gpu\u202egnp.exe" would read "gpuexe.png".
+# a node id "gpu\u202egnp.exe" would read "gpuexe.png"; the invisible format characters
+# (zero-width space and joiners, word joiner, soft hyphen, byte order mark, tags) show
+# nothing, so "gpu\u200b-01" would read "gpu-01".
 _BIDI = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
-_CONTROL = {code: "?" for code in (*range(32), *range(127, 160), *_BIDI)}
+_INVISIBLE = (0x00AD, 0x180E, 0x200B, 0x200C, 0x200D, *range(0x2060, 0x2065),
+              *range(0x206A, 0x2070), 0xFEFF, *range(0xFFF9, 0xFFFC),
+              *range(0x1BCA0, 0x1BCA4), *range(0x1D173, 0x1D17B), 0xE0001,
+              *range(0xE0020, 0xE0080))
+_CONTROL = {code: "?" for code in (*range(32), *range(127, 160), *_BIDI, *_INVISIBLE)}
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def inert_text(text: str) -> str:
     """``text`` with every character that acts rather than shows written ``?``: C0 and
     C1 controls (line breaks, escape sequences), bidirectional overrides and isolates,
-    and lone surrogates (which no encoding can write). Terminals, HTML and Markdown
-    reports and charts all show a user's string through this."""
+    invisible format characters (a zero-width space) and lone surrogates (which no
+    encoding can write). Terminals, HTML and Markdown reports and charts all show a
+    user's string through this."""
     return _SURROGATE.sub("?", text.translate(_CONTROL))
+
+
+_UNSEEN = dict.fromkeys((*_BIDI, *_INVISIBLE))
+
+
+def looks(text: str) -> str:
+    """What ``text`` looks like on a screen, to tell two names apart: without what shows
+    nothing (bidirectional controls, zero-width and other invisible format characters),
+    in NFKC form (accents composed, full-width and compatibility letters as the plain
+    ones, a no-break space as a space), and with what acts written ``?`` as
+    :func:`inert_text` shows it. Two names with the same look are look-alikes."""
+    if text.isascii() and text.isprintable():  # the common id, which looks as it is
+        return text
+    return inert_text(unicodedata.normalize("NFKC", text.translate(_UNSEEN)))
+
+
+def spelled(text: str) -> str:
+    """``text`` quoted with every character outside printable ASCII as its escape
+    (``'cafe\\u0301'``, ``'gpu\\x07'``), cut to :data:`MAX_SHOWN` characters: how a
+    message tells look-alikes apart."""
+    escaped = str(text.encode("unicode_escape"), "ascii")
+    return "'" + (escaped if len(escaped) <= MAX_SHOWN
+                  else escaped[:MAX_SHOWN - 4] + " ...") + "'"
+
+
+def look_alike(node_id: str, other: str, other_where: str) -> str:
+    """The refusal of a node id that is not ``other`` (the id of ``other_where``) but
+    looks the same (:func:`looks`)."""
+    return (f"node id {spelled(node_id)} looks the same as {other_where}'s "
+            f"{spelled(other)} but is not the same text; give the nodes ids that look "
+            "different")
+
+
+def identifier(value: Any, fail: Fail) -> str:
+    """An id (a node's): non-blank text whose first and last characters are not blank,
+    since two ids that differ only there cannot be told apart."""
+    checked = text(value, fail)
+    if checked != checked.strip():
+        raise fail("starts or ends with a blank (a space, tab, line break or other "
+                   "white space); ids are compared exactly, so remove it", value)
+    return checked
+
+
+def _json_escape(code: int) -> str:
+    """A code point as a JSON ``\\u`` escape (a surrogate pair above U+FFFF)."""
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    high, low = divmod(code - 0x10000, 0x400)
+    return f"\\u{0xD800 + high:04x}\\u{0xDC00 + low:04x}"
+
+
+# What json.dumps leaves raw with ensure_ascii=False: it escapes C0 controls inside strings
+# itself, and JSON text has none outside them but the line breaks of its indentation.
+_JSON_ESCAPES = {code: _json_escape(code)
+                 for code in (*range(127, 160), *_BIDI, *_INVISIBLE)}
+
+
+def inert_json(text: str) -> str:
+    """JSON text (``json.dumps(..., ensure_ascii=False)``) with every character
+    :func:`inert_text` would replace written as a ``\\uXXXX`` escape instead: read back,
+    it is the same data, and a terminal shows it without acting on any of it."""
+    return _SURROGATE.sub(lambda found: _json_escape(ord(found.group())),
+                          text.translate(_JSON_ESCAPES))
+
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(text: str) -> str:
+    """``text`` for a CSV cell: inert (:func:`inert_text`), and never read as a formula.
+
+    Spreadsheets run a cell that starts with ``=``, ``+``, ``-`` or ``@`` (or a tab or
+    carriage return before one) as a formula, e.g. ``=HYPERLINK(...)``; a leading ``'``
+    makes it text, as the OWASP guidance on CSV injection recommends.
+    """
+    if text.startswith(_FORMULA_START):
+        text = "'" + text
+    return inert_text(text)

@@ -18,6 +18,15 @@ The search sums the usable bytes of up to :data:`MAX_LAYERS` stages, and
 4,096 x 2**50 = 2**62 keeps every such sum exact in 64-bit integers (model sizes, up to
 :data:`MAX_BYTES` per layer, are summed in Python integers)."""
 
+MAX_SHOWN_BYTES = 2**70
+"""The largest number of bytes the formatters show (``format_bytes``): past every sum
+the package makes (:data:`MAX_LAYERS` layers of :data:`MAX_BYTES` each is 2**65)."""
+
+MAX_LISTED_NODE_IDS = 32
+"""Entries a table, CSV cell, chart or report lists of one candidate's node set: a set of
+more ids is written as runs of numbered ids (``gpu-0000..gpu-4095``), and what is past
+this many runs is counted (``(+1,200 more)``). The Python API keeps every id."""
+
 MAX_LAYERS = 4096
 """Transformer layers of a model."""
 

@@ -31,9 +31,9 @@ import re
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
-from planner._validate import MAX_SHOWN, shown
+from planner._validate import MAX_SHOWN, Fail, flag, integer, shown
 from planner.errors import CodedError
-from planner.limits import MAX_LATENCY_MS, MAX_NUMBER_DIGITS
+from planner.limits import MAX_LATENCY_MS, MAX_NUMBER_DIGITS, MAX_SHOWN_BYTES
 
 _BINARY = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
 _DECIMAL = {"k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4, "p": 1000**5}
@@ -264,6 +264,18 @@ def _bare_message(number: str) -> str:
             f"'{number} GiB', '{number} GB' or '{number} B'")
 
 
+def _argument(function: str, name: str) -> Fail:
+    return lambda problem, value: UnitError(f"{function}: {name} {problem} (got "
+                                            f"{shown(value)})", value=value)
+
+
+def _shown_bytes(value: Any, function: str) -> int:
+    """A number of bytes a formatter shows: an integer (numpy's too) within
+    :data:`~planner.limits.MAX_SHOWN_BYTES` either side of 0."""
+    return integer(value, _argument(function, "value"), minimum=-MAX_SHOWN_BYTES,
+                   maximum=MAX_SHOWN_BYTES)
+
+
 def format_bytes(value: int, *, precision: int = 2, decimal: bool = False,
                  trim: bool = True) -> str:
     """Print bytes in the largest unit that keeps the number at or above 1: binary units
@@ -278,6 +290,15 @@ def format_bytes(value: int, *, precision: int = 2, decimal: bool = False,
     >>> format_bytes(315_680_000_000, decimal=True, trim=False)
     '315.68 GB'
     """
+    # Checked unless plainly valid: tables format every size of tens of thousands of rows.
+    if not (type(value) is int and -MAX_SHOWN_BYTES <= value <= MAX_SHOWN_BYTES):
+        value = _shown_bytes(value, "format_bytes")
+    if not (type(precision) is int and 0 <= precision <= MAX_NUMBER_DIGITS):
+        precision = integer(precision, _argument("format_bytes", "precision"),
+                            maximum=MAX_NUMBER_DIGITS)
+    if type(decimal) is not bool or type(trim) is not bool:
+        decimal = flag(decimal, _argument("format_bytes", "decimal"))
+        trim = flag(trim, _argument("format_bytes", "trim"))
     if value < 0:
         return "-" + format_bytes(-value, precision=precision, decimal=decimal, trim=trim)
     factors = _DECIMAL if decimal else _BINARY
@@ -304,6 +325,7 @@ def exact_size_text(value: int) -> str:
     >>> exact_size_text(315_680_000_000)
     '315.68 GB'
     """
+    value = _shown_bytes(value, "exact_size_text")
     if value == 0:
         return "0"
     best: str | None = None

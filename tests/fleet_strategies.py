@@ -14,13 +14,15 @@ from typing import Any
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from planner._validate import looks
 from planner.fleet import FleetDocument, ModelChoice, ReliabilityOverride, expanded_node_ids
 from planner.limits import MAX_NODE_BYTES
 from planner.planning import NodeBudget
 
 GIB = 1024**3
 
-ids = st.text(min_size=1, max_size=10).filter(lambda text: bool(text.strip()))
+# Any text a node id may be: not blank, and no blank at either end.
+ids = st.text(min_size=1, max_size=10).filter(lambda text: bool(text) and text == text.strip())
 sizes = st.integers(min_value=0, max_value=2**53)
 # A node's VRAM and cap go up to 1 PiB (MAX_NODE_BYTES); headroom and model sizes to 8 PiB.
 node_sizes = st.integers(min_value=0, max_value=MAX_NODE_BYTES)
@@ -120,7 +122,7 @@ def documents(draw: st.DrawFn, numbers_only: bool = False,
     JSON form does not hold)."""
     nodes = [node for entry in draw(st.lists(node_entries(), max_size=5)) for node in entry]
     node_ids = [node.node_id for node in nodes]
-    assume(len(node_ids) == len(set(node_ids)))
+    assume(len(node_ids) == len({looks(node_id) for node_id in node_ids}))  # none alike
     own = {node_id: draw(reliability()) for node_id in node_ids if draw(st.booleans())}
     where = ({node_id: draw(addresses) for node_id in node_ids if draw(st.booleans())}
              if with_addresses else {})

@@ -474,3 +474,87 @@ def test_every_wrong_argument_of_a_public_function_is_a_coded_error(function: st
                 value, error.message)
         else:
             raise AssertionError(f"{function}({argument}={value!r}) was accepted")
+
+
+# -- the workbench state, the byte formatters and the catalog loader ---------------------
+
+
+def _state() -> Any:
+    from planner.workbench.state import WorkbenchState
+
+    return WorkbenchState.design_default()
+
+
+def _row() -> Any:
+    from planner.workbench.state import NodeRow
+
+    return NodeRow("gpu-09", "80 GiB")
+
+
+def _wrong_calls() -> list[tuple[str, Callable[[], Any], str]]:
+    """(what, the call, the word its refusal names)."""
+    from planner.models import load_gpu_catalog
+    from planner.units import exact_size_text, format_bytes
+    from planner.workbench.state import WorkbenchState
+
+    calls: list[tuple[str, Callable[[], Any], str]] = []
+    for index in (99, 5, -1, -99, 2**70, "0", 1.0, None, True):
+        calls += [
+            (f"with_node({index!r})", lambda i=index: _state().with_node(i, _row()), "index"),
+            (f"remove_node({index!r})", lambda i=index: _state().remove_node(i), "index"),
+            (f"duplicate_node({index!r})", lambda i=index: _state().duplicate_node(i),
+             "index")]
+    calls += [
+        ("with_node(row=None)", lambda: _state().with_node(0, None), "row"),
+        ("with_node(row='x')", lambda: _state().with_node(0, "x"), "row"),
+        *((f"from_document({value!r})",
+           lambda v=value: WorkbenchState.from_document(v), "document")
+          for value in (None, "fleet.toml", {}, 5)),
+        *((f"add_gpus(count={count!r})",
+           lambda c=count: _state().add_gpus("H100", 80 * 2**30, c), "count")
+          for count in (10**5, 10**4, 2**70, "3", 2.5, None, True)),
+        ("add_gpus(memory_bytes='x')", lambda: _state().add_gpus("H100", "x", 1),
+         "memory_bytes"),
+        ("add_gpus(memory_bytes=2**70)", lambda: _state().add_gpus("H100", 2**70, 1),
+         "memory_bytes"),
+        ("add_gpus(gpu_name=None)", lambda: _state().add_gpus(None, 80 * 2**30, 1),
+         "gpu_name"),
+        *((f"format_bytes({value!r})", lambda v=value: format_bytes(v), "value")
+          for value in ([1], None, "10", 2.5, float("nan"), True, 10**400, -(10**400))),
+        ("format_bytes(precision=10**9)", lambda: format_bytes(1, precision=10**9),
+         "precision"),
+        ("format_bytes(decimal=[])", lambda: format_bytes(1, decimal=[]), "decimal"),
+        *((f"exact_size_text({value!r})", lambda v=value: exact_size_text(v), "value")
+          for value in ([1], None, 2.5, True, 10**400)),
+        *((f"load_gpu_catalog({value!r})", lambda v=value: load_gpu_catalog(v), "path")
+          for value in ([1], float("nan"), 10**19, 5, b"x", AN_OBJECT, "")),
+    ]
+    return calls
+
+
+@pytest.mark.parametrize(("what", "call", "word"), _wrong_calls(),
+                         ids=[what for what, _, _ in _wrong_calls()])
+def test_a_wrong_call_of_the_state_formatters_or_catalog_is_a_coded_error(
+        what: str, call: Callable[[], Any], word: str) -> None:
+    with pytest.raises(CodedError) as caught:
+        call()
+    assert word in caught.value.message or caught.value.details.get("field") == word, (
+        caught.value.message)
+
+
+def test_the_byte_formatters_still_show_every_size_the_package_makes() -> None:
+    from planner.limits import MAX_BYTES, MAX_LAYERS
+    from planner.units import exact_size_text, format_bytes
+
+    largest = MAX_LAYERS * MAX_BYTES  # a model's weights summed over every layer
+    assert format_bytes(largest) == "32768 PiB"
+    assert format_bytes(-largest) == "-32768 PiB"
+    assert format_bytes(10**19) == "8881.78 PiB"
+    assert format_bytes(np_int(1536)) == "1.5 KiB"
+    assert exact_size_text(largest) == "32768 PiB"
+
+
+def np_int(value: int) -> Any:
+    import numpy as np
+
+    return np.int64(value)

@@ -343,6 +343,25 @@ def test_importing_the_core_loads_no_widgets_plotting_or_engine() -> None:
         f"importing {', '.join(modules)} loaded {done.stdout.strip()}")
 
 
+# -- module size --------------------------------------------------------------------------
+
+MAX_MODULE_LINES = 800
+"""A module holds one idea; past this many lines it holds more, and is split."""
+# Modules still past the limit, each to be split along its seams; none may join them.
+OVER_THE_LIMIT = frozenset({"model_graphs.py", "memory.py", "performance.py",
+                            "sizing/search.py", "workbench/fence_explorer.py"})
+
+
+def test_no_module_grows_past_the_line_limit() -> None:
+    long = sorted(f"planner/{path.relative_to(PACKAGE).as_posix()} ({lines:,} lines)"
+                  for path in python_files()
+                  if (lines := len(path.read_text(encoding="utf-8").splitlines()))
+                  > MAX_MODULE_LINES
+                  and path.relative_to(PACKAGE).as_posix() not in OVER_THE_LIMIT)
+    assert long == [], (f"split these along their seams into modules of at most "
+                        f"{MAX_MODULE_LINES} lines, one idea each: {', '.join(long)}")
+
+
 # -- one adapter per engine --------------------------------------------------------------
 
 

@@ -179,7 +179,7 @@ EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
         layer_weight_bytes=(4, 6), context_length_override=2048,
         parallel_lanes_override=2, target_decode_tpot_ms=50,
         layer_kv_bytes_per_token=(8, 0), layer_state_bytes_per_sequence=(0, 16)),
-    "planner.sweep.SweepGrid": lambda: dict(axes={"min_lanes": (1, 2)},
+    "planner.sweep._grid.SweepGrid": lambda: dict(axes={"min_lanes": (1, 2)},
                                             fixed={"seed": 3, "fleet": "fleet.toml"}),
     "planner.targets.Targets": lambda: dict(
         minimum_context=4096, minimum_lanes=2, minimum_nodes=1, target_decode_tpot_ms=50,
@@ -217,7 +217,7 @@ RESULTS = {
     "planner.sizing.result.SizedFleet": _ANSWER,
     "planner.sizing.result.SizingResult": _ANSWER,
     "planner.simulation.SimulatedYear": _ANSWER,
-    "planner.sweep.Batch": _ANSWER,
+    "planner.sweep._evaluators.Batch": _ANSWER,
     "planner.launch.LaunchStage": _ANSWER,
     "planner.launch.RpcServer": _ANSWER,
     "planner.launch.Launch": _ANSWER,

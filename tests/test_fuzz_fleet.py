@@ -196,3 +196,76 @@ def test_json_fleet_files(data: st.DataObject) -> None:
 def test_any_text(text: str) -> None:
     _loads_or_names(parse_fleet_toml, text)
     _loads_or_names(parse_fleet_json, text)
+
+
+# -- look-alike node ids --------------------------------------------------------------------
+
+_INVISIBLE_MARKS = st.sampled_from(["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff",
+                                    "\u00ad", "\u202e", "\u2066", "\u200e"])
+
+
+@st.composite
+def _look_alike_pairs(draw: st.DrawFn) -> tuple[str, str]:
+    """An id and another that a screen shows the same: decomposed or composed, with an
+    invisible character put in, full-width, a no-break space for a space, or a control
+    for another control."""
+    import unicodedata
+
+    base = draw(st.text(st.characters(codec="utf-8", categories=("Ll", "Lu", "Nd")),
+                        min_size=1, max_size=6)
+                | st.sampled_from(["caf\u00e9", "na\u00efve", "gpu 01", "\u00c5ngstr\u00f6m"]))
+    how = draw(st.sampled_from(["nfd", "invisible", "fullwidth", "nbsp", "control"]))
+    if how == "nfd":
+        other = unicodedata.normalize("NFD", base)
+        base = unicodedata.normalize("NFC", base)
+    elif how == "invisible":
+        at = draw(st.integers(0, len(base)))
+        other = base[:at] + draw(_INVISIBLE_MARKS) + base[at:]
+    elif how == "fullwidth":
+        other = "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in base)
+    elif how == "nbsp":
+        base = base + " x"
+        other = base.replace(" ", "\u00a0")
+    else:
+        base, other = base + "\x07", base + draw(st.sampled_from(["\x1b", "\x9b", "?"]))
+    from hypothesis import assume
+
+    assume(other != base and other.strip() == other and base.strip() == base)
+    return base, other
+
+
+def _fleet_of(*ids: str) -> str:
+    return ("[model]\nnative_context_length = 65536\nlayer_count = 40\n"
+            'model_weight_bytes = "40 GiB"\nkv_bytes_per_token = 65536\n\n'
+            + "".join(f"[[nodes]]\n{tomli_w.dumps({'id': i})}vram = \"48 GiB\"\n\n"
+                      for i in ids))
+
+
+@FUZZ
+@given(_look_alike_pairs(), st.booleans())
+def test_look_alike_node_ids_are_refused_in_either_order(pair: tuple[str, str],
+                                                         swap: bool) -> None:
+    first, second = reversed(pair) if swap else pair
+    try:
+        parse_fleet_toml(_fleet_of(first, "other", second), "fuzz")
+    except CodedError as error:
+        assert error.code == "DuplicateNodeId", str(error)
+        assert "looks the same as" in error.message
+        return
+    raise AssertionError(f"{first!r} and {second!r} were both accepted")
+
+
+@FUZZ
+@given(st.lists(st.text(min_size=1, max_size=6), min_size=2, max_size=5))
+def test_ids_a_fleet_accepts_all_look_different(ids: list[str]) -> None:
+    from planner._validate import looks
+
+    try:
+        document = parse_fleet_toml(_fleet_of(*ids), "fuzz")
+    except CodedError as error:
+        assert len(str(error)) < 1000
+        return
+    accepted = [node.node_id for node in document.nodes]
+    assert accepted == ids
+    assert len({looks(node_id) for node_id in accepted}) == len(accepted)
+    assert all(node_id == node_id.strip() for node_id in accepted)

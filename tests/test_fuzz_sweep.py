@@ -12,6 +12,8 @@ JSON values, or drawn bytes.
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
 import json
 import math
 import tempfile
@@ -283,3 +285,54 @@ def test_part_files(line: bytes) -> None:
                                                     if record["scenario"] == 0 else None))
         if not stale:
             assert len(warnings) == 1 and "part-fuzz.jsonl" in warnings[0]
+
+
+# -- hostile names in a sweep's CSV ----------------------------------------------------------
+
+_FORMULA_START = st.sampled_from(["=", "+", "-", "@", "\t=", "\r="])
+_ACTS = st.sampled_from(["\x1b[2J", "\x1b]0;title\x07", "\x9b31m", "\u202e", "\u2066",
+                         "\u200b", "\ufeff", "\x00", "\n", "\ud800"])
+_HOSTILE_NAMES = st.one_of(
+    st.builds(lambda start, rest: start + rest, _FORMULA_START, st.text(max_size=12)),
+    st.builds(lambda a, act, b: a + act + b, st.text(max_size=6), _ACTS, st.text(max_size=6)),
+    st.text(max_size=12))
+
+
+def _unsafe(text: str) -> list[str]:
+    """Characters a terminal acts on (newlines between rows aside), and lone surrogates."""
+    return [ch for ch in text if ch != "\n" and (
+        ord(ch) < 32 or 127 <= ord(ch) < 160 or 0xD800 <= ord(ch) <= 0xDFFF
+        or ch in "\u061c\u200b\u200c\u200d\u200e\u200f\ufeff"
+        or 0x202A <= ord(ch) <= 0x202E or 0x2060 <= ord(ch) <= 0x206F)]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_HOSTILE_NAMES.filter(lambda name: bool(name.strip())), min_size=1,
+                max_size=3), st.sampled_from(["fleet", "model", "kinds", "catalog"]))
+def test_hostile_names_reach_a_sweep_csv_inert(names: list[str], column: str) -> None:
+    """Any text a grid names (a fleet, a model, kinds, a catalog) and every error message
+    that quotes it is written to a sweep's CSV as a cell no spreadsheet runs and no
+    terminal acts on."""
+    from planner.sweep import write_csv
+
+    fixed = {} if column == "fleet" else {"fleet": FIVE}
+    try:
+        results = sweep(grid_from_axes({column: names}, fixed), "plan", executor="inline")
+    except SweepError as error:  # a value no grid takes (a path holding a NUL byte)
+        assert error.code == "InvalidGrid"
+        return
+    stream = io.StringIO()
+    write_csv(results, stream)
+    text = stream.getvalue()
+    assert _unsafe(text) == []
+    for row in csv.reader(io.StringIO(text)):
+        assert not [cell for cell in row if cell[:1] in ("=", "+", "@", "\t", "\r")
+                    or (cell.startswith("-") and not _is_number(cell))], row
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True

@@ -61,3 +61,40 @@ def test_latencies(value: Any) -> None:
 def test_contexts(value: Any) -> None:
     tokens = _reads_or_names(parse_context, value)
     assert tokens is None or (isinstance(tokens, int) and tokens >= 0)
+
+
+@FUZZ
+@given(_VALUES | st.integers(-(2**80), 2**80), _VALUES, _VALUES)
+def test_byte_formatters(value: Any, precision: Any, decimal: Any) -> None:
+    """Any value, precision or flag is shown or refused by name; an exact size reads
+    back as the bytes it shows."""
+    from planner.units import exact_size_text, format_bytes
+
+    _reads_or_names(lambda v: format_bytes(v, precision=precision, decimal=decimal), value)
+    exact = _reads_or_names(exact_size_text, value)
+    if exact is not None and exact != "0" and value > 0:
+        assert parse_bytes(exact, bare_bytes=True) == value
+
+
+@FUZZ
+@given(st.one_of(_VALUES, st.integers(-(2**70), 2**70)), st.sampled_from(
+    ["with_node", "remove_node", "duplicate_node", "add_gpus", "from_document"]))
+def test_workbench_state_calls(value: Any, call: str) -> None:
+    """Any index, count or document given to the workbench state is a new state or a
+    coded error naming the argument, within a bounded time (no 10**70 nodes made)."""
+    from planner.workbench.state import NodeRow, WorkbenchState
+
+    state = WorkbenchState.design_default()
+    calls = {
+        "with_node": lambda: state.with_node(value, NodeRow("gpu-09", "80 GiB")),
+        "remove_node": lambda: state.remove_node(value),
+        "duplicate_node": lambda: state.duplicate_node(value),
+        "add_gpus": lambda: state.add_gpus("H100", 80 * 2**30, value),
+        "from_document": lambda: WorkbenchState.from_document(value),
+    }
+    try:
+        result = calls[call]()
+    except CodedError as error:
+        assert error.code == "InvalidEditorValue" and len(error.message) < 600
+        return
+    assert isinstance(result, WorkbenchState) and len(result.nodes) <= 10_000

@@ -376,3 +376,46 @@ def test_a_string_array_whose_length_runs_past_any_offset_is_refused(tmp_path: P
     path.write_bytes(g.gguf([*TINY, huge]))
     error = read_error(path)
     assert error.code == "TruncatedGguf" and "'general.junk'" in error.message
+
+
+def _unreadable_gguf(folder: Path, kind: str) -> Path:
+    """A path named ``*.gguf`` that is no GGUF model: each way a file can fail to be one."""
+    import os
+
+    path = folder / f"{kind}.gguf"
+    if kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "magic-only":
+        path.write_bytes(b"GGUF")
+    elif kind == "wrong-version":
+        path.write_bytes(b"GGUF" + struct.pack("<IQQ", 99, 0, 0))
+    elif kind == "junk":
+        path.write_bytes(bytes(range(256)) * 4)
+    elif kind == "text":
+        path.write_text("hello, I am a text file\n")
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "link-loop":
+        path.symlink_to(path.name)
+    elif kind in ("dev-zero", "dev-null"):
+        path.symlink_to(f"/dev/{kind[4:]}")
+    elif kind == "dangling-link":
+        path.symlink_to(folder / "nowhere.gguf")
+    return path
+
+
+@pytest.mark.parametrize("kind", ["empty", "magic-only", "wrong-version", "junk", "text",
+                                  "folder", "fifo", "link-loop", "dev-zero", "dev-null",
+                                  "dangling-link"])
+def test_speed_names_a_bad_gguf_file_with_the_code_inspect_gives(
+        tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _unreadable_gguf(tmp_path, kind)
+    assert main(["inspect", str(path)]) == 2
+    said = capsys.readouterr().err.strip()
+    code = said.split(": ")[1]
+    assert code in ("NotGguf", "GgufNotFound", "TruncatedGguf", "InvalidGguf",
+                    "UnsupportedGgufVersion"), said
+    assert main(["speed", str(path), "--gpu", "h100-sxm-80gb"]) == 2
+    assert capsys.readouterr().err.strip() == said

@@ -257,3 +257,86 @@ def test_the_sizing_report_shows_a_hostile_kind_as_text() -> None:
         assert "m?x" in text
         ours = re.sub(r"<script[^>]*>.*?</script>", "", text, flags=re.S)
         assert unsafe_terminal_characters(ours) == [], suffix
+
+
+# -- sweeps -----------------------------------------------------------------------------
+
+HOSTILE_PATH = "\x1b]0;pwned\x07\x1b[2J\u202egnp.toml"
+
+
+HOSTILE_FORMULA = '=HYPERLINK("http://evil","x")'
+
+
+def _sweep_grid_file(tmp_path: Path) -> Path:
+    five = ROOT / "planner" / "data" / "fleets" / "qwen480b-5x80.toml"
+    fleets = ", ".join(json.dumps(str(path)) for path in (five, HOSTILE_PATH))
+    grid = tmp_path / "grid.toml"
+    grid.write_text(f'evaluate = "plan"\n[axes]\nfleet = [{fleets}]\n'
+                    f"[fixed]\nkinds = {json.dumps(HOSTILE_FORMULA)}\n", encoding="utf-8")
+    return grid
+
+
+def _assert_inert_csv(text: str) -> None:
+    assert unsafe_terminal_characters(text) == []
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert len(rows) == 2 and rows[1]["error_code"] == "FileNotFound"
+    cells = [cell for row in rows for cell in row.values()]
+    assert not [c for c in cells if c and c[0] in "=+-@\t\r"]
+    assert all(row["kinds"] == "'" + HOSTILE_FORMULA for row in rows)
+
+
+def test_a_sweep_csv_on_stdout_is_inert(tmp_path: Path) -> None:
+    result = run_cli("sweep", _sweep_grid_file(tmp_path))
+    assert result.returncode == 0, result.stderr
+    _assert_inert_csv(result.stdout)
+    assert unsafe_terminal_characters(result.stderr) == []
+
+
+def test_a_sweep_csv_file_is_inert(tmp_path: Path) -> None:
+    output = tmp_path / "out.csv"
+    result = run_cli("sweep", _sweep_grid_file(tmp_path), "-o", output)
+    assert result.returncode == 0, result.stderr
+    _assert_inert_csv(output.read_text(encoding="utf-8"))
+
+
+def test_a_sweep_parquet_file_keeps_the_values_as_given(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from planner.sweep import grid_from_axes, sweep
+
+    output = tmp_path / "out.parquet"
+    sweep(grid_from_axes({"fleet": ["=HYPERLINK(\"x\").toml"]}), "plan", output=output)
+    assert pd.read_parquet(output)["fleet"].tolist() == ["=HYPERLINK(\"x\").toml"]
+
+
+# -- JSON -------------------------------------------------------------------------------
+
+BIDI_NAME = "model \u202eevil\u202c \x9b2J \x7f \u2066x\u2069"
+
+
+def _named_gguf(path: Path, name: str) -> Path:
+    from test_models_gguf import llama_metadata, llama_tensors, write_gguf
+
+    write_gguf(path, "llama", {**llama_metadata(), "general.name": name}, llama_tensors())
+    return path
+
+
+def test_speed_json_escapes_what_a_terminal_acts_on_and_keeps_the_name(
+        tmp_path: Path) -> None:
+    gguf = _named_gguf(tmp_path / "bidi.gguf", BIDI_NAME)
+    result = run_cli("speed", gguf, "--gpu", "h100-sxm-80gb", "--json")
+    assert result.returncode == 0, result.stderr
+    assert unsafe_terminal_characters(result.stdout) == []
+    assert json.loads(result.stdout)["model"] == BIDI_NAME  # the same data, escaped
+    assert "\\u202e" in result.stdout
+
+
+def test_terminal_json_escapes_only_what_acts(tmp_path: Path) -> None:
+    from planner.reports.tables import terminal_json
+
+    data = {"plain": "café 中文 · ok", "bidi": BIDI_NAME, "lone": "\ud800", "c0": "\x1b[2J"}
+    text = terminal_json(data)
+    assert unsafe_terminal_characters(text) == []
+    assert json.loads(text) == data
+    assert "café 中文 · ok" in text
+    text.encode("utf-8")

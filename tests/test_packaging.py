@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# pyproject's "dask[distributed]" is two packages on conda-forge.
-CONDA_SPLITS = {"dask[distributed]": ("dask", "distributed")}
+# pyproject's "dask[distributed]" is two packages on conda-forge, and its msgpack is
+# conda-forge's msgpack-python.
+CONDA_SPLITS = {"dask[distributed]": ("dask", "distributed"), "msgpack": ("msgpack-python",)}
 REQUIREMENT = re.compile(r"^([A-Za-z0-9_.\[\]-]+)\s*(.*)$")
 
 

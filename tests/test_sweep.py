@@ -266,7 +266,8 @@ _COLUMN_VALUES = {
        st.data())
 def test_a_sweep_grid_gives_each_row_as_its_dataframe_does(columns: dict[str, bool],
                                                             data: st.DataObject) -> None:
-    from planner.sweep import SweepGrid, _Rows
+    from planner.sweep import SweepGrid
+    from planner.sweep._grid import Rows
 
     axes: dict[str, list[Any]] = {}
     fixed: dict[str, Any] = {}
@@ -284,7 +285,7 @@ def test_a_sweep_grid_gives_each_row_as_its_dataframe_does(columns: dict[str, bo
             check_grid(_frame(axes, fixed))
         assert caught.value.message == error.message
         return
-    frame_rows = _Rows(check_grid(grid.to_frame()))
+    frame_rows = Rows(check_grid(grid.to_frame()))
     assert len(grid) == frame_rows.count
     for index in range(len(grid)):
         assert grid.row(index) == frame_rows[index]

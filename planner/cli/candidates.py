@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import sys
 from typing import Any
 
@@ -21,6 +20,7 @@ from planner.cli._common import (
 )
 from planner.errors import PlanError
 from planner.fleet import FleetFileError
+from planner.limits import MAX_LISTED_NODE_IDS
 from planner.models import load_gpu_catalog
 from planner.performance import (
     ESTIMATE_NOTE,
@@ -30,6 +30,7 @@ from planner.performance import (
     node_speeds,
     with_candidate_estimates,
 )
+from planner.planning.nodesets import NodeIds, node_set_text
 from planner.reports.content import candidate_records
 from planner.reports.tables import (
     candidate_rows_table,
@@ -52,12 +53,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_fleet_argument(parser)
     add_memory_model_argument(parser)
     parser.add_argument("--csv", action="store_true",
-                        help="print CSV (node ids joined with ';') instead of a table")
+                        help="print CSV (node ids joined with ';'; a set of more than "
+                             f"{MAX_LISTED_NODE_IDS} as runs first..last, the rest counted) "
+                             "instead of a table")
 
 
 def _csv_cell(value: Any) -> Any:
-    if isinstance(value, list):
-        value = ";".join(value)
+    if isinstance(value, list | NodeIds):
+        value = node_set_text(value, ";")
     if value is None:
         return ""
     if isinstance(value, str):
@@ -74,12 +77,10 @@ def run(args: argparse.Namespace) -> int:
         return exit_code(error)
     records = candidate_records(frame)
     if args.csv:
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
+        writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(planner.CANDIDATE_COLUMNS)
         for record in records:
             writer.writerow([_csv_cell(record[column]) for column in planner.CANDIDATE_COLUMNS])
-        sys.stdout.write(buffer.getvalue())
     else:
         catalog = load_gpu_catalog()
         try:

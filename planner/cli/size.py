@@ -16,7 +16,7 @@ from planner.limits import DEFAULT_PRICE_KIND
 from planner.models import ModelSpec, from_gguf, load_gpu_catalog, load_preset
 from planner.models.gpus import PRICE_KINDS
 from planner.reports.sizing import answer_text, fleet_table
-from planner.reports.tables import spreadsheet_safe, terminal_safe, text_table
+from planner.reports.tables import spreadsheet_safe, terminal_json, terminal_safe, text_table
 from planner.sizing import SizingError, SizingTargets, size_fleet
 
 NAME = "size"
@@ -115,9 +115,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_NO_TOPOLOGY
     fleets = [fleet.to_dict() for fleet in result.fleets]
     if args.json:
-        print(json.dumps({"fleets": fleets, "price_kind": result.price_kind,
-                          "notes": [*result.estimate_notes, *result.notes]},
-                         indent=2, ensure_ascii=False))
+        print(terminal_json({"fleets": fleets, "price_kind": result.price_kind,
+                             "notes": [*result.estimate_notes, *result.notes]}))
         return EXIT_OK
     if args.csv:
         buffer = io.StringIO()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -22,7 +21,7 @@ from planner.limits import (
     MAX_NODES,
     MAX_UBATCH,
 )
-from planner.models import ModelError, ModelSpec, from_gguf, load_gpu_catalog, load_preset
+from planner.models import ModelSpec, from_gguf, load_gpu_catalog, load_preset
 from planner.models.gpus import BACKENDS, GpuModel, extend_catalog
 from planner.performance import (
     ESTIMATE_NOTE,
@@ -42,7 +41,7 @@ from planner.performance import (
 from planner.planning import NodeBudget, PlanningInput
 from planner.planning.plan import Plan
 from planner.planning.rules import build_stages, layer_bytes, layer_weights
-from planner.reports.tables import TextTable, terminal_safe, text_table
+from planner.reports.tables import TextTable, terminal_json, terminal_safe, text_table
 from planner.units import UnitError, format_milliseconds, parse_bytes, parse_context
 
 NAME = "speed"
@@ -275,10 +274,8 @@ def run(args: argparse.Namespace) -> int:
     if gpu.memory_bandwidth_bytes_per_s is None:
         raise UserError(f"--gpu: {gpu.kind} has no memory_bandwidth_bytes_per_s in the "
                         "catalog; give a catalog that states it")
-    try:
-        name, fields, traffic = resolve_model(args.model, args.kv_cache_type)
-    except ModelError as error:
-        raise UserError(f"{args.model}: {error.code}: {error.message}") from None
+    # A model that cannot be read is said as `inspect` says it: its code, path and why.
+    name, fields, traffic = resolve_model(args.model, args.kv_cache_type)
     if traffic is None:
         raise UserError(f"{args.model}: the model's numbers need model_weight_bytes")
     native = fields["native_context_length"]
@@ -291,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
                                      settings)
     record = _record(name, gpu, gpus, context, lanes, estimate, notes)
     if args.json:
-        print(json.dumps(record, indent=2, ensure_ascii=True))
+        print(terminal_json(record))
         return EXIT_OK
     _print(record, name, gpu, gpus, context, lanes, prompt, estimate)
     return EXIT_OK

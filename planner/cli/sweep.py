@@ -7,7 +7,7 @@ import sys
 
 from planner.cli._common import EXIT_OK, UserError, add_command
 from planner.reports.tables import terminal_safe
-from planner.sweep import SweepError, SweepOutputError, load_grid, sweep
+from planner.sweep import SweepError, SweepOutputError, load_grid, sweep, write_csv
 
 NAME = "sweep"
 
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(terminal_safe(f"{error.code}: {error.message}")) from None
     failed = int(results["error_code"].notna().sum())
     if args.output is None:
-        results.to_csv(sys.stdout, index=False)
+        write_csv(results, sys.stdout)
     else:
         print(f"{len(results)} scenarios ({evaluation}) written to {args.output}",
               file=sys.stderr)

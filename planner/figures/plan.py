@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 
 from planner.figures.style import axis, base_layout, plotly_text
 from planner.planning import Plan, PlanningInput, stage_usage
+from planner.planning.nodesets import node_set_text
 from planner.targets import tpot_verdicts
 from planner.units import format_bytes, format_milliseconds, layer_range
 
@@ -251,7 +252,7 @@ def _hover(shape: dict[str, Any], tpot: float | None = None, speed: bool = False
         if met is not None:
             lines.append("target met" if met else "target missed")
         lines.append(f"smallest margin {format_bytes(int(shape['min_remaining_bytes']))}")
-        nodes = ", ".join(shape["node_ids"])
+        nodes = node_set_text(shape["node_ids"], limit=8)
         lines.append(plotly_text(f"nodes {nodes if len(nodes) <= 80 else nodes[:77] + '...'}"))
     else:
         lines.append(plotly_text(f"does not fit: {shape['reason']}"))

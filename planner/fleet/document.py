@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from planner._validate import look_alike, looks
 from planner.errors import InvalidInput
 from planner.fleet._fields import (
     LIMITS,
@@ -238,12 +239,17 @@ class FleetDocument:
             raise FleetFileError("InvalidField", "must be a list of nodes", field="nodes")
         nodes = tuple(nodes)
         seen: set[str] = set()
+        looked: dict[str, int] = {}  # by how each id looks
         for index, node in enumerate(nodes):
             if not isinstance(node, NodeBudget):
                 raise FleetFileError("InvalidField", "must be a NodeBudget",
                                      field=f"nodes[{index}]")
-            if node.node_id in seen:
-                raise FleetFileError("DuplicateNodeId", "duplicate node id",
+            other = looked.setdefault(looks(node.node_id), index)
+            if other != index:
+                other_id = nodes[other].node_id
+                raise FleetFileError("DuplicateNodeId", "duplicate node id"
+                                     if other_id == node.node_id else
+                                     look_alike(node.node_id, other_id, f"nodes[{other}]"),
                                      field=f"nodes[{index}].node_id", node_id=node.node_id)
             seen.add(node.node_id)
         object.__setattr__(self, "nodes", nodes)

@@ -10,6 +10,7 @@ from typing import Any
 
 import tomli_w
 
+from planner._validate import identifier, look_alike, looks
 from planner.fleet._fields import (
     LIMITS,
     MODEL_KEYS,
@@ -26,6 +27,7 @@ from planner.fleet._fields import (
     as_rate,
     as_size,
     as_text,
+    bad,
     nested_too_deeply,
     normalise_numbers,
     refuse_lone_surrogates,
@@ -245,7 +247,7 @@ def _nodes_from_toml(entries: list[Any]
     nodes: list[NodeBudget] = []
     reliability: dict[str, ReliabilityOverride] = {}
     addresses: list[tuple[str, str]] = []
-    owner: dict[str, tuple[int, str]] = {}
+    owner: dict[str, tuple[int, str, str]] = {}  # by how each id looks
     for index, entry in enumerate(entries):
         prefix = f"nodes[{index}]."
         if not isinstance(entry, Mapping):
@@ -256,7 +258,7 @@ def _nodes_from_toml(entries: list[Any]
         reject_unknown(entry, NODE_KEYS, prefix, node_id=shown_id)
         if "id" not in entry:
             raise FleetFileError("MissingField", "every node needs an id", field=f"{prefix}id")
-        base_id = as_text(raw_id, f"{prefix}id")
+        base_id = identifier(raw_id, bad(f"{prefix}id"))
         if "vram" not in entry:
             raise FleetFileError("MissingField", "is required (the node's detected VRAM)",
                                  field=f"{prefix}vram", node_id=base_id)
@@ -288,14 +290,18 @@ def _nodes_from_toml(entries: list[Any]
             addresses.append((ids[0], as_address(entry["address"], f"{prefix}address",
                                                  base_id)))
         for node_id in ids:
-            if node_id in owner:
-                other_index, other = owner[node_id]
+            key = looks(node_id)
+            if key in owner:
+                other_index, other, other_id = owner[key]
                 raise FleetFileError(
                     "DuplicateNodeId",
                     f"node id {node_id!r} from {described} is already used by "
-                    f"nodes[{other_index}] ({other}); give the nodes distinct ids",
+                    f"nodes[{other_index}] ({other}); give the nodes distinct ids"
+                    if other_id == node_id else
+                    f"{look_alike(node_id, other_id, f'nodes[{other_index}]')} "
+                    f"(nodes[{index}]: {described})",
                     field=f"{prefix}id", node_id=node_id)
-            owner[node_id] = (index, described)
+            owner[key] = (index, described, node_id)
             nodes.append(NodeBudget(node_id, detected, max_vram, headroom, latency))
             if own is not None:
                 reliability[node_id] = own

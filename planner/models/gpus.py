@@ -76,6 +76,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import os
 import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -553,11 +554,24 @@ def _overheads(raw: Mapping[str, Any], where: str) -> dict[str, int]:
     return overheads
 
 
+def _catalog_path(path: Any) -> Path:
+    """The catalog file ``path`` names (``None``: the shipped one); anything that is no
+    path is ``GpuCatalogNotFound``."""
+    if path is None:
+        return data_dir() / "gpus.toml"
+    if (not isinstance(path, str | os.PathLike) or not isinstance(os.fspath(path), str)
+            or not os.fspath(path).strip()):
+        raise ModelError("GpuCatalogNotFound", "the GPU catalog path must be the path of a "
+                         "catalog file (text or a Path), or None for the shipped one (got "
+                         f"{shown(path)})", path=shown(path))
+    return Path(path).expanduser()
+
+
 def load_backend_overheads(path: str | Path | None = None) -> dict[str, int]:
     """``[llamacpp.backend_overhead_bytes]`` of a catalog file (default the shipped one):
     llama.cpp's fixed overhead per device for each backend."""
     shipped = path is None
-    resolved = data_dir() / "gpus.toml" if path is None else Path(path).expanduser()
+    resolved = _catalog_path(path)
     raw = _read(resolved, shipped)
     return _overheads(raw if isinstance(raw, Mapping) else {}, str(resolved))
 
@@ -569,7 +583,7 @@ def load_gpu_catalog(path: str | Path | None = None) -> list[GpuModel]:
     shipped one.
     """
     shipped = path is None
-    resolved = data_dir() / "gpus.toml" if path is None else Path(path).expanduser()
+    resolved = _catalog_path(path)
     return parse_gpu_catalog(_read(resolved, shipped), str(resolved))
 
 

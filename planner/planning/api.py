@@ -10,6 +10,7 @@ import pandas as pd
 
 from planner.errors import PlanError
 from planner.planning.inputs import PlanningInput, as_planning_input
+from planner.planning.nodesets import NodeIds
 from planner.planning.plan import Plan
 from planner.planning.rules import (
     at_context,
@@ -55,7 +56,8 @@ def _to_plan(request: PlanningInput, shape: Shape) -> Plan:
 
 def _set_order(choice: NodeSetChoice) -> tuple[int, int, tuple[str, ...]]:
     """docs/rules.md §5 rules 2-4 as an ascending sort key."""
-    return (-choice.min_remaining_bytes, -choice.total_remaining_bytes, choice.node_ids)
+    return (-choice.min_remaining_bytes, -choice.total_remaining_bytes,
+            choice.node_ids.as_tuple())
 
 
 def shape_rank(request: PlanningInput, estimate_us: int,
@@ -303,8 +305,10 @@ CANDIDATE_DTYPES = {
 
 def candidate_frame(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """Candidate rows (dicts with :data:`CANDIDATE_COLUMNS`) as the typed DataFrame
-    :func:`candidates` returns; ``node_ids`` become tuples."""
-    rows = [{**row, "node_ids": tuple(row["node_ids"])} for row in rows]
+    :func:`candidates` returns; ``node_ids`` become tuples (a search's own
+    :class:`~planner.planning.nodesets.NodeIds` stay as they are)."""
+    rows = [row if isinstance(row["node_ids"], NodeIds) else
+            {**row, "node_ids": tuple(row["node_ids"])} for row in rows]
     frame = pd.DataFrame(rows, columns=list(CANDIDATE_COLUMNS))
     estimate = "estimated_decode_network_ms_per_token"
     return frame.astype({**CANDIDATE_DTYPES, estimate: milliseconds_dtype(frame[estimate])})
@@ -324,7 +328,8 @@ def candidates(request: Request) -> pd.DataFrame:
         the memory rule charges a fixed state per sequence).
     ``feasible`` (bool)
         Whether some node set of that size fits at that context.
-    ``node_ids`` (tuple of str)
+    ``node_ids`` (a tuple of str, or a :class:`~planner.planning.nodesets.NodeIds`, which
+        compares, hashes and reads as one without a copy of the ids for every row)
         The best node set for the shape (docs/rules.md §5), in stage order; empty when
         infeasible.
     ``min_remaining_bytes``, ``total_remaining_bytes`` (Int64, bytes)

@@ -142,7 +142,7 @@ def _option(request: PlanningInput, shape: Shape) -> ShapeOption:
         context_length=choice.context_length,
         stage_count=choice.stage_count,
         parallel_lanes=shape.lanes,
-        node_ids=choice.node_ids,
+        node_ids=choice.node_ids.as_tuple(),
         estimated_decode_network_ms_per_token=estimate,
         decode_tpot_target_met=target_met(request, estimate),
     )

@@ -13,7 +13,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from planner._validate import Fail, integer, known_keys, optional_integer, text
+from planner._validate import (
+    Fail,
+    identifier,
+    integer,
+    known_keys,
+    look_alike,
+    looks,
+    optional_integer,
+)
 from planner.errors import InvalidInput, PlanError
 from planner.limits import (
     MAX_BYTES,
@@ -121,7 +129,7 @@ class NodeBudget:
 
 def _node_fields(node_id: Any, detected: Any, max_vram: Any, headroom: Any, latency: Any,
                  where: str) -> tuple[str, int, int | None, int, int | float | None]:
-    text(node_id, _bad(f"{where}node_id"))
+    identifier(node_id, _bad(f"{where}node_id"))
     return (
         node_id,
         integer(detected, _bad(f"{where}detected_vram_bytes", node_id),
@@ -203,17 +211,19 @@ class PlanningInput:
         check_node_count(len(nodes))
         if not isinstance(nodes, tuple):
             object.__setattr__(self, "nodes", tuple(nodes))
-        seen: dict[str, int] = {}
+        seen: dict[str, int] = {}  # by how each id looks
         for index, node in enumerate(self.nodes):
             if not isinstance(node, NodeBudget):
                 raise InvalidInput(f"nodes[{index}]", "must be a NodeBudget", value=node)
-            if node.node_id in seen:
+            other = seen.setdefault(looks(node.node_id), index)
+            if other != index:
+                other_id = self.nodes[other].node_id
                 raise InvalidInput(
                     f"nodes[{index}].node_id",
-                    f"duplicate node id (also nodes[{seen[node.node_id]}])",
+                    f"duplicate node id (also nodes[{other}])" if other_id == node.node_id
+                    else look_alike(node.node_id, other_id, f"nodes[{other}]"),
                     node_id=node.node_id,
                 )
-            seen[node.node_id] = index
         for name in _PER_LAYER_FIELDS:
             object.__setattr__(self, name, _per_layer(getattr(self, name), name,
                                                       self.layer_count))

@@ -40,12 +40,13 @@ from __future__ import annotations
 
 from bisect import bisect_right, insort
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from planner.errors import PlanError
 from planner.planning.inputs import NodeBudget, PlanningInput
+from planner.planning.nodesets import IdPool, NodeIds
 from planner.planning.rules import at_context, layer_bytes, stage_order
 from planner.units import format_bytes, latency_microseconds, ms_from_microseconds
 
@@ -65,38 +66,30 @@ _BATCH_ROWS = 64
 _STATE_BYTES = 64
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class NodeSetChoice:
-    """The best node set found for one (context, stage count)."""
+    """The best node set found for one (context, stage count): its nodes' ids, kept as
+    positions in ``pool`` (the search's allowed nodes, shared by all its sets), in stage
+    order, and the layers each takes."""
 
     context_length: int
     stage_count: int
-    nodes: tuple[NodeBudget, ...]
-    """In stage order."""
+    pool: tuple[NodeBudget, ...]
+    node_ids: NodeIds
     spans: tuple[int, ...]
-    remaining_bytes: tuple[int, ...]
+    min_remaining_bytes: int
+    total_remaining_bytes: int
     estimated_decode_network_ms_per_token: int | float | None
-    # Computed once: a candidates table repeats each set on one row per lane count.
-    node_ids: tuple[str, ...] = field(init=False)
-    min_remaining_bytes: int = field(init=False)
-    total_remaining_bytes: int = field(init=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "node_ids", tuple(node.node_id for node in self.nodes))
-        object.__setattr__(self, "min_remaining_bytes", min(self.remaining_bytes))
-        object.__setattr__(self, "total_remaining_bytes", sum(self.remaining_bytes))
+    @property
+    def nodes(self) -> tuple[NodeBudget, ...]:
+        """In stage order."""
+        return tuple(map(self.pool.__getitem__, self.node_ids.positions.tolist()))
 
     @property
     def estimate_us_or_zero(self) -> int:
         """The estimate in whole microseconds (exact), unknown as 0."""
         return latency_microseconds(self.estimated_decode_network_ms_per_token or 0)
-
-
-def _shared_ints(values: np.ndarray) -> tuple[int, ...]:
-    """``tuple(values.tolist())`` with one int object per distinct value: stages of equal
-    nodes often keep equal bytes, and a candidates table at the caps holds millions."""
-    distinct, index = np.unique(values, return_inverse=True)
-    return tuple(map(distinct.tolist().__getitem__, index.tolist()))
 
 
 @dataclass(slots=True)
@@ -141,6 +134,8 @@ class _Allowed:
     known: np.ndarray
     """Whether each allowed node has a latency (an unknown one is 0 in ``latencies``)."""
     nodes: tuple[NodeBudget, ...]
+    ids: IdPool
+    """Of ``nodes``."""
     total: np.ndarray
     """Prefix sums of ``usables``."""
     line: np.ndarray
@@ -186,8 +181,9 @@ class ContextSearch:
         # every node fits nowhere. Past that check, every prefix sum of layer bytes is at
         # most 4,096 x 2**50, so the search is exact in 64-bit integers.
         smallest = min(costs)
-        usable = [n for n in request.nodes if n.usable_bytes >= smallest]
-        if not usable or max(costs) > max(n.usable_bytes for n in usable):
+        sizes = [n.usable_bytes for n in request.nodes]  # a property: read once per node
+        usable = [n for n, size in zip(request.nodes, sizes, strict=True) if size >= smallest]
+        if not usable or max(costs) > max(sizes):
             usable = []
         self.prefix = np.concatenate([[0], np.cumsum(np.asarray(costs, dtype=object))]) \
             .astype(np.int64) if usable else np.zeros(layer_count + 1, dtype=np.int64)
@@ -216,36 +212,41 @@ class ContextSearch:
         nodes therefore cost no more than ``max_stages`` of them.
         """
         ordered = stage_order(nodes)
-        sizes = sorted({n.usable_bytes for n in ordered}, reverse=True)
-        # ``most`` is monotone in the usable bytes, so a class is a run of sizes.
+        usable = [n.usable_bytes for n in ordered]  # a property: read once per node
+        sizes = sorted(set(usable), reverse=True)
+        # ``most`` is monotone in the usable bytes, so a class is a run of sizes: a size
+        # starts a new class where its row differs from the size before it.
         class_of: dict[int, int] = {}
         rows: list[np.ndarray] = []
         chunk = max(1, 2**22 // self.width)
-        previous: np.ndarray | None = None
         for begin in range(0, len(sizes), chunk):
             part = sizes[begin:begin + chunk]
             table = self._most_rows(np.asarray(part, dtype=np.int64))
-            for size, row in zip(part, table, strict=True):
-                if previous is None or not np.array_equal(row, previous):
-                    rows.append(row.copy())
-                    previous = rows[-1]
-                class_of[size] = len(rows) - 1
+            starts = np.ones(len(part), dtype=bool)
+            starts[1:] = (table[1:] != table[:-1]).any(axis=1)
+            if rows:
+                starts[0] = not np.array_equal(table[0], rows[-1])
+            first = len(rows) - 1
+            rows.extend(table[i].copy() for i in np.nonzero(starts)[0].tolist())
+            class_of.update(zip(part, (first + np.cumsum(starts)).tolist(), strict=True))
         members: list[list[NodeBudget]] = [[] for _ in rows]
+        member_usables: list[list[int]] = [[] for _ in rows]
         seen: list[list[int]] = [[] for _ in rows]
         limit = self.max_stages
-        for node in ordered:
-            c = class_of[node.usable_bytes]
+        for node, size in zip(ordered, usable, strict=True):
+            c = class_of[size]
             latency = node.latency_us or 0
             if bisect_right(seen[c], latency) < limit:
                 members[c].append(node)
+                member_usables[c].append(size)
                 insort(seen[c], latency)
         return tuple(
             _SpanClass(nodes=tuple(group),
-                       usables=np.array([n.usable_bytes for n in group], dtype=np.int64),
+                       usables=np.array(sizes_of_group, dtype=np.int64),
                        latencies=np.array([n.latency_us or 0 for n in group], dtype=np.int64),
                        ranks=np.array([self._rank[n.node_id] for n in group], dtype=np.int64),
                        most=row)
-            for group, row in zip(members, rows, strict=True))
+            for group, sizes_of_group, row in zip(members, member_usables, rows, strict=True))
 
     @property
     def node_count(self) -> int:
@@ -368,7 +369,7 @@ class ContextSearch:
         for q in range(layers - 1, -1, -1):
             np.minimum(usables - self.need[q], line[1:, q + 1], out=line[:count, q])
         return _Allowed(threshold=threshold, picks=picks, offsets=offsets, usables=usables,
-                        ranks=ranks, nodes=nodes,
+                        ranks=ranks, nodes=nodes, ids=IdPool(tuple(n.node_id for n in nodes)),
                         latencies=np.array([n.latency_us or 0 for n in nodes], dtype=np.int64),
                         known=np.array([n.latency_us is not None for n in nodes], dtype=bool),
                         total=np.concatenate([[0], np.cumsum(usables)]), line=line,
@@ -598,8 +599,8 @@ class ContextSearch:
             taken.append(range(base, base + s))
             spans.extend([1] * s)
             s, n = 0, layers
-        picked = np.concatenate([np.arange(r.start, r.stop) for r in taken]) if taken \
-            else np.zeros(0, dtype=np.int64)
+        picked = (np.concatenate([np.arange(r.start, r.stop, dtype=np.int32) for r in taken])
+                  if taken else np.zeros(0, dtype=np.int32))
         if s != 0 or n != layers or len(picked) != stage_count:
             raise AssertionError("read back lost the optimal path")
         ends = np.cumsum(spans)
@@ -611,8 +612,10 @@ class ContextSearch:
                     if allowed.known[picked].any() else None)
         return NodeSetChoice(
             context_length=self.context_length, stage_count=stage_count,
-            nodes=tuple(allowed.nodes[i] for i in picked.tolist()), spans=tuple(spans),
-            remaining_bytes=_shared_ints(remaining),
+            pool=allowed.nodes, node_ids=NodeIds(allowed.ids, picked), spans=tuple(spans),
+            min_remaining_bytes=int(remaining.min()),
+            # At most 4,096 stages of at most 2**50 bytes: exact in 64 bits.
+            total_remaining_bytes=int(remaining.sum()),
             estimated_decode_network_ms_per_token=estimate)
 
     def best_for_counts(self, counts: Iterable[int]) -> dict[int, NodeSetChoice]:

@@ -38,6 +38,7 @@ from planner.planning import (
     plan_topology,
 )
 from planner.planning.api import candidate_frame
+from planner.planning.nodesets import NodeIds, node_set_entries
 from planner.planning.rules import (
     context_floor,
     kv_bytes_per_layer_token,
@@ -136,7 +137,8 @@ class ReportContent:
             "summary": self.summary,
             "stages": list(self.stages),
             "quorum": self.quorum,
-            "candidates": list(self.candidates),
+            "candidates": [{**row, "node_ids": node_set_entries(row["node_ids"])}
+                           for row in self.candidates],
             "failure_what_if": list(self.failure_what_if),
             "warnings": list(self.warnings),
             "choice": self.choice,
@@ -149,6 +151,8 @@ class ReportContent:
 
 def _plain(value: Any) -> Any:
     """pandas/numpy scalars and NA as JSON-ready Python values."""
+    if isinstance(value, NodeIds):  # read as a tuple; kept compact (see to_dict)
+        return value
     if isinstance(value, (tuple, list)):
         return [_plain(item) for item in value]
     if value is None or value is pd.NA:
@@ -301,7 +305,10 @@ def _what_if(request: PlanningInput, plan: Plan) -> tuple[dict[str, Any], ...]:
 
 
 def candidate_records(frame: pd.DataFrame) -> tuple[dict[str, Any], ...]:
-    """The rows of a :func:`planner.candidates` table as JSON-ready dicts."""
+    """The rows of a :func:`planner.candidates` table as JSON-ready dicts, but for their
+    ``node_ids``: a search's :class:`~planner.planning.nodesets.NodeIds` stay as they
+    are (read as tuples; :meth:`ReportContent.to_dict` lists them as
+    :func:`~planner.planning.nodesets.node_set_entries` does)."""
     return tuple({key: _plain(value) for key, value in record.items()}
                  for record in frame.to_dict(orient="records"))
 

@@ -6,13 +6,16 @@ Markdown and the command line all show the same rows.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from planner._validate import inert_text
+from planner._validate import inert_json, inert_text
+from planner._validate import spreadsheet_safe as spreadsheet_safe  # the one CSV cell rule
 from planner.performance import ESTIMATE_NOTE
+from planner.planning.nodesets import node_set_text
 from planner.reports.content import ReportContent
 from planner.targets import tpot_verdicts
 from planner.units import format_bytes, layer_range
@@ -304,7 +307,7 @@ def candidate_rows_table(records: Sequence[dict[str, Any]],
             str(row["stage_count"]),
             str(row["parallel_lanes"]),
             "yes" if row["feasible"] else "no",
-            ", ".join(row["node_ids"]),
+            node_set_text(row["node_ids"]),
             size(row["min_remaining_bytes"]),
             size(row["total_remaining_bytes"]),
             _optional(row["estimated_decode_network_ms_per_token"], " ms"),
@@ -378,19 +381,11 @@ def html_text(text: str) -> str:
     return escape(terminal_lines(text))
 
 
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def spreadsheet_safe(text: str) -> str:
-    """``text`` for a CSV cell: terminal-safe, and never read as a formula.
-
-    Spreadsheets run a cell that starts with ``=``, ``+``, ``-`` or ``@`` (or a tab or
-    carriage return before one) as a formula, e.g. ``=HYPERLINK(...)``; a leading ``'``
-    makes it text, as the OWASP guidance on CSV injection recommends.
-    """
-    if text.startswith(_FORMULA_START):
-        text = "'" + text
-    return terminal_safe(text)
+def terminal_json(data: Any) -> str:
+    """``data`` as indented JSON for a terminal: non-ASCII text as written, but every
+    character :func:`terminal_safe` would replace escaped (``\\u202e``), so it reads back
+    as the same data; :func:`planner._validate.inert_json`."""
+    return inert_json(json.dumps(data, indent=2, ensure_ascii=False))
 
 
 def text_table(table: TextTable) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from planner._validate import shown
+from planner._validate import Fail, instance, integer, shown, text
 from planner.errors import CodedError
 from planner.fleet import (
     SPEED_NUMBER_FIELDS,
@@ -24,6 +24,7 @@ from planner.fleet import (
     ModelChoice,
     ReliabilityOverride,
 )
+from planner.limits import MAX_NODE_BYTES, MAX_NODES
 from planner.planning import NodeBudget, PlanningInput
 from planner.units import (
     UnitError,
@@ -69,6 +70,12 @@ class WorkbenchInputError(CodedError):
         self.field = field_name
         self.node_id = node_id
         self.value = value
+
+
+def _argument(name: str, label: str) -> Fail:
+    """The refusal of a state method's argument ``name`` (shown as ``label``)."""
+    return lambda problem, value: WorkbenchInputError(name, f"{problem} (got {shown(value)})",
+                                                      label=label)
 
 
 @dataclass(frozen=True, slots=True)
@@ -506,6 +513,7 @@ class WorkbenchState:
     def from_document(cls, document: FleetDocument, *, loaded: bool = True
                       ) -> WorkbenchState:
         """The editors on ``document`` (``loaded``: as read from its file)."""
+        instance(document, FleetDocument, _argument("document", "document"), "a FleetDocument")
         extras = tuple(NodeExtras(document.reliability.get(node.node_id),
                                   dict(document.addresses).get(node.node_id))
                        for node in document.nodes)
@@ -714,6 +722,8 @@ class WorkbenchState:
         return replace(self, memory_model=memory_model)
 
     def with_node(self, index: int, row: NodeRow) -> WorkbenchState:
+        index = self._row_index(index)
+        instance(row, NodeRow, _argument("row", "row"), "a NodeRow")
         nodes = list(self.nodes)
         nodes[index] = row.kept_exact(nodes[index])
         return replace(self, nodes=tuple(nodes))._settled()
@@ -733,6 +743,11 @@ class WorkbenchState:
     def _rows(self, rows: list[NodeRow], extras: list[NodeExtras]) -> WorkbenchState:
         return replace(self, nodes=tuple(rows), extras=tuple(extras))._settled()
 
+    def _row_index(self, index: Any) -> int:
+        """``index`` as the position of one of the fleet's rows (0 for the first)."""
+        return integer(index, _argument("index", f"row index (of {len(self.nodes):,} rows, "
+                                        "from 0)"), maximum=len(self.nodes) - 1)
+
     def _taken(self) -> set[str]:
         return {row.node_id for row in self.nodes}
 
@@ -751,6 +766,7 @@ class WorkbenchState:
     def duplicate_node(self, index: int) -> WorkbenchState:
         """A copy of row ``index`` right after it, with a fresh id (the same kind of GPU,
         without its address)."""
+        index = self._row_index(index)
         row = self.nodes[index]
         base = (_numbered(row.node_id) or (row.node_id.strip() or "node", 0))[0]
         new_id = _free_ids(base, self._taken(), 1)[0]
@@ -760,6 +776,7 @@ class WorkbenchState:
         return self._rows(rows, extras)
 
     def remove_node(self, index: int) -> WorkbenchState:
+        index = self._row_index(index)
         rows, extras = list(self.nodes), list(self.extras)
         del rows[index], extras[index]
         return self._rows(rows, extras)
@@ -767,10 +784,15 @@ class WorkbenchState:
     def add_gpus(self, gpu_name: str, memory_bytes: int, count: int, *,
                  kind: str | None = None) -> WorkbenchState:
         """``count`` nodes of one GPU model, ids numbered on from any already in use;
-        ``kind`` is the catalog kind they are (their ``gpu``)."""
-        if count < 1:
-            raise WorkbenchInputError("count", "must be at least 1", value=str(count),
-                                      label="number of GPUs to add")
+        ``kind`` is the catalog kind they are (their ``gpu``). The fleet holds at most
+        :data:`~planner.limits.MAX_NODES` nodes."""
+        text(gpu_name, _argument("gpu_name", "GPU name"))
+        integer(memory_bytes, _argument("memory_bytes", "GPU memory_bytes"), minimum=1,
+                maximum=MAX_NODE_BYTES)
+        count = integer(count, _argument("count", f"number of GPUs to add (the fleet has "
+                                         f"{len(self.nodes):,} of the {MAX_NODES:,} nodes a "
+                                         "fleet holds)"),
+                        minimum=1, maximum=MAX_NODES - len(self.nodes))
         ids = _free_ids(gpu_id_base(kind or gpu_name), self._taken(), count)
         extra = NodeExtras(ReliabilityOverride(gpu=kind) if kind is not None else None)
         return self._rows([*self.nodes, *(NodeRow.sized(i, memory_bytes) for i in ids)],
