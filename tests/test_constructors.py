@@ -238,6 +238,7 @@ RESULTS = {
     "planner.llamacpp.graph.builder.Builder": "the graph a family is building",
     "planner.llamacpp.graph.reading.Activation": "a family's own trait",
     "planner.llamacpp.families.deepseek4.CompressedAttention": _MODEL,
+    "planner.llamacpp.families.falcon.FalconNorms": _MODEL,
     "planner.llamacpp.families.glm5_next.PooledIndexer": _MODEL,
     "planner.llamacpp.families.hrm_text.HrmStacks": _MODEL,
     "planner.llamacpp.families.hy_v4.HyperConnections": _MODEL,

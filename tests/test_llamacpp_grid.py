@@ -13,7 +13,16 @@ from typing import Any
 import pytest
 
 from planner.llamacpp import LlamaCppSettings, estimate
-from planner.llamacpp.check import GridRun, compare_grid, grid_summary, load_grid, model_from_header
+from planner.llamacpp.check import (
+    GRID_KNOWN_MISSES,
+    GridRun,
+    compare_grid,
+    grid_miss_summary,
+    grid_misses,
+    grid_summary,
+    load_grid,
+    model_from_header,
+)
 from planner.llamacpp.estimate import MemoryModelError
 from planner.llamacpp.grid import (
     FACTORS,
@@ -209,11 +218,32 @@ def test_llama_cpp_refused_only_what_it_names(record: dict[str, Any]) -> None:
     assert all("cache" in reason for reason in reasons)
 
 
+def test_every_run_meets_every_target_on_every_device_but_the_known_misses(
+        grid_runs: list[GridRun]) -> None:
+    """Weights, output, KV cache and recurrent state within 0.05 MiB, the compute buffer
+    within 10 % and the total within 5 %, on every device of every run of the grid, and
+    a run llama.cpp refused refused by the estimate too; but the known misses
+    (planner.llamacpp.check.GRID_KNOWN_MISSES), each with its reason. A known miss that
+    now meets every target fails here until it is struck off."""
+    known = {(file, row) for _, models in GRID_KNOWN_MISSES
+             for file, rows in models.items() for row in rows}
+    assert grid_misses(grid_runs) == known
+    assert all(len(reason) > 20 for reason, _ in GRID_KNOWN_MISSES)
+
+
+def test_the_estimate_refuses_what_llama_cpp_refused(grid_runs: list[GridRun]) -> None:
+    refused = [run for run in grid_runs if run.refused]
+    assert len(refused) == 112
+    assert all(run.estimate_refused for run in refused)
+    assert not [run for run in grid_runs if run.estimate_refused and not run.refused]
+
+
 def test_the_published_grid_table_is_true_of_the_estimator_today(
         record: dict[str, Any], grid_runs: list[GridRun]) -> None:
     table = grid_summary(grid_runs, record["design"]["factors"])
     shown = (ROOT / "docs" / "llamacpp.md").read_text().split(GRID_START)[1].split(GRID_END)[0]
     assert table in shown
+    assert grid_miss_summary(grid_runs) in shown
     assert table in (ROOT / "README.md").read_text()
 
 
@@ -222,4 +252,6 @@ def test_the_check_prints_the_grid_table(record: dict[str, Any], grid_runs: list
     from planner.llamacpp.check import main
 
     assert main([str(GRID_PATH)]) == 0
-    assert grid_summary(grid_runs, record["design"]["factors"]) in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert grid_summary(grid_runs, record["design"]["factors"]) in printed
+    assert grid_miss_summary(grid_runs) in printed

@@ -42,7 +42,8 @@ RECORD = RESULTS / "archs"
 MODELS = ROOT / ".cache" / "archs"
 LOGS = MODELS / "logs"
 CONTEXT = 1024
-SETTINGS = LlamaCppSettings(context_length=CONTEXT, flash_attn=True)
+SETTINGS = LlamaCppSettings(context_length=CONTEXT, flash_attn=True,
+                            program="llama-completion")
 PROMPT = "hello"
 GENERATE = 2
 EXTRA = ("-n", str(GENERATE), "-p", PROMPT, "-no-cnv", "--temp", "0", "-v")

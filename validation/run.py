@@ -61,7 +61,8 @@ class Case:
 
 
 def matrix() -> list[Case]:
-    base = LlamaCppSettings(context_length=4096, flash_attn=True)
+    base = LlamaCppSettings(context_length=4096, flash_attn=True,
+                            program="llama-completion")
     variants = [
         ("c4096-f16-fa", base),
         ("c8192-f16-fa", replace(base, context_length=8192)),

@@ -288,6 +288,79 @@ def compare_grid(record: Mapping[str, Any]) -> list[GridRun]:
     return results
 
 
+_SPLIT_ORDER = ("the scheduler runs an operation without weights where the node before it "
+                "in ggml's order ran")
+
+GRID_KNOWN_MISSES: tuple[tuple[str, Mapping[str, tuple[int, ...]]], ...] = (
+    ("the CPU backend alone keeps a second, repacked copy of each quantized weight a "
+     "matrix multiplication reads (the CPU's extra buffer type: AMX on the machine that "
+     "recorded the grid, 214 MiB beside the 235 MiB file); the estimate counts the weights "
+     "once, as every device of a split holds them",
+     {"gemma-3-270m-q4_k_m.gguf": (0, 1, 2, 3, 4, 14, 15, 16, 17, 18)}),
+    (f"over three devices, the middle one holding the recurrent block: {_SPLIT_ORDER}, "
+     "so the rotation of the attention block's output (a quantized V cache) runs on the "
+     "next device, whose state reads come first, and crosses back; the estimate runs a "
+     "block's operations on the block's device",
+     {"granitehybrid-dense.gguf": (10, 12, 13), "jamba-dense.gguf": (10, 12, 13),
+      "lfm2moe-moe.gguf": (10, 12, 13), "plamo2-dense.gguf": (10, 12, 13)}),
+    ("minicpm3's own graph is not modelled (the estimate builds llama's blocks): it scales "
+     "the embeddings, each block's two residual branches and the logits, and rotates the "
+     "query and key of its decompressed latent attention for a quantized K cache",
+     {"minicpm3-dense.gguf": (4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 18)}),
+    ("latent attention split over two or three devices with four lanes and without flash "
+     f"attention: not yet explained (where {_SPLIT_ORDER}, as above, is the first suspect)",
+     {"bailingmoe3-moe.gguf": (11,), "deepseek2-moe.gguf": (11,),
+      "deepseek32-moe.gguf": (8, 11), "dots3note-moe.gguf": (8, 11),
+      "glm-dsa-moe.gguf": (8, 11), "mistral4-moe.gguf": (11,)}),
+    ("the newest families, whose graphs were built from the single setting the "
+     "architecture record holds: four lanes, long contexts and splits other than in two "
+     "are not yet modelled (hy_v4's and deepseek4's compressed caches and shared top-k, "
+     "glm5-next's pooled indexer and qwen4exp's streams per lane, minimax-m3's sparse "
+     "attention, hrm_text's stacks)",
+     {"deepseek4-moe.gguf": (3, 8, 10, 17), "glm5-next-moe.gguf": (1, 8, 11, 12),
+      "hrm_text-dense.gguf": (6, 10, 18), "hy_v4-moe.gguf": (2, 3, 8, 10, 11, 17),
+      "minimax-m3-moe.gguf": (1, 7, 10, 18),
+      "qwen4exp-moe.gguf": (1, 2, 3, 5, 6, 7, 8, 9, 10, 11, 12, 13, 17)}),
+    ("not yet explained; each within 21 % (the compute buffer) or 7 % (the total)",
+     {"afmoe-moe.gguf": (0,), "bloom-dense.gguf": (11, 14), "exaone4-dense.gguf": (1, 18),
+      "jais-dense.gguf": (11,), "llama4-moe.gguf": (0, 14), "nemotron_h-dense.gguf": (4,),
+      "nemotron_h_moe-dense.gguf": (4,), "spark2_5-dense.gguf": (14,)}),
+)
+"""The grid's runs that miss a target on some device (a model and the rows of the design
+where it misses), each group with what the estimate lacks there; every other run meets
+every target on every device, and tests/test_llamacpp_grid.py fails when either is no
+longer true."""
+
+_ALL = ("weights_bytes", "output_bytes", "kv_bytes", "state_bytes", "compute_bytes",
+        "total_bytes")
+
+
+def grid_misses(runs: list[GridRun]) -> set[tuple[str, int]]:
+    """The (model, row) of every run that misses a target on some device."""
+    return {(run.file, run.row) for run in runs if not run.meets(_ALL)}
+
+
+def grid_miss_summary(runs: list[GridRun]) -> str:
+    """A Markdown table of :data:`GRID_KNOWN_MISSES`, one row per reason: the models and
+    the rows of the design where they miss, the estimate over the measurement where it
+    is furthest (the component, model, row and device), and the reason."""
+    lines = ["| models (rows of the design) | furthest (estimated / measured) | reason |",
+             "|---|---|---|"]
+    by_run = {(run.file, run.row): run for run in runs}
+    for reason, models in GRID_KNOWN_MISSES:
+        compared = [row for file, rows in models.items() for index in rows
+                    if (file, index) in by_run for row in by_run[(file, index)].rows
+                    if not row.within_target and row.measured_bytes]
+        worst = max(compared, key=lambda r: abs(r.estimated_bytes / r.measured_bytes - 1))
+        furthest = (f"{worst.estimated_bytes / worst.measured_bytes:.2f} "
+                    f"({worst.component.removesuffix('_bytes')}, "
+                    f"`{worst.file.removesuffix('.gguf')}` {worst.run}, {worst.device})")
+        listed = ", ".join(f"`{file.removesuffix('.gguf')}` ({', '.join(map(str, rows))})"
+                           for file, rows in sorted(models.items()))
+        lines.append(f"| {listed} | {furthest} | {reason} |")
+    return "\n".join(lines)
+
+
 def grid_summary(runs: list[GridRun], factors: Mapping[str, Sequence[Any]]) -> str:
     """A Markdown table: for each value of each setting of the grid, its runs and how many
     meet each target on every device (a run llama.cpp refused counts as met when the
@@ -323,7 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(args[0]) if args else Path("validation") / "results" / "archs"
     if (folder / "runs.jsonl").exists():
         record = load_grid(folder)
-        print(grid_summary(compare_grid(record), record["design"]["factors"]))
+        runs = compare_grid(record)
+        print(grid_summary(runs, record["design"]["factors"]), grid_miss_summary(runs),
+              sep="\n\n")
         return 0
     rows = compare_record(load_record(folder))
     print(run_summary(rows), family_summary(rows), miss_summary(rows), sep="\n\n")

@@ -22,6 +22,7 @@ from planner.llamacpp.estimate import (
 from planner.llamacpp.layout import LlamaCppModel, model_from_gguf
 from planner.llamacpp.settings import (
     LLAMA_MAX_SEQ,
+    PROGRAMS,
     LlamaCppSettings,
     _bad,
     _cache_type,
@@ -58,6 +59,9 @@ class LlamaCppCosts:
     """Costs of a plan of one stage (:meth:`for_stages`): llama.cpp runs one device
     without pipeline parallelism, so the last layer carries that device's whole compute
     buffer (no copies of its inputs) and nodes reserve only their overhead."""
+    program: str = PROGRAMS[0]
+    """The llama.cpp program that runs the plan (:data:`~planner.llamacpp.settings.
+    PROGRAMS`): llama-server, as ``planner launch`` starts it."""
 
     def __post_init__(self) -> None:
         _model(self.model)
@@ -88,7 +92,8 @@ class LlamaCppCosts:
         return LlamaCppSettings(
             context_length=context_length, cache_type_k=self.cache_type_k,
             cache_type_v=self.cache_type_v, parallel=self.lanes if lanes is None else lanes,
-            kv_unified=True, ubatch=self.ubatch, flash_attn=self.flash_attn)
+            kv_unified=True, ubatch=self.ubatch, flash_attn=self.flash_attn,
+            program=self.program)
 
     # -- the memory rule the planner costs layers and nodes with ------------------------
     name: ClassVar[str] = "llamacpp"

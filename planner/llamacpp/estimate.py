@@ -22,8 +22,9 @@ from planner.llamacpp.settings import (
     _bad,
     _check_positive,
     _pad,
+    require_flash_attention,
 )
-from planner.models.kv_cache import row_bytes
+from planner.models.kv_cache import CACHE_TYPES, row_bytes
 
 COMPONENTS = ("weights_bytes", "kv_bytes", "state_bytes", "compute_bytes", "output_bytes",
               "overhead_bytes")
@@ -188,6 +189,44 @@ def layer_kv_bytes(model: LlamaCppModel, index: int, settings: LlamaCppSettings)
     return size
 
 
+# llama-kv-cache.cpp: a quantized cache's rows are rotated by Hadamard matrices of at least
+# this many rows (llama_kv_cache's n_rot_k, n_rot_v).
+HADAMARD_ROWS = 64
+
+
+def cache_rotations(model: LlamaCppModel, settings: LlamaCppSettings
+                    ) -> dict[bool, tuple[int, int]]:
+    """The Hadamard rotations llama.cpp applies to each KV cache of the model (the
+    full-context cache, False, and the sliding-window one, True): ``(n_rot_k, n_rot_v)``,
+    0 for none (``llama_kv_cache``'s constructor). A quantized K cache rotates Q and K
+    when the cache's layers share one K head size and layer 0's is a multiple of 64, by
+    the largest power of two (from 64) dividing that size; a quantized V cache rotates V
+    and the attention's output by 64 when the layers share one V head size (latent
+    attention keeps none) and layer 0's is a multiple of 64."""
+    quantized_k = CACHE_TYPES[settings.cache_type_k][0] > 1
+    quantized_v = CACHE_TYPES[settings.cache_type_v][0] > 1
+    first = model.layers[0] if model.layers else None
+    rotations = {}
+    for sliding in (False, True):
+        layers = [layer for layer in model.layers
+                  if (layer.key_elements or layer.value_elements) and layer.sliding == sliding]
+        if not layers or first is None:
+            continue
+        key_heads = {layer.key_head for layer in layers}
+        value_heads = {layer.value_head for layer in layers if layer.value_elements}
+        head_k = key_heads.pop() if len(key_heads) == 1 else -1
+        head_v = value_heads.pop() if len(value_heads) == 1 else (-1 if value_heads else 0)
+        n_rot_k = n_rot_v = 0
+        if quantized_k and head_k > 0 and first.key_head % HADAMARD_ROWS == 0:
+            n_rot_k = HADAMARD_ROWS
+            while head_k % (2 * n_rot_k) == 0:
+                n_rot_k *= 2
+        if quantized_v and head_v > 0 and first.value_head % HADAMARD_ROWS == 0:
+            n_rot_v = HADAMARD_ROWS
+        rotations[sliding] = (n_rot_k, n_rot_v)
+    return rotations
+
+
 def runs_flash_attention(model: LlamaCppModel, settings: LlamaCppSettings) -> bool:
     """Whether llama.cpp runs the model's attention with flash attention: as -fa says,
     but off for a family llama.cpp runs without it (:attr:`Family.flash_attention`)."""
@@ -203,6 +242,41 @@ def layer_state_bytes(model: LlamaCppModel, index: int, settings: LlamaCppSettin
     return _aligned(elements * 4 * max(1, settings.parallel)) if elements else 0
 
 
+def require_runs(model: LlamaCppModel, settings: LlamaCppSettings) -> None:
+    """Refuse the settings llama.cpp refuses for this model when it creates the context
+    (``llama_init_from_model``): a quantized V cache where the model runs without flash
+    attention whatever -fa says; different K and V cache types where the cache keeps K
+    rows only (latent attention, DeepSeek-V4: V is read from K); and, with flash
+    attention, a quantized cache whose blocks do not divide a layer's head size."""
+    flash = runs_flash_attention(_model(model), _settings(settings))
+    if not flash:
+        require_flash_attention(settings.cache_type_v, False)
+    if model.latent_attention and settings.cache_type_k != settings.cache_type_v:
+        raise MemoryModelError(
+            "CacheTypesMustMatch",
+            f"{model.architecture} keeps K rows only (latent attention: V is read from K), "
+            f"and llama.cpp refuses different K ({settings.cache_type_k}) and V "
+            f"({settings.cache_type_v}) cache types (\"model does not support different K "
+            f"and V cache types\"); give both the same type",
+            cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v)
+    if not flash:
+        return
+    for which, cache_type in (("K", settings.cache_type_k), ("V", settings.cache_type_v)):
+        block = CACHE_TYPES[cache_type][0]
+        heads = {layer.key_head if which == "K" else layer.value_head
+                 for layer in model.layers}
+        bad = sorted(head for head in heads if head % block)
+        if block > 1 and bad:
+            raise MemoryModelError(
+                "CacheTypeDoesNotFitHead",
+                f"{which} cache type {cache_type} stores blocks of {block} values, which do "
+                f"not divide {model.architecture}'s {which} head size {bad[0]}: llama.cpp "
+                f"refuses it with flash attention (\"{which} cache type {cache_type} with "
+                f"block size {block} does not divide n_embd_head_{which.lower()}\"); use "
+                f"f16, or flash attention off for a quantized K cache",
+                cache_type=cache_type, head_size=bad[0])
+
+
 def device_compute_bytes(model: LlamaCppModel, settings: LlamaCppSettings,
                          ranges: Sequence[tuple[int, int]]) -> tuple[list[int], int]:
     """The compute buffer of each device running ``ranges`` and of the host, derived from
@@ -212,7 +286,9 @@ def device_compute_bytes(model: LlamaCppModel, settings: LlamaCppSettings,
     more devices the scheduler keeps every input and every tensor a device reads from
     another one :data:`SCHED_MAX_COPIES` times (pipeline parallelism)."""
     ranges = _checked_ranges(_model(model), ranges)
-    return _device_compute_bytes(model, _settings(settings), tuple(ranges))
+    settings = _settings(settings)
+    require_runs(model, settings)
+    return _device_compute_bytes(model, settings, tuple(ranges))
 
 
 def _checked_ranges(model: LlamaCppModel, ranges: Any) -> list[tuple[int, int]]:
@@ -262,6 +338,9 @@ def _device_compute_bytes(model: LlamaCppModel, settings: LlamaCppSettings,
         model.graph_model(), n_ubatch=settings.n_ubatch, n_kv=settings.n_ctx_seq,
         n_kv_swa=settings.window_cells(model.sliding_window) if model.sliding_window else 0,
         flash_attn=runs_flash_attention(model, settings), n_seqs=max(1, settings.parallel),
+        n_outputs=min(settings.n_ubatch, settings.n_outputs_max),
+        rotations=cache_rotations(model, settings),
+        cache_element_bytes=CACHE_TYPES[settings.cache_type_k][1],
         layer_backends=layer_backends, output_backend=output, input_backend=host,
         backends=backends, copies=SCHED_MAX_COPIES if devices > 1 else 1)
     return list(sizes[:devices]), sizes[host]
@@ -299,6 +378,7 @@ def estimate(model: LlamaCppModel, settings: LlamaCppSettings,
         _check_device_count(layer_count, count, "devices")
         ranges = [] if count == 0 else even_ranges(layer_count, count)
     ranges = _checked_ranges(model, ranges)
+    require_runs(model, settings)
     output_buffer = _aligned(model.vocab_size * max(1, settings.parallel) * 4)
     notes: list[str] = []
     if settings.flash_attn and not runs_flash_attention(model, settings):

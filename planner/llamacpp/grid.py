@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
+from planner.limits import DEFAULT_CACHE_TYPE
+
 Row = dict[str, Any]
 
 
@@ -101,8 +103,8 @@ FACTORS = (
     Factor("ubatch", (32, 128, 512, 2048)),
     Factor("parallel", (1, 4)),
     Factor("kv_unified", (False, True)),
-    Factor("cache_type_k", ("f16", "q8_0", "q4_0")),
-    Factor("cache_type_v", ("f16", "q8_0", "q4_0")),
+    Factor("cache_type_k", (DEFAULT_CACHE_TYPE, *QUANTIZED)),
+    Factor("cache_type_v", (DEFAULT_CACHE_TYPE, *QUANTIZED)),
     Factor("flash_attn", (True, False)),
 )
 """The settings the grid varies: 1 device (llama.cpp's CPU backend) or 2 or 3

@@ -44,6 +44,10 @@ class LayerLayout:
     state_elements: int = 0
     compressed_elements: int = 0
     compress_ratio: int = 0
+    key_head: int = 0
+    """The block's K and V head sizes (llama.cpp's ``n_embd_head_k(il)``,
+    ``n_embd_head_v(il)``), which decide the rotation of a quantized cache."""
+    value_head: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +171,8 @@ def model_from_header(name: str, metadata: Mapping[str, Any], tensors: Sequence[
     layers = tuple(
         LayerLayout(weights[i], layer.key_elements, layer.value_elements, layer.sliding,
                     layer.index_key_elements, layer.index_value_elements,
-                    layer.state_elements, layer.compressed_elements, layer.compress_ratio)
+                    layer.state_elements, layer.compressed_elements, layer.compress_ratio,
+                    layer.key_head, layer.value_head)
         for i, layer in enumerate(memory.layers))
     return LlamaCppModel(
         name=name, architecture=arch, native_context_length=meta.count("context_length"),

@@ -13,14 +13,17 @@ from planner.limits import DEFAULT_BATCH, DEFAULT_CACHE_TYPE, DEFAULT_UBATCH, MA
 from planner.models.kv_cache import CACHE_TYPES, check_cache_type
 
 KV_PADDING = 256
+PROGRAMS = ("llama-server", "llama-completion")
+"""The llama.cpp programs whose allocations the estimate follows."""
 
 
 class MemoryModelError(CodedError):
     """A llama.cpp memory estimate was asked for settings llama.cpp refuses or that make
     no sense. ``code`` is stable: ``QuantizedVCacheNeedsFlashAttention``,
-    ``InvalidMemorySettings``."""
+    ``InvalidMemorySettings``, ``CacheTypesMustMatch``, ``CacheTypeDoesNotFitHead``."""
 
-    codes = ("QuantizedVCacheNeedsFlashAttention", "InvalidMemorySettings")
+    codes = ("QuantizedVCacheNeedsFlashAttention", "InvalidMemorySettings",
+             "CacheTypesMustMatch", "CacheTypeDoesNotFitHead")
 
 
 def _pad(value: int, to: int) -> int:
@@ -87,6 +90,10 @@ class LlamaCppSettings:
     flash_attn: bool = True  # -fa on|off
     overhead_bytes: int = 0
     """Backend overhead per device (not the host)."""
+    program: str = "llama-server"
+    """The llama.cpp program that runs (:data:`PROGRAMS`): llama-server, as ``planner
+    launch`` starts it, computes the logits of one token per lane; llama-completion those
+    of every token of a ubatch."""
 
     def __post_init__(self) -> None:
         for name, maximum in SETTING_MAXIMUMS.items():
@@ -100,6 +107,17 @@ class LlamaCppSettings:
         _cache_type(self.cache_type_k, "cache_type_k")
         _cache_type(self.cache_type_v, "cache_type_v")
         require_flash_attention(self.cache_type_v, self.flash_attn)
+        if self.program not in PROGRAMS:
+            raise _bad("program")(f"must be one of {', '.join(PROGRAMS)}", self.program)
+
+    @property
+    def n_outputs_max(self) -> int:
+        """The outputs a ubatch's graph computes at most (``cparams.n_outputs_max``):
+        llama-server asks for one per lane (``server_output_limits``, without a draft
+        model), the others for the whole batch."""
+        if self.program == "llama-server":
+            return min(self.batch, self.parallel)
+        return self.n_batch
 
     @property
     def n_ctx(self) -> int:

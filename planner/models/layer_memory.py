@@ -133,7 +133,7 @@ SLIDING_RULES: dict[str, SlidingRule] = {
     "olmo2": SlidingRule(4, when_window=True),
     "afmoe": SlidingRule(4, when_window=True),
     "smallthinker": SlidingRule(4, dense_first=True, when_window=True, window=4096),
-    "exaone-moe": SlidingRule(4, window=128),
+    "exaone-moe": SlidingRule(4, default_window=128),
     "mellum": SlidingRule(4, when_window=True),
     "muse-glimmer": SlidingRule(4),
     "plamo3": SlidingRule(8, when_window=True),
@@ -163,6 +163,10 @@ class LayerMemory:
     """Elements per cell of the layer's compressed caches (DeepSeek-V4: one cell per
     ``compress_ratio`` tokens, K only, in the K cache type)."""
     compress_ratio: int = 0
+    key_head: int = 0
+    """The layer's K head size as llama.cpp's hparams give it (``n_embd_head_k(il)``: the
+    sliding-window one on a sliding-window layer), whether or not it keeps a cache."""
+    value_head: int = 0
 
     @property
     def has_kv(self) -> bool:
@@ -276,6 +280,22 @@ def _state_elements(meta: GgufMetadata, n_embd: int, n_head: int) -> int:
     return r + s
 
 
+def _ple_state(meta: GgufMetadata, n_embd: int) -> tuple[set[int], int]:
+    """The recurrent layers that keep a per-layer n-gram embedding's convolution history
+    (qwen4exp's ``ple.layers``) and its f32 elements per sequence
+    (``llama_hparams::ple_conv_state``: ``(kernel - 1) x n-gram size x streams x
+    n_embd``, a row of its own in llama_memory_recurrent)."""
+    layers = meta.counts("ple.layers", longest=meta.layer_count, maximum=meta.layer_count - 1)
+    if not layers:
+        return set(), 0
+    ngram = meta.count("ple.ngram_size", 0)
+    kernel = meta.count("ple.conv_kernel", 0)
+    heads = max(0, ngram - 1) * meta.count("ple.heads_per_ngram", 0)
+    if not heads or not kernel:
+        return set(), 0
+    return set(layers), (kernel - 1) * ngram * meta.count("hyper_connection.count", 0) * n_embd
+
+
 # llama-kv-cache-dsv4.h: the two compression ratios DeepSeek-V4 caches.
 DSV4_CSA_RATIO = 4
 DSV4_HCA_RATIO = 128
@@ -305,7 +325,7 @@ def _compressed_attention(meta: GgufMetadata, layer_count: int, notes: list[str]
             compressed = head_k
             state = 2 * ratio * head_k
         layers.append(LayerMemory(head_k, 0, 0, 0, state, bool(window), compressed,
-                                  ratio if compressed else 0))
+                                  ratio if compressed else 0, key_head=head_k))
     notes.append(f"compressed attention: every layer caches {head_k}-element K rows in a "
                  f"{window}-token window; {sum(1 for r in ratios if r == DSV4_CSA_RATIO)} "
                  f"layer(s) add a cache of one cell per {DSV4_CSA_RATIO} tokens (with the "
@@ -360,6 +380,7 @@ def model_memory(meta: GgufMetadata) -> ModelMemory:
         sliding = [not flag for flag in recurrent]
         window = meta.count("attention.sliding_window", 0)
     state = _state_elements(meta, n_embd, n_head) if any(recurrent) else 0
+    ple_layers, ple_state = _ple_state(meta, n_embd)
 
     # Which layers keep attention KV rows.
     if architecture in RECURRENT:
@@ -412,8 +433,12 @@ def model_memory(meta: GgufMetadata) -> ModelMemory:
                 else:
                     ik = index_key
                     iv = 0 if latent else (head_v_swa if swa else head_v)
-        layers.append(LayerMemory(k, v, ik, iv, state if recurrent[index] else 0,
-                                  swa and bool(k or v)))
+        layer_state = state + (ple_state if index in ple_layers else 0) if recurrent[index] \
+            else 0
+        layers.append(LayerMemory(k, v, ik, iv, layer_state,
+                                  swa and bool(k or v),
+                                  key_head=head_k_swa if swa else head_k,
+                                  value_head=head_v_swa if swa else head_v))
     kind = ("recurrent" if architecture in RECURRENT else
             "hybrid" if architecture in HYBRID else "kv")
     if kind == "kv" and not any(layer.has_kv for layer in layers):

@@ -11,3 +11,4 @@ from planner.llamacpp.graph import Family, register
 class CogVlm(Family):
     architectures = ("cogvlm", "dflash", "eagle3", "gemma4-assistant", "graniteswitch")
     mixed_batch = False
+    output_rows = "none"

@@ -1,7 +1,7 @@
 """``cohere2.cpp`` and ``cohere2moe.cpp``: Command R's parallel blocks, whose
 full-attention layers take no positions (only the sliding-window layers are roped;
-cohere2moe ropes its leading dense layers too, and keeps the output rows after the
-output norm)."""
+cohere2moe ropes its leading dense layers too, and its output norm runs on every token
+before the output rows are kept)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class Cohere2(CommandR):
 @register
 class Cohere2Moe(Cohere2):
     architectures = ("cohere2moe",)
-    rows_after_output_norm = True
+    output_rows = "after_norm"
 
     def rope(self, r: ModelReader, index: int) -> bool:
         return super().rope(r, index) or index < r.meta.count("leading_dense_block_count", 0)

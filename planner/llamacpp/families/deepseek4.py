@@ -145,6 +145,7 @@ class Expanding:
                       if nbytes is None else object(), external=root.external)
 
     def expand(self, root: Tensor) -> None:
+        self.graph.expand(root)
         stack: list[tuple[Tensor, bool]] = [(root, False)]
         while stack:
             tensor, ready = stack.pop()

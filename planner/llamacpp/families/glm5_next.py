@@ -54,6 +54,7 @@ class PooledIndexer:
 @register
 class Glm5Next(Family):
     architectures = ("glm5-next",)
+    laid_out_in_execution_order = True
     fields_type = PooledIndexer
     activation = Activation(fused=True, fused_experts=True)
 
@@ -142,7 +143,7 @@ def kpool_inputs(b: Builder) -> dict[str, Tensor]:
         inputs["gather_mask"] = g.input("kpool_gather_mask", selected * n * F32, host)
         inputs["mask"] = g.input("attn_inp_kq_mask", b.n_kv * n * mask, host)
     if any(block.recurrent is not None for block in m.blocks):
-        inputs["rs_copy"] = g.input("rs_s_copy", 8 * I32, host)
+        inputs["rs_copy"] = g.input("rs_s_copy", b.n_seqs * I32, host)
     inputs["out_ids"] = g.input("out_ids", b.n_outputs * I32, host)
     return inputs
 

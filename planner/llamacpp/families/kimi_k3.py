@@ -42,6 +42,7 @@ class ResidualStack:
 @register
 class KimiK3(KimiLinear):
     architectures = ("kimi-k3",)
+    reserves_one_sequence = False
     fields_type = ResidualStack
     activation = Activation(kind="situ")
 

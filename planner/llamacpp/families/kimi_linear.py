@@ -23,6 +23,8 @@ def kda_shape(r: ModelReader, index: int) -> RecurrentShape | None:
 @register
 class KimiLinear(Family):
     architectures = ("kimi-linear",)
+    reserves_one_sequence = True
+    expands_input_norm = True
     latent_rope = False
 
     def recurrent(self, r: ModelReader, index: int) -> RecurrentShape | None:

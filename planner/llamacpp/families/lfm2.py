@@ -6,12 +6,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from planner.llamacpp.allocator import Tensor, external
-from planner.llamacpp.graph import F32, Builder, Family, ModelReader, RecurrentShape, register
+from planner.llamacpp.graph import (
+    F32,
+    Builder,
+    Family,
+    ModelReader,
+    RecurrentShape,
+    register,
+)
 
 
 @register
 class Lfm2(Family):
     architectures = ("lfm2", "lfm2moe")
+    residual_first = True
 
     def recurrent(self, r: ModelReader, index: int) -> RecurrentShape | None:
         """A short convolution of a third of the input projection's width, over
@@ -40,8 +48,14 @@ def shortconv(b: Builder, cur: Tensor, ssm: RecurrentShape, index: int,
                backend=backend)
     bx = g.op("MUL", size, (g.view(bcx, backend=backend), g.view(bcx, backend=backend)),
               "bx", backend=backend)
-    conv_x = g.op("CONCAT", (ssm.d_conv + n) * ssm.d_inner * F32,
-                  (g.view(bx, backend=backend),), "conv_x", backend=backend)
+    # build_rs: the cached columns of every sequence, prepended to each one's.
+    conv_rows = g.op("GET_ROWS", ssm.d_conv * ssm.d_inner * b.n_seqs * F32,
+                     (external(f"cache_r_{index}"), inputs["rs_copy"]), "conv_states",
+                     backend=backend)
+    g.expand(conv_rows)
+    conv_x = g.op("CONCAT", (ssm.d_conv * b.n_seqs + n) * ssm.d_inner * F32,
+                  (g.view(conv_rows, backend=backend), g.view(bx, backend=backend)), "conv_x",
+                  backend=backend)
     g.op("CPY", 0, (g.view(conv_x, backend=backend), external(f"cache_r_{index}")),
          backend=backend)
     conv = g.op("SSM_CONV", size, (conv_x, b.w(f"{layer}.shortconv.conv")), "conv",

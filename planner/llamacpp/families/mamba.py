@@ -11,6 +11,9 @@ from planner.llamacpp.graph import Family, ModelReader, RecurrentShape, register
 class Mamba(Family):
     architectures = ("mamba", "jamba")
 
+    def rope(self, r: ModelReader, index: int) -> bool:
+        return False  # jamba's attention has no positions
+
     def recurrent(self, r: ModelReader, index: int) -> RecurrentShape | None:
         w = r.widths[index]
         if "ssm_in" not in w or "ssm_conv1d" not in w:

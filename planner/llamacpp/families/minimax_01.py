@@ -21,6 +21,7 @@ from planner.llamacpp.graph import (
 @register
 class MiniMax01(Family):
     architectures = ("minimax-01",)
+    reserves_one_sequence = True
     residual_from_norm = True
 
     def recurrent(self, r: ModelReader, index: int) -> RecurrentShape | None:
@@ -46,7 +47,8 @@ class MiniMax01(Family):
             inputs["slopes"] = g.input("slopes", heads * F32, host)
             inputs["q_decay"] = g.input("q_decay_exp", heads * n * F32, host)
             inputs["k_decay"] = g.input("k_decay_exp", heads * n * F32, host)
-            inputs["diag_decay"] = g.input("diag_decay_exp", n * n * heads * F32, host)
+            per_sequence = (n // b.n_seqs) * (n // b.n_seqs) * b.n_seqs
+            inputs["diag_decay"] = g.input("diag_decay_exp", per_sequence * heads * F32, host)
         return inputs
 
     def mixer(self, b: Builder, cur: Tensor, shape: RecurrentShape, index: int,
@@ -60,13 +62,16 @@ def lightning(b: Builder, cur: Tensor, ssm: RecurrentShape, index: int,
     Q, K, V projection, the decayed query against the old state, the decayed ``n_tokens x
     n_tokens`` scores per head against V, the new state from the old one and the decayed
     keys, the output made contiguous, normed and gated, the output projection."""
-    g, n = b.graph, b.rows(cur)
+    g, n, seqs = b.graph, b.rows(cur), b.n_seqs
     layer = f"blk.{index}"
     heads, head = ssm.n_head, ssm.d_state
     size = heads * head * n * F32
-    state_size = head * head * heads * F32
+    state_size = head * head * heads * seqs * F32
+    # The scores and their decay are per sequence: n_seq_tokens x n_seq_tokens each.
+    per_sequence = (n // seqs) * (n // seqs) * seqs
     kv_old = g.op("GET_ROWS", state_size, (external(f"cache_s_{index}"), inputs["rs_copy"]),
                   "kv_old", backend=backend)
+    g.expand(kv_old)  # build_rs
     qkv = g.op("MUL_MAT", 3 * size, (b.w(f"{layer}.attn_qkv"), cur), "QKVcur",
                backend=backend)
     qkv = g.like("UNARY", qkv, (), "QKVcur_silu", backend)
@@ -80,12 +85,13 @@ def lightning(b: Builder, cur: Tensor, ssm: RecurrentShape, index: int,
     past = g.op("MUL_MAT", size, (g.view(kv_old, backend=backend), g.view(q_s, backend=backend)),
                 "qkv_none_diag", backend=backend)
     v = g.op("CONT", size, (g.view(qkv, backend=backend),), "v_trans", backend=backend)
-    scores = g.op("MUL_MAT", n * n * heads * F32,
+    scores = g.op("MUL_MAT", per_sequence * heads * F32,
                   (g.view(qkv, backend=backend), g.view(qkv, backend=backend)), "qk",
                   backend=backend)
     scores = g.like("MUL", scores, (decay("diag_decay"),), "qk_s", backend)
     current = g.op("MUL_MAT", size, (v, scores), "qkv_diag", backend=backend)
     out = g.like("ADD", past, (current,), "qkv", backend)
+    g.expand(out)
     kept = g.op("MUL", state_size, (g.view(kv_old, backend=backend), inputs["slopes"]),
                 "kv_old_s", backend=backend)
     k = g.op("MUL", size, (g.view(qkv, backend=backend), decay("k_decay")), "k_after_decay",

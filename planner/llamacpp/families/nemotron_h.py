@@ -1,6 +1,6 @@
 """``nemotron-h.cpp`` and ``nemotron-h-moe.cpp``: Mamba-2 blocks, attention blocks and
-feed-forward (or expert) blocks, with a next-token-prediction head (the output rows are
-kept after the output norm)."""
+feed-forward (or expert) blocks, whose output norm runs on every token before the
+output rows are kept (llama.cpp's default ``embeddings_nextn_masked = false``)."""
 
 from __future__ import annotations
 
@@ -11,4 +11,4 @@ from planner.llamacpp.graph import register
 @register
 class NemotronH(Mamba2):
     architectures = ("nemotron_h", "nemotron_h_moe")
-    rows_after_output_norm = True
+    output_rows = "after_norm"

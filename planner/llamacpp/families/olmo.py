@@ -10,3 +10,4 @@ from planner.llamacpp.graph import Family, register
 class Olmo(Family):
     architectures = ("olmo",)
     weighted_input_norm = False
+    weighted_output_norm = False

@@ -6,7 +6,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from planner.llamacpp.allocator import Tensor, external
-from planner.llamacpp.graph import F32, Builder, Family, ModelReader, RecurrentShape, register
+from planner.llamacpp.graph import (
+    F32,
+    Builder,
+    Family,
+    ModelReader,
+    RecurrentShape,
+    register,
+)
+from planner.llamacpp.graph.recurrent import kept_states
 
 
 @register
@@ -40,18 +48,18 @@ def plamo2_mamba(b: Builder, cur: Tensor, ssm: RecurrentShape, index: int,
     new columns, B, C and the time step projected from it and RMS-normed, the time step's
     heads projected, the selective scan (its output and the new state), the skip, the
     gate and the output projection."""
-    g, n = b.graph, b.rows(cur)
+    g, n, seqs = b.graph, b.rows(cur), b.n_seqs
     layer = f"blk.{index}"
     d_inner, d_state = ssm.d_inner, ssm.d_state
     size = d_inner * n * F32
-    g.op("GET_ROWS", (ssm.d_conv - 1) * d_inner * F32,
+    g.op("GET_ROWS", (ssm.d_conv - 1) * d_inner * seqs * F32,
          (external(f"cache_r_{index}"), inputs["rs_copy"]), "conv_states", backend=backend)
     zx = g.op("MUL_MAT", 2 * size, (b.w(f"{layer}.ssm_in"), cur), "mamba_in_proj",
               backend=backend)
     zx = g.op("CONT", 2 * size, (g.view(zx, backend=backend),), "mamba_in_proj_out",
               backend=backend)
     x = g.op("CONT", size, (g.view(zx, backend=backend),), "mamba_x_split", backend=backend)
-    conv_x = g.op("CONCAT", (ssm.d_conv - 1 + n) * d_inner * F32,
+    conv_x = g.op("CONCAT", ((ssm.d_conv - 1) * seqs + n) * d_inner * F32,
                   (g.view(x, backend=backend),), "mamba_conv1d_input", backend=backend)
     g.op("CPY", 0, (conv_x, external(f"cache_r_{index}")), backend=backend)
     x = g.op("SSM_CONV", size, (conv_x, b.w(f"{layer}.ssm_conv1d")), "mamba_conv1d",
@@ -71,10 +79,11 @@ def plamo2_mamba(b: Builder, cur: Tensor, ssm: RecurrentShape, index: int,
                     f"mamba_{name}_norm", backend=backend)
         normed.append(g.like("MUL", part, (b.w(f"{layer}.ssm_{name}_norm"),),
                              f"mamba_{name}_normed", backend))
-    scan = g.op("SSM_SCAN", size + d_state * d_inner * F32,
+    scan = g.op("SSM_SCAN", size + d_state * d_inner * seqs * F32,
                 (external(f"cache_s_{index}"), g.view(x, backend=backend), dt,
                  *(g.view(t, backend=backend) for t in normed), inputs["rs_copy"]),
                 "mamba_ssm_scan", backend=backend)
+    kept_states(b, scan, d_state * d_inner, index, inputs, backend)
     g.op("CPY", 0, (g.view(scan, backend=backend), external(f"cache_s_{index}")),
          backend=backend)
     z = g.op("CONT", size, (g.view(zx, backend=backend),), "mamba_z_split", backend=tail_backend)

@@ -1,6 +1,7 @@
 """``qwen35.cpp``, ``qwen35moe.cpp`` and ``qwen3next.cpp``: gated delta-net layers (a joint
 Q, K, V projection on ``llm_build_delta_net_base``) between full-attention layers, with a
-next-token-prediction head (the output rows are kept after the output norm)."""
+output norm that runs on every token before the output rows are kept (llama.cpp's
+default ``embeddings_nextn_masked = false``)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def delta_net_shape(r: ModelReader, index: int) -> RecurrentShape | None:
 @register
 class Qwen35(Family):
     architectures = ("qwen35", "qwen35moe", "qwen3next")
-    rows_after_output_norm = True
+    output_rows = "after_norm"
+    expands_input_norm = True
 
     def recurrent(self, r: ModelReader, index: int) -> RecurrentShape | None:
         return delta_net_shape(r, index)

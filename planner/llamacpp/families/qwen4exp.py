@@ -68,6 +68,7 @@ class Qwen4ExpFields:
 @register
 class Qwen4Exp(Family):
     architectures = ("qwen4exp",)
+    laid_out_in_execution_order = True
     fields_type = Qwen4ExpFields
     positions_per_token = 4
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from planner.llamacpp.allocator import Tensor, external
-from planner.llamacpp.graph.builder import F16, F32, I32, Builder, norm
+from planner.llamacpp.graph.builder import F16, F32, I32, Builder, hadamard, norm
 from planner.llamacpp.graph.shapes import AttentionShape
 
 
@@ -35,27 +35,56 @@ def attention_core(b: Builder, cur: Tensor, attn: AttentionShape, index: int,
     v_size, out_size = attn.v_width * n * F32, attn.out_width * n * F32
     if not attn.cached:
         return uncached_attention_core(b, cur, attn, index, inputs, backend)
+    suffix = "_swa" if attn.sliding else ""
+    # A quantized cache's rotations (build_attn): Q and K by the K rotation, V by the V
+    # one, each right after it is made (Q, V, K, as they are expanded); a slice of a
+    # fused projection is made contiguous first.
+    k_rotation, v_rotation = (inputs.get(f"cache_{kind}_rot{suffix}") for kind in "kv")
+    contiguous = not attn.fused_qkv
+    iswa = "mask_swa" in inputs
     if attn.fused_qkv:
         qkv = g.op("MUL_MAT", q_size + k_size + v_size, (b.w(f"{layer}.qkv"), cur), "qkv",
                    backend=backend)
         q = g.view(qkv, "q", q_size, backend)
         q_rot = g.op("ROPE", out_size, (q, inputs["pos"]), "Qcur", backend=backend) \
             if attn.rope else q
+        if k_rotation is not None:
+            q_rot = hadamard(b, q_rot, k_rotation, "q_rotated", backend,
+                             contiguous=attn.rope or contiguous)
         v = g.view(qkv, "v", v_size, backend)
+        if v_rotation is not None:
+            v = hadamard(b, v, v_rotation, "v_rotated", backend, contiguous=contiguous)
         k = g.view(qkv, "k", k_size, backend)
     else:
-        # build_qkv: Q (roped at once), then V, then K.
+        # build_attn expands Q (roped at once), then V, then K; with a sliding-window
+        # cache beside the full one (llm_graph_input_attn_kv_iswa) Q, K, then V.
         q = g.op("MUL_MAT", q_size, (b.w(f"{layer}.q"), cur), "q", backend=backend)
         q = g.view(q, "q (reshaped)", backend=backend)
         q_rot = g.op("ROPE", out_size, (q, inputs["pos"]), "Qcur", backend=backend) \
             if attn.rope else q
+        if k_rotation is not None:
+            q_rot = hadamard(b, q_rot, k_rotation, "q_rotated", backend)
+        if iswa:
+            k = g.op("MUL_MAT", k_size, (b.w(f"{layer}.k"), cur), "k", backend=backend)
+            k = g.view(k, "k (reshaped)", backend=backend)
+            k_rot = g.op("ROPE", k_size, (k, inputs["pos"]), "Kcur", backend=backend) \
+                if attn.rope else k
+            if k_rotation is not None:
+                k_rot = hadamard(b, k_rot, k_rotation, "k_rotated", backend)
         v = g.op("MUL_MAT", v_size, (b.w(f"{layer}.v"), cur), "v", backend=backend)
         v = g.view(v, "v (reshaped)", backend=backend)
-        k = g.op("MUL_MAT", k_size, (b.w(f"{layer}.k"), cur), "k", backend=backend)
-        k = g.view(k, "k (reshaped)", backend=backend)
-    k_rot = g.op("ROPE", k_size, (k, inputs["pos"]), "Kcur", backend=backend) \
-        if attn.rope else k
-    suffix = "_swa" if attn.sliding else ""
+        if v_rotation is not None:
+            v = hadamard(b, v, v_rotation, "v_rotated", backend)
+        if not iswa:
+            k = g.op("MUL_MAT", k_size, (b.w(f"{layer}.k"), cur), "k", backend=backend)
+            k = g.view(k, "k (reshaped)", backend=backend)
+    if attn.fused_qkv or not iswa:
+        k_rot = g.op("ROPE", k_size, (k, inputs["pos"]), "Kcur", backend=backend) \
+            if attn.rope else k
+        if k_rotation is not None:
+            k_rot = hadamard(b, k_rot, k_rotation, "k_rotated", backend,
+                             contiguous=attn.rope or contiguous)
+    g.expand(q_rot, *((k_rot, v) if not attn.fused_qkv and iswa else (v, k_rot)))
     cache_k = external(f"cache_k_{index}")
     cache_v = external(f"cache_v_{index}")
     g.op("SET_ROWS", 0, (g.view(k_rot, backend=backend), inputs[f"k_idxs{suffix}"],
@@ -75,7 +104,11 @@ def attention_core(b: Builder, cur: Tensor, attn: AttentionShape, index: int,
         kqv = g.op("MUL_MAT", out_size, (cache_v, probs), "kqv", backend=backend)
         out = g.op("CONT", out_size, (g.view(kqv, backend=backend),), "kqv_merged_cont",
                    backend=backend)
-    return g.view(out, "kqv_out", backend=backend)
+    out = g.view(out, "kqv_out", backend=backend)
+    g.expand(out)
+    if v_rotation is not None:
+        out = hadamard(b, out, v_rotation, "kqv_out_rotated", backend)
+    return out
 
 
 def uncached_attention_core(b: Builder, cur: Tensor, attn: AttentionShape, index: int,
@@ -94,6 +127,7 @@ def uncached_attention_core(b: Builder, cur: Tensor, attn: AttentionShape, index
             t = g.op("ROPE", (attn.out_width if name == "q" else width) * n * F32,
                      (t, inputs["pos"]), f"{name}_rope", backend=backend)
         projected[name] = t
+    g.expand(projected["q"], projected["k"], projected["v"])
     out_size = attn.out_width * n * F32
     mask = inputs["mask_self"]
     if b.flash_attn:
@@ -113,7 +147,9 @@ def uncached_attention_core(b: Builder, cur: Tensor, attn: AttentionShape, index
         kqv = g.op("MUL_MAT", out_size, (v, probs), "kqv", backend=backend)
         out = g.op("CONT", out_size, (g.view(kqv, backend=backend),), "kqv_merged_cont",
                    backend=backend)
-    return g.view(out, "kqv_out", backend=backend)
+    out = g.view(out, "kqv_out", backend=backend)
+    g.expand(out)
+    return out
 
 
 def latent_attention_core(b: Builder, cur: Tensor, attn: AttentionShape, index: int,
@@ -168,6 +204,9 @@ def latent_attention_core(b: Builder, cur: Tensor, attn: AttentionShape, index: 
         k_pe = g.op("ROPE", rope * n * F32, (k_pe, inputs["pos"]), "k_pe", backend=backend)
     k_cur = g.op("CONCAT", (attn.kv_lora + rope) * n * F32,
                  (g.view(kv_cmpr, backend=backend), k_pe), "Kcur", backend=backend)
+    # build_attn expands Q, V (the compressed KV) and K; with a sliding-window cache
+    # beside the full one (llm_graph_input_attn_k_iswa), Q and K.
+    g.expand(q_cur, *((k_cur,) if "mask_swa" in inputs else (kv_cmpr, k_cur)))
     cache = external(f"cache_k_{index}")
     # A sliding-window layer writes and reads the sliding-window cache (dots3note).
     suffix = "_swa" if attn.sliding else ""
@@ -191,8 +230,13 @@ def latent_attention_core(b: Builder, cur: Tensor, attn: AttentionShape, index: 
         scores = g.op("MUL_MAT", cells * n * heads * F32, (cache, q_view), "kq",
                       backend=backend)
         probs = g.like("SOFT_MAX", scores, (mask,), "kq_soft_max", backend)
-        out = g.op("MUL_MAT", latent, (cache, probs), "kqv", backend=backend)
+        # The values are the cached rows' latent part, which is not stored transposed:
+        # build_attn_mha transposes it into a tensor of its own.
+        values = g.op("CONT", attn.kv_lora * cells * b.cache_element_bytes, (cache,),
+                      "v_cont", backend=backend)
+        out = g.op("MUL_MAT", latent, (values, probs), "kqv", backend=backend)
     out = latent_values(b, attn, out, layer, n, backend)
+    g.expand(out)
     if attn.output_gate:
         gate = g.op("MUL_MAT", out.nbytes, (b.w(f"{layer}.attn_gate"), cur), "attn_gate",
                     backend=backend)
@@ -231,6 +275,7 @@ def decompressed_latent_attention_core(b: Builder, cur: Tensor, attn: AttentionS
     k_pe = g.op("REPEAT", heads * rope * n * F32, (k_pe,), "k_pe_repeated", backend=backend)
     k = g.op("CONCAT", attn.q_width * n * F32, (g.view(decompressed, backend=backend), k_pe),
              "k_states", backend=backend)
+    g.expand(q, v, k)
     cache_k = external(f"cache_k_{index}")
     cache_v = external(f"cache_v_{index}")
     g.op("SET_ROWS", 0, (g.view(k, backend=backend), inputs["k_idxs"], cache_k),
@@ -249,7 +294,9 @@ def decompressed_latent_attention_core(b: Builder, cur: Tensor, attn: AttentionS
         kqv = g.op("MUL_MAT", out_size, (cache_v, probs), "kqv", backend=backend)
         out = g.op("CONT", out_size, (g.view(kqv, backend=backend),), "kqv_merged_cont",
                    backend=backend)
-    return g.view(out, "kqv_out", backend=backend)
+    out = g.view(out, "kqv_out", backend=backend)
+    g.expand(out)
+    return out
 
 
 def indexer_mask(b: Builder, cur: Tensor, qr: Tensor | None, attn: AttentionShape,
@@ -287,9 +334,12 @@ def top_k_mask(b: Builder, picked: Tensor, zeros: Tensor, inputs: Mapping[str, T
     g = b.graph
     mask = inputs["mask"]
     everything = g.op("FILL", mask.nbytes, (mask,), "kq_mask_all", backend=backend)
+    # ggml_set_rows(the filled mask, zeros, top-k): its sources are the zeros, the top-k
+    # and the filled mask, in that order.
     unmasked = Tensor("kq_mask_top_k", mask.nbytes, "SET_ROWS",
-                      (g.view(everything, backend=backend), g.view(picked, backend=backend),
-                       zeros), view_src=everything, backend=backend)
+                      (zeros, g.view(picked, backend=backend),
+                       g.view(everything, backend=backend)), view_src=everything,
+                      backend=backend)
     g.nodes.append(unmasked)
     return g.op("ADD", mask.nbytes, (g.view(unmasked, backend=backend), mask), "kq_mask_dsa",
                 backend=backend)

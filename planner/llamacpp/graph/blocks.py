@@ -47,14 +47,16 @@ def generic_block(b: Builder, x: Tensor, block: BlockShape, index: int, last: bo
         return g.like("ADD", out, (x,), f"l_out-{index}", backend)
     if block.recurrent is not None:
         normed = norm(b, x, f"blk.{index}.attn", backend, entry)
+        if b.family.expands_input_norm:
+            g.expand(normed)
         cur = b.family.mixer(b, normed, block.recurrent, index, inputs, backend,
                              tail_backend(b, index))
         residual = residual_input(b, x, normed, backend)
         if last:
             cur = rows(cur, "mamba_out_rows")
             residual = rows(residual, "inp_rows")
-        x = g.like("ADD", cur, (scaled_residual(b, residual, backend),), f"l_out-{index}",
-                   backend)
+        x = residual_sum(b, cur, scaled_residual(b, residual, backend), f"l_out-{index}",
+                         backend)
         if ffn is None:
             return x
         return ffn_block(b, x, ffn, index, backend)
@@ -64,6 +66,8 @@ def generic_block(b: Builder, x: Tensor, block: BlockShape, index: int, last: bo
         cur = feed_forward(b, norm(b, x, f"blk.{index}.ffn", backend), ffn, index, backend)
         return g.like("ADD", cur, (x,), f"l_out-{index}", backend)
     normed = norm(b, x, f"blk.{index}.attn", backend, entry)
+    if b.family.expands_input_norm:
+        g.expand(normed)
     core = b.family.attention_core(b, normed, attn, index, inputs, backend)
     if attn.parallel == "ffn_residual_first" and ffn is not None:
         # (ffn + inpL) + attn_out, in the order ggml walks it: the network on the normed
@@ -78,28 +82,37 @@ def generic_block(b: Builder, x: Tensor, block: BlockShape, index: int, last: bo
             projected = rows(projected, "attn_out_rows")
         return g.like("ADD", cur, (projected,), f"l_out-{index}", backend)
     if attn.parallel and ffn is not None:
+        # build_attn projects every token's output; the last block then keeps the output
+        # rows of it, of its input and of the normed input the network runs on.
+        projected = output_projection(b, core, attn, index, backend)
         if last:
-            core = rows(core, "kqv_rows")
-            normed = rows(normed, "attn_norm_rows")
+            projected = rows(projected, "attn_out_rows")
             x = rows(x, "inp_rows")
-        if attn.parallel == "ffn_after":
-            projected = output_projection(b, core, attn, index, backend)
-            ffn_out = feed_forward(b, normed, ffn, index, backend)
-        else:
-            ffn_out = feed_forward(b, normed, ffn, index, backend)
-            projected = output_projection(b, core, attn, index, backend)
-        cur = g.like("ADD", ffn_out, (projected,), f"ffn_attn-{index}", backend)
+            normed = rows(normed, "attn_norm_rows")
+        ffn_out = feed_forward(b, normed, ffn, index, backend)
+        # phi2 adds the network's output to the attention's, falcon the other way round.
+        cur = g.like("ADD", projected, (ffn_out,), f"ffn_attn-{index}", backend) \
+            if attn.parallel == "ffn_after" else \
+            g.like("ADD", ffn_out, (projected,), f"ffn_attn-{index}", backend)
         return g.like("ADD", cur, (x,), f"l_out-{index}", backend)
     cur = output_projection(b, core, attn, index, backend)
     residual = residual_input(b, x, normed, backend)
     if last:
         cur = rows(cur, "attn_out_rows")
         residual = rows(residual, "inp_rows")
-    x = g.like("ADD", cur, (scaled_residual(b, residual, backend),), f"ffn_inp-{index}",
-               backend)
+    x = residual_sum(b, cur, scaled_residual(b, residual, backend), f"ffn_inp-{index}",
+                     backend)
     if ffn is None:
         return x
     return ffn_block(b, x, ffn, index, backend)
+
+
+def residual_sum(b: Builder, out: Tensor, residual: Tensor, name: str, backend: int
+                 ) -> Tensor:
+    """A half-block's output added to its residual, in the order of the family's sum."""
+    if b.family.residual_first:
+        return b.graph.like("ADD", residual, (out,), name, backend)
+    return b.graph.like("ADD", out, (residual,), name, backend)
 
 
 def residual_input(b: Builder, x: Tensor, normed: Tensor, backend: int) -> Tensor:
@@ -120,4 +133,4 @@ def ffn_block(b: Builder, x: Tensor, ffn: FeedForwardShape, index: int,
     normed = norm(b, x, f"blk.{index}.ffn", backend)
     out = feed_forward(b, normed, ffn, index, backend)
     residual = scaled_residual(b, residual_input(b, x, normed, backend), backend)
-    return b.graph.like("ADD", out, (residual,), f"l_out-{index}", backend)
+    return residual_sum(b, out, residual, f"l_out-{index}", backend)

@@ -44,6 +44,13 @@ class Builder:
     backend_of: Sequence[int]
     input_backend: int = 0
     output_backend: int = 0
+    n_seqs: int = 1
+    """The ubatch's sequences, each with its recurrent state's slot."""
+    cache_element_bytes: int = 2
+    """Bytes of one element of an unquantized K cache (f16: 2, f32: 4)."""
+    rotations: dict[bool, tuple[int, int]] = field(default_factory=dict)
+    """The Hadamard rotations of a quantized cache, per cache (False: the full-context
+    one, True: the sliding-window one): ``(n_rot_k, n_rot_v)``, 0 for none."""
     weights: dict[str, Tensor] = field(default_factory=dict)
     top_k: Tensor | None = None
     """The last indexer's top-k, which the next layers without an indexer may reuse."""
@@ -82,7 +89,7 @@ def graph_inputs(b: Builder) -> dict[str, Tensor]:
     host = b.input_backend
     inputs = token_inputs(b)
     if any(block.recurrent is not None for block in m.blocks):
-        inputs["rs_copy"] = g.input("rs_s_copy", 8 * I32, host)
+        inputs["rs_copy"] = g.input("rs_s_copy", b.n_seqs * I32, host)
     indexed = [block.attention for block in m.blocks
                if block.attention is not None and block.attention.indexer_heads] \
         if b.family.dsa_indexer else []
@@ -126,6 +133,21 @@ def graph_inputs(b: Builder) -> dict[str, Tensor]:
         inputs["k_idxs_swa"] = g.input("attn_inp_k_idxs_swa", n * I64, host)
         inputs["v_idxs_swa"] = g.input("attn_inp_v_idxs_swa", n * v_rows * I64, host)
         inputs["mask_swa"] = g.input("attn_inp_kq_mask_swa", b.n_kv_swa * n * mask, host)
+    # A hybrid model's sliding-window attention input (build_inp_mem_hybrid_iswa) makes
+    # no rotations: its caches are not rotated.
+    hybrid_iswa = any(a.sliding for a in attention) and "rs_copy" in inputs
+    for sliding in (False, True):
+        # Each cache's rotations (build_input_k_rot, build_input_v_rot) follow the masks.
+        if hybrid_iswa or not any(a.sliding == sliding for a in attention):
+            continue
+        n_rot_k, n_rot_v = b.rotations.get(sliding, (0, 0))
+        suffix = "_swa" if sliding else ""
+        if n_rot_k:
+            inputs[f"cache_k_rot{suffix}"] = g.input(f"attn_inp_k_rot{suffix}",
+                                               n_rot_k * n_rot_k * F32, host)
+        if n_rot_v:
+            inputs[f"cache_v_rot{suffix}"] = g.input(f"attn_inp_v_rot{suffix}",
+                                               n_rot_v * n_rot_v * F32, host)
     inputs["out_ids"] = g.input("out_ids", b.n_outputs * I32, host)
     return inputs
 
@@ -154,6 +176,9 @@ def embeddings(b: Builder, inputs: Mapping[str, Tensor], *, copy_on_host: bool =
         target = Tensor("mixed_set_rows", size, "SET_ROWS",
                         (rows, inputs["mixed_slots"], copy), view_src=copy, backend=first)
         g.nodes.append(target)
+    # ggml_build_forward_select: the token rows, the embeddings input and the mixed rows,
+    # each expanded, in that order.
+    g.expand(embd, inputs["embd"], *([target] if b.family.mixed_batch else []))
     if m.position_embedding:
         positions = g.op("GET_ROWS", size, (b.w("position_embd.weight"), inputs["pos"]),
                          "pos_embd", backend=host)
@@ -172,20 +197,44 @@ def norm(b: Builder, x: Tensor, name: str, backend: int,
 
 
 def output_head(b: Builder, x: Tensor, inputs: Mapping[str, Tensor]) -> Tensor:
-    """The output norm and the logits of the ubatch's outputs, on the output backend;
-    a family that keeps the output rows after the norm (the next-token head's input)
-    gathers them there."""
+    """The output norm and the logits of the ubatch's outputs, on the output backend,
+    with the output rows gathered where the family gathers them
+    (:attr:`Family.output_rows`)."""
     g, m = b.graph, b.model
-    normed = norm(b, x, "output", b.output_backend)
-    if b.family.rows_after_output_norm:
-        normed = g.op("GET_ROWS", m.n_embd * b.n_outputs * F32, (normed, inputs["out_ids"]),
-                      "result_norm", backend=b.output_backend)
+    rows = m.n_embd * b.n_outputs * F32
+    last = b.backend_of[-1] if b.backend_of else b.output_backend
+    if b.family.output_rows == "before_norm":
+        # No weights: the gather runs where the last block ran.
+        x = g.op("GET_ROWS", rows, (x, inputs["out_ids"]), "out_rows", backend=last)
+    if b.family.weighted_output_norm:
+        # The norm itself has no weights: the scheduler runs it where the node before it
+        # ran (the last block's device), its weight's product on the output's device.
+        normed = norm(b, x, "output", b.output_backend, last)
+    else:
+        normed = g.op("RMS_NORM", x.nbytes, (x,), "result_norm", backend=last)
+    if b.family.output_rows == "after_norm":
+        normed = g.op("GET_ROWS", rows, (normed, inputs["out_ids"]), "result_norm",
+                      backend=b.output_backend)
     return logits(b, normed)
 
 
 def logits(b: Builder, x: Tensor) -> Tensor:
-    """The output projection of the normed rows ``x``: the graph's output."""
-    result = b.graph.op("MUL_MAT", b.model.n_vocab * b.n_outputs * F32,
+    """The output projection of the normed rows ``x``: the graph's output (every token's
+    where the family keeps no output rows)."""
+    outputs = b.rows(x) if b.family.output_rows == "none" else b.n_outputs
+    result = b.graph.op("MUL_MAT", b.model.n_vocab * outputs * F32,
                         (b.w("output.weight"), x), "result_output", backend=b.output_backend)
     result.is_output = True
     return result
+
+
+def hadamard(b: Builder, x: Tensor, rotation: Tensor, name: str, backend: int, *,
+             contiguous: bool = True) -> Tensor:
+    """``llama_mul_mat_hadamard``: ``x`` (made contiguous first unless it is) multiplied by
+    a rotation in blocks of its rows, reshaped back."""
+    g = b.graph
+    if not contiguous:
+        x = g.op("CONT", x.nbytes, (x,), f"{name}_cont", backend=backend)
+    rotated = g.op("MUL_MAT", x.nbytes, (rotation, g.view(x, backend=backend)), name,
+                   backend=backend)
+    return g.view(rotated, backend=backend)

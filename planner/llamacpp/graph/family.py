@@ -17,7 +17,12 @@ from typing import Any, ClassVar
 from planner.llamacpp.allocator import Graph, Tensor
 from planner.llamacpp.graph import attention, recurrent
 from planner.llamacpp.graph.blocks import generic_block
-from planner.llamacpp.graph.builder import Builder, embeddings, graph_inputs, output_head
+from planner.llamacpp.graph.builder import (
+    Builder,
+    embeddings,
+    graph_inputs,
+    output_head,
+)
 from planner.llamacpp.graph.reading import (
     Activation,
     ModelReader,
@@ -54,12 +59,27 @@ class Family:
     mixed_batch: ClassVar[bool] = True
     """llama.cpp builds the mixed token/embedding input branch
     (``llm_arch_supports_mixed_batch``)."""
-    rows_after_output_norm: ClassVar[bool] = False
-    """The output rows are kept after the output norm (the next-token head's input), not
-    in the last block."""
+    output_rows: ClassVar[str] = "last_block"
+    """Where the graph keeps only the rows of the tokens that produce outputs
+    (``inp_out_ids``): in the last block ("last_block", llama.cpp's usual graph), after
+    the last block and before the output norm ("before_norm"), after the output norm
+    ("after_norm", where the norm's rows are a next-token head's input), or nowhere
+    ("none": the output head runs on every token, cogvlm)."""
+    weighted_output_norm: ClassVar[bool] = True
+    """The output norm has weights (olmo's and talkie's have none)."""
+    laid_out_in_execution_order: ClassVar[bool] = False
+    """The family's builder makes its nodes (and places its inputs) in the order ggml runs
+    them, instead of expanding what llama.cpp expands (:meth:`Graph.expand`) and leaving
+    the order to :func:`~planner.llamacpp.allocator.in_ggml_order`."""
+    expands_input_norm: ClassVar[bool] = False
+    """Each block expands its input norm into the graph first (qwen35, kimi-linear), which
+    runs the block before's tail ahead of the block's own state reads."""
     weighted_input_norm: ClassVar[bool] = True
     """The blocks' input norm has weights (else the scheduler runs it where the block
     before ran)."""
+    residual_first: ClassVar[bool] = False
+    """Each half of a block adds its output to the residual as ``residual + out`` (lfm2)
+    rather than ``out + residual``, which decides the order ggml walks them in."""
     residual_from_norm: ClassVar[bool] = False
     """Each half of a block adds its output to its normed input, scaled (MiniMax-01)."""
     positions_per_token: ClassVar[int] = 1
@@ -68,6 +88,10 @@ class Family:
     its rotation, its cache's rows and mask are graph inputs."""
     shares_top_k: ClassVar[bool] = False
     """A block without an indexer reuses the last indexer's top-k."""
+    reserves_one_sequence: ClassVar[bool] = False
+    """llama.cpp reserves the prompt graph once more with one sequence, whose
+    ``n_tokens x n_tokens`` decay grows with the tokens of a sequence
+    (``sched_reserve``, [TAG_RESERVE_DIAG_DECAY])."""
     flash_attention: ClassVar[bool] = True
     """False where llama.cpp runs the model without flash attention whatever -fa says."""
     parallel: ClassVar[str] = ""
@@ -143,8 +167,8 @@ class Family:
         norm keeps them)."""
         last = len(b.model.blocks) - 1
         for index, shape in enumerate(b.model.blocks):
-            x = self.block(b, x, shape, index, index == last and not
-                           self.rows_after_output_norm, inputs, b.backend_of[index])
+            x = self.block(b, x, shape, index, index == last
+                           and self.output_rows == "last_block", inputs, b.backend_of[index])
         return x
 
     def block(self, b: Builder, x: Tensor, shape: BlockShape, index: int, last: bool,

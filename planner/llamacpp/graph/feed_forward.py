@@ -114,6 +114,7 @@ def moe(b: Builder, cur: Tensor, ffn: FeedForwardShape, layer: str,
         weights = g.op("DIV", k * n * F32, (view, total), "ffn_moe_weights_norm",
                        backend=backend)
     weights = g.view(weights, backend=backend)
+    g.expand(weights)  # early, for the fused top-k
     x = g.view(cur, backend=backend)
     size = ffn.n_ff * k * n * F32
     if ffn.fused_up:
@@ -147,6 +148,7 @@ def moe(b: Builder, cur: Tensor, ffn: FeedForwardShape, layer: str,
     experts = g.op("MUL_MAT_ID", width * k * n * F32,
                    (b.w(f"{layer}.down_exps"), act, topk), "ffn_moe_down", backend=backend)
     weighted = g.like("MUL", experts, (weights,), "ffn_moe_weighted", backend)
+    g.expand(weighted)
     views = [g.view(weighted, f"ffn_moe_weighted ({i})", cur.nbytes, backend)
              for i in range(k)]
     out = g.op("ADD", cur.nbytes, (views[0], views[1] if k > 1 else views[0]),

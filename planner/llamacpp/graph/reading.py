@@ -193,7 +193,8 @@ class Activation:
 def feed_forward(r: ModelReader, index: int, activation: Activation = Activation(), *,
                  dense_beside_experts: bool = False) -> FeedForwardShape | None:
     """The block's mixture of experts (``ffn_gate_inp`` and the stacked experts), dense
-    network (``ffn_down``) or, without tensors, the metadata's ``feed_forward_length``;
+    network (``ffn_down``) or, for a block without tensors, the metadata's
+    ``feed_forward_length``;
     ``dense_beside_experts``: a dense network runs beside the experts."""
     w, n_embd = r.widths[index], r.n_embd
     clamp_exp, clamp_shexp = r.clamp_exp[index], r.clamp_shexp[index]
@@ -219,6 +220,7 @@ def feed_forward(r: ModelReader, index: int, activation: Activation = Activation
                                 fused_up=fused,
                                 clamped="ffn_gate" in w and clamp_shexp > 0
                                 and not activation.fused, activation=activation.kind)
-    if not any(name.startswith("ffn") for name in w) and r.ffn[index]:
+    if not w and r.ffn[index]:
+        # A block without tensors of its own (hrm_text's slots run their stack's).
         return FeedForwardShape(r.ffn[index])
     return None

@@ -20,13 +20,14 @@ def conv_step(b: Builder, ssm: RecurrentShape, index: int, inputs: Mapping[str, 
     does, which decides what is alive at once), the two concatenated and written back to
     the cache, convolved, biased and SiLU'd (``name``, ``name_b``, ``name_silu``). Returns
     the projection and the convolved columns."""
-    g = b.graph
+    g, seqs = b.graph, b.n_seqs
     layer = f"blk.{index}"
-    conv_rows = g.op("GET_ROWS", (ssm.d_conv - 1) * conv_dim * F32,
+    conv_rows = g.op("GET_ROWS", (ssm.d_conv - 1) * conv_dim * seqs * F32,
                      (external(f"cache_r_{index}"), inputs["rs_copy"]), "conv_states",
                      backend=backend)
+    g.expand(conv_rows)  # build_rs
     projected = project()
-    conv_x = g.op("CONCAT", (ssm.d_conv - 1 + n) * conv_dim * F32,
+    conv_x = g.op("CONCAT", ((ssm.d_conv - 1) * seqs + n) * conv_dim * F32,
                   (g.view(conv_rows, backend=backend), g.view(projected, backend=backend)),
                   "conv_x", backend=backend)
     g.op("CPY", 0, (g.view(conv_x, backend=backend), external(f"cache_r_{index}")),
@@ -52,9 +53,10 @@ def mamba2(b: Builder, cur: Tensor, ssm: RecurrentShape, index: int,
     dt = g.op("CONT", ssm.n_head * n * F32, (g.view(projected, backend=backend),), "dt",
               backend=backend)
     dt = g.like("ADD", dt, (b.w(f"{layer}.ssm_dt_b"),), "dt_b", backend)
-    scan = g.op("SSM_SCAN", (ssm.d_inner * n + ssm.d_state * ssm.d_inner) * F32,
+    scan = g.op("SSM_SCAN", (ssm.d_inner * n + ssm.d_state * ssm.d_inner * b.n_seqs) * F32,
                 (external(f"cache_s_{index}"), g.view(x, backend=backend), dt,
                  g.view(x, backend=backend), inputs["rs_copy"]), "y_ssm", backend=backend)
+    kept_states(b, scan, ssm.d_state * ssm.d_inner, index, inputs, backend)
     g.op("CPY", 0, (g.view(scan, backend=backend), external(f"cache_s_{index}")),
          backend=backend)
     z = g.op("CONT", ssm.d_inner * n * F32,
@@ -88,17 +90,20 @@ def delta_net(b: Builder, cur: Tensor, ssm: RecurrentShape, index: int,
     head_v = value_dim // max(1, ssm.n_head)
     qkv = g.op("MUL_MAT", conv_dim * n * F32, (b.w(f"{layer}.attn_qkv"), cur),
                "linear_attn_qkv_mixed", backend=backend)
-    conv_rows = g.op("GET_ROWS", (ssm.d_conv - 1) * conv_dim * F32,
+    seqs = b.n_seqs
+    conv_rows = g.op("GET_ROWS", (ssm.d_conv - 1) * conv_dim * seqs * F32,
                      (external(f"cache_r_{index}"), inputs["rs_copy"]), "conv_states",
                      backend=backend)
-    conv_x = g.op("CONCAT", (ssm.d_conv - 1 + n) * conv_dim * F32,
+    g.expand(conv_rows)  # build_rs
+    conv_x = g.op("CONCAT", ((ssm.d_conv - 1) * seqs + n) * conv_dim * F32,
                   (g.view(conv_rows, backend=backend), g.view(qkv, backend=backend)),
                   "conv_input", backend=backend)
     g.op("CPY", 0, (g.view(conv_x, backend=backend), external(f"cache_r_{index}")),
          backend=backend)
-    state = g.op("GET_ROWS", head_v * head_v * ssm.n_head * F32,
+    state = g.op("GET_ROWS", head_v * head_v * ssm.n_head * seqs * F32,
                  (external(f"cache_s_{index}"), inputs["rs_copy"]), "state_predelta",
                  backend=backend)
+    g.expand(state)  # build_rs
     x = g.op("SSM_CONV", conv_dim * n * F32, (conv_x, b.w(f"{layer}.ssm_conv1d")),
              "conv_output_raw", backend=backend)
     x = g.like("UNARY", x, (), "conv_output_silu", backend)
@@ -116,7 +121,7 @@ def delta_net(b: Builder, cur: Tensor, ssm: RecurrentShape, index: int,
     beta = g.op("MUL_MAT", ssm.n_head * n * F32, (b.w(f"{layer}.ssm_beta"), cur), "beta",
                 backend=backend)
     beta = g.like("UNARY", beta, (), "beta_sigmoid", backend)
-    out = g.op("GATED_DELTA_NET", (value_dim * n + head_v * head_v * ssm.n_head) * F32,
+    out = g.op("GATED_DELTA_NET", (value_dim * n + head_v * head_v * ssm.n_head * seqs) * F32,
                (q, k, g.view(x, backend=backend), g.view(gate, backend=backend), beta, state),
                "gdn", backend=backend)
     g.op("CPY", 0, (g.view(out, backend=backend), external(f"cache_s_{index}")),
@@ -142,21 +147,23 @@ def kda(b: Builder, cur: Tensor, ssm: RecurrentShape, index: int,
     output gate's projections, made contiguous again, the output projection."""
     g, n = b.graph, b.rows(cur)
     layer = f"blk.{index}"
-    width = ssm.d_inner
+    width, seqs = ssm.d_inner, b.n_seqs
     size = width * n * F32
-    g.op("GET_ROWS", (ssm.d_conv - 1) * 3 * width * F32,
-         (external(f"cache_r_{index}"), inputs["rs_copy"]), "conv_states", backend=backend)
+    g.expand(g.op("GET_ROWS", (ssm.d_conv - 1) * 3 * width * seqs * F32,
+                  (external(f"cache_r_{index}"), inputs["rs_copy"]), "conv_states",
+                  backend=backend))  # build_rs
     conv_inputs = []
     for name in ("q", "k", "v"):
         projected = g.op("MUL_MAT", size, (b.w(f"{layer}.attn_{name}"), cur), name,
                          backend=backend)
-        conv_x = g.op("CONCAT", (ssm.d_conv - 1 + n) * width * F32,
+        conv_x = g.op("CONCAT", ((ssm.d_conv - 1) * seqs + n) * width * F32,
                       (g.view(projected, backend=backend),), f"conv_{name}", backend=backend)
         g.op("CPY", 0, (g.view(conv_x, backend=backend), external(f"cache_r_{index}")),
              backend=backend)
         conv_inputs.append(conv_x)
-    state = g.op("GET_ROWS", ssm.d_state * width * F32,
+    state = g.op("GET_ROWS", ssm.d_state * width * seqs * F32,
                  (external(f"cache_s_{index}"), inputs["rs_copy"]), "state", backend=backend)
+    g.expand(state)  # build_rs
     convolved = []
     for name, conv_x in zip(("q", "k", "v"), conv_inputs, strict=True):
         x = g.op("SSM_CONV", size, (conv_x, b.w(f"{layer}.ssm_conv1d_{name}")),
@@ -183,7 +190,7 @@ def kda(b: Builder, cur: Tensor, ssm: RecurrentShape, index: int,
     beta = g.op("MUL_MAT", ssm.n_head * n * F32, (b.w(f"{layer}.ssm_beta"), cur), "beta",
                 backend=backend)
     beta = g.like("UNARY", g.view(beta, backend=backend), (), "kda_beta", backend)
-    out = g.op("GATED_DELTA_NET", size + ssm.d_state * width * F32,
+    out = g.op("GATED_DELTA_NET", size + ssm.d_state * width * seqs * F32,
                (*convolved, g.view(decay, backend=backend), beta, state), "kda",
                backend=backend)
     g.op("CPY", 0, (g.view(out, backend=backend), external(f"cache_s_{index}")),
@@ -252,9 +259,10 @@ def mamba1(b: Builder, cur: Tensor, ssm: RecurrentShape, index: int,
     dt = g.op("MUL_MAT", d_inner * n * F32, (b.w(f"{layer}.ssm_dt"), dt), "dt_proj",
               backend=backend)
     dt = g.like("ADD", dt, (b.w(f"{layer}.ssm_dt_b"),), "dt_b", backend)
-    scan = g.op("SSM_SCAN", (d_inner * n + d_state * d_inner) * F32,
+    scan = g.op("SSM_SCAN", (d_inner * n + d_state * d_inner * b.n_seqs) * F32,
                 (external(f"cache_s_{index}"), g.view(x, backend=backend), dt, B, C,
                  inputs["rs_copy"]), "y_ssm", backend=backend)
+    kept_states(b, scan, d_state * d_inner, index, inputs, backend)
     g.op("CPY", 0, (g.view(scan, backend=backend), external(f"cache_s_{index}")),
          backend=backend)
     z = g.op("CONT", d_inner * n * F32, (strided_view(b, xz, d_inner, n, backend),), "z",
@@ -265,3 +273,19 @@ def mamba1(b: Builder, cur: Tensor, ssm: RecurrentShape, index: int,
     y = g.op("SWIGLU", d_inner * n * F32, (z, y), "y_gated", backend=backend)
     return g.op("MUL_MAT", b.model.n_embd * n * F32, (b.w(f"{layer}.ssm_out"), y),
                 "mamba_out", backend=backend)
+
+
+def kept_states(b: Builder, scan: Tensor, state: int, index: int,
+                inputs: Mapping[str, Tensor], backend: int) -> None:
+    """build_rs with the scan's own getter: the scan is expanded, then the states of
+    every slot but the first are gathered (``s_copy_tail``) for the slots the ubatch
+    leaves unchanged (none in the graph llama.cpp reserves, whose ubatch holds every
+    sequence)."""
+    g = b.graph
+    g.expand(scan)
+    if b.n_seqs > 1:
+        rows = g.op("GET_ROWS", state * (b.n_seqs - 1) * F32,
+                    (external(f"cache_s_{index}"), inputs["rs_copy"]), "states_extra",
+                    backend=backend)
+        g.op("CPY", 0, (g.view(rows, backend=backend), external(f"cache_s_{index}")),
+             backend=backend)

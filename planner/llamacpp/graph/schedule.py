@@ -4,9 +4,9 @@ parallelism, and each backend's compute buffer over the graphs llama.cpp reserve
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from planner.llamacpp.allocator import Graph, Tensor, buffer_sizes
+from planner.llamacpp.allocator import Graph, Tensor, buffer_sizes, in_ggml_order
 from planner.llamacpp.graph.builder import Builder
 from planner.llamacpp.graph.family import family_named
 from planner.llamacpp.graph.shapes import GraphModel
@@ -15,17 +15,21 @@ from planner.llamacpp.graph.shapes import GraphModel
 def build_graph(model: GraphModel, *, n_tokens: int, n_outputs: int, n_kv: int,
                 n_kv_swa: int = 0, flash_attn: bool = True,
                 layer_backends: Sequence[int] | None = None, output_backend: int = 0,
-                input_backend: int = 0) -> Graph:
+                input_backend: int = 0, n_seqs: int = 1, cache_element_bytes: int = 2,
+                rotations: Mapping[bool, tuple[int, int]] | None = None) -> Graph:
     """The graph of one ubatch of ``n_tokens`` tokens with ``n_outputs`` outputs, as the
-    model's family builds it; each block runs on its backend in ``layer_backends``, the
-    output head on ``output_backend``, the inputs and the token rows on
-    ``input_backend``."""
+    model's family builds it, in ggml's order (the order of its expansions:
+    :func:`~planner.llamacpp.allocator.in_ggml_order`); each block runs on its backend in
+    ``layer_backends``, the output head on ``output_backend``, the inputs and the token
+    rows on ``input_backend``."""
     backends = list(layer_backends) if layer_backends is not None else \
         [0] * len(model.blocks)
     family = family_named(model.family)
     builder = Builder(Graph(), model, family, n_tokens, n_outputs, n_kv, n_kv_swa or n_kv,
-                      flash_attn, backends, input_backend, output_backend)
-    return family.build(builder)
+                      flash_attn, backends, input_backend, output_backend, n_seqs,
+                      cache_element_bytes, rotations=dict(rotations or {}))
+    graph = family.build(builder)
+    return graph if family.laid_out_in_execution_order else in_ggml_order(graph)
 
 
 def schedule(graph: Graph, copies: int) -> Graph:
@@ -71,18 +75,29 @@ def schedule(graph: Graph, copies: int) -> Graph:
     return out
 
 def compute_buffers(model: GraphModel, *, n_ubatch: int, n_kv: int, n_kv_swa: int = 0,
-                    flash_attn: bool = True, n_seqs: int = 1,
+                    flash_attn: bool = True, n_seqs: int = 1, n_outputs: int | None = None,
+                    rotations: Mapping[bool, tuple[int, int]] | None = None,
+                    cache_element_bytes: int = 2,
                     layer_backends: Sequence[int] | None = None,
                     output_backend: int = 0, input_backend: int = 0,
                     backends: int = 1, copies: int = 1) -> list[int]:
-    """Each backend's compute buffer: the larger of the prompt graph (``n_ubatch`` tokens
-    and outputs) and the generation graph (one token per sequence), as llama.cpp reserves
-    them (``llama_context::sched_reserve``)."""
-    graphs = [schedule(build_graph(model, n_tokens=tokens, n_outputs=tokens, n_kv=n_kv,
+    """Each backend's compute buffer: the larger of the prompt graph (``n_ubatch`` tokens,
+    ``n_outputs`` of them outputs, all by default) and the generation graph (one token and
+    output per sequence), as llama.cpp reserves them (``llama_context::sched_reserve``)."""
+    # graph_reserve: a ubatch of n_seqs equal sequences (its tokens rounded up to them);
+    # the prompt graph again with one sequence where the family reserves it so.
+    tokens = -(-n_ubatch // n_seqs) * n_seqs
+    outputs = n_ubatch if n_outputs is None else n_outputs
+    reserved = [(tokens, outputs, n_seqs), (n_seqs, n_seqs, n_seqs)]
+    if family_named(model.family).reserves_one_sequence and n_seqs > 1:
+        reserved.append((n_ubatch, outputs, 1))
+    graphs = [schedule(build_graph(model, n_tokens=count, n_outputs=out, n_kv=n_kv,
                                    n_kv_swa=n_kv_swa, flash_attn=flash_attn,
                                    layer_backends=layer_backends,
                                    output_backend=output_backend,
-                                   input_backend=input_backend), copies)
-              for tokens in (n_ubatch, n_seqs)]
+                                   input_backend=input_backend, n_seqs=seqs,
+                                   cache_element_bytes=cache_element_bytes,
+                                   rotations=rotations), copies)
+              for count, out, seqs in reserved]
     return buffer_sizes(graphs, backends)
 
