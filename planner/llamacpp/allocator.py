@@ -11,7 +11,7 @@ peak of the live tensors, plus the holes best fit could not fill. Weights and th
 live in their own buffers and only pass through.
 
 :class:`Allocator` is that allocator, :class:`Graph` the graph it walks; the graphs of
-llama.cpp's models are built by :mod:`planner.model_graphs`.
+llama.cpp's models are built by :mod:`planner.llamacpp.graph`.
 """
 
 from __future__ import annotations
@@ -111,11 +111,19 @@ class _State:
 
 @dataclass
 class Graph:
-    """The nodes of a graph in execution order, and the graph's inputs in the order ggml
-    places them (its leafs)."""
+    """A graph as its builder makes it: the nodes in the order they are made, the inputs,
+    and the tensors expanded into ggml's graph as they are expanded (:meth:`expand`;
+    every node nothing consumes is expanded when it is made). :func:`in_ggml_order` puts
+    the nodes in execution order and the inputs in the order ggml places them."""
 
     nodes: list[Tensor] = field(default_factory=list)
     inputs: list[Tensor] = field(default_factory=list)
+    expanded: list[tuple[int, Tensor]] = field(default_factory=list)
+    """``(nodes made before, tensor)`` for each :meth:`expand`, in order."""
+
+    def expand(self, *tensors: Tensor) -> None:
+        """``ggml_build_forward_expand`` of each tensor, now."""
+        self.expanded.extend((len(self.nodes), tensor) for tensor in tensors)
 
     def input(self, name: str, nbytes: int, backend: int = 0) -> Tensor:
         tensor = Tensor(name, nbytes, is_input=True, backend=backend)
@@ -143,6 +151,47 @@ class Graph:
                         backend=backend)
         self.nodes.append(tensor)
         return tensor
+
+
+def in_ggml_order(graph: Graph) -> Graph:
+    """The graph as ggml holds it (``ggml_build_forward_expand``): each expanded tensor in
+    turn (a node nothing consumes is expanded when it is made, the output last) is
+    walked depth first, its sources in order, and every node reached for the first time
+    follows its sources; the inputs (leafs) are placed in the order the walk reaches
+    them, and an input nothing reaches is not part of the graph."""
+    consumed = {id(src) for node in graph.nodes for src in node.srcs}
+    consumed.update(id(tensor) for _, tensor in graph.expanded)
+    roots = sorted([(index + 1, 0, order, node) for order, (index, node)
+                    in enumerate((i, n) for i, n in enumerate(graph.nodes)
+                                 if id(n) not in consumed)]
+                   + [(made, 1, order, tensor) for order, (made, tensor)
+                      in enumerate(graph.expanded)], key=lambda root: root[:3])
+    is_node = {id(node) for node in graph.nodes}
+    is_leaf = {id(tensor) for tensor in graph.inputs}
+    seen: set[int] = set()
+    nodes: list[Tensor] = []
+    leafs: list[Tensor] = []
+    for *_, root in roots:
+        stack: list[tuple[Tensor, int]] = [(root, 0)]
+        while stack:
+            tensor, next_src = stack.pop()
+            if next_src == 0:
+                if id(tensor) in seen:
+                    continue
+                seen.add(id(tensor))
+            if next_src < len(tensor.srcs):
+                stack.append((tensor, next_src + 1))
+                src = tensor.srcs[next_src]
+                if id(src) not in seen:
+                    stack.append((src, 0))
+                continue
+            if id(tensor) in is_node:
+                nodes.append(tensor)
+            elif id(tensor) in is_leaf:
+                leafs.append(tensor)
+    # A leaf not an input of the graph (a constant placed where it is used) keeps its
+    # place among the leafs reached.
+    return Graph(nodes, leafs)
 
 
 def external(name: str, nbytes: int = 0) -> Tensor:
