@@ -143,3 +143,19 @@ question is refused as ``SizingTooLarge``."""
 MAX_GGUF_FILES = 200
 """The most GGUF files the workbench's folder search lists (a big models folder is cut
 there)."""
+
+MAX_RPC_DEVICES = 16
+"""Devices one llama.cpp rpc-server may report to ``planner discover``: one llama.cpp
+process schedules at most 16 backends (``GGML_SCHED_MAX_BACKENDS`` in ggml-backend.cpp),
+so a server with more could not be used whole; a reply beyond it is refused before any
+device is asked for."""
+
+DEFAULT_RPC_TIMEOUT_S = 5.0
+"""Seconds ``planner discover`` gives each rpc-server to connect and answer everything."""
+
+MAX_RPC_TIMEOUT_S = 600.0
+"""The longest ``--timeout`` ``planner discover`` takes."""
+
+MAX_LOG_BYTES = 256 * 1024 * 1024
+"""Bytes of one llama.cpp log ``planner verify`` reads (a verbose llama-server log of a
+day's requests is a few MB); a larger file is refused before it is read."""

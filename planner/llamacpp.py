@@ -1,8 +1,12 @@
-"""The one place that runs llama.cpp: its binaries as subprocesses, and its log parsed.
+"""The one place that touches llama.cpp: its binaries as subprocesses, its rpc-servers
+over their sockets, and its log parsed.
 
-Everything else in the package only builds command lines (:mod:`planner.launch`) or
-estimates (:mod:`planner.memory`). This adapter starts ``ggml-rpc-server`` processes and
-``llama-completion`` runs, and reads back what llama.cpp says it allocated:
+Everything else in the package only builds command lines (:mod:`planner.launch`),
+estimates (:mod:`planner.memory`) or speaks the RPC protocol's bytes
+(:mod:`planner.rpc_protocol`). This adapter connects to ``rpc-server``s to ask for their
+devices (:func:`query_rpc_servers`, only to the addresses it is given), starts
+``ggml-rpc-server`` processes and ``llama-completion`` runs, and reads back what
+llama.cpp says it allocated:
 
 - ``load_tensors: <buffer> model buffer size = X MiB`` (weights),
 - ``llama_kv_cache: <buffer> KV buffer size = X MiB`` (one line per cache and device),
@@ -24,13 +28,26 @@ import os
 import re
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from planner.errors import CodedError
+from planner.limits import DEFAULT_RPC_TIMEOUT_S
+from planner.rpc_protocol import (
+    RpcDiscoveryError,
+    RpcServerReport,
+    Step,
+    Transcript,
+    check_resolved,
+    converse,
+    device_memory_conversation,
+    named_endpoint,
+    refuse_duplicates,
+)
 
 MIB = 1024 * 1024
 _BUFFER = re.compile(
@@ -168,3 +185,139 @@ def run(argv: Sequence[str], timeout_s: float = 600.0) -> Measured:
                                f"{Path(argv[0]).name} exited with {done.returncode}: {tail}",
                                argv=list(argv), returncode=done.returncode)
     return parse_log(log)
+
+
+# -- rpc-servers over their sockets ---------------------------------------------------------
+
+BUSY_HINT = ("either an rpc-server busy with another client (it serves one at a time, and "
+             "a llama-server using it holds it) or no rpc-server at all")
+
+
+def query_rpc_servers(addresses: Sequence[str], *, timeout_s: float = DEFAULT_RPC_TIMEOUT_S,
+                      transcripts: dict[str, Transcript] | None = None,
+                      ) -> list[RpcServerReport]:
+    """Ask each rpc-server at ``addresses`` (``host:port``, as the user named them) for
+    its devices' free and total memory, over llama.cpp's RPC protocol
+    (:mod:`planner.rpc_protocol`).
+
+    Each name is resolved once to an IPv4 address, as llama.cpp resolves it, and only
+    those addresses and ports are connected to, one server at a time; each gets
+    ``timeout_s`` seconds for its name, its connection and every reply together. With
+    ``transcripts``, the bytes sent and received are kept there by address.
+    """
+    endpoints = [(address, named_endpoint(address)) for address in addresses]
+    resolved = [(address, (_resolve(address, host, timeout_s), port))
+                for address, (host, port) in endpoints]
+    refuse_duplicates(resolved)
+    allowed = frozenset(endpoint for _, endpoint in resolved)
+    reports = []
+    for address, endpoint in resolved:
+        transcript = Transcript()
+        if transcripts is not None:
+            transcripts[address] = transcript
+        reports.append(_query(address, endpoint, allowed, timeout_s, transcript))
+    return reports
+
+
+def _resolve(address: str, host: str, timeout_s: float) -> str:
+    """``host``'s first IPv4 address (llama.cpp's ``gethostbyname``), within
+    ``timeout_s``: the resolver runs in a thread the caller does not wait for beyond it."""
+    result: dict[str, str | OSError] = {}
+
+    def resolve() -> None:
+        try:
+            result["ip"] = socket.gethostbyname(host)
+        except (OSError, UnicodeError) as error:
+            result["error"] = OSError(str(error))
+
+    worker = threading.Thread(target=resolve, daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        raise RpcDiscoveryError("RpcTimeout", f"the name {host!r} did not resolve within "
+                                f"{timeout_s:g} s", address=address)
+    found = result.get("ip")
+    if not isinstance(found, str):
+        raise RpcDiscoveryError("RpcUnreachable", f"the name {host!r} does not resolve to "
+                                f"an IPv4 address ({result.get('error')})", address=address)
+    check_resolved(address, found)
+    return found
+
+
+def _query(address: str, endpoint: tuple[str, int], allowed: frozenset[tuple[str, int]],
+           timeout_s: float, transcript: Transcript) -> RpcServerReport:
+    if endpoint not in allowed:
+        # Only what the user named (resolved once) is ever connected to.
+        raise RpcDiscoveryError(
+            "AddressNotNamed", f"{endpoint[0]}:{endpoint[1]} is not an address the user "
+            "named; nothing else is connected to", address=address)
+    deadline = time.monotonic() + timeout_s
+    round_trips: list[float] = []
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout_s)
+            try:
+                sock.connect(endpoint)
+            except TimeoutError:
+                raise RpcDiscoveryError(
+                    "RpcTimeout", f"did not accept a connection within {timeout_s:g} s",
+                    address=address) from None
+
+            def exchange(step: Step) -> bytes:
+                started = time.monotonic()
+                if step.request:
+                    _settimeout(sock, deadline, address, step, timeout_s)
+                    sock.sendall(step.request)
+                    transcript.sent.extend(step.request)
+                data = _read_exactly(sock, step, deadline, address, timeout_s)
+                transcript.received.extend(data)
+                if step.request and len(data) == step.read:
+                    round_trips.append((time.monotonic() - started) * 1000)
+                return data
+
+            report = converse(device_memory_conversation(address), exchange)
+    except ConnectionRefusedError:
+        raise RpcDiscoveryError(
+            "RpcUnreachable", f"refused the connection: nothing listens on port "
+            f"{endpoint[1]} of {endpoint[0]}", address=address) from None
+    except TimeoutError:
+        raise _late(address, "everything asked", timeout_s) from None
+    except RpcDiscoveryError:
+        raise
+    except OSError as error:
+        raise RpcDiscoveryError("RpcUnreachable", f"cannot be reached: "
+                                f"{error.strerror or error}", address=address) from None
+    return replace(report, connected_to=f"{endpoint[0]}:{endpoint[1]}",
+                   round_trip_ms=round(min(round_trips), 3) if round_trips else None)
+
+
+def _late(address: str, what: str, timeout_s: float) -> RpcDiscoveryError:
+    return RpcDiscoveryError("RpcTimeout", f"did not answer {what} within {timeout_s:g} s: "
+                             f"{BUSY_HINT}", address=address, timeout_s=timeout_s)
+
+
+def _settimeout(sock: socket.socket, deadline: float, address: str, step: Step,
+                timeout_s: float) -> None:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise _late(address, step.what, timeout_s)
+    sock.settimeout(left)
+
+
+def _read_exactly(sock: socket.socket, step: Step, deadline: float, address: str,
+                  timeout_s: float) -> bytes:
+    """Exactly ``step.read`` bytes, or fewer when the server closed the connection; never
+    more than asked, never past the deadline."""
+    data = bytearray()
+    while len(data) < step.read:
+        _settimeout(sock, deadline, address, step, timeout_s)
+        try:
+            chunk = sock.recv(step.read - len(data))
+        except TimeoutError:
+            raise _late(address, step.what, timeout_s) from None
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        data.extend(chunk)
+    return bytes(data)

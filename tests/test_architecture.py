@@ -40,7 +40,9 @@ PROGRAM_STARTERS = ("llamacpp.py", "workbench/serve.py")
 # engine import name -> the modules (relative to planner/) that may import it
 ENGINES: dict[str, tuple[str, ...]] = {
     "dask": ("sweep_dask.py",), "distributed": ("sweep_dask.py",),
-    "subprocess": PROGRAM_STARTERS, "planner.llamacpp": ("llamacpp.py",)}
+    "subprocess": PROGRAM_STARTERS,
+    # The adapter, and the one command that asks rpc-servers through it.
+    "planner.llamacpp": ("llamacpp.py", "cli/discover.py")}
 # os functions that start another program.
 PROCESS_STARTERS = frozenset({
     "system", "popen", "fork", "forkpty", "posix_spawn", "posix_spawnp",
@@ -348,7 +350,7 @@ def test_importing_the_core_loads_no_widgets_plotting_or_engine() -> None:
 
 def test_each_engine_is_touched_by_its_adapter_only() -> None:
     """Dask only in ``planner/sweep_dask.py``; processes (llama.cpp's binaries) only in
-    ``planner/llamacpp.py``, which no other module imports."""
+    ``planner/llamacpp.py``, which no other module imports but ``planner discover``'s."""
     found = all_imports(layout_rows())
     assert engine_violations(found) == []
     assert {f.file for f in found if f.library in ("dask", "distributed")} == {
@@ -390,7 +392,8 @@ def test_an_engine_outside_its_adapter_is_reported() -> None:
     assert engine_violations(imports_in(source, "workbench/serve.py", rows)) == [
         "dask is touched only by planner/sweep_dask.py; also by planner/workbench/serve.py:2"]
     assert engine_violations(imports_in("import planner.llamacpp\n", "launch.py", rows)) == [
-        "planner.llamacpp is touched only by planner/llamacpp.py; also by planner/launch.py:1"]
+        "planner.llamacpp is touched only by planner/llamacpp.py, planner/cli/discover.py; "
+        "also by planner/launch.py:1"]
 
 
 # -- the checks above can fail -----------------------------------------------------------

@@ -183,7 +183,13 @@ _WORKBENCH = "the workbench's own state: text as typed, read by its checked read
 _MODEL = "built only by the model readers from a checked GGUF file or preset"
 
 # Public dataclasses that are not input: nothing outside the package builds them.
+_RPC = "built only by the RPC conversation from replies it has checked"
+
 RESULTS = {
+    "planner.rpc_protocol.RpcDevice": _RPC,
+    "planner.rpc_protocol.RpcServerReport": _RPC,
+    "planner.rpc_protocol.Step": "a request the conversation writes itself",
+    "planner.rpc_protocol.Transcript": "the bytes a conversation sent and received",
     "planner.planning.search.NodeSetChoice": "a search result, built only by the search",
     "planner.planning.search.SearchBudget": "the search's own step counter",
     "planner.fence.check.model.Rules": "holds functions, no numbers",

@@ -22,6 +22,7 @@ from planner._validate import clipped, shown
 from planner.cli import (
     availability,
     candidates,
+    discover,
     inspect,
     launch,
     memory,
@@ -44,7 +45,8 @@ from planner.errors import CodedError
 from planner.reports.tables import terminal_safe
 
 COMMANDS: tuple[ModuleType, ...] = (plan, candidates, report, inspect, presets,
-                                     availability, sweep, size, speed, memory, launch)
+                                     availability, sweep, size, speed, memory, launch,
+                                     discover)
 
 __all__ = ["COMMANDS", "EXIT_BAD_INPUT", "EXIT_NO_TOPOLOGY", "EXIT_OK", "UserError", "main"]
 
