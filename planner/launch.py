@@ -37,7 +37,7 @@ from planner.errors import CodedError
 from planner.fleet import FleetDocument
 from planner.fleet._fields import address_problem
 from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_UBATCH, MAX_LAYERS, MAX_RPC_DEVICES
-from planner.memory import LlamaCppSettings
+from planner.memory import LlamaCppSettings, server_settings
 from planner.planning import Plan
 from planner.units import layer_range
 
@@ -393,14 +393,26 @@ class LaunchError(CodedError):
     codes = ("NoModelFile", "NoAddress", "InvalidLaunchSettings", "InconsistentRpcDevices")
 
 
-def launch_for_plan(document: FleetDocument, plan: Plan, *, model_path: str | None = None,
-                    flash_attn: bool = True, ubatch: int = DEFAULT_UBATCH) -> Launch:
-    """The commands that run ``plan`` (planned from ``document``) with llama.cpp: the
-    plan's context and lanes, the model's KV cache type for K and V, and the rpc-server
-    addresses the fleet file gives. ``model_path`` is the GGUF file as the serving host
-    sees it (default: the fleet file's ``gguf``, resolved from the file's folder)."""
+def launch_settings(document: FleetDocument, plan: Plan, *, flash_attn: bool = True,
+                    ubatch: int = DEFAULT_UBATCH) -> LlamaCppSettings:
+    """The llama-server settings that run ``plan``: its context and lanes with one
+    unified KV cache, K and V caches of the model's ``kv_cache_type``, ``flash_attn``
+    and ``ubatch``, and llama-server's one output per lane."""
     instance(document, FleetDocument, _bad_argument("document"), "a FleetDocument")
     instance(plan, Plan, _bad_argument("plan"), "a Plan")
+    cache_type = document.model.kv_cache_type or DEFAULT_CACHE_TYPE
+    return server_settings(
+        context_length=plan.context_length, cache_type_k=cache_type, cache_type_v=cache_type,
+        parallel=plan.parallel_lanes, kv_unified=True, ubatch=ubatch, flash_attn=flash_attn)
+
+
+def launch_for_plan(document: FleetDocument, plan: Plan, *, model_path: str | None = None,
+                    flash_attn: bool = True, ubatch: int = DEFAULT_UBATCH) -> Launch:
+    """The commands that run ``plan`` (planned from ``document``) with llama.cpp
+    (:func:`launch_settings`) and the rpc-server addresses the fleet file gives.
+    ``model_path`` is the GGUF file as the serving host sees it (default: the fleet
+    file's ``gguf``, resolved from the file's folder)."""
+    settings = launch_settings(document, plan, flash_attn=flash_attn, ubatch=ubatch)
     if model_path is not None:
         model_path = text(model_path, _bad_argument("model_path"))
     if model_path is None:
@@ -412,10 +424,6 @@ def launch_for_plan(document: FleetDocument, plan: Plan, *, model_path: str | No
                 "give the file ([model] gguf = \"...\" in the fleet file, or --model PATH)",
                 field="model.gguf")
         model_path = str(found)
-    cache_type = document.model.kv_cache_type or DEFAULT_CACHE_TYPE
-    settings = LlamaCppSettings(
-        context_length=plan.context_length, cache_type_k=cache_type, cache_type_v=cache_type,
-        parallel=plan.parallel_lanes, kv_unified=True, ubatch=ubatch, flash_attn=flash_attn)
     layer_count = max(stage.layer_end for stage in plan.stages)
     return build_launch(plan.stages, model_path, settings, layer_count,
                         dict(document.addresses), rpc_devices=dict(document.rpc_devices),

@@ -6,37 +6,24 @@ estimates (:mod:`planner.memory`) or speaks the RPC protocol's bytes
 (:mod:`planner.rpc_protocol`). This adapter connects to ``rpc-server``s to ask for their
 devices (:func:`query_rpc_servers`, only to the addresses it is given), starts
 ``ggml-rpc-server`` processes and ``llama-completion`` runs, and reads back what
-llama.cpp says it allocated:
-
-- ``load_tensors: <buffer> model buffer size = X MiB`` (weights),
-- ``llama_kv_cache: <buffer> KV buffer size = X MiB`` (one line per cache and device),
-- ``llama_memory_recurrent: <buffer> RS buffer size = X MiB`` (recurrent state),
-- ``sched_reserve: <buffer> compute buffer size = X MiB``,
-- ``llama_context: <buffer> output buffer size = X MiB``,
-- ``load_tensors: layer N assigned to device RPCk`` (with ``-v``),
-- ``eval time = X ms / N runs (Y ms per token, Z tokens per second)``.
-
-Buffers of an RPC device are named ``RPC0[host:port]`` whatever the device's index, so
-they are told apart by the address; every other buffer (``CPU``, ``CPU_Mapped``,
-``CPU_REPACK``) is host memory. llama.cpp prints sizes in MiB with two decimals, so a
-measured figure is known to within 0.005 MiB.
+llama.cpp says it allocated through the one log parser, :mod:`planner.llamacpp_log`.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import socket
 import subprocess
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 from planner.errors import CodedError
 from planner.limits import DEFAULT_RPC_TIMEOUT_S
+from planner.llamacpp_log import Measured, parse_log
 from planner.rpc_protocol import (
     RpcDiscoveryError,
     RpcServerReport,
@@ -49,41 +36,12 @@ from planner.rpc_protocol import (
     refuse_duplicates,
 )
 
-MIB = 1024 * 1024
-_BUFFER = re.compile(
-    r"(?P<what>\w+):\s+"
-    r"(?P<name>\S+)\s+(?P<kind>model|KV|RS|DSV4 \S+ state|compute|output) buffer size =\s+"
-    r"(?P<mib>[0-9.]+) MiB")
-_LAYER = re.compile(r"load_tensors: layer\s+(?P<layer>\d+) assigned to device "
-                    r"(?P<device>[^,]+), is_swa")
-_EVAL = re.compile(r"\seval time =\s+(?P<ms>[0-9.]+) ms /\s+(?P<runs>\d+) runs\s+\(\s*"
-                   r"(?P<per_token>[0-9.]+) ms per token,\s+(?P<tps>[0-9.]+) tokens per second")
-_RPC_NAME = re.compile(r"^RPC\d+\[(?P<address>[^\]]+)\]$")
-_LOAD_START = "llama_model_loader: loaded meta data"
-KIND_COMPONENT = {"model": "weights_bytes", "KV": "kv_bytes", "RS": "state_bytes",
-                  "compute": "compute_bytes", "output": "output_bytes"}
-
 
 class LlamaCppRunError(CodedError):
     """llama.cpp could not be run or did not do what was asked. ``code`` is stable:
     ``LlamaCppNotBuilt``, ``LlamaCppFailed``, ``RpcServerNotReady``."""
 
     codes = ("LlamaCppNotBuilt", "LlamaCppFailed", "RpcServerNotReady")
-
-
-@dataclass(frozen=True, slots=True)
-class Measured:
-    """What one llama.cpp run reported."""
-
-    memory: dict[str, dict[str, int]]
-    """``{device: {component: bytes}}``; devices are RPC addresses and ``host``."""
-    layer_devices: dict[int, str]
-    """Layer index -> device name (``RPC0``, ``RPC1``, ``CPU``); layer ``n_layer`` is the
-    output layer."""
-    eval_ms_per_token: float | None
-    eval_tokens_per_second: float | None
-    generated_tokens: int
-    log: str = field(repr=False)
 
 
 def binaries_dir(cache: str | Path | None = None) -> Path:
@@ -99,30 +57,6 @@ def binaries_dir(cache: str | Path | None = None) -> Path:
                                f"no llama.cpp build under {base}; run "
                                f"validation/build_llama_cpp.sh first", path=str(base))
     return builds[-1]
-
-
-def parse_log(text: str) -> Measured:
-    """The allocations, layer assignment and decode speed of one run's log (``-v``)."""
-    # A fitting pass (when --fit is on) loads the model once without allocating: keep
-    # only the last load.
-    start = text.rfind(_LOAD_START)
-    body = text[start:] if start >= 0 else text
-    memory: dict[str, dict[str, int]] = {}
-    for match in _BUFFER.finditer(body):
-        name = match["name"]
-        rpc = _RPC_NAME.match(name)
-        device = rpc["address"] if rpc else "host"
-        kind = match["kind"]
-        component = "state_bytes" if kind.startswith("DSV4") else KIND_COMPONENT[kind]
-        size = round(float(match["mib"]) * MIB)
-        entry = memory.setdefault(device, {})
-        entry[component] = entry.get(component, 0) + size
-    layers = {int(m["layer"]): m["device"].strip() for m in _LAYER.finditer(body)}
-    speed = list(_EVAL.finditer(body))
-    per_token = float(speed[-1]["per_token"]) if speed else None
-    tps = float(speed[-1]["tps"]) if speed else None
-    runs = int(speed[-1]["runs"]) if speed else 0
-    return Measured(memory, layers, per_token, tps, runs, text)
 
 
 def free_port() -> int:

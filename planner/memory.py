@@ -128,6 +128,13 @@ SETTING_MAXIMUMS = {"context_length": LLAMA_MAX_INT, "parallel": LLAMA_MAX_SEQ,
                     "ubatch": LLAMA_MAX_INT, "batch": LLAMA_MAX_INT}
 
 
+def server_settings(**settings: Any) -> LlamaCppSettings:
+    """The settings of a llama-server run (the commands ``planner launch`` prints): one
+    output per lane, as llama-server reserves them."""
+    settings.setdefault("outputs", settings.get("parallel", 1))
+    return LlamaCppSettings(**settings)
+
+
 def _bad(name: str, limit: str = "") -> Fail:
     return lambda problem, value: MemoryModelError(
         "InvalidMemorySettings",
@@ -357,11 +364,19 @@ class LlamaCppSettings:
     flash_attn: bool = True  # -fa on|off
     overhead_bytes: int = 0
     """Backend overhead per device (not the host)."""
+    outputs: int | None = None
+    """The most outputs (logits) a ubatch computes, llama.cpp's ``n_outputs_max``:
+    ``None`` for a batch's worth, as llama-cli and llama-completion reserve; llama-server
+    reserves one per lane (``server_output_limits``: ``min(n_batch, lanes)`` without
+    speculative decoding), which :func:`server_settings` gives."""
 
     def __post_init__(self) -> None:
         for name, maximum in SETTING_MAXIMUMS.items():
             object.__setattr__(self, name, _check_positive(getattr(self, name), name,
                                                            maximum=maximum))
+        if self.outputs is not None:
+            object.__setattr__(self, "outputs", _check_positive(self.outputs, "outputs",
+                                                                maximum=LLAMA_MAX_INT))
         object.__setattr__(self, "overhead_bytes",
                            integer(self.overhead_bytes, _bad("overhead_bytes"), minimum=0,
                                    maximum=MAX_BYTES))
@@ -397,6 +412,11 @@ class LlamaCppSettings:
     @property
     def n_ubatch(self) -> int:
         return min(self.n_batch, self.ubatch)
+
+    @property
+    def n_outputs_max(self) -> int:
+        """llama.cpp's ``cparams.n_outputs_max``: the outputs a ubatch may compute."""
+        return min(self.n_batch, self.outputs) if self.outputs is not None else self.n_batch
 
     def window_cells(self, window: int, unified: bool | None = None) -> int:
         """Cells per stream of the sliding-window cache (llama_kv_cache_iswa); ``unified``:
@@ -625,6 +645,7 @@ def _device_compute_bytes(model: LlamaCppModel, settings: LlamaCppSettings,
         model.graph_model(), n_ubatch=settings.n_ubatch, n_kv=settings.n_ctx_seq,
         n_kv_swa=settings.window_cells(model.sliding_window) if model.sliding_window else 0,
         flash_attn=runs_flash_attention(model, settings), n_seqs=max(1, settings.parallel),
+        n_outputs=settings.n_outputs_max,
         layer_backends=layer_backends, output_backend=output, input_backend=host,
         backends=backends, copies=SCHED_MAX_COPIES if devices > 1 else 1)
     return list(sizes[:devices]), sizes[host]
@@ -760,7 +781,7 @@ class LlamaCppCosts:
     def settings(self, context_length: int, lanes: int | None = None) -> LlamaCppSettings:
         """The llama-server settings of a plan at ``context_length`` with ``lanes``
         parallel sequences (default :attr:`lanes`), as ``planner launch`` runs it."""
-        return LlamaCppSettings(
+        return server_settings(
             context_length=context_length, cache_type_k=self.cache_type_k,
             cache_type_v=self.cache_type_v, parallel=self.lanes if lanes is None else lanes,
             kv_unified=True, ubatch=self.ubatch, flash_attn=self.flash_attn)

@@ -3003,19 +3003,21 @@ def schedule(graph: Graph, copies: int) -> Graph:
 
 
 def compute_buffers(model: GraphModel, *, n_ubatch: int, n_kv: int, n_kv_swa: int = 0,
-                    flash_attn: bool = True, n_seqs: int = 1,
+                    flash_attn: bool = True, n_seqs: int = 1, n_outputs: int | None = None,
                     layer_backends: Sequence[int] | None = None,
                     output_backend: int = 0, input_backend: int = 0,
                     backends: int = 1, copies: int = 1) -> list[int]:
-    """Each backend's compute buffer: the larger of the prompt graph (``n_ubatch`` tokens
-    and outputs) and the generation graph (one token per sequence), as llama.cpp reserves
-    them (``llama_context::sched_reserve``)."""
-    graphs = [schedule(build_graph(model, n_tokens=tokens, n_outputs=tokens, n_kv=n_kv,
+    """Each backend's compute buffer: the larger of the prompt graph (``n_ubatch`` tokens,
+    and as many outputs up to ``n_outputs``, llama.cpp's ``n_outputs_max``) and the
+    generation graph (one token and output per sequence), as llama.cpp reserves them
+    (``llama_context::sched_reserve``)."""
+    prompt_outputs = n_ubatch if n_outputs is None else min(n_ubatch, n_outputs)
+    graphs = [schedule(build_graph(model, n_tokens=tokens, n_outputs=outputs, n_kv=n_kv,
                                    n_kv_swa=n_kv_swa, flash_attn=flash_attn,
                                    layer_backends=layer_backends,
                                    output_backend=output_backend,
                                    input_backend=input_backend), copies)
-              for tokens in (n_ubatch, n_seqs)]
+              for tokens, outputs in ((n_ubatch, prompt_outputs), (n_seqs, n_seqs))]
     return buffer_sizes(graphs, backends)
 
 

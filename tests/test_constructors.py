@@ -131,10 +131,11 @@ EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
     "planner.fleet.document.FleetDocument": lambda: dict(
         model=ModelChoice(preset="llama-3.1-70b"), nodes=(_node("a"), _node("b")),
         minimum_nodes=1, context_length_override=4096, parallel_lanes_override=2,
-        target_decode_tpot_ms=50),
+        target_decode_tpot_ms=50, addresses=(("a", "10.0.0.1:50052"),),
+        rpc_devices=(("a", 1),)),
     "planner.memory.LlamaCppSettings": lambda: dict(
         context_length=4096, parallel=2, kv_unified=True, ubatch=512, batch=2048,
-        flash_attn=True, overhead_bytes=100),
+        flash_attn=True, overhead_bytes=100, outputs=2),
     "planner.memory.LlamaCppCosts": lambda: dict(
         model=_llama_model(), flash_attn=True, ubatch=512, lanes=4,
         overhead_bytes=(("a", 100),), one_device=False),
@@ -190,6 +191,9 @@ RESULTS = {
     "planner.rpc_protocol.RpcServerReport": _RPC,
     "planner.rpc_protocol.Step": "a request the conversation writes itself",
     "planner.rpc_protocol.Transcript": "the bytes a conversation sent and received",
+    "planner.verification.Check": _ANSWER,
+    "planner.verification.Verification": _ANSWER,
+    "planner.verification.SpeedEstimates": _ANSWER,
     "planner.planning.search.NodeSetChoice": "a search result, built only by the search",
     "planner.planning.search.SearchBudget": "the search's own step counter",
     "planner.fence.check.model.Rules": "holds functions, no numbers",
@@ -231,7 +235,8 @@ RESULTS = {
     "planner.reports.tables.TextTable": _ANSWER,
     "planner.compute_graph.Tensor": "ggml's graph as the graph builder lays it out",
     "planner.compute_graph.Graph": "ggml's graph as the graph builder lays it out",
-    "planner.llamacpp.Measured": "what a llama.cpp run printed, parsed by the adapter",
+    "planner.llamacpp_log.Measured": "what a llama.cpp run printed, parsed from its log",
+    "planner.llamacpp_log.Timing": "a pair of timing lines, parsed from a log",
     "planner.memory.LayerLayout": _MODEL,
     "planner.memory.LlamaCppModel": _MODEL,
     "planner.model_graphs.AttentionShape": _MODEL,

@@ -7,6 +7,7 @@ import csv
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -62,15 +63,18 @@ def test_the_two_memory_models_give_different_plans_worked_by_hand() -> None:
     # llama.cpp: the same 320 MiB per layer (65,536 cells x 2 KiB for K and for V), but
     # every node first loses a pipeline stage's compute buffer (4 copies of the
     # 65,536 x 512 f16 KQ mask, 256 MiB, plus activations), and the last layer carries
-    # the 62.5 MiB output head and the output device's compute buffer (the 32,000 x 512
-    # float logits on top of its masks).
+    # the 62.5 MiB output head and the output device's compute buffer (on top of its
+    # masks, the float logits of llama-server's one output per lane: 32,000 x 1, not a
+    # ubatch's 32,000 x 512 as llama-completion reserves).
     model = _model()
     costs = LlamaCppCosts(model, lanes=1)
     settings = costs.settings(CONTEXT)
     reserve, output_compute = stage_compute_bytes(model, settings)
     masks = SCHED_MAX_COPIES * CONTEXT * 512 * 2
     assert masks == 256 * MIB and reserve > masks
-    assert output_compute > masks + 32000 * 512 * 4
+    assert masks + 32000 * 4 < output_compute < masks + 32000 * 512 * 4
+    completion = replace(settings, outputs=None)
+    assert stage_compute_bytes(model, completion)[1] > masks + 32000 * 512 * 4
     layer = WEIGHT + 2 * CONTEXT * ELEMENTS * 2
     assert layer == 320 * MIB
     output = 32000 * 1024 * 2 + output_compute
@@ -209,7 +213,10 @@ def test_a_plan_of_one_stage_charges_what_llama_cpp_allocates_on_its_node(
 def test_the_one_stage_charge_is_what_the_recorded_run_on_one_device_allocated() -> None:
     """make validate's gemma-3-270m run on one device: what a plan of one stage charges
     its node is llama.cpp's total there within the 5 % target; the pipeline's charges
-    (an output stage and a stage's reserve) were not."""
+    (an output stage and a stage's reserve) were not. The run was llama-completion's,
+    which reserves a ubatch's logits where the llama-server a plan launches reserves one
+    lane's: the charge is the estimate for llama-server, and that estimate for
+    llama-completion is the recorded total."""
     recorded = json.loads((ROOT / "validation" / "results" / "llamacpp-runs.json")
                           .read_text())
     model = LlamaCppModel.from_dict(recorded["model_layout"])
@@ -225,8 +232,14 @@ def test_the_one_stage_charge_is_what_the_recorded_run_on_one_device_allocated()
     def charged(rule: LlamaCppCosts) -> int:
         return sum(rule.layer_bytes(context)) + rule.reserve_bytes("node", context)
 
-    assert within_target("total_bytes", charged(costs.for_stages(1)), measured)
-    assert not within_target("total_bytes", charged(costs.for_stages(2)), measured)
+    server = costs.settings(context)
+    assert server.n_outputs_max == 1
+    one_device = estimate(model, server, [(0, model.layer_count)]).devices[0]
+    assert within_target("total_bytes", charged(costs.for_stages(1)), one_device.total_bytes)
+    completion = estimate(model, replace(server, outputs=None), [(0, model.layer_count)])
+    assert within_target("total_bytes", completion.devices[0].total_bytes, measured)
+    assert not within_target("total_bytes", charged(costs.for_stages(2)),
+                             one_device.total_bytes)
 
 
 def test_a_split_charges_each_node_at_least_what_llama_cpp_allocates_there() -> None:

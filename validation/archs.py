@@ -32,9 +32,9 @@ from planner.llamacpp import (  # noqa: E402
     LlamaCppRunError,
     binaries_dir,
     free_port,
-    parse_log,
     rpc_servers,
 )
+from planner.llamacpp_log import parse_log  # noqa: E402
 from planner.memory import LlamaCppSettings, even_ranges  # noqa: E402
 
 RESULTS = ROOT / "validation" / "results"

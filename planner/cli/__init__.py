@@ -32,6 +32,7 @@ from planner.cli import (
     size,
     speed,
     sweep,
+    verify,
 )
 from planner.cli._common import (
     EXIT_BAD_INPUT,
@@ -46,7 +47,7 @@ from planner.reports.tables import terminal_safe
 
 COMMANDS: tuple[ModuleType, ...] = (plan, candidates, report, inspect, presets,
                                      availability, sweep, size, speed, memory, launch,
-                                     discover)
+                                     discover, verify)
 
 __all__ = ["COMMANDS", "EXIT_BAD_INPUT", "EXIT_NO_TOPOLOGY", "EXIT_OK", "UserError", "main"]
 

