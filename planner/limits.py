@@ -159,3 +159,13 @@ MAX_RPC_TIMEOUT_S = 600.0
 MAX_LOG_BYTES = 256 * 1024 * 1024
 """Bytes of one llama.cpp log ``planner verify`` reads (a verbose llama-server log of a
 day's requests is a few MB); a larger file is refused before it is read."""
+
+MAX_BENCH_BYTES = 16 * 1024 * 1024
+"""Characters of one llama-bench output ``planner calibrate`` reads (a run of hundreds of
+tests is a few hundred KB)."""
+
+MAX_BENCH_RUNS = 10_000
+"""Tests (rows) of one llama-bench output."""
+
+MAX_TOKENS_PER_S = 10**9
+"""A llama-bench speed in tokens per second: far beyond any device."""

@@ -68,9 +68,11 @@ from __future__ import annotations
 
 import math
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -366,6 +368,9 @@ class SpeedCalibration:
     expert_batch_ms: Mapping[str, float] = field(default_factory=dict)
     held_out: tuple[HeldOutError, ...] = ()
     source: str = "planner/data/speed-calibration.toml"
+    measured_here: tuple[str, ...] = ()
+    """The ``memory_type/backend`` keys whose figures and held-out errors come from the
+    user's own measurements (``planner calibrate``), not the published ones."""
 
     def __post_init__(self) -> None:
         for name in EFFICIENCY_TABLES:
@@ -450,7 +455,8 @@ class SpeedCalibration:
         return found.get((phase, memory_type or "")) or found.get((phase, "all"))
 
     def error_note(self, memory_types: Iterable[str | None] = ()) -> str:
-        """One sentence: the estimate's measured error for these memory types."""
+        """One sentence: the estimate's measured error for these memory types (and
+        whether it is the user's own, :attr:`measured_here`)."""
         kinds = sorted({m for m in memory_types if m}) or ["all"]
         parts = []
         for phase in ("decode", "prefill"):
@@ -460,6 +466,11 @@ class SpeedCalibration:
                 parts.append(f"{phase} {', '.join(shown)}")
         if not parts:
             return "The estimate's error was not measured."
+        own = sorted({key.split("/")[0] for key in self.measured_here} & set(kinds))
+        if own:
+            return (f"Uses your own measurements for {', '.join(own)} ({self.source}); median "
+                    "error on held-out runs (yours for those, published ones for the "
+                    "rest): " + "; ".join(parts) + ".")
         return ("Median error on held-out published measurements: " + "; ".join(parts)
                 + ".")
 
@@ -474,14 +485,15 @@ class SpeedCalibration:
                 "expert_batch_ms": dict(self.expert_batch_ms),
                 "held_out": [{"phase": e.phase, "memory_type": e.memory_type,
                               "rows": e.rows, "median_abs_error": e.median_abs_error}
-                             for e in self.held_out]}
+                             for e in self.held_out],
+                "measured_here": list(self.measured_here)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "calibration") -> SpeedCalibration:
         known = (*EFFICIENCY_TABLES, "layer_ms", "hop_ms", "quantized_compute_factor",
                  "half_rate_tokens", "staging_bytes_per_parameter",
                  "attention_score_bytes", "activation_bytes", "expert_batch_ms",
-                 "held_out")
+                 "measured_here", "held_out")
         if not isinstance(data, Mapping):
             raise PerformanceError("InvalidCalibration", f"{source}: must be a table",
                                    field="calibration")
@@ -491,7 +503,7 @@ class SpeedCalibration:
                                        f"{source}: {key} is not a known field; expected "
                                        f"{', '.join(known)}", field=key)
         tables = {}
-        for key in known[:-1]:
+        for key in known[:-2]:
             table = data.get(key, {})
             if not isinstance(table, Mapping):
                 raise PerformanceError("InvalidCalibration", f"{source}: {key} must be a "
@@ -507,7 +519,12 @@ class SpeedCalibration:
                 raise PerformanceError("InvalidCalibration", f"{source}: held_out entries "
                                        "need phase, memory_type, rows and "
                                        "median_abs_error", field="held_out") from None
-        return cls(**tables, held_out=tuple(held), source=source)
+        here = data.get("measured_here", [])
+        if isinstance(here, str) or not isinstance(here, list) or not all(
+                isinstance(key, str) and key in tables["weight_efficiency"] for key in here):
+            raise PerformanceError("InvalidCalibration", f"{source}: measured_here must list "
+                                   "keys of weight_efficiency", field="measured_here")
+        return cls(**tables, held_out=tuple(held), source=source, measured_here=tuple(here))
 
 
 CALIBRATION_FILE = "speed-calibration.toml"
@@ -520,9 +537,75 @@ def _shipped_calibration() -> SpeedCalibration:
         return SpeedCalibration.from_dict(tomllib.load(handle), f"planner/data/{CALIBRATION_FILE}")
 
 
+_in_effect: list[SpeedCalibration] = []
+"""The user's calibrations put in effect (:func:`use_calibration`), innermost last, above
+the process's own (:func:`set_calibration`) at index 0: process-wide, so that the
+workbench's callbacks see the one its page chose."""
+
+
 def load_calibration() -> SpeedCalibration:
-    """The shipped calibration (``planner/data/speed-calibration.toml``)."""
+    """The calibration in effect: the user's own (:func:`use_calibration`,
+    :func:`set_calibration`), else the shipped one
+    (``planner/data/speed-calibration.toml``)."""
+    return _in_effect[-1] if _in_effect else _shipped_calibration()
+
+
+def set_calibration(calibration: SpeedCalibration | None) -> None:
+    """Make ``calibration`` the process's own, under any :func:`use_calibration` block
+    (``None``: the shipped one again)."""
+    if calibration is not None and not isinstance(calibration, SpeedCalibration):
+        raise PerformanceError("InvalidCalibration", "must be a SpeedCalibration",
+                               field="calibration")
+    _process[:] = [calibration] if calibration is not None else []
+    _in_effect[:] = [*_process, *_scoped]
+
+
+_process: list[SpeedCalibration] = []
+_scoped: list[SpeedCalibration] = []
+
+
+def shipped_calibration() -> SpeedCalibration:
+    """The shipped calibration, whatever is in effect."""
     return _shipped_calibration()
+
+
+@contextmanager
+def use_calibration(calibration: SpeedCalibration | None) -> Iterator[None]:
+    """Make ``calibration`` (a user's, :func:`read_calibration`) the one every estimate
+    of this process uses in the block (``None``: leave the one in effect)."""
+    if calibration is None:
+        yield
+        return
+    if not isinstance(calibration, SpeedCalibration):
+        raise PerformanceError("InvalidCalibration", "must be a SpeedCalibration",
+                               field="calibration")
+    _scoped.append(calibration)
+    _in_effect[:] = [*_process, *_scoped]
+    try:
+        yield
+    finally:
+        _scoped.remove(calibration)
+        _in_effect[:] = [*_process, *_scoped]
+
+
+def read_calibration(path: str | Path) -> SpeedCalibration:
+    """A calibration file (``planner calibrate``'s, in the shipped file's format);
+    ``InvalidCalibration`` names what cannot be used."""
+    file = Path(path)
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        raise PerformanceError("InvalidCalibration", f"{file}: cannot be read: {error}",
+                               field="calibration") from None
+    except tomllib.TOMLDecodeError as error:
+        raise PerformanceError("InvalidCalibration", f"{file}: not valid TOML: {error}",
+                               field="calibration") from None
+    try:
+        return SpeedCalibration.from_dict(data, str(file))
+    except PerformanceError as error:
+        message = error.message if str(file) in error.message else f"{file}: {error.message}"
+        raise PerformanceError("InvalidCalibration", message,
+                               field=error.details.get("field", "calibration")) from None
 
 
 @dataclass(frozen=True, slots=True)

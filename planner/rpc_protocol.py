@@ -20,6 +20,8 @@ The exchanges, in the order llama.cpp's own client makes them:
 3. ``RPC_CMD_GET_DEVICE_MEMORY`` (11) for each device: ``uint32 device``; a 16-byte reply,
    ``uint64 free_mem`` then ``uint64 total_mem`` (``ggml_backend_dev_memory`` of the
    server's device). A device index the server does not have closes the connection.
+   Device 0 is then asked :data:`ROUND_TRIP_PROBES` more times (each reply checked as
+   the first), so that the adapter times a few round trips.
 
 A reply is never trusted: its announced size must be the one the command's reply has
 before a byte of the body is read (so no reply makes the reader allocate what it says),
@@ -62,6 +64,9 @@ LARGEST_HELLO_OF_ANOTHER_VERSION = 64
 """A HELLO reply announcing at most this many bytes (but not 28) is read as an rpc-server
 of another protocol version; a larger size is not an rpc-server's reply at all (an HTTP
 server's ``HTTP/1.1`` read as a size is 3.5 x 10^18)."""
+
+ROUND_TRIP_PROBES = 4
+"""GET_DEVICE_MEMORY requests of device 0 after every device's, to time round trips."""
 
 _COMMAND_NAMES = {COMMAND_HELLO: "HELLO", COMMAND_DEVICE_COUNT: "DEVICE_COUNT",
                   COMMAND_GET_DEVICE_MEMORY: "GET_DEVICE_MEMORY"}
@@ -273,14 +278,18 @@ def device_memory_conversation(address: str) -> Conversation:
     _exact(header, SIZE_FIELD_BYTES, "DEVICE_COUNT", address)
     size = reply_size(header, COMMAND_DEVICE_COUNT, DEVICE_COUNT_REPLY_BYTES, address)
     count = parse_device_count((yield Step(b"", size, "DEVICE_COUNT")), address)
-    devices = []
-    for device in range(count):
+    devices: list[RpcDevice] = []
+    # Every device, then device 0 again a few times: each exchange is a round trip whose
+    # time the adapter measures (the shortest is the link's latency).
+    for device in [*range(count), *[0] * ROUND_TRIP_PROBES]:
         what = f"GET_DEVICE_MEMORY of device {device}"
         header = yield Step(device_memory_request(device), SIZE_FIELD_BYTES, what)
         _exact(header, SIZE_FIELD_BYTES, what, address)
         size = reply_size(header, COMMAND_GET_DEVICE_MEMORY, DEVICE_MEMORY_REPLY_BYTES,
                           address)
-        devices.append(parse_device_memory((yield Step(b"", size, what)), device, address))
+        reply = parse_device_memory((yield Step(b"", size, what)), device, address)
+        if len(devices) < count:
+            devices.append(reply)
     return RpcServerReport(address, version, tuple(devices), offered)
 
 

@@ -42,6 +42,7 @@ from planner.memory import (
     estimate,
     within_target,
 )
+from planner.models import ModelError
 from planner.models.gpus import GpuModel
 from planner.performance import (
     HeldOutError,
@@ -263,8 +264,12 @@ def speed_estimates(request: PlanningInput, plan: Plan, traffic: ModelTraffic | 
     held-out median error of the stages' memory types, per phase."""
     calibration = calibration or load_calibration()
     shape, prompt = measured_shape(plan, measured)
-    decode, reason = try_estimate(request, shape, traffic, catalog, node_kinds=node_kinds,
-                                  calibration=calibration, context_fill=False)
+    try:
+        decode, reason = try_estimate(request, shape, traffic, catalog,
+                                      node_kinds=node_kinds, calibration=calibration,
+                                      context_fill=False)
+    except ModelError as error:  # a node names a kind the catalog lacks
+        return SpeedEstimates(None, None, None, None, reason=error.message)
     prefill = None
     if decode is not None and prompt is not None:
         prefill, _ = try_estimate(request, shape, traffic, catalog, node_kinds=node_kinds,
@@ -314,7 +319,7 @@ def speed_checks(measured: Measured, speed: SpeedEstimates | None) -> list[Check
             continue
         off = abs(estimated - value) / value
         checks.append(Check("run", "", figure, estimated, float(value),
-                            f"{error:.1%} ({source})", bool(off <= error)))
+                            f"{error:.1%}: {source}", bool(off <= error)))
     return checks
 
 

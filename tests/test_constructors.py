@@ -192,6 +192,11 @@ RESULTS = {
     "planner.rpc_protocol.Step": "a request the conversation writes itself",
     "planner.rpc_protocol.Transcript": "the bytes a conversation sent and received",
     "planner.verification.Check": _ANSWER,
+    "planner.bench_calibration.BenchFit": _ANSWER,
+    "planner.bench_calibration.RunFit": _ANSWER,
+    "planner.bench_calibration.RunShape": _ANSWER,
+    "planner.bench_calibration.BenchRun": "read only from llama-bench output by its checked "
+                                          "reader",
     "planner.verification.Verification": _ANSWER,
     "planner.verification.SpeedEstimates": _ANSWER,
     "planner.planning.search.NodeSetChoice": "a search result, built only by the search",

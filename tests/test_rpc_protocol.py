@@ -19,6 +19,7 @@ from planner.rpc_protocol import (
     CONN_CAPS_BYTES,
     HELLO_REPLY_BYTES,
     PROTOCOL_VERSION,
+    ROUND_TRIP_PROBES,
     RpcDiscoveryError,
     RpcServerReport,
     check_resolved,
@@ -48,10 +49,11 @@ def hello(major: int = 7, minor: int = 0, patch: int = 0, caps: bytes = bytes(24
 
 def server(*devices: tuple[int, int], hello_reply: bytes | None = None,
            count: int | None = None) -> bytes:
-    """The bytes an rpc-server of protocol 7.0 sends for these (free, total) devices."""
+    """The bytes an rpc-server of protocol 7.0 sends for these (free, total) devices, and
+    for device 0 asked again to time round trips."""
     stream = hello() if hello_reply is None else hello_reply
     stream += reply(struct.pack("<I", len(devices) if count is None else count))
-    for free, total in devices:
+    for free, total in [*devices, *devices[:1] * ROUND_TRIP_PROBES]:
         stream += reply(struct.pack("<QQ", free, total))
     return stream
 
@@ -164,7 +166,7 @@ def test_every_device_count_is_asked_for_no_more_than_the_cap() -> None:
     stream = server(*[(1, 2)] * MAX_RPC_DEVICES)
     report, sent = replay(ADDRESS, stream)
     assert len(report.devices) == MAX_RPC_DEVICES
-    assert sent.count(b"\x0b\x04" + bytes(7)) == MAX_RPC_DEVICES
+    assert sent.count(b"\x0b\x04" + bytes(7)) == MAX_RPC_DEVICES + ROUND_TRIP_PROBES
 
 
 # -- fuzzing: any bytes give a report that holds together or a named error ------------------
@@ -182,8 +184,9 @@ def check_or_named(stream: bytes) -> RpcServerReport | None:
         assert device.index == index
         assert 0 <= device.free_bytes <= device.total_bytes <= MAX_NODE_BYTES
         assert device.total_bytes > 0
-    # The requests are HELLO, DEVICE_COUNT and one GET_DEVICE_MEMORY per device.
-    assert len(sent) == 33 + 9 + 13 * len(report.devices)
+    # The requests are HELLO, DEVICE_COUNT, one GET_DEVICE_MEMORY per device and the
+    # round-trip probes.
+    assert len(sent) == 33 + 9 + 13 * (len(report.devices) + ROUND_TRIP_PROBES)
     return report
 
 

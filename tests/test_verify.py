@@ -217,15 +217,22 @@ def gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.slow
 def test_the_command_on_the_recorded_run(gguf: Path, tmp_path: Path) -> None:
-    done = cli("verify", "fleet.toml", "llama-server.log", "--model", gguf, "--json")
-    assert done.returncode == 0, done.stderr
+    """verify today gives what make validate recorded, with this machine's catalog and the
+    calibration fitted on its llama-bench runs: every memory figure within its target,
+    and speed judged by that calibration's own error."""
+    recorded = json.loads((MESH / "verify.json").read_text())
+    options = ("--model", gguf, "--catalog", "catalog.toml", "--calibration",
+               "calibration.toml")
+    done = cli("verify", "fleet.toml", "llama-server.log", *options, "--json")
+    assert done.returncode == (0 if recorded["logs"][0]["passed"] else 1), done.stderr
     data = json.loads(done.stdout)
-    assert data["logs"][0]["passed"] is True
-    assert data == json.loads((MESH / "verify.json").read_text()) | {
-        "logs": data["logs"]}  # the plan is the recorded one
-    text = cli("verify", "fleet.toml", "llama-server.log", "--model", gguf)
-    assert "every figure within the estimate's stated error" in text.stdout
-    # A device that allocated 10 MiB more compute than it did: exit 1, and it is named.
+    assert data == recorded
+    checks = data["logs"][0]["checks"]
+    assert all(c["within"] for c in checks if c["figure"].endswith("_bytes"))
+    speed = [c for c in checks if not c["figure"].endswith("_bytes")]
+    assert [c["figure"] for c in speed] == ["decode_ms_per_token", "prefill_tokens_per_s"]
+    assert all("held-out runs (ddr)" in c["allowed"] for c in speed)
+    # A device that allocated 10 MiB more compute than it did: it is named, exit 1.
     node = json.loads((MESH / "plan.json").read_text())["stages"][0]["node_id"]
     address = node.split("/")[0]
     log = LOG.read_text().replace(f"sched_reserve: RPC0[{address}] compute buffer size =   ",
@@ -234,10 +241,12 @@ def test_the_command_on_the_recorded_run(gguf: Path, tmp_path: Path) -> None:
     missed = cli("verify", MESH / "fleet.toml", tmp_path / "edited.log", "--model", gguf)
     assert missed.returncode == 1, missed.stderr
     assert f"{node} compute_bytes" in missed.stdout
+    # Without the catalog that has the nodes' kind, no speed estimate, and memory still.
+    assert "no speed estimate: node" in missed.stdout and "loopback-cpu" in missed.stdout
     # A saved plan with its fleet, and a log of another run.
-    saved = cli("verify", "plan.json", "llama-server.log", "--fleet", "fleet.toml",
-                "--model", gguf)
-    assert saved.returncode == 0, saved.stderr
+    saved = cli("verify", "plan.json", "llama-server.log", "--fleet", "fleet.toml", *options,
+                "--json")
+    assert json.loads(saved.stdout) == recorded
     other = cli("verify", "fleet.toml", "llama-server.log", "--model", gguf,
                 "--ubatch", "256")
     assert other.returncode == 2 and "n_ubatch = 512" in other.stderr

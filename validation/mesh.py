@@ -29,6 +29,7 @@ Only the processes started here are stopped; nothing connects beyond 127.0.0.1.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -59,11 +60,12 @@ STAGES = 4
 # each decoded for DECODE tokens at temperature 0.
 PROMPTS = (16, 128, 512)
 DECODE = 32
-# --repack 0: on this machine's Xeon (AMX) llama.cpp b11434's CPU backend crashes in
-# ggml_backend_amx_mul_mat on repacked Q4_K weights (SIGSEGV in llama-bench); an
-# rpc-server's CPU device does not repack, so neither does the bench.
-BENCH = ("-p", "128", "-n", "32", "-r", "3", "--repack", "0")
+# Two prompts and two decodes: calibrate measures each phase's error by leaving one out.
+# (On the host's own CPU backend, not an rpc-server's, llama.cpp b11434 crashes on this
+# machine's Xeon in ggml_backend_amx_mul_mat on repacked Q4_K weights.)
+BENCH = ("-p", "64,256", "-n", "16,64", "-r", "3")
 SERVER_READY_S = 300
+BENCH_ATTEMPTS = 3
 SESSION_START = "<!-- mesh-session:start -->"
 SESSION_END = "<!-- mesh-session:end -->"
 
@@ -81,6 +83,7 @@ def main() -> int:
     commands = [(address, [server, "--host", "127.0.0.1", "--port", str(port)])
                 for address, port in zip(addresses, ports, strict=True)]
     commands[2] = (commands[2][0], [*commands[2][1], "-d", "CPU,CPU"])
+    kind = _this_machine(session)
     with rpc_servers(commands):
         transcripts: dict[str, Transcript] = {}
         reports = query_rpc_servers(addresses, transcripts=transcripts)
@@ -93,36 +96,90 @@ def main() -> int:
             indent=1) + "\n")
         for _, argv in commands:
             session.append(f"$ {shlex.join(_relative(argv))} &")
-        _planner(session, "discover", *addresses, "--model", model.name, "-o",
-                 "fleet.toml")
+        _planner(session, "discover", *addresses, "--model", model.name, "--gpu", kind,
+                 "--catalog", "catalog.toml", "-o", "fleet.toml")
         shutil.copy(SESSION / "fleet.toml", RESULTS / "fleet-discovered.toml")
         _share_the_host(SESSION / "fleet.toml")
         shutil.copy(SESSION / "fleet.toml", RESULTS / "fleet.toml")
         session.append("$ # as the warning says: each node's max_vram lowered to a quarter "
                        f"of the host's memory; and [planning] minimum_nodes = {STAGES}")
-        _planner(session, "plan", "fleet.toml")
+        _planner(session, "plan", "fleet.toml", "--catalog", "catalog.toml")
         plan = json.loads(_planner(None, "plan", "fleet.toml", "--json"))
         (RESULTS / "plan.json").write_text(json.dumps(plan, indent=1) + "\n")
-        (SESSION / "plan.json").write_text(json.dumps(plan, indent=1) + "\n")
         _planner(session, "launch", "fleet.toml")
         launch = json.loads(_planner(None, "launch", "fleet.toml", "--json"))
         (RESULTS / "launch.json").write_text(json.dumps(launch, indent=1) + "\n")
         log = _serve(bins, launch, session)
         (RESULTS / "llama-server.log").write_text(log)
-        (SESSION / "llama-server.log").write_text(log)
-    verified = _planner(session, "verify", "fleet.toml", "llama-server.log", check=False)
-    (RESULTS / "verify.json").write_text(
-        _planner(None, "verify", "fleet.toml", "llama-server.log", "--json", check=False))
-    _bench(bins, model, session)
+        # llama-bench on one of the devices llama-server used, the kind's own runs.
+        _bench(bins, model, addresses[0], session)
+    _planner(session, "calibrate", "bench.json", "bench.md", "bench.csv", "--gpu", kind,
+             "--catalog", "catalog.toml", "--model", model.name, "-o", "calibration.toml")
+    (RESULTS / "calibrate.json").write_text(_planner(
+        None, "calibrate", "bench.json", "bench.md", "bench.csv", "--gpu", kind, "--catalog",
+        "catalog.toml", "--model", model.name, "--json"))
+    shutil.copy(SESSION / "calibration.toml", RESULTS / "calibration.toml")
+    for calibration in ((), ("--calibration", "calibration.toml")):
+        _planner(session, "speed", model.name, "--gpu", kind, "--catalog", "catalog.toml",
+                 "--context", "4096", *calibration)
+    _planner(session, "verify", "fleet.toml", "llama-server.log", "--catalog",
+             "catalog.toml", check=False)
+    _planner(session, "verify", "fleet.toml", "llama-server.log", "--catalog",
+             "catalog.toml", "--calibration", "calibration.toml", check=False)
+    (RESULTS / "verify.json").write_text(_planner(
+        None, "verify", "fleet.toml", "llama-server.log", "--catalog", "catalog.toml",
+        "--calibration", "calibration.toml", "--json", check=False))
     (RESULTS / "run.json").write_text(json.dumps(
         {**record, "stages": STAGES, "prompts_words": PROMPTS,
-         "decode_tokens": DECODE, "bench": list(BENCH)}, indent=1) + "\n")
+         "decode_tokens": DECODE, "bench": list(BENCH), "kind": kind}, indent=1) + "\n")
     text = "```\n" + "\n".join(session) + "\n```\n"
     (RESULTS / "session.md").write_text(text)
     _write_session(text)
     print("\n".join(session))
     shutil.rmtree(SESSION)
-    return 0 if "every figure within" in verified else 1
+    memory = [check for check in json.loads((RESULTS / "verify.json").read_text())["logs"][0][
+        "checks"] if check["figure"].endswith("_bytes")]
+    return 0 if memory and all(check["within"] for check in memory) else 1
+
+
+def _this_machine(session: list[str]) -> str:
+    """A catalog of one kind, this machine's CPU as rpc-server serves it: its memory, and
+    as its peaks the memory bandwidth and matrix throughput measured here (a copy of
+    512 MiB, read and written; a float32 matrix product of 2,048 rows), since a virtual
+    machine's CPU states neither. The speed estimate's efficiencies are shares of these."""
+    import numpy as np
+
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    source = np.ones(64 * 2**20, dtype=np.float64)
+    target = np.empty_like(source)
+    copies = []
+    for _ in range(5):
+        started = time.perf_counter()
+        np.copyto(target, source)
+        copies.append(time.perf_counter() - started)
+    bandwidth = int(2 * source.nbytes / min(copies))
+    size = 2048
+    a = np.ones((size, size), dtype=np.float32)
+    products = []
+    for _ in range(3):
+        started = time.perf_counter()
+        a @ a
+        products.append(time.perf_counter() - started)
+    tflops = round(2 * size**3 / min(products) / 1e12, 4)
+    kind = "loopback-cpu"
+    text = (f"# This machine's CPU as rpc-server serves it. Its peaks are measured here by\n"
+            f"# validation/mesh.py: memory bandwidth a 512 MiB copy (read and written),\n"
+            f"# matrix throughput a float32 product of {size} rows (numpy).\n"
+            f"[[gpu]]\nname = \"This machine's CPU (loopback)\"\nid = \"{kind}\"\n"
+            f"memory_bytes = {total}\nmemory_bandwidth_bytes_per_s = {bandwidth}\n"
+            f"memory_bandwidth_source = \"measured: numpy copy of 512 MiB\"\n"
+            f"memory_type = \"ddr\"\nbackend = \"cpu\"\nfp16_tflops = {tflops}\n"
+            f"fp16_tflops_source = \"measured: numpy float32 matmul, {size} rows\"\n")
+    (SESSION / "catalog.toml").write_text(text)
+    (RESULTS / "catalog.toml").write_text(text)
+    session.append(f"$ cat catalog.toml   # this machine, measured by validation/mesh.py\n"
+                   f"{text.rstrip()}")
+    return kind
 
 
 def _write_session(text: str) -> None:
@@ -218,23 +275,31 @@ def _wait_ready(port: int, process: subprocess.Popen[bytes]) -> None:
     raise SystemExit(f"llama-server did not become ready within {SERVER_READY_S} s")
 
 
-def _bench(bins: Path, model: Path, session: list[str]) -> None:
-    """llama-bench on this machine: JSON (stdout) and markdown (stderr) in one run, CSV in
-    another."""
+def _bench(bins: Path, model: Path, address: str, session: list[str]) -> None:
+    """llama-bench on one rpc-server's device: JSON (stdout) and markdown (stderr) of one
+    run, CSV of another."""
     bench = str(bins / "llama-bench")
-    argv = [bench, "-m", model.name, *BENCH, "-o", "json", "-oe", "md"]
-    done = subprocess.run(argv, cwd=SESSION, capture_output=True, text=True, check=True,
-                          timeout=1800)
-    (RESULTS / "bench.json").write_text(done.stdout)
-    (RESULTS / "bench.md").write_text(_markdown_table(done.stderr))
-    session.append(f"$ {shlex.join(_relative(argv))} > bench.json 2> bench.md")
-    argv = [bench, "-m", model.name, *BENCH, "-o", "csv"]
-    done = subprocess.run(argv, cwd=SESSION, capture_output=True, text=True, check=True,
-                          timeout=1800)
-    (RESULTS / "bench.csv").write_text(done.stdout)
-    session.append(f"$ {shlex.join(_relative(argv))} > bench.csv")
-    for name in ("bench.json", "bench.md", "bench.csv"):
-        shutil.copy(RESULTS / name, SESSION / name)
+    device = ("--rpc", address, "-dev", "RPC0")
+    for outputs, names in ((("-o", "json", "-oe", "md"), ("bench.json", "bench.md")),
+                           (("-o", "csv"), ("bench.csv",))):
+        argv = [bench, "-m", model.name, *device, *BENCH, *outputs]
+        # llama-bench over RPC aborted once in a few runs on this shared machine (the
+        # rpc-server just freed by llama-server): a run is tried up to three times.
+        for _attempt in range(BENCH_ATTEMPTS):
+            done = subprocess.run(argv, cwd=SESSION, capture_output=True, text=True,
+                                  check=False, timeout=1800)
+            if done.returncode == 0:
+                break
+            time.sleep(2)
+        else:
+            tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+            raise SystemExit(f"llama-bench exited with {done.returncode}:\n{tail}")
+        texts = [done.stdout] + ([_markdown_table(done.stderr)] if len(names) > 1 else [])
+        for name, text in zip(names, texts, strict=True):
+            (RESULTS / name).write_text(text)
+            (SESSION / name).write_text(text)
+        redirect = " > bench.json 2> bench.md" if len(names) > 1 else " > bench.csv"
+        session.append(f"$ {shlex.join(_relative(argv))}{redirect}")
 
 
 def _markdown_table(text: str) -> str:

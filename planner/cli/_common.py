@@ -50,6 +50,13 @@ def add_memory_model_argument(parser: argparse.ArgumentParser) -> None:
              "fleet's GGUF file; a quantized V cache needs flash attention)")
 
 
+def add_calibration_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--calibration", metavar="FILE",
+        help="the speed estimate's calibration: a file planner calibrate wrote from your "
+             "own llama-bench runs (default: the shipped one, fitted on published runs)")
+
+
 class UserError(CodedError):
     """A problem with the command line the user can fix, printed as ``planner: <message>``."""
 

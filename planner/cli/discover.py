@@ -60,6 +60,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--gpu", metavar="KIND",
                         help="the catalog GPU kind of every device (for the speed estimate "
                              "and llama.cpp's overhead; mixed fleets: edit the file)")
+    parser.add_argument("--catalog", metavar="FILE",
+                        help="GPU catalog in the format of data/gpus.toml that has --gpu's "
+                             "kind (default: that)")
     parser.add_argument("--name", help="the fleet's name in the file")
     parser.add_argument("--no-latency", action="store_true",
                         help="leave latency_ms out (discover does not run where "
@@ -79,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("a fleet file names its model: give --model (a GGUF file or a "
                         "preset id) with -o")
     if args.gpu is not None:
-        _check_kind(args.gpu)
+        _check_kind(args.gpu, args.catalog)
     if args.output is not None and not args.force and os.path.lexists(args.output):
         # Refused before any server is asked; the save refuses a file that appears later.
         raise FleetFileError("WouldOverwrite", "already exists, and is not overwritten unless "
@@ -121,9 +124,9 @@ def _table(rows: list[dict[str, object]]) -> TextTable:
                      ("l", "l", "r", "r", "r", "r", "l"))
 
 
-def _check_kind(kind: str) -> None:
+def _check_kind(kind: str, catalog: str | None) -> None:
     try:
-        catalog_kind(load_gpu_catalog(), kind)
+        catalog_kind(load_gpu_catalog(catalog), kind)
     except ModelError as error:
         raise UserError(f"--gpu: {error.message}") from None
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from planner.cli._common import EXIT_OK, UserError, add_command
+from planner.cli._common import EXIT_OK, UserError, add_calibration_argument, add_command
 from planner.fleet import load_fleet
 from planner.limits import DEFAULT_CACHE_TYPE, MAX_CONTEXT, MAX_LANES, MAX_NODES
 from planner.models import ModelError, ModelSpec, from_gguf, load_gpu_catalog, load_preset
@@ -71,6 +71,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                              f"{DEFAULT_CACHE_TYPE})")
     parser.add_argument("--catalog", metavar="FILE",
                         help="GPU catalog in the format of data/gpus.toml (default: that)")
+    add_calibration_argument(parser)
     parser.add_argument("--json", action="store_true",
                         help="print tpot_ms, tokens_per_s, prefill_tokens_per_s, ttft_ms "
                              "and the terms behind them as JSON")

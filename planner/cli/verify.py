@@ -12,6 +12,7 @@ from planner.cli._common import (
     EXIT_NO_TOPOLOGY,
     EXIT_OK,
     UserError,
+    add_calibration_argument,
     add_command,
     add_memory_model_argument,
     load_request,
@@ -68,6 +69,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_memory_model_argument(parser)
     parser.add_argument("--catalog", metavar="FILE",
                         help="GPU catalog in the format of data/gpus.toml (default: that)")
+    add_calibration_argument(parser)
     parser.add_argument("--json", action="store_true",
                         help="print each log's checks, notes and verdict as JSON")
 

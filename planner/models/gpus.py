@@ -44,7 +44,7 @@ shipped catalog gives every source (a test keeps it so). The fields:
     (:mod:`planner.memory`); a backend's default is in
     ``[llamacpp.backend_overhead_bytes]``.
 ``memory_type``
-    ``hbm``, ``gddr`` or ``lpddr`` (:data:`MEMORY_TYPES`): the speed estimate's fitted
+    ``hbm``, ``gddr``, ``lpddr`` or ``ddr`` (:data:`MEMORY_TYPES`): the speed estimate's fitted
     efficiencies are per memory type and backend (:mod:`planner.performance`).
 ``fp16_tflops``, ``fp16_tflops_source``
     Dense (no sparsity) FP16 tensor throughput in TFLOPS and where it is stated. Prefill
@@ -87,9 +87,10 @@ from planner.units import UnitError, parse_bandwidth, parse_bytes, parse_latency
 
 # llama.cpp backends a GPU kind can run (planner.memory's fixed overhead per device).
 BACKENDS = ("cuda", "rocm", "metal", "vulkan", "sycl", "cpu", "rpc")
-# Memory a GPU kind reads its weights from: stacked HBM, GDDR on a card, or LPDDR shared
-# with the CPU (Apple silicon, DGX Spark); the speed estimate's efficiencies differ by it.
-MEMORY_TYPES = ("hbm", "gddr", "lpddr")
+# Memory a kind reads its weights from: stacked HBM, GDDR on a card, LPDDR shared with the
+# CPU (Apple silicon, DGX Spark), or a CPU's DDR modules; the speed estimate's figures
+# differ by it.
+MEMORY_TYPES = ("hbm", "gddr", "lpddr", "ddr")
 # What a price per hour is: what a provider charges, or a purchase spread over hours.
 PRICE_KINDS = ("rented", "owned")
 # The unit forms a catalog file may write instead of a field whose name carries the unit.
