@@ -120,6 +120,8 @@ def _pad(value: int, to: int) -> int:
     return -(-value // to) * to
 
 
+# llama-hparams.h: the most blocks llama.cpp loads (load_hparams asserts it).
+LLAMA_MAX_LAYERS = 512
 # llama.cpp's own limits on its settings (docs/sources.md §2): llama-server reads -c, -np,
 # -ub and -b as 32-bit integers, and llama_context refuses more than 256 sequences.
 LLAMA_MAX_INT = 2**31 - 1
@@ -284,18 +286,13 @@ def model_from_header(name: str, metadata: Mapping[str, Any], tensors: Sequence[
                       where: str = "model") -> LlamaCppModel:
     """The llama.cpp layout of a model from its GGUF metadata and tensor table (entries
     with ``name``, ``type_name`` and ``n_bytes``)."""
+    from planner.models.gguf_metadata import GgufMetadata
     from planner.models.gguf_reader import token_embedding
-    from planner.models.kv_cache import MetadataReader, layer_caches_from_gguf
+    from planner.models.layer_memory import model_memory
 
-    arch = metadata["general.architecture"]
-    layers_n = metadata[f"{arch}.block_count"]
-    meta = MetadataReader(arch, metadata, where, layers_n)
-    caches = layer_caches_from_gguf(arch, metadata, layers_n, where)
-    empty = (0, 0, 0, 0)
-    per_cell = [(c.key_elements, c.value_elements, c.index_key_elements,
-                 c.index_value_elements) if c is not None else empty for c in caches.layers]
-    compressed = [(c.compressed_elements, c.compress_ratio) if c is not None else (0, 0)
-                  for c in caches.layers]
+    meta = GgufMetadata.of_model(metadata, where, most_layers=LLAMA_MAX_LAYERS)
+    arch, layers_n = meta.architecture, meta.layer_count
+    memory = model_memory(meta)
     weights = [0] * layers_n
     input_bytes = output_bytes = 0
     token_embd = None
@@ -319,24 +316,25 @@ def model_from_header(name: str, metadata: Mapping[str, Any], tensors: Sequence[
     mapped = sum(_aligned(tensor.n_bytes)
                  for tensor in tensors[inputs[0]:inputs[-1] + 1]) if inputs else 0
     embedding, vocab = token_embedding(metadata, tensors, arch, where)
-    heads = meta.per_layer("attention.head_count", default=[0] * layers_n)
-    ffn = meta.per_layer("feed_forward_length", default=[4 * embedding] * layers_n)
+    heads = meta.counts_per_layer("attention.head_count", 0)
+    ffn = meta.counts_per_layer("feed_forward_length", 4 * embedding)
     tied = _aligned(token_embd.n_bytes) if token_embd is not None and not has_output else 0
-    states = caches.state_elements or (0,) * layers_n
     layers = tuple(
-        LayerLayout(weights[i], per_cell[i][0], per_cell[i][1], caches.sliding[i],
-                    per_cell[i][2], per_cell[i][3], states[i], *compressed[i])
-        for i in range(layers_n))
+        LayerLayout(weights[i], layer.key_elements, layer.value_elements, layer.sliding,
+                    layer.index_key_elements, layer.index_value_elements,
+                    layer.state_elements, layer.compressed_elements, layer.compress_ratio)
+        for i, layer in enumerate(memory.layers))
     return LlamaCppModel(
-        name=name, architecture=arch, native_context_length=meta.int("context_length"),
+        name=name, architecture=arch, native_context_length=meta.count("context_length"),
         embedding_length=embedding, vocab_size=vocab, head_count=max(heads),
         feed_forward_length=max(ffn) or 4 * embedding, layers=layers, input_bytes=input_bytes,
         output_bytes=output_bytes, tied_embedding_bytes=tied,
-        sliding_window=caches.sliding_window,
-        latent_attention=any(k > 0 and v == 0 for k, v, _, _ in per_cell),
+        sliding_window=memory.sliding_window,
+        latent_attention=any(layer.key_elements > 0 and layer.value_elements == 0
+                             for layer in memory.layers),
         per_sequence_streams=arch == "deepseek4",
         host_mapped_bytes=mapped,
-        graph=graph_model(metadata, tensors),
+        graph=graph_model(meta, tensors, memory),
     )
 
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.compute_graph import Graph, Tensor, buffer_sizes, external
+from planner.models.gguf_metadata import GgufMetadata
+from planner.models.layer_memory import ModelMemory
 
 F32 = 4
 F16 = 2
@@ -3033,129 +3035,211 @@ def _elements(tensor: Any) -> int:
     return int(tensor.n_bytes) // size * block
 
 
-def _hrm_fields(arch: str, key: Callable[[str], Any], names: set[str]) -> dict[str, Any]:
+# llama-hparams.h: the most experts a model may have (load_hparams asserts it, and that a
+# model with experts uses at least one and at most all of them per token).
+LLAMA_MAX_EXPERTS = 1024
+# llama-hparams.h: the per-layer n-gram embedding's largest n-gram and head count
+# (qwen4exp's load_arch_hparams refuses more).
+LLAMA_MAX_PLE_NGRAM = 8
+LLAMA_MAX_PLE_HEADS = 64
+MAX_PLE_KERNEL = 64
+"""Taps of qwen4exp's per-layer embedding convolution: published models have 4; each tap
+is an operation of the graph."""
+MAX_RESIDUAL_STREAMS = 16
+"""Hyper-connection residual streams a model may have: published models have 4 (and
+glm5-next must have 4); each stream adds operations to every half-block of the graph."""
+
+
+def _hrm_fields(meta: GgufMetadata, names: set[str]) -> dict[str, Any]:
     """HRM-Text's stacks and cycles (``hrm.layers_per_stack``, ``hrm.h_cycles``,
-    ``hrm.l_cycles``) and whether its projections carry biases and per-slot scales."""
-    if arch != "hrm_text":
+    ``hrm.l_cycles``; each at least one, and the file's blocks exactly the cache slots they
+    make, as llama.cpp asserts) and whether its projections carry biases and per-slot
+    scales."""
+    if meta.architecture != "hrm_text":
         return {}
-    return {"hrm_layers_per_stack": int(key("hrm.layers_per_stack")),
-            "hrm_h_cycles": int(key("hrm.h_cycles")), "hrm_l_cycles": int(key("hrm.l_cycles")),
+    n_layer = meta.layer_count
+    lps = meta.count("hrm.layers_per_stack", minimum=1, maximum=n_layer)
+    h_cycles = meta.count("hrm.h_cycles", minimum=1, maximum=n_layer)
+    l_cycles = meta.count("hrm.l_cycles", minimum=1, maximum=n_layer)
+    if lps * h_cycles * (l_cycles + 1) != n_layer:
+        raise meta.bad("hrm.l_cycles", f"makes {lps} x {h_cycles} x ({l_cycles} + 1) = "
+                       f"{lps * h_cycles * (l_cycles + 1):,} cache slots, but the model has "
+                       f"{n_layer} blocks (llama.cpp asserts they are equal)", l_cycles)
+    return {"hrm_layers_per_stack": lps, "hrm_h_cycles": h_cycles, "hrm_l_cycles": l_cycles,
             "hrm_qkv_bias": "blk.0.attn_q.bias" in names,
             "hrm_slot_scales": "blk.0.attn_q.scale" in names}
 
 
-def _main_layer_ratios(key: Callable[[str], Any],
-                       per_layer: Callable[[str], list[int]]) -> tuple[int, ...]:
+def _main_layer_ratios(meta: GgufMetadata) -> tuple[int, ...]:
     """DeepSeek-V4's compression ratio of each layer of the main graph (the
-    next-token-prediction layers after them run in a graph of their own)."""
-    ratios = per_layer("attention.compress_ratios")
-    return tuple(ratios[:len(ratios) - int(key("nextn_predict_layers"))])
+    next-token-prediction layers after them run in a graph of their own): 0, 4 (CSA) or
+    128 (HCA), the ratios its caches know (llama_kv_cache_dsv4)."""
+    ratios = meta.counts_per_layer("attention.compress_ratios", 0)
+    for index, ratio in enumerate(ratios):
+        if ratio not in (0, CSA_RATIO, HCA_RATIO):
+            raise meta.bad("attention.compress_ratios", f"entry {index} must be 0, "
+                           f"{CSA_RATIO} or {HCA_RATIO} (the compressions llama.cpp caches)",
+                           ratio)
+    nextn = meta.count("nextn_predict_layers", 0, maximum=meta.layer_count)
+    return tuple(ratios[:len(ratios) - nextn])
 
 
-def _qwen4exp_fields(arch: str, key: Callable[..., Any],
+def _qwen4exp_fields(meta: GgufMetadata,
                      widths: Mapping[int, Mapping[str, int]]) -> dict[str, Any]:
     """qwen4exp's hyper-connection streams and their gates' low rank, its per-layer
     embedding (``ple.*``: its block, ``(n-gram size - 1) x heads per n-gram`` rows of
     ``embedding_length_per_layer_input`` per token, the convolution's kernel, dilated by
     the n-gram size) and its sparse attention (the indexer's heads, head size and budget,
-    keys pooled by the layers' one compress ratio, where a layer has an indexer)."""
-    if arch not in QWEN4EXP:
+    keys pooled by the layers' one compress ratio, where a layer has an indexer), with
+    the bounds qwen4exp's load_arch_hparams puts on them."""
+    if meta.architecture not in QWEN4EXP:
         return {}
-    fields: dict[str, Any] = {"low_rank_streams": int(key("hyper_connection.count")),
-                              "low_rank_width": int(key("hyper_connection.low_rank")),
-                              "positions_per_token": 4}
-    ple_layers = key("ple.layers", [])
+    fields: dict[str, Any] = {
+        "low_rank_streams": meta.count("hyper_connection.count", minimum=2,
+                                       maximum=MAX_RESIDUAL_STREAMS,
+                                       why="a count of one has nothing to mix"),
+        "low_rank_width": meta.count("hyper_connection.low_rank", minimum=1),
+        "positions_per_token": 4}
+    ple_layers = meta.counts("ple.layers", longest=1, maximum=meta.layer_count - 1,
+                             why="llama.cpp supports one per-layer embedding")
     if ple_layers:
-        ngram = int(key("ple.ngram_size"))
-        fields.update(ple_block=int(ple_layers[0]),
-                      ple_heads=(ngram - 1) * int(key("ple.heads_per_ngram")),
-                      ple_width=int(key("embedding_length_per_layer_input")),
-                      ple_kernel=int(key("ple.conv_kernel")), ple_dilation=ngram)
-    ratios = key("attention.compress_ratios", 0)
-    pool = max(int(r) for r in ratios) if isinstance(ratios, list) else int(ratios)
+        ngram = meta.count("ple.ngram_size", minimum=2, maximum=LLAMA_MAX_PLE_NGRAM)
+        heads = (ngram - 1) * meta.count(
+            "ple.heads_per_ngram", minimum=1, maximum=LLAMA_MAX_PLE_HEADS // (ngram - 1),
+            why=f"(n-gram size - 1) x heads per n-gram is at most {LLAMA_MAX_PLE_HEADS}")
+        kernel = meta.count("ple.conv_kernel", minimum=1, maximum=MAX_PLE_KERNEL)
+        taps = widths[ple_layers[0]].get("ple_conv1d", 0)
+        channels = fields["low_rank_streams"] * meta.count("embedding_length", minimum=1)
+        if taps != kernel * channels:
+            raise meta.bad("ple.conv_kernel", f"is not the taps of block {ple_layers[0]}'s "
+                           f"ple_conv1d ({taps:,} elements for {channels:,} channels; "
+                           f"llama.cpp refuses another shape)", kernel)
+        fields.update(ple_block=ple_layers[0], ple_heads=heads,
+                      ple_width=meta.count("embedding_length_per_layer_input", minimum=1),
+                      ple_kernel=kernel, ple_dilation=ngram)
+    ratios = meta.counts_per_layer("attention.compress_ratios", 0)
+    pool = max(ratios, default=0)
+    if any(ratio not in (0, pool) for ratio in ratios):
+        raise meta.bad("attention.compress_ratios", "must hold one ratio for every sparse "
+                       "layer (llama.cpp refuses two)", ratios)
     if pool and any("indexer.q_proj" in w for w in widths.values()):
-        fields.update(qsa_pool=pool, qsa_heads=int(key("attention.indexer.head_count")),
-                      qsa_dim=int(key("attention.indexer.key_length")),
-                      qsa_top_k=int(key("attention.indexer.top_k")))
+        top_k = meta.count("attention.indexer.top_k", minimum=1)
+        if pool == 1 or top_k % pool:
+            raise meta.bad("attention.compress_ratios", f"must be a ratio above 1 that "
+                           f"divides attention.indexer.top_k ({top_k:,}), as llama.cpp "
+                           f"requires", pool)
+        fields.update(qsa_pool=pool, qsa_heads=meta.count("attention.indexer.head_count",
+                                                          minimum=1),
+                      qsa_dim=meta.count("attention.indexer.key_length", minimum=1),
+                      qsa_top_k=top_k)
     return fields
 
 
-def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphModel:
+def _indexer(meta: GgufMetadata) -> tuple[int, int, int]:
+    """A lightning indexer's heads, head size and top-k (each at least one)."""
+    return (meta.count("attention.indexer.head_count", minimum=1),
+            meta.count("attention.indexer.key_length", minimum=1),
+            meta.count("attention.indexer.top_k", minimum=1))
+
+
+def _latent_rank(meta: GgufMetadata, w: Mapping[str, int], n_embd: int) -> int:
+    """``attention.kv_lora_rank``: the compressed KV width, at least one and within the
+    width ``attn_kv_a_mqa`` projects to (the rest is the rope part)."""
+    return meta.count("attention.kv_lora_rank", minimum=1,
+                      maximum=max(1, w["attn_kv_a_mqa"] // n_embd),
+                      why="within the width attn_kv_a_mqa projects to")
+
+
+def _require(meta: GgufMetadata, blocks: Sequence[BlockShape], what: str, name: str,
+             needs: Callable[[BlockShape], bool]) -> None:
+    """Refuse a model one of whose blocks lacks what its graph needs on every layer."""
+    for index, block in enumerate(blocks):
+        if not needs(block):
+            raise meta.bad(name, f"leaves block {index} of this {meta.architecture} model "
+                           f"without {what}, which its graph needs on every block",
+                           meta.raw(name))
+
+
+def graph_model(meta: GgufMetadata, tensors: Sequence[Any],
+                memory: ModelMemory) -> GraphModel:
     """The graph-relevant shape of a GGUF model: the metadata's head counts and expert
-    counts, the tensors' widths."""
-    from planner.models.layer_memory import model_memory
-
-    arch = metadata["general.architecture"]
-    n_layer = int(metadata[f"{arch}.block_count"])
-
-    def key(name: str, default: Any = 0) -> Any:
-        return metadata.get(f"{arch}.{name}", default)
-
-    def per_layer(name: str, default: int = 0) -> list[int]:
-        value = key(name, default)
-        return [int(v) for v in value] if isinstance(value, list) else [int(value)] * n_layer
-
-    def clamps(name: str) -> list[float]:
-        value = key(name, 0.0)
-        values = [float(v) for v in value] if isinstance(value, list) else \
-            [float(value)] * n_layer
-        return (values + [0.0] * n_layer)[:n_layer]
-
-    clamp_exps, clamp_shexp = clamps("swiglu_clamp_exp"), clamps("swiglu_clamp_shexp")
+    counts (read through ``meta``, checked), the tensors' widths and each layer's cache
+    (``memory``, llama.cpp's rules of :mod:`planner.models.layer_memory`)."""
+    arch = meta.architecture
+    n_layer = meta.layer_count
+    clamp_exps = meta.reals_per_layer("swiglu_clamp_exp")
+    clamp_shexp = meta.reals_per_layer("swiglu_clamp_shexp")
     activation = "situ" if arch in SITU else "swiglu"
     widths: dict[int, dict[str, int]] = {i: {} for i in range(n_layer)}
     for tensor in tensors:
         match = _BLOCK.match(tensor.name)
         if match is not None and int(match[1]) < n_layer:
             widths[int(match[1])][match[2]] = _elements(tensor)
-    n_embd = int(key("embedding_length"))
-    heads = per_layer("attention.head_count")
-    ffn = per_layer("feed_forward_length")
-    memory = model_memory(arch, metadata, n_layer, "model")
-    n_expert = int(key("expert_count"))
-    n_used = int(key("expert_used_count"))
+    n_embd = meta.count("embedding_length", minimum=1)
+    token_embd = next((t for t in tensors if t.name == "token_embd.weight"), None)
+    if token_embd is not None and (_elements(token_embd) % n_embd
+                                   or _elements(token_embd) < n_embd):
+        raise meta.bad("embedding_length", f"is not the width of token_embd's rows (its "
+                       f"{_elements(token_embd):,} elements are no whole number of rows)",
+                       n_embd)
+    heads = meta.counts_per_layer("attention.head_count", 0)
+    ffn = meta.counts_per_layer("feed_forward_length", 0)
+    n_expert = meta.count("expert_count", 0, maximum=LLAMA_MAX_EXPERTS)
+    n_used = meta.counts_per_layer("expert_used_count", 0, maximum=n_expert,
+                                   why="at most the model's expert_count")
     names = {t.name for t in tensors}
     positions = "position_embd.weight" in names
-    lead = int(key("leading_dense_block_count")) if arch == "cohere2moe" else 0
+    lead = meta.count("leading_dense_block_count", 0) if arch == "cohere2moe" else 0
     parallel = ("ffn_residual_first" if arch in RESIDUAL_BEFORE_ATTENTION else
                 "ffn_first" if arch in FFN_BEFORE_OUTPUT_PROJECTION else
                 "ffn_after" if arch in FFN_AFTER_OUTPUT_PROJECTION else "")
+
+    def ssm(name: str, minimum: int = 1) -> int:
+        return meta.count(f"ssm.{name}", minimum=minimum)
+
     blocks = []
     for index in range(n_layer):
         w = widths[index]
         layer = memory.layers[index]
         attention = None
         if arch in COMPRESSED_ATTENTION and heads[index] and "attn_kv" in w:
-            head = int(key("attention.key_length"))
-            indexer = "indexer.attn_q_b" in w
+            head = meta.count("attention.key_length", minimum=1)
+            i_heads, i_dim, i_top = _indexer(meta) if "indexer.attn_q_b" in w else (0, 0, 0)
             attention = AttentionShape(
                 heads[index] * head, head, 0, heads[index] * head, heads[index],
-                sliding=layer.sliding, q_lora=int(key("attention.q_lora_rank")),
-                indexer_heads=int(key("attention.indexer.head_count")) if indexer else 0,
-                indexer_dim=int(key("attention.indexer.key_length")) if indexer else 0,
-                indexer_top_k=int(key("attention.indexer.top_k")) if indexer else 0,
-                output_groups=int(key("attention.output_group_count")),
-                output_lora=int(key("attention.output_lora_rank")))
+                sliding=layer.sliding, q_lora=meta.count("attention.q_lora_rank", minimum=1),
+                output_groups=meta.count("attention.output_group_count", minimum=1,
+                                         maximum=heads[index]),
+                output_lora=meta.count("attention.output_lora_rank", minimum=1),
+                indexer_heads=i_heads, indexer_dim=i_dim, indexer_top_k=i_top)
         elif heads[index] and "attn_kv_a_mqa" in w and "attn_k_b" in w and "attn_output" in w:
-            kv_lora = int(key("attention.kv_lora_rank"))
+            kv_lora = _latent_rank(meta, w, n_embd)
             q_lora = w["attn_q_a"] // n_embd if "attn_q_a" in w else 0
             q_width = (w["attn_q_b"] // q_lora) if q_lora else w.get("attn_q", 0) // n_embd
             pooled = arch in POOLED_INDEXER_HYPER_CONNECTIONS and "indexer.attn_q_b" in w
-            indexer = (arch in DSA_INDEXER or pooled) and "indexer.attn_q_b" in w
+            i_heads, i_dim, i_top = _indexer(meta) if (arch in DSA_INDEXER or pooled) \
+                and "indexer.attn_q_b" in w else (0, 0, 0)
+            kpool = 0
+            if pooled:
+                kpool = meta.count("attention.indexer.kpool", minimum=2, maximum=i_top,
+                                   why="llama.cpp asserts it is above one and divides the "
+                                       "indexer's top_k")
+                if i_top % kpool:
+                    raise meta.bad("attention.indexer.kpool", f"must divide "
+                                   f"attention.indexer.top_k ({i_top:,}) as llama.cpp "
+                                   f"asserts", kpool)
             attention = AttentionShape(
                 q_width, w["attn_kv_a_mqa"] // n_embd - kv_lora, 0, w["attn_output"] // n_embd,
                 heads[index], sliding=layer.sliding, kv_lora=kv_lora, q_lora=q_lora,
                 rope=arch not in LATENT_WITHOUT_ROPE,
                 output_gate=w.get("attn_gate", 0) == w["attn_output"],
-                indexer_heads=int(key("attention.indexer.head_count")) if indexer else 0,
-                indexer_dim=int(key("attention.indexer.key_length")) if indexer else 0,
-                indexer_top_k=int(key("attention.indexer.top_k")) if indexer else 0,
-                indexer_kpool=int(key("attention.indexer.kpool")) if pooled else 0,
-                indexer_kpool_tail=bool(key("attention.indexer.kpool_select_tail", False))
+                indexer_heads=i_heads, indexer_dim=i_dim, indexer_top_k=i_top,
+                indexer_kpool=kpool,
+                indexer_kpool_tail=meta.flag("attention.indexer.kpool_select_tail")
                 and pooled)
         elif heads[index] and "attn_kv_a_mqa" in w and "attn_kv_b" in w \
                 and "attn_q_b" in w and "attn_output" in w:
-            kv_lora = int(key("attention.kv_lora_rank"))
+            kv_lora = _latent_rank(meta, w, n_embd)
             q_lora = w["attn_q_a"] // n_embd
             attention = AttentionShape(
                 w["attn_q_b"] // q_lora, w["attn_kv_a_mqa"] // n_embd - kv_lora, 0,
@@ -3172,24 +3256,21 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
                 k_width = w.get("attn_k", 0) // n_embd
                 v_width = w.get("attn_v", 0) // n_embd
             sparse = arch in MSA_INDEXER and "indexer.q_proj" in w
+            i_heads, i_dim, i_top = _indexer(meta) if sparse else (0, 0, 0)
+            msa_block = meta.count("attention.indexer.block_size", minimum=1) \
+                if sparse else 0
             attention = AttentionShape(q_width, k_width, v_width, out_width, heads[index],
                                        sliding=layer.sliding, fused_qkv="attn_qkv" in w,
                                        parallel=parallel, cached=memory.kind != "none",
                                        rope=not positions and (
                                            arch not in ROPE_ON_SLIDING_ONLY or layer.sliding
                                            or index < lead),
-                                       indexer_heads=int(key("attention.indexer.head_count"))
-                                       if sparse else 0,
-                                       indexer_dim=int(key("attention.indexer.key_length"))
-                                       if sparse else 0,
-                                       indexer_top_k=int(key("attention.indexer.top_k"))
-                                       if sparse else 0,
-                                       msa_block=int(key("attention.indexer.block_size"))
-                                       if sparse else 0)
+                                       indexer_heads=i_heads, indexer_dim=i_dim,
+                                       indexer_top_k=i_top, msa_block=msa_block)
         elif heads[index] and layer.key_elements:
             # No projection tensors to measure: the widths the metadata gives.
-            head_k = int(key("attention.key_length", n_embd // heads[index]))
-            head_v = int(key("attention.value_length", n_embd // heads[index]))
+            head_k = meta.count("attention.key_length", n_embd // heads[index])
+            head_v = meta.count("attention.value_length", n_embd // heads[index])
             attention = AttentionShape(heads[index] * head_k, layer.key_elements,
                                        layer.value_elements or layer.key_elements,
                                        heads[index] * head_v, heads[index],
@@ -3198,13 +3279,18 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
         if arch in NO_FFN_WEIGHTS and "ffn_down" not in w:
             feed_forward = FeedForwardShape(0, gated=False)
         elif "ffn_gate_inp" in w and n_expert and ("ffn_down_exps" in w):
+            if not n_used[index]:
+                raise meta.bad("expert_used_count", f"is 0 for block {index}, whose "
+                               f"{n_expert} routed experts need at least one per token "
+                               f"(llama.cpp asserts it)", meta.raw("expert_used_count"))
             n_latent = w["ffn_routed_down"] // n_embd if "ffn_routed_down" in w else 0
             n_ff_exp = w["ffn_down_exps"] // ((n_latent or n_embd) * n_expert)
             shared = w.get("ffn_down_shexp", 0) // n_embd
             feed_forward = FeedForwardShape(
                 n_ff_exp, gated="ffn_gate_exps" in w or "ffn_gate_up_exps" in w,
-                fused_up="ffn_gate_up_exps" in w, n_expert=n_expert, n_expert_used=n_used,
-                n_ff_shexp=shared, norm_weights=bool(key("expert_weights_norm", False)),
+                fused_up="ffn_gate_up_exps" in w, n_expert=n_expert,
+                n_expert_used=n_used[index], n_ff_shexp=shared,
+                norm_weights=meta.flag("expert_weights_norm"),
                 n_ff_dense=w.get("ffn_down", 0) // n_embd if arch in DENSE_BESIDE_EXPERTS
                 else 0, clamped=clamp_exps[index] > 0 and arch not in FUSED_CLAMP_EXPERTS,
                 shexp_clamped=clamp_shexp[index] > 0 and arch not in FUSED_CLAMP,
@@ -3221,70 +3307,103 @@ def graph_model(metadata: Mapping[str, Any], tensors: Sequence[Any]) -> GraphMod
             feed_forward = FeedForwardShape(ffn[index])
         recurrent = None
         if "ssm_in" in w and "ssm_conv1d" in w and arch in MAMBA2 | ATTENTION_BESIDE_MIXER:
-            recurrent = RecurrentShape(int(key("ssm.inner_size")), int(key("ssm.state_size")),
-                                       max(1, int(key("ssm.group_count"))),
-                                       int(key("ssm.time_step_rank")),
-                                       int(key("ssm.conv_kernel")), norm="ssm_norm" in w)
+            recurrent = RecurrentShape(ssm("inner_size"), ssm("state_size"),
+                                       max(1, ssm("group_count", 0)), ssm("time_step_rank"),
+                                       ssm("conv_kernel"), norm="ssm_norm" in w)
             if arch not in ATTENTION_BESIDE_MIXER:
                 attention = None
         elif "ssm_conv1d" in w and ("ssm_beta" in w or "ssm_ba" in w) \
                 and arch in DELTA_NET | QWEN4EXP:
-            recurrent = RecurrentShape(int(key("ssm.inner_size")), int(key("ssm.state_size")),
-                                       max(1, int(key("ssm.group_count"))),
-                                       int(key("ssm.time_step_rank")),
-                                       int(key("ssm.conv_kernel")), mixer="delta_net")
+            recurrent = RecurrentShape(ssm("inner_size"), ssm("state_size"),
+                                       max(1, ssm("group_count", 0)), ssm("time_step_rank"),
+                                       ssm("conv_kernel"), mixer="delta_net")
             attention = None
         elif "ssm_conv1d_q" in w and "ssm_f_a" in w and arch in KDA:
             width = (w["attn_q"] if "attn_q" in w else w.get("attn_qkv", 0) // 3) // n_embd
-            head = int(key("kda.head_dim"))
+            head = meta.count("kda.head_dim", minimum=1)
             recurrent = RecurrentShape(
-                width, head, 1, width // max(1, head), int(key("ssm.conv_kernel")),
+                width, head, 1, width // head, ssm("conv_kernel"),
                 mixer="kda", decay_rank=w["ssm_f_a"] // n_embd if "ssm_f_b" in w else 0,
                 gate_rank=w["ssm_g_a"] // n_embd if "ssm_g_b" in w else 0)
             attention = None
         elif "ssm_in" in w and "ssm_conv1d" in w and "ssm_x" in w and arch in PLAMO2_MAMBA:
-            d_inner, d_state = int(key("ssm.inner_size")), int(key("ssm.state_size"))
-            recurrent = RecurrentShape(d_inner, d_state, 1, int(key("ssm.time_step_rank")),
-                                       int(key("ssm.conv_kernel")), mixer="plamo2",
-                                       dt_rank=w["ssm_x"] // d_inner - 2 * d_state)
+            d_inner, d_state = ssm("inner_size"), ssm("state_size")
+            dt_rank = w["ssm_x"] // d_inner - 2 * d_state
+            if dt_rank < 0:
+                raise meta.bad("ssm.state_size", f"leaves block {index}'s ssm_x, "
+                               f"{w['ssm_x'] // d_inner:,} columns per inner row, no room for "
+                               f"B and C of that size", d_state)
+            recurrent = RecurrentShape(d_inner, d_state, 1, ssm("time_step_rank"),
+                                       ssm("conv_kernel"), mixer="plamo2", dt_rank=dt_rank)
             attention = None
         elif arch in LIGHTNING and "attn_qkv" in w and "attn_gate" in w \
                 and layer.state_elements:
-            head = int(key("attention.key_length", n_embd // max(1, heads[index])))
+            head = meta.count("attention.key_length", n_embd // max(1, heads[index]),
+                              minimum=1)
             recurrent = RecurrentShape(w["attn_gate"] // n_embd, head, 1,
                                        w["attn_qkv"] // (3 * n_embd * head), 0,
                                        mixer="lightning")
             attention = None
         elif "shortconv.in_proj" in w and "shortconv.conv" in w:
             width = w["shortconv.in_proj"] // (3 * n_embd)
-            recurrent = RecurrentShape(width, 0, 1, 0, int(key("shortconv.l_cache")) - 1,
+            recurrent = RecurrentShape(width, 0, 1, 0,
+                                       meta.count("shortconv.l_cache", minimum=1) - 1,
                                        mixer="shortconv")
             attention = None
         elif "ssm_in" in w and "ssm_conv1d" in w and arch in MAMBA1:
-            norms = bool(key("ssm.dt_b_c_rms", False)) or all(
+            norms = meta.flag("ssm.dt_b_c_rms") or all(
                 f"ssm_{name}_norm" in w for name in ("dt", "b", "c"))
-            recurrent = RecurrentShape(int(key("ssm.inner_size")), int(key("ssm.state_size")),
-                                       1, int(key("ssm.time_step_rank")),
-                                       int(key("ssm.conv_kernel")), norm=norms, version=1)
+            recurrent = RecurrentShape(ssm("inner_size"), ssm("state_size"), 1,
+                                       ssm("time_step_rank"), ssm("conv_kernel"), norm=norms,
+                                       version=1)
             attention = None
         blocks.append(BlockShape(attention, feed_forward, recurrent,
                                  weighted_norm=arch not in UNWEIGHTED_INPUT_NORM))
-    vocab = key("vocab_size", None)
-    if not isinstance(vocab, int):
-        token_embd = next((t for t in tensors if t.name == "token_embd.weight"), None)
+    if meta.has("vocab_size"):
+        vocab = meta.count("vocab_size", minimum=1)
+    else:
         vocab = _elements(token_embd) // n_embd if token_embd is not None else 0
-    return GraphModel(n_embd, int(vocab), tuple(blocks), position_embedding=positions,
+    hc_streams = 0
+    if arch in HYPER_CONNECTIONS | POOLED_INDEXER_HYPER_CONNECTIONS:
+        fixed = arch in POOLED_INDEXER_HYPER_CONNECTIONS
+        hc_streams = meta.count("hyper_connection.count", minimum=4 if fixed else 1,
+                                maximum=4 if fixed else MAX_RESIDUAL_STREAMS,
+                                why="llama.cpp's mHC supports 4" if fixed else "")
+    if arch in HYPER_CONNECTIONS - COMPRESSED_ATTENTION or arch == "hrm_text":
+        _require(meta, blocks, "attention", "attention.head_count",
+                 lambda block: block.attention is not None)
+        _require(meta, blocks, "a feed-forward network", "feed_forward_length",
+                 lambda block: block.feed_forward is not None)
+    if arch in POOLED_INDEXER_HYPER_CONNECTIONS | QWEN4EXP:
+        _require(meta, blocks, "attention or a recurrent mixer", "attention.head_count",
+                 lambda block: block.attention is not None or block.recurrent is not None)
+    if arch in POOLED_INDEXER_HYPER_CONNECTIONS:
+        first = next((block.attention for block in blocks if block.attention is not None),
+                     None)
+        if first is not None and not first.indexer_kpool:
+            raise meta.bad("attention.indexer.kpool", "is read by no indexer before the "
+                           "first attention block, which would reuse a selection nobody "
+                           "made (its indexer tensors are missing)", meta.raw(
+                               "attention.indexer.kpool"))
+    compress_ratios: tuple[int, ...] = ()
+    hash_routed = 0
+    if arch in COMPRESSED_ATTENTION:
+        compress_ratios = _main_layer_ratios(meta)
+        hash_routed = meta.count("hash_layer_count", 0, maximum=n_layer)
+        main = blocks[:len(compress_ratios)]
+        _require(meta, main, "attention", "attention.head_count",
+                 lambda block: block.attention is not None)
+        _require(meta, main, "routed experts", "expert_count",
+                 lambda block: block.feed_forward is not None
+                 and block.feed_forward.n_expert > 0)
+    return GraphModel(n_embd, vocab, tuple(blocks), position_embedding=positions,
                       mixed_batch=arch not in NO_MIXED_BATCH,
                       embedding_skip=arch in EMBEDDING_SKIP,
                       rows_after_output_norm=arch in ROWS_AFTER_OUTPUT_NORM,
                       residual_from_norm=arch in RESIDUAL_FROM_NORM,
-                      residual_stack_block=int(key("attn_res.block_size"))
+                      residual_stack_block=meta.count("attn_res.block_size", minimum=1)
                       if arch in RESIDUAL_STACK else 0,
-                      hc_streams=int(key("hyper_connection.count"))
-                      if arch in HYPER_CONNECTIONS | POOLED_INDEXER_HYPER_CONNECTIONS else 0,
+                      hc_streams=hc_streams,
                       hc_mixed=arch in POOLED_INDEXER_HYPER_CONNECTIONS,
-                      compress_ratios=_main_layer_ratios(key, per_layer)
-                      if arch in COMPRESSED_ATTENTION else (),
-                      hash_routed_layers=int(key("hash_layer_count"))
-                      if arch in COMPRESSED_ATTENTION else 0,
-                      **_hrm_fields(arch, key, names), **_qwen4exp_fields(arch, key, widths))
+                      compress_ratios=compress_ratios, hash_routed_layers=hash_routed,
+                      **_hrm_fields(meta, names), **_qwen4exp_fields(meta, widths))
