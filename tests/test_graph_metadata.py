@@ -20,8 +20,8 @@ from typing import Any
 import gguf_files
 import pytest
 
-from planner.memory import LlamaCppModel, LlamaCppSettings, estimate, model_from_header
-from planner.memory_check import load_record
+from planner.llamacpp import LlamaCppModel, LlamaCppSettings, estimate, model_from_header
+from planner.llamacpp.check import load_record
 from planner.models import ModelError
 from planner.models.gguf_metadata import GgufMetadata
 
@@ -234,7 +234,7 @@ def test_the_recorded_models_are_written_back_as_files_the_estimate_reads(
         tmp_path: Path) -> None:
     """The files the command tests use are the recorded models: read back, they give
     the estimate of the record."""
-    from planner.memory import model_from_gguf
+    from planner.llamacpp import model_from_gguf
 
     entry = ENTRIES["qwen3moe-moe.gguf"]
     path = tmp_path / entry["file"]

@@ -29,7 +29,7 @@ from planner.errors import CodedError
 from planner.fleet import FleetDocument
 from planner.fleet._fields import address_problem
 from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_UBATCH, MAX_LAYERS
-from planner.memory import LlamaCppSettings
+from planner.llamacpp.settings import LlamaCppSettings
 from planner.planning import Plan
 from planner.units import layer_range
 

@@ -1,8 +1,9 @@
 """The one place that runs llama.cpp: its binaries as subprocesses, and its log parsed.
 
-Everything else in the package only builds command lines (:mod:`planner.launch`) or
-estimates (:mod:`planner.memory`). This adapter starts ``ggml-rpc-server`` processes and
-``llama-completion`` runs, and reads back what llama.cpp says it allocated:
+Everything else in the package only builds command lines (:mod:`planner.llamacpp.launch`)
+or estimates (:mod:`planner.llamacpp.estimate`). This adapter starts ``ggml-rpc-server``
+processes and ``llama-completion`` runs, and reads back what llama.cpp says it
+allocated:
 
 - ``load_tensors: <buffer> model buffer size = X MiB`` (weights),
 - ``llama_kv_cache: <buffer> KV buffer size = X MiB`` (one line per cache and device),
@@ -74,7 +75,7 @@ def binaries_dir(cache: str | Path | None = None) -> Path:
     overrides it)."""
     if os.environ.get("LLAMA_CPP_BIN"):
         return Path(os.environ["LLAMA_CPP_BIN"])
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     base = Path(cache) if cache is not None else root / ".cache" / "llama.cpp"
     builds = sorted(base.glob("build-*/bin"))
     if not builds:
@@ -168,3 +169,4 @@ def run(argv: Sequence[str], timeout_s: float = 600.0) -> Measured:
                                f"{Path(argv[0]).name} exited with {done.returncode}: {tail}",
                                argv=list(argv), returncode=done.returncode)
     return parse_log(log)
+
