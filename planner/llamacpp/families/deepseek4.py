@@ -389,7 +389,7 @@ def dsv4_graph(b: Builder, output_backend: int) -> Graph:
                                              put["state_pos"]), f"{kind}_ape_rows")
         score = e.op("ADD", score.nbytes, (score, ape), f"{kind}_state_score_ape",
                      inplace=True)
-        comp = compress(kind, kv, score, weight(f"{layer}.{prefix}norm", where), ratio, dim,
+        comp = compress(kind, kv, score, weight(f"{layer}.{prefix}_norm", where), ratio, dim,
                         index, where)
         if kind == "lid":
             flat = e.view(comp, "lid_comp_flat")

@@ -68,8 +68,8 @@ def plamo2_mamba(b: Builder, cur: Tensor, ssm: RecurrentShape, index: int,
     normed = []
     for name in ("b", "c"):
         part = g.op("RMS_NORM", d_state * n * F32, (g.view(bcdt, backend=backend),),
-                    f"mamba_{name}norm", backend=backend)
-        normed.append(g.like("MUL", part, (b.w(f"{layer}.ssm_{name}norm"),),
+                    f"mamba_{name}_norm", backend=backend)
+        normed.append(g.like("MUL", part, (b.w(f"{layer}.ssm_{name}_norm"),),
                              f"mamba_{name}_normed", backend))
     scan = g.op("SSM_SCAN", size + d_state * d_inner * F32,
                 (external(f"cache_s_{index}"), g.view(x, backend=backend), dt,

@@ -237,7 +237,7 @@ def hc_mix(b: Builder, x: Tensor, name: str, backend: int, norm_at: int,
     tokens = x.nbytes // (hc * width)
     size = hc * width * tokens
     normed = g.op("RMS_NORM", size, (x,), "hc_norm_rms", backend=norm_at)
-    normed = g.like("MUL", normed, (b.w(f"{name}norm"),), "hc_norm", backend)
+    normed = g.like("MUL", normed, (b.w(f"{name}_norm"),), "hc_norm", backend)
     flat = g.view(normed, "hc_norm (flat)", backend=backend)
     low = g.op("MUL_MAT", m.fields.low_rank_width * tokens * F32,
                (b.w(f"{name}_down"), flat), "hc_lo", backend=backend)

@@ -168,7 +168,7 @@ def norm(b: Builder, x: Tensor, name: str, backend: int,
     g = b.graph
     normed = g.op("RMS_NORM", x.nbytes, (x,), f"norm-{name}",
                   backend=backend if norm_backend is None else norm_backend)
-    return g.like("MUL", normed, (b.w(f"{name}.norm"),), f"{name}norm", backend)
+    return g.like("MUL", normed, (b.w(f"{name}.norm"),), f"{name}_norm", backend)
 
 
 def output_head(b: Builder, x: Tensor, inputs: Mapping[str, Tensor]) -> Tensor:

@@ -163,7 +163,7 @@ def kda(b: Builder, cur: Tensor, ssm: RecurrentShape, index: int,
                  f"kda_{name}_conv", backend=backend)
         x = g.like("UNARY", g.view(x, backend=backend), (), f"kda_{name}_silu", backend)
         if name != "v":
-            x = g.op("RMS_NORM", size, (x,), f"kda_{name}norm", backend=backend)
+            x = g.op("RMS_NORM", size, (x,), f"kda_{name}_norm", backend=backend)
             x = g.like("SCALE", x, (), f"kda_{name}_l2", backend)
         convolved.append(x)
 
@@ -241,8 +241,8 @@ def mamba1(b: Builder, cur: Tensor, ssm: RecurrentShape, index: int,
         parts = []
         for name, width in (("dt", rank), ("B", d_state), ("C", d_state)):
             part = g.op("RMS_NORM", width * n * F32, (g.view(x_db, backend=backend),),
-                        f"{name}norm", backend=backend)
-            parts.append(g.like("MUL", part, (b.w(f"{layer}.ssm_{name}norm"),), name,
+                        f"{name}_norm", backend=backend)
+            parts.append(g.like("MUL", part, (b.w(f"{layer}.ssm_{name}_norm"),), name,
                                 backend))
         dt, B, C = parts
     else:
