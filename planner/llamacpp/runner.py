@@ -2,13 +2,15 @@
 
 Everything else in the package only builds command lines (:mod:`planner.llamacpp.launch`)
 or estimates (:mod:`planner.llamacpp.estimate`). This adapter starts ``ggml-rpc-server``
-processes and ``llama-completion`` runs, and reads back what llama.cpp says it
-allocated:
+processes, ``llama-completion`` runs and ``llama-server`` until it has reserved its
+buffers, and reads back what llama.cpp says it allocated:
 
 - ``load_tensors: <buffer> model buffer size = X MiB`` (weights),
 - ``llama_kv_cache: <buffer> KV buffer size = X MiB`` (one line per cache and device),
 - ``llama_memory_recurrent: <buffer> RS buffer size = X MiB`` (recurrent state),
-- ``sched_reserve: <buffer> compute buffer size = X MiB``,
+- ``sched_reserve: <buffer> compute buffer size = X MiB`` (and, when the context is
+  freed, ``~llama_context: <buffer> compute buffer size is X MiB`` with four decimals,
+  which is kept),
 - ``llama_context: <buffer> output buffer size = X MiB``,
 - ``load_tensors: layer N assigned to device RPCk`` (with ``-v``),
 - ``eval time = X ms / N runs (Y ms per token, Z tokens per second)``.
@@ -38,6 +40,9 @@ _BUFFER = re.compile(
     r"(?P<what>\w+):\s+"
     r"(?P<name>\S+)\s+(?P<kind>model|KV|RS|DSV4 \S+ state|compute|output) buffer size =\s+"
     r"(?P<mib>[0-9.]+) MiB")
+# llama_context's destructor repeats each compute buffer with four decimals.
+_COMPUTE_EXACT = re.compile(r"~llama_context:\s+(?P<name>\S+) compute buffer size is\s+"
+                            r"(?P<mib>[0-9.]+) MiB")
 _LAYER = re.compile(r"load_tensors: layer\s+(?P<layer>\d+) assigned to device "
                     r"(?P<device>[^,]+), is_swa")
 _EVAL = re.compile(r"\seval time =\s+(?P<ms>[0-9.]+) ms /\s+(?P<runs>\d+) runs\s+\(\s*"
@@ -101,6 +106,11 @@ def parse_log(text: str) -> Measured:
         size = round(float(match["mib"]) * MIB)
         entry = memory.setdefault(device, {})
         entry[component] = entry.get(component, 0) + size
+    for match in _COMPUTE_EXACT.finditer(body):
+        rpc = _RPC_NAME.match(match["name"])
+        device = rpc["address"] if rpc else "host"
+        if "compute_bytes" in memory.get(device, {}):
+            memory[device]["compute_bytes"] = round(float(match["mib"]) * MIB)
     layers = {int(m["layer"]): m["device"].strip() for m in _LAYER.finditer(body)}
     speed = list(_EVAL.finditer(body))
     per_token = float(speed[-1]["per_token"]) if speed else None
@@ -170,3 +180,44 @@ def run(argv: Sequence[str], timeout_s: float = 600.0) -> Measured:
                                argv=list(argv), returncode=done.returncode)
     return parse_log(log)
 
+
+# llama_context::sched_reserve logs this last: every buffer of the context is allocated.
+RESERVED = "sched_reserve: reserve took"
+# llama-server logs this once it serves; stopped from then on, it frees its context, which
+# logs each compute buffer again with four decimals.
+SERVING = "llama_server: listening on"
+
+
+def reserve(argv: Sequence[str], log_path: str | Path, timeout_s: float = 300.0) -> Measured:
+    """Start a llama.cpp server command (``llama-server``), wait until it serves (its
+    context has reserved its buffers), stop it and parse what it reported. The log goes
+    to ``log_path``. Nothing is served: a server that exits, or does not reserve within
+    ``timeout_s``, is a ``LlamaCppFailed``."""
+    path = Path(log_path)
+    with path.open("wb") as log:
+        try:
+            process = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT)
+        except OSError as exc:
+            raise LlamaCppRunError("LlamaCppFailed", f"{argv[0]} could not run: {exc}",
+                                   argv=list(argv)) from None
+        deadline = time.monotonic() + timeout_s
+        try:
+            while SERVING not in path.read_text(errors="replace"):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    text = path.read_text(errors="replace")
+    if RESERVED not in text:
+        tail = "\n".join(text.strip().splitlines()[-5:])
+        raise LlamaCppRunError("LlamaCppFailed",
+                               f"{Path(argv[0]).name} reserved nothing (exit "
+                               f"{process.returncode}): {tail}", argv=list(argv),
+                               returncode=process.returncode)
+    return parse_log(text)
