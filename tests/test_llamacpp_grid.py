@@ -4,6 +4,7 @@ same way every time, and the uneven layer ranges of its splits."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from itertools import combinations, pairwise, product
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from planner.llamacpp import LlamaCppSettings, estimate
-from planner.llamacpp.check import model_from_header
+from planner.llamacpp.check import GridRun, compare_grid, grid_summary, load_grid, model_from_header
 from planner.llamacpp.estimate import MemoryModelError
 from planner.llamacpp.grid import (
     FACTORS,
@@ -155,3 +156,70 @@ def test_the_four_decimal_compute_buffers_are_kept() -> None:
     assert memory["127.0.0.1:38001"]["compute_bytes"] == round(0.6901 * 2**20)
     assert memory["host"]["compute_bytes"] == round(0.7545 * 2**20)
     assert memory["127.0.0.1:38001"]["weights_bytes"] == round(2.14 * 2**20)
+
+
+# -- the recorded grid (validation/results/grid/, make validate) -----------------------
+
+GRID_PATH = ROOT / "validation" / "results" / "grid"
+GRID_START, GRID_END = "<!-- validation-grid:start -->", "<!-- validation-grid:end -->"
+
+
+@pytest.fixture(scope="module")
+def record() -> dict[str, Any]:
+    return load_grid(GRID_PATH)
+
+
+@pytest.fixture(scope="module")
+def grid_runs(record: dict[str, Any]) -> list[GridRun]:
+    return compare_grid(record)
+
+
+def test_the_record_is_every_model_at_every_row_of_the_design(record: dict[str, Any]) -> None:
+    assert record["design"] == {"factors": {f.name: list(f.levels) for f in FACTORS},
+                                "rows": [dict(row) for row in GRID]}
+    archs = {path.stem for path in (ROOT / "validation" / "results" / "archs").glob("*.json")
+             if path.stem != "run"}
+    assert {Path(name).stem for name in record["models"]} == archs | {"gemma-3-270m-q4_k_m"}
+    assert sorted((run["file"], run["row"]) for run in record["runs"]) == sorted(
+        (name, row) for name in record["models"] for row in range(len(GRID)))
+    for name, info in record["models"].items():
+        header = record["headers"][name]
+        digest = hashlib.sha256(json.dumps(header, sort_keys=True).encode()).hexdigest()
+        assert info["header_sha256"] == digest, name
+
+
+def test_each_split_ran_the_uneven_ranges_as_planned(record: dict[str, Any]) -> None:
+    for run in record["runs"]:
+        devices = GRID[run["row"]]["devices"]
+        metadata = record["headers"][run["file"]]["metadata"]
+        layer_count = metadata[f"{metadata['general.architecture']}.block_count"]
+        if devices == 1:
+            assert "ranges" not in run
+            continue
+        assert [tuple(r) for r in run["ranges"]] == uneven_ranges(layer_count, devices)
+        if "error" not in run:
+            assert run["layers_as_planned"], (run["file"], run["row"])
+            assert set(run["memory"]) == {f"device-{d}" for d in range(devices)} | {"host"}
+
+
+def test_llama_cpp_refused_only_what_it_names(record: dict[str, Any]) -> None:
+    """A refused run keeps llama.cpp's own reason; llama.cpp refuses only cache types."""
+    reasons = {run["error"] for run in record["runs"] if "error" in run}
+    assert reasons and all(reason.startswith("llama_init_from_model: ") for reason in reasons)
+    assert all("cache" in reason for reason in reasons)
+
+
+def test_the_published_grid_table_is_true_of_the_estimator_today(
+        record: dict[str, Any], grid_runs: list[GridRun]) -> None:
+    table = grid_summary(grid_runs, record["design"]["factors"])
+    shown = (ROOT / "docs" / "llamacpp.md").read_text().split(GRID_START)[1].split(GRID_END)[0]
+    assert table in shown
+    assert table in (ROOT / "README.md").read_text()
+
+
+def test_the_check_prints_the_grid_table(record: dict[str, Any], grid_runs: list[GridRun],
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from planner.llamacpp.check import main
+
+    assert main([str(GRID_PATH)]) == 0
+    assert grid_summary(grid_runs, record["design"]["factors"]) in capsys.readouterr().out
