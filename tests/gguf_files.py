@@ -91,3 +91,47 @@ def gemma3(*, embedding: int = 64, vocab: int = 256, extra: Sequence[bytes] = ()
                ("output_norm.weight", (width,), "F32")]
     tensors += [(f"blk.{i}.attn_q.weight", (width, 64), "F16") for i in range(6)]
     return gguf(kvs, tensors)
+
+
+def value(key: str, item: object) -> bytes:
+    """A key/value of the GGUF type a Python value reads back as: bool, a 32-bit unsigned
+    integer (64-bit beyond it, signed when negative), a 32-bit float, a string, or an
+    array of one of those."""
+    def typed(item: object) -> tuple[int, bytes]:
+        if isinstance(item, bool):
+            return BOOL, struct.pack("<?", item)
+        if isinstance(item, int):
+            if 0 <= item < 2**32:
+                return U32, struct.pack("<I", item)
+            return (U64, struct.pack("<Q", item)) if item >= 0 else \
+                (I64, struct.pack("<q", item))
+        if isinstance(item, float):
+            return F32, struct.pack("<f", item)
+        if isinstance(item, str):
+            return STRING, text(item)
+        raise TypeError(f"no GGUF type for {item!r}")
+
+    if isinstance(item, list):
+        parts = [typed(entry) for entry in item]
+        kind = parts[0][0] if parts else U32
+        return kv(key, ARRAY, struct.pack("<IQ", kind, len(parts))
+                  + b"".join(payload for _, payload in parts))
+    kind, payload = typed(item)
+    return kv(key, kind, payload)
+
+
+def recorded_model(header: dict[str, object]) -> bytes:
+    """A GGUF file of a model recorded by ``make validate`` (validation/results/archs/):
+    its metadata as recorded and its tensors, zero-filled, each one row of its elements
+    (``token_embd`` as ``[embedding_length, rows]``). Every recorded tensor is F32."""
+    metadata = dict(header["metadata"])  # type: ignore[call-overload]
+    arch = metadata["general.architecture"]
+    width = metadata.get(f"{arch}.embedding_length")
+    tensors = []
+    for name, type_name, n_bytes in header["tensors"]:  # type: ignore[attr-defined]
+        assert type_name == "F32", type_name
+        elements = n_bytes // 4
+        shape = (width, elements // width) if name == "token_embd.weight" and \
+            isinstance(width, int) and width and elements % width == 0 else (elements,)
+        tensors.append((name, shape, type_name))
+    return gguf([value(key, item) for key, item in metadata.items()], tensors)

@@ -250,7 +250,7 @@ def _llama() -> dict[str, Any]:
 
     import gguf_files
 
-    from planner.memory import LlamaCppSettings, model_from_gguf
+    from planner.llamacpp import LlamaCppSettings, model_from_gguf
     from planner.planning import plan_topology
 
     gguf = Path(tempfile.mkdtemp()) / "model.gguf"
@@ -267,8 +267,9 @@ FIVE_FLEET = "qwen480b-5x80"
 def _public_calls() -> dict[str, tuple[Callable[..., Any], Callable[[], dict[str, Any]]]]:
     import pandas as pd
 
-    import planner.launch as launch
-    import planner.memory as memory
+    import planner.llamacpp as memory
+    import planner.llamacpp.check as check
+    import planner.llamacpp.launch as launch
     import planner.sweep as sweep_module
     from planner.models import load_gpu_catalog, load_preset
     from planner.sizing import size_fleet
@@ -295,7 +296,7 @@ def _public_calls() -> dict[str, tuple[Callable[..., Any], Callable[[], dict[str
         "launch_for_plan": (launch.launch_for_plan, lambda: {
             **llama(document="document", plan="plan")(), "model_path": "m.gguf",
             "flash_attn": True, "ubatch": 512}),
-        "within_target": (memory.within_target,
+        "within_target": (check.within_target,
                           lambda: {"component": "kv_bytes", "estimated": 1, "measured": 1}),
         "require_flash_attention": (memory.require_flash_attention,
                                     lambda: {"cache_type_v": "q8_0", "flash_attn": True}),

@@ -12,7 +12,10 @@ the two disagree:
 - a ``core`` row allows no widget or plotting library and nothing from an ``edge`` row,
   and importing the core loads none of them (nor an engine);
 - an engine is touched by its adapter module only: Dask by ``planner/sweep_dask.py``,
-  processes (llama.cpp's binaries) by ``planner/llamacpp.py``.
+  processes (llama.cpp's binaries) by ``planner/llamacpp/runner.py``.
+
+A module inside a package may have a row of its own (an adapter in a core package): its
+row, not its package's, then says what it may import.
 """
 
 from __future__ import annotations
@@ -36,13 +39,13 @@ UI_LIBRARIES = frozenset({"ipywidgets", "plotly", "anywidget", "IPython", "matpl
                           "bokeh", "voila"})
 # Programs are started by the llama.cpp adapter and by the launcher of the Jupyter
 # servers behind `make lab` / `make app`, nowhere else.
-PROGRAM_STARTERS = ("llamacpp.py", "workbench/serve.py")
+PROGRAM_STARTERS = ("llamacpp/runner.py", "workbench/serve.py")
 # engine import name -> the modules (relative to planner/) that may import it
 ENGINES: dict[str, tuple[str, ...]] = {
     "dask": ("sweep_dask.py",), "distributed": ("sweep_dask.py",),
     "subprocess": PROGRAM_STARTERS,
     # The adapter, and the one command that asks rpc-servers through it.
-    "planner.llamacpp": ("llamacpp.py", "cli/discover.py")}
+    "planner.llamacpp.runner": ("llamacpp/runner.py", "cli/discover.py")}
 # os functions that start another program.
 PROCESS_STARTERS = frozenset({
     "system", "popen", "fork", "forkpty", "posix_spawn", "posix_spawnp",
@@ -143,11 +146,17 @@ def python_files() -> Iterator[Path]:
     yield from sorted(PACKAGE.rglob("*.py"))
 
 
+def optional_paths() -> list[str]:
+    """Modules inside a package, which may have a row of their own."""
+    return [f"planner/{path.relative_to(PACKAGE).as_posix()}"
+            for path in sorted(PACKAGE.rglob("*/*.py")) if path.name != "__init__.py"]
+
+
 def row_of(file: str, rows: dict[str, Row]) -> Row | None:
     """The row a file (relative to planner/) belongs to: its own, or its deepest package's."""
     if file == "__init__.py":
         return rows.get("planner/__init__.py")
-    if "/" not in file:
+    if "/" not in file or f"planner/{file}" in rows:
         return rows.get(f"planner/{file}")
     packages = [path for path in rows if path.endswith("/")
                 and file.startswith(path.removeprefix("planner/"))]
@@ -271,7 +280,7 @@ def test_layout_table_lists_every_package_and_module() -> None:
         "docs/architecture.md's Layout table has no row for " + ", ".join(missing) + ". Add (and "
         "correct what it owns):\n" + "\n".join(suggestions))
     stale = [f"{WHERE}:{row.line}: `{row.path}`" for row in rows.values()
-             if row.path not in required_paths()]
+             if row.path not in required_paths() + optional_paths()]
     assert not stale, ("These Layout rows name no package or module under planner/ "
                        "(remove or rename them):\n" + "\n".join(stale))
 
@@ -350,13 +359,13 @@ def test_importing_the_core_loads_no_widgets_plotting_or_engine() -> None:
 
 def test_each_engine_is_touched_by_its_adapter_only() -> None:
     """Dask only in ``planner/sweep_dask.py``; processes (llama.cpp's binaries) only in
-    ``planner/llamacpp.py``, which no other module imports but ``planner discover``'s."""
+    ``planner/llamacpp/runner.py``, which no other module imports but ``planner
+    discover``'s."""
     found = all_imports(layout_rows())
     assert engine_violations(found) == []
     assert {f.file for f in found if f.library in ("dask", "distributed")} == {
         "sweep_dask.py"}
-    if (PACKAGE / "llamacpp.py").exists():
-        assert any(f.name == "subprocess" for f in found if f.file == "llamacpp.py")
+    assert any(f.name == "subprocess" for f in found if f.file == "llamacpp/runner.py")
 
 
 def engine_violations(found: list[Import]) -> list[str]:
@@ -380,20 +389,31 @@ def engine_violations(found: list[Import]) -> list[str]:
 def test_an_engine_outside_its_adapter_is_reported() -> None:
     rows = layout_rows()
     source = "import subprocess\nfrom dask import delayed\nfrom os import execv\n"
-    assert engine_violations(imports_in(source, "llamacpp.py", rows)) == [
-        "dask is touched only by planner/sweep_dask.py; also by planner/llamacpp.py:2"]
+    assert engine_violations(imports_in(source, "llamacpp/runner.py", rows)) == [
+        "dask is touched only by planner/sweep_dask.py; also by planner/llamacpp/runner.py:2"]
     assert engine_violations(imports_in(source, "fleet/files.py", rows)) == [
         "dask is touched only by planner/sweep_dask.py; also by planner/fleet/files.py:2",
-        "subprocess is touched only by planner/llamacpp.py, planner/workbench/serve.py; "
-        "also by planner/fleet/files.py:1",
-        "only planner/llamacpp.py and planner/workbench/serve.py start programs; also "
-        "planner/fleet/files.py:3 (os.execv)",
+        "subprocess is touched only by planner/llamacpp/runner.py, "
+        "planner/workbench/serve.py; also by planner/fleet/files.py:1",
+        "only planner/llamacpp/runner.py and planner/workbench/serve.py start programs; "
+        "also planner/fleet/files.py:3 (os.execv)",
     ]
     assert engine_violations(imports_in(source, "workbench/serve.py", rows)) == [
         "dask is touched only by planner/sweep_dask.py; also by planner/workbench/serve.py:2"]
-    assert engine_violations(imports_in("import planner.llamacpp\n", "launch.py", rows)) == [
-        "planner.llamacpp is touched only by planner/llamacpp.py, planner/cli/discover.py; "
-        "also by planner/launch.py:1"]
+    assert engine_violations(imports_in("import planner.llamacpp.runner\n",
+                                        "llamacpp/launch.py", rows)) == [
+        "planner.llamacpp.runner is touched only by planner/llamacpp/runner.py, "
+        "planner/cli/discover.py; also by planner/llamacpp/launch.py:1"]
+
+
+def test_a_module_row_inside_a_package_is_its_own() -> None:
+    """The runner's row, not the llama.cpp package's, says what it may import; the
+    package's modules go by the package's row."""
+    rows = layout_rows()
+    runner, launch = row_of("llamacpp/runner.py", rows), row_of("llamacpp/launch.py", rows)
+    assert runner is not None and runner.path == "planner/llamacpp/runner.py"
+    assert runner.layer == "adapter"
+    assert launch is not None and launch.path == "planner/llamacpp/"
 
 
 # -- the checks above can fail -----------------------------------------------------------

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner.bench_calibration import (
+from planner.limits import MAX_BENCH_BYTES
+from planner.llamacpp.bench import (
     BenchError,
     BenchRun,
     fit_calibration,
@@ -25,7 +26,6 @@ from planner.bench_calibration import (
     run_shape,
     usable_runs,
 )
-from planner.limits import MAX_BENCH_BYTES
 from planner.models import GpuModel, load_gpu_catalog, load_preset
 from planner.models.gpus import catalog_kind
 from planner.performance import (

@@ -18,8 +18,9 @@ from test_memory import recorded_ranges, recorded_rows_by_part, reordered, write
 
 import planner
 from planner.fleet import load_fleet
-from planner.launch import BASH_NOTE, shell_join, shell_quote
-from planner.memory import LlamaCppSettings, estimate, model_from_gguf, within_target
+from planner.llamacpp import LlamaCppSettings, estimate, model_from_gguf
+from planner.llamacpp.check import within_target
+from planner.llamacpp.launch import BASH_NOTE, shell_join, shell_quote
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "validation" / "results"

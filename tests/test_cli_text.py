@@ -14,8 +14,8 @@ import pytest
 from test_memory import write_gemma_like
 
 import planner
-from planner.launch import build_launch
-from planner.memory import LlamaCppSettings
+from planner.llamacpp import LlamaCppSettings
+from planner.llamacpp.launch import build_launch
 from planner.units import counted, layer_range
 
 ROOT = Path(__file__).resolve().parent.parent

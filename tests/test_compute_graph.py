@@ -1,11 +1,11 @@
-"""ggml's graph allocator as planner.compute_graph copies it, and the graphs
-planner.model_graphs builds, worked by hand; the recorded llama.cpp runs
+"""ggml's graph allocator as planner.llamacpp.allocator copies it, and the graphs
+planner.llamacpp.graph builds, worked by hand; the recorded llama.cpp runs
 (tests/test_memory_archs.py) check them against every architecture."""
 
 from __future__ import annotations
 
-from planner.compute_graph import Allocator, Graph, buffer_sizes, external
-from planner.model_graphs import (
+from planner.llamacpp.allocator import Allocator, Graph, buffer_sizes, external
+from planner.llamacpp.graph import (
     AttentionShape,
     BlockShape,
     FeedForwardShape,

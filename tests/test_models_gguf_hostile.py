@@ -16,7 +16,7 @@ from gguf import GGUFWriter
 
 from planner.cli import main
 from planner.limits import MAX_GGUF_KEYS, MAX_GGUF_TENSORS
-from planner.memory import model_from_gguf
+from planner.llamacpp import model_from_gguf
 from planner.models import ModelError, from_gguf
 from planner.models.gguf_reader import (
     SkippedValue,

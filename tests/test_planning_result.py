@@ -15,7 +15,7 @@ from test_memory import write_gemma_like
 import planner
 from planner.cli import main
 from planner.fleet import load_fleet
-from planner.memory import LlamaCppCosts, layer_kv_bytes
+from planner.llamacpp import LlamaCppCosts, layer_kv_bytes
 from planner.planning import explain_choice, search
 from planner.planning.rules import context_candidates, layer_costs
 from planner.units import format_bytes
@@ -103,16 +103,16 @@ def _fleet(tmp_path: Path) -> Path:
 def test_planner_plan_with_llama_cpp_reads_the_model_once_and_searches_once(
         tmp_path: Path, searches: Counter[Any], monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    import planner.memory
+    import planner.llamacpp.costs
 
     reads: list[Path] = []
-    original = planner.memory.model_from_gguf
+    original = planner.llamacpp.costs.model_from_gguf
 
     def counted(path: Any) -> Any:
         reads.append(Path(path))
         return original(path)
 
-    monkeypatch.setattr(planner.memory, "model_from_gguf", counted)
+    monkeypatch.setattr(planner.llamacpp.costs, "model_from_gguf", counted)
     fleet = _fleet(tmp_path)
     assert main(["plan", str(fleet), "--memory-model", "llamacpp"]) == 0
     assert "what llama.cpp allocates per stage" in capsys.readouterr().out

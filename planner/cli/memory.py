@@ -8,7 +8,7 @@ from pathlib import Path
 
 from planner.cli._common import EXIT_OK, UserError, add_command
 from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_UBATCH
-from planner.memory import KEYS, MemoryEstimate
+from planner.llamacpp import KEYS, MemoryEstimate
 from planner.reports.tables import TextTable, size, terminal_safe, text_table
 from planner.units import UnitError, layer_range, parse_bytes, parse_context
 
@@ -82,7 +82,7 @@ def _layer_counts(values: list[str]) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from planner.memory import LlamaCppSettings, estimate, model_from_gguf, ranges_from_counts
+    from planner.llamacpp import LlamaCppSettings, estimate, model_from_gguf, ranges_from_counts
 
     path = Path(args.model)
     try:

@@ -18,15 +18,15 @@ from planner.cli._common import (
     load_request,
     plan_or_exit_code,
 )
-from planner.launch import launch_for_plan, launch_settings
 from planner.limits import DEFAULT_UBATCH
-from planner.llamacpp_log import MIB, read_log
-from planner.memory import model_from_gguf
+from planner.llamacpp import model_from_gguf
+from planner.llamacpp.launch import launch_for_plan, launch_settings
+from planner.llamacpp.log import MIB, read_log
+from planner.llamacpp.verify import MEMORY_FIGURES, Check, Verification, speed_estimates, verify
 from planner.models import ModelError, load_gpu_catalog
 from planner.performance import fleet_model_traffic
 from planner.planning import Plan
 from planner.reports.tables import TextTable, terminal_safe, text_table
-from planner.verification import MEMORY_FIGURES, Check, Verification, speed_estimates, verify
 
 NAME = "verify"
 

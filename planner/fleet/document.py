@@ -338,7 +338,7 @@ class FleetDocument:
         )
 
     def _llamacpp_costs(self) -> Any:
-        from planner.memory import costs_from_gguf
+        from planner.llamacpp import costs_from_gguf
         from planner.models import ModelError
 
         path = self.model.gguf_path(self.base_dir)

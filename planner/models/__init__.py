@@ -10,7 +10,8 @@ from planner.models.gpus import (
     load_gpu_catalog,
     node_gpu_kind,
 )
-from planner.models.kv_cache import CACHE_TYPES, SUPPORTED_ARCHITECTURES
+from planner.models.kv_cache import CACHE_TYPES
+from planner.models.layer_memory import LLAMA_CPP_ARCHITECTURES as SUPPORTED_ARCHITECTURES
 from planner.models.presets import data_dir, list_presets, load_preset
 from planner.models.spec import ModelError, ModelSpec, describe_model
 

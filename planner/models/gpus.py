@@ -41,7 +41,7 @@ shipped catalog gives every source (a test keeps it so). The fields:
     Failures per node-year and mean hours to repair (:mod:`planner.availability`).
 ``backend``, ``llamacpp_overhead`` / ``llamacpp_overhead_bytes``
     The llama.cpp backend the kind runs and its own fixed overhead per device
-    (:mod:`planner.memory`); a backend's default is in
+    (:mod:`planner.llamacpp`); a backend's default is in
     ``[llamacpp.backend_overhead_bytes]``.
 ``memory_type``
     ``hbm``, ``gddr``, ``lpddr`` or ``ddr`` (:data:`MEMORY_TYPES`): the speed estimate's fitted
@@ -85,7 +85,7 @@ from planner.models.presets import data_dir
 from planner.models.spec import ModelError
 from planner.units import UnitError, parse_bandwidth, parse_bytes, parse_latency_ms
 
-# llama.cpp backends a GPU kind can run (planner.memory's fixed overhead per device).
+# llama.cpp backends a GPU kind can run (planner.llamacpp's fixed overhead per device).
 BACKENDS = ("cuda", "rocm", "metal", "vulkan", "sycl", "cpu", "rpc")
 # Memory a kind reads its weights from: stacked HBM, GDDR on a card, LPDDR shared with the
 # CPU (Apple silicon, DGX Spark), or a CPU's DDR modules; the speed estimate's figures
@@ -258,7 +258,7 @@ class GpuModel:
     headroom_bytes: int | None = None
     stage_transfer_latency_ms: int | float | None = None
     max_count: int | None = None
-    # The llama.cpp backend it runs, and its own fixed overhead (planner.memory).
+    # The llama.cpp backend it runs, and its own fixed overhead (planner.llamacpp).
     backend: str | None = None
     llamacpp_overhead_bytes: int | None = None
     # What the speed estimate reads beyond bandwidth (planner.performance).

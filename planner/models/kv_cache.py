@@ -6,30 +6,24 @@ n_head_kv(layer)`` elements per cached token, each stored in the cache type's bl
 ``row(t, n) = n / block(t) * block_bytes(t)``. The per-token figure of a model is the sum
 over its layers.
 
-Three kinds of layer do not fit that sentence, and this module handles each the way
-llama.cpp does:
+Which layers keep a cache, how wide its rows are, which are windowed and what recurrent
+state a layer keeps are llama.cpp's rules per architecture, read from the GGUF metadata by
+:mod:`planner.models.layer_memory`. This module turns them into bytes:
 
-- latent attention (MLA, ``deepseek2``): the cache holds one compressed row of
-  ``kv_lora_rank + rope_dim`` elements per layer (GGUF ``key_length`` with one KV head)
-  and, since llama.cpp's V-less cache (January 2026), no V row at all;
+- latent attention (MLA, ``deepseek2``): one compressed row per layer and no V row;
 - sliding-window layers (``gpt-oss``, ``gemma2``/``gemma3``, ``cohere2``, ``llama4``, ...):
   they live in a separate cache of fixed size (about ``window * lanes + micro-batch``
   cells), so they add nothing per token of context; the fixed part is reported in notes;
 - multi-token-prediction layers (``glm4moe``, ``bailingmoe2``): loaded but never run, and
   given no cache.
-
-Architectures whose cache this module cannot describe exactly (recurrent and hybrid
-models, shared-KV models, unknown names) are refused with ``UnsupportedArchitecture``.
 """
 
 from __future__ import annotations
 
-import builtins
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from planner._validate import Fail, integer
 from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_PARALLEL_LANES, DEFAULT_UBATCH
 from planner.models.spec import ModelError
 from planner.units import format_bytes
@@ -227,169 +221,6 @@ def sliding_window_layout(layers: Sequence[LayerCache], is_window: Sequence[bool
 
 # --- GGUF metadata ---------------------------------------------------------------------
 
-# Architectures whose every layer keeps a full-context K and V cache in llama.cpp (no
-# sliding window, no latent attention, no recurrent state). Per-layer head counts, including
-# zero for attention-free layers (deci, openelm), are honoured.
-FULL_ATTENTION_ARCHITECTURES = frozenset({
-    "llama", "deci", "falcon", "baichuan", "grok", "gpt2", "gptneox", "mpt", "starcoder",
-    "refact", "bloom", "stablelm", "qwen", "qwen2", "qwen2moe", "qwen2vl", "qwen3",
-    "qwen3moe", "qwen3vl", "qwen3vlmoe", "phi2", "phi3", "phimoe", "plamo", "codeshell",
-    "orion", "internlm2", "minicpm", "gemma", "starcoder2", "xverse", "command-r", "dbrx",
-    "olmo", "olmoe", "openelm", "arctic", "deepseek", "chatglm", "glm4", "bitnet", "jais",
-    "nemotron", "exaone", "granite", "granitemoe", "chameleon", "bailingmoe", "dots1",
-    "arcee", "ernie4_5", "ernie4_5-moe", "hunyuan-moe", "hunyuan-dense", "smollm3",
-    "seed_oss", "grovemoe", "apertus", "minimax-m2", "cogvlm", "mistral3", "maincoder",
-    "pangu-embedded",
-})
-LATENT_ATTENTION_ARCHITECTURES = frozenset({"deepseek2"})
-# Architectures whose last ``nextn_predict_layers`` blocks are multi-token-prediction
-# layers: llama.cpp loads their weights but gives them no KV cache.
-NEXTN_ARCHITECTURES = frozenset({"glm4moe", "bailingmoe2"})
-
-
-def _pattern(layer_count: int, period: int, dense_first: bool = False) -> list[bool]:
-    """llama.cpp's set_swa_pattern: every ``period``-th layer is full attention."""
-    if period == 0:
-        return [True] * layer_count
-    if dense_first:
-        return [index % period != 0 for index in range(layer_count)]
-    return [index % period < period - 1 for index in range(layer_count)]
-
-
-SlidingRule = Callable[[int, int | None], tuple[list[bool], int] | None]
-
-
-def _always(period: int, default_window: int | None = None,
-            dense_first: bool = False) -> SlidingRule:
-    def rule(layer_count: int, window: int | None) -> tuple[list[bool], int] | None:
-        size = window if window is not None else default_window
-        if size is None:
-            raise KeyError("attention.sliding_window")
-        return _pattern(layer_count, period, dense_first), size
-    return rule
-
-
-def _when_window(period: int, forced_window: int | None = None,
-                 dense_first: bool = False) -> SlidingRule:
-    def rule(layer_count: int, window: int | None) -> tuple[list[bool], int] | None:
-        if window is None or window <= 0:
-            return None
-        size = forced_window if forced_window is not None else window
-        return _pattern(layer_count, period, dense_first), size
-    return rule
-
-
-def _llama4(layer_count: int, window: int | None) -> tuple[list[bool], int] | None:
-    # Chunked attention of 8192 tokens on 3 layers out of 4, unless the file sets the
-    # window to 0 (then every layer is full attention).
-    if window == 0:
-        return None
-    return _pattern(layer_count, 4), 8192
-
-
-def _exaone4(layer_count: int, window: int | None) -> tuple[list[bool], int] | None:
-    # Only the 64-layer (32B) model interleaves sliding windows.
-    if layer_count != 64:
-        return None
-    return _pattern(layer_count, 4), window if window is not None else 4096
-
-
-SLIDING_WINDOW_ARCHITECTURES: dict[str, SlidingRule] = {
-    "gpt-oss": _always(2),
-    "gemma2": _always(2, default_window=4096),
-    "gemma3": _when_window(6),
-    "cohere2": _always(4),
-    "olmo2": _when_window(4),
-    "afmoe": _when_window(4),
-    "smallthinker": _when_window(4, forced_window=4096, dense_first=True),
-    "llama4": _llama4,
-    "exaone4": _exaone4,
-}
-
-SUPPORTED_ARCHITECTURES = (
-    FULL_ATTENTION_ARCHITECTURES | LATENT_ATTENTION_ARCHITECTURES | NEXTN_ARCHITECTURES
-    | frozenset(SLIDING_WINDOW_ARCHITECTURES)
-)
-
-
-class MetadataReader:
-    """Typed access to one model's ``{arch}.*`` GGUF keys, with errors naming file and key."""
-
-    def __init__(self, architecture: str, metadata: Mapping[str, Any], where: str,
-                 layer_count: int) -> None:
-        self.architecture = architecture
-        self.metadata = metadata
-        self.where = where
-        self.layer_count = layer_count
-
-    def key(self, name: str) -> str:
-        return f"{self.architecture}.{name}"
-
-    def missing(self, name: str) -> ModelError:
-        key = self.key(name)
-        return ModelError("MissingGgufKey", f"{self.where}: GGUF key {key!r} is missing",
-                          file=self.where, key=key)
-
-    def bad(self, name: str, problem: str, value: Any) -> ModelError:
-        key = self.key(name)
-        return ModelError("InvalidGguf", f"{self.where}: GGUF key {key!r} {problem} "
-                          f"(got {value!r})", file=self.where, key=key)
-
-    def optional_int(self, name: str) -> int | None:
-        value = self.metadata.get(self.key(name))
-        if value is None:
-            return None
-        return integer(value, self.fail(name))
-
-    def fail(self, name: str) -> Fail:
-        return lambda problem, value: self.bad(name, problem, value)
-
-    def int(self, name: str) -> int:
-        value = self.optional_int(name)
-        if value is None:
-            raise self.missing(name)
-        return value
-
-    def per_layer(self, name: str, default: list[builtins.int] | None = None
-                  ) -> list[builtins.int]:
-        """A key that is either one integer for all layers or an array of one per layer."""
-        value = self.metadata.get(self.key(name))
-        if value is None:
-            if default is None:
-                raise self.missing(name)
-            return default
-        if isinstance(value, list):
-            if len(value) != self.layer_count:
-                raise self.bad(name, f"has {len(value)} entries for {self.layer_count} layers",
-                               value)
-            fail = self.fail(name)
-            return [integer(entry, lambda problem, _: fail(problem, value)) for entry in value]
-        return [integer(value, self.fail(name))] * self.layer_count
-
-
-# Architectures whose ``{arch}.attention.sliding_window_pattern`` counts from a
-# full-attention first layer (llama.cpp's load_swa_pattern(ml, n, dense_first=true)).
-DENSE_FIRST_PATTERN = frozenset({"smallthinker"})
-
-
-def _file_pattern(meta: MetadataReader, architecture: str,
-                  layer_count: int) -> list[bool] | None:
-    """``{arch}.attention.sliding_window_pattern``: a per-layer array of flags (true =
-    sliding window) or a period, as llama.cpp's load_swa_pattern reads it."""
-    name = "attention.sliding_window_pattern"
-    value = meta.metadata.get(meta.key(name))
-    if value is None:
-        return None
-    if isinstance(value, list):
-        if len(value) != layer_count:
-            raise meta.bad(name, f"has {len(value)} entries for {layer_count} layers", value)
-        if not all(isinstance(entry, bool) or entry in (0, 1) for entry in value):
-            raise meta.bad(name, "must hold one true/false flag per layer", value)
-        return [bool(entry) for entry in value]
-    period = integer(value, meta.fail(name))
-    return _pattern(layer_count, period, architecture in DENSE_FIRST_PATTERN)
-
-
 @dataclass(frozen=True, slots=True)
 class LayerCaches:
     """Per layer of a GGUF model: what it caches per cell and whether it is windowed."""
@@ -411,9 +242,10 @@ def layer_caches_from_gguf(architecture: str, metadata: Mapping[str, Any], layer
                            where: str) -> LayerCaches:
     """Each layer's cache as llama.cpp builds it for a GGUF model (every architecture
     llama.cpp knows: :mod:`planner.models.layer_memory`)."""
+    from planner.models.gguf_metadata import GgufMetadata
     from planner.models.layer_memory import model_memory
 
-    memory = model_memory(architecture, metadata, layer_count, where)
+    memory = model_memory(GgufMetadata(metadata, architecture, layer_count, where))
     layers = tuple(
         LayerCache(layer.key_elements, layer.value_elements, layer.index_key_elements,
                    layer.index_value_elements, layer.compressed_elements,

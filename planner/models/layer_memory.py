@@ -41,10 +41,9 @@ sparse attention
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from planner.models.gguf_metadata import GgufMetadata
 from planner.models.spec import ModelError
 from planner.units import layer_range
 
@@ -182,59 +181,6 @@ class ModelMemory:
     notes: tuple[str, ...]
 
 
-class _Meta:
-    def __init__(self, arch: str, metadata: Mapping[str, Any], where: str,
-                 layer_count: int) -> None:
-        self.arch, self.metadata, self.where, self.n = arch, metadata, where, layer_count
-
-    def key(self, name: str) -> str:
-        return f"{self.arch}.{name}"
-
-    def bad(self, name: str, problem: str, value: Any) -> ModelError:
-        return ModelError("InvalidGguf", f"{self.where}: GGUF key {self.key(name)!r} "
-                          f"{problem} (got {value!r})", file=self.where, key=self.key(name))
-
-    def get(self, name: str, default: int = 0) -> int:
-        value = self.metadata.get(self.key(name))
-        if value is None:
-            return default
-        if isinstance(value, bool):
-            return int(value)
-        if not isinstance(value, int) or value < 0:
-            raise self.bad(name, "must be a non-negative integer", value)
-        return value
-
-    def per_layer(self, name: str, default: list[int]) -> list[int]:
-        value = self.metadata.get(self.key(name))
-        if value is None:
-            return list(default)
-        if isinstance(value, list):
-            if len(value) != self.n:
-                raise self.bad(name, f"has {len(value)} entries for {self.n} layers", value)
-            if not all(isinstance(v, int) and v >= 0 for v in value):
-                raise self.bad(name, "must hold non-negative integers", value)
-            return [int(v) for v in value]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self.bad(name, "must be a non-negative integer or an array of them", value)
-        return [value] * self.n
-
-    def flags(self, name: str) -> list[bool] | None:
-        """A per-layer array of true/false flags, or None when the key is not an array."""
-        value = self.metadata.get(self.key(name))
-        if not isinstance(value, list):
-            return None
-        if len(value) != self.n:
-            raise self.bad(name, f"has {len(value)} entries for {self.n} layers", value)
-        if not all(isinstance(v, bool) or v in (0, 1) for v in value):
-            raise self.bad(name, "must hold one true/false flag per layer", value)
-        return [bool(v) for v in value]
-
-    def missing(self, name: str) -> ModelError:
-        key = self.key(name)
-        return ModelError("MissingGgufKey", f"{self.where}: GGUF key {key!r} is missing",
-                          file=self.where, key=key)
-
-
 def _pattern(layer_count: int, period: int, dense_first: bool) -> list[bool]:
     """llama_hparams::set_swa_pattern: True = sliding window."""
     if dense_first:
@@ -242,90 +188,91 @@ def _pattern(layer_count: int, period: int, dense_first: bool) -> list[bool]:
     return [period == 0 or index % period < period - 1 for index in range(layer_count)]
 
 
-def _sliding(meta: _Meta, n_layer: int) -> tuple[list[bool], int]:
+def _sliding(meta: GgufMetadata, n_layer: int) -> tuple[list[bool], int]:
     """Which layers are windowed and the window, as llama.cpp's load_arch_hparams sets
     them; ([False...], 0) when none is."""
-    none = ([False] * meta.n, 0)
-    window = meta.get("attention.sliding_window")
-    if meta.arch == "llama4":
+    none = ([False] * meta.layer_count, 0)
+    window = meta.count("attention.sliding_window", 0)
+    if meta.architecture == "llama4":
         # Chunked attention of 8192 tokens on 3 layers in 4 (or the file's pattern),
         # unless the window is 0.
-        if meta.key("attention.sliding_window") in meta.metadata and window == 0:
+        if meta.has("attention.sliding_window") and window == 0:
             return none
-        flags = meta.flags("attention.sliding_window_pattern")
+        flags = meta.flags_per_layer("attention.sliding_window_pattern")
         if flags is None:
-            flags = _pattern(meta.n, meta.get("attention.sliding_window_pattern", 4), False)
+            period = meta.count("attention.sliding_window_pattern", 4)
+            flags = _pattern(meta.layer_count, period, False)
         return flags, 8192
-    if meta.arch == "exaone4":
+    if meta.architecture == "exaone4":
         if n_layer != 64:
             return none
-        return _pattern(meta.n, 4, False), window or 4096
-    if meta.arch == "lfm2":
+        return _pattern(meta.layer_count, 4, False), window or 4096
+    if meta.architecture == "lfm2":
         return none  # set below from the recurrent layers when the file sets a window
-    rule = SLIDING_RULES.get(meta.arch)
+    rule = SLIDING_RULES.get(meta.architecture)
     if rule is None:
         return none
     if rule.when_window and not window:
         return none
     if rule.window is None and rule.default_window is None and \
-            meta.key("attention.sliding_window") not in meta.metadata:
+            not meta.has("attention.sliding_window"):
         raise meta.missing("attention.sliding_window")
     size = rule.window if rule.window is not None else window or (rule.default_window or 0)
-    flags = meta.flags("attention.sliding_window_pattern")
+    flags = meta.flags_per_layer("attention.sliding_window_pattern")
     if flags is None:
         if rule.from_file:
             return none
-        period = meta.get("attention.sliding_window_pattern", rule.period)
-        flags = _pattern(meta.n, period, rule.dense_first)
+        period = meta.count("attention.sliding_window_pattern", rule.period)
+        flags = _pattern(meta.layer_count, period, rule.dense_first)
     # Layers past the trunk (multi-token prediction) are never windowed.
     flags = [flag and index < n_layer for index, flag in enumerate(flags)]
     return flags, size if any(flags) else 0
 
 
-def _recurrent_layers(meta: _Meta, n_layer: int, heads_kv: list[int],
+def _recurrent_layers(meta: GgufMetadata, n_layer: int, heads_kv: list[int],
                       ffn: list[int]) -> list[bool]:
-    arch = meta.arch
+    arch = meta.architecture
     if arch in RECURRENT:
-        return [True] * meta.n
+        return [True] * meta.layer_count
     if arch in _RECURRENT_WHERE_NO_KV_HEADS:
         return [h == 0 for h in heads_kv]
     if arch in ("nemotron_h", "nemotron_h_moe"):
-        return [i < n_layer and heads_kv[i] == 0 and ffn[i] == 0 for i in range(meta.n)]
+        return [i < n_layer and heads_kv[i] == 0 and ffn[i] == 0 for i in range(meta.layer_count)]
     if arch == "falcon-h1":
-        return [True] * meta.n
+        return [True] * meta.layer_count
     if arch in _RECURRENT_BY_INTERVAL:
-        flags = meta.flags("attention.recurrent_layers")
+        flags = meta.flags_per_layer("attention.recurrent_layers")
         if flags is not None:
             return flags
-        interval = meta.get("full_attention_interval", 4)
+        interval = meta.count("full_attention_interval", 4)
         return [i < n_layer and interval > 0 and (i + 1) % interval != 0
-                for i in range(meta.n)]
-    return [False] * meta.n
+                for i in range(meta.layer_count)]
+    return [False] * meta.layer_count
 
 
-def _state_elements(meta: _Meta, n_embd: int, n_head: int) -> int:
+def _state_elements(meta: GgufMetadata, n_embd: int, n_head: int) -> int:
     """llama_hparams::n_embd_r() + n_embd_s(): f32 elements of one sequence's state."""
-    wkv = meta.get("wkv.head_size")
+    wkv = meta.count("wkv.head_size", 0)
     if wkv:
-        return meta.get("token_shift_count", 2) * n_embd + n_embd * wkv
-    d_conv = meta.get("ssm.conv_kernel")
-    kda = meta.get("kda.head_dim")
-    shortconv = meta.get("shortconv.l_cache")
+        return meta.count("token_shift_count", 2) * n_embd + n_embd * wkv
+    d_conv = meta.count("ssm.conv_kernel", 0)
+    kda = meta.count("kda.head_dim", 0)
+    shortconv = meta.count("shortconv.l_cache", 0)
     if shortconv:
         r = n_embd * (shortconv - 1)
     elif kda:
         r = 3 * (d_conv - 1 if d_conv else 3) * n_head * kda
     else:
-        d_inner = meta.get("ssm.inner_size")
+        d_inner = meta.count("ssm.inner_size", 0)
         r = (d_conv - 1 if d_conv else 0) * (
-            d_inner + 2 * meta.get("ssm.group_count") * meta.get("ssm.state_size"))
+            d_inner + 2 * meta.count("ssm.group_count", 0) * meta.count("ssm.state_size", 0))
     if kda:
         s = kda * kda * n_head
-    elif meta.arch == "minimax-01":
-        head = meta.get("attention.key_length") or (n_embd // n_head if n_head else 0)
+    elif meta.architecture == "minimax-01":
+        head = meta.count("attention.key_length", 0) or (n_embd // n_head if n_head else 0)
         s = head * head * n_head
     else:
-        s = meta.get("ssm.state_size") * meta.get("ssm.inner_size")
+        s = meta.count("ssm.state_size", 0) * meta.count("ssm.inner_size", 0)
     return r + s
 
 
@@ -334,19 +281,19 @@ DSV4_CSA_RATIO = 4
 DSV4_HCA_RATIO = 128
 
 
-def _compressed_attention(meta: _Meta, layer_count: int, notes: list[str]) -> ModelMemory:
+def _compressed_attention(meta: GgufMetadata, layer_count: int, notes: list[str]) -> ModelMemory:
     """DeepSeek-V4's caches (llama_kv_cache_dsv4): K-only rows of ``key_length`` in a
     sliding-window cache on every layer, and by each layer's compression ratio a compressed
     cache (with, for CSA, the lightning indexer's ``indexer.key_length`` rows) and the
     compressors' f32 state: a kv and a score plane of ``2 x ratio`` rows of ``2 x width``
     for CSA and its indexer, ``ratio`` rows of ``width`` for HCA."""
-    head_k = meta.get("attention.key_length")
-    index_k = meta.get("attention.indexer.key_length")
-    window = meta.get("attention.sliding_window")
+    head_k = meta.count("attention.key_length", 0)
+    index_k = meta.count("attention.indexer.key_length", 0)
+    window = meta.count("attention.sliding_window", 0)
     if not head_k:
         raise meta.missing("attention.key_length")
-    ratios = meta.per_layer("attention.compress_ratios", [0] * layer_count)
-    nextn = meta.get("nextn_predict_layers")
+    ratios = meta.counts_per_layer("attention.compress_ratios", [0] * layer_count)
+    nextn = meta.count("nextn_predict_layers", 0)
     layers = []
     for index in range(layer_count):
         ratio = ratios[index] if index < layer_count - nextn else 0
@@ -367,50 +314,51 @@ def _compressed_attention(meta: _Meta, layer_count: int, notes: list[str]) -> Mo
     return ModelMemory("compressed", tuple(layers), window, tuple(notes))
 
 
-def model_memory(architecture: str, metadata: Mapping[str, Any], layer_count: int,
-                 where: str) -> ModelMemory:
-    """Each layer's cache and state as llama.cpp b11434 builds them for a GGUF model."""
+def model_memory(meta: GgufMetadata) -> ModelMemory:
+    """Each layer's cache and state as llama.cpp b11434 builds them for a GGUF model, read
+    from its metadata."""
+    architecture, layer_count, where = meta.architecture, meta.layer_count, meta.where
     if architecture not in LLAMA_CPP_ARCHITECTURES:
         raise ModelError(
             "UnsupportedArchitecture",
             f"{where}: llama.cpp does not know the architecture {architecture!r}",
             file=where, architecture=architecture)
-    meta = _Meta(architecture, metadata, where, layer_count)
     notes: list[str] = []
     if architecture in NO_CACHE:
         notes.append(f"{architecture} keeps no KV cache and no recurrent state in llama.cpp")
         return ModelMemory("none", (LayerMemory(),) * layer_count, 0, tuple(notes))
-    nextn = meta.get("nextn_predict_layers")
+    nextn = meta.count("nextn_predict_layers", 0)
     if nextn > layer_count:
         raise meta.bad("nextn_predict_layers", f"exceeds the {layer_count} blocks", nextn)
     if architecture == "deepseek4":
         return _compressed_attention(meta, layer_count, notes)
     n_layer = layer_count - nextn
-    n_embd = meta.get("embedding_length")
-    heads = meta.per_layer("attention.head_count", [0] * layer_count)
-    heads_kv = meta.per_layer("attention.head_count_kv", heads)
-    ffn = meta.per_layer("feed_forward_length", [0] * layer_count)
+    n_embd = meta.count("embedding_length", 0)
+    heads = meta.counts_per_layer("attention.head_count", [0] * layer_count)
+    heads_kv = meta.counts_per_layer("attention.head_count_kv", heads)
+    ffn = meta.counts_per_layer("feed_forward_length", [0] * layer_count)
     n_head = heads[0]
     plain = architecture not in RECURRENT and architecture not in HYBRID
-    if plain and meta.key("attention.head_count") not in metadata:
+    if plain and not meta.has("attention.head_count"):
         raise meta.missing("attention.head_count")
     if n_head:
-        has_lengths = (meta.key("attention.key_length") in metadata
-                       and meta.key("attention.value_length") in metadata)
+        has_lengths = (meta.has("attention.key_length")
+                       and meta.has("attention.value_length"))
         if not n_embd and not has_lengths:
             raise meta.missing("embedding_length")
-        head_k = meta.get("attention.key_length", n_embd // n_head)
-        head_v = meta.get("attention.value_length", n_embd // n_head)
+        head_k = meta.count("attention.key_length", n_embd // n_head)
+        head_v = meta.count("attention.value_length", n_embd // n_head)
     else:
         head_k = head_v = 0
-    head_k_swa = meta.get("attention.key_length_swa", head_k)
-    head_v_swa = meta.get("attention.value_length_swa", head_v)
-    latent = bool(meta.get("attention.key_length_mla") and meta.get("attention.value_length_mla"))
+    head_k_swa = meta.count("attention.key_length_swa", head_k)
+    head_v_swa = meta.count("attention.value_length_swa", head_v)
+    latent = bool(meta.count("attention.key_length_mla", 0)
+                  and meta.count("attention.value_length_mla", 0))
     sliding, window = _sliding(meta, n_layer)
     recurrent = _recurrent_layers(meta, n_layer, heads_kv, ffn)
-    if architecture == "lfm2" and meta.get("attention.sliding_window"):
+    if architecture == "lfm2" and meta.count("attention.sliding_window", 0):
         sliding = [not flag for flag in recurrent]
-        window = meta.get("attention.sliding_window")
+        window = meta.count("attention.sliding_window", 0)
     state = _state_elements(meta, n_embd, n_head) if any(recurrent) else 0
 
     # Which layers keep attention KV rows.
@@ -433,7 +381,7 @@ def model_memory(architecture: str, metadata: Mapping[str, Any], layer_count: in
     if architecture == "gemma3n":
         kv_from_start = 20
     elif architecture == "gemma4":
-        kv_from_start = layer_count - meta.get("attention.shared_kv_layers")
+        kv_from_start = layer_count - meta.count("attention.shared_kv_layers", 0)
     if kv_from_start < layer_count:
         reuse = ("reuses the cache of an earlier layer and keeps none of its own"
                  if layer_count - kv_from_start == 1 else
@@ -441,12 +389,12 @@ def model_memory(architecture: str, metadata: Mapping[str, Any], layer_count: in
         notes.append(f"{'layer' if layer_count - kv_from_start == 1 else 'layers'} "
                      f"{layer_range(kv_from_start, layer_count, '-')} {reuse}")
 
-    index_key = meta.get("attention.indexer.key_length") if architecture in INDEXED else 0
-    index_flags = meta.flags("attention.indexer.types")
+    index_key = meta.count("attention.indexer.key_length", 0) if architecture in INDEXED else 0
+    index_flags = meta.flags_per_layer("attention.indexer.types")
     if architecture in _POOLED_INDEX_ROW:
         # qwen4exp pools by its compress ratios, glm5-next by attention.indexer.kpool.
-        kpool = (max(meta.per_layer("attention.compress_ratios", [0] * layer_count))
-                 if architecture == "qwen4exp" else meta.get("attention.indexer.kpool"))
+        kpool = (max(meta.counts_per_layer("attention.compress_ratios", [0] * layer_count))
+                 if architecture == "qwen4exp" else meta.count("attention.indexer.kpool", 0))
         index_row = index_key * (_POOLED_INDEX_ROW[architecture] if kpool else 1)
     layers = []
     for index in range(layer_count):
@@ -458,7 +406,7 @@ def model_memory(architecture: str, metadata: Mapping[str, Any], layer_count: in
             v = 0 if latent else (head_v_swa if swa else head_v) * kv_heads
             if index_key and (index_flags is None or index_flags[index]) and \
                     not (architecture == "minimax-m3"
-                         and index < meta.get("leading_dense_block_count")):
+                         and index < meta.count("leading_dense_block_count", 0)):
                 if architecture in _POOLED_INDEX_ROW:
                     ik, iv = index_row, 0
                 else:
@@ -471,7 +419,7 @@ def model_memory(architecture: str, metadata: Mapping[str, Any], layer_count: in
     if kind == "kv" and not any(layer.has_kv for layer in layers):
         raise meta.bad("attention.head_count_kv", "leaves no layer with a KV cache, which "
                        "llama.cpp cannot run", heads_kv)
-    window_key = meta.get("attention.sliding_window")
+    window_key = meta.count("attention.sliding_window", 0)
     if window_key and not window and architecture not in SLIDING_RULES \
             and architecture not in ("llama4", "exaone4", "lfm2"):
         notes.append(f"the file sets a {window_key}-token sliding window, which llama.cpp does "

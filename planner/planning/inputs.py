@@ -188,7 +188,7 @@ class PlanningInput:
     memory_rule: MemoryRule = DESIGN_RULE
     """What each layer and node costs (:mod:`planner.planning.memory_rule`): the design
     rule of docs/rules.md §3 unless another is given (llama.cpp's:
-    :class:`planner.memory.LlamaCppCosts`, docs/rules.md §12)."""
+    :class:`planner.llamacpp.LlamaCppCosts`, docs/rules.md §12)."""
 
     def __post_init__(self) -> None:
         for name, maximum in _INT_LIMITS.items():
@@ -227,7 +227,7 @@ class PlanningInput:
         if not isinstance(self.memory_rule, MemoryRule):
             raise InvalidInput(
                 "memory_rule", "must be a memory rule: planner.planning.memory_rule."
-                "DesignRule() or llama.cpp's (a planner.memory.LlamaCppCosts, e.g. "
+                "DesignRule() or llama.cpp's (a planner.llamacpp.LlamaCppCosts, e.g. "
                 "costs_from_gguf(path); from JSON, LlamaCppCosts.from_dict)",
                 value=type(self.memory_rule).__name__)
         self.memory_rule.check(self)

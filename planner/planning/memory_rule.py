@@ -6,7 +6,7 @@ backend overhead and compute buffers); the search, the candidates, the explanati
 the stage table all read the same answers, so they never mix rules.
 
 Two rules exist: :class:`DesignRule` (docs/rules.md §3, the default) and llama.cpp's
-(:class:`planner.memory.LlamaCppCosts`, docs/rules.md §12).
+(:class:`planner.llamacpp.LlamaCppCosts`, docs/rules.md §12).
 """
 
 from __future__ import annotations

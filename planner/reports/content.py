@@ -108,7 +108,7 @@ class ReportContent:
         from its plain form)."""
         request = dict(self.request)
         if isinstance(request.get("memory_rule"), Mapping):
-            from planner.memory import LlamaCppCosts
+            from planner.llamacpp import LlamaCppCosts
 
             request["memory_rule"] = LlamaCppCosts.from_dict(request["memory_rule"])
         return PlanningInput.from_dict(request)
@@ -445,9 +445,9 @@ def build_report(
 
 def memory_section(request: PlanningInput, plan: Plan | None) -> dict[str, Any]:
     """Which memory rule planned ``request`` and, under ``llamacpp``, each stage's
-    components as llama.cpp allocates them (:func:`planner.memory.estimate`)."""
+    components as llama.cpp allocates them (:func:`planner.llamacpp.estimate`)."""
     section: dict[str, Any] = {"memory_model": request.memory_model, "stages": []}
-    from planner.memory import LlamaCppCosts, estimate
+    from planner.llamacpp import LlamaCppCosts, estimate
 
     costs = request.memory_rule
     if not isinstance(costs, LlamaCppCosts) or plan is None:

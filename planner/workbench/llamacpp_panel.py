@@ -18,7 +18,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from planner.errors import CodedError
-from planner.launch import launch_for_plan
+from planner.llamacpp.launch import launch_for_plan
 from planner.reports.content import memory_section
 from planner.units import format_bytes
 from planner.workbench.catalog import gguf_files

@@ -6,7 +6,9 @@ The lines it reads (llama.cpp b11434; ``-v`` adds the layer lines):
 - ``load_tensors: <buffer> model buffer size = X MiB`` (weights),
 - ``llama_kv_cache: <buffer> KV buffer size = X MiB`` (one line per cache and device),
 - ``llama_memory_recurrent: <buffer> RS buffer size = X MiB`` (recurrent state),
-- ``sched_reserve: <buffer> compute buffer size = X MiB``,
+- ``sched_reserve: <buffer> compute buffer size = X MiB`` (and, when the context is
+  freed, ``~llama_context: <buffer> compute buffer size is X MiB`` with four decimals,
+  which is kept),
 - ``llama_context: <buffer> output buffer size = X MiB``,
 - ``load_tensors: layer N assigned to device RPCk`` (with ``-v``),
 - ``llama_context: n_ctx = 4096`` and the other settings llama.cpp prints as it builds a
@@ -46,6 +48,9 @@ _BUFFER = re.compile(
     r"(?P<what>\w+):\s+"
     r"(?P<name>\S+)\s+(?P<kind>model|KV|RS|DSV4 \S+ state|compute|output) buffer size =\s+"
     rf"(?P<mib>{_NUMBER}) MiB", re.ASCII)
+# llama_context's destructor repeats each compute buffer with four decimals.
+_COMPUTE_EXACT = re.compile(r"~llama_context:\s+(?P<name>\S+) compute buffer size is\s+"
+                            rf"(?P<mib>{_NUMBER}) MiB", re.ASCII)
 _LAYER = re.compile(r"load_tensors: layer\s+(?P<layer>\d{1,6}) assigned to device "
                     r"(?P<device>[^,\n]+), is_swa", re.ASCII)
 # llama-server: "eval time = X ms / N tokens (...)"; llama-cli, llama-completion:
@@ -166,6 +171,10 @@ def parse_log(text: str) -> Measured:
         size = round(float(match["mib"]) * MIB)
         entry = memory.setdefault(device, {})
         entry[component] = entry.get(component, 0) + size
+    for match in _COMPUTE_EXACT.finditer(body):
+        device = _device_key(match["name"])
+        if "compute_bytes" in memory.get(device, {}):
+            memory[device]["compute_bytes"] = round(float(match["mib"]) * MIB)
     layers = {int(m["layer"]): m["device"].strip() for m in _LAYER.finditer(body)}
     timings, last = _timings(body)
     per_token = float(last["per_token"]) if last is not None and last["per_token"] else None

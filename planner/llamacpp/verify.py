@@ -1,15 +1,15 @@
 """How close a plan's estimate came to a launched split (``planner verify``): per device,
 the weights, KV cache, compute buffer and total llama.cpp allocated against
-:mod:`planner.memory`'s estimate, and the decode and prefill speed it measured against
-:mod:`planner.performance`'s, each judged by the estimate's stated error.
+:mod:`planner.llamacpp.estimate`'s estimate, and the decode and prefill speed it measured
+against :mod:`planner.performance`'s, each judged by the estimate's stated error.
 
-Pure: a fleet document, its plan and the launch that ran it (:mod:`planner.launch`), the
-model's llama.cpp layout and a parsed log (:mod:`planner.llamacpp_log`) in; a
-:class:`Verification` out.
+Pure: a fleet document, its plan and the launch that ran it
+(:mod:`planner.llamacpp.launch`), the model's llama.cpp layout and a parsed log
+(:mod:`planner.llamacpp.log`) in; a :class:`Verification` out.
 
 - **Memory** is judged by the targets the estimate is held to on every recorded run
-  (:data:`planner.memory.ACCURACY_TARGETS`): weights, KV cache and output buffer within
-  0.05 MiB, the compute buffer within 10 %, the total within 5 %. The total is what the
+  (:data:`planner.llamacpp.check.ACCURACY_TARGETS`): weights, KV cache and output buffer
+  within 0.05 MiB, the compute buffer within 10 %, the total within 5 %. The total is what the
   log shows (llama.cpp logs no backend overhead), so the estimate's overhead is left out.
 - **Speed** is estimated for what was measured: one lane (each request alone), the
   requests' mean prompt for prefill, and their mean context depth while decoding. It is
@@ -32,16 +32,12 @@ from typing import Any
 import pandas as pd
 
 from planner.errors import CodedError
-from planner.launch import Launch
-from planner.llamacpp_log import HOST, MIB, Measured
-from planner.memory import (
-    ACCURACY_TARGETS,
-    DeviceMemory,
-    LlamaCppModel,
-    LlamaCppSettings,
-    estimate,
-    within_target,
-)
+from planner.llamacpp.check import ACCURACY_TARGETS, within_target
+from planner.llamacpp.estimate import DeviceMemory, estimate
+from planner.llamacpp.launch import Launch
+from planner.llamacpp.layout import LlamaCppModel
+from planner.llamacpp.log import HOST, MIB, Measured
+from planner.llamacpp.settings import LlamaCppSettings
 from planner.models import ModelError
 from planner.models.gpus import GpuModel
 from planner.performance import (
@@ -128,7 +124,7 @@ class Verification:
 
 
 def _location(address: str, device: int) -> str:
-    """The key :func:`planner.llamacpp_log.parse_log` keeps a device's buffers under."""
+    """The key :func:`planner.llamacpp.log.parse_log` keeps a device's buffers under."""
     return address if device == 0 else f"{address}/{device}"
 
 

@@ -11,7 +11,7 @@ peak of the live tensors, plus the holes best fit could not fill. Weights and th
 live in their own buffers and only pass through.
 
 :class:`Allocator` is that allocator, :class:`Graph` the graph it walks; the graphs of
-llama.cpp's models are built by :mod:`planner.model_graphs`.
+llama.cpp's models are built by :mod:`planner.llamacpp.graph`.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from planner.errors import CodedError
 from planner.fleet import FleetDocument
 from planner.fleet._fields import address_problem
 from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_UBATCH, MAX_LAYERS, MAX_RPC_DEVICES
-from planner.memory import LlamaCppSettings, server_settings
+from planner.llamacpp.settings import LlamaCppSettings, server_settings
 from planner.planning import Plan
 from planner.units import layer_range
 
@@ -169,8 +169,9 @@ def _texts(values: Any, name: str) -> list[str]:
 
 def _ranges(ranges: Any, layer_count: Any = None) -> list[tuple[int, int]]:
     """``ranges`` checked: one ``(start, end)`` pair of whole numbers per device, in
-    order, each at least one layer, together the layers ``0..layer_count`` when that is
-    given (itself from 1 to :data:`~planner.limits.MAX_LAYERS`)."""
+    order, each at least one layer (but a last device after another, which may hold the
+    output layer alone), together the layers ``0..layer_count`` when that is given
+    (itself from 1 to :data:`~planner.limits.MAX_LAYERS`)."""
     fail = _bad_argument("ranges")
     if layer_count is not None:
         layer_count = integer(layer_count, _bad_argument("layer_count"), minimum=1,
@@ -183,10 +184,13 @@ def _ranges(ranges: Any, layer_count: Any = None) -> list[tuple[int, int]]:
             raise fail("must be a list of (start, end) layer ranges", pair)
         start = integer(pair[0], fail, minimum=checked[-1][1] if checked else 0,
                         maximum=MAX_LAYERS)
-        end = integer(pair[1], fail, minimum=start + 1, maximum=MAX_LAYERS)
+        end = integer(pair[1], fail, minimum=start, maximum=MAX_LAYERS)
         if checked and start != checked[-1][1]:
             raise fail("must follow each other without a gap", pair)
         checked.append((start, end))
+    if any(start == end for start, end in checked[:-1]) or checked[0][0] == checked[0][1]:
+        raise fail("must each hold at least one layer (only a last device after another "
+                   "may hold the output layer alone)", ranges)
     if layer_count is not None and (checked[0][0], checked[-1][1]) != (0, layer_count):
         raise fail(f"must cover layers 0 to {layer_count} (the layer count)", ranges)
     return checked

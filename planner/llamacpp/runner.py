@@ -1,12 +1,13 @@
-"""The one place that touches llama.cpp: its binaries as subprocesses, its rpc-servers
-over their sockets, and its log parsed.
+"""The one place that touches llama.cpp: its binaries as subprocesses and its rpc-servers
+over their sockets.
 
-Everything else in the package only builds command lines (:mod:`planner.launch`),
-estimates (:mod:`planner.memory`) or speaks the RPC protocol's bytes
-(:mod:`planner.rpc_protocol`). This adapter connects to ``rpc-server``s to ask for their
+Everything else in the package only builds command lines (:mod:`planner.llamacpp.launch`),
+estimates (:mod:`planner.llamacpp.estimate`) or speaks the RPC protocol's bytes
+(:mod:`planner.llamacpp.rpc`). This adapter connects to ``rpc-server``s to ask for their
 devices (:func:`query_rpc_servers`, only to the addresses it is given), starts
-``ggml-rpc-server`` processes and ``llama-completion`` runs, and reads back what
-llama.cpp says it allocated through the one log parser, :mod:`planner.llamacpp_log`.
+``ggml-rpc-server`` processes, ``llama-completion`` runs and ``llama-server`` until it has
+reserved its buffers, and reads back what llama.cpp says it allocated through the one log
+parser, :mod:`planner.llamacpp.log`.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from pathlib import Path
 
 from planner.errors import CodedError
 from planner.limits import DEFAULT_RPC_TIMEOUT_S
-from planner.llamacpp_log import Measured, parse_log
-from planner.rpc_protocol import (
+from planner.llamacpp.log import Measured, parse_log
+from planner.llamacpp.rpc import (
     RpcDiscoveryError,
     RpcServerReport,
     Step,
@@ -49,7 +50,7 @@ def binaries_dir(cache: str | Path | None = None) -> Path:
     overrides it)."""
     if os.environ.get("LLAMA_CPP_BIN"):
         return Path(os.environ["LLAMA_CPP_BIN"])
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     base = Path(cache) if cache is not None else root / ".cache" / "llama.cpp"
     builds = sorted(base.glob("build-*/bin"))
     if not builds:
@@ -121,6 +122,48 @@ def run(argv: Sequence[str], timeout_s: float = 600.0) -> Measured:
     return parse_log(log)
 
 
+# llama_context::sched_reserve logs this last: every buffer of the context is allocated.
+RESERVED = "sched_reserve: reserve took"
+# llama-server logs this once it serves; stopped from then on, it frees its context, which
+# logs each compute buffer again with four decimals.
+SERVING = "llama_server: listening on"
+
+
+def reserve(argv: Sequence[str], log_path: str | Path, timeout_s: float = 300.0) -> Measured:
+    """Start a llama.cpp server command (``llama-server``), wait until it serves (its
+    context has reserved its buffers), stop it and parse what it reported. The log goes
+    to ``log_path``. Nothing is served: a server that exits, or does not reserve within
+    ``timeout_s``, is a ``LlamaCppFailed``."""
+    path = Path(log_path)
+    with path.open("wb") as log:
+        try:
+            process = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT)
+        except OSError as exc:
+            raise LlamaCppRunError("LlamaCppFailed", f"{argv[0]} could not run: {exc}",
+                                   argv=list(argv)) from None
+        deadline = time.monotonic() + timeout_s
+        try:
+            while SERVING not in path.read_text(errors="replace"):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    text = path.read_text(errors="replace")
+    if RESERVED not in text:
+        tail = "\n".join(text.strip().splitlines()[-5:])
+        raise LlamaCppRunError("LlamaCppFailed",
+                               f"{Path(argv[0]).name} reserved nothing (exit "
+                               f"{process.returncode}): {tail}", argv=list(argv),
+                               returncode=process.returncode)
+    return parse_log(text)
+
+
 # -- rpc-servers over their sockets ---------------------------------------------------------
 
 BUSY_HINT = ("either an rpc-server busy with another client (it serves one at a time, and "
@@ -132,7 +175,7 @@ def query_rpc_servers(addresses: Sequence[str], *, timeout_s: float = DEFAULT_RP
                       ) -> list[RpcServerReport]:
     """Ask each rpc-server at ``addresses`` (``host:port``, as the user named them) for
     its devices' free and total memory, over llama.cpp's RPC protocol
-    (:mod:`planner.rpc_protocol`).
+    (:mod:`planner.llamacpp.rpc`).
 
     Each name is resolved once to an IPv4 address, as llama.cpp resolves it, and only
     those addresses and ports are connected to, one server at a time; each gets

@@ -3,7 +3,7 @@ its total memory as ``vram``, its free memory as ``max_vram``, its server's addr
 its index there) for ``planner launch``, and the shortest round trip to its server as
 its ``latency_ms``.
 
-Pure: it reads :class:`~planner.rpc_protocol.RpcServerReport`\\ s (from
+Pure: it reads :class:`~planner.llamacpp.rpc.RpcServerReport`\\ s (from
 :func:`planner.llamacpp.query_rpc_servers` or recorded bytes) and builds the one fleet
 document type, :class:`~planner.fleet.FleetDocument`.
 
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from planner.fleet import FleetDocument, ModelChoice, ReliabilityOverride
+from planner.llamacpp.rpc import RpcServerReport
 from planner.planning import NodeBudget
-from planner.rpc_protocol import RpcServerReport
 
 
 def node_id(report: RpcServerReport, device: int) -> str:
