@@ -184,3 +184,20 @@ def test_bytes_that_are_not_utf8_are_read_around(tmp_path: Path) -> None:
     log = tmp_path / "x.log"
     log.write_bytes(b"\xff\xfe" + LINES.encode())
     assert read_log(log).memory == parse_log(LINES).memory
+
+
+def test_the_compute_buffers_the_context_frees_are_read_to_four_decimals(
+        recorded: Measured) -> None:
+    """llama-server stopped frees its context, which logs each compute buffer again with
+    four decimals: those are kept, a server's second device's under its own key."""
+    import re
+
+    exact = {}
+    for match in re.finditer(r"~llama_context:\s+(\S+) compute buffer size is\s+([0-9.]+) MiB",
+                             LOG.read_text()):
+        name, mib = match[1], float(match[2])
+        rpc = re.fullmatch(r"RPC(\d+)\[(.+)\]", name)
+        key = HOST if rpc is None else rpc[2] if rpc[1] == "0" else f"{rpc[2]}/{rpc[1]}"
+        exact[key] = round(mib * MIB)
+    assert len(exact) == len(recorded.memory)
+    assert {key: parts["compute_bytes"] for key, parts in recorded.memory.items()} == exact
