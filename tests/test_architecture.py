@@ -43,7 +43,9 @@ PROGRAM_STARTERS = ("llamacpp/runner.py", "workbench/serve.py")
 # engine import name -> the modules (relative to planner/) that may import it
 ENGINES: dict[str, tuple[str, ...]] = {
     "dask": ("sweep_dask.py",), "distributed": ("sweep_dask.py",),
-    "subprocess": PROGRAM_STARTERS, "planner.llamacpp.runner": ("llamacpp/runner.py",)}
+    "subprocess": PROGRAM_STARTERS,
+    # The adapter, and the one command that asks rpc-servers through it.
+    "planner.llamacpp.runner": ("llamacpp/runner.py", "cli/discover.py")}
 # os functions that start another program.
 PROCESS_STARTERS = frozenset({
     "system", "popen", "fork", "forkpty", "posix_spawn", "posix_spawnp",
@@ -376,7 +378,8 @@ def test_no_module_grows_past_the_line_limit() -> None:
 
 def test_each_engine_is_touched_by_its_adapter_only() -> None:
     """Dask only in ``planner/sweep_dask.py``; processes (llama.cpp's binaries) only in
-    ``planner/llamacpp/runner.py``, which no other module imports."""
+    ``planner/llamacpp/runner.py``, which no other module imports but ``planner
+    discover``'s."""
     found = all_imports(layout_rows())
     assert engine_violations(found) == []
     assert {f.file for f in found if f.library in ("dask", "distributed")} == {
@@ -418,8 +421,8 @@ def test_an_engine_outside_its_adapter_is_reported() -> None:
         "dask is touched only by planner/sweep_dask.py; also by planner/workbench/serve.py:2"]
     assert engine_violations(imports_in("import planner.llamacpp.runner\n",
                                         "llamacpp/launch.py", rows)) == [
-        "planner.llamacpp.runner is touched only by planner/llamacpp/runner.py; also by "
-        "planner/llamacpp/launch.py:1"]
+        "planner.llamacpp.runner is touched only by planner/llamacpp/runner.py, "
+        "planner/cli/discover.py; also by planner/llamacpp/launch.py:1"]
 
 
 def test_a_module_row_inside_a_package_is_its_own() -> None:

@@ -133,10 +133,11 @@ EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
     "planner.fleet.document.FleetDocument": lambda: dict(
         model=ModelChoice(preset="llama-3.1-70b"), nodes=(_node("a"), _node("b")),
         minimum_nodes=1, context_length_override=4096, parallel_lanes_override=2,
-        target_decode_tpot_ms=50),
+        target_decode_tpot_ms=50, addresses=(("a", "10.0.0.1:50052"),),
+        rpc_devices=(("a", 1),)),
     "planner.llamacpp.settings.LlamaCppSettings": lambda: dict(
         context_length=4096, parallel=2, kv_unified=True, ubatch=512, batch=2048,
-        flash_attn=True, overhead_bytes=100),
+        flash_attn=True, overhead_bytes=100, program="llama-completion"),
     "planner.llamacpp.costs.LlamaCppCosts": lambda: dict(
         model=_llama_model(), flash_attn=True, ubatch=512, lanes=4,
         overhead_bytes=(("a", 100),), one_device=False),
@@ -157,6 +158,9 @@ EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
         weight_efficiency=0.9, layer_ms=0.05, kv_efficiency=0.3,
         kv_efficiency_without_flash_attention=0.2, matrix_efficiency=0.4,
         attention_efficiency=0.1, quantized_matrix_factor=1.2, hop_ms=0.1),
+    "planner.performance.calibration.KindCalibration": lambda: dict(
+        read_factor=0.8, compute_factor=1.2, decode_error=0.1, decode_runs=3,
+        prefill_error=0.2, prefill_runs=2),
     "planner.performance.calibration.SpeedCalibration": lambda: dict(
         backends={"cuda": _BACKEND}, memory_factors={"hbm": 0.6}, activation_bytes=12.0,
         half_rate_tokens=8.0, fallback_matrix_factor=1.0,
@@ -193,7 +197,21 @@ _WORKBENCH = "the workbench's own state: text as typed, read by its checked read
 _MODEL = "built only by the model readers from a checked GGUF file or preset"
 
 # Public dataclasses that are not input: nothing outside the package builds them.
+_RPC = "built only by the RPC conversation from replies it has checked"
+
 RESULTS = {
+    "planner.llamacpp.rpc.RpcDevice": _RPC,
+    "planner.llamacpp.rpc.RpcServerReport": _RPC,
+    "planner.llamacpp.rpc.Step": "a request the conversation writes itself",
+    "planner.llamacpp.rpc.Transcript": "the bytes a conversation sent and received",
+    "planner.llamacpp.verify.Check": _ANSWER,
+    "planner.llamacpp.bench.BenchFit": _ANSWER,
+    "planner.llamacpp.bench.RunFit": _ANSWER,
+    "planner.llamacpp.bench.RunShape": _ANSWER,
+    "planner.llamacpp.bench.BenchRun": "read only from llama-bench output by its checked "
+                                          "reader",
+    "planner.llamacpp.verify.Verification": _ANSWER,
+    "planner.llamacpp.verify.SpeedEstimates": _ANSWER,
     "planner.planning.search.NodeSetChoice": "a search result, built only by the search",
     "planner.planning.search.SearchBudget": "the search's own step counter",
     "planner.fence.check.model.Rules": "holds functions, no numbers",
@@ -240,7 +258,8 @@ RESULTS = {
     "planner.reports.tables.TextTable": _ANSWER,
     "planner.llamacpp.allocator.Tensor": "ggml's graph as the graph builder lays it out",
     "planner.llamacpp.allocator.Graph": "ggml's graph as the graph builder lays it out",
-    "planner.llamacpp.runner.Measured": "what a llama.cpp run printed, parsed by the adapter",
+    "planner.llamacpp.log.Measured": "what a llama.cpp run printed, parsed from its log",
+    "planner.llamacpp.log.Timing": "a pair of timing lines, parsed from a log",
     "planner.llamacpp.layout.LayerLayout": _MODEL,
     "planner.llamacpp.layout.LlamaCppModel": _MODEL,
     "planner.llamacpp.graph.shapes.AttentionShape": _MODEL,

@@ -220,3 +220,89 @@ def test_shell_words_carry_the_exact_bytes_in_every_locale(locale: str) -> None:
     done = subprocess.run(["bash", "-c", script], capture_output=True, check=True,
                           env={"LC_ALL": locale, "PATH": "/usr/bin:/bin"})
     assert done.stdout.split(b"\0")[:-1] == [os.fsencode(word) for word in nasty]
+
+
+# -- rpc-servers with several devices --------------------------------------------------------
+
+MULTI = """
+[model]
+native_context_length = 8192
+layer_count = 6
+model_weight_bytes = "6 GiB"
+kv_bytes_per_token = 1024
+
+[planning]
+minimum_nodes = 3
+
+[[nodes]]
+id = "one"
+vram = "{one}"
+address = "10.0.0.1:50052"
+
+[[nodes]]
+id = "two-0"
+vram = "{two0}"
+address = "10.0.0.2:50052"
+rpc_device = 0
+
+[[nodes]]
+id = "two-1"
+vram = "{two1}"
+address = "10.0.0.2:50052"
+rpc_device = 1
+"""
+
+
+def test_fleet_files_carry_the_device_of_a_multi_device_rpc_server() -> None:
+    document = parse_fleet_toml(MULTI.format(one="8 GiB", two0="8 GiB", two1="8 GiB"))
+    assert dict(document.rpc_devices) == {"two-0": 0, "two-1": 1}
+    assert parse_fleet_toml(fleet_to_toml(document)) == document
+    with pytest.raises(FleetFileError) as caught:
+        parse_fleet_toml(MULTI.format(one="8 GiB", two0="8 GiB", two1="8 GiB").replace(
+            'address = "10.0.0.2:50052"\nrpc_device = 1', "rpc_device = 1"))
+    assert caught.value.field == "nodes[2].rpc_device"
+    with pytest.raises(FleetFileError) as caught:
+        parse_fleet_toml(MULTI.format(one="8 GiB", two0="8 GiB", two1="8 GiB").replace(
+            "rpc_device = 1", "rpc_device = 16"))
+    assert caught.value.field == "nodes[2].rpc_device"
+
+
+def test_a_multi_device_server_is_started_once_and_its_devices_numbered_as_llama_cpp_does(
+        ) -> None:
+    # The largest node first: two-1, then one, then two-0. llama.cpp numbers the devices
+    # of --rpc's servers in turn: 10.0.0.2's are RPC0 and RPC1, 10.0.0.1's is RPC2.
+    document = parse_fleet_toml(MULTI.format(one="9 GiB", two0="8 GiB", two1="10 GiB"))
+    plan = plan_topology(document.to_request())
+    assert [stage.node_id for stage in plan.stages] == ["two-1", "one", "two-0"]
+    launch = launch_for_plan(document, plan, model_path="m.gguf")
+    argv = list(launch.llama_server)
+    assert argv[argv.index("--rpc") + 1] == "10.0.0.2:50052,10.0.0.1:50052"
+    assert argv[argv.index("--device") + 1] == "RPC1,RPC2,RPC0"
+    assert [server.address for server in launch.rpc_servers] == ["10.0.0.2:50052",
+                                                                 "10.0.0.1:50052"]
+    assert [stage["rpc_device"] for stage in launch.to_dict()["stages"]] == [1, 0, 0]
+    assert "# on the host of 10.0.0.2:50052, serving its devices (two-1: device 1, " \
+           "layers 0-3; two-0: device 0, layer 5)" in launch.shell()
+
+
+def test_one_device_servers_keep_their_json_keys() -> None:
+    document = parse_fleet_toml(FLEET.replace('id = "b"\nvram = "8 GiB"',
+                                              'id = "b"\nvram = "8 GiB"\naddress = "h:1"'))
+    launch = launch_for_plan(document, plan_topology(document.to_request()),
+                             model_path="m.gguf")
+    assert "rpc_device" not in launch.to_dict()["stages"][0]
+
+
+@pytest.mark.parametrize(("edit", "problem"), [
+    # Two nodes at one address without their devices: one rpc-server, counted twice.
+    (lambda text: text.replace("rpc_device = 1\n", ""), "are both its device 0"),
+    (lambda text: text.replace("rpc_device = 0\n", "rpc_device = 2\n"),
+     "has no node for its device 0"),
+])
+def test_a_server_whose_devices_the_fleet_gets_wrong_is_refused(edit, problem: str) -> None:
+    document = parse_fleet_toml(edit(MULTI.format(one="9 GiB", two0="8 GiB", two1="10 GiB")))
+    plan = plan_topology(document.to_request())
+    with pytest.raises(LaunchError) as caught:
+        launch_for_plan(document, plan, model_path="m.gguf")
+    assert caught.value.code == "InconsistentRpcDevices"
+    assert problem in caught.value.message and "10.0.0.2:50052" in caught.value.message

@@ -34,7 +34,7 @@ from planner.llamacpp.grid import (
     uneven_ranges,
 )
 from planner.llamacpp.launch import layer_devices, tensor_split
-from planner.llamacpp.runner import parse_log
+from planner.llamacpp.log import parse_log
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,6 +7,7 @@ import csv
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -70,7 +71,9 @@ def test_the_two_memory_models_give_different_plans_worked_by_hand() -> None:
     reserve, output_compute = stage_compute_bytes(model, settings)
     masks = SCHED_MAX_COPIES * CONTEXT * 512 * 2
     assert masks == 256 * MIB and reserve > masks
-    assert output_compute > masks + 32000 * 4
+    assert masks + 32000 * 4 < output_compute < masks + 32000 * 512 * 4
+    completion = replace(settings, program="llama-completion")
+    assert stage_compute_bytes(model, completion)[1] > masks + 32000 * 512 * 4
     layer = WEIGHT + 2 * CONTEXT * ELEMENTS * 2
     assert layer == 320 * MIB
     output = 32000 * 1024 * 2 + output_compute

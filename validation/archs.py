@@ -29,11 +29,11 @@ sys.path.insert(0, str(ROOT))
 
 from planner.llamacpp import LlamaCppSettings, even_ranges  # noqa: E402
 from planner.llamacpp.launch import build_launch  # noqa: E402
+from planner.llamacpp.log import parse_log  # noqa: E402
 from planner.llamacpp.runner import (  # noqa: E402
     LlamaCppRunError,
     binaries_dir,
     free_port,
-    parse_log,
     rpc_servers,
 )
 

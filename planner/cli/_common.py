@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import planner
 from planner.errors import CodedError, PlanError
@@ -48,6 +50,13 @@ def add_memory_model_argument(parser: argparse.ArgumentParser) -> None:
              "fleet's GGUF file; a quantized V cache needs flash attention)")
 
 
+def add_calibration_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--calibration", metavar="FILE",
+        help="the speed estimate's calibration: a file planner calibrate wrote from your "
+             "own llama-bench runs (default: the shipped one, fitted on published runs)")
+
+
 class UserError(CodedError):
     """A problem with the command line the user can fix, printed as ``planner: <message>``."""
 
@@ -68,11 +77,16 @@ def exit_code(error: CodedError) -> int:
     return EXIT_NO_TOPOLOGY if error.code == "NoValidTopology" else EXIT_BAD_INPUT
 
 
-def load_request(path: str, memory_model: str = "design",
+def load_request(path: str, memory_model: str = "design", *, gguf: str | None = None,
                  ) -> tuple[FleetDocument, planner.PlanningInput]:
     """The fleet file at ``path`` and the planning request it describes, with the
-    memory rule ``memory_model``."""
+    memory rule ``memory_model``; ``gguf``, when given, is the model's file instead of
+    the one the fleet names."""
     document = load_fleet(path)
+    if gguf is not None:
+        model = replace(document.model, preset=None, numbers=None,
+                        gguf=os.path.abspath(gguf))
+        document = replace(document, model=model)
     try:
         return document, document.to_request(memory_model)
     except planner.InvalidInput as error:

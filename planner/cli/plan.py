@@ -8,12 +8,14 @@ import sys
 
 from planner.cli._common import (
     EXIT_OK,
+    add_calibration_argument,
     add_command,
     add_fleet_argument,
     add_memory_model_argument,
     load_request,
     result_or_exit_code,
 )
+from planner.models import load_gpu_catalog
 from planner.reports.content import build_report
 from planner.reports.tables import (
     TextTable,
@@ -41,6 +43,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         exit_codes="0 plan found, 1 no valid topology, 2 bad input")
     add_fleet_argument(parser)
     add_memory_model_argument(parser)
+    parser.add_argument("--catalog", metavar="FILE",
+                        help="GPU catalog in the format of data/gpus.toml, for the nodes' "
+                             "kinds (default: that)")
+    add_calibration_argument(parser)
     parser.add_argument("--json", action="store_true",
                         help="print the plan as JSON (the plan's field names)")
 
@@ -54,8 +60,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2))
         return EXIT_OK
+    catalog = load_gpu_catalog(args.catalog) if args.catalog is not None else None
     content = build_report(document, include_candidates=False, include_what_if=False,
-                           planned=result)
+                           planned=result, catalog=catalog)
     # The model's own name whichever way the file gives it (preset, GGUF or numbers), as
     # the reports show it.
     print(terminal_safe(f"{document.title}: {content.model['name']}"))

@@ -10,7 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from planner.cli._common import EXIT_NO_TOPOLOGY, EXIT_OK, UserError, add_command
+from planner.cli._common import (
+    EXIT_NO_TOPOLOGY,
+    EXIT_OK,
+    UserError,
+    add_calibration_argument,
+    add_command,
+)
 from planner.fleet import load_fleet
 from planner.limits import DEFAULT_PRICE_KIND
 from planner.models import ModelSpec, from_gguf, load_gpu_catalog, load_preset
@@ -62,6 +68,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                              "charges per GPU-hour, the default) or owned (a purchase "
                              "spread over hours of use, as the Apple machines are priced); "
                              "kinds priced the other way are left out")
+    add_calibration_argument(parser)
     parser.add_argument("--top", type=int, default=5, metavar="K",
                         help="how many fleets to list (default 5)")
     output = parser.add_mutually_exclusive_group()

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from planner.cli._common import EXIT_OK, UserError, add_command
+from planner.cli._common import EXIT_OK, UserError, add_calibration_argument, add_command
 from planner.fleet import load_fleet
 from planner.limits import (
     DEFAULT_BATCH,
@@ -106,6 +106,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--catalog", metavar="FILE",
                         help="GPU kinds added to the shipped catalog (a kind with the "
                              "same id replaces the shipped one), in its format")
+    add_calibration_argument(parser)
     parser.add_argument("--json", action="store_true",
                         help="print tpot_ms, tokens_per_s, prefill_tokens_per_s, ttft_ms "
                              "and the terms behind them as JSON")

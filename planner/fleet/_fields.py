@@ -26,6 +26,7 @@ from planner.limits import (
     MAX_LATENCY_MS,
     MAX_LAYERS,
     MAX_MINIMUM_NODES,
+    MAX_RPC_DEVICES,
 )
 from planner.units import SIZE_FORMS, UnitError, parse_bytes, parse_context, parse_latency_ms
 
@@ -68,14 +69,15 @@ PLANNING_KEYS = (
     "target_decode_tpot_ms",
 )
 NODE_KEYS = ("id", "count", "vram", "max_vram", "headroom", "latency_ms",
-             *RELIABILITY_KEYS, "address")
+             *RELIABILITY_KEYS, "address", "rpc_device")
 TOP_KEYS = ("name", "model", "planning", "nodes")
 # Beside the planning request: names, the numbers the speed estimate reads, and the preset
 # or GGUF file the request's model numbers come from, with its KV cache type.
 JSON_MODEL_SOURCE_KEYS = ("preset", "gguf", "kv_cache_type")
 JSON_EXTRA_KEYS = ("model_name", "name", *SPEED_NUMBER_FIELDS, *JSON_MODEL_SOURCE_KEYS)
-# Beside a node's planning request fields: its failure figures and rpc-server address.
-JSON_NODE_EXTRA_KEYS = (*RELIABILITY_KEYS, "address")
+# Beside a node's planning request fields: its failure figures, its rpc-server's address
+# and its device there.
+JSON_NODE_EXTRA_KEYS = (*RELIABILITY_KEYS, "address", "rpc_device")
 # A host name's labels (RFC 1123, and "_" as resolvers allow it): ASCII letters, digits,
 # "-" and "_", never starting or ending with "-" (so no label reads as a command option).
 _HOST_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
@@ -260,6 +262,11 @@ def as_address(value: Any, field_name: str, node_id: str | None) -> str:
         return value
     raise FleetFileError("InvalidField", f"{address_problem(value)} (got {shown(value)})",
                          field=field_name, node_id=node_id)
+
+
+def as_rpc_device(value: Any, field_name: str, node_id: str | None) -> int:
+    """The index of a node's device on its rpc-server: 0 to ``MAX_RPC_DEVICES - 1``."""
+    return as_int(value, field_name, maximum=MAX_RPC_DEVICES - 1, node_id=node_id)
 
 
 def reject_unknown(table: Mapping[str, Any], allowed: Sequence[str], prefix: str,

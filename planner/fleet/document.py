@@ -20,6 +20,7 @@ from planner.fleet._fields import (
     as_address,
     as_int,
     as_rate,
+    as_rpc_device,
     as_text,
     normalise_numbers,
     reject_unknown,
@@ -230,6 +231,10 @@ class FleetDocument:
     addresses: tuple[tuple[str, str], ...] = ()
     """``(node_id, "host:port")`` of the nodes whose llama.cpp rpc-server address is
     known (``planner launch``)."""
+    rpc_devices: tuple[tuple[str, int], ...] = ()
+    """``(node_id, index)``: the node is device ``index`` of its rpc-server (a server with
+    several devices; a node without an entry is device 0). Every such node has an
+    address."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelChoice):
@@ -261,6 +266,16 @@ class FleetDocument:
                                      field="addresses", node_id=node_id)
             as_address(address, f"addresses.{node_id}", node_id)
         object.__setattr__(self, "addresses", tuple(sorted(addresses.items())))
+        devices = dict(self.rpc_devices.items() if isinstance(self.rpc_devices, Mapping)
+                       else self.rpc_devices)
+        for node_id, device in devices.items():
+            if node_id not in addresses:
+                raise FleetFileError("InvalidField", "is the device of an rpc-server, and "
+                                     "the node has no address; give it one",
+                                     field=f"rpc_devices.{node_id}", node_id=node_id)
+            devices[node_id] = as_rpc_device(device, f"rpc_devices.{node_id}", node_id)
+        object.__setattr__(self, "rpc_devices",
+                           tuple(sorted(devices.items())))
         object.__setattr__(self, "minimum_nodes", as_int(
             self.minimum_nodes, "planning.minimum_nodes", maximum=LIMITS["minimum_nodes"]))
         for key in ("context_length_override", "parallel_lanes_override",
@@ -359,6 +374,7 @@ class FleetDocument:
             "reliability": {node_id: own.to_dict()
                             for node_id, own in self.reliability.items()},
             "addresses": dict(self.addresses),
+            "rpc_devices": dict(self.rpc_devices),
             "source": self.source,
         }
 
@@ -368,7 +384,7 @@ class FleetDocument:
             raise FleetFileError("InvalidField", "must be an object", field="document")
         reject_unknown(data, ("name", "model", "minimum_nodes", "context_length_override",
                                "parallel_lanes_override", "target_decode_tpot_ms", "nodes",
-                               "reliability", "addresses", "source"), "")
+                               "reliability", "addresses", "rpc_devices", "source"), "")
         if "model" not in data:
             raise FleetFileError("MissingField", "is required", field="model")
         raw_nodes = data.get("nodes", [])
@@ -399,6 +415,7 @@ class FleetDocument:
                          for node_id, own in raw_reliability.items()},
             source=data.get("source"),
             addresses=tuple((data.get("addresses") or {}).items()),
+            rpc_devices=tuple((data.get("rpc_devices") or {}).items()),
         )
 
 

@@ -149,13 +149,14 @@ def _locked_temporary(destination: Path) -> tuple[int, str]:
     raise OSError(errno.EAGAIN, "temporary files keep disappearing")
 
 
-def write_text_atomic(path: str | Path, text: str) -> Path:
+def write_text_atomic(path: str | Path, text: str, *, overwrite: bool = True) -> Path:
     """Write ``text`` to ``path`` as UTF-8, atomically (:func:`write_file_atomic`)."""
-    return write_file_atomic(path, lambda stream: stream.write(text.encode("utf-8")))
+    return write_file_atomic(path, lambda stream: stream.write(text.encode("utf-8")),
+                             overwrite=overwrite)
 
 
 def write_file_atomic(path: str | Path, write: Callable[[BinaryIO], object], *,
-                      private_folder: bool = False) -> Path:
+                      private_folder: bool = False, overwrite: bool = True) -> Path:
     """Write ``path`` through ``write(stream)`` so that readers see the old file or the
     new, never half.
 
@@ -166,12 +167,17 @@ def write_file_atomic(path: str | Path, write: Callable[[BinaryIO], object], *,
     replaced and the link kept). Temporary files that a killed save left behind are
     removed. ``private_folder``: ``path`` is in a folder the caller made and locked (a
     sweep's parts): a link there is replaced, never followed, and no leftovers are looked
-    for (the caller removes the folder).
+    for (the caller removes the folder). Without ``overwrite``, anything already at
+    ``path`` (a file, a link, a folder) is left alone and refused with ``WouldOverwrite``:
+    the new file is linked into place, which fails if something is there, however late it
+    came.
     """
     given = Path(path)
     if "\0" in str(given):
         raise FleetFileError("WriteFailed", "is no file name: it holds a NUL byte",
                              path=str(given).replace("\0", "\\0"))
+    if not overwrite and os.path.lexists(given):
+        raise _exists(given)
     try:
         destination = (Path(os.path.realpath(given))
                        if not private_folder and given.is_symlink() else given)
@@ -202,9 +208,15 @@ def write_file_atomic(path: str | Path, write: Callable[[BinaryIO], object], *,
             except FileNotFoundError:
                 mode = 0o644
             os.chmod(temporary, mode)
-            os.replace(temporary, destination)
+            if overwrite:
+                os.replace(temporary, destination)
+            else:
+                os.link(temporary, destination)
+                os.unlink(temporary)
     except BaseException as error:
         Path(temporary).unlink(missing_ok=True)
+        if isinstance(error, FileExistsError):
+            raise _exists(given) from None
         if isinstance(error, OSError):
             raise FleetFileError("WriteFailed", f"cannot be written: {error.strerror}",
                                  path=str(given)) from None
@@ -212,8 +224,13 @@ def write_file_atomic(path: str | Path, write: Callable[[BinaryIO], object], *,
     return given
 
 
+def _exists(path: Path) -> FleetFileError:
+    return FleetFileError("WouldOverwrite", "already exists, and is not overwritten unless "
+                          "asked (--force)", path=str(path))
+
+
 def save_fleet(document: FleetDocument, path: str | Path, *,
-               drop_comments: bool = False) -> Path:
+               drop_comments: bool = False, overwrite: bool = True) -> Path:
     """Write ``document`` as ``.toml`` or ``.json`` (by extension), atomically.
 
     An interrupted save leaves either the old file or the new one, never half of one.
@@ -222,9 +239,13 @@ def save_fleet(document: FleetDocument, path: str | Path, *,
     :mod:`planner.fleet.edit`). A file that cannot be edited faithfully (its nodes as
     one inline array, say) is rewritten whole; when that would lose comments the save
     raises ``CommentsWouldBeLost`` and writes nothing, unless ``drop_comments``.
+    Without ``overwrite`` a file already there is refused (``WouldOverwrite``) and left
+    alone.
     """
     destination = Path(path)
     text, lost = _saved_text(document, destination)
+    if not overwrite:  # anything there is refused, so nothing of it is kept or lost
+        return write_text_atomic(destination, text, overwrite=False)
     if lost and not drop_comments:
         raise FleetFileError(
             "CommentsWouldBeLost",

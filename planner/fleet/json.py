@@ -1,8 +1,8 @@
 """The JSON form of a fleet file: a docs/rules.md §1 planning request, plus optional
 ``model_name`` and ``name``, the numbers the speed estimate reads, the ``preset`` or
 ``gguf`` file the model's numbers come from (with its ``kv_cache_type``), and a node's
-own failure figures (``annual_failure_rate``, ``repair_hours``, ``gpu``) and rpc-server
-``address`` beside its planning request fields.
+own failure figures (``annual_failure_rate``, ``repair_hours``, ``gpu``), rpc-server
+``address`` and ``rpc_device`` beside its planning request fields.
 
 Saving a fleet as JSON and reading it back gives the same fleet document: a model named
 by its preset or GGUF file stays one (its numbers are written too, so that the file is a
@@ -25,6 +25,7 @@ from planner.fleet._fields import (
     SPEED_NUMBER_FIELDS,
     as_address,
     as_rate,
+    as_rpc_device,
     as_text,
     lone_surrogate_field,
     nested_too_deeply,
@@ -75,18 +76,22 @@ def _document_from_json(data: Any) -> FleetDocument:
     request_data = {key: value for key, value in data.items() if key not in JSON_EXTRA_KEYS}
     reliability: dict[str, ReliabilityOverride] = {}
     addresses: list[tuple[str, str]] = []
+    devices: list[tuple[str, int]] = []
     if isinstance(request_data.get("nodes"), list):
         nodes = []
         for index, node in enumerate(request_data["nodes"]):
             if isinstance(node, Mapping) and any(key in node for key in JSON_NODE_EXTRA_KEYS):
                 own = _reliability_from_json(node, index)
                 address = _address_from_json(node, index)
+                device = _device_from_json(node, index, address)
                 node = {key: value for key, value in node.items()
                         if key not in JSON_NODE_EXTRA_KEYS}
                 if own is not None:
                     reliability[node["node_id"]] = own
                 if address is not None:
                     addresses.append((node["node_id"], address))
+                if device is not None:
+                    devices.append((node["node_id"], device))
             nodes.append(node)
         request_data["nodes"] = nodes
     try:
@@ -129,6 +134,7 @@ def _document_from_json(data: Any) -> FleetDocument:
         name=extras.get("name"),
         reliability=reliability,
         addresses=tuple(addresses),
+        rpc_devices=tuple(devices),
     )
 
 
@@ -155,6 +161,19 @@ def _address_from_json(node: Mapping[str, Any], index: int) -> str | None:
     node_id = node.get("node_id")
     return as_address(node["address"], f"nodes[{index}].address",
                       node_id if isinstance(node_id, str) else None)
+
+
+def _device_from_json(node: Mapping[str, Any], index: int,
+                      address: str | None) -> int | None:
+    if node.get("rpc_device") is None:
+        return None
+    node_id = node.get("node_id")
+    shown_id = node_id if isinstance(node_id, str) else None
+    if address is None:
+        raise FleetFileError("InvalidField", "is the index of a device on the node's "
+                             "rpc-server; give the node its address too",
+                             field=f"nodes[{index}].rpc_device", node_id=shown_id)
+    return as_rpc_device(node["rpc_device"], f"nodes[{index}].rpc_device", shown_id)
 
 
 def _reliability_from_json(node: Mapping[str, Any], index: int) -> ReliabilityOverride | None:
@@ -188,10 +207,13 @@ def fleet_to_json(document: FleetDocument) -> str:
     data.update({key: numbers[key] for key in SPEED_NUMBER_FIELDS
                  if numbers.get(key) is not None})
     addresses = dict(document.addresses)
+    devices = dict(document.rpc_devices)
     for node in data["nodes"]:
         own = document.reliability.get(node["node_id"])
         if own is not None:
             node.update(own.to_dict())
         if node["node_id"] in addresses:
             node["address"] = addresses[node["node_id"]]
+        if node["node_id"] in devices:
+            node["rpc_device"] = devices[node["node_id"]]
     return json.dumps(data, indent=2) + "\n"

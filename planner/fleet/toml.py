@@ -25,6 +25,7 @@ from planner.fleet._fields import (
     as_int,
     as_latency,
     as_rate,
+    as_rpc_device,
     as_size,
     as_text,
     bad,
@@ -201,9 +202,9 @@ def _document_from_toml(data: Mapping[str, Any]) -> FleetDocument:
     if not isinstance(raw_nodes, list):
         raise FleetFileError("InvalidField", "write each node as a [[nodes]] table",
                              field="nodes")
-    nodes, reliability, addresses = _nodes_from_toml(raw_nodes)
+    nodes, reliability, addresses, devices = _nodes_from_toml(raw_nodes)
     return FleetDocument(model=model, nodes=nodes, name=name, reliability=reliability,
-                         addresses=addresses, **options)
+                         addresses=addresses, rpc_devices=devices, **options)
 
 
 def _model_from_toml(table: Mapping[str, Any]) -> ModelChoice:
@@ -243,10 +244,11 @@ def _reliability_from_toml(entry: Mapping[str, Any], prefix: str,
 
 def _nodes_from_toml(entries: list[Any]
                      ) -> tuple[tuple[NodeBudget, ...], dict[str, ReliabilityOverride],
-                                tuple[tuple[str, str], ...]]:
+                                tuple[tuple[str, str], ...], tuple[tuple[str, int], ...]]:
     nodes: list[NodeBudget] = []
     reliability: dict[str, ReliabilityOverride] = {}
     addresses: list[tuple[str, str]] = []
+    devices: list[tuple[str, int]] = []
     owner: dict[str, tuple[int, str, str]] = {}  # by how each id looks
     for index, entry in enumerate(entries):
         prefix = f"nodes[{index}]."
@@ -289,6 +291,14 @@ def _nodes_from_toml(entries: list[Any]
                     node_id=base_id)
             addresses.append((ids[0], as_address(entry["address"], f"{prefix}address",
                                                  base_id)))
+        if "rpc_device" in entry:
+            if "address" not in entry:
+                raise FleetFileError(
+                    "InvalidField", "is the index of a device on the node's rpc-server; "
+                    "give the node its address too", field=f"{prefix}rpc_device",
+                    node_id=base_id)
+            devices.append((ids[0], as_rpc_device(entry["rpc_device"],
+                                                  f"{prefix}rpc_device", base_id)))
         for node_id in ids:
             key = looks(node_id)
             if key in owner:
@@ -305,7 +315,7 @@ def _nodes_from_toml(entries: list[Any]
             nodes.append(NodeBudget(node_id, detected, max_vram, headroom, latency))
             if own is not None:
                 reliability[node_id] = own
-    return tuple(nodes), reliability, tuple(addresses)
+    return tuple(nodes), reliability, tuple(addresses), tuple(devices)
 
 
 def _model_to_toml(model: ModelChoice) -> dict[str, Any]:
@@ -353,6 +363,7 @@ def fleet_to_toml(document: FleetDocument) -> str:
     parts.append("[model]\n" + tomli_w.dumps(_model_to_toml(document.model)))
     parts.append("[planning]\n" + tomli_w.dumps(planning))
     addresses = dict(document.addresses)
+    devices = dict(document.rpc_devices)
     for node, base_id, count in _group_nodes(document.nodes, document.reliability,
                                              set(addresses)):
         entry: dict[str, Any] = {"id": base_id}
@@ -370,5 +381,7 @@ def fleet_to_toml(document: FleetDocument) -> str:
             entry.update(own.to_dict())
         if count is None and node.node_id in addresses:
             entry["address"] = addresses[node.node_id]
+            if node.node_id in devices:
+                entry["rpc_device"] = devices[node.node_id]
         parts.append("[[nodes]]\n" + tomli_w.dumps(entry))
     return "\n".join(parts)

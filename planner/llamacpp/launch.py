@@ -14,6 +14,14 @@ placement on a real build.
 
 The lanes share one unified KV cache (``-kvu``), which is what the planner assumes;
 ``--fit off`` keeps llama.cpp from changing the context or the layers to make them fit.
+
+An rpc-server may serve several devices (a node each, told apart by ``rpc_device``).
+llama.cpp numbers the devices of the servers in ``--rpc`` one after another, each
+server's in its own order (``ggml_backend_rpc_add_server``: ``RPC0``, ``RPC1``, ... across
+servers), so ``--rpc`` lists each server once and ``--device`` names each stage's device
+by that number; a server's devices are counted from the fleet's nodes at its address,
+which must be its devices 0, 1, ... without a gap. One rpc-server command is printed per
+server.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from planner._validate import Fail, instance, integer, shown, text
 from planner.errors import CodedError
 from planner.fleet import FleetDocument
 from planner.fleet._fields import address_problem
-from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_UBATCH, MAX_LAYERS
+from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_UBATCH, MAX_LAYERS, MAX_RPC_DEVICES
 from planner.llamacpp.settings import LlamaCppSettings
 from planner.planning import Plan
 from planner.units import layer_range
@@ -48,6 +56,8 @@ class LaunchStage:
     address: str
     layer_start: int
     layer_end: int
+    rpc_device: int = 0
+    """The device's index on its rpc-server."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +76,16 @@ class Launch:
     llama_server: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
+        multi = any(stage.rpc_device for stage in self.stages)
+
+        def stage_dict(stage: LaunchStage) -> dict[str, Any]:
+            data = asdict(stage)
+            if not multi:
+                del data["rpc_device"]  # every device is its server's first
+            return data
+
         return {
-            "stages": [asdict(stage) for stage in self.stages],
+            "stages": [stage_dict(stage) for stage in self.stages],
             "rpc_servers": [{"node_id": s.node_id, "address": s.address,
                              "argv": list(s.argv)} for s in self.rpc_servers],
             "llama_server": {"argv": list(self.llama_server)},
@@ -78,16 +96,26 @@ class Launch:
         preceded by a comment saying where it runs."""
         lines = [BASH_NOTE]
         for server in self.rpc_servers:
-            stage = _stage(self, server.node_id)
+            served = [stage for stage in self.stages if stage.address == server.address]
             everywhere = (", listening on every IPv4 interface"
                           if server.argv[server.argv.index("--host") + 1] == ANY_IPV4 else "")
-            layers = "layer" if stage.layer_end - stage.layer_start == 1 else "layers"
-            lines.append(f"# on {_comment(server.node_id)} ({layers} "
-                         f"{layer_range(stage.layer_start, stage.layer_end, '-')}){everywhere}")
+            if len(served) == 1 and not served[0].rpc_device:
+                lines.append(f"# on {_comment(server.node_id)} ({_layers(served[0])})"
+                             f"{everywhere}")
+            else:
+                held = "; ".join(f"{_comment(stage.node_id)}: device {stage.rpc_device}, "
+                                 f"{_layers(stage)}" for stage in served)
+                lines.append(f"# on the host of {_comment(server.address)}, serving its "
+                             f"devices ({held}){everywhere}")
             lines.append(shell_join(server.argv))
         lines.append("# on the host that serves requests")
         lines.append(shell_join(self.llama_server))
         return "\n".join(lines) + "\n"
+
+
+def _layers(stage: LaunchStage) -> str:
+    layers = "layer" if stage.layer_end - stage.layer_start == 1 else "layers"
+    return f"{layers} {layer_range(stage.layer_start, stage.layer_end, '-')}"
 
 
 BASH_NOTE = "# bash commands (an argument written $'...' needs bash), one per host"
@@ -168,10 +196,6 @@ def _ranges(ranges: Any, layer_count: Any = None) -> list[tuple[int, int]]:
     return checked
 
 
-def _stage(launch: Launch, node_id: str) -> LaunchStage:
-    return next(stage for stage in launch.stages if stage.node_id == node_id)
-
-
 def tensor_split(ranges: Sequence[tuple[int, int]]) -> list[int]:
     """``-ts`` weights that put exactly ``ranges`` on the devices (the output layer is one
     more unit on the last device)."""
@@ -215,11 +239,18 @@ def _is_ipv4(host: str) -> bool:
 def build_launch(stages: Sequence[Any], model_path: str, settings: LlamaCppSettings,
                  layer_count: int, addresses: Mapping[str, str] | None = None, *,
                  rpc_server: str = RPC_SERVER, llama_server: str = LLAMA_SERVER,
-                 extra_server_args: Sequence[str] = ()) -> Launch:
+                 extra_server_args: Sequence[str] = (),
+                 rpc_devices: Mapping[str, int] | None = None,
+                 server_devices: Mapping[str, int] | None = None) -> Launch:
     """Commands for ``stages`` (objects with ``node_id``, ``layer_start``,
     ``layer_end``, in order). A node without an address is reached as
     ``{node_id}:50052``. An rpc-server reached by host name listens on every IPv4
-    interface (``--host 0.0.0.0``): llama.cpp's rpc-server binds IPv4 addresses only."""
+    interface (``--host 0.0.0.0``): llama.cpp's rpc-server binds IPv4 addresses only.
+
+    ``rpc_devices`` gives a node's device on its server (default 0) and
+    ``server_devices`` how many devices a server has (default: one more than the
+    highest device a stage uses there); llama.cpp numbers the devices of every server
+    in ``--rpc`` one after another."""
     model_path = text(model_path, _bad_argument("model_path"))
     layer_count = integer(layer_count, _bad_argument("layer_count"), minimum=1,
                           maximum=MAX_LAYERS)
@@ -239,8 +270,10 @@ def build_launch(stages: Sequence[Any], model_path: str, settings: LlamaCppSetti
         instance(stage.node_id, str, _bad_argument("stages"), "stages with text node ids")
     _ranges([(stage.layer_start, stage.layer_end) for stage in stages], layer_count)
     addresses = dict(addresses or {})
-    placed = []
-    servers = []
+    devices = _device_map(rpc_devices, "rpc_devices")
+    counts = _device_map(server_devices, "server_devices")
+    placed: list[LaunchStage] = []
+    servers: list[RpcServer] = []
     for stage in stages:
         if stage.node_id in addresses:
             address = addresses[stage.node_id]
@@ -259,15 +292,27 @@ def build_launch(stages: Sequence[Any], model_path: str, settings: LlamaCppSetti
                     "not a host name or an IPv4 address; give it one (address = "
                     "\"host:port\" in the fleet file)", field="address", node_id=stage.node_id)
         host, port = split_address(address)
-        placed.append(LaunchStage(stage.node_id, address, stage.layer_start, stage.layer_end))
-        servers.append(RpcServer(stage.node_id, address,
-                                 (rpc_server, "--host", host if _is_ipv4(host) else ANY_IPV4,
-                                  "--port", str(port))))
+        device = devices.get(stage.node_id, 0)
+        for other in placed:
+            if other.address == address and other.rpc_device == device:
+                raise LaunchError(
+                    "InconsistentRpcDevices",
+                    f"nodes {shown(other.node_id)} and {shown(stage.node_id)} are both "
+                    f"device {device} of the rpc-server at {address}; give each its own "
+                    "rpc_device", field="rpc_device", node_id=stage.node_id)
+        placed.append(LaunchStage(stage.node_id, address, stage.layer_start, stage.layer_end,
+                                  device))
+        if all(server.address != address for server in servers):
+            servers.append(RpcServer(
+                stage.node_id, address,
+                (rpc_server, "--host", host if _is_ipv4(host) else ANY_IPV4,
+                 "--port", str(port))))
     ranges = [(stage.layer_start, stage.layer_end) for stage in placed]
     argv = [
         llama_server, "--model", model_path,
-        "--rpc", ",".join(stage.address for stage in placed),
-        "--device", ",".join(f"RPC{index}" for index in range(len(placed))),
+        "--rpc", ",".join(server.address for server in servers),
+        "--device", ",".join(f"RPC{index}" for index in _device_numbers(placed, servers,
+                                                                         counts)),
         "--n-gpu-layers", str(layer_count + 1),
         "--split-mode", "layer",
         "--tensor-split", ",".join(str(n) for n in tensor_split(ranges)),
@@ -285,21 +330,93 @@ def build_launch(stages: Sequence[Any], model_path: str, settings: LlamaCppSetti
     return Launch(tuple(placed), tuple(servers), tuple(argv))
 
 
+def _device_map(values: Mapping[str, int] | None, name: str) -> dict[str, int]:
+    if values is None:
+        return {}
+    if not isinstance(values, Mapping):
+        raise _bad_argument(name)("must be a mapping", values)
+    return {key: integer(value, _bad_argument(name), minimum=0 if name == "rpc_devices"
+                         else 1, maximum=MAX_RPC_DEVICES)
+            for key, value in values.items()}
+
+
+def _device_numbers(placed: Sequence[LaunchStage], servers: Sequence[RpcServer],
+                    counts: Mapping[str, int]) -> list[int]:
+    """The number llama.cpp gives each stage's device: the devices of the servers before
+    its own in ``--rpc``, plus its index on its own."""
+    first: dict[str, int] = {}
+    number = 0
+    for server in servers:
+        used = max(stage.rpc_device for stage in placed if stage.address == server.address)
+        count = counts.get(server.address, used + 1)
+        if count <= used:
+            raise LaunchError(
+                "InconsistentRpcDevices",
+                f"the rpc-server at {server.address} has {count} device(s), and a stage "
+                f"uses its device {used}", field="rpc_device", address=server.address)
+        first[server.address] = number
+        number += count
+    return [first[stage.address] + stage.rpc_device for stage in placed]
+
+
+def server_device_counts(document: FleetDocument) -> dict[str, int]:
+    """How many devices each rpc-server of ``document`` has: its nodes at that address,
+    which must be its devices 0, 1, ... (``InconsistentRpcDevices`` otherwise: llama.cpp
+    numbers every device of a server, used or not)."""
+    devices = dict(document.rpc_devices)
+    at: dict[str, list[tuple[int, str]]] = {}
+    for node_id, address in document.addresses:
+        at.setdefault(address, []).append((devices.get(node_id, 0), node_id))
+    counts = {}
+    for address, held in at.items():
+        indices = sorted(index for index, _ in held)
+        if indices != list(range(len(indices))):
+            taken: dict[int, str] = {}
+            for index, node_id in sorted(held):
+                if index in taken:
+                    problem = (f"nodes {shown(taken[index])} and {shown(node_id)} are both "
+                               f"its device {index}")
+                    break
+                taken[index] = node_id
+            else:
+                missing = sorted(set(range(indices[-1] + 1)) - set(indices))
+                problem = (f"the fleet has no node for its device {missing[0]}; llama.cpp "
+                           "numbers every device of a server, so keep a node for each (one "
+                           "you do not want used can have max_vram = \"0 B\")")
+            raise LaunchError("InconsistentRpcDevices",
+                              f"the rpc-server at {address}: {problem}", field="rpc_device",
+                              address=address)
+        counts[address] = len(indices)
+    return counts
+
+
 class LaunchError(CodedError):
     """A plan's launch commands cannot be written. ``code`` is stable: ``NoModelFile``,
-    ``NoAddress``, ``InvalidLaunchSettings``."""
+    ``NoAddress``, ``InvalidLaunchSettings``, ``InconsistentRpcDevices``."""
 
-    codes = ("NoModelFile", "NoAddress", "InvalidLaunchSettings")
+    codes = ("NoModelFile", "NoAddress", "InvalidLaunchSettings", "InconsistentRpcDevices")
+
+
+def launch_settings(document: FleetDocument, plan: Plan, *, flash_attn: bool = True,
+                    ubatch: int = DEFAULT_UBATCH) -> LlamaCppSettings:
+    """The llama-server settings that run ``plan``: its context and lanes with one
+    unified KV cache, K and V caches of the model's ``kv_cache_type``, ``flash_attn``
+    and ``ubatch``, and llama-server's one output per lane."""
+    instance(document, FleetDocument, _bad_argument("document"), "a FleetDocument")
+    instance(plan, Plan, _bad_argument("plan"), "a Plan")
+    cache_type = document.model.kv_cache_type or DEFAULT_CACHE_TYPE
+    return LlamaCppSettings(
+        context_length=plan.context_length, cache_type_k=cache_type, cache_type_v=cache_type,
+        parallel=plan.parallel_lanes, kv_unified=True, ubatch=ubatch, flash_attn=flash_attn)
 
 
 def launch_for_plan(document: FleetDocument, plan: Plan, *, model_path: str | None = None,
                     flash_attn: bool = True, ubatch: int = DEFAULT_UBATCH) -> Launch:
-    """The commands that run ``plan`` (planned from ``document``) with llama.cpp: the
-    plan's context and lanes, the model's KV cache type for K and V, and the rpc-server
-    addresses the fleet file gives. ``model_path`` is the GGUF file as the serving host
-    sees it (default: the fleet file's ``gguf``, resolved from the file's folder)."""
-    instance(document, FleetDocument, _bad_argument("document"), "a FleetDocument")
-    instance(plan, Plan, _bad_argument("plan"), "a Plan")
+    """The commands that run ``plan`` (planned from ``document``) with llama.cpp
+    (:func:`launch_settings`) and the rpc-server addresses the fleet file gives.
+    ``model_path`` is the GGUF file as the serving host sees it (default: the fleet
+    file's ``gguf``, resolved from the file's folder)."""
+    settings = launch_settings(document, plan, flash_attn=flash_attn, ubatch=ubatch)
     if model_path is not None:
         model_path = text(model_path, _bad_argument("model_path"))
     if model_path is None:
@@ -311,10 +428,7 @@ def launch_for_plan(document: FleetDocument, plan: Plan, *, model_path: str | No
                 "give the file ([model] gguf = \"...\" in the fleet file, or --model PATH)",
                 field="model.gguf")
         model_path = str(found)
-    cache_type = document.model.kv_cache_type or DEFAULT_CACHE_TYPE
-    settings = LlamaCppSettings(
-        context_length=plan.context_length, cache_type_k=cache_type, cache_type_v=cache_type,
-        parallel=plan.parallel_lanes, kv_unified=True, ubatch=ubatch, flash_attn=flash_attn)
     layer_count = max(stage.layer_end for stage in plan.stages)
     return build_launch(plan.stages, model_path, settings, layer_count,
-                        dict(document.addresses))
+                        dict(document.addresses), rpc_devices=dict(document.rpc_devices),
+                        server_devices=server_device_counts(document))

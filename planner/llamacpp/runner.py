@@ -1,56 +1,41 @@
-"""The one place that runs llama.cpp: its binaries as subprocesses, and its log parsed.
+"""The one place that touches llama.cpp: its binaries as subprocesses and its rpc-servers
+over their sockets.
 
-Everything else in the package only builds command lines (:mod:`planner.llamacpp.launch`)
-or estimates (:mod:`planner.llamacpp.estimate`). This adapter starts ``ggml-rpc-server``
-processes, ``llama-completion`` runs and ``llama-server`` until it has reserved its
-buffers, and reads back what llama.cpp says it allocated:
-
-- ``load_tensors: <buffer> model buffer size = X MiB`` (weights),
-- ``llama_kv_cache: <buffer> KV buffer size = X MiB`` (one line per cache and device),
-- ``llama_memory_recurrent: <buffer> RS buffer size = X MiB`` (recurrent state),
-- ``sched_reserve: <buffer> compute buffer size = X MiB`` (and, when the context is
-  freed, ``~llama_context: <buffer> compute buffer size is X MiB`` with four decimals,
-  which is kept),
-- ``llama_context: <buffer> output buffer size = X MiB``,
-- ``load_tensors: layer N assigned to device RPCk`` (with ``-v``),
-- ``eval time = X ms / N runs (Y ms per token, Z tokens per second)``.
-
-Buffers of an RPC device are named ``RPC0[host:port]`` whatever the device's index, so
-they are told apart by the address; every other buffer (``CPU``, ``CPU_Mapped``,
-``CPU_REPACK``) is host memory. llama.cpp prints sizes in MiB with two decimals, so a
-measured figure is known to within 0.005 MiB.
+Everything else in the package only builds command lines (:mod:`planner.llamacpp.launch`),
+estimates (:mod:`planner.llamacpp.estimate`) or speaks the RPC protocol's bytes
+(:mod:`planner.llamacpp.rpc`). This adapter connects to ``rpc-server``s to ask for their
+devices (:func:`query_rpc_servers`, only to the addresses it is given), starts
+``ggml-rpc-server`` processes, ``llama-completion`` runs and ``llama-server`` until it has
+reserved its buffers, and reads back what llama.cpp says it allocated through the one log
+parser, :mod:`planner.llamacpp.log`.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 
 from planner.errors import CodedError
-
-MIB = 1024 * 1024
-_BUFFER = re.compile(
-    r"(?P<what>\w+):\s+"
-    r"(?P<name>\S+)\s+(?P<kind>model|KV|RS|DSV4 \S+ state|compute|output) buffer size =\s+"
-    r"(?P<mib>[0-9.]+) MiB")
-# llama_context's destructor repeats each compute buffer with four decimals.
-_COMPUTE_EXACT = re.compile(r"~llama_context:\s+(?P<name>\S+) compute buffer size is\s+"
-                            r"(?P<mib>[0-9.]+) MiB")
-_LAYER = re.compile(r"load_tensors: layer\s+(?P<layer>\d+) assigned to device "
-                    r"(?P<device>[^,]+), is_swa")
-_EVAL = re.compile(r"\seval time =\s+(?P<ms>[0-9.]+) ms /\s+(?P<runs>\d+) runs\s+\(\s*"
-                   r"(?P<per_token>[0-9.]+) ms per token,\s+(?P<tps>[0-9.]+) tokens per second")
-_RPC_NAME = re.compile(r"^RPC\d+\[(?P<address>[^\]]+)\]$")
-_LOAD_START = "llama_model_loader: loaded meta data"
-KIND_COMPONENT = {"model": "weights_bytes", "KV": "kv_bytes", "RS": "state_bytes",
-                  "compute": "compute_bytes", "output": "output_bytes"}
+from planner.limits import DEFAULT_RPC_TIMEOUT_S
+from planner.llamacpp.log import Measured, parse_log
+from planner.llamacpp.rpc import (
+    RpcDiscoveryError,
+    RpcServerReport,
+    Step,
+    Transcript,
+    check_resolved,
+    converse,
+    device_memory_conversation,
+    named_endpoint,
+    refuse_duplicates,
+)
 
 
 class LlamaCppRunError(CodedError):
@@ -58,21 +43,6 @@ class LlamaCppRunError(CodedError):
     ``LlamaCppNotBuilt``, ``LlamaCppFailed``, ``RpcServerNotReady``."""
 
     codes = ("LlamaCppNotBuilt", "LlamaCppFailed", "RpcServerNotReady")
-
-
-@dataclass(frozen=True, slots=True)
-class Measured:
-    """What one llama.cpp run reported."""
-
-    memory: dict[str, dict[str, int]]
-    """``{device: {component: bytes}}``; devices are RPC addresses and ``host``."""
-    layer_devices: dict[int, str]
-    """Layer index -> device name (``RPC0``, ``RPC1``, ``CPU``); layer ``n_layer`` is the
-    output layer."""
-    eval_ms_per_token: float | None
-    eval_tokens_per_second: float | None
-    generated_tokens: int
-    log: str = field(repr=False)
 
 
 def binaries_dir(cache: str | Path | None = None) -> Path:
@@ -88,35 +58,6 @@ def binaries_dir(cache: str | Path | None = None) -> Path:
                                f"no llama.cpp build under {base}; run "
                                f"validation/build_llama_cpp.sh first", path=str(base))
     return builds[-1]
-
-
-def parse_log(text: str) -> Measured:
-    """The allocations, layer assignment and decode speed of one run's log (``-v``)."""
-    # A fitting pass (when --fit is on) loads the model once without allocating: keep
-    # only the last load.
-    start = text.rfind(_LOAD_START)
-    body = text[start:] if start >= 0 else text
-    memory: dict[str, dict[str, int]] = {}
-    for match in _BUFFER.finditer(body):
-        name = match["name"]
-        rpc = _RPC_NAME.match(name)
-        device = rpc["address"] if rpc else "host"
-        kind = match["kind"]
-        component = "state_bytes" if kind.startswith("DSV4") else KIND_COMPONENT[kind]
-        size = round(float(match["mib"]) * MIB)
-        entry = memory.setdefault(device, {})
-        entry[component] = entry.get(component, 0) + size
-    for match in _COMPUTE_EXACT.finditer(body):
-        rpc = _RPC_NAME.match(match["name"])
-        device = rpc["address"] if rpc else "host"
-        if "compute_bytes" in memory.get(device, {}):
-            memory[device]["compute_bytes"] = round(float(match["mib"]) * MIB)
-    layers = {int(m["layer"]): m["device"].strip() for m in _LAYER.finditer(body)}
-    speed = list(_EVAL.finditer(body))
-    per_token = float(speed[-1]["per_token"]) if speed else None
-    tps = float(speed[-1]["tps"]) if speed else None
-    runs = int(speed[-1]["runs"]) if speed else 0
-    return Measured(memory, layers, per_token, tps, runs, text)
 
 
 def free_port() -> int:
@@ -221,3 +162,139 @@ def reserve(argv: Sequence[str], log_path: str | Path, timeout_s: float = 300.0)
                                f"{process.returncode}): {tail}", argv=list(argv),
                                returncode=process.returncode)
     return parse_log(text)
+
+
+# -- rpc-servers over their sockets ---------------------------------------------------------
+
+BUSY_HINT = ("either an rpc-server busy with another client (it serves one at a time, and "
+             "a llama-server using it holds it) or no rpc-server at all")
+
+
+def query_rpc_servers(addresses: Sequence[str], *, timeout_s: float = DEFAULT_RPC_TIMEOUT_S,
+                      transcripts: dict[str, Transcript] | None = None,
+                      ) -> list[RpcServerReport]:
+    """Ask each rpc-server at ``addresses`` (``host:port``, as the user named them) for
+    its devices' free and total memory, over llama.cpp's RPC protocol
+    (:mod:`planner.llamacpp.rpc`).
+
+    Each name is resolved once to an IPv4 address, as llama.cpp resolves it, and only
+    those addresses and ports are connected to, one server at a time; each gets
+    ``timeout_s`` seconds for its name, its connection and every reply together. With
+    ``transcripts``, the bytes sent and received are kept there by address.
+    """
+    endpoints = [(address, named_endpoint(address)) for address in addresses]
+    resolved = [(address, (_resolve(address, host, timeout_s), port))
+                for address, (host, port) in endpoints]
+    refuse_duplicates(resolved)
+    allowed = frozenset(endpoint for _, endpoint in resolved)
+    reports = []
+    for address, endpoint in resolved:
+        transcript = Transcript()
+        if transcripts is not None:
+            transcripts[address] = transcript
+        reports.append(_query(address, endpoint, allowed, timeout_s, transcript))
+    return reports
+
+
+def _resolve(address: str, host: str, timeout_s: float) -> str:
+    """``host``'s first IPv4 address (llama.cpp's ``gethostbyname``), within
+    ``timeout_s``: the resolver runs in a thread the caller does not wait for beyond it."""
+    result: dict[str, str | OSError] = {}
+
+    def resolve() -> None:
+        try:
+            result["ip"] = socket.gethostbyname(host)
+        except (OSError, UnicodeError) as error:
+            result["error"] = OSError(str(error))
+
+    worker = threading.Thread(target=resolve, daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        raise RpcDiscoveryError("RpcTimeout", f"the name {host!r} did not resolve within "
+                                f"{timeout_s:g} s", address=address)
+    found = result.get("ip")
+    if not isinstance(found, str):
+        raise RpcDiscoveryError("RpcUnreachable", f"the name {host!r} does not resolve to "
+                                f"an IPv4 address ({result.get('error')})", address=address)
+    check_resolved(address, found)
+    return found
+
+
+def _query(address: str, endpoint: tuple[str, int], allowed: frozenset[tuple[str, int]],
+           timeout_s: float, transcript: Transcript) -> RpcServerReport:
+    if endpoint not in allowed:
+        # Only what the user named (resolved once) is ever connected to.
+        raise RpcDiscoveryError(
+            "AddressNotNamed", f"{endpoint[0]}:{endpoint[1]} is not an address the user "
+            "named; nothing else is connected to", address=address)
+    deadline = time.monotonic() + timeout_s
+    round_trips: list[float] = []
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout_s)
+            try:
+                sock.connect(endpoint)
+            except TimeoutError:
+                raise RpcDiscoveryError(
+                    "RpcTimeout", f"did not accept a connection within {timeout_s:g} s",
+                    address=address) from None
+
+            def exchange(step: Step) -> bytes:
+                started = time.monotonic()
+                if step.request:
+                    _settimeout(sock, deadline, address, step, timeout_s)
+                    sock.sendall(step.request)
+                    transcript.sent.extend(step.request)
+                data = _read_exactly(sock, step, deadline, address, timeout_s)
+                transcript.received.extend(data)
+                if step.request and len(data) == step.read:
+                    round_trips.append((time.monotonic() - started) * 1000)
+                return data
+
+            report = converse(device_memory_conversation(address), exchange)
+    except ConnectionRefusedError:
+        raise RpcDiscoveryError(
+            "RpcUnreachable", f"refused the connection: nothing listens on port "
+            f"{endpoint[1]} of {endpoint[0]}", address=address) from None
+    except TimeoutError:
+        raise _late(address, "everything asked", timeout_s) from None
+    except RpcDiscoveryError:
+        raise
+    except OSError as error:
+        raise RpcDiscoveryError("RpcUnreachable", f"cannot be reached: "
+                                f"{error.strerror or error}", address=address) from None
+    return replace(report, connected_to=f"{endpoint[0]}:{endpoint[1]}",
+                   round_trip_ms=round(min(round_trips), 3) if round_trips else None)
+
+
+def _late(address: str, what: str, timeout_s: float) -> RpcDiscoveryError:
+    return RpcDiscoveryError("RpcTimeout", f"did not answer {what} within {timeout_s:g} s: "
+                             f"{BUSY_HINT}", address=address, timeout_s=timeout_s)
+
+
+def _settimeout(sock: socket.socket, deadline: float, address: str, step: Step,
+                timeout_s: float) -> None:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise _late(address, step.what, timeout_s)
+    sock.settimeout(left)
+
+
+def _read_exactly(sock: socket.socket, step: Step, deadline: float, address: str,
+                  timeout_s: float) -> bytes:
+    """Exactly ``step.read`` bytes, or fewer when the server closed the connection; never
+    more than asked, never past the deadline."""
+    data = bytearray()
+    while len(data) < step.read:
+        _settimeout(sock, deadline, address, step, timeout_s)
+        try:
+            chunk = sock.recv(step.read - len(data))
+        except TimeoutError:
+            raise _late(address, step.what, timeout_s) from None
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        data.extend(chunk)
+    return bytes(data)

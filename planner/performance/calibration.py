@@ -17,17 +17,25 @@ GPUs (``validation/speed/calibration.py``):
 
 Beside them, the estimate's error measured by cross-validation, per backend, memory type
 and phase (:class:`CrossValidatedError`), which every estimate states with itself.
+
+A user's own calibration (``planner calibrate``) is the shipped one with, per GPU kind
+they measured, two factors of their own (:class:`KindCalibration`) and the error their
+runs measured them with. :func:`use_calibration` and :func:`set_calibration` put one in
+effect for every estimate of the process (:func:`load_calibration`).
 """
 
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
-from planner._validate import number, shown
+from planner._validate import integer, number, shown
+from planner.limits import MAX_BENCH_RUNS
 from planner.models.presets import data_dir
 from planner.performance.errors import PerformanceError
 
@@ -110,6 +118,44 @@ class CrossValidatedError:
 
 
 @dataclass(frozen=True, slots=True)
+class KindCalibration:
+    """One GPU kind's own factors, fitted by ``planner calibrate`` on a user's llama-bench
+    runs of it: ``read_factor`` scales its backend's read efficiencies (weights and KV
+    cache), ``compute_factor`` its compute efficiencies (matrix products and attention),
+    each effective share held at 1 of the kind's peak. A phase's error is the median
+    absolute error of its runs, each estimated by a fit without it (``None``: the phase
+    was not fitted, and the published error stands)."""
+
+    read_factor: float = 1.0
+    compute_factor: float = 1.0
+    decode_error: float | None = None
+    decode_runs: int = 0
+    prefill_error: float | None = None
+    prefill_runs: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("read_factor", "compute_factor"):
+            object.__setattr__(self, name, _figure(getattr(self, name), name, 0.0, 1000.0))
+        for phase in PHASES:
+            error = getattr(self, f"{phase}_error")
+            if error is not None:
+                object.__setattr__(self, f"{phase}_error",
+                                   _figure(error, f"{phase}_error", -1e-12, 100.0))
+            name = f"{phase}_runs"
+            object.__setattr__(self, name, integer(getattr(self, name), _invalid(name),
+                                                   minimum=0, maximum=MAX_BENCH_RUNS))
+
+    def error(self, phase: str) -> tuple[float, int] | None:
+        """The median error of ``phase`` and the runs it was measured on, if fitted."""
+        error = getattr(self, f"{phase}_error")
+        return None if error is None else (error, getattr(self, f"{phase}_runs"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {item.name: getattr(self, item.name) for item in fields(self)
+                if getattr(self, item.name) is not None}
+
+
+@dataclass(frozen=True, slots=True)
 class SpeedCalibration:
     """The fitted figures (the module docstring says what each is) and the
     cross-validated error they were measured with."""
@@ -125,6 +171,8 @@ class SpeedCalibration:
     fallback_flops_per_byte: Mapping[str, float]
     cross_validated: tuple[CrossValidatedError, ...] = ()
     source: str = f"planner/data/{CALIBRATION_FILE}"
+    kinds: Mapping[str, KindCalibration] = field(default_factory=dict)
+    """The GPU kinds measured by the user (``planner calibrate``), by catalog id."""
 
     def __post_init__(self) -> None:
         if not self.backends:
@@ -216,7 +264,44 @@ class SpeedCalibration:
         return ("Median error on published measurements of GPUs and sources the fit did "
                 "not see (cross-validated): " + "; ".join(parts) + ".")
 
+    def stated_error(self, phase: str, kind: str | None, backend: str | None,
+                     memory_type: str | None, figure: str = "stated"
+                     ) -> tuple[float, str] | None:
+        """The error an estimate of ``phase`` on one GPU kind states, and where it was
+        measured: the user's own runs of the kind (:attr:`kinds`), else the published
+        runs cross-validated (:meth:`error`)."""
+        own = self.kinds.get(kind) if kind is not None else None
+        measured = own.error(phase) if own is not None else None
+        if measured is not None:
+            return measured[0], (f"median of your {measured[1]} runs of {kind}, each left "
+                                 f"out in turn ({self.source})")
+        entry = self.error(phase, backend, memory_type,
+                           figure if phase == "prefill" else "stated")
+        if entry is None:
+            return None
+        return entry.median_abs_error, (f"median of {entry.rows} published runs held out "
+                                        f"by {entry.held_out} ({entry.backend}, "
+                                        f"{entry.memory_type} memory)")
+
+    def own_error_note(self, kinds: Iterable[str | None]) -> str:
+        """One sentence for the kinds among ``kinds`` the user measured (empty if none)."""
+        own = sorted({kind for kind in kinds if kind is not None and kind in self.kinds})
+        parts = []
+        for kind in own:
+            said = [f"{phase} {found[0]:.0%} over {found[1]} runs" for phase in PHASES
+                    if (found := self.kinds[kind].error(phase)) is not None]
+            parts.append(f"{kind}" + (f" ({', '.join(said)}, each left out in turn)"
+                                      if said else ""))
+        if not parts:
+            return ""
+        return (f"Uses your own measurements for {'; '.join(parts)} ({self.source}).")
+
     def to_dict(self) -> dict[str, Any]:
+        return {**self._published_dict(),
+                **({"kinds": {kind: own.to_dict() for kind, own in sorted(self.kinds.items())}}
+                   if self.kinds else {})}
+
+    def _published_dict(self) -> dict[str, Any]:
         return {"backends": {name: figures.to_dict()
                              for name, figures in sorted(self.backends.items())},
                 "memory_factors": dict(sorted(self.memory_factors.items())),
@@ -228,7 +313,7 @@ class SpeedCalibration:
     def from_dict(cls, data: Mapping[str, Any], source: str = "calibration"
                   ) -> SpeedCalibration:
         known = ("backends", "memory_factors", "shared", "fallback_flops_per_byte",
-                 "cross_validated")
+                 "cross_validated", "kinds")
         if not isinstance(data, Mapping):
             raise PerformanceError("InvalidCalibration", f"{source}: must be a table",
                                    field="calibration")
@@ -282,7 +367,15 @@ class SpeedCalibration:
                    **{name: shared[name] for name in _SHARED_BOUNDS},
                    fallback_flops_per_byte=dict(_table(data, "fallback_flops_per_byte",
                                                        source)),
-                   cross_validated=tuple(errors), source=source)
+                   cross_validated=tuple(errors), source=source,
+                   kinds=_kinds(_table(data, "kinds", source), source))
+
+
+def _invalid(name: str) -> Callable[[str, Any], PerformanceError]:
+    def fail(problem: str, got: Any) -> PerformanceError:
+        return PerformanceError("InvalidCalibration", f"{name}: {problem} (got {shown(got)})",
+                                field=name, value=got)
+    return fail
 
 
 def _figure(value: Any, name: str, low: float, high: float) -> float:
@@ -290,6 +383,27 @@ def _figure(value: Any, name: str, low: float, high: float) -> float:
     return float(number(value, lambda problem, got: PerformanceError(
         "InvalidCalibration", f"{name}: {problem} (got {shown(got)})", field=name,
         value=got), above=low, maximum=high))
+
+
+def _kinds(table: Mapping[str, Any], source: str) -> dict[str, KindCalibration]:
+    kinds = {}
+    allowed = {item.name for item in fields(KindCalibration)}
+    for kind, entry in table.items():
+        if not isinstance(entry, Mapping):
+            raise PerformanceError("InvalidCalibration", f"{source}: kinds.{kind} must be a "
+                                   "table", field=f"kinds.{kind}")
+        unknown = sorted(set(entry) - allowed)
+        if unknown:
+            raise PerformanceError("InvalidCalibration", f"{source}: kinds.{kind}."
+                                   f"{unknown[0]} is not a known figure",
+                                   field=f"kinds.{kind}.{unknown[0]}")
+        try:
+            kinds[str(kind)] = KindCalibration(**entry)
+        except PerformanceError as error:
+            raise PerformanceError("InvalidCalibration",
+                                   f"{source}: kinds.{kind}.{error.message}",
+                                   field=f"kinds.{kind}.{error.details['field']}") from None
+    return kinds
 
 
 def _table(data: Mapping[str, Any], key: str, source: str) -> Mapping[str, Any]:
@@ -307,6 +421,66 @@ def _shipped_calibration() -> SpeedCalibration:
         return SpeedCalibration.from_dict(tomllib.load(handle), f"planner/data/{CALIBRATION_FILE}")
 
 
-def load_calibration() -> SpeedCalibration:
-    """The shipped calibration (``planner/data/speed-calibration.toml``)."""
+def shipped_calibration() -> SpeedCalibration:
+    """The shipped calibration (``planner/data/speed-calibration.toml``), whatever is in
+    effect."""
     return _shipped_calibration()
+
+
+# The user's calibrations in effect: the process's own (set_calibration) under those of
+# use_calibration blocks, innermost last. Process-wide, so that the workbench's callbacks
+# see the one its page chose.
+_process: list[SpeedCalibration] = []
+_scoped: list[SpeedCalibration] = []
+
+
+def load_calibration() -> SpeedCalibration:
+    """The calibration in effect: the user's own (:func:`use_calibration`,
+    :func:`set_calibration`), else the shipped one."""
+    if _scoped:
+        return _scoped[-1]
+    return _process[0] if _process else _shipped_calibration()
+
+
+def _checked(calibration: SpeedCalibration) -> SpeedCalibration:
+    if not isinstance(calibration, SpeedCalibration):
+        raise PerformanceError("InvalidCalibration", "must be a SpeedCalibration",
+                               field="calibration", value=calibration)
+    return calibration
+
+
+def set_calibration(calibration: SpeedCalibration | None) -> None:
+    """Make ``calibration`` the process's own, under any :func:`use_calibration` block
+    (``None``: the shipped one again)."""
+    _process[:] = [] if calibration is None else [_checked(calibration)]
+
+
+@contextmanager
+def use_calibration(calibration: SpeedCalibration | None) -> Iterator[None]:
+    """Make ``calibration`` (a user's, :func:`read_calibration`) the one every estimate of
+    this process uses in the block (``None``: leave the one in effect)."""
+    if calibration is None:
+        yield
+        return
+    _scoped.append(_checked(calibration))
+    try:
+        yield
+    finally:
+        _scoped.pop()
+
+
+def read_calibration(path: str | Path) -> SpeedCalibration:
+    """A calibration file (``planner calibrate``'s, in the shipped file's format);
+    ``InvalidCalibration`` names the file and what cannot be used."""
+    file = Path(path)
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise PerformanceError("InvalidCalibration", f"{file}: cannot be read: {error}",
+                               field="calibration") from None
+    try:
+        return SpeedCalibration.from_dict(data, str(file))
+    except PerformanceError as error:
+        message = error.message if str(file) in error.message else f"{file}: {error.message}"
+        raise PerformanceError("InvalidCalibration", message,
+                               field=error.details.get("field", "calibration")) from None

@@ -12,7 +12,7 @@ its vendor (of the measured CPUs, for a CPU; of all, for a vendor never measured
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from planner.models.gpus import GpuModel
@@ -106,9 +106,16 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
                      notes)
         attention = matrix
     factor = figures.quantized_matrix_factor if quantized and not staging else 1.0
+    weight = figures.weight_efficiency
+    own = calibration.kinds.get(speed.kind) if speed.kind is not None else None
+    if own is not None:
+        # The user's runs of this kind scale its backend's shares, each at most its peak.
+        weight, kv = (min(1.0, share * own.read_factor) for share in (weight, kv))
+        matrix, attention = (min(1.0, share * own.compute_factor)
+                             for share in (matrix, attention))
     flops = tflops * 1e12
     rates = Rates(
-        read_ms_per_byte=1000 / (figures.weight_efficiency * bandwidth),
+        read_ms_per_byte=1000 / (weight * bandwidth),
         kv_ms_per_byte=1000 / (kv * bandwidth),
         matrix_ms_per_flop=1000 / (matrix * factor * flops),
         attention_ms_per_flop=1000 / (attention * flops),
@@ -134,7 +141,7 @@ _MEASURED_BY = {"matrix_efficiency": "prompt processing",
                 "attention_efficiency": "prompt processing with flash attention",
                 "kv_efficiency": "decoding with flash attention",
                 "kv_efficiency_without_flash_attention": "decoding without flash attention",
-                "hop_ms": "a split over several GPUs"}
+                "hop_ms": "split over several GPUs"}
 
 
 # A figure measured nowhere stands in for by this one (the same reads or products in the
@@ -164,9 +171,23 @@ def _figure(calibration: SpeedCalibration, figures: BackendFigures, name: str,
 
 def kinds_error_note(calibration: SpeedCalibration, speeds: Iterable[NodeSpeed],
                      settings: RunSettings = DEFAULT_SETTINGS) -> str:
-    """The cross-validated error of estimates on these nodes' kinds
-    (:meth:`SpeedCalibration.error_note`): each kind's backend at the settings, memory
-    type and FP16 figure."""
-    return calibration.error_note(
+    """The error of estimates on these nodes' kinds: the user's own runs of the kinds
+    they measured (:meth:`SpeedCalibration.own_error_note`), and the cross-validated
+    error of the others (:meth:`SpeedCalibration.error_note`), each kind's backend at the
+    settings, memory type and FP16 figure."""
+    speeds = list(speeds)
+    return calibration_error_note(calibration, speeds, [
         (settings.backend or speed.backend or FALLBACK_BACKEND, speed.memory_type,
-         matrix_tflops(speed, calibration)[1]) for speed in speeds)
+         matrix_tflops(speed, calibration)[1]) for speed in speeds])
+
+
+def calibration_error_note(calibration: SpeedCalibration, speeds: Sequence[NodeSpeed],
+                           groups: Sequence[tuple[str | None, str | None, str]]) -> str:
+    """The error note of an estimate on ``speeds`` whose devices ran as ``groups``
+    (backend, memory type, FP16 figure), one per speed."""
+    own = calibration.own_error_note(speed.kind for speed in speeds)
+    others = [group for speed, group in zip(speeds, groups, strict=True)
+              if speed.kind not in calibration.kinds]
+    if not own:
+        return calibration.error_note(others)
+    return own if not others else f"{own} Other kinds: {calibration.error_note(others)}"

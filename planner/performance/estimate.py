@@ -12,7 +12,12 @@ from planner._validate import integer
 from planner.limits import MAX_BANDWIDTH_BYTES_PER_S, MIN_LINK_BANDWIDTH_BYTES_PER_S
 from planner.models.gpus import GpuModel, node_gpu_kinds
 from planner.performance.calibration import SpeedCalibration, load_calibration
-from planner.performance.device import NodeSpeed, calibrated_device, plain_device
+from planner.performance.device import (
+    NodeSpeed,
+    calibrated_device,
+    calibration_error_note,
+    plain_device,
+)
 from planner.performance.errors import PerformanceError, bad, check_efficiency, positive
 from planner.performance.roofline import Device, Prompt, decode_step, prefill_ms
 from planner.performance.settings import DEFAULT_SETTINGS, RunSettings
@@ -278,8 +283,9 @@ def estimate_plan(
         cost = math.fsum(p for p in prices if p is not None)
         per_million = cost_per_million_tokens(cost, tokens_per_s)
     error_note = ("" if calibration is None or efficiency is not None else
-                  calibration.error_note((d.backend, s.memory_type, d.figure)
-                                         for d, s in zip(devices, used, strict=True)))
+                  calibration_error_note(calibration, used,
+                                         [(d.backend, s.memory_type, d.figure)
+                                          for d, s in zip(devices, used, strict=True)]))
     return PlanEstimate(tuple(stages), tpot, tokens_per_s, lanes, cost, per_million,
                         efficiency, link_bandwidth_bytes_per_s, tuple(dict.fromkeys(notes)),
                         fill, plan.context_length, prompt_tokens, ttft, error_note, settings)

@@ -9,6 +9,7 @@ fleet file that cannot be read) are shown as messages, never as tracebacks.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -24,6 +25,7 @@ from planner.errors import PlanError
 from planner.fleet import FleetFileError, load_fleet, save_fleet
 from planner.fleet.files import comments_lost_by_save
 from planner.models import GpuModel, ModelError
+from planner.performance import PerformanceError, read_calibration, set_calibration
 from planner.workbench.availability_panel import AvailabilityPanel
 from planner.workbench.catalog import (
     ModelSource,
@@ -89,6 +91,10 @@ class _PendingOverwrite:
     what: str  # "fleet" or "report"
 
 
+CALIBRATION_VARIABLE = "PLANNER_CALIBRATION"
+"""The environment variable naming the speed calibration the workbench uses."""
+
+
 class Workbench(widgets.VBox):
     """Model, fleet and options editors over a live plan, figures and tables.
 
@@ -107,7 +113,8 @@ class Workbench(widgets.VBox):
     def __init__(self, state: WorkbenchState | None = None, *,
                  fleet_dir: str | Path | None = None,
                  report_dir: str | Path | None = None,
-                 example_dir: str | Path | None = DEFAULT_FLEET_DIR) -> None:
+                 example_dir: str | Path | None = DEFAULT_FLEET_DIR,
+                 calibration: str | Path | None = None) -> None:
         self._quiet = 0
         self._watchers: list[Callable[[], None]] = []
         self.evaluations = 0
@@ -122,6 +129,15 @@ class Workbench(widgets.VBox):
         self.example_dir = Path(example_dir) if example_dir is not None else None
         self.report_dir = Path(report_dir) if report_dir is not None else reports_dir()
         startup: list[str] = []
+        # The speed estimate's calibration: the user's own (planner calibrate's file, here
+        # or in $PLANNER_CALIBRATION), for every estimate this kernel makes.
+        calibration = calibration or os.environ.get(CALIBRATION_VARIABLE) or None
+        if calibration:
+            try:
+                set_calibration(read_calibration(calibration))
+            except PerformanceError as error:
+                startup.append(f"The speed calibration could not be read: {error}; the "
+                               "shipped one is used.")
         presets = self._optional(preset_names, startup, "model presets")
         catalog: tuple[GpuModel, ...] = self._optional(gpu_catalog, startup, "GPU catalog")
 

@@ -414,11 +414,13 @@ def gpu_id_base(name: str) -> str:
 @dataclass(frozen=True, slots=True)
 class NodeExtras:
     """What a fleet file says of a node besides its planning fields: its own ``gpu``
-    kind and failure figures, and its rpc-server ``address``. The editor does not show
-    them as text; they stay with the node's row through every edit and are saved."""
+    kind and failure figures, its rpc-server ``address`` and its device there. The
+    editor does not show them as text; they stay with the node's row through every edit
+    and are saved."""
 
     reliability: ReliabilityOverride | None = None
     address: str | None = None
+    rpc_device: int | None = None
 
     @property
     def gpu(self) -> str | None:
@@ -515,7 +517,8 @@ class WorkbenchState:
         """The editors on ``document`` (``loaded``: as read from its file)."""
         instance(document, FleetDocument, _argument("document", "document"), "a FleetDocument")
         extras = tuple(NodeExtras(document.reliability.get(node.node_id),
-                                  dict(document.addresses).get(node.node_id))
+                                  dict(document.addresses).get(node.node_id),
+                                  dict(document.rpc_devices).get(node.node_id))
                        for node in document.nodes)
         options = PlanOptions(
             minimum_nodes=document.minimum_nodes,
@@ -656,10 +659,14 @@ class WorkbenchState:
         addresses = tuple((budget.node_id, extra.address)
                           for budget, extra in zip(budgets, self.extras, strict=True)
                           if extra.address is not None)
+        devices = tuple((budget.node_id, extra.rpc_device)
+                        for budget, extra in zip(budgets, self.extras, strict=True)
+                        if extra.address is not None and extra.rpc_device is not None)
         try:
             document = replace(self.document, model=self._model_choice(), nodes=budgets,
                                reliability=reliability, addresses=addresses,
-                               name=self.given_name, **self.options.planning_fields())
+                               rpc_devices=devices, name=self.given_name,
+                               **self.options.planning_fields())
             if document.name is not None and not self.name_typed and (
                     fleet_shape(document) != self.named_shape):
                 document = replace(document, name=None)  # it names another fleet

@@ -1,0 +1,572 @@
+"""The speed estimate calibrated on the user's own llama-bench runs (``planner
+calibrate``): llama-bench's output read (its JSON, JSON lines, CSV or markdown, ``-o``),
+and one GPU kind's own factors fitted on top of a calibration (the shipped one by
+default).
+
+Pure: text and a model in, a :class:`~planner.performance.SpeedCalibration` out.
+
+A run is one row of llama-bench: ``ppN`` (a prompt of N tokens, prefill), ``tgN`` (N
+decode steps, one token each) at a context depth ``@ dD``, and its tokens per second.
+Each is estimated as the speed estimate estimates one device of the kind holding the
+whole model (:func:`run_estimate`): a decode step at the run's mean depth, a prefill of
+its prompt after its depth, at its micro-batch. The fit keeps every figure of the base
+calibration and, for the kind alone (:class:`~planner.performance.KindCalibration`),
+scales its backend's read efficiencies (weights and KV cache) by one factor fitted on
+the decode runs, and its compute efficiencies (matrix and attention) by one factor
+fitted on the prefill runs, each the factor whose estimates are closest to the
+runs (least squares of the log of estimated over measured time), kept at or below a
+share of 1 of the kind's peak. A phase needs two runs or more: its error is measured by
+leaving each run out in turn, fitting on the others and estimating the one left out, and
+the median of those errors is the error the calibration states for it (as the shipped
+calibration states its error on published runs it was not fitted on).
+
+Rows llama-bench prints that the estimate does not model are left out, and said so: a
+prompt and decode in one test (``pp+tg``), a micro-batch past llama.cpp's limit, or a
+row of another model than the one given.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import tomli_w
+
+from planner._validate import shown
+from planner.errors import CodedError
+from planner.limits import (
+    MAX_BENCH_BYTES,
+    MAX_BENCH_RUNS,
+    MAX_BYTES,
+    MAX_CONTEXT,
+    MAX_TOKENS_PER_S,
+    MAX_UBATCH,
+)
+from planner.models.gpus import GpuModel
+from planner.models.spec import ModelSpec
+from planner.performance import (
+    INTRA_HOST_LINK_BYTES_PER_S,
+    KindCalibration,
+    RunSettings,
+    SpeedCalibration,
+    estimate_plan,
+    model_traffic,
+    node_speeds,
+)
+from planner.performance.device import backend_of
+from planner.planning import NodeBudget, PlanningInput
+from planner.planning.plan import Plan
+from planner.planning.rules import build_stages, layer_weights
+
+FIT_ROUNDS = 8
+"""Rounds of fitting the decode and prefill factors in turn (they settle in three or four)."""
+FACTORS = {"decode": "read_factor", "prefill": "compute_factor"}
+"""The kind's factor each phase's runs fit."""
+_TEST = re.compile(r"^(?:pp(?P<pp>\d{1,9}))?\+?(?:tg(?P<tg>\d{1,9}))?"
+                   r"(?: @ d(?P<depth>\d{1,9}))?$", re.ASCII)
+_RATE = re.compile(r"^(?P<avg>\d{1,12}(?:\.\d{1,6})?)(?: ± (?P<sd>\d{1,12}(?:\.\d{1,6})?))?$",
+                   re.ASCII)
+_UNIT = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+class BenchError(CodedError):
+    """llama-bench output that cannot be used, or a fit that cannot be made. ``code`` is
+    stable: ``InvalidBench``, ``NothingToCalibrate``."""
+
+    codes = ("InvalidBench", "NothingToCalibrate")
+
+
+@dataclass(frozen=True, slots=True)
+class BenchRun:
+    """One llama-bench test: its prompt and decode tokens, depth, and tokens per second."""
+
+    source: str
+    """``file:row`` (row 1 is the first test of the file)."""
+    model: str
+    """llama-bench's ``model_type`` (``gemma3 270M Q4_K - Medium``)."""
+    model_bytes: int | None
+    prompt_tokens: int
+    decode_tokens: int
+    depth: int
+    tokens_per_s: float
+    stddev_tokens_per_s: float | None = None
+    ubatch: int | None = None
+    backend: str = ""
+
+    @property
+    def phase(self) -> str:
+        """``prefill``, ``decode`` or ``mixed`` (a prompt and decode in one test)."""
+        if self.prompt_tokens and not self.decode_tokens:
+            return "prefill"
+        if self.decode_tokens and not self.prompt_tokens:
+            return "decode"
+        return "mixed"
+
+    @property
+    def test(self) -> str:
+        """The test as llama-bench names it: ``pp128``, ``tg32 @ d1024``."""
+        name = "+".join(part for part in (f"pp{self.prompt_tokens}" * bool(self.prompt_tokens),
+                                          f"tg{self.decode_tokens}" * bool(self.decode_tokens))
+                        if part)
+        return name + (f" @ d{self.depth}" if self.depth else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "model": self.model, "model_bytes": self.model_bytes,
+                "test": self.test, "phase": self.phase, "tokens_per_s": self.tokens_per_s,
+                "stddev_tokens_per_s": self.stddev_tokens_per_s, "ubatch": self.ubatch,
+                "backend": self.backend}
+
+
+# -- reading llama-bench's output ------------------------------------------------------------
+
+
+def parse_bench(text: str, source: str = "<bench>") -> tuple[BenchRun, ...]:
+    """The runs of one llama-bench output: its JSON (``-o json``), JSON lines
+    (``jsonl``), CSV (``csv``) or markdown (``md``, the default; other lines, such as the
+    model's load log, are skipped). ``InvalidBench`` names the row and field."""
+    if len(text) > MAX_BENCH_BYTES:
+        raise BenchError("InvalidBench", f"{source}: more than {MAX_BENCH_BYTES:,} "
+                         "characters; give one llama-bench output a file", source=source)
+    stripped = text.strip()
+    if stripped.startswith("["):
+        rows = _json(stripped, source)
+    elif stripped.startswith("{"):
+        rows = [_json(line, source, f" line {number}")
+                for number, line in enumerate(stripped.splitlines(), 1) if line.strip()]
+    elif any(line.lstrip().startswith("|") for line in stripped.splitlines()):
+        return _markdown(stripped, source)
+    else:
+        rows = _csv(stripped, source)
+    if not isinstance(rows, list) or not all(isinstance(row, Mapping) for row in rows):
+        raise BenchError("InvalidBench", f"{source}: llama-bench's JSON is a list of "
+                         "objects, one per test", source=source)
+    _check_count(len(rows), source)
+    return tuple(_from_fields(row, f"{source}:{index}") for index, row in enumerate(rows, 1))
+
+
+def _check_count(rows: int, source: str) -> None:
+    if rows > MAX_BENCH_RUNS:
+        raise BenchError("InvalidBench", f"{source}: {rows:,} tests, more than the "
+                         f"{MAX_BENCH_RUNS:,} one calibration reads", source=source)
+
+
+def _json(text: str, source: str, where: str = "") -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise BenchError("InvalidBench", f"{source}{where}: not llama-bench's JSON: "
+                         f"{str(error)[:120]}", source=source) from None
+
+
+def _csv(text: str, source: str) -> list[dict[str, str]]:
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        fields = reader.fieldnames
+        if fields is None or "avg_ts" not in fields:
+            raise BenchError("InvalidBench", f"{source}: not llama-bench output (JSON, JSON "
+                             "lines, CSV with an avg_ts column, or its markdown table)",
+                             source=source)
+        return list(reader)
+    except csv.Error as error:
+        raise BenchError("InvalidBench", f"{source}: not readable CSV: {error}",
+                         source=source) from None
+
+
+def _count(value: Any, where: str, name: str, maximum: int = MAX_CONTEXT) -> int:
+    number = value
+    if isinstance(value, str):
+        text = value.strip()
+        number = int(text) if text.isascii() and text.isdigit() and len(text) <= 12 else None
+    if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number <= maximum:
+        raise BenchError("InvalidBench", f"{where}: {name} must be a whole number from 0 to "
+                         f"{maximum:,} (got {shown(value)})", field=name, source=where)
+    return number
+
+
+def _rate(value: Any, where: str, name: str) -> float:
+    number = value
+    if isinstance(value, str):
+        try:
+            number = float(value) if re.fullmatch(r"\d{1,12}(\.\d{1,9})?", value.strip(),
+                                                  re.ASCII) else None
+        except ValueError:
+            number = None
+    if isinstance(number, bool) or not isinstance(number, int | float) or not (
+            math.isfinite(number) and 0 <= number <= MAX_TOKENS_PER_S):
+        raise BenchError("InvalidBench", f"{where}: {name} must be a number of tokens per "
+                         f"second from 0 to {MAX_TOKENS_PER_S:,} (got {shown(value)})",
+                         field=name, source=where)
+    return float(number)
+
+
+def _from_fields(row: Mapping[str, Any], where: str) -> BenchRun:
+    """A run from llama-bench's JSON or CSV fields."""
+    for name in ("n_prompt", "n_gen", "avg_ts"):
+        if name not in row:
+            raise BenchError("InvalidBench", f"{where}: no {name}: not a llama-bench test",
+                             field=name, source=where)
+    model = row.get("model_type", row.get("model_filename", ""))
+    size = row.get("model_size")
+    spread = row.get("stddev_ts")
+    run = BenchRun(
+        where, str(model)[:200],
+        None if size in (None, "") else _count(size, where, "model_size", MAX_BYTES),
+        _count(row["n_prompt"], where, "n_prompt"), _count(row["n_gen"], where, "n_gen"),
+        _count(row.get("n_depth", 0) or 0, where, "n_depth"),
+        _rate(row["avg_ts"], where, "avg_ts"),
+        None if spread in (None, "") else _rate(spread, where, "stddev_ts"),
+        None if row.get("n_ubatch") in (None, "") else _count(row["n_ubatch"], where,
+                                                              "n_ubatch"),
+        str(row.get("backends", ""))[:100])
+    return _checked(run)
+
+
+def _checked(run: BenchRun) -> BenchRun:
+    if run.tokens_per_s <= 0:
+        raise BenchError("InvalidBench", f"{run.source}: {run.tokens_per_s} tokens per "
+                         "second: a test that ran", field="avg_ts", source=run.source)
+    if not (run.prompt_tokens or run.decode_tokens):
+        raise BenchError("InvalidBench", f"{run.source}: a test of no tokens",
+                         field="test", source=run.source)
+    return run
+
+
+def _markdown(text: str, source: str) -> tuple[BenchRun, ...]:
+    """The rows of llama-bench's markdown table: ``model``, ``size``, ``test`` and
+    ``t/s`` are read, and ``backend`` and ``n_ubatch`` where printed."""
+    lines = [line.strip() for line in text.splitlines() if line.lstrip().startswith("|")]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    for name in ("model", "test", "t/s"):
+        if name not in header:
+            raise BenchError("InvalidBench", f"{source}: a markdown table without a {name} "
+                             "column is not llama-bench's", field=name, source=source)
+    _check_count(len(lines) - 2, source)
+    runs: list[BenchRun] = []
+    for line in lines[1:]:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if set("".join(cells)) <= set("-: "):
+            continue  # the rule under the header
+        where = f"{source}:{len(runs) + 1}"
+        if len(cells) != len(header):
+            raise BenchError("InvalidBench", f"{where}: {len(cells)} cells where the header "
+                             f"has {len(header)}", source=where)
+        row = dict(zip(header, cells, strict=True))
+        test = _TEST.match(row["test"])
+        rate = _RATE.match(row["t/s"])
+        if test is None or not (test["pp"] or test["tg"]):
+            raise BenchError("InvalidBench", f"{where}: test {shown(row['test'])} is not "
+                             "ppN, tgN or ppN+tgN (with @ dD)", field="test", source=where)
+        if rate is None:
+            raise BenchError("InvalidBench", f"{where}: t/s {shown(row['t/s'])} is not "
+                             "\"avg ± stddev\"", field="t/s", source=where)
+        runs.append(_checked(BenchRun(
+            where, row["model"][:200], _size(row.get("size"), where),
+            int(test["pp"] or 0), int(test["tg"] or 0), int(test["depth"] or 0),
+            _rate(rate["avg"], where, "t/s"),
+            None if rate["sd"] is None else _rate(rate["sd"], where, "t/s"),
+            None if "n_ubatch" not in row else _count(row["n_ubatch"], where, "n_ubatch"),
+            row.get("backend", "")[:100])))
+    return tuple(runs)
+
+
+def _size(text: str | None, where: str) -> int | None:
+    if text is None:
+        return None
+    match = re.fullmatch(r"(\d{1,9}(?:\.\d{1,3})?) (B|KiB|MiB|GiB|TiB)", text.strip(), re.ASCII)
+    if match is None:
+        raise BenchError("InvalidBench", f"{where}: size {shown(text)} is not \"N MiB\" or "
+                         "\"N GiB\"", field="size", source=where)
+    return round(float(match[1]) * _UNIT[match[2]])
+
+
+# -- estimating a run --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunShape:
+    """What the estimate needs of a model to estimate one device running it."""
+
+    fields: Mapping[str, Any]
+    traffic: Any
+    node: NodeBudget
+    kind: GpuModel
+
+
+def run_shape(spec: ModelSpec, kind: GpuModel) -> RunShape:
+    """One device of ``kind`` holding all of ``spec``."""
+    traffic = model_traffic(spec)
+    if traffic is None:
+        raise BenchError("NothingToCalibrate", f"{spec.name}: the model's decode traffic is "
+                         "unknown; give its GGUF file or preset")
+    if kind.memory_bandwidth_bytes_per_s is None:
+        raise BenchError("NothingToCalibrate", f"{kind.kind} has no "
+                         "memory_bandwidth_bytes_per_s in the catalog: the estimate's "
+                         "efficiencies are shares of it; give a catalog that states it")
+    return RunShape(spec.planning_fields(), traffic,
+                    NodeBudget(f"{kind.kind}-00", kind.memory_bytes), kind)
+
+
+def run_estimate(run: BenchRun, shape: RunShape, calibration: SpeedCalibration) -> float | None:
+    """The estimated tokens per second of ``run`` on one device of the shape's kind
+    (``None`` where the estimate gives none: a prefill without the kind's FLOPS)."""
+    fields = dict(shape.fields)
+    layers = int(fields["layer_count"])
+    request = PlanningInput.from_dict({
+        **{key: (list(value) if isinstance(value, tuple) else value)
+           for key, value in fields.items()},
+        "nodes": [shape.node.to_dict()]})
+    prefill = run.phase == "prefill"
+    cells = max(1, run.depth + (run.prompt_tokens if prefill else run.decode_tokens // 2))
+    plan = Plan(cells, 1, build_stages((shape.node,), [layers], layer_weights(request)),
+                None, None)
+    speeds = node_speeds((shape.node,), [shape.kind])
+    ubatch = run.ubatch or RunSettings().ubatch
+    settings = RunSettings(ubatch=ubatch, batch=max(ubatch, RunSettings().batch),
+                           depth=run.depth if prefill else 0)
+    estimate = estimate_plan(request, plan, shape.traffic, speeds, calibration=calibration,
+                             link_bandwidth_bytes_per_s=INTRA_HOST_LINK_BYTES_PER_S,
+                             prompt_tokens=run.prompt_tokens if prefill else None,
+                             context_fill=False, settings=settings)
+    if run.phase == "decode":
+        return float(1000 / estimate.estimated_tpot_ms)
+    if estimate.ttft_ms is None:
+        return None
+    return float(run.prompt_tokens * 1000 / estimate.ttft_ms)
+
+
+# -- the fit ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunFit:
+    """One run: measured, estimated by the base calibration, by the fit, and by the fit
+    without it (the run left out)."""
+
+    run: BenchRun
+    measured_tokens_per_s: float
+    base_tokens_per_s: float | None
+    fitted_tokens_per_s: float | None
+    left_out_error: float | None
+    """(estimated - measured) / measured in time, the fit made without this run."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.run.to_dict(), "measured_tokens_per_s": self.measured_tokens_per_s,
+                "base_tokens_per_s": self.base_tokens_per_s,
+                "fitted_tokens_per_s": self.fitted_tokens_per_s,
+                "left_out_error": self.left_out_error}
+
+
+@dataclass(frozen=True, slots=True)
+class BenchFit:
+    """A calibration fitted on one kind's runs, and how it was made."""
+
+    calibration: SpeedCalibration
+    kind: str
+    backend: str
+    scales: Mapping[str, float]
+    """Per phase fitted: the factor its efficiencies were scaled by."""
+    runs: tuple[RunFit, ...]
+    skipped: tuple[tuple[str, str], ...]
+    """``(source, why)`` of each run left out."""
+    notes: tuple[str, ...] = ()
+
+    @property
+    def own(self) -> KindCalibration:
+        """The kind's fitted factors and errors."""
+        return self.calibration.kinds[self.kind]
+
+    def to_dict(self) -> dict[str, Any]:
+        own = self.own
+        return {"kind": self.kind, "backend": self.backend, "scales": dict(self.scales),
+                "errors": [{"phase": phase, "runs": found[1], "median_abs_error": found[0]}
+                           for phase in FACTORS if (found := own.error(phase)) is not None],
+                "runs": [run.to_dict() for run in self.runs],
+                "skipped": [{"source": source, "why": why} for source, why in self.skipped],
+                "notes": list(self.notes)}
+
+
+def usable_runs(runs: Sequence[BenchRun], spec: ModelSpec
+                ) -> tuple[list[BenchRun], list[tuple[str, str]]]:
+    """The runs the estimate models, and why each other one is left out (a test given
+    twice, as llama-bench's JSON and its markdown of one run print it, counts once)."""
+    kept: list[BenchRun] = []
+    skipped: list[tuple[str, str]] = []
+    seen: dict[tuple[str, str, float, float | None], str] = {}
+    for run in runs:
+        why = None
+        same = (run.model, run.test, round(run.tokens_per_s, 2),
+                None if run.stddev_tokens_per_s is None else round(run.stddev_tokens_per_s, 2))
+        if same in seen:
+            why = f"{run.test}: the same test as {seen[same]} (one run in two formats)"
+        elif run.phase == "mixed":
+            why = f"{run.test}: a prompt and decode in one test"
+        elif run.ubatch is not None and run.ubatch > MAX_UBATCH:
+            why = f"{run.test}: micro-batch {run.ubatch:,} is past {MAX_UBATCH:,} tokens"
+        elif run.model_bytes is not None and not _same_size(run.model_bytes, spec):
+            why = (f"model {shown(run.model)} of {run.model_bytes:,} bytes is not "
+                   f"{spec.name}")
+        if why is None:
+            kept.append(run)
+            seen[same] = run.source
+        else:
+            skipped.append((run.source, why))
+    return kept, skipped
+
+
+def _same_size(model_bytes: int, spec: ModelSpec) -> bool:
+    # llama-bench's model_size is the tensors' bytes; the spec's weights are the same
+    # tensors (a preset's figures are rounded: within 1 %).
+    return abs(model_bytes - spec.model_weight_bytes) <= 0.01 * spec.model_weight_bytes
+
+
+def fit_calibration(runs: Sequence[BenchRun], spec: ModelSpec, kind: GpuModel,
+                    base: SpeedCalibration, source: str = "calibration.toml") -> BenchFit:
+    """``base`` with ``kind``'s own factors fitted on ``runs`` (module docstring).
+    ``NothingToCalibrate`` when no phase has two usable runs."""
+    shape = run_shape(spec, kind)
+    notes: list[str] = []
+    kept, skipped = usable_runs(runs, spec)
+    # The shares the kind's backend reaches before the fit: each factor may raise the
+    # largest share of its phase up to 1 (the kind's peak), and no further.
+    plain = replace(base, kinds={k: v for k, v in base.kinds.items() if k != kind.kind})
+    speed = node_speeds((shape.node,), [kind])[shape.node.node_id]
+    backend = backend_of(speed, RunSettings(), notes)
+    figures = plain.backend(backend, notes)
+
+    def largest(names: tuple[str, ...]) -> float:
+        shares = [getattr(figures, name) or plain.median_figure(name) or 0.0
+                  for name in names]
+        return min(1.0, max(1e-6, *shares))
+
+    ceilings = {"decode": 1.0 / largest(("weight_efficiency", "kv_efficiency")),
+                "prefill": 1.0 / largest(("matrix_efficiency", "attention_efficiency"))}
+
+    def calibrated(scales: Mapping[str, float],
+                   errors: Mapping[str, tuple[float, int]] | None = None) -> SpeedCalibration:
+        errors = errors or {}
+        own = KindCalibration(
+            read_factor=scales.get("decode", 1.0), compute_factor=scales.get("prefill", 1.0),
+            decode_error=errors.get("decode", (None, 0))[0],
+            decode_runs=errors.get("decode", (None, 0))[1],
+            prefill_error=errors.get("prefill", (None, 0))[0],
+            prefill_runs=errors.get("prefill", (None, 0))[1])
+        return replace(plain, kinds={**plain.kinds, kind.kind: own}, source=source)
+
+    phases: dict[str, list[BenchRun]] = {}
+    for phase in FACTORS:
+        mine = [run for run in kept if run.phase == phase]
+        if len(mine) < 2:
+            skipped.extend((run.source, f"{run.test}: the only {phase} run; two or more "
+                            "are needed to measure the fit's error") for run in mine)
+        else:
+            phases[phase] = mine
+
+    def fitted(runs_of: Mapping[str, Sequence[BenchRun]],
+               scales: Mapping[str, float] | None = None) -> dict[str, float]:
+        # Decode steps compute and prefills read, so the two factors are fitted in turn
+        # until neither moves.
+        found = dict(scales or {phase: 1.0 for phase in runs_of})
+        for _ in range(FIT_ROUNDS):
+            before = dict(found)
+            for phase, subset in runs_of.items():
+                def misfit(factor: float, phase: str = phase,
+                           subset: Sequence[BenchRun] = subset) -> float:
+                    return _log_errors(subset, shape, calibrated({**found, phase: factor}))
+
+                found[phase] = _best_scale(misfit, ceilings[phase])
+            if all(abs(found[p] / before[p] - 1) < 1e-5 for p in found):
+                break
+        return found
+
+    if not phases:
+        raise BenchError("NothingToCalibrate",
+                         "no phase has two usable runs: llama-bench -p 128,512 -n 32,128 "
+                         "gives two of each" + "".join(f"; {source}: {why}"
+                                                       for source, why in skipped[:5]))
+    scales = fitted(phases)
+    for phase, scale in scales.items():
+        if scale >= ceilings[phase] * 0.999:
+            notes.append(f"{phase}: the runs are faster than {kind.kind}'s stated peak allows "
+                         f"(its efficiencies are held at 1 of it): the catalog's "
+                         f"{'memory bandwidth' if phase == 'decode' else 'fp16_tflops'} is "
+                         "below what llama.cpp reached")
+    left_out: dict[str, float] = {}
+    errors: dict[str, tuple[float, int]] = {}
+    for phase, mine in phases.items():
+        found = []
+        for index, run in enumerate(mine):
+            without = {**phases, phase: mine[:index] + mine[index + 1:]}
+            estimate = run_estimate(run, shape, calibrated(fitted(without, scales)))
+            if estimate is None:
+                raise BenchError("NothingToCalibrate", f"{run.source}: the estimate gives "
+                                 f"no {phase} for {kind.kind}")
+            error = run.tokens_per_s / estimate - 1  # in time: measured speed over estimated
+            left_out[run.source] = error
+            found.append(abs(error))
+        errors[phase] = (round(statistics.median(found), 4), len(mine))
+    final = calibrated(scales, errors)
+    fits = []
+    for run in kept:
+        if run.phase not in scales:
+            continue
+        fits.append(RunFit(run, run.tokens_per_s, run_estimate(run, shape, base),
+                           run_estimate(run, shape, final), left_out.get(run.source)))
+    return BenchFit(final, kind.kind, backend, scales, tuple(fits), tuple(skipped),
+                    tuple(dict.fromkeys(notes)))
+
+
+def _log_errors(runs: Sequence[BenchRun], shape: RunShape,
+                calibration: SpeedCalibration) -> float:
+    total = 0.0
+    for run in runs:
+        estimate = run_estimate(run, shape, calibration)
+        assert estimate is not None
+        total += math.log(estimate / run.tokens_per_s) ** 2
+    return total
+
+
+def _best_scale(objective: Callable[[float], float], ceiling: float) -> float:
+    """The scale in [1/1000, ``ceiling``] that minimises ``objective``: a golden-section
+    search on its logarithm (the estimate's time falls as its efficiencies rise, so the
+    log errors' squares have one minimum)."""
+    low, high = math.log(1e-3), math.log(ceiling)
+    ratio = (math.sqrt(5) - 1) / 2
+    a, b = high - ratio * (high - low), low + ratio * (high - low)
+    fa, fb = objective(math.exp(a)), objective(math.exp(b))
+    for _ in range(40):
+        if fa <= fb:
+            high, b, fb = b, a, fa
+            a = high - ratio * (high - low)
+            fa = objective(math.exp(a))
+        else:
+            low, a, fa = a, b, fb
+            b = low + ratio * (high - low)
+            fb = objective(math.exp(b))
+    return round(math.exp((low + high) / 2), 6)
+
+
+def calibration_text(fit: BenchFit, sources: Sequence[str]) -> str:
+    """The calibration file: the base's figures with the kind's own factors, in the
+    shipped file's format, and a header saying what was fitted on what."""
+    own = fit.own
+    errors = "; ".join(f"{phase} {found[0]:.1%} over {found[1]} runs" for phase in FACTORS
+                       if (found := own.error(phase)) is not None)
+    header = [
+        "# A speed calibration fitted by `planner calibrate` on llama-bench runs of",
+        f"# {fit.kind} ({fit.backend}): {', '.join(sources)}.",
+        "# Every figure is the base calibration's; [kinds." + fit.kind + "] scales the",
+        "# backend's read efficiencies by read_factor and its compute efficiencies by",
+        "# compute_factor on this kind: " + ", ".join(
+            f"{scale:g} ({phase})" for phase, scale in fit.scales.items()) + ".",
+        f"# Error, each run left out in turn: {errors}.",
+        "# Give it with --calibration FILE (speed, plan, size, verify).",
+    ]
+    data = fit.calibration.to_dict()
+    return "\n".join(header) + "\n\n" + tomli_w.dumps(data)

@@ -1,0 +1,364 @@
+"""``planner calibrate``: llama-bench's output in its four forms read back, hostile output
+refused by name, a fit that recovers a known calibration and measures its own error, and
+``--calibration`` on speed, plan, size, verify and the workbench, whose estimates then say
+they use the user's own measurements."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from planner.limits import MAX_BENCH_BYTES
+from planner.llamacpp.bench import (
+    BenchError,
+    BenchRun,
+    fit_calibration,
+    parse_bench,
+    run_estimate,
+    run_shape,
+    usable_runs,
+)
+from planner.models import GpuModel, load_gpu_catalog, load_preset
+from planner.models.gpus import catalog_kind
+from planner.performance import (
+    KindCalibration,
+    PerformanceError,
+    load_calibration,
+    read_calibration,
+    set_calibration,
+    shipped_calibration,
+    use_calibration,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+MESH = ROOT / "validation" / "results" / "mesh"
+PRESET = "gpt-oss-20b"
+
+
+def recorded(name: str) -> tuple[BenchRun, ...]:
+    return parse_bench((MESH / name).read_text(), name)
+
+
+# -- reading llama-bench's output -------------------------------------------------------------
+
+
+def test_the_recorded_json_and_markdown_of_one_run_are_the_same_tests() -> None:
+    from_json, from_md = recorded("bench.json"), recorded("bench.md")
+    assert [run.test for run in from_json] == [run.test for run in from_md]
+    assert {run.phase for run in from_json} == {"prefill", "decode"}
+    for a, b in zip(from_json, from_md, strict=True):
+        assert round(a.tokens_per_s, 2) == b.tokens_per_s
+        assert abs(a.model_bytes - b.model_bytes) < 0.01 * 2**20  # markdown rounds MiB
+    kept, skipped = usable_runs([*from_json, *from_md], load_preset(PRESET))
+    # Of another model than the one given, all are left out; of the same, once each.
+    assert not kept and len(skipped) == len(from_json) + len(from_md)
+
+
+def test_the_recorded_csv_is_a_second_run_of_the_same_tests() -> None:
+    assert [run.test for run in recorded("bench.csv")] == [
+        run.test for run in recorded("bench.json")]
+
+
+MARKDOWN = "\n".join([
+    "llama_model_loader: loaded meta data",
+    "| model                  |       size |     params | backend | ngl | n_ubatch |"
+    "            test |                  t/s |",
+    "| ---------------------- | ---------: | ---------: | ------- | --: | -------: |"
+    " --------------: | -------------------: |",
+    *[f"| llama 8B Q4_K - Medium |   4.58 GiB |     8.03 B | CUDA    |  99 | {ubatch:>8} |"
+      f" {test:>15} | {rate:>20} |" for ubatch, test, rate in (
+          (512, "pp512", "4871.44 ± 12.98"), (256, "pp512 @ d4096", "3000.00 ± 1.00"),
+          (512, "pp64+tg32", "400.00 ± 2.00"), (512, "tg128 @ d512", "130.12 ± 0.54"))],
+    "",
+    "build: b11434 (11434)",
+]) + "\n"
+
+
+def test_markdown_with_extra_columns_depths_and_mixed_tests() -> None:
+    runs = parse_bench(MARKDOWN, "x.md")
+    assert [(r.test, r.phase, r.depth, r.ubatch) for r in runs] == [
+        ("pp512", "prefill", 0, 512), ("pp512 @ d4096", "prefill", 4096, 256),
+        ("pp64+tg32", "mixed", 0, 512), ("tg128 @ d512", "decode", 512, 512)]
+    assert runs[0].model_bytes == round(4.58 * 2**30) and runs[0].backend == "CUDA"
+    assert runs[0].tokens_per_s == 4871.44 and runs[0].stddev_tokens_per_s == 12.98
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("", "not llama-bench output"),
+    ("hello,world\n1,2\n", "not llama-bench output"),
+    ("[1, 2]", "a list of objects"),
+    ('[{"n_prompt": 1, "n_gen": 0}]', "no avg_ts"),
+    ('[{"n_prompt": -1, "n_gen": 0, "avg_ts": 5}]', "n_prompt must be a whole number"),
+    ('[{"n_prompt": 1e400, "n_gen": 0, "avg_ts": 5}]', "n_prompt must be a whole number"),
+    ('[{"n_prompt": 4, "n_gen": 0, "avg_ts": NaN}]', "avg_ts must be a number"),
+    ('[{"n_prompt": 4, "n_gen": 0, "avg_ts": 1e300}]', "avg_ts must be a number"),
+    ('[{"n_prompt": 4, "n_gen": 0, "avg_ts": 0}]', "a test that ran"),
+    ('[{"n_prompt": 0, "n_gen": 0, "avg_ts": 3}]', "a test of no tokens"),
+    ('[{"n_prompt": true, "n_gen": 0, "avg_ts": 3}]', "n_prompt must be a whole number"),
+    ("[" * 100_000, "not llama-bench's JSON"),
+    ("| model | test | t/s |\n| --- | --- | --- |\n| m | pp1 | fast |\n", "is not"),
+    ("| model | test | t/s |\n| --- | --- | --- |\n| m | xx1 | 1 ± 1 |\n", "is not ppN"),
+    ("| model | test | t/s |\n| --- | --- | --- |\n| m | pp1 |\n", "2 cells where"),
+    ("| model | t/s |\n| m | 1 |\n", "without a test column"),
+    ("n_prompt,n_gen,avg_ts\n\u0661,0,5\n", "n_prompt must be a whole number"),
+])
+def test_output_that_is_not_llama_benchs_is_refused_by_name(text: str, words: str) -> None:
+    with pytest.raises(BenchError) as caught:
+        parse_bench(text, "x")
+    assert caught.value.code == "InvalidBench" and words in caught.value.message
+
+
+def test_a_file_too_large_is_refused_before_it_is_parsed() -> None:
+    with pytest.raises(BenchError) as caught:
+        parse_bench("x" * (MAX_BENCH_BYTES + 1), "big")
+    assert "more than" in caught.value.message
+
+
+def _plain(run: BenchRun) -> None:
+    assert run.prompt_tokens or run.decode_tokens
+    assert math.isfinite(run.tokens_per_s) and run.tokens_per_s > 0
+    assert run.phase in ("prefill", "decode", "mixed")
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(max_size=300))
+def test_random_text_gives_runs_or_a_named_error(text: str) -> None:
+    try:
+        runs = parse_bench(text, "r")
+    except BenchError as error:
+        assert error.code in BenchError.codes
+        return
+    for run in runs:
+        _plain(run)
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_recorded_output_mutated_gives_runs_or_a_named_error(data: st.DataObject) -> None:
+    name = data.draw(st.sampled_from(["bench.json", "bench.md", "bench.csv"]))
+    text = list((MESH / name).read_text())
+    for _ in range(data.draw(st.integers(1, 6))):
+        where = data.draw(st.integers(0, len(text)))
+        text[where:where + data.draw(st.integers(0, 5))] = data.draw(st.text(max_size=5))
+    try:
+        runs = parse_bench("".join(text), name)
+    except BenchError as error:
+        assert error.code in BenchError.codes
+        return
+    for run in runs:
+        _plain(run)
+
+
+# -- the fit -------------------------------------------------------------------------------------
+
+
+def kind_4090() -> GpuModel:
+    return catalog_kind(load_gpu_catalog(), "rtx-4090")
+
+
+def synthetic_runs(spec, kind, truth) -> list[BenchRun]:
+    """Runs whose speeds are exactly what ``truth`` estimates."""
+    shape = run_shape(spec, kind)
+    tests = [(512, 0, 0), (2048, 0, 0), (0, 128, 0), (0, 128, 8192), (0, 32, 0)]
+    runs = []
+    for index, (prompt, decode, depth) in enumerate(tests, 1):
+        run = BenchRun(f"synthetic:{index}", spec.name, spec.model_weight_bytes, prompt,
+                       decode, depth, 1.0)
+        runs.append(replace(run, tokens_per_s=run_estimate(run, shape, truth)))
+    return runs
+
+
+def scaled(calibration, kind: str, read: float, compute: float):
+    """``calibration`` with ``kind``'s own factors: what a fit should find again."""
+    return replace(calibration, kinds={kind: KindCalibration(read_factor=read,
+                                                             compute_factor=compute)},
+                   source="truth")
+
+
+def test_the_fit_recovers_a_calibration_it_did_not_see() -> None:
+    spec, kind, base = load_preset(PRESET), kind_4090(), shipped_calibration()
+    truth = scaled(base, kind.kind, 0.8, 0.6)
+    fit = fit_calibration(synthetic_runs(spec, kind, truth), spec, kind, base)
+    assert (fit.kind, fit.backend) == ("rtx-4090", "cuda")
+    assert fit.scales["decode"] == pytest.approx(0.8, rel=1e-3)
+    assert fit.scales["prefill"] == pytest.approx(0.6, rel=1e-3)
+    # Each run estimated by a fit without it: the model is exact here, so is the estimate.
+    own = fit.calibration.kinds["rtx-4090"]
+    assert (own.read_factor, own.compute_factor) == (fit.scales["decode"],
+                                                     fit.scales["prefill"])
+    assert own.decode_error is not None and own.decode_error < 1e-3
+    assert own.prefill_error is not None and own.prefill_error < 1e-3
+    assert (own.decode_runs, own.prefill_runs) == (3, 2)
+    # Every other figure is the base's, and no other kind has factors of its own.
+    assert fit.calibration.backends == base.backends
+    assert fit.calibration.cross_validated == base.cross_validated
+    assert set(fit.calibration.kinds) == {"rtx-4090"}
+
+
+def test_the_error_stated_is_the_runs_left_out() -> None:
+    """Runs off the model by +-10 % in turn: each left out is estimated about 10 % off,
+    and the median of those is the error the calibration states."""
+    spec, kind, base = load_preset(PRESET), kind_4090(), shipped_calibration()
+    runs = synthetic_runs(spec, kind, base)
+    noisy = [replace(run, tokens_per_s=run.tokens_per_s * factor)
+             for run, factor in zip(runs, (1.1, 0.9, 1.1, 0.9, 1.1), strict=True)]
+    fit = fit_calibration(noisy, spec, kind, base)
+    own = fit.calibration.kinds["rtx-4090"]
+    for phase in ("decode", "prefill"):
+        found = own.error(phase)
+        assert found is not None and 0.05 < found[0] < 0.3, (phase, found)
+    note = fit.calibration.own_error_note(["rtx-4090", "h100-sxm"])
+    assert note.startswith("Uses your own measurements for rtx-4090")
+    assert f"decode {own.decode_error:.0%} over 3 runs" in note
+    assert fit.calibration.own_error_note(["h100-sxm"]) == ""
+
+
+def test_one_run_a_phase_is_nothing_to_calibrate() -> None:
+    spec, kind, base = load_preset(PRESET), kind_4090(), shipped_calibration()
+    runs = synthetic_runs(spec, kind, base)
+    with pytest.raises(BenchError) as caught:
+        fit_calibration([runs[0], runs[2]], spec, kind, base)
+    assert caught.value.code == "NothingToCalibrate"
+    assert "the only prefill run" in caught.value.message
+
+
+def test_the_recorded_runs_fit_better_than_the_shipped_calibration() -> None:
+    """The loopback runs of make validate, on the kind its catalog measured: the fitted
+    estimates are closer to every recorded run, in the log of their ratio, than the
+    shipped calibration's."""
+    from planner.models import from_gguf  # noqa: F401 - the GGUF is not needed: the layout is
+
+    fit = json.loads((MESH / "calibrate.json").read_text())
+    runs = fit["runs"]
+    assert runs and {run["phase"] for run in runs} == {"prefill", "decode"}
+
+    def misfit(key: str) -> float:
+        return sum(math.log(run[key] / run["measured_tokens_per_s"]) ** 2 for run in runs)
+
+    assert misfit("fitted_tokens_per_s") < misfit("base_tokens_per_s")
+    assert {e["phase"] for e in fit["errors"]} == {"prefill", "decode"}
+    written = read_calibration(MESH / "calibration.toml")
+    assert set(written.kinds) == {fit["kind"]}
+    for error in fit["errors"]:
+        stated = written.kinds[fit["kind"]].error(error["phase"])
+        assert stated == (error["median_abs_error"], error["runs"])
+
+
+# -- the calibration in effect ------------------------------------------------------------------
+
+
+def test_a_calibration_is_in_effect_in_its_block_only() -> None:
+    mine = read_calibration(MESH / "calibration.toml")
+    assert load_calibration() is shipped_calibration()
+    with use_calibration(mine):
+        assert load_calibration() is mine
+        with use_calibration(None):
+            assert load_calibration() is mine
+    assert load_calibration() is shipped_calibration()
+    set_calibration(mine)
+    try:
+        assert load_calibration() is mine
+    finally:
+        set_calibration(None)
+    assert load_calibration() is shipped_calibration()
+
+
+def test_a_calibration_file_that_cannot_be_used_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "c.toml"
+    shipped = (ROOT / "planner" / "data" / "speed-calibration.toml").read_text()
+    for text in ("not toml [", "[weight_efficiency]\n'gddr/cuda' = 2.0\n",
+                 shipped + "\n[kinds.rtx-4090]\nread_factor = -1\n",
+                 shipped + "\n[kinds.rtx-4090]\nspeed = 2\n"):
+        bad.write_text(text)
+        with pytest.raises(PerformanceError) as caught:
+            read_calibration(bad)
+        assert caught.value.code == "InvalidCalibration" and str(bad) in caught.value.message
+
+
+def cli(*args: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "planner.cli", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A calibration of the RTX 4090 (gddr/cuda) from synthetic llama-bench JSON."""
+    folder = tmp_path_factory.mktemp("calibration")
+    spec, kind, base = load_preset(PRESET), kind_4090(), shipped_calibration()
+    runs = synthetic_runs(spec, kind, scaled(base, "rtx-4090", 0.7, 0.5))
+    rows = [{"model_type": spec.name, "model_size": spec.model_weight_bytes,
+             "n_prompt": run.prompt_tokens, "n_gen": run.decode_tokens,
+             "n_depth": run.depth, "avg_ts": run.tokens_per_s, "n_ubatch": 512}
+            for run in runs]
+    (folder / "bench.json").write_text(json.dumps(rows))
+    done = cli("calibrate", folder / "bench.json", "--gpu", "rtx-4090", "--model", PRESET,
+               "-o", folder / "calibration.toml")
+    assert done.returncode == 0, done.stderr
+    assert "decode: median error 0.0% over 3 runs" in done.stdout
+    again = cli("calibrate", folder / "bench.json", "--gpu", "rtx-4090", "--model", PRESET,
+                "-o", folder / "calibration.toml")
+    assert again.returncode == 2 and "already exists" in again.stderr
+    return folder / "calibration.toml"
+
+
+def test_speed_plan_and_size_take_the_calibration(fitted: Path) -> None:
+    plain = cli("speed", PRESET, "--gpu", "rtx-4090", "--json")
+    mine = cli("speed", PRESET, "--gpu", "rtx-4090", "--json", "--calibration", fitted)
+    assert plain.returncode == mine.returncode == 0, mine.stderr
+    plain_data, mine_data = json.loads(plain.stdout), json.loads(mine.stdout)
+    # Reads at 0.7 of their efficiency: decode slower, by at most 1 / 0.7 (the fixed
+    # times per layer do not scale).
+    assert 1.2 * plain_data["tpot_ms"] < mine_data["tpot_ms"] <= plain_data["tpot_ms"] / 0.7
+    assert any(note.startswith("Uses your own measurements for rtx-4090")
+               for note in mine_data["notes"])
+    assert not any("your own" in note for note in plain_data["notes"])
+    fleet = ROOT / "data" / "fleets"
+    example = sorted(fleet.glob("*.toml"))[0]
+    planned = cli("plan", example, "--calibration", fitted)
+    assert planned.returncode in (0, 1), planned.stderr
+    sizes = [cli("size", PRESET, "--kinds", "rtx-4090", "--json", *extra)
+             for extra in ((), ("--calibration", str(fitted)))]
+    assert [done.returncode for done in sizes] == [0, 0], sizes[1].stderr
+    tpots = [json.loads(done.stdout)["fleets"][0]["estimated_tpot_ms"] for done in sizes]
+    assert 1.2 * tpots[0] < tpots[1] <= tpots[0] / 0.7
+    broken = cli("speed", PRESET, "--gpu", "rtx-4090", "--calibration", ROOT / "README.md")
+    assert broken.returncode == 2 and "InvalidCalibration" in broken.stderr
+
+
+def test_the_workbench_takes_the_calibration(fitted: Path, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from planner.fleet import parse_fleet_toml
+    from planner.workbench.app import CALIBRATION_VARIABLE, Workbench
+    from planner.workbench.state import WorkbenchState
+
+    document = parse_fleet_toml(f"""
+[model]
+preset = "{PRESET}"
+[[nodes]]
+id = "rtx-4090-00"
+vram = "24 GiB"
+""")
+    monkeypatch.setenv(CALIBRATION_VARIABLE, str(fitted))
+    try:
+        bench = Workbench(WorkbenchState.from_document(document), fleet_dir=tmp_path,
+                          report_dir=tmp_path)
+        assert set(load_calibration().kinds) == {"rtx-4090"}
+        assert "Uses your own measurements for rtx-4090" in \
+            bench._evaluation.estimate_summary()
+    finally:
+        set_calibration(None)
+    monkeypatch.setenv(CALIBRATION_VARIABLE, str(tmp_path / "missing.toml"))
+    try:
+        Workbench(WorkbenchState.from_document(document), fleet_dir=tmp_path,
+                  report_dir=tmp_path)
+        assert load_calibration() is shipped_calibration()
+    finally:
+        set_calibration(None)
