@@ -15,6 +15,9 @@ from planner_strategies import requests
 
 import planner
 
+# Exhaustive property runs against the reference planner: `make test-deep` (CI runs it).
+pytestmark = pytest.mark.deep
+
 
 def _planner_outcome(request: dict[str, Any]) -> dict[str, Any]:
     try:
