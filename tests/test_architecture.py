@@ -320,6 +320,44 @@ def test_each_module_imports_only_what_its_row_allows() -> None:
     assert not messages, "\n".join(messages)
 
 
+def unused_allowances(rows: dict[str, Row], found: list[Import]) -> list[str]:
+    """The may-import entries of each row that no import of its modules uses."""
+    used: dict[str, set[str]] = {path: set() for path in rows}
+    for each in found:
+        row = row_of(each.file, rows)
+        if row is not None:
+            used[row.path].update(name for name in (each.unit, each.library) if name)
+    problems = []
+    for row in rows.values():
+        idle = sorted((row.units | row.libraries) - used[row.path])
+        if idle:
+            problems.append(f"{WHERE}:{row.line}: `{row.path}` may import "
+                            + ", ".join(idle) + ", which none of its modules imports; "
+                            "make that line:\n" + layout_line(
+                                row.path, row.layer, row.owns, row.units - set(idle),
+                                row.libraries - set(idle)))
+    return problems
+
+
+def test_every_allowance_is_used() -> None:
+    """An allowance no import uses is a rule that no longer describes the code."""
+    rows = layout_rows()
+    problems = unused_allowances(rows, all_imports(rows))
+    assert problems == [], "\n".join(problems)
+
+
+def test_an_unused_allowance_is_reported() -> None:
+    rows = layout_rows()
+    units = rows["planner/units.py"]
+    rows["planner/units.py"] = Row(units.path, units.layer, units.owns,
+                                   units.units | {"models"}, units.libraries | {"numpy"},
+                                   units.line)
+    assert unused_allowances(rows, all_imports(rows)) == [
+        f"{WHERE}:{units.line}: `planner/units.py` may import models, numpy, which none of "
+        "its modules imports; make that line:\n"
+        + layout_line(units.path, units.layer, units.owns, units.units, units.libraries)]
+
+
 # -- the core stays pure -----------------------------------------------------------------
 
 
