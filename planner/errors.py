@@ -5,6 +5,45 @@ docs/rules.md gives it, where it names one), a ``message`` a person can act on, 
 values behind the message in ``details``. Each class lists the codes it may carry in ``codes``; a
 code belongs to exactly one class (docs/errors.md lists them all), so
 ``error.code`` alone tells what went wrong.
+
+The whole tree, each class under its parent, with the module that defines it (the
+command-line and workbench errors included; ``tests/test_errors.py`` fails when this
+drawing and the classes differ)::
+
+    * CodedError (base)          planner.errors
+      * AvailabilityError        planner.availability.reliability
+      * BenchError               planner.llamacpp.bench
+      * FenceError (base)        planner.fence.errors
+        * CheckConfigError       planner.fence.check.configuration
+        * InvalidFenceInput      planner.fence.errors
+        * SimulationError        planner.fence.errors
+        * StaleCheckResults      planner.fence.check.report
+        * StateBudgetExceeded    planner.fence.check.exploration
+        * UnknownScenario        planner.fence.errors
+      * FleetFileError           planner.fleet.errors
+      * LaunchError              planner.llamacpp.launch
+      * LlamaCppRunError         planner.llamacpp.runner
+      * LogError                 planner.llamacpp.log
+      * MemoryModelError         planner.llamacpp.settings
+      * ModelError               planner.models.spec
+      * PerformanceError         planner.performance.errors
+      * PlanError                planner.errors
+        * InvalidInput           planner.errors
+      * RpcDiscoveryError        planner.llamacpp.rpc
+      * SimulationLimitError     planner.simulation
+      * SizingError              planner.sizing.targets
+      * SweepError               planner.sweep._columns
+      * SweepOutputError         planner.sweep._store
+      * TargetsError             planner.targets
+      * UnitError                planner.units
+        * ContextError           planner.units
+        * LatencyError           planner.units
+      * UserError                planner.cli._common
+      * VerifyError              planner.llamacpp.verify
+      * WorkbenchInputError      planner.workbench.state
+
+A class marked ``(base)`` carries no code of its own and is only there to be caught; every
+other class carries the codes docs/errors.md lists against it.
 """
 
 from __future__ import annotations

@@ -21,6 +21,10 @@ One parser per kind of value, shared by fleet files, the Python API and the work
 
 Every parser runs in time linear in its input, and an error quotes at most about
 80 characters of the value (:func:`quoted`).
+
+The formatters print the values back, one for each: :func:`format_bytes` a size (and
+:func:`exact_size_text` one that reads back exactly), :func:`format_bandwidth` a
+bandwidth, :func:`format_milliseconds` every duration.
 """
 
 from __future__ import annotations
@@ -35,9 +39,21 @@ from planner._validate import MAX_SHOWN, Fail, flag, integer, shown
 from planner.errors import CodedError
 from planner.limits import MAX_LATENCY_MS, MAX_NUMBER_DIGITS, MAX_SHOWN_BYTES
 
-_BINARY = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
-_DECIMAL = {"k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4, "p": 1000**5}
-_KNOWN_UNITS = "B, KiB, MiB, GiB, TiB, PiB, kB, MB, GB, TB, PB"
+# The size units, each spelled once here: its symbol and its bytes, the largest first.
+# Everything else (what a unit is read as, the units a message lists, the units a size
+# is printed in) is derived from these two.
+_BINARY_UNITS = (("PiB", 1024**5), ("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2),
+                 ("KiB", 1024))
+_DECIMAL_UNITS = (("PB", 1000**5), ("TB", 1000**4), ("GB", 1000**3), ("MB", 1000**2),
+                  ("kB", 1000))
+# A unit is read by its prefix letter in either case: "g" -> bytes.
+_BINARY = {symbol[0].lower(): factor for symbol, factor in _BINARY_UNITS}
+_DECIMAL = {symbol[0].lower(): factor for symbol, factor in _DECIMAL_UNITS}
+# (prefix letter, binary) -> the symbol a size is written with.
+_SYMBOLS = {(symbol[0].lower(), symbol[1:2] == "i"): symbol
+            for symbol, _ in (*_BINARY_UNITS, *_DECIMAL_UNITS)}
+_KNOWN_UNITS = ", ".join(["B", *(symbol for symbol, _ in reversed(_BINARY_UNITS)),
+                          *(symbol for symbol, _ in reversed(_DECIMAL_UNITS))])
 SIZE_FORMS = ("write a number and a unit: '80 GiB' (1024-based), '24 GB' (1000-based), "
               "'512 MiB', '1.5 TiB', or '1024 B' for bytes")
 BANDWIDTH_FORMS = ("write a size per second: '3.35 TB/s' (1000-based), '900 GB/s' or "
@@ -162,9 +178,7 @@ def _size_factor(unit: str, text: str, number: str) -> int:
 
 
 def _symbol(prefix: str, binary: bool) -> str:
-    if binary:
-        return f"{prefix.upper()}iB"
-    return "kB" if prefix == "k" else f"{prefix.upper()}B"
+    return _SYMBOLS[(prefix, binary)]
 
 
 def _integral(value: Any) -> int | None:
@@ -301,20 +315,31 @@ def format_bytes(value: int, *, precision: int = 2, decimal: bool = False,
         trim = flag(trim, _argument("format_bytes", "trim"))
     if value < 0:
         return "-" + format_bytes(-value, precision=precision, decimal=decimal, trim=trim)
-    factors = _DECIMAL if decimal else _BINARY
-    for prefix in "ptgmk":
-        factor = factors[prefix]
+    for symbol, factor in _DECIMAL_UNITS if decimal else _BINARY_UNITS:
         if value >= factor:
             text = f"{value / factor:.{precision}f}"
             if trim:
                 text = text.rstrip("0").rstrip(".")
-            return f"{text} {_symbol(prefix, not decimal)}"
+            return f"{text} {symbol}"
     return f"{value} B"
 
 
-_EXACT_UNITS = (("PiB", 1024**5), ("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2),
-                ("KiB", 1024), ("PB", 1000**5), ("TB", 1000**4), ("GB", 1000**3),
-                ("MB", 1000**2))
+def format_bandwidth(bytes_per_s: int, *, precision: int = 2) -> str:
+    """Print a bandwidth in bytes per second the way vendors quote it and
+    :func:`parse_bandwidth` reads it: decimal units per second, trailing zeros dropped.
+
+    >>> format_bandwidth(3_350_000_000_000), format_bandwidth(936_000_000_000)
+    ('3.35 TB/s', '936 GB/s')
+    """
+    if not (type(bytes_per_s) is int and 0 <= bytes_per_s <= MAX_SHOWN_BYTES):
+        bytes_per_s = integer(bytes_per_s, _argument("format_bandwidth", "bytes_per_s"),
+                              minimum=0, maximum=MAX_SHOWN_BYTES)
+    return format_bytes(bytes_per_s, precision=precision, decimal=True) + "/s"
+
+
+# The units an exact size text may use: every binary one, and the decimal ones from MB.
+_EXACT_UNITS = (*_BINARY_UNITS, *((symbol, factor) for symbol, factor in _DECIMAL_UNITS
+                                  if symbol != "kB"))
 
 
 def exact_size_text(value: int) -> str:

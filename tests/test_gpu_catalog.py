@@ -150,3 +150,75 @@ def test_an_entry_needs_its_memory(tmp_path: Path) -> None:
         with pytest.raises(ModelError) as caught:
             load_gpu_catalog(path)
         assert caught.value.details["field"] == field, caught.value.message
+
+
+# -- catalog-wide failure defaults ---------------------------------------------------------
+
+DEFAULTS = "[defaults]\nannual_failure_rate = 0.05\nrepair_hours = 24\n\n"
+
+
+def test_a_kind_without_failure_figures_gets_the_catalogs_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "mine.toml"
+    path.write_text(DEFAULTS + ENTRY + ENTRY.replace("Card", "Desk card")
+                    + "repair_hours = 168\n")
+    card, desk = load_gpu_catalog(path)
+    assert (card.annual_failure_rate, card.repair_hours) == (0.05, 24.0)
+    assert (desk.annual_failure_rate, desk.repair_hours) == (0.05, 168.0)
+    # Without [defaults] a kind states what it states, as before.
+    path.write_text(ENTRY)
+    [bare] = load_gpu_catalog(path)
+    assert (bare.annual_failure_rate, bare.repair_hours) == (None, None)
+
+
+def test_the_shipped_catalog_states_its_failure_defaults_once() -> None:
+    """Every shipped kind has both figures, and none repeats the catalog's default."""
+    raw = tomllib.loads((data_dir() / "gpus.toml").read_text(encoding="utf-8"))
+    defaults = raw["defaults"]
+    assert defaults == {"annual_failure_rate": 0.119, "repair_hours": 72}
+    repeated = [(entry["name"], key) for entry in raw["gpu"] for key in defaults
+                if entry.get(key) == defaults[key]]
+    assert repeated == []
+    catalog = {gpu.kind: gpu for gpu in load_gpu_catalog()}
+    assert all(gpu.annual_failure_rate == 0.119 for gpu in catalog.values())
+    assert catalog["h100-sxm-80gb"].repair_hours == 72.0
+    assert catalog["rtx-4090"].repair_hours == 168.0
+
+
+def test_the_shipped_defaults_are_the_availability_defaults() -> None:
+    """A node of no known kind gets the same figures as a shipped kind stating none."""
+    from planner.availability import DEFAULT_ANNUAL_FAILURE_RATE, DEFAULT_REPAIR_HOURS
+
+    raw = tomllib.loads((data_dir() / "gpus.toml").read_text(encoding="utf-8"))
+    assert raw["defaults"] == {"annual_failure_rate": DEFAULT_ANNUAL_FAILURE_RATE,
+                               "repair_hours": DEFAULT_REPAIR_HOURS}
+
+
+def test_a_users_failure_defaults_replace_the_shipped_ones(tmp_path: Path) -> None:
+    from planner.availability import fleet_figures
+    from planner.planning import NodeBudget
+
+    path = tmp_path / "mine.toml"
+    path.write_text("[defaults]\nannual_failure_rate = 0.3\n\n" + ENTRY + 'id = "card"\n'
+                    "repair_hours = 10\n")
+    catalog = load_gpu_catalog(path)
+    assert (catalog[0].annual_failure_rate, catalog[0].repair_hours) == (0.3, 10.0)
+    [figures] = fleet_figures([NodeBudget("card-00", 1024)], catalog=catalog).values()
+    assert (figures.reliability.annual_failure_rate, figures.annual_failure_rate_source) == (
+        0.3, "catalog: card")
+
+
+@pytest.mark.parametrize(("table", "field"), [
+    ("[defaults]\nannual_failure_rate = -0.1\n", "defaults.annual_failure_rate"),
+    ("[defaults]\nrepair_hours = nan\n", "defaults.repair_hours"),
+    ('[defaults]\nrepair_hours = "a week"\n', "defaults.repair_hours"),
+    ("[defaults]\nprice_per_hour = 1.0\n", "defaults.price_per_hour"),
+    ('defaults = "0.119"\n', "defaults"),
+])
+def test_a_bad_default_is_refused_by_name(tmp_path: Path, table: str, field: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(table + "\n" + ENTRY)
+    with pytest.raises(ModelError) as caught:
+        load_gpu_catalog(path)
+    assert caught.value.code == "InvalidGpuCatalog"
+    assert caught.value.details["field"] == field
+    assert str(path) in caught.value.message and field in caught.value.message

@@ -70,8 +70,8 @@ def test_the_caps_keep_the_search_exact_in_64_bits() -> None:
 # Limits kept where they are: the GGUF format's own, as ggml names them; a DNS name's
 # length; how much of a bad value a message quotes; the fence explorer's integer boxes
 # (ipywidgets holds 2**62, below the fence's 64-bit cap).
-FORMAT_LIMITS = {"models/gguf_reader.py": {"MAX_STRING_BYTES", "MAX_ARRAY_ITEMS",
-                                           "MAX_TENSOR_DIMS", "MAX_TENSOR_NAME_BYTES"},
+FORMAT_LIMITS = {"models/gguf_file.py": {"MAX_STRING_BYTES", "MAX_ARRAY_ITEMS",
+                                         "MAX_TENSOR_DIMS", "MAX_TENSOR_NAME_BYTES"},
                  # llama.cpp's own bounds on the metadata the estimate reads.
                  "models/gguf_metadata.py": {"MAX_COUNT"},
                  "llamacpp/graph/reading.py": {"MAX_RESIDUAL_STREAMS"},

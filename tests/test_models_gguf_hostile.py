@@ -18,7 +18,7 @@ from planner.cli import main
 from planner.limits import MAX_GGUF_KEYS, MAX_GGUF_TENSORS
 from planner.llamacpp import model_from_gguf
 from planner.models import ModelError, from_gguf
-from planner.models.gguf_reader import (
+from planner.models.gguf_file import (
     SkippedValue,
     read_header,
 )

@@ -235,10 +235,10 @@ def test_planner_report_with_llama_cpp_parses_the_model_once_and_searches_once(
     """``planner plan`` and ``planner report`` (HTML: plan, candidates, explanation, stage
     table, charts and the failure what-if) read the GGUF once and search each fleet,
     context and lane count once."""
-    from planner.models import gguf_reader
+    from planner.models import gguf_file
 
     parsed: list[Path] = []
-    original = gguf_reader._Walk.header
+    original = gguf_file._Walk.header
 
     def counted(self: Any, version: int) -> Any:
         parsed.append(self.path)
@@ -253,12 +253,12 @@ def test_planner_report_with_llama_cpp_parses_the_model_once_and_searches_once(
                  getattr(request.memory_rule, "one_device", False))] += 1
         search_init(self, request, context_length, budget, lanes)
 
-    monkeypatch.setattr(gguf_reader._Walk, "header", counted)
+    monkeypatch.setattr(gguf_file._Walk, "header", counted)
     monkeypatch.setattr(search.ContextSearch, "__init__", counted_search)
     fleet = _fleet(tmp_path)
     for command in (["plan", str(fleet)], ["report", str(fleet), "-o",
                                           str(tmp_path / "report.html")]):
-        gguf_reader._read_header_cached.cache_clear()  # each command starts afresh
+        gguf_file._read_header_cached.cache_clear()  # each command starts afresh
         parsed.clear()
         started.clear()
         assert main([*command, "--memory-model", "llamacpp"]) == 0

@@ -135,3 +135,31 @@ def test_the_set_is_wide_enough_to_hold_out_whole_sources(rows: list[dict[str, s
     assert {row["flash_attn"] for row in usable} == {"0", "1"}
     years = {row["build_date"][:4] for row in usable}
     assert {"2024", "2025", "2026"} <= years
+
+
+# The reasons docs/speed.md counts, each by a phrase its rows' excluded_because holds.
+EXCLUSION_REASONS = {"F16 prompt-processing runs below half": "F16 prompt processing below half",
+                     "held back by their host": "limit of the Raspberry Pi 5 host",
+                     "whose repetitions spread over a quarter": "spread of the repetitions"}
+
+
+def test_docs_count_the_rows_left_out(rows: list[dict[str, str]]) -> None:
+    """docs/speed.md's counts of the rows left out, by reason, and of those used are the
+    data's."""
+    text = " ".join((HERE.parents[1] / "docs" / "speed.md").read_text().split())
+    stated = re.search(r"Of its ([\d,]+) rows, ([\d,]+) are left out of every fit, each "
+                       r"saying why in `excluded_because`: (.*?); the other ([\d,]+) are used",
+                       text)
+    assert stated, "docs/speed.md no longer counts the rows left out"
+    total, left_out, reasons, used = stated.groups()
+    excluded = [row["excluded_because"] for row in rows if row["excluded_because"]]
+    assert (int(total.replace(",", "")), int(left_out.replace(",", "")),
+            int(used.replace(",", ""))) == (len(rows), len(excluded), len(rows) - len(excluded))
+    counted = 0
+    for phrase, marker in EXCLUSION_REASONS.items():
+        said = re.search(rf"(\d+) {phrase}", reasons)
+        assert said, f"docs/speed.md does not count the rows {phrase}"
+        found = sum(marker in reason for reason in excluded)
+        assert int(said[1]) == found, f"{said[0]}: the data has {found}"
+        counted += found
+    assert counted == len(excluded), "a row is left out for a reason docs/speed.md does not count"

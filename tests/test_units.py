@@ -10,10 +10,13 @@ from planner.units import (
     ContextError,
     LatencyError,
     UnitError,
+    exact_size_text,
+    format_bandwidth,
     format_bytes,
     format_milliseconds,
     latency_microseconds,
     ms_from_microseconds,
+    parse_bandwidth,
     parse_bytes,
     parse_context,
     parse_latency_ms,
@@ -143,6 +146,41 @@ def test_whole_numbers_of_any_unit_parse_exactly(number: int, unit: str) -> None
     factor = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
               "kB": 10**3, "MB": 10**6, "GB": 10**9}[unit]
     assert parse_bytes(f"{number} {unit}") == number * factor
+
+
+SIZE_UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50,
+              "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15}
+
+
+@pytest.mark.parametrize(("unit", "factor"), SIZE_UNITS.items())
+def test_every_unit_reads_prints_and_is_listed_alike(unit: str, factor: int) -> None:
+    """The one unit table serves the parser, both formatters and the error message."""
+    binary = "i" in unit
+    assert parse_bytes(f"1 {unit}") == factor
+    assert format_bytes(factor, decimal=not binary) == f"1 {unit}"
+    assert format_bytes(factor * 3 // 2, decimal=not binary) == f"1.5 {unit}"
+    assert exact_size_text(factor) == (f"1 {unit}" if unit != "kB" else "1000 B")
+    with pytest.raises(UnitError) as caught:
+        parse_bytes("1 XB")
+    assert caught.value.message.split("use one of ")[1].startswith(
+        "B, KiB, MiB, GiB, TiB, PiB, kB, MB, GB, TB, PB;")
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (0, "0 B/s"), (900 * 10**9, "900 GB/s"), (3_350_000_000_000, "3.35 TB/s"),
+    (1_008_000_000_000, "1.01 TB/s"), (np.int64(936 * 10**9), "936 GB/s"),
+])
+def test_format_bandwidth(value: int, text: str) -> None:
+    assert format_bandwidth(value) == text
+    assert abs(parse_bandwidth(text) - value) <= value * 0.005
+
+
+@pytest.mark.parametrize("value", [-1, 1.5e12, "3 TB/s", True, None, 2**71])
+def test_format_bandwidth_refuses_what_is_no_bandwidth(value: object) -> None:
+    with pytest.raises(UnitError) as caught:
+        format_bandwidth(value)  # type: ignore[arg-type]
+    assert caught.value.code == "InvalidSize"
+    assert caught.value.message.startswith("format_bandwidth: bytes_per_s ")
 
 
 # -- latency ----------------------------------------------------------------------------

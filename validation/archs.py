@@ -65,7 +65,7 @@ def save_models(bins: Path) -> list[Path]:
 def header_record(path: Path) -> dict[str, Any]:
     """The GGUF header as the estimator reads it, without the tokenizer's keys and the
     values the reader stepped over."""
-    from planner.models.gguf_reader import SkippedValue, read_shards
+    from planner.models.gguf_file import SkippedValue, read_shards
 
     header = read_shards(path)[0]
     metadata = {key: value for key, value in header.metadata.items()

@@ -58,7 +58,7 @@ def header_record(path: Path, *, shapes: bool = False) -> dict[str, Any]:
     """The GGUF header as the estimator reads it, without the tokenizer's keys and the
     values the reader stepped over; with ``shapes``, each tensor's shape too (the
     vocabulary of a file without a ``vocab_size`` key is token_embd's rows)."""
-    from planner.models.gguf_reader import SkippedValue, read_shards
+    from planner.models.gguf_file import SkippedValue, read_shards
 
     header = read_shards(path)[0]
     metadata = {key: value for key, value in header.metadata.items()

@@ -123,7 +123,8 @@ def model_from_gguf(path: str | Path) -> LlamaCppModel:
     if not isinstance(path, str | Path):
         raise _bad("path")("must be a file path", path)
 
-    from planner.models.gguf_reader import from_gguf, read_shards
+    from planner.models.gguf_file import read_shards
+    from planner.models.gguf_spec import from_gguf
 
     spec = from_gguf(path)  # validates the file and the architecture
     headers = read_shards(path)
@@ -136,7 +137,7 @@ def model_from_header(name: str, metadata: Mapping[str, Any], tensors: Sequence[
     """The llama.cpp layout of a model from its GGUF metadata and tensor table (entries
     with ``name``, ``type_name`` and ``n_bytes``)."""
     from planner.models.gguf_metadata import GgufMetadata
-    from planner.models.gguf_reader import token_embedding
+    from planner.models.gguf_spec import token_embedding
     from planner.models.layer_memory import model_memory
 
     meta = GgufMetadata.of_model(metadata, where, most_layers=LLAMA_MAX_LAYERS)

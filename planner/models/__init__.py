@@ -3,7 +3,7 @@
 Pure core: no widgets, no plotting.
 """
 
-from planner.models.gguf_reader import from_gguf
+from planner.models.gguf_spec import from_gguf
 from planner.models.gpus import (
     GpuModel,
     load_backend_overheads,

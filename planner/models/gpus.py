@@ -38,7 +38,9 @@ shipped catalog gives every source (a test keeps it so). The fields:
 ``max_count``
     How many of this kind can be had; unlimited when absent.
 ``annual_failure_rate``, ``repair_hours``
-    Failures per node-year and mean hours to repair (:mod:`planner.availability`).
+    Failures per node-year and mean hours to repair (:mod:`planner.availability`). A
+    catalog file's ``[defaults]`` table gives them for every kind of that file that does
+    not state its own (the shipped catalog's: 0.119 and 72).
 ``backend``, ``llamacpp_overhead`` / ``llamacpp_overhead_bytes``
     The llama.cpp backend the kind runs and its own fixed overhead per device
     (:mod:`planner.llamacpp`); a backend's default is in
@@ -459,9 +461,11 @@ def _bad(where: str, field_name: str, problem: str, value: Any = None) -> ModelE
 
 _FIELD_NAMES = tuple(field.name for field in fields(GpuModel))
 _FILE_KEYS = (*_FIELD_NAMES, *UNIT_SPELLINGS)
+# The fields a catalog file's [defaults] table may give its kinds.
+CATALOG_DEFAULTS = ("annual_failure_rate", "repair_hours")
 
 
-def _gpu(entry: Any, where: str) -> GpuModel:
+def _gpu(entry: Any, where: str, defaults: Mapping[str, Any] | None = None) -> GpuModel:
     """One ``[[gpu]]`` table: its unit forms read, then checked as a :class:`GpuModel`."""
     if not isinstance(entry, Mapping):
         raise _bad(where, "entry", "must be a table", entry)
@@ -486,6 +490,8 @@ def _gpu(entry: Any, where: str) -> GpuModel:
         if key not in values:
             spelled = "memory (or memory_bytes)" if key == "memory_bytes" else key
             raise _bad(where, spelled, "is required")
+    for key, value in (defaults or {}).items():
+        values.setdefault(key, value)
     try:
         return GpuModel(**values)
     except ModelError as error:
@@ -517,11 +523,12 @@ def parse_gpu_catalog(raw: Any, where: str) -> list[GpuModel]:
         raise _bad(where, "gpu", "must be a non-empty array of [[gpu]] tables")
     if isinstance(raw, Mapping):
         for key in raw:
-            if key not in ("gpu", "llamacpp"):
-                raise _bad(where, key, "is not a known table; a catalog holds [[gpu]] tables "
-                           "and [llamacpp.backend_overhead_bytes]")
+            if key not in ("gpu", "llamacpp", "defaults"):
+                raise _bad(where, key, "is not a known table; a catalog holds [[gpu]] tables, "
+                           "[defaults] and [llamacpp.backend_overhead_bytes]")
         _overheads(raw, where)
-    catalog = [_gpu(entry, f"{where} [[gpu]] #{index + 1}")
+    defaults = _defaults(raw, where)
+    catalog = [_gpu(entry, f"{where} [[gpu]] #{index + 1}", defaults)
                for index, entry in enumerate(entries)]
     for label, key in (("name", lambda gpu: gpu.name.strip().casefold()),
                        ("kind id", lambda gpu: gpu.kind)):
@@ -535,23 +542,38 @@ def parse_gpu_catalog(raw: Any, where: str) -> list[GpuModel]:
     return catalog
 
 
+def _defaults(raw: Any, where: str) -> dict[str, Any]:
+    """``[defaults]``: the checked values of :data:`CATALOG_DEFAULTS` it gives."""
+    table = raw.get("defaults", {}) if isinstance(raw, Mapping) else {}
+    return _named_values(table, where, "defaults", CATALOG_DEFAULTS, "a catalog default",
+                         lambda key, value: _CHECKS[key](value))
+
+
 def _overheads(raw: Mapping[str, Any], where: str) -> dict[str, int]:
     section = raw.get("llamacpp", {})
     if not isinstance(section, Mapping) or set(section) - {"backend_overhead_bytes"}:
         raise _bad(where, "llamacpp", "may hold only a backend_overhead_bytes table")
-    table = section.get("backend_overhead_bytes", {})
+    return _named_values(section.get("backend_overhead_bytes", {}), where,
+                         "llamacpp.backend_overhead_bytes", BACKENDS, "a backend",
+                         lambda _, value: integer(value, _fail, maximum=MAX_BYTES))
+
+
+def _named_values(table: Any, where: str, name: str, known: Sequence[str], what: str,
+                  check: Callable[[str, Any], Any]) -> dict[str, Any]:
+    """A table of a catalog file whose keys are among ``known``, each value checked; a
+    problem names the file and ``<name>.<key>``."""
     if not isinstance(table, Mapping):
-        raise _bad(where, "llamacpp.backend_overhead_bytes", "must be a table", table)
-    overheads = {}
-    for name, value in table.items():
-        field_name = f"llamacpp.backend_overhead_bytes.{name}"
-        if name not in BACKENDS:
-            raise _bad(where, field_name, f"is not a backend; expected {', '.join(BACKENDS)}")
+        raise _bad(where, name, "must be a table", table)
+    values = {}
+    for key, value in table.items():
+        field_name = f"{name}.{key}"
+        if key not in known:
+            raise _bad(where, field_name, f"is not {what}; expected {', '.join(known)}")
         try:
-            overheads[name] = integer(value, _fail, maximum=MAX_BYTES)
+            values[key] = check(key, value)
         except ModelError as error:
             raise _located(error, where, field_name) from None
-    return overheads
+    return values
 
 
 def _catalog_path(path: Any) -> Path:

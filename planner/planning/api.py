@@ -206,8 +206,15 @@ def plan_topology(request: Request) -> Plan:
 
     ``request`` is a :class:`PlanningInput` or a plain dict with the field names of
     docs/rules.md §1 (nodes as dicts). Raises :class:`~planner.errors.PlanError` with the
-    ``code`` of §2
-    (``InvalidInput`` for malformed requests).
+    ``code`` of §2 (``InvalidInput`` for malformed requests), ``NoValidTopology`` too.
+
+    This is the entry point for the plan alone. To show the plan beside its candidates,
+    its explanation or its stage table, call :func:`~planner.planning.plan_request`
+    instead: it makes the same plan (``plan_request(r).plan_or_raise() ==
+    plan_topology(r)``) and works the other views out from the same search, where
+    calling :func:`candidates`, ``explain_choice`` and ``stage_usage`` after this one
+    searches again for each; and it returns a request nothing fits as a result with the
+    error rather than raising it.
 
     >>> plan = plan_topology({
     ...     "native_context_length": 65536, "layer_count": 40,

@@ -72,6 +72,11 @@ def plan_request(request: Request) -> PlanningResult:
     A request refused before the search (docs/rules.md §2, checks 1-8, and malformed
     input) raises :class:`~planner.errors.PlanError`; a request nothing fits gives a
     result without a plan, whose candidates are all infeasible.
+
+    The entry point for every view of one planning run; for the plan alone,
+    :func:`~planner.planning.plan_topology` returns the same :class:`Plan` (this result's
+    :meth:`~PlanningResult.plan_or_raise`) and raises ``NoValidTopology`` where this
+    returns a result holding it.
     """
     req = as_planning_input(request)
     check_request(req)

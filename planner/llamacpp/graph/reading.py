@@ -25,7 +25,7 @@ _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)\.weight$")
 
 def elements(tensor: Any) -> int:
     """Elements of a tensor from its bytes and type."""
-    from planner.models.gguf_reader import GGML_TYPES
+    from planner.models.gguf_file import GGML_TYPES
 
     block, size = next((block, size) for name, block, size in GGML_TYPES.values()
                        if name == tensor.type_name)

@@ -26,7 +26,7 @@ from test_memory import write_gemma_like
 from test_models_gguf import llama_metadata, llama_tensors, write_gguf
 
 from planner.limits import GGUF_BUILD_BUDGET_BYTES
-from planner.models.gguf_reader import (
+from planner.models.gguf_file import (
     GGML_TYPES,
     SHORT_STRING_BYTES,
     VALUE_TYPE_NAMES,
@@ -217,7 +217,7 @@ def test_the_real_gemma_file(tmp_path: Path) -> None:
 # The header (everything before the tensor data) of each model llama.cpp b11434's
 # test-llama-archs saves, and the file's size: the test writes the header and extends
 # the file with zeros (sparse) to its size, so both readers see the file's own header
-# and table. Recorded with ``python tests/test_gguf_reader.py --record DIR``.
+# and table. Recorded with ``python tests/test_gguf_file.py --record DIR``.
 ARCH_HEADERS = DATA / "llama_archs_headers.tar.gz"
 
 
@@ -275,6 +275,6 @@ if __name__ == "__main__":
     import sys
 
     if len(sys.argv) != 3 or sys.argv[1] != "--record":
-        sys.exit("usage: python tests/test_gguf_reader.py --record FOLDER")
+        sys.exit("usage: python tests/test_gguf_file.py --record FOLDER")
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     record(Path(sys.argv[2]))
