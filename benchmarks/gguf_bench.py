@@ -46,12 +46,37 @@ def _write_hostile_files(folder: Path) -> dict[str, str]:
             [g.string("general.architecture", "llama")],
             [(f"t{i}", (8,), "F32") for i in range(MAX_GGUF_TENSORS)]),
     }
+    cases.update(_hostile_metadata(g))
     paths = {}
     for index, (name, data) in enumerate(cases.items()):
         path = folder / f"hostile-{index}.gguf"
         path.write_bytes(data)
         paths[name] = str(path)
     return paths
+
+
+# Metadata of a hostile value in a field the llama.cpp estimate reads: llama.cpp's own
+# small model of the architecture (validation/results/archs/) with one key changed. Each
+# once ran out of memory, hung or ended in a traceback.
+HOSTILE_METADATA = (("qwen3moe-moe.gguf", "expert_used_count", 2**32 - 1),
+                    ("deepseek4-moe.gguf", "hyper_connection.count", 2**32 - 1),
+                    ("glm5-next-moe.gguf", "hyper_connection.count", 2**32 - 1),
+                    ("glm5-next-moe.gguf", "attention.indexer.kpool", 0),
+                    ("hrm_text-dense.gguf", "hrm.h_cycles", 2**32 - 1))
+
+
+def _hostile_metadata(g: Any) -> dict[str, bytes]:
+    from planner.llamacpp.check import load_record
+
+    entries = {entry["file"]: entry
+               for entry in load_record(ROOT / "validation" / "results" / "archs")["models"]}
+    cases = {}
+    for file, key, value in HOSTILE_METADATA:
+        entry = entries[file]
+        name = f"{entry['architecture']}.{key}"
+        header = {**entry["header"], "metadata": {**entry["header"]["metadata"], name: value}}
+        cases[f"{file}, {name} = {value:,}"] = g.recorded_model(header)
+    return cases
 
 
 def _hostile_files(folder: Path) -> dict[str, str]:
@@ -101,12 +126,15 @@ def rows() -> list[dict[str, Any]]:
                           "command": command[0], "target": f"< {REAL_CPU_SECONDS} s CPU",
                           **result})
         for name, path in _hostile_files(Path(folder)).items():
-            result = _child(["inspect", path], HOSTILE_SECONDS) or {
+            # A changed model's metadata is read by the llama.cpp estimate: `memory`.
+            command = (["memory", path, "--context", "1024"] if ".gguf, " in name
+                       else ["inspect", path])
+            result = _child(command, HOSTILE_SECONDS) or {
                 "exit": None, "cpu": float("inf"), "seconds": float("inf")}
             result["verdict"] = ("ok" if result["exit"] in (0, 2)
                                  and result["seconds"] < HOSTILE_SECONDS
                                  and result["peak_mb"] < HOSTILE_MB else "MISSED")
-            found.append({"case": name, "command": "inspect",
+            found.append({"case": name, "command": command[0],
                           "target": f"< {HOSTILE_SECONDS:g} s, < {HOSTILE_MB / 1024:g} GB",
                           **result})
     return found
