@@ -304,8 +304,8 @@ def test_a_crowd_of_identical_nodes_is_searched_as_few_as_there_are_stages() -> 
 @settings(max_examples=150)
 @given(requests(max_nodes=8, max_layers=12))
 def test_one_threshold_pair_at_a_time_matches_reference(request: dict[str, Any]) -> None:
-    # Program 3 solves up to a batch of remaining thresholds in one pass; a batch of one
-    # sends every threshold through its own pass.
+    # Programs 2 and 3 solve up to a batch of latency thresholds, and of remaining
+    # thresholds, in one pass; a batch of one sends every threshold through its own pass.
     from unittest import mock
 
     from planner.planning import search
