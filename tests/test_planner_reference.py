@@ -145,9 +145,11 @@ def _assert_candidate_rows(request: dict[str, Any], frame: pd.DataFrame) -> None
         assert row.feasible == (best is not None)
         if best is None:
             assert row.node_ids == ()
+            assert row.stage_layer_counts == ()
             assert row.reason
             continue
         assert row.node_ids == best.node_ids
+        assert row.stage_layer_counts == best.stage_layer_counts
         assert row.min_remaining_bytes == min(best.remaining)
         assert row.total_remaining_bytes == sum(best.remaining)
         estimate = row.estimated_decode_network_ms_per_token
