@@ -140,7 +140,6 @@ class _Allowed:
     """Per class, how many of its nodes are allowed."""
     usables: np.ndarray
     ranks: np.ndarray
-    """Of every allowed node, in stage order."""
     latencies: np.ndarray
     known: np.ndarray
     """Whether each allowed node has a latency (an unknown one is 0 in ``latencies``)."""
@@ -157,10 +156,8 @@ class _Tables:
 
     groups: tuple[_Allowed, ...]
     starts: np.ndarray
-    """Per group, where its allowed nodes start (its slot past the end is at
-    ``starts[g] + count``)."""
     ends: np.ndarray
-    """Per group, its slot past the end."""
+    """Per group, where its allowed nodes start, and its slot past the end."""
     base: np.ndarray
     """``base[g, c]``: where class ``c``'s allowed nodes of group ``g`` start."""
     counts: np.ndarray
@@ -180,10 +177,9 @@ class _Tables:
 
 @dataclass(frozen=True, slots=True)
 class _Rows:
-    """Per row of one run of program 2 or 3, its group's columns of :class:`_Tables`, and
-    the group whose states it is held against (:data:`SEARCH_BYTES` counts the states of
-    each threshold's program 2, and of each batch of one threshold's program 3 rows, as
-    if that were the only one solving)."""
+    """Per row of one pass of program 2 or 3, its group's columns of :class:`_Tables`, and
+    its account of held states (:data:`SEARCH_BYTES` counts each threshold's program 2,
+    and each batch of one threshold's program 3 rows, as if it were solved alone)."""
 
     group: np.ndarray
     base: np.ndarray
@@ -192,17 +188,14 @@ class _Rows:
     ends: np.ndarray
     starts: np.ndarray
     accounts: np.ndarray
-    """Per row, which held-state account it is counted in."""
     account_count: int
 
     @classmethod
     def of(cls, tables: _Tables, groups: Sequence[int], accounts: Sequence[int]) -> _Rows:
         group = np.asarray(groups, dtype=np.int64)
         account = np.asarray(accounts, dtype=np.int64)
-        return cls(group=group, base=tables.base[group], counts=tables.counts[group],
-                   left=tables.left[group], ends=tables.ends[group],
-                   starts=tables.starts[group], accounts=account,
-                   account_count=int(account.max()) + 1)
+        return cls(group, tables.base[group], tables.counts[group], tables.left[group],
+                   tables.ends[group], tables.starts[group], account, int(account.max()) + 1)
 
 
 @dataclass(slots=True)
@@ -446,12 +439,10 @@ class ContextSearch:
         before = np.cumsum(counts, axis=1) - counts
         left = np.concatenate([np.cumsum(counts[:, ::-1], axis=1)[:, ::-1],
                                np.zeros((len(groups), 1), dtype=np.int64)], axis=1)
-        usables = np.concatenate([part for a in groups for part in (a.usables, [0])]) \
-            .astype(np.int64)
-        ranks = np.concatenate([part for a in groups for part in (a.ranks, [_INF])]) \
-            .astype(np.int64)
-        total = np.concatenate([part for a in groups
-                                for part in ([0], np.cumsum(a.usables))]).astype(np.int64)
+        usables = np.concatenate([p for a in groups for p in (a.usables, [0])], dtype=np.int64)
+        ranks = np.concatenate([p for a in groups for p in (a.ranks, [_INF])], dtype=np.int64)
+        total = np.concatenate([p for a in groups for p in ([0], np.cumsum(a.usables))],
+                               dtype=np.int64)
         layers = self.layer_count
         assert self.need is not None
         # line[y, q] = min(usables[y] - need[q], line[y + 1, q + 1]), ending at q == L and
