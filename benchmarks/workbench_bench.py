@@ -1,6 +1,6 @@
 """How long the workbench takes to replan and redraw after one edit, on 64-node fleets.
 
-The target is 200 ms from a changed value to updated figures and tables. ``run()`` edits
+The target is 120 ms of CPU from a changed value to updated figures and tables. ``run()`` edits
 one node's VRAM back and forth and reports the time of each full update (``evaluate`` plus
 ``PlanView.show``), and of planning alone, for a uniform fleet, a mixed one and a mesh
 whose nodes all report different sizes. The machine may be shared, so each is measured as
@@ -19,7 +19,7 @@ from planner.workbench.app import Workbench
 from planner.workbench.evaluation import evaluate
 from planner.workbench.state import ModelFields, NodeRow, WorkbenchState
 
-BUDGET_SECONDS = 0.2
+BUDGET_SECONDS = 0.12
 EDITS = 10
 
 _QWEN_480B = ModelFields(layer_count=62, native_context_length=262_144,

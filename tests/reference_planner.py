@@ -17,7 +17,8 @@ class Fitted:
     context_length: int
     lanes: int
     node_ids: tuple[str, ...]
-    spans: tuple[int, ...]
+    stage_layer_counts: tuple[int, ...]
+    """The layers each node takes, in stage order (the candidates table's column)."""
     remaining: tuple[int, ...]
     estimate: int | None
 
@@ -193,7 +194,8 @@ def plan(req: dict[str, Any]) -> dict[str, Any]:
         raise ReferenceError_("NoValidTopology")
     w = weights(req)
     stages, start = [], 0
-    for i, (node_id, span) in enumerate(zip(chosen.node_ids, chosen.spans, strict=True)):
+    for i, (node_id, span) in enumerate(zip(chosen.node_ids, chosen.stage_layer_counts,
+                                            strict=True)):
         stages.append({"stage_id": f"stage-{i}", "stage_index": i, "node_id": node_id,
                        "layer_start": start, "layer_end": start + span,
                        "parameter_bytes": sum(w[start:start + span])})
@@ -206,11 +208,12 @@ def plan(req: dict[str, Any]) -> dict[str, Any]:
 
 
 def assert_candidates_match(req: dict[str, Any], frame: Any) -> None:
-    """``frame`` (``planner.candidates(req)``) holds the reference's best set, and its
-    total remaining bytes, for every shape."""
+    """``frame`` (``planner.candidates(req)``) holds the reference's best set, the layers
+    each of its nodes takes, and its total remaining bytes, for every shape."""
     for (context, count, lane), best in table(req).items():
         row = frame[(frame["context_length"] == context) & (frame["stage_count"] == count)
                     & (frame["parallel_lanes"] == lane)]
         assert set(row["node_ids"]) == {best.node_ids if best else ()}
+        assert set(row["stage_layer_counts"]) == {best.stage_layer_counts if best else ()}
         if best is not None:
             assert {int(v) for v in row["total_remaining_bytes"]} == {sum(best.remaining)}

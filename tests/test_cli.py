@@ -15,6 +15,7 @@ from test_fleetfile import write_tiny_gguf
 
 import planner
 from planner.fleet import load_fleet
+from planner.planning.nodesets import layer_count_entries
 
 ROOT = Path(__file__).resolve().parent.parent
 FLEETS = ROOT / "data" / "fleets"
@@ -161,6 +162,9 @@ def test_candidates_csv_has_every_shape() -> None:
     assert [int(v) for v in selected[0][:3]] == [
         chosen["context_length"], chosen["stage_count"], chosen["parallel_lanes"]]
     assert selected[0][4].split(";") == list(chosen["node_ids"])
+    assert selected[0][5].split(";") == layer_count_entries(chosen["stage_layer_counts"])
+    infeasible = [row for row in rows[1:] if row[3] == "False"]
+    assert infeasible and all(row[5] == "" for row in infeasible)
 
 
 def test_candidates_table_and_no_topology_exit_code() -> None:

@@ -20,7 +20,13 @@ from test_cli import run
 
 import planner
 from planner.limits import MAX_LISTED_NODE_IDS
-from planner.planning.nodesets import IdPool, NodeIds, node_set_entries, node_set_text
+from planner.planning.nodesets import (
+    IdPool,
+    NodeIds,
+    layer_count_entries,
+    node_set_entries,
+    node_set_text,
+)
 
 IDS = tuple(f"gpu-{i:04d}" for i in range(100))
 
@@ -119,3 +125,11 @@ def test_the_candidates_table_and_a_report_write_sets_compactly(big_fleet: Path,
         ("gpu-000..gpu-999",)}
     small = next(row for row in candidates if row["stage_count"] == 2)
     assert small["node_ids"] == ["gpu-000", "gpu-001"]
+
+
+def test_layer_counts_are_written_as_runs() -> None:
+    assert layer_count_entries(()) == []
+    assert layer_count_entries((62,)) == ["62"]
+    assert layer_count_entries((16, 16, 15, 15, 15, 15, 1)) == ["2x16", "4x15", "1"]
+    assert layer_count_entries((3, 2, 3)) == ["3", "2", "3"]
+    assert layer_count_entries((1,) * 4096) == ["4096x1"]

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import pandas as pd
 import pytest
 import reference_planner as ref
 
@@ -126,3 +127,53 @@ def test_a_search_past_its_step_budget_is_refused_by_name() -> None:
     for words in ("64 layers", "span classes", f"more than {max(single):,} walk steps"):
         assert words in caught.value.message
     assert caught.value.details["steps"] > max(single)
+
+
+def _mesh_request() -> dict[str, Any]:
+    """60 nodes of distinct sizes from 8 to 80 GiB on 62 layers of 5 GiB, latencies of
+    1-40 ms: most stage counts have their own smallest maximum latency, past what the
+    reference planner can check."""
+    nodes = [{"node_id": f"n{i:02d}", "detected_vram_bytes": 2**33 + i * 1250 * 2**20,
+              "stage_transfer_latency_ms": (i * 7) % 40 + 1} for i in range(60)]
+    return {**_request(nodes, 62, 62 * 5 * 2**30), "native_context_length": 131072,
+            "kv_bytes_per_token": 2**16}
+
+
+def _held_states(request: dict[str, Any]) -> tuple[pd.DataFrame, int]:
+    """The candidates table and the most states the search held at once."""
+    held = [0]
+    spend = search.ContextSearch._spend
+
+    def counting(self: search.ContextSearch, steps: int, held_states: int = 0) -> None:
+        held[0] = max(held[0], held_states)
+        spend(self, steps, held_states)
+
+    with mock.patch.object(search.ContextSearch, "_spend", counting):
+        frame = planner.candidates(request)
+    return frame, held[0]
+
+
+def test_latency_thresholds_solved_together_match_one_at_a_time() -> None:
+    request = _mesh_request()
+    found = search.ContextSearch(planner.PlanningInput.from_dict(request), 131072)
+    assert len(found.classes) > 10
+    assert len(set(found.min_max_latency().values())) > 10
+    together, held_together = _held_states(request)
+    assert together["feasible"].sum() > 100
+    # A batch of one row sends each threshold, and each remaining threshold of program
+    # 3, through its own pass; three mixes both.
+    for rows in (1, 3):
+        with mock.patch.object(search, "_BATCH_ROWS", rows):
+            alone, held_alone = _held_states(request)
+        pd.testing.assert_frame_equal(alone, together)
+        # States are held against each threshold's own pass, as if it were alone.
+        assert held_alone == held_together
+    # So a search is refused for the states it holds at the same size either way.
+    state_bytes = search.SEARCH_BYTES // held_together
+    with mock.patch.object(search, "_STATE_BYTES", state_bytes):
+        planner.candidates(request)
+    with mock.patch.object(search, "_STATE_BYTES", state_bytes + 1), \
+            pytest.raises(PlanError) as caught:
+        planner.candidates(request)
+    assert caught.value.code == "SearchTooLarge"
+    assert "for the states a walk can be in" in caught.value.message

@@ -145,9 +145,11 @@ def _assert_candidate_rows(request: dict[str, Any], frame: pd.DataFrame) -> None
         assert row.feasible == (best is not None)
         if best is None:
             assert row.node_ids == ()
+            assert row.stage_layer_counts == ()
             assert row.reason
             continue
         assert row.node_ids == best.node_ids
+        assert row.stage_layer_counts == best.stage_layer_counts
         assert row.min_remaining_bytes == min(best.remaining)
         assert row.total_remaining_bytes == sum(best.remaining)
         estimate = row.estimated_decode_network_ms_per_token
@@ -304,8 +306,8 @@ def test_a_crowd_of_identical_nodes_is_searched_as_few_as_there_are_stages() -> 
 @settings(max_examples=150)
 @given(requests(max_nodes=8, max_layers=12))
 def test_one_threshold_pair_at_a_time_matches_reference(request: dict[str, Any]) -> None:
-    # Program 3 solves up to a batch of remaining thresholds in one pass; a batch of one
-    # sends every threshold through its own pass.
+    # Programs 2 and 3 solve up to a batch of latency thresholds, and of remaining
+    # thresholds, in one pass; a batch of one sends every threshold through its own pass.
     from unittest import mock
 
     from planner.planning import search

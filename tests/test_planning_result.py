@@ -91,6 +91,29 @@ def test_each_workbench_edit_searches_once(searches: Counter[Any]) -> None:
                               for context in context_candidates(request)}
 
 
+def test_each_candidate_keeps_the_layers_its_nodes_take(tmp_path: Path) -> None:
+    # Under llama.cpp's rule a plan of one stage is searched with its own costs.
+    llama = load_fleet(_fleet(tmp_path)).to_request("llamacpp")
+    assert isinstance(llama.memory_rule, LlamaCppCosts)
+    for request in (WorkbenchState.design_default().to_request(), llama):
+        result = planner.plan_request(request)
+        assert result.plan is not None
+        table = result.candidates
+        feasible = table[table["feasible"]]
+        assert len(feasible)
+        if request is llama:
+            assert set(feasible["stage_count"]) == {1, 2}
+        for row in feasible.itertuples(index=False):
+            assert len(row.stage_layer_counts) == row.stage_count
+            assert sum(row.stage_layer_counts) == request.layer_count
+            assert min(row.stage_layer_counts) >= 1
+        assert all(counts == () for counts in table.loc[~table["feasible"],
+                                                        "stage_layer_counts"])
+        chosen = table[table["selected"]].iloc[0]
+        assert chosen["stage_layer_counts"] == tuple(
+            stage.layer_end - stage.layer_start for stage in result.plan.stages)
+
+
 def _fleet(tmp_path: Path) -> Path:
     gguf = write_gemma_like(tmp_path)
     path = tmp_path / "fleet.toml"

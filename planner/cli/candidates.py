@@ -30,7 +30,7 @@ from planner.performance import (
     node_speeds,
     with_candidate_estimates,
 )
-from planner.planning.nodesets import NodeIds, node_set_text
+from planner.planning.nodesets import NodeIds, layer_count_entries, node_set_text
 from planner.reports.content import candidate_records
 from planner.reports.tables import (
     candidate_rows_table,
@@ -53,12 +53,15 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_fleet_argument(parser)
     add_memory_model_argument(parser)
     parser.add_argument("--csv", action="store_true",
-                        help="print CSV (node ids joined with ';'; a set of more than "
+                        help="print CSV (node ids and stage layer counts joined with ';', "
+                             "a run of r stages of n layers as rxn; a set of more than "
                              f"{MAX_LISTED_NODE_IDS} as runs first..last, the rest counted) "
                              "instead of a table")
 
 
-def _csv_cell(value: Any) -> Any:
+def _csv_cell(column: str, value: Any) -> Any:
+    if column == "stage_layer_counts":
+        return ";".join(layer_count_entries(value))
     if isinstance(value, list | NodeIds):
         value = node_set_text(value, ";")
     if value is None:
@@ -80,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(planner.CANDIDATE_COLUMNS)
         for record in records:
-            writer.writerow([_csv_cell(record[column]) for column in planner.CANDIDATE_COLUMNS])
+            writer.writerow([_csv_cell(column, record[column])
+                             for column in planner.CANDIDATE_COLUMNS])
     else:
         catalog = load_gpu_catalog()
         try:

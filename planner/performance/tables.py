@@ -11,16 +11,9 @@ import pandas as pd
 from planner.models.gpus import GpuModel
 from planner.performance.estimate import PlanEstimate, fleet_estimate, node_speeds
 from planner.performance.traffic import ModelTraffic
-from planner.planning.inputs import NodeBudget, PlanningInput
+from planner.planning.inputs import PlanningInput
 from planner.planning.plan import Plan
-from planner.planning.rules import (
-    at_context,
-    build_stages,
-    layer_bytes,
-    layer_weights,
-    request_for_stages,
-    walk_stages,
-)
+from planner.planning.rules import build_stages, layer_weights
 
 ESTIMATE_COLUMNS = ("estimated_tpot_ms", "tokens_per_s", "estimated_context_fill_ms",
                     "cost_per_hour_usd", "cost_per_million_tokens_usd")
@@ -59,33 +52,22 @@ def with_candidate_estimates(frame: pd.DataFrame, request: PlanningInput,
     estimated as the plan its node set and shape would give, at the fleet's cost
     (:func:`fleet_estimate`: every node of the fleet is paid for)."""
     weights = layer_weights(request)
-    # The budgets and layer bytes the search walked, per shape: after the memory rule's
-    # fixed costs per node (none under the design rule).
-    walked: dict[tuple[int, int, bool], tuple[dict[str, NodeBudget], tuple[int, ...]]] = {}
+    nodes = {node.node_id: node for node in request.nodes}
     speeds = node_speeds(request.nodes, catalog, node_kinds)
     values: dict[str, list[Any]] = {column: [] for column in ESTIMATE_COLUMNS}
     for row in frame.itertuples(index=False):
         estimate = None
-        # Rows with a node of unknown bandwidth are left NA before any walking: most
-        # fleets typed by hand name no catalog kind, and this runs on every edit.
+        # Rows with a node of unknown bandwidth are left NA: most fleets typed by hand
+        # name no catalog kind, and this runs on every edit.
         if row.feasible and traffic is not None and all(
                 node_id in speeds and speeds[node_id].memory_bandwidth_bytes_per_s
                 for node_id in row.node_ids):
-            shape = (int(row.context_length), int(row.parallel_lanes))
-            # The rule of the row's stage count (llama.cpp's one device has no pipeline).
-            staged = request_for_stages(request, int(row.stage_count))
-            walk_key = (*shape, staged is request)
-            if walk_key not in walked:
-                walked[walk_key] = (
-                    {node.node_id: node for node in at_context(staged, *shape).nodes},
-                    layer_bytes(staged, *shape))
-            budgets, costs = walked[walk_key]
-            ordered = [budgets[node_id] for node_id in row.node_ids]
-            walk = walk_stages([node.usable_bytes for node in ordered], costs)
-            if walk.fits:
-                plan = Plan(shape[0], shape[1],
-                            build_stages(ordered, walk.spans, weights), None, None)
-                estimate = fleet_estimate(request, plan, traffic, speeds, **options)
+            # The plan the row's shape would give: its nodes take the layers the search
+            # found them to take.
+            stages = build_stages([nodes[node_id] for node_id in row.node_ids],
+                                  row.stage_layer_counts, weights)
+            plan = Plan(int(row.context_length), int(row.parallel_lanes), stages, None, None)
+            estimate = fleet_estimate(request, plan, traffic, speeds, **options)
         for column in ESTIMATE_COLUMNS:
             value = None if estimate is None else getattr(estimate, column)
             values[column].append(pd.NA if value is None else value)

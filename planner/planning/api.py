@@ -287,6 +287,7 @@ CANDIDATE_COLUMNS = (
     "parallel_lanes",
     "feasible",
     "node_ids",
+    "stage_layer_counts",
     "min_remaining_bytes",
     "total_remaining_bytes",
     "estimated_decode_network_ms_per_token",
@@ -312,10 +313,13 @@ CANDIDATE_DTYPES = {
 
 def candidate_frame(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """Candidate rows (dicts with :data:`CANDIDATE_COLUMNS`) as the typed DataFrame
-    :func:`candidates` returns; ``node_ids`` become tuples (a search's own
-    :class:`~planner.planning.nodesets.NodeIds` stay as they are)."""
-    rows = [row if isinstance(row["node_ids"], NodeIds) else
-            {**row, "node_ids": tuple(row["node_ids"])} for row in rows]
+    :func:`candidates` returns; ``node_ids`` and ``stage_layer_counts`` become tuples (a
+    search's own :class:`~planner.planning.nodesets.NodeIds` stay as they are)."""
+    rows = [row if isinstance(row["node_ids"], NodeIds | tuple)
+            and isinstance(row["stage_layer_counts"], tuple) else
+            {**row, "node_ids": row["node_ids"] if isinstance(row["node_ids"], NodeIds)
+             else tuple(row["node_ids"]),
+             "stage_layer_counts": tuple(row["stage_layer_counts"])} for row in rows]
     frame = pd.DataFrame(rows, columns=list(CANDIDATE_COLUMNS))
     estimate = "estimated_decode_network_ms_per_token"
     return frame.astype({**CANDIDATE_DTYPES, estimate: milliseconds_dtype(frame[estimate])})
@@ -339,6 +343,9 @@ def candidates(request: Request) -> pd.DataFrame:
         compares, hashes and reads as one without a copy of the ids for every row)
         The best node set for the shape (docs/rules.md §5), in stage order; empty when
         infeasible.
+    ``stage_layer_counts`` (a tuple of int)
+        The layers each node of ``node_ids`` takes, in stage order (the spans of the walk
+        of docs/rules.md §4 that the search found the set with); empty when infeasible.
     ``min_remaining_bytes``, ``total_remaining_bytes`` (Int64, bytes)
         Smallest and summed usable bytes left over across the set's stages.
     ``estimated_decode_network_ms_per_token`` (Int64 ms; Float64 once a latency is fractional)
@@ -412,7 +419,8 @@ def _row(request: PlanningInput, context: int, count: int, lanes: int,
     if choice is None:
         return {
             "context_length": context, "stage_count": count, "parallel_lanes": lanes,
-            "feasible": False, "node_ids": (), "min_remaining_bytes": pd.NA,
+            "feasible": False, "node_ids": (), "stage_layer_counts": (),
+            "min_remaining_bytes": pd.NA,
             "total_remaining_bytes": pd.NA, "estimated_decode_network_ms_per_token": pd.NA,
             "decode_tpot_target_met": pd.NA, "selected": False, "reason": reason,
         }
@@ -420,7 +428,7 @@ def _row(request: PlanningInput, context: int, count: int, lanes: int,
     met = target_met(request, estimate)
     return {
         "context_length": context, "stage_count": count, "parallel_lanes": lanes,
-        "feasible": True, "node_ids": choice.node_ids,
+        "feasible": True, "node_ids": choice.node_ids, "stage_layer_counts": choice.spans,
         "min_remaining_bytes": choice.min_remaining_bytes,
         "total_remaining_bytes": choice.total_remaining_bytes,
         "estimated_decode_network_ms_per_token": pd.NA if estimate is None else estimate,

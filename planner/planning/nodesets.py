@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
+from itertools import groupby
 from typing import overload
 
 import numpy as np
@@ -147,6 +148,14 @@ def node_set_text(ids: Sequence[str], separator: str = ", ",
                   limit: int = MAX_LISTED_NODE_IDS) -> str:
     """:func:`node_set_entries` joined by ``separator``."""
     return separator.join(node_set_entries(ids, limit))
+
+
+def layer_count_entries(counts: Sequence[int]) -> list[str]:
+    """A candidate's ``stage_layer_counts`` as CSV cells and reports list them: a run of
+    ``r`` stages of ``n`` layers each as ``rxn`` (``4096x1``), a lone stage as ``n``; a set
+    of thousands of stages mostly takes a few runs."""
+    return [str(count) if len(run) == 1 else f"{len(run)}x{count}"
+            for count, run in ((count, list(run)) for count, run in groupby(counts))]
 
 
 def _runs(ids: Sequence[str], limit: int) -> tuple[list[tuple[str, str, int]], int]:

@@ -34,12 +34,17 @@ Programs 2 and 3 go over the classes twice: forward, from the start states of th
 counts asked for, to find the states a walk can be in when it enters each class; then
 backward over those states only, choosing how many of the class's nodes to take. The
 choices of program 3 are kept, and the node ids are read back by following them.
+
+Stage counts with different smallest maximum latencies are solved with different allowed
+nodes. Programs 2 and 3 take several thresholds in one pass: each row of a pass belongs to
+one threshold, and its states walk only that threshold's allowed nodes, laid end to end
+with the others' in one set of tables.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right, insort
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,8 +64,14 @@ SEARCH_BYTES = 2**30
 SEARCH_STEPS = 60_000_000
 """The most walk steps (one state advanced by one stage) one context's search may take;
 past it, ``SearchTooLarge``."""
-# Rows of program 3 (remaining thresholds) solved in one pass; each adds its own states.
+# Rows solved in one pass (latency thresholds in program 2, remaining thresholds in
+# program 3); each adds its own states.
 _BATCH_ROWS = 64
+# Slots of the tight line's tables (allowed nodes times layers) of the latency thresholds
+# solved together. A small fleet has a threshold for nearly every stage count, and solving
+# them in one pass pays the walk's per-step cost once instead of once per threshold; a
+# large one is solved a threshold at a time, as if alone.
+_BATCH_SLOTS = 2**18
 # Bytes kept per state entering a class: key, value, first rank, choice, and the
 # working arrays of its walk.
 _STATE_BYTES = 64
@@ -125,27 +136,66 @@ class _Allowed:
     threshold: int
     picks: tuple[np.ndarray, ...]
     """Per class, indices of its allowed nodes (a prefix-ordered subsequence)."""
-    offsets: np.ndarray
-    """Per class (and one past the last), where its allowed nodes start in the whole."""
+    counts: np.ndarray
+    """Per class, how many of its nodes are allowed."""
     usables: np.ndarray
     ranks: np.ndarray
-    """Of every allowed node, in stage order, with an ``_INF`` rank one past the end."""
     latencies: np.ndarray
     known: np.ndarray
     """Whether each allowed node has a latency (an unknown one is 0 in ``latencies``)."""
     nodes: tuple[NodeBudget, ...]
     ids: IdPool
     """Of ``nodes``."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Tables:
+    """The allowed nodes of one or more thresholds (*groups*), laid end to end in one
+    index space, each group followed by one slot past its end, and what programs 2 and 3
+    look up in them; a row of a program belongs to one group."""
+
+    groups: tuple[_Allowed, ...]
+    starts: np.ndarray
+    ends: np.ndarray
+    """Per group, where its allowed nodes start, and its slot past the end."""
+    base: np.ndarray
+    """``base[g, c]``: where class ``c``'s allowed nodes of group ``g`` start."""
+    counts: np.ndarray
+    """``counts[g, c]``: how many of class ``c``'s nodes group ``g`` allows."""
+    left: np.ndarray
+    """``left[g, c]``: the allowed nodes of group ``g`` in class ``c`` and after it (one
+    column past the last class, of 0)."""
+    usables: np.ndarray
+    ranks: np.ndarray
+    """Of every slot: ``_INF`` past a group's end."""
     total: np.ndarray
-    """Prefix sums of ``usables``."""
+    """``total[starts[g] + j]``: the usable bytes of group ``g``'s first ``j`` nodes."""
     line: np.ndarray
     """``line[x, L - s]``: the smallest remaining bytes of the tight line's ``s`` stages
-    taken by the allowed nodes ``x .. x + s - 1`` (``_NEG`` when there are fewer)."""
-    left: np.ndarray
-    """Per class (and one past the last), the allowed nodes in it and after it."""
+    taken by the slots ``x .. x + s - 1`` of one group (``_NEG`` when it has fewer)."""
 
-    def count(self, c: int) -> int:
-        return int(self.offsets[c + 1] - self.offsets[c])
+
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """Per row of one pass of program 2 or 3, its group's columns of :class:`_Tables`, and
+    its account of held states (:data:`SEARCH_BYTES` counts each threshold's program 2,
+    and each batch of one threshold's program 3 rows, as if it were solved alone)."""
+
+    group: np.ndarray
+    base: np.ndarray
+    counts: np.ndarray
+    left: np.ndarray
+    ends: np.ndarray
+    starts: np.ndarray
+    accounts: np.ndarray
+    account_count: int
+
+    @classmethod
+    def of(cls, tables: _Tables, groups: Sequence[int], accounts: Sequence[int]) -> _Rows:
+        group = np.asarray(groups, dtype=np.int64)
+        account = np.asarray(accounts, dtype=np.int64)
+        return cls(group, tables.base[group], tables.counts[group], tables.left[group],
+                   tables.ends[group], tables.starts[group], account, int(account.max()) + 1)
 
 
 @dataclass(slots=True)
@@ -350,41 +400,76 @@ class ContextSearch:
 
     # -- programs 2 and 3 ----------------------------------------------------------------
     def _allowed(self, threshold: int) -> _Allowed:
-        """The nodes within ``threshold`` and the tight line's table over them."""
+        """The nodes within ``threshold``."""
         picks = tuple(np.nonzero(c.latencies <= threshold)[0] for c in self.classes)
-        sizes = np.array([len(p) for p in picks], dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(sizes)])
-        usables = np.concatenate([c.usables[p] for c, p in zip(self.classes, picks,
-                                                               strict=True)])
-        ranks = np.concatenate([*(c.ranks[p] for c, p in zip(self.classes, picks,
-                                                            strict=True)), [_INF]])
-        nodes = tuple(c.nodes[i] for c, p in zip(self.classes, picks, strict=True)
-                      for i in p.tolist())
-        layers, count = self.layer_count, len(usables)
-        assert self.need is not None
-        # line[y, q] = min(usables[y] - need[q], line[y + 1, q + 1]), ending at q == L.
-        line = np.empty((count + 1, layers + 1), dtype=np.int64)
-        line[:, layers] = _INF
-        line[count, :layers] = _NEG
-        for q in range(layers - 1, -1, -1):
-            np.minimum(usables - self.need[q], line[1:, q + 1], out=line[:count, q])
-        return _Allowed(threshold=threshold, picks=picks, offsets=offsets, usables=usables,
-                        ranks=ranks, nodes=nodes, ids=IdPool(tuple(n.node_id for n in nodes)),
-                        latencies=np.array([n.latency_us or 0 for n in nodes], dtype=np.int64),
-                        known=np.array([n.latency_us is not None for n in nodes], dtype=bool),
-                        total=np.concatenate([[0], np.cumsum(usables)]), line=line,
-                        left=np.concatenate([np.cumsum(sizes[::-1])[::-1], [0]]))
+        pairs = tuple(zip(self.classes, picks, strict=True))
+        nodes = tuple(c.nodes[i] for c, p in pairs for i in p.tolist())
+        return _Allowed(
+            threshold=threshold, picks=picks,
+            counts=np.array([len(p) for p in picks], dtype=np.int64),
+            usables=np.concatenate([c.usables[p] for c, p in pairs]),
+            ranks=np.concatenate([c.ranks[p] for c, p in pairs]),
+            latencies=np.concatenate([c.latencies[p] for c, p in pairs]),
+            known=np.array([n.latency_us is not None for n in nodes], dtype=bool),
+            nodes=nodes, ids=IdPool(tuple(n.node_id for n in nodes)))
 
-    def _line(self, allowed: _Allowed, x: np.ndarray, s: np.ndarray,
-              limit: np.ndarray | None) -> np.ndarray:
-        """Best completion along the tight line from allowed node ``x`` with ``s`` stages
-        left: its smallest remaining bytes (program 2) or, when every stage keeps
-        ``>= limit``, its total usable bytes (program 3); ``_NEG`` when it does not fit."""
-        low = allowed.line[x, self.layer_count - s]
+    def _threshold_batches(self, thresholds: Iterable[int]) -> Iterator[list[_Allowed]]:
+        """The allowed nodes of each of ``thresholds``, as many thresholds at a time as
+        one pass of programs 2 and 3 takes (:data:`_BATCH_ROWS`, :data:`_BATCH_SLOTS`)."""
+        batch: list[_Allowed] = []
+        slots = 0
+        for threshold in thresholds:
+            allowed = self._allowed(threshold)
+            size = (len(allowed.usables) + 1) * self.width
+            if batch and (len(batch) == _BATCH_ROWS or slots + size > _BATCH_SLOTS):
+                yield batch
+                batch, slots = [], 0
+            batch.append(allowed)
+            slots += size
+        if batch:
+            yield batch
+
+    def _tables(self, groups: Sequence[_Allowed]) -> _Tables:
+        """``groups`` laid end to end, and the tight line's table over each."""
+        sizes = np.array([len(a.usables) for a in groups], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(sizes + 1)[:-1]]).astype(np.int64)
+        ends = starts + sizes
+        counts = np.array([a.counts for a in groups], dtype=np.int64).reshape(
+            len(groups), len(self.classes))
+        before = np.cumsum(counts, axis=1) - counts
+        left = np.concatenate([np.cumsum(counts[:, ::-1], axis=1)[:, ::-1],
+                               np.zeros((len(groups), 1), dtype=np.int64)], axis=1)
+        usables = np.concatenate([p for a in groups for p in (a.usables, [0])], dtype=np.int64)
+        ranks = np.concatenate([p for a in groups for p in (a.ranks, [_INF])], dtype=np.int64)
+        total = np.concatenate([p for a in groups for p in ([0], np.cumsum(a.usables))],
+                               dtype=np.int64)
+        layers = self.layer_count
+        assert self.need is not None
+        # line[y, q] = min(usables[y] - need[q], line[y + 1, q + 1]), ending at q == L and
+        # at each group's slot past its end.
+        line = np.empty((len(usables), layers + 1), dtype=np.int64)
+        line[:, layers] = _INF
+        line[ends, :layers] = _NEG
+        inner = ends[:-1]
+        for q in range(layers - 1, -1, -1):
+            np.minimum(usables[:-1] - self.need[q], line[1:, q + 1], out=line[:-1, q])
+            if len(inner):
+                line[inner, q] = _NEG
+        return _Tables(groups=tuple(groups), starts=starts, ends=ends,
+                       base=starts[:, None] + before, counts=counts, left=left,
+                       usables=usables, ranks=ranks, total=total, line=line)
+
+    def _line(self, tables: _Tables, rows: _Rows, x: np.ndarray, row: np.ndarray,
+              s: np.ndarray, limit: np.ndarray | None) -> np.ndarray:
+        """Best completion along the tight line from slot ``x`` (of ``row``'s group) with
+        ``s`` stages left: its smallest remaining bytes (program 2) or, when every stage
+        keeps ``>= limit``, its total usable bytes (program 3); ``_NEG`` when it does not
+        fit."""
+        low = tables.line[x, self.layer_count - s]
         if limit is None:
             return np.where(low >= 0, low, _NEG)
-        end = np.minimum(x + s, len(allowed.usables))
-        return np.where(low >= limit, allowed.total[end] - allowed.total[x], _NEG)
+        end = np.minimum(x + s, rows.ends[row])
+        return np.where(low >= limit, tables.total[end] - tables.total[x], _NEG)
 
     def _decode(self, keys: np.ndarray, stride: int) -> tuple[np.ndarray, np.ndarray,
                                                                np.ndarray]:
@@ -393,13 +478,12 @@ class ContextSearch:
         s, n = np.divmod(state, self.width)
         return row, s, n
 
-    def _viable(self, allowed: _Allowed, c: int, taken: int, s: np.ndarray,
-                n: np.ndarray) -> np.ndarray:
+    def _viable(self, c: int, left: np.ndarray, s: np.ndarray, n: np.ndarray) -> np.ndarray:
         """States off the tight line, with stages left, that could still finish from class
-        ``c`` once ``taken`` of its nodes are used: enough allowed nodes for the stages left,
-        and enough of the widest span left for the layers left."""
+        ``c`` with ``left`` allowed nodes not yet used in it and after it: enough of them
+        for the stages left, and enough of the widest span left for the layers left."""
         layers = self.layer_count
-        open_states: np.ndarray = ((s >= 1) & (n + s < layers) & (s <= allowed.left[c] - taken)
+        open_states: np.ndarray = ((s >= 1) & (n + s < layers) & (s <= left)
                                    & (layers - n <= s * self.classes[c].widest))
         return open_states
 
@@ -408,24 +492,34 @@ class ContextSearch:
         span = np.minimum(self.classes[c].most[n], (self.layer_count - n) - (s - 1))
         return span, self.prefix[n + span] - self.prefix[n]
 
-    def _reach(self, allowed: _Allowed, order: Sequence[int], keys: np.ndarray, stride: int,
-               limits: np.ndarray | None) -> list[np.ndarray]:
+    def _reach(self, tables: _Tables, rows: _Rows, order: Sequence[int], keys: np.ndarray,
+               stride: int, limits: np.ndarray | None) -> list[np.ndarray]:
         """For each class of ``order``, the sorted keys of the states off the tight line a
-        walk from ``keys`` can enter it in (program 3: keeping ``>= limits`` of its row)."""
+        walk from ``keys`` can enter it in (program 3: keeping ``>= limits`` of its row).
+        A class a row's group allows none of is passed through: its states are the next
+        class's and more, and are not held against the row's account."""
         entries: list[np.ndarray] = []
-        held = 0
+        held = np.zeros(rows.account_count, dtype=np.int64)
         row, s, n = self._decode(keys, stride)
-        keys = np.unique(keys[self._viable(allowed, order[0], 0, s, n)])
+        keys = np.unique(keys[self._viable(order[0], rows.left[row, order[0]], s, n)])
         for index, c in enumerate(order):
             entries.append(keys)
-            held += len(keys)
-            self._spend(0, held)
+            count, base, left = rows.counts[:, c], rows.base[:, c], rows.left[:, c]
+            row, s, n = self._decode(keys, stride)
+            present = count[row]
+            held += np.bincount(rows.accounts[row[present > 0]], minlength=len(held))
+            self._spend(0, int(held.max()))
             if index + 1 == len(order):
                 break
-            usables = self.classes[c].usables[allowed.picks[c]]
             reached = [keys]
-            row, s, n = self._decode(keys, stride)
-            for i, usable in enumerate(usables.tolist()):
+            fewest, most = (int(present.min()), int(present.max())) if len(keys) else (0, 0)
+            for i in range(most):
+                if i >= fewest:  # rows whose group allows only ``i`` of the class's nodes
+                    have = count[row] > i
+                    row, s, n = row[have], s[have], n[have]
+                    if not len(s):
+                        break
+                usable = tables.usables[base[row] + i]
                 span, used = self._step(c, s, n)
                 ok = span > 0
                 if limits is not None:
@@ -436,7 +530,7 @@ class ContextSearch:
                 if not ok.all():
                     row, s, n = row[ok], s[ok], n[ok]
                 reached.append(row * stride + s * self.width + n)
-                go = self._viable(allowed, c, i + 1, s, n)
+                go = self._viable(c, left[row] - (i + 1), s, n)
                 if not go.all():
                     row, s, n = row[go], s[go], n[go]
                 self._spend(len(s))
@@ -444,7 +538,8 @@ class ContextSearch:
                     break
             keys = np.unique(np.concatenate(reached))
             row, s, n = self._decode(keys, stride)
-            keys = keys[self._viable(allowed, order[index + 1], 0, s, n)]
+            following = order[index + 1]
+            keys = keys[self._viable(following, rows.left[row, following], s, n)]
         return entries
 
     @staticmethod
@@ -458,11 +553,11 @@ class ContextSearch:
         return (np.where(found, lanes.value[at], _NEG),
                 np.where(found, lanes.first[at], _INF))
 
-    def _solve(self, allowed: _Allowed, starts: Sequence[Sequence[int]],
+    def _solve(self, tables: _Tables, rows: _Rows, starts: Sequence[Sequence[int]],
                limits: Sequence[int] | None) -> _Solved:
-        """Program 2 (``limits`` None, one row) or program 3 (each row keeping
-        ``>= limits[row]`` at every stage), from ``(k stages, layer 0)`` for each ``k`` of
-        each row's ``starts``.
+        """Program 2 (``limits`` None) or program 3 (each row keeping ``>= limits[row]``
+        at every stage), from ``(k stages, layer 0)`` for each ``k`` of each row's
+        ``starts``, each row with the allowed nodes of its group.
 
         Classes are taken last to first. From a state entering class ``c``, the options
         are to take ``j = 0, 1, ...`` of its allowed nodes (a prefix), each walked one stage
@@ -476,11 +571,12 @@ class ContextSearch:
         third = limits is not None
         layers, width = self.layer_count, self.width
         stride = (max(max(ks) for ks in starts) + 1) * width
-        order = [c for c in range(len(self.classes)) if allowed.count(c)]
+        order = [c for c in range(len(self.classes)) if rows.counts[:, c].any()]
         start_keys = np.array([r * stride + k * width for r, ks in enumerate(starts)
                                for k in ks], dtype=np.int64)
         row_limits = np.asarray(limits, dtype=np.int64) if third else None
-        entries = self._reach(allowed, order, start_keys, stride, row_limits) if order else []
+        entries = (self._reach(tables, rows, order, start_keys, stride, row_limits)
+                   if order else [])
         decisions: list[np.ndarray] = [np.empty(0, np.int32)] * len(order)
         after: _Lanes | None = None
         for index in reversed(range(len(order))):
@@ -493,11 +589,21 @@ class ContextSearch:
             lane = np.arange(len(keys))
             acc = np.full(len(keys), 0 if third else _INF, dtype=np.int64)
             limit = row_limits[row] if row_limits is not None else None
-            base = int(allowed.offsets[c])
-            picks = allowed.picks[c]
-            usables = self.classes[c].usables[picks]
-            ranks = self.classes[c].ranks[picks]
-            for i, usable in enumerate(usables.tolist()):
+            # Per entering state: the slot of its group's first node in the class, and how
+            # many of the class's nodes its group allows.
+            home, count = rows.base[row, c], rows.counts[row, c]
+            left = rows.left[:, c]
+            fewest, most = (int(count.min()), int(count.max())) if len(keys) else (0, 0)
+            for i in range(most):
+                if i >= fewest:  # rows whose group allows only ``i`` of the class's nodes
+                    have = count[lane] > i
+                    lane, row, s, n, acc = lane[have], row[have], s[have], n[have], acc[have]
+                    if limit is not None:
+                        limit = limit[have]
+                    if not len(lane):
+                        break
+                slot = home[lane] + i
+                usable = tables.usables[slot]
                 span, used = self._step(c, s, n)
                 ok = span > 0
                 if limit is not None:
@@ -506,13 +612,13 @@ class ContextSearch:
                 else:
                     acc = np.minimum(acc, usable - used)
                 if not ok.all():
-                    lane, row, s, n, acc, span = (lane[ok], row[ok], s[ok], n[ok], acc[ok],
-                                                  span[ok])
+                    lane, row, s, n, acc, span, slot = (lane[ok], row[ok], s[ok], n[ok],
+                                                        acc[ok], span[ok], slot[ok])
                     if limit is not None:
                         limit = limit[ok]
                 s, n = s - 1, n + span
                 tight = n + s == layers
-                x = base + i + 1
+                x = slot + 1
                 # Each lane's best completion: along the tight line once on it, else the
                 # next class's best (looked up only for the lanes that need it).
                 if not tight.any():
@@ -521,9 +627,9 @@ class ContextSearch:
                 else:
                     value = np.empty(len(lane), dtype=np.int64)
                     lead = np.empty(len(lane), dtype=np.int64)
-                    value[tight] = self._line(allowed, np.full(int(tight.sum()), x), s[tight],
+                    value[tight] = self._line(tables, rows, x[tight], row[tight], s[tight],
                                               limit[tight] if limit is not None else None)
-                    lead[tight] = np.where(s[tight] > 0, allowed.ranks[x], _INF)
+                    lead[tight] = np.where(s[tight] > 0, tables.ranks[x[tight]], _INF)
                     loose = ~tight
                     if loose.any():
                         value[loose], lead[loose] = self._look_up(
@@ -532,8 +638,9 @@ class ContextSearch:
                 if third:
                     value = np.where(done, acc + value, _NEG)
                     held = best[lane]
-                    better = (value > held) | (done & (value == held)
-                                               & (ranks[np.abs(pick[lane])] < compare[lane]))
+                    better = (value > held) | (
+                        done & (value == held)
+                        & (tables.ranks[home[lane] + np.abs(pick[lane])] < compare[lane]))
                 else:
                     value = np.where(done, np.minimum(acc, value), _NEG)
                     better = value > best[lane]
@@ -542,7 +649,7 @@ class ContextSearch:
                 if third:
                     pick[chosen] = np.where(tight[better], -(i + 1), i + 1)
                     compare[chosen] = lead[better]
-                go = loose & self._viable(allowed, c, i + 1, s, n)
+                go = loose & self._viable(c, left[row] - (i + 1), s, n)
                 if not go.all():
                     lane, row, s, n, acc = lane[go], row[go], s[go], n[go], acc[go]
                     if limit is not None:
@@ -551,34 +658,39 @@ class ContextSearch:
                 if not len(lane):
                     break
             if third:
-                first = np.where(pick != 0, ranks[0], first)
+                first = np.where(pick != 0, tables.ranks[home], first)
                 decisions[index] = pick
             after = _Lanes(keys, best, first)
-        values: dict[tuple[int, int], int] = {}
-        for r, ks in enumerate(starts):
-            for k in ks:
-                if not order:
-                    values[(r, k)] = _NEG
-                elif k == layers:  # on the tight line from the start
-                    values[(r, k)] = int(self._line(
-                        allowed, np.array([0]), np.array([k]),
-                        None if limits is None else np.array([limits[r]]))[0])
-                else:
-                    values[(r, k)] = int(self._look_up(
-                        after, np.array([r * stride + k * width]))[0][0])
-        return _Solved(allowed, order, entries, decisions, stride, values)
+        pairs = [(r, k) for r, ks in enumerate(starts) for k in ks]
+        found = np.full(len(pairs), _NEG, dtype=np.int64)
+        if order:
+            start_rows = np.array([r for r, _ in pairs], dtype=np.int64)
+            counts = np.array([k for _, k in pairs], dtype=np.int64)
+            tight = counts == layers  # on the tight line from the start
+            if tight.any():
+                on = start_rows[tight]
+                found[tight] = self._line(tables, rows, rows.starts[on], on, counts[tight],
+                                          None if row_limits is None else row_limits[on])
+            if not tight.all():
+                found[~tight] = self._look_up(
+                    after, start_rows[~tight] * stride + counts[~tight] * width)[0]
+        return _Solved(tables, rows, order, entries, decisions, stride,
+                       dict(zip(pairs, found.tolist(), strict=True)))
 
     # -- the best set itself --------------------------------------------------------------
     def _read_back(self, solved: _Solved, row: int, stage_count: int) -> NodeSetChoice:
         """Follow program 3's choices from ``stage_count`` stages at layer 0."""
-        allowed, layers = solved.allowed, self.layer_count
+        tables, layers = solved.tables, self.layer_count
+        bases = solved.rows.base[row]
+        start = int(solved.rows.starts[row])
+        allowed = tables.groups[int(solved.rows.group[row])]
         s, n = stage_count, 0
-        taken: list[range] = []  # allowed nodes, in stage order
+        taken: list[range] = []  # slots, in stage order
         spans: list[int] = []
         for index, c in enumerate(solved.order):
             if s == 0:
                 break
-            base = int(allowed.offsets[c])
+            base = int(bases[c])
             if n + s != layers:
                 keys = solved.entries[index]
                 key = row * solved.stride + s * self.width + n
@@ -599,14 +711,15 @@ class ContextSearch:
             taken.append(range(base, base + s))
             spans.extend([1] * s)
             s, n = 0, layers
-        picked = (np.concatenate([np.arange(r.start, r.stop, dtype=np.int32) for r in taken])
-                  if taken else np.zeros(0, dtype=np.int32))
-        if s != 0 or n != layers or len(picked) != stage_count:
+        slots = (np.concatenate([np.arange(r.start, r.stop, dtype=np.int64) for r in taken])
+                 if taken else np.zeros(0, dtype=np.int64))
+        if s != 0 or n != layers or len(slots) != stage_count:
             raise AssertionError("read back lost the optimal path")
         ends = np.cumsum(spans)
-        remaining = allowed.usables[picked] - (self.prefix[ends] - self.prefix[ends - spans])
+        remaining = tables.usables[slots] - (self.prefix[ends] - self.prefix[ends - spans])
         if (remaining < 0).any():
             raise AssertionError("read back chose a stage that does not fit")
+        picked = (slots - start).astype(np.int32)
         latency = allowed.latencies[picked]
         estimate = (ms_from_microseconds(stage_count * int(latency.max()))
                     if allowed.known[picked].any() else None)
@@ -626,32 +739,57 @@ class ContextSearch:
         for k in counts:
             by_threshold.setdefault(latency[k], []).append(k)
         found: dict[int, NodeSetChoice] = {}
-        for threshold, ks in sorted(by_threshold.items()):
-            allowed = self._allowed(threshold)
-            lowest = self._solve(allowed, [ks], None).values
-            by_limit: dict[int, list[int]] = {}
-            for k in ks:
-                if lowest[(0, k)] <= _NEG:
-                    raise AssertionError("no set fits a stage count program 1 found")
-                by_limit.setdefault(lowest[(0, k)], []).append(k)
-            rows = sorted(by_limit.items())
-            for begin in range(0, len(rows), _BATCH_ROWS):
-                batch = rows[begin:begin + _BATCH_ROWS]
-                solved = self._solve(allowed, [ks for _, ks in batch],
-                                     [limit for limit, _ in batch])
-                for r, (_, row_counts) in enumerate(batch):
-                    for k in row_counts:
-                        found[k] = self._read_back(solved, r, k)
+        for groups in self._threshold_batches(sorted(by_threshold)):
+            found.update(self._best_of_groups(groups, by_threshold))
         return {k: found[k] for k in counts}
+
+    def _best_of_groups(self, groups: Sequence[_Allowed],
+                        by_threshold: Mapping[int, Sequence[int]]) -> dict[int, NodeSetChoice]:
+        """Programs 2 and 3 for the stage counts of each group's threshold, the groups'
+        rows solved together."""
+        tables = self._tables(groups)
+        every = range(len(groups))
+        lowest = self._solve(tables, _Rows.of(tables, every, every),
+                             [by_threshold[a.threshold] for a in groups], None).values
+        # Program 3's rows: per group, one per remaining threshold, in batches of at most
+        # _BATCH_ROWS rows (each batch one account of held states).
+        batches: list[list[tuple[int, int, list[int]]]] = []
+        for g, allowed in enumerate(groups):
+            by_limit: dict[int, list[int]] = {}
+            for k in by_threshold[allowed.threshold]:
+                if lowest[(g, k)] <= _NEG:
+                    raise AssertionError("no set fits a stage count program 1 found")
+                by_limit.setdefault(lowest[(g, k)], []).append(k)
+            limits = sorted(by_limit.items())
+            batches.extend([(g, limit, ks) for limit, ks in limits[begin:begin + _BATCH_ROWS]]
+                           for begin in range(0, len(limits), _BATCH_ROWS))
+        found: dict[int, NodeSetChoice] = {}
+        passes: list[list[list[tuple[int, int, list[int]]]]] = []
+        for batch in batches:
+            if passes and sum(map(len, passes[-1])) + len(batch) <= _BATCH_ROWS:
+                passes[-1].append(batch)
+            else:
+                passes.append([batch])
+        for together in passes:
+            rows = [(row, account) for account, batch in enumerate(together) for row in batch]
+            solved = self._solve(
+                tables, _Rows.of(tables, [g for (g, _, _), _ in rows],
+                                 [account for _, account in rows]),
+                [ks for (_, _, ks), _ in rows], [limit for (_, limit, _), _ in rows])
+            for r, ((_, _, ks), _) in enumerate(rows):
+                for k in ks:
+                    found[k] = self._read_back(solved, r, k)
+        return found
 
 
 @dataclass(frozen=True, slots=True)
 class _Solved:
     """One run of program 2 or 3: what the read-back follows."""
 
-    allowed: _Allowed
+    tables: _Tables
+    rows: _Rows
     order: list[int]
-    """The classes with allowed nodes."""
+    """The classes any row's group allows nodes of."""
     entries: list[np.ndarray]
     """Per class of ``order``, the keys of the states entering it."""
     decisions: list[np.ndarray]

@@ -38,7 +38,7 @@ from planner.planning import (
     plan_topology,
 )
 from planner.planning.api import candidate_frame
-from planner.planning.nodesets import NodeIds, node_set_entries
+from planner.planning.nodesets import NodeIds, layer_count_entries, node_set_entries
 from planner.planning.rules import (
     context_floor,
     kv_bytes_per_layer_token,
@@ -137,7 +137,9 @@ class ReportContent:
             "summary": self.summary,
             "stages": list(self.stages),
             "quorum": self.quorum,
-            "candidates": [{**row, "node_ids": node_set_entries(row["node_ids"])}
+            "candidates": [{**row, "node_ids": node_set_entries(row["node_ids"]),
+                            "stage_layer_counts": layer_count_entries(
+                                row["stage_layer_counts"])}
                            for row in self.candidates],
             "failure_what_if": list(self.failure_what_if),
             "warnings": list(self.warnings),
@@ -306,10 +308,14 @@ def _what_if(request: PlanningInput, plan: Plan) -> tuple[dict[str, Any], ...]:
 
 def candidate_records(frame: pd.DataFrame) -> tuple[dict[str, Any], ...]:
     """The rows of a :func:`planner.candidates` table as JSON-ready dicts, but for their
-    ``node_ids``: a search's :class:`~planner.planning.nodesets.NodeIds` stay as they
-    are (read as tuples; :meth:`ReportContent.to_dict` lists them as
-    :func:`~planner.planning.nodesets.node_set_entries` does)."""
-    return tuple({key: _plain(value) for key, value in record.items()}
+    ``node_ids`` and ``stage_layer_counts``: a search's
+    :class:`~planner.planning.nodesets.NodeIds` stay as they are (read as tuples), and
+    so do the layer counts, tuples of ints (a set at the caps has thousands);
+    :meth:`ReportContent.to_dict` lists them as
+    :func:`~planner.planning.nodesets.node_set_entries` and
+    :func:`~planner.planning.nodesets.layer_count_entries` do."""
+    return tuple({key: value if key == "stage_layer_counts" else _plain(value)
+                  for key, value in record.items()}
                  for record in frame.to_dict(orient="records"))
 
 
