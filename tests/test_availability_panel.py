@@ -220,3 +220,24 @@ def test_the_sizing_panel_shows_the_context_it_sized_for() -> None:
     assert panel.result is not None
     assert panel.min_context.placeholder == f"{panel.result.minimum_context:,}"
     assert f"context ≥ {panel.result.minimum_context:,}" in panel.summary.value
+
+
+def test_spares_are_priced_as_the_kind_the_nodes_are() -> None:
+    """The page's spares table said "no price: the fleet's nodes name no GPU kind" while
+    the panel below it listed every node as an a100-80gb and the workbench priced them:
+    a spare copies the fleet's most common node, and costs what its kind costs, through
+    the Python API and in the panel alike."""
+    from planner.models import load_gpu_catalog
+
+    price = next(gpu.price_per_hour for gpu in load_gpu_catalog() if gpu.kind == "a100-80gb")
+    assert price is not None
+    request = load_fleet(FIVE).to_request()
+    spares = spares_table(request, FLAKY, min_context=65536, max_spares=8)
+    assert list(spares["cost_per_hour"]) == pytest.approx(
+        [count * price for count in spares["spare_count"]])
+    bench = Workbench.from_fleet(FIVE)
+    panel = AvailabilityPanel(bench, annual_failure_rate=3.0, repair_hours=300)
+    assert set(panel.view.figures[n].kind for n in panel.view.figures) == {"a100-80gb"}
+    assert list(panel.view.spares["cost_per_hour"]) == list(spares["cost_per_hour"])
+    assert f"USD {spares['cost_per_hour'].iloc[-1]:,.2f}" in unescape(panel.spares.value)
+    assert f"USD {price * 5:,.2f}/h" in bench.evaluation.summary()

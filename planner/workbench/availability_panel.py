@@ -112,13 +112,20 @@ def summary_html(view: AvailabilityView) -> str:
             f"{missed}")
 
 
+def _spares_cost(cost: Any) -> str:
+    return ("no price: no catalog kind of the node is priced" if cost is None or pd.isna(cost)
+            else f"USD {cost:,.2f}/h")
+
+
 def spares_html(spares: pd.DataFrame) -> str:
     rows = "".join(
         f"<tr><td>{row.target:.2%}</td><td class='wb-text'>{escape(str(row.spares))}</td>"
-        f"<td>{_percent(row.availability_lower)}</td></tr>"
+        f"<td>{_percent(row.availability_lower)}</td>"
+        f"<td class='wb-text'>{escape(_spares_cost(row.cost_per_hour))}</td></tr>"
         for row in spares.itertuples(index=False))
     return ("<table class='wb-table wb-spares-table'><thead><tr><th>target</th>"
-            "<th class='wb-text'>spares</th><th>availability with them</th></tr></thead>"
+            "<th class='wb-text'>spares</th><th>availability with them</th>"
+            "<th class='wb-text'>cost of the spares</th></tr></thead>"
             f"<tbody>{rows}</tbody></table>")
 
 
