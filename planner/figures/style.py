@@ -10,6 +10,13 @@ from planner._validate import inert_text
 FONT = {"family": "system-ui, -apple-system, Segoe UI, sans-serif", "size": 12}
 
 
+FOOT_LEGEND: dict[str, Any] = {"orientation": "h", "yref": "container", "y": 0,
+                               "yanchor": "bottom", "x": 0, "xanchor": "left",
+                               "traceorder": "normal"}
+"""A legend at the foot of the figure, below the axis title, in trace order: plotly makes
+room for it, so however many rows it wraps to it covers neither the chart nor its title."""
+
+
 def axis(**extra: Any) -> dict[str, Any]:
     return {"gridcolor": "#e8e8e8", "zerolinecolor": "#cccccc", "linecolor": "#bbbbbb",
             "automargin": True, **extra}

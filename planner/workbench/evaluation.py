@@ -84,14 +84,16 @@ class Evaluation:
     def summary(self) -> str:
         """One line: the chosen shape, or the problem."""
         if self.plan is None:
-            return "No plan" if self.problem is None else f"No plan: {self.problem.code}"
+            return "No plan" if self.problem is None else f"No plan ({self.problem.code})"
         plan = self.plan
         tpot = self.tpot_ms
+        unknown = "estimated TPOT unknown" + (f": {self.estimate_reason}"
+                                              if self.estimate_reason else "")
         parts = [
             f"{plan.stage_count} stage{'s' if plan.stage_count != 1 else ''}",
             f"context {plan.context_length:,}",
             f"{plan.parallel_lanes} lane{'s' if plan.parallel_lanes != 1 else ''}",
-            "estimated TPOT unknown" if tpot is None else
+            unknown if tpot is None else
             f"estimated TPOT {tpot:,.1f} ms" if self.estimate is not None else
             f"estimated TPOT {format_milliseconds(tpot)}",
         ]
@@ -135,7 +137,7 @@ class Evaluation:
         if estimate.cost_per_hour_usd is not None:
             text += (f", USD {estimate.cost_per_hour_usd:,.2f}/h, USD "
                      f"{estimate.cost_per_million_tokens_usd:,.2f} per million tokens")
-        return text + " (estimate)" + (f" {estimate.error_note}" if estimate.error_note else "")
+        return text + " (estimate)" + (f". {estimate.error_note}" if estimate.error_note else "")
 
 
 def fleet_warnings(request: PlanningInput) -> tuple[str, ...]:
