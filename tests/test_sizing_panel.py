@@ -224,3 +224,40 @@ def test_the_chart_shows_no_colour_range_when_every_fleet_has_one_tpot() -> None
     # The legend sits under the plot, clear of the note (at the top it covered the note's
     # second line on an 812-pixel page).
     assert drawn.layout.legend.y < 0 and drawn.layout.legend.yanchor == "top"
+
+
+def test_a_failed_size_leaves_no_chart_of_the_fleets_before() -> None:
+    """A 10 ms TPOT target: the error showed and the table emptied, but the chart still
+    drew the fleets sized before, and "Load into the fleet editor" said "press Size
+    first". The chart is hidden with the table, and loading says why there is nothing."""
+    bench = Workbench.default()
+    bench.set_state(bench.state.with_model(preset_source("llama-3.1-70b").fields))
+    panel = bench.panel("Size a fleet")
+    assert isinstance(panel, SizingPanel) and panel.result is not None
+    assert panel.chart.figure.data and panel.chart.layout.display != "none"
+    nodes = bench.state.nodes
+    panel.tpot.value = 10
+    panel.size_button.click()
+    assert "NoFleetMeetsTargets" in panel.problem.value
+    assert panel.chart.layout.display == "none" and not panel.chart.figure.data
+    assert panel.load_button.disabled
+    panel.choose(0)
+    assert "no fleet meets the targets" in panel.problem.value.lower()
+    assert "press Size first" not in panel.problem.value
+    assert bench.state.nodes == nodes
+    panel.tpot.value = 0
+    panel.size_button.click()
+    assert panel.chart.layout.display != "none" and panel.chart.figure.data
+    assert not panel.load_button.disabled
+
+
+def test_a_search_too_large_is_answered_in_the_page_s_words(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """SizingTooLarge told a page user to use the command line's --kinds."""
+    import planner.sizing.search as search_module
+
+    monkeypatch.setattr(search_module, "MAX_SIZING_QUEUE", 3)
+    panel = SizingPanel(_model(), catalog=_catalog())
+    assert "SizingTooLarge" in panel.problem.value
+    assert "--kinds" not in panel.problem.value
+    assert "untick kinds in the catalog" in panel.problem.value

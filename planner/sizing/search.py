@@ -103,6 +103,12 @@ from planner.targets import TargetsError
 from planner.units import format_bytes
 
 _MICRO = 1_000_000  # prices are summed in micro-USD so that equal costs compare equal
+
+TOO_LARGE_ADVICE = "size with fewer kinds (--kinds), lower max_count, or relax the targets"
+"""What ``SizingTooLarge`` advises, in the command line's words (a page says it in its
+own)."""
+TOO_MANY_KINDS_ADVICE = "choose the kinds to compare (--kinds, kinds=)"
+"""What ``TooManyKinds`` advises, in the command line's and Python's words."""
 _Size = TypeVar("_Size", int, float)
 
 
@@ -170,8 +176,8 @@ class _Search:
                 "SizingTooLarge",
                 f"the search stopped after {self.plans_evaluated:,} plans with "
                 f"{queued:,} partial fleets queued, without proving which fleets are "
-                f"cheapest at context {self.minimum_context:,}{self._fastest_seen()}; size "
-                "with fewer kinds (--kinds), lower max_count, or relax the targets",
+                f"cheapest at context {self.minimum_context:,}{self._fastest_seen()}; "
+                + TOO_LARGE_ADVICE,
                 plans_evaluated=self.plans_evaluated, queued=queued)
 
     def _fastest_seen(self) -> str:
@@ -498,7 +504,7 @@ def size_fleet(
     if len(chosen) > MAX_SIZING_KINDS:
         raise SizingError(
             "TooManyKinds", f"{len(chosen):,} kinds to size with; the exact search takes at "
-            f"most {MAX_SIZING_KINDS}: choose the kinds to compare (--kinds, kinds=)",
+            f"most {MAX_SIZING_KINDS}: {TOO_MANY_KINDS_ADVICE}",
             kinds=len(chosen), most=MAX_SIZING_KINDS)
     _check_kind_ids(chosen)
     planning = {

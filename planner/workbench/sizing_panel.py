@@ -18,6 +18,7 @@ from typing import Any
 
 import ipywidgets as widgets
 import pandas as pd
+import plotly.graph_objects as go
 
 from planner.errors import CodedError
 from planner.figures.sizing import sizing_figure
@@ -41,6 +42,7 @@ from planner.sizing import (
     fleet_nodes,
     size_fleet,
 )
+from planner.sizing.search import TOO_LARGE_ADVICE, TOO_MANY_KINDS_ADVICE
 from planner.units import format_bytes
 from planner.workbench.catalog import gpu_catalog, model_traffic
 from planner.workbench.chart import Chart
@@ -51,9 +53,25 @@ from planner.workbench.editor import (
     read_context_input,
     show_context_used,
 )
-from planner.workbench.stale import OutOfDateNote
 from planner.workbench.state import NodeExtras, NodeRow, WorkbenchInputError
+from planner.workbench.stale import OutOfDateNote
 from planner.workbench.view import STYLE
+
+# The search's advice in the command line's words, and as this page says it.
+_PAGE_ADVICE = {
+    TOO_LARGE_ADVICE: "untick kinds in the catalog, give kinds a count available, or "
+                      "relax the targets",
+    TOO_MANY_KINDS_ADVICE: "untick kinds in the catalog to compare fewer",
+}
+
+
+def page_message(error: CodedError) -> str:
+    """``error`` as the panel shows it: its advice in the page's words."""
+    message = error.message
+    for said, advice in _PAGE_ADVICE.items():
+        message = message.replace(said, advice)
+    return f"{error.code}: {message}"
+
 
 CATALOG_COLUMNS = (("use", "36px"), ("kind · memory · bandwidth · price", "380px"),
                    ("USD / hour", "100px"), ("available", "90px"))
@@ -95,7 +113,10 @@ class CatalogRow(widgets.HBox):
                  + (f" · {gpu.price_kind}" if gpu.price_kind else ""))
         name = widgets.HTML(f"<span style='white-space:nowrap'>{escape(label)}</span>",
                             layout=fixed_width(widths[1]))
-        super().__init__([self.use, name, self.price, self.max_count])
+        # A row keeps its height in the scrolling list: squeezed to fit the list's
+        # height, rows were 20 px high and their boxes overlapped.
+        super().__init__([self.use, name, self.price, self.max_count],
+                         layout=widgets.Layout(flex="0 0 auto", align_items="center"))
         self.add_class("wb-sizing-catalog-row")
 
     def edited(self) -> GpuModel | None:
@@ -347,9 +368,11 @@ class SizingPanel(widgets.VBox):
                 parallel_lanes_override=model.parallel_lanes_override)
         except CodedError as error:
             # A refusal is about this model and these options: say when they change.
-            self._say(f"{error.code}: {error.message}", model)
+            self._say(page_message(error), model)
             return
         self.problem.value = ""
+        self.chart.layout.display = None
+        self.load_button.disabled = not hasattr(self._source, "set_state")
         self.stale.clear()
         self._sized_for = model
         self.result = result
@@ -372,7 +395,12 @@ class SizingPanel(widgets.VBox):
     def choose(self, index: int | None) -> None:
         """Load fleet ``index`` (0 is the cheapest) into the workbench and plan it."""
         if self.result is None or index is None:
-            self._say("Nothing to load: press Size first.")
+            refused = self.problem.value
+            self._say("Nothing to load: no fleet meets the targets of the last Size (see "
+                      "its reason above)." if refused else "Nothing to load: press Size "
+                      "first.", self._sized_for)
+            if refused:
+                self.problem.value = refused + self.problem.value
             return
         fleet = self.result.fleets[index]
         kinds = self._kinds  # as sized, whatever was edited since
@@ -398,3 +426,7 @@ class SizingPanel(widgets.VBox):
         self.summary.value = ""
         self.table.value = ""
         self.choice.options = []
+        # No chart of the fleets sized before stays under a problem.
+        self.chart.show(go.Figure())
+        self.chart.layout.display = "none"
+        self.load_button.disabled = True
