@@ -78,7 +78,7 @@ FORMAT_LIMITS = {"models/gguf_file.py": {"MAX_STRING_BYTES", "MAX_ARRAY_ITEMS",
                  "llamacpp/families/qwen4exp.py": {"MAX_PLE_KERNEL"},
                  "fleet/_fields.py": {"_MAX_HOST_NAME"},
                  "_validate.py": {"MAX_SHOWN"},
-                 "workbench/fence_explorer.py": {"_MAX_INT"},
+                 "workbench/fence_widgets.py": {"_MAX_INT"},
                  # The fence's and its checker's bounds stay in the modules whose text
                  # fingerprints the saved checker results (planner/data/fence_check.json).
                  "fence/claims.py": {"MAX_FENCE_INT"},

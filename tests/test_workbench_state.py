@@ -22,7 +22,8 @@ from planner.workbench import (
     fleet_warnings,
 )
 from planner.workbench.evaluation import unused_nodes
-from planner.workbench.state import gpu_id_base, parse_size, parse_whole
+from planner.workbench.node_ids import gpu_id_base
+from planner.workbench.typed_values import parse_size, parse_whole
 
 GIB = 1024**3
 
@@ -464,7 +465,7 @@ def test_a_huge_latency_or_target_is_a_problem_not_an_exception(huge: str) -> No
 
 def test_weights_show_in_one_form_for_every_preset_and_plan_exactly() -> None:
     from planner.workbench.catalog import preset_names, preset_source
-    from planner.workbench.state import weight_size_text
+    from planner.workbench.typed_values import weight_size_text
 
     assert weight_size_text(315_680_000_000) == "315.68 GB"
     assert weight_size_text(712_965_570_400) == "712.97 GB"

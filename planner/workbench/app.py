@@ -46,15 +46,10 @@ from planner.workbench.editor import (
 )
 from planner.workbench.evaluation import Evaluation, evaluate
 from planner.workbench.llamacpp_panel import LlamaCppPanel
+from planner.workbench.problems import Problem, WorkbenchInputError
 from planner.workbench.sections import LazySections
 from planner.workbench.sizing_panel import SizingPanel
-from planner.workbench.state import (
-    DEFAULT_FLEET_DIR,
-    DEFAULT_FLEET_FILE,
-    Problem,
-    WorkbenchInputError,
-    WorkbenchState,
-)
+from planner.workbench.state import DEFAULT_FLEET_DIR, DEFAULT_FLEET_FILE, WorkbenchState
 from planner.workbench.view import STYLE, PlanView
 from planner.workspace import inside_package, reports_dir, saved_fleets_dir
 

@@ -24,7 +24,8 @@ from planner.limits import MAX_CONTEXT, MAX_LAYERS, MAX_MINIMUM_NODES
 from planner.models import GpuModel, ModelError
 from planner.models.presets import preset_id
 from planner.units import format_bytes
-from planner.workbench.state import ModelFields, NodeRow, PlanOptions, parse_context_text
+from planner.workbench.editor_fields import ModelFields, NodeRow, PlanOptions
+from planner.workbench.typed_values import parse_context_text
 
 CUSTOM_MODEL = ""
 """Preset dropdown value for numbers typed by hand."""
@@ -86,7 +87,7 @@ def context_input(css_class: str, *, width: str) -> widgets.Text:
 
 def read_context_input(box: widgets.Text, field_name: str) -> int | None:
     """The minimum context typed (``None``: the floor). Raises
-    :class:`~planner.workbench.state.WorkbenchInputError` naming the box."""
+    :class:`~planner.workbench.problems.WorkbenchInputError` naming the box."""
     return parse_context_text(box.value, field_name, label="min context")
 
 

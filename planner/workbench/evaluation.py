@@ -29,7 +29,8 @@ from planner.planning.warnings import fleet_warnings as core_fleet_warnings
 from planner.targets import plan_tpot_target_met
 from planner.units import format_bytes, format_milliseconds
 from planner.workbench.catalog import gpu_catalog, model_traffic
-from planner.workbench.state import Problem, WorkbenchState
+from planner.workbench.problems import Problem
+from planner.workbench.state import WorkbenchState
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,7 +53,8 @@ from planner.workbench.editor import (
     read_context_input,
     show_context_used,
 )
-from planner.workbench.state import NodeExtras, NodeRow, WorkbenchInputError
+from planner.workbench.editor_fields import NodeExtras, NodeRow
+from planner.workbench.problems import WorkbenchInputError
 from planner.workbench.stale import OutOfDateNote
 from planner.workbench.view import STYLE
 
