@@ -53,8 +53,8 @@ def test_panel_shows_what_size_fleet_finds() -> None:
 def test_edited_targets_and_catalog_are_used() -> None:
     panel = SizingPanel(_model(), catalog=_catalog(), compute=False)
     assert panel.result is None
-    panel.tolerate.value = 1
-    panel.min_lanes.value = 2
+    panel.tolerate.value = "1"
+    panel.min_lanes.value = "2"
     _row(panel, "rtx-4090").use.value = False
     _row(panel, "l40s").price.value = "0.5"
     _row(panel, "a100-80gb").max_count.value = "2"
@@ -136,8 +136,8 @@ def test_a_sized_fleet_has_one_cost_and_one_tpot_wherever_shown(tmp_path) -> Non
 
     bench = Workbench.from_fleet(HOME_LAB, fleet_dir=tmp_path, report_dir=tmp_path)
     panel = bench.panel("Size a fleet")
-    panel.tpot.value = 0
-    panel.tolerate.value = 1
+    panel.tpot.value = "0"
+    panel.tolerate.value = "1"
     panel.size_button.click()
     assert panel.result is not None, panel.problem.value
     fleet = panel.result.fleets[0]
@@ -236,7 +236,7 @@ def test_a_failed_size_leaves_no_chart_of_the_fleets_before() -> None:
     assert isinstance(panel, SizingPanel) and panel.result is not None
     assert panel.chart.figure.data and panel.chart.layout.display != "none"
     nodes = bench.state.nodes
-    panel.tpot.value = 10
+    panel.tpot.value = "10"
     panel.size_button.click()
     assert "NoFleetMeetsTargets" in panel.problem.value
     assert panel.chart.layout.display == "none" and not panel.chart.figure.data
@@ -245,7 +245,7 @@ def test_a_failed_size_leaves_no_chart_of_the_fleets_before() -> None:
     assert "no fleet meets the targets" in panel.problem.value.lower()
     assert "press Size first" not in panel.problem.value
     assert bench.state.nodes == nodes
-    panel.tpot.value = 0
+    panel.tpot.value = "0"
     panel.size_button.click()
     assert panel.chart.layout.display != "none" and panel.chart.figure.data
     assert not panel.load_button.disabled
@@ -261,3 +261,20 @@ def test_a_search_too_large_is_answered_in_the_page_s_words(
     assert "SizingTooLarge" in panel.problem.value
     assert "--kinds" not in panel.problem.value
     assert "untick kinds in the catalog" in panel.problem.value
+
+
+@pytest.mark.parametrize(("box", "text", "expected"), [
+    ("tolerate", "-3", "survive losing: cannot be negative (got '-3')"),
+    ("tolerate", "99", "survive losing: must be at most 16 (got '99')"),
+    ("min_lanes", "0", "min lanes: must be at least 1 (got '0')"),
+    ("tpot", "fast", "TPOT target: must be a whole number (got 'fast')"),
+    ("top", "100000", "show: must be at most 1,000 (got '100000')"),
+])
+def test_a_target_out_of_range_is_refused_by_name(box: str, text: str, expected: str) -> None:
+    from html import unescape
+
+    panel = SizingPanel(_model(), catalog=_catalog(), compute=False)
+    getattr(panel, box).value = text
+    panel.compute()
+    assert panel.result is None
+    assert expected in unescape(panel.problem.value)

@@ -24,6 +24,7 @@ import ipywidgets as widgets
 from planner.errors import PlanError
 from planner.fleet import FleetFileError, load_fleet, save_fleet
 from planner.fleet.files import comments_lost_by_save
+from planner.limits import MAX_NODES
 from planner.models import GpuModel, ModelError
 from planner.performance import PerformanceError, read_calibration, set_calibration
 from planner.workbench.availability_panel import AvailabilityPanel
@@ -41,6 +42,7 @@ from planner.workbench.editor import (
     ModelEditor,
     OptionsEditor,
     button,
+    read_whole,
     same_preset,
     text_input,
 )
@@ -495,7 +497,9 @@ class Workbench(widgets.VBox):
         if gpu is None:
             self._say("The GPU catalog is empty.", error=True)
             return
-        self.add_gpus(gpu, int(self.fleet_editor.gpu_count.value))
+        self.add_gpus(gpu, read_whole(self.fleet_editor.gpu_count, "count",
+                                      label="number of GPUs to add", minimum=1,
+                                      maximum=MAX_NODES))
 
     # -- files ----------------------------------------------------------------------------
     def _load_chosen(self) -> None:

@@ -35,7 +35,7 @@ from planner.availability.fleet import fleet_file_availability
 from planner.errors import CodedError
 from planner.figures.availability import context_distribution_figure, timeline_figure
 from planner.fleet import FleetDocument
-from planner.limits import MAX_LANES
+from planner.limits import MAX_LANES, MAX_SEED
 from planner.planning import PlanningInput
 from planner.simulation import SimulatedYear, simulate
 from planner.targets import plan_or_none
@@ -45,8 +45,10 @@ from planner.workbench.chart import Chart, chart_row
 from planner.workbench.editor import (
     context_input,
     read_context_input,
+    read_whole,
     show_context_used,
     text_input,
+    whole_input,
 )
 from planner.workbench.stale import OutOfDateNote
 from planner.workbench.view import STYLE
@@ -191,12 +193,10 @@ class AvailabilityPanel(widgets.VBox):
                                  tooltip="for nodes without their own figure; blank: each "
                                          f"node's catalog kind, else {DEFAULT_REPAIR_HOURS:g}")
         self.min_context = context_input("wb-availability-min-context", width="220px")
-        self.min_lanes = widgets.BoundedIntText(
-            value=1, min=1, max=MAX_LANES, description="min lanes",
-            layout=widgets.Layout(width="150px"), style={"description_width": "initial"})
-        self.seed = widgets.BoundedIntText(value=seed, min=0, max=2**31, description="seed",
-                                           layout=widgets.Layout(width="170px"),
-                                           style={"description_width": "initial"})
+        self.min_lanes = whole_input(1, "wb-availability-min-lanes", width="150px",
+                                     description="min lanes")
+        self.seed = whole_input(seed, "wb-availability-seed", width="170px",
+                                description="seed", tooltip="the simulated year's random seed")
         self.compute_button = widgets.Button(description="Compute", button_style="primary")
         self.compute_button.add_class("wb-availability-compute")
         self.compute_button.on_click(lambda _: self.compute())
@@ -277,8 +277,9 @@ class AvailabilityPanel(widgets.VBox):
                 document, request, annual_failure_rate=_rate(self.afr.value, "failures/yr"),
                 repair_hours=_rate(self.repair.value, "repair h"),
                 min_context=read_context_input(self.min_context, "minimum_context"),
-                min_lanes=self.min_lanes.value,
-                seed=self.seed.value)
+                min_lanes=read_whole(self.min_lanes, "minimum_lanes", label="min lanes",
+                                     minimum=1, maximum=MAX_LANES),
+                seed=read_whole(self.seed, "seed", label="seed", maximum=MAX_SEED))
         except CodedError as error:
             self._say(f"{error.code}: {error.message}", document)
             return

@@ -12,6 +12,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from planner.errors import CodedError
 from planner.fence.claims import (
     ClaimDecision,
     ClaimFence,
@@ -31,11 +32,12 @@ from planner.figures.fence import (
 )
 from planner.workbench.chart import Chart
 from planner.workbench.fence_widgets import (
-    _MAX_INT,
+    LEAST_FENCE_INT,
     STYLE,
     ChartHolder,
     integer_box,
     path_text,
+    read_integer,
     text_box,
     verdict_html,
 )
@@ -95,8 +97,8 @@ CLAIM_PRESETS: tuple[ClaimPreset, ...] = (
 def _claim_inputs(values: dict[str, Any], names: Sequence[str]) -> dict[str, widgets.Widget]:
     """One input per claim field: terms are never negative, times may be."""
     return {
-        name: (integer_box(name, values[name], 0 if name == "coordinator_term" else -_MAX_INT)
-               if name in _INT_FIELDS else text_box(name, values[name]))
+        name: (integer_box(name, values[name]) if name in _INT_FIELDS
+               else text_box(name, values[name]))
         for name in names
     }
 
@@ -109,8 +111,30 @@ class _FenceExplorer(ChartHolder, widgets.VBox):
     now: widgets.Widget
     _loading: bool
 
+    verdict: widgets.HTML
+    path_label: widgets.HTML
+    decision: ClaimDecision | LoadDecision | None
+    path: tuple[str, ...]
+
     def refresh(self) -> None:
+        """Judge what the boxes hold, or say which box cannot be read."""
+        try:
+            self.judge()
+        except CodedError as error:
+            self.decision, self.path = None, ()
+            self.verdict.value = verdict_html(False, f"Not decided: {error.message}")
+            self.path_label.value = ""
+
+    def judge(self) -> None:
         raise NotImplementedError
+
+    @staticmethod
+    def _values(inputs: Mapping[str, widgets.Widget]) -> dict[str, Any]:
+        """Each box's value: terms (never negative) and times read as whole numbers."""
+        return {name: (read_integer(box, name, minimum=0 if name == "coordinator_term"
+                                    else LEAST_FENCE_INT)
+                       if name in _INT_FIELDS else box.value)
+                for name, box in inputs.items()}
 
     def _set_fields(self, stored: Mapping[str, Any] | None, inputs: dict[str, widgets.Widget],
                     values: Mapping[str, Any] | None, has_stored: bool | None,
@@ -120,11 +144,11 @@ class _FenceExplorer(ChartHolder, widgets.VBox):
             if has_stored is not None:
                 self.has_stored.value = has_stored
             for name, value in (stored or {}).items():
-                self.stored[name].value = value
+                self.stored[name].value = str(value)
             for name, value in (values or {}).items():
-                inputs[name].value = value
+                inputs[name].value = str(value)
             if now_unix_ms is not None:
-                self.now.value = now_unix_ms
+                self.now.value = str(now_unix_ms)
         finally:
             self._loading = False
         self.refresh()
@@ -142,8 +166,10 @@ class ClaimExplorer(_FenceExplorer):
             options=[(p.title, i) for i, p in enumerate(CLAIM_PRESETS)], value=0,
             description="situation", layout=widgets.Layout(width="520px"),
             style={"description_width": "80px"})
+        # As wide as its label: the widget's default width cut it off.
         self.has_stored = widgets.Checkbox(description="the stage already holds a claim for "
-                                           "this model", value=False, indent=False)
+                                           "this model", value=False, indent=False,
+                                           layout=widgets.Layout(width="auto"))
         self.stored = _claim_inputs(_STORED, STORED_FIELDS)
         self.incoming = _claim_inputs(_INCOMING, CLAIM_FIELDS)
         self.now = integer_box("stage clock (ms)", _NOW)
@@ -186,18 +212,20 @@ class ClaimExplorer(_FenceExplorer):
         self._set_fields(stored, self.incoming, incoming, has_stored, now_unix_ms)
 
     def claims(self) -> tuple[CoordinatorClaim | None, CoordinatorClaim]:
-        incoming = CoordinatorClaim(**{n: w.value for n, w in self.incoming.items()})
+        """The stored claim (``None``: none) and the incoming one, as the boxes hold them.
+        Raises a :class:`~planner.errors.CodedError` naming a box that cannot be read."""
+        incoming = CoordinatorClaim(**self._values(self.incoming))
         if not self.has_stored.value:
             return None, incoming
         key = {name: getattr(incoming, name)
                for name in ("model_id", "package_ref", "manifest_sha256")}
-        stored = CoordinatorClaim(**key, **{n: w.value for n, w in self.stored.items()})
+        stored = CoordinatorClaim(**key, **self._values(self.stored))
         return stored, incoming
 
-    def refresh(self) -> None:
+    def judge(self) -> None:
         stored, incoming = self.claims()
         fence = ClaimFence({stored.key: stored} if stored is not None else None)
-        decision = fence.accept_claim(incoming, self.now.value)
+        decision = fence.accept_claim(incoming, read_integer(self.now, "stage clock"))
         self.decision = decision
         self.path = claim_decision_path(decision)
         notes = []
@@ -253,10 +281,11 @@ class LoadExplorer(_FenceExplorer):
             description="situation", layout=widgets.Layout(width="520px"),
             style={"description_width": "80px"})
         self.has_stored = widgets.Checkbox(description="the stage holds a claim for this "
-                                           "model", value=True, indent=False)
+                                           "model", value=True, indent=False,
+                                           layout=widgets.Layout(width="auto"))
         self.stored = _claim_inputs(_STORED, STORED_FIELDS)
         self.load = {
-            name: (integer_box(name, _LOAD[name], 0) if name in _INT_FIELDS
+            name: (integer_box(name, _LOAD[name]) if name in _INT_FIELDS
                    else text_box(name, _LOAD[name]))
             for name in LOAD_FIELDS
         }
@@ -294,13 +323,13 @@ class LoadExplorer(_FenceExplorer):
         """Set any fields at once (one refresh), as a person would by editing them."""
         self._set_fields(stored, self.load, load, has_stored, now_unix_ms)
 
-    def refresh(self) -> None:
+    def judge(self) -> None:
         key = {name: _INCOMING[name] for name in ("model_id", "package_ref", "manifest_sha256")}
-        stored = (CoordinatorClaim(**key, **{n: w.value for n, w in self.stored.items()})
+        stored = (CoordinatorClaim(**key, **self._values(self.stored))
                   if self.has_stored.value else None)
-        load = LoadClaimRef(**key, **{n: w.value for n, w in self.load.items()})
+        load = LoadClaimRef(**key, **self._values(self.load))
         fence = ClaimFence({stored.key: stored} if stored is not None else None)
-        decision = fence.validate_load(load, self.now.value)
+        decision = fence.validate_load(load, read_integer(self.now, "stage clock"))
         self.decision = decision
         self.path = load_decision_path(decision)
         self.verdict.value = verdict_html(decision.accepted, decision.message)

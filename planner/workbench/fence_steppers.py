@@ -243,8 +243,10 @@ class CounterexampleStepper(EventStepper):
         self.counterexample = example
         title = self.report.verdict(name).title
         header = (f"<h4>{escape(title)}: does not hold</h4>"
-                  f"<div class='fx-note'>Shortest counterexample: {len(example.steps)} steps in "
-                  f"configuration {escape(config_name)}.</div>"
+                  f"<div class='fx-note'>Shortest counterexample: {len(example.steps)} steps "
+                  f"of the model in configuration {escape(config_name)}, "
+                  f"{len(example.events_frame())} events on the chart (a stage deciding a "
+                  "claim and sending its reply is one step, two events).</div>"
                   f"<div class='fx-verdict fx-rejected'>{escape(example.explanation)}</div>")
         self.show(example.events_frame(), title=f"Counterexample: {name}", header=header)
         self.trace.value = "<div class='fx-event'>" + escape(str(example)) + "</div>"

@@ -10,7 +10,10 @@ from html import escape
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
+from planner.fence.claims import MAX_FENCE_INT
 from planner.workbench.chart import Chart
+from planner.workbench.problems import WorkbenchInputError
+from planner.workbench.typed_values import parse_whole
 
 STYLE = """
 <style>
@@ -29,7 +32,8 @@ STYLE = """
 
 _WIDE = {"description_width": "150px"}
 _FIELD = widgets.Layout(width="380px")
-_MAX_INT = 2**62
+LEAST_FENCE_INT = -MAX_FENCE_INT - 1
+"""The lowest a time in milliseconds may be typed (a clock may read before the epoch)."""
 
 
 def text_box(description: str, value: str) -> widgets.Text:
@@ -37,10 +41,22 @@ def text_box(description: str, value: str) -> widgets.Text:
                         layout=_FIELD, style=_WIDE)
 
 
-def integer_box(description: str, value: int, minimum: int = -_MAX_INT) -> widgets.BoundedIntText:
-    return widgets.BoundedIntText(value=value, min=minimum, max=_MAX_INT,
-                                  description=description, continuous_update=False,
-                                  layout=_FIELD, style=_WIDE)
+def integer_box(description: str, value: int) -> widgets.Text:
+    """A box for a term or a time in milliseconds, typed as text and read with
+    :func:`read_integer`: a number box holds a JavaScript number, which loses the digits
+    of one past 2**53, and clamps what is out of its range without a word."""
+    return text_box(description, str(value))
+
+
+def read_integer(box: widgets.Text, name: str, *, minimum: int = LEAST_FENCE_INT) -> int:
+    """The whole number in ``box``, up to what the fence stores. Raises
+    :class:`~planner.workbench.problems.WorkbenchInputError` naming ``name`` and what was
+    typed."""
+    number = parse_whole(box.value, name, label=name, minimum=minimum,
+                         maximum=MAX_FENCE_INT)
+    if number is None:
+        raise WorkbenchInputError(name, "is required", label=name)
+    return number
 
 
 def path_text(

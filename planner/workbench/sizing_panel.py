@@ -26,10 +26,12 @@ from planner.fleet import ReliabilityOverride
 from planner.limits import (
     DEFAULT_PRICE_KIND,
     MAX_CONTEXT,
+    MAX_FAILURES_TOLERATED,
     MAX_LANES,
     MAX_LATENCY_MS,
     MAX_MINIMUM_NODES,
     MAX_NODES,
+    MAX_TOP_FLEETS,
 )
 from planner.models import GpuModel
 from planner.performance import ESTIMATE_NOTE, ModelTraffic
@@ -51,7 +53,9 @@ from planner.workbench.editor import (
     context_input,
     fixed_width,
     read_context_input,
+    read_whole,
     show_context_used,
+    whole_input,
 )
 from planner.workbench.editor_fields import NodeExtras, NodeRow
 from planner.workbench.problems import WorkbenchInputError
@@ -219,33 +223,25 @@ class SizingPanel(widgets.VBox):
         model = self._model()
         style = {"description_width": "initial"}
         self.min_context = context_input("wb-sizing-min-context", width="210px")
-        self.min_lanes = widgets.BoundedIntText(value=1, min=1, max=MAX_LANES,
-                                                description="min lanes", style=style,
-                                                layout=widgets.Layout(width="150px"))
-        self.min_nodes = widgets.BoundedIntText(value=model.minimum_nodes, min=1,
-                                                max=MAX_MINIMUM_NODES, description="min nodes",
-                                                style=style, layout=widgets.Layout(width="150px"))
-        self.tpot = widgets.BoundedIntText(value=model.target_decode_tpot_ms or 0, min=0,
-                                           max=MAX_LATENCY_MS, description="TPOT target (ms)",
-                                           tooltip="estimated TPOT target; 0: none",
-                                           style=style, layout=widgets.Layout(width="200px"))
-        self.ttft = widgets.BoundedIntText(value=0, min=0, max=MAX_LATENCY_MS,
-                                           description="TTFT target (ms)",
-                                           tooltip="estimated time-to-first-token target for "
-                                                   "a prompt of 'prompt' tokens; 0: none",
-                                           style=style, layout=widgets.Layout(width="200px"))
-        self.prompt_tokens = widgets.BoundedIntText(value=4096, min=1, max=MAX_CONTEXT,
-                                                    description="prompt (tokens)",
-                                                    tooltip="prompt tokens the TTFT is for",
-                                                    style=style,
-                                                    layout=widgets.Layout(width="200px"))
-        self.tolerate = widgets.BoundedIntText(value=0, min=0, max=8,
-                                               description="survive losing", style=style,
-                                               tooltip="nodes the fleet must be able to lose",
-                                               layout=widgets.Layout(width="170px"))
-        self.tolerate.add_class("wb-sizing-tolerate")
-        self.top = widgets.BoundedIntText(value=top, min=1, max=100, description="show",
-                                          style=style, layout=widgets.Layout(width="120px"))
+        self.min_lanes = whole_input(1, "wb-sizing-min-lanes", width="150px",
+                                     description="min lanes")
+        self.min_nodes = whole_input(model.minimum_nodes, "wb-sizing-min-nodes", width="150px",
+                                     description="min nodes")
+        self.tpot = whole_input(model.target_decode_tpot_ms, "wb-sizing-tpot", width="200px",
+                                description="TPOT target (ms)", placeholder="none",
+                                tooltip="estimated TPOT target; blank or 0: none")
+        self.ttft = whole_input(None, "wb-sizing-ttft", width="200px",
+                                description="TTFT target (ms)", placeholder="none",
+                                tooltip="estimated time-to-first-token target for a prompt "
+                                        "of 'prompt' tokens; blank or 0: none")
+        self.prompt_tokens = whole_input(4096, "wb-sizing-prompt", width="200px",
+                                         description="prompt (tokens)",
+                                         tooltip="prompt tokens the TTFT is for")
+        self.tolerate = whole_input(0, "wb-sizing-tolerate", width="170px",
+                                    description="survive losing",
+                                    tooltip="nodes the fleet must be able to lose")
+        self.top = whole_input(top, "wb-sizing-top", width="120px", description="show",
+                               tooltip="how many of the cheapest fleets to list")
         self.size_button = widgets.Button(description="Size", button_style="primary")
         self.size_button.add_class("wb-sizing-size")
         self.size_button.on_click(lambda _: self.compute())
@@ -318,8 +314,9 @@ class SizingPanel(widgets.VBox):
             own = (model.minimum_nodes, model.target_decode_tpot_ms)
             if own != self._fleet_targets:
                 self._fleet_targets = own
-                self.min_nodes.value = model.minimum_nodes
-                self.tpot.value = model.target_decode_tpot_ms or 0
+                self.min_nodes.value = str(model.minimum_nodes)
+                self.tpot.value = ("" if model.target_decode_tpot_ms is None
+                                   else str(model.target_decode_tpot_ms))
             reason = ("" if self._sized_for is None
                       else model_changes(self._sized_for, model))
         if self._sized_for is None:
@@ -334,13 +331,30 @@ class SizingPanel(widgets.VBox):
         return [gpu for row in self.catalog_rows if (gpu := row.edited()) is not None]
 
     def targets(self) -> SizingTargets:
+        """The targets typed. Raises :class:`WorkbenchInputError` naming a box that cannot
+        be read or is out of range (never clamped)."""
+        tpot = read_whole(self.tpot, "target_decode_tpot_ms", label="TPOT target",
+                          maximum=MAX_LATENCY_MS, default=0)
+        ttft = read_whole(self.ttft, "target_ttft_ms", label="TTFT target",
+                          maximum=MAX_LATENCY_MS, default=0)
         return SizingTargets(
             minimum_context=read_context_input(self.min_context, "minimum_context"),
-            minimum_lanes=self.min_lanes.value, minimum_nodes=self.min_nodes.value,
-            target_decode_tpot_ms=self.tpot.value or None,
-            failures_tolerated=self.tolerate.value,
-            target_ttft_ms=self.ttft.value or None,
-            prompt_tokens=self.prompt_tokens.value if self.ttft.value else None)
+            minimum_lanes=read_whole(self.min_lanes, "minimum_lanes", label="min lanes",
+                                     minimum=1, maximum=MAX_LANES),
+            minimum_nodes=read_whole(self.min_nodes, "minimum_nodes", label="min nodes",
+                                     minimum=1, maximum=MAX_MINIMUM_NODES),
+            target_decode_tpot_ms=tpot or None,
+            failures_tolerated=read_whole(self.tolerate, "failures_tolerated",
+                                          label="survive losing",
+                                          maximum=MAX_FAILURES_TOLERATED),
+            target_ttft_ms=ttft or None,
+            prompt_tokens=read_whole(self.prompt_tokens, "prompt_tokens",
+                                     label="prompt (tokens)", minimum=1,
+                                     maximum=MAX_CONTEXT) if ttft else None)
+
+    def shown_count(self) -> int:
+        """How many fleets to list (the "show" box)."""
+        return read_whole(self.top, "top", label="show", minimum=1, maximum=MAX_TOP_FLEETS)
 
     @property
     def frame(self) -> pd.DataFrame | None:
@@ -363,7 +377,7 @@ class SizingPanel(widgets.VBox):
                 raise WorkbenchInputError("catalog", "tick at least one kind to size with",
                                           label="catalog")
             result = size_fleet(
-                model.fields, catalog, self.targets(), top=self.top.value,
+                model.fields, catalog, self.targets(), top=self.shown_count(),
                 traffic=model.traffic,
                 context_length_override=model.context_length_override,
                 parallel_lanes_override=model.parallel_lanes_override)

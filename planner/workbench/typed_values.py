@@ -99,8 +99,10 @@ _WHOLE = re.compile(r"^\s*(-?[0-9][0-9_,]*)\s*([a-zA-Z]*)\s*$")
 
 
 def parse_whole(text: str, field_name: str, *, label: str, unit: str = "",
-                node_id: str | None = None, minimum: int = 0) -> int | None:
-    """An optional whole number (blank is ``None``), with an optional unit such as ``ms``."""
+                node_id: str | None = None, minimum: int = 0,
+                maximum: int | None = None) -> int | None:
+    """An optional whole number (blank is ``None``), with an optional unit such as ``ms``,
+    from ``minimum`` to ``maximum`` (a number out of range is refused, never clamped)."""
     stripped = text.strip()
     if not stripped:
         return None
@@ -110,13 +112,19 @@ def parse_whole(text: str, field_name: str, *, label: str, unit: str = "",
         raise WorkbenchInputError(field_name, f"must be a whole number{suffix}",
                                   value=text, node_id=node_id, label=label)
     digits = match.group(1).replace("_", "").replace(",", "")
-    if len(digits.lstrip("-0")) > 18:
-        raise WorkbenchInputError(field_name, "has too many digits", value=text,
-                                  node_id=node_id, label=label)
-    number = int(digits)
-    if number < minimum:
-        problem = "cannot be negative" if minimum == 0 else f"must be at least {minimum}"
+    most = 18 if maximum is None else len(str(abs(maximum)))
+    if len(digits.lstrip("-0")) > most:
+        problem = ("has too many digits" if maximum is None or digits.startswith("-")
+                   else f"must be at most {maximum:,}")
         raise WorkbenchInputError(field_name, problem, value=text, node_id=node_id,
                                   label=label)
+    number = int(digits)
+    if number < minimum:
+        problem = "cannot be negative" if minimum == 0 else f"must be at least {minimum:,}"
+        raise WorkbenchInputError(field_name, problem, value=text, node_id=node_id,
+                                  label=label)
+    if maximum is not None and number > maximum:
+        raise WorkbenchInputError(field_name, f"must be at most {maximum:,}", value=text,
+                                  node_id=node_id, label=label)
     return number
 
