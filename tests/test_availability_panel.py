@@ -241,3 +241,25 @@ def test_spares_are_priced_as_the_kind_the_nodes_are() -> None:
     assert list(panel.view.spares["cost_per_hour"]) == list(spares["cost_per_hour"])
     assert f"USD {spares['cost_per_hour'].iloc[-1]:,.2f}" in unescape(panel.spares.value)
     assert f"USD {price * 5:,.2f}/h" in bench.evaluation.summary()
+
+
+@pytest.mark.parametrize("distribution", [
+    {262_144: 1.0},                       # nothing ever fails: one state
+    {262_144: 0.6, 65_536: 0.4},          # both above 10 %: plotly's range held no decade
+    {262_144: 0.99, 65_536: 0.0099, 0: 1e-4},
+])
+def test_the_probability_axis_shows_at_least_two_decades(distribution: dict) -> None:
+    """The context chart's log axis could show one tick: its range, plotly's own, fitted
+    the bars and left out the decades labelled."""
+    import math
+
+    from planner.availability import AvailabilityResult
+
+    result = AvailabilityResult(availability=1.0, availability_lower=1.0,
+                                availability_upper=1.0, states_evaluated=len(distribution),
+                                context_distribution=distribution)
+    yaxis = context_distribution_figure(result, 65_536).layout.yaxis
+    low, high = yaxis.range
+    shown = [t for t in yaxis.tickvals if low <= math.log10(t) <= high]
+    assert len(shown) >= 2 and shown == list(yaxis.tickvals), (yaxis.range, yaxis.tickvals)
+    assert all(low <= math.log10(p) <= high for p in distribution.values())

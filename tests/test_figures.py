@@ -346,3 +346,23 @@ def test_a_state_per_sequence_is_drawn() -> None:
     assert table["state"].sum() > 500 * MIB
     assert "recurrent state" in [trace.name for trace in memory_figure(
         request, planner.plan_topology(request)).data if trace.showlegend is not False]
+
+
+def test_the_tpot_colours_are_the_same_in_the_candidates_and_the_sizing_charts() -> None:
+    """The candidates chart drew a fast TPOT dark and the sizing chart drew it bright."""
+    from planner.figures.sizing import sizing_figure
+    from planner.models import load_gpu_catalog, load_preset
+    from planner.sizing import size_fleet
+    from planner.workbench import WorkbenchState, evaluate
+    from planner.workbench.catalog import preset_source
+
+    state = WorkbenchState.design_default().with_model(
+        preset_source("llama-3.1-70b").fields).with_nodes(())
+    evaluation = evaluate(state.add_gpus("h100", 80 * GIB, 3, kind="h100-sxm-80gb"))
+    candidates = candidates_figure(evaluation.candidates).data[0].marker
+    sized = sizing_figure(size_fleet(load_preset("llama-3.1-70b"), load_gpu_catalog(),
+                                     top=6)).data[1].marker
+    assert candidates.showscale and sized.showscale
+    assert candidates.colorscale == sized.colorscale
+    assert bool(candidates.reversescale) == bool(sized.reversescale)
+    assert candidates.colorbar.title.text == sized.colorbar.title.text

@@ -48,16 +48,24 @@ def context_distribution_figure(result: AvailabilityResult, min_context: int,
     figure.update_xaxes(**axis(title="planned context (tokens)", type="category",
                                categoryorder="array", categoryarray=order))
     ticks = _percent_decades([p for _, p in items])
+    # The range is the decades labelled, and room above 100 % for the bars' labels:
+    # plotly's own fits the bars, and could leave one labelled decade or none in view.
     figure.update_yaxes(**axis(title="probability", type="log", tickvals=ticks,
-                               ticktext=[_percent_text(t) for t in ticks]))
+                               ticktext=[_percent_text(t) for t in ticks],
+                               range=[math.log10(ticks[0]), _LABEL_ROOM_DECADES]))
     return figure
 
 
+_LABEL_ROOM_DECADES = 0.35
+"""How far above 100 % (in powers of ten) the probability axis reaches: room for the
+label over a bar of 100 %."""
+
+
 def _percent_decades(probabilities: list[float]) -> list[float]:
-    """One tick per power of ten from the smallest probability shown up to 100 % (a log
-    axis's own labels, 2e-5, 3e-5, ..., crowd each other)."""
+    """One tick per power of ten from the smallest probability shown up to 100 %, at
+    least two (a log axis's own labels, 2e-5, 3e-5, ..., crowd each other)."""
     smallest = min((p for p in probabilities if p > 0), default=1.0)
-    lowest = math.floor(math.log10(smallest))
+    lowest = min(math.floor(math.log10(smallest)), -1)
     return [10.0 ** k for k in range(lowest, 1)]
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from planner.figures.style import FOOT_LEGEND, axis, base_layout, plotly_text
+from planner.figures.style import FOOT_LEGEND, TPOT_COLOURS, axis, base_layout, plotly_text
 from planner.planning import (
     STAGE_PART_NAMES,
     Plan,
@@ -326,10 +326,7 @@ def candidates_figure(candidates: pd.DataFrame, target_ms: float | None = None) 
     if has_estimates:
         marker.update(
             color=[v if v is not None else float("nan") for v in estimates],
-            colorscale="Viridis",
-            showscale=True,
-            colorbar={"title": {"text": "TPOT ms"}, "thickness": 12},
-        )
+            showscale=True, **TPOT_COLOURS)
     else:
         marker["color"] = "#4c72b0"
     traces = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from planner.figures.style import axis, base_layout, plotly_text
+from planner.figures.style import TPOT_COLOURS, axis, base_layout, plotly_text
 from planner.sizing import SizedFleet, SizingResult
 
 
@@ -43,8 +43,7 @@ def sizing_figure(result: SizingResult) -> go.Figure:
     marker: dict[str, object] = {"size": 11, "line": {"width": 1, "color": "#333333"}}
     if spread:
         marker.update(color=[t if t is not None else max(known) for t in tpots],
-                      colorscale="Viridis", reversescale=True, showscale=True,
-                      colorbar={"title": {"text": "estimated<br>TPOT ms"}})
+                      showscale=True, **TPOT_COLOURS)
     else:
         marker["color"] = "#3b528b"
     figure.add_trace(go.Scatter(
