@@ -439,6 +439,8 @@ def build_report(
             "target_decode_tpot_ms": request.target_decode_tpot_ms,
             "latency_aware": request.has_latency,
             "memory_model": request.memory_model,
+            "unknown_latency": (source.latency_note() if isinstance(source, FleetDocument)
+                                else ""),
         },
         request=request.to_dict(),
         nodes=_node_rows(request, plan),

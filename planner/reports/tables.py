@@ -96,6 +96,8 @@ def planning_rows(content: ReportContent) -> list[tuple[str, str]]:
         ("decode TPOT target", _optional(planning["target_decode_tpot_ms"], " ms")),
         ("latency-aware planning", "on" if planning["latency_aware"] else
          "off (no node has a latency)"),
+        *((("nodes without a latency", note),)
+          if (note := planning.get("unknown_latency")) else ()),
     ]
 
 

@@ -383,7 +383,8 @@ class ModelEditor(widgets.VBox):
 
 
 class OptionsEditor(widgets.HBox):
-    """Minimum nodes, context override, lanes override and TPOT target."""
+    """Minimum nodes, context override, lanes override, TPOT target and the latency of
+    nodes without their own."""
 
     def __init__(self, options: PlanOptions, *, on_edit: Callable[[], None]) -> None:
         self.minimum_nodes = whole_input(options.minimum_nodes, "wb-minimum-nodes",
@@ -397,6 +398,11 @@ class OptionsEditor(widgets.HBox):
         self.target_decode_tpot_ms = text_input(
             options.target_decode_tpot_ms, "wb-tpot-target", width="200px",
             description="TPOT target (ms)", placeholder="none")
+        self.default_latency_ms = text_input(
+            options.default_latency_ms, "wb-default-latency", width="230px",
+            description="default latency", placeholder="none: 0 ms",
+            tooltip="the latency of nodes without their own: milliseconds, or 'measured' "
+                    "for the slowest a node has; blank: they count as 0 ms")
         for widget in self.children_inputs:
             _observe_value(widget, on_edit)
         super().__init__(list(self.children_inputs),
@@ -406,7 +412,8 @@ class OptionsEditor(widgets.HBox):
     @property
     def children_inputs(self) -> tuple[widgets.Widget, ...]:
         return (self.minimum_nodes, self.context_length_override,
-                self.parallel_lanes_override, self.target_decode_tpot_ms)
+                self.parallel_lanes_override, self.target_decode_tpot_ms,
+                self.default_latency_ms)
 
     def options(self) -> PlanOptions:
         return PlanOptions(
@@ -415,6 +422,7 @@ class OptionsEditor(widgets.HBox):
             context_length_override=self.context_length_override.value,
             parallel_lanes_override=self.parallel_lanes_override.value,
             target_decode_tpot_ms=self.target_decode_tpot_ms.value,
+            default_latency_ms=self.default_latency_ms.value,
         )
 
     def set_options(self, options: PlanOptions) -> None:
@@ -422,3 +430,4 @@ class OptionsEditor(widgets.HBox):
         self.context_length_override.value = options.context_length_override
         self.parallel_lanes_override.value = options.parallel_lanes_override
         self.target_decode_tpot_ms.value = options.target_decode_tpot_ms
+        self.default_latency_ms.value = options.default_latency_ms

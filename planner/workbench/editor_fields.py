@@ -16,6 +16,7 @@ from planner.workbench.typed_values import (
     exact_or_parsed,
     node_size_text,
     parse_context_text,
+    parse_default_latency,
     parse_latency,
     parse_size,
     parse_whole,
@@ -176,6 +177,9 @@ class PlanOptions:
     context_length_override: str = ""
     parallel_lanes_override: str = ""
     target_decode_tpot_ms: str = ""
+    default_latency_ms: str = ""
+    """The latency of nodes without their own: milliseconds (``"5"``, ``"500 us"``),
+    ``"measured"`` (the slowest a node has), or blank (none: they count as 0 ms)."""
 
     def planning_fields(self) -> dict[str, Any]:
         """The request's option fields (docs/rules.md §1). Raises :class:`WorkbenchInputError`."""
@@ -193,6 +197,7 @@ class PlanOptions:
             "target_decode_tpot_ms": parse_whole(
                 self.target_decode_tpot_ms, "target_decode_tpot_ms",
                 label="TPOT target", unit="ms"),
+            "default_latency_ms": parse_default_latency(self.default_latency_ms),
         }
 
 

@@ -77,6 +77,9 @@ class Evaluation:
     """The plan's speed and cost ESTIMATE (nodes named ``<kind>-NN`` of the catalog, a
     preset or GGUF model); ``estimate_reason`` says why there is none."""
     estimate_reason: str = ""
+    latency_note: str = ""
+    """Which latency the nodes without their own are planned at
+    (:meth:`planner.fleet.FleetDocument.latency_note`); empty when all or none have one."""
 
     @property
     def ok(self) -> bool:
@@ -219,20 +222,21 @@ def evaluate(state: WorkbenchState) -> Evaluation:
         return Evaluation(state=state, problem=Problem.from_exception(error))
     warnings = fleet_warnings(request)
     budgets = node_budgets(request)
+    note = state.document.latency_note()
     try:
         # One search serves the candidates, the plan, the stage table and the explanation.
         result = plan_request(request)
     except PlanError as error:
         return Evaluation(state=state, request=request, budgets=budgets,
                           problem=Problem.from_exception(error), warnings=warnings,
-                          unused=unused_nodes(request, None))
+                          unused=unused_nodes(request, None), latency_note=note)
     table = result.candidates
     plan = result.plan
     if plan is None:
         assert result.error is not None
         return Evaluation(state=state, request=request, candidates=table, budgets=budgets,
                           problem=Problem.from_exception(result.error), warnings=warnings,
-                          unused=unused_nodes(request, None))
+                          unused=unused_nodes(request, None), latency_note=note)
     traffic = model_traffic(state.model, state.base_dir)
     catalog = gpu_catalog()
     kinds = state.node_kinds
@@ -259,4 +263,5 @@ def evaluate(state: WorkbenchState) -> Evaluation:
         limiting=limiting_node(request, plan, stages, table, choice),
         unused=unused_nodes(request, plan),
         choice=choice,
+        latency_note=note,
     )

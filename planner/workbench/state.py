@@ -81,7 +81,7 @@ def describe_nodes(nodes: Sequence[NodeBudget]) -> str:
                       sorted(counts.items(), key=lambda item: (-item[0], item[1])))
 
 
-def _text(value: int | float | None) -> str:
+def _text(value: int | float | str | None) -> str:
     return "" if value is None else str(value)
 
 
@@ -149,6 +149,7 @@ class WorkbenchState:
             context_length_override=_text(document.context_length_override),
             parallel_lanes_override=_text(document.parallel_lanes_override),
             target_decode_tpot_ms=_text(document.target_decode_tpot_ms),
+            default_latency_ms=_text(document.default_latency_ms),
         )
         return cls(document=document, model=_model_fields(document.model, document.base_dir),
                    nodes=tuple(NodeRow.from_budget(node) for node in document.nodes),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from planner.fleet import MEASURED_LATENCY
 from planner.units import (
     UnitError,
     exact_size_text,
@@ -82,6 +83,19 @@ def parse_latency(text: str, field_name: str, *, label: str,
     except UnitError as error:
         raise WorkbenchInputError(field_name, error.message, node_id=node_id,
                                   label=label) from None
+
+
+def parse_default_latency(text: str) -> int | float | str | None:
+    """A fleet's latency for nodes without their own (blank is ``None``): a latency as
+    :func:`parse_latency` reads it, or ``"measured"``."""
+    if text.strip().lower() == MEASURED_LATENCY:
+        return MEASURED_LATENCY
+    try:
+        return parse_latency(text, "default_latency_ms", label="default latency")
+    except WorkbenchInputError as error:
+        raise WorkbenchInputError("default_latency_ms", f"{error.message.split(': ', 1)[1]}"
+                                  f"; or \"{MEASURED_LATENCY}\" for the slowest latency "
+                                  "measured", label="default latency") from None
 
 
 def parse_context_text(text: str, field_name: str, *, label: str) -> int | None:

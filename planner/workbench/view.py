@@ -215,6 +215,8 @@ class PlanView(widgets.VBox):
         self.problem.add_class("wb-error")
         self.warnings = widgets.HTML()
         self.warnings.add_class("wb-warnings")
+        self.latency_note = widgets.HTML()
+        self.latency_note.add_class("wb-latency-note")
         self.diagnosis = widgets.HTML()
         self.diagnosis.add_class("wb-diagnosis")
         self.memory_chart = Chart(css_class="wb-memory-figure")
@@ -233,8 +235,8 @@ class PlanView(widgets.VBox):
             # columns and its note were past a horizontal scroll.
             self.candidates_chart, self.candidates_table,
         ])
-        super().__init__([self.summary, self.problem, self.warnings, self.diagnosis,
-                          self.results])
+        super().__init__([self.summary, self.problem, self.warnings, self.latency_note,
+                          self.diagnosis, self.results])
         self.add_class("wb-plan-view")
 
     @property
@@ -270,6 +272,11 @@ class PlanView(widgets.VBox):
             f"<div class='wb-warning-box'>⚠ {escape(text)}</div>"
             for text in evaluation.warnings)
         self._show(self.warnings, bool(evaluation.warnings))
+        # Which latency the nodes without their own are planned at, whichever applies.
+        note = evaluation.latency_note
+        self.latency_note.value = (f"<div class='wb-message-box'>Latency: {escape(note)}</div>"
+                                   if note else "")
+        self._show(self.latency_note, bool(note))
         lines = []
         if evaluation.limiting is not None:
             lines.append(f"<div><b>Limiting node</b>: {escape(evaluation.limiting.describe())}"
