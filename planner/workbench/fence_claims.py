@@ -94,7 +94,7 @@ CLAIM_PRESETS: tuple[ClaimPreset, ...] = (
 )
 
 
-def _claim_inputs(values: dict[str, Any], names: Sequence[str]) -> dict[str, widgets.Widget]:
+def _claim_inputs(values: dict[str, Any], names: Sequence[str]) -> dict[str, widgets.Text]:
     """One input per claim field: terms are never negative, times may be."""
     return {
         name: (integer_box(name, values[name]) if name in _INT_FIELDS
@@ -107,8 +107,8 @@ class _FenceExplorer(ChartHolder, widgets.VBox):
     """A stored claim, an incoming message and the stage's clock, judged on every edit."""
 
     has_stored: widgets.Checkbox
-    stored: dict[str, widgets.Widget]
-    now: widgets.Widget
+    stored: dict[str, widgets.Text]
+    now: widgets.Text
     _loading: bool
 
     verdict: widgets.HTML
@@ -129,14 +129,14 @@ class _FenceExplorer(ChartHolder, widgets.VBox):
         raise NotImplementedError
 
     @staticmethod
-    def _values(inputs: Mapping[str, widgets.Widget]) -> dict[str, Any]:
+    def _values(inputs: Mapping[str, widgets.Text]) -> dict[str, Any]:
         """Each box's value: terms (never negative) and times read as whole numbers."""
         return {name: (read_integer(box, name, minimum=0 if name == "coordinator_term"
                                     else LEAST_FENCE_INT)
                        if name in _INT_FIELDS else box.value)
                 for name, box in inputs.items()}
 
-    def _set_fields(self, stored: Mapping[str, Any] | None, inputs: dict[str, widgets.Widget],
+    def _set_fields(self, stored: Mapping[str, Any] | None, inputs: Mapping[str, widgets.Text],
                     values: Mapping[str, Any] | None, has_stored: bool | None,
                     now_unix_ms: int | None) -> None:
         self._loading = True

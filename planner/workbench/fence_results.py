@@ -43,7 +43,7 @@ def _frame_html(frame: pd.DataFrame) -> str:
     """``frame`` as a table, a missing value as an empty cell (pandas writes a missing
     nullable integer as "<NA>" whatever ``na_rep`` says)."""
     shown = frame.astype(object).where(frame.notna(), "")
-    return shown.to_html(index=False, escape=True, border=0, classes="fx-table")
+    return str(shown.to_html(index=False, escape=True, border=0, classes="fx-table"))
 
 
 class ScenarioTable(widgets.HTML):

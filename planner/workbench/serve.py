@@ -126,7 +126,7 @@ def execute_in_kernel(path: Path, connection_file: Path,
                       timeout: float = 300) -> dict[str, Any]:
     """Run the notebook at ``path`` in the kernel of ``connection_file`` and save its
     outputs into the file, as the front-end would have; the kernel's ``language_info``."""
-    from jupyter_client import BlockingKernelClient
+    from jupyter_client.blocking.client import BlockingKernelClient
 
     client = BlockingKernelClient(connection_file=str(connection_file))
     client.load_connection_file()
