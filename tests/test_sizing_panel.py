@@ -149,7 +149,7 @@ def test_a_sized_fleet_has_one_cost_and_one_tpot_wherever_shown(tmp_path) -> Non
     assert evaluation.estimate.cost_per_hour_usd == pytest.approx(fleet.cost_per_hour_usd)
     summary = unescape(bench.view.summary.value)
     assert cost in summary
-    assert f"<td>{fleet.cost_per_hour_usd:,.2f}</td>" in panel.table.value
+    assert f'<td data-label="USD / hour">{fleet.cost_per_hour_usd:,.2f}</td>' in panel.table.value
     for name in ("sized.json", "sized.md"):
         bench.export_report(name)
     report = json.loads((tmp_path / "sized.json").read_text())
@@ -162,11 +162,12 @@ def test_a_sized_fleet_has_one_cost_and_one_tpot_wherever_shown(tmp_path) -> Non
         round(fleet.cost_per_hour_usd, 2)}
     # One TPOT figure: the speed estimate, in the summary, the table and the chart.
     tpot = f"{fleet.estimated_tpot_ms:,.1f}"
-    assert f"<td>{tpot}</td>" in panel.table.value
+    assert f'<td data-label="est. TPOT">{tpot}</td>' in panel.table.value
     assert f"estimated TPOT {tpot} ms" in summary
     assert "unknown" not in summary and len(re.findall("TPOT", summary)) == 1
     assert "ms per token" not in summary
-    assert "TPOT" not in bench.view.candidates_table.value.split("network est.")[1]
+    shown = re.sub(r' data-label="[^"]*"', "", bench.view.candidates_table.value)
+    assert "TPOT" not in shown.split("network est.")[1]
     assert "est. TPOT" not in bench.view.diagnosis.value
     title = bench.view.candidates.layout.title.text
     assert "unknown" not in title and "estimated TPOT" in title
@@ -221,9 +222,10 @@ def test_the_chart_shows_no_colour_range_when_every_fleet_has_one_tpot() -> None
     drawn = sizing_figure(mixed)
     subtitle = drawn.layout.title.subtitle.text
     assert subtitle.replace(":<br>", ": ", 1) == mixed.error_note
-    # The legend sits under the plot, clear of the note (at the top it covered the note's
-    # second line on an 812-pixel page).
-    assert drawn.layout.legend.y < 0 and drawn.layout.legend.yanchor == "top"
+    # The legend sits at the figure's foot, clear of the note (at the top it covered the
+    # note's second line on an 812-pixel page).
+    legend = drawn.layout.legend
+    assert (legend.yref, legend.y, legend.yanchor) == ("container", 0, "bottom")
 
 
 def test_a_failed_size_leaves_no_chart_of_the_fleets_before() -> None:

@@ -742,3 +742,16 @@ def test_a_number_out_of_range_is_refused_by_name_never_clamped(bench: Workbench
     bench.fleet_editor.add_gpus_button.click()
     assert "number of GPUs to add: must be at least 1 (got '0')" in unescape(
         bench.message.value)
+
+
+def test_every_table_cell_carries_its_column_name(bench: Workbench) -> None:
+    """In a box narrower than a table needs, each row is drawn as a card of "name: value"
+    pairs (its columns were behind a horizontal scroll): every cell names its column."""
+    import re
+
+    for html in (bench.view.stage_table.value, bench.view.candidates_table.value):
+        headers = [unescape(h) for h in re.findall(r"<th(?: [^>]*)?>(.*?)</th>", html)]
+        for row in re.findall(r"<tr class='[^']*'>(.*?)</tr>", html):
+            labels = [unescape(label) for label in re.findall(r'<td data-label="([^"]*)"', row)]
+            assert labels == headers, (labels, headers)
+        assert "class='wb-fit'" in html

@@ -108,11 +108,15 @@ def timeline_figure(year: SimulatedYear, *, title: str | None = None) -> go.Figu
                    hovertemplate="hour %{x:,.0f}: %{text}<extra></extra>"),
     ]
     years = year.horizon_hours / HOURS_PER_YEAR
-    heading = title or (f"Simulated {years:g} year{'' if years == 1 else 's'}, seed {year.seed}: "
-                        f"{year.hours_down:,.1f} h below targets, "
-                        f"{year.hours_reduced_context:,.1f} h at reduced context, "
-                        f"{counted(year.replans, 're-plan')}")
-    figure = go.Figure(traces, base_layout(heading, height=320))
+    heading = title or f"Simulated {years:g} year{'' if years == 1 else 's'}, seed {year.seed}"
+    # What the year came to, under the title: on one line with it, it was wider than a
+    # chart in JupyterLab at 1024 px.
+    outcome = (f"{year.hours_down:,.1f} h below targets, "
+               f"{year.hours_reduced_context:,.1f} h at reduced context, "
+               f"{counted(year.replans, 're-plan')}")
+    layout = base_layout(heading, height=340, margin={"l": 70, "r": 20, "t": 70, "b": 60})
+    layout["title"] = {**layout["title"], "subtitle": {"text": outcome}}
+    figure = go.Figure(traces, layout)
     figure.update_xaxes(**axis(title="hours", range=[0, year.horizon_hours]))
     figure.update_yaxes(**axis(title="planned context (tokens)", rangemode="tozero"))
     return figure

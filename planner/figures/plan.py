@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from planner.figures.style import FOOT_LEGEND, TPOT_COLOURS, axis, base_layout, plotly_text
+from planner.figures.style import TPOT_COLOURS, axis, base_layout, plotly_text
 from planner.planning import (
     STAGE_PART_NAMES,
     Plan,
@@ -148,9 +148,6 @@ def memory_figure(request: PlanningInput, plan: Plan | None) -> go.Figure:
         barmode="stack",
         yaxis=axis(title={"text": "GiB"}, rangemode="tozero"),
         xaxis=axis(title={"text": "node"}, type="category"),
-        # Under the chart, at the foot of the figure: above it, a legend of several rows
-        # in a narrow chart covered the title.
-        legend=FOOT_LEGEND,
         height=420,
     )})
 
@@ -382,7 +379,5 @@ def candidates_figure(candidates: pd.DataFrame, target_ms: float | None = None) 
         yaxis=axis(title={"text": "context length (tokens)"}, type="log",
                     tickvals=contexts, ticktext=[f"{c:,}" for c in contexts],
                     range=context_range),
-        legend={"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0.0,
-                "xanchor": "left"},
         height=380,
     )})

@@ -51,7 +51,7 @@ from planner.workbench.editor import (
     whole_input,
 )
 from planner.workbench.stale import OutOfDateNote
-from planner.workbench.view import STYLE
+from planner.workbench.view import STYLE, table_html
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,15 +120,13 @@ def _spares_cost(cost: Any) -> str:
 
 
 def spares_html(spares: pd.DataFrame) -> str:
-    rows = "".join(
-        f"<tr><td>{row.target:.2%}</td><td class='wb-text'>{escape(str(row.spares))}</td>"
-        f"<td>{_percent(row.availability_lower)}</td>"
-        f"<td class='wb-text'>{escape(_spares_cost(row.cost_per_hour))}</td></tr>"
-        for row in spares.itertuples(index=False))
-    return ("<table class='wb-table wb-spares-table'><thead><tr><th>target</th>"
-            "<th class='wb-text'>spares</th><th>availability with them</th>"
-            "<th class='wb-text'>cost of the spares</th></tr></thead>"
-            f"<tbody>{rows}</tbody></table>")
+    rows = [("", [f"<td>{row.target:.2%}</td>",
+                  f"<td class='wb-text'>{escape(str(row.spares))}</td>",
+                  f"<td>{_percent(row.availability_lower)}</td>",
+                  f"<td class='wb-text'>{escape(_spares_cost(row.cost_per_hour))}</td>"])
+            for row in spares.itertuples(index=False)]
+    return table_html([("target", False), ("spares", True), ("availability with them", False),
+                       ("cost of the spares", True)], rows, "wb-spares-table")
 
 
 def _source_text(where: str) -> str:
@@ -138,20 +136,19 @@ def _source_text(where: str) -> str:
 
 def figures_html(figures: dict[str, NodeFigures]) -> str:
     """Each node's failure figures and where they came from, as an HTML table."""
-    rows = "".join(
-        f"<tr><td class='wb-text'>{escape(node_id)}</td>"
-        f"<td class='wb-text'>{escape(node.kind or 'unknown')}</td>"
-        f"<td>{node.reliability.annual_failure_rate:g}</td>"
-        f"<td class='wb-text'>{escape(_source_text(node.annual_failure_rate_source))}</td>"
-        f"<td>{node.reliability.repair_hours:g}</td>"
-        f"<td class='wb-text'>{escape(_source_text(node.repair_hours_source))}</td></tr>"
-        for node_id, node in figures.items())
+    rows = [("", [f"<td class='wb-text'>{escape(node_id)}</td>",
+                  f"<td class='wb-text'>{escape(node.kind or 'unknown')}</td>",
+                  f"<td>{node.reliability.annual_failure_rate:g}</td>",
+                  f"<td class='wb-text'>{escape(_source_text(node.annual_failure_rate_source))}"
+                  "</td>",
+                  f"<td>{node.reliability.repair_hours:g}</td>",
+                  f"<td class='wb-text'>{escape(_source_text(node.repair_hours_source))}</td>"])
+            for node_id, node in figures.items()]
+    table = table_html([("node", True), ("kind", True), ("failures / year", False),
+                        ("from", True), ("repair hours", False), ("from", True)], rows,
+                       "wb-figures-table")
     return ("<details><summary>Failure figures per node (those planner availability "
-            "uses for this fleet)</summary><table class='wb-table wb-figures-table'><thead>"
-            "<tr><th class='wb-text'>node</th><th class='wb-text'>kind</th>"
-            "<th>failures / year</th><th class='wb-text'>from</th><th>repair hours</th>"
-            "<th class='wb-text'>from</th></tr></thead>"
-            f"<tbody>{rows}</tbody></table></details>")
+            f"uses for this fleet)</summary>{table}</details>")
 
 
 def _rate(text: str, label: str) -> float | None:
@@ -207,7 +204,9 @@ class AvailabilityPanel(widgets.VBox):
         self.problem.add_class("wb-error")
         self.context_chart = Chart(css_class="wb-availability-context-figure")
         self.timeline_chart = Chart(css_class="wb-availability-timeline-figure")
-        self.spares = widgets.HTML()
+        # A share of the row beside the chart: sized by its content, a table that fits
+        # its box (view.table_html) had no width to fit.
+        self.spares = widgets.HTML(layout=widgets.Layout(flex="1 1 360px", min_width="300px"))
         self.spares.add_class("wb-availability-spares")
         self.figures = widgets.HTML()
         self.figures.add_class("wb-availability-figures")

@@ -373,7 +373,10 @@ class ModelEditor(widgets.VBox):
         weights = ("exact per-layer weights" if model.layer_weight_bytes is not None
                    else "weights split evenly over the layers")
         body = (f"<details><summary>{escape(model.label)}: {weights}</summary>"
-                f"<pre style='font-size:11px;white-space:pre-wrap'>{escape(description)}"
+                # Words whole: the front-ends' own style breaks a preformatted line
+                # anywhere ("config.js/on").
+                f"<pre style='font-size:11px;white-space:pre-wrap;word-break:normal;"
+                f"overflow-wrap:break-word'>{escape(description)}"
                 "</pre></details>") if description else (
                 f"<span style='color:#555'>{escape(model.label)}: {weights}</span>")
         self.details.value = body

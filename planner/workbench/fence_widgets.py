@@ -23,7 +23,8 @@ STYLE = """
 .fx-rejected { background: #fdecea; border-left: 4px solid #c44e52; }
 .fx-note { color: #495057; padding: 2px 10px; }
 .fx-event { font-family: ui-monospace, monospace; font-size: 12px; padding: 4px 10px;
-  background: #f8f9fa; border-left: 4px solid #4c72b0; white-space: pre-wrap; }
+  background: #f8f9fa; border-left: 4px solid #4c72b0; white-space: pre-wrap;
+  word-break: normal; overflow-wrap: break-word; }
 .fx-table { border-collapse: collapse; font-size: 12px; }
 .fx-table th, .fx-table td { padding: 2px 8px; border-bottom: 1px solid #ddd; text-align: left; }
 .fx-table th { background: #f4f4f4; }

@@ -25,7 +25,7 @@ from planner.reports.tables import PLAN_CHARGES_NOTE, plan_charges
 from planner.units import format_bytes, layer_range
 from planner.workbench.catalog import gguf_files
 from planner.workbench.editor import button
-from planner.workbench.view import STYLE
+from planner.workbench.view import STYLE, table_html
 
 FLASH_ATTENTION_NOTE = (
     "A quantized V cache (q8_0, q4_0, ...) needs flash attention: llama.cpp refuses to "
@@ -42,8 +42,7 @@ def memory_html(rows: list[dict[str, Any]], stages: pd.DataFrame | None = None) 
     charged = plan_charges(stages.to_dict("records")) if stages is not None else None
     labels = ("stage", "node", "layers", *(name for _, name in _COMPONENTS),
               *(("plan charges",) if charged is not None else ()))
-    head = "".join(f"<th>{label}</th>" for label in labels)
-    body = []
+    body: list[tuple[str, list[str]]] = []
     for row in rows:
         layers = ("—" if row["layer_start"] == row["layer_end"]
                   else layer_range(row["layer_start"], row["layer_end"]))
@@ -52,12 +51,11 @@ def memory_html(rows: list[dict[str, Any]], stages: pd.DataFrame | None = None) 
         if charged is not None:
             planned = charged.get(row["stage_id"])
             cells.append("—" if planned is None else format_bytes(planned))
-        body.append("<tr>" + "".join(f"<td>{escape(str(cell))}</td>" for cell in cells)
-                    + "</tr>")
+        body.append(("", [f"<td>{escape(str(cell))}</td>" for cell in cells]))
     note = (f"<p class='wb-hint wb-plan-charges-note'>{escape(PLAN_CHARGES_NOTE)}</p>"
             if charged is not None else "")
-    return (f"<table class='wb-table wb-llamacpp-memory'><thead><tr>{head}</tr></thead>"
-            f"<tbody>{''.join(body)}</tbody></table>{note}")
+    return table_html([(label, False) for label in labels], body,
+                      "wb-llamacpp-memory") + note
 
 
 class LlamaCppPanel(widgets.VBox):

@@ -60,7 +60,7 @@ from planner.workbench.editor import (
 from planner.workbench.editor_fields import NodeExtras, NodeRow
 from planner.workbench.problems import WorkbenchInputError
 from planner.workbench.stale import OutOfDateNote
-from planner.workbench.view import STYLE
+from planner.workbench.view import STYLE, table_html
 
 # The search's advice in the command line's words, and as this page says it.
 _PAGE_ADVICE = {
@@ -197,20 +197,25 @@ def model_changes(before: SizingModel, after: SizingModel) -> str:
     return "; ".join(changes)
 
 
+def _fleet_cell(label: str) -> str:
+    """A fleet's label in a cell that wraps between its kinds, never inside one (the
+    table then fits a narrow page)."""
+    kinds = " + ".join(f"<span class='wb-id'>{escape(part)}</span>"
+                       for part in label.split(" + "))
+    return f"<td class='wb-text wb-wrap wb-fleet-label'>{kinds}</td>"
+
+
 def fleets_html(fleets: Sequence[SizedFleet], chosen: int | None = None) -> str:
     """The fleets as an HTML table (:func:`planner.reports.sizing.fleet_table`'s cells)."""
     table = fleet_table(fleets)
-    head = "".join(f"<th{'' if a == 'r' else ' class=wb-text'}>"
-                   f"{escape(FLEET_HEADERS.get(h, h.replace('_', ' ')))}</th>"
-                   for h, a in zip(table.headers, table.align, strict=True))
-    rows = []
-    for index, row in enumerate(table.rows):
-        css = "wb-selected" if index == chosen else ""
-        cells = "".join(f"<td{'' if a == 'r' else ' class=wb-text'}>{escape(c)}</td>"
-                        for c, a in zip(row, table.align, strict=True))
-        rows.append(f"<tr class='{css}'>{cells}</tr>")
-    return (f"<table class='wb-table wb-sizing-table'><thead><tr>{head}</tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>")
+    headers = [(FLEET_HEADERS.get(h, h.replace("_", " ")), a != "r")
+               for h, a in zip(table.headers, table.align, strict=True)]
+    rows = [("wb-selected" if index == chosen else "",
+             [_fleet_cell(c) if h == "fleet" else
+              f"<td{'' if a == 'r' else ' class=wb-text'}>{escape(c)}</td>"
+              for h, c, a in zip(table.headers, row, table.align, strict=True)])
+            for index, row in enumerate(table.rows)]
+    return table_html(headers, rows, "wb-sizing-table")
 
 
 class SizingPanel(widgets.VBox):
@@ -276,11 +281,12 @@ class SizingPanel(widgets.VBox):
                                 self.ttft, self.prompt_tokens, self.tolerate, self.top,
                                 self.size_button],
                                layout=widgets.Layout(flex_flow="row wrap"))
+        rows = widgets.VBox(list(self.catalog_rows),
+                            layout=widgets.Layout(max_height="260px", overflow="auto"))
+        rows.add_class("wb-sizing-catalog")
         super().__init__([
             widgets.HTML(STYLE + "<h3>Size a fleet</h3>"), targets,
-            widgets.HTML("<h3>Catalog</h3>"), header,
-            widgets.VBox(list(self.catalog_rows),
-                         layout=widgets.Layout(max_height="260px", overflow="auto")),
+            widgets.HTML("<h3>Catalog</h3>"), header, rows,
             self.stale, self.problem, self.summary, self.table,
             widgets.HBox([self.choice, self.load_button],
                          layout=widgets.Layout(flex_flow="row wrap")), self.chart,

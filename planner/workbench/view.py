@@ -6,6 +6,7 @@ is a :class:`~planner.workbench.chart.Chart`, redrawn only when its figure chang
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from html import escape
 
 import ipywidgets as widgets
@@ -46,8 +47,23 @@ STYLE = """
 .wb-table td.wb-text, .wb-table th.wb-text { text-align: left; }
 .wb-table tr.wb-selected td { background: #fbe9ea; font-weight: 600; }
 .wb-table tr.wb-infeasible td { color: #999; }
-.wb-table td.wb-wrap { white-space: normal; min-width: 14em; }
+.wb-table td.wb-wrap { white-space: normal; min-width: 14em; line-height: 1.35; }
+.wb-table .wb-id { white-space: nowrap; }
+.wb-sizing-table th { white-space: normal; vertical-align: bottom; }
+.wb-sizing-table td.wb-fleet-label { min-width: 12em; }
 .wb-estimate-note { font-size: 12px; color: #555; margin-top: 4px; }
+.wb-fit { container-type: inline-size; }
+@container (max-width: 760px) {
+  .wb-fit table.wb-table, .wb-fit .wb-table tbody, .wb-fit .wb-table tr { display: block; }
+  .wb-fit .wb-table thead { display: none; }
+  .wb-fit .wb-table tr { padding: 3px 0; border-bottom: 1px solid #ddd; }
+  .wb-fit .wb-table td { display: inline-block; border: none; padding: 1px 10px 1px 0;
+    text-align: left; }
+  .wb-fit .wb-table td:empty { display: none; }
+  .wb-fit .wb-table td::before { content: attr(data-label) ": "; color: #777;
+    font-weight: normal; }
+  .wb-fit .wb-table td.wb-wrap { display: block; min-width: 0; }
+}
 </style>
 """
 
@@ -58,11 +74,22 @@ def _cell(value: object, *, text: bool = False, wrap: bool = False) -> str:
     return f"<td{css}>{escape(str(value))}</td>"
 
 
-def _table(headers: list[tuple[str, bool]], rows: list[tuple[str, list[str]]]) -> str:
+def table_html(headers: Sequence[tuple[str, bool]], rows: Sequence[tuple[str, Sequence[str]]],
+               css_class: str = "") -> str:
+    """A table of ``headers`` (name, and whether its column is text) and ``rows`` (the
+    row's class, and its ``<td>`` cells), that fits its box: each cell carries its
+    column's name, and in a box narrower than the table needs (JupyterLab at 1024 px)
+    each row is drawn as a card of "name: value" pairs (:data:`STYLE`), so no column is
+    ever behind a horizontal scroll."""
     head = "".join(f"<th{' class=wb-text' if text else ''}>{escape(name)}</th>"
                    for name, text in headers)
-    body = "".join(f"<tr class='{css}'>{''.join(cells)}</tr>" for css, cells in rows)
-    return f"<table class='wb-table'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    labels = [f"<td data-label=\"{escape(name, quote=True)}\"" for name, _ in headers]
+    body = "".join(f"<tr class='{css}'>"
+                   + "".join(cell.replace("<td", label, 1)
+                             for cell, label in zip(cells, labels, strict=True)) + "</tr>"
+                   for css, cells in rows)
+    return (f"<div class='wb-fit'><table class='wb-table {css_class}'><thead><tr>{head}"
+            f"</tr></thead><tbody>{body}</tbody></table></div>")
 
 
 LLAMACPP_STAGE_NOTE = (
@@ -110,13 +137,15 @@ def stage_table_html(stages: pd.DataFrame, memory_model: str = "design") -> str:
         ]))
     note = (f"<div class='wb-hint wb-stage-note'>{escape(LLAMACPP_STAGE_NOTE)}</div>"
             if memory_model == "llamacpp" else "")
-    return _table(headers, rows) + note
+    return table_html(headers, rows) + note
 
 
 def _short_nodes(node_ids: tuple[str, ...], shown: int = 6) -> str:
-    if len(node_ids) <= shown:
-        return ", ".join(node_ids)
-    return ", ".join(node_ids[:shown]) + f", … (+{len(node_ids) - shown})"
+    """The first ``shown`` node ids as HTML, each kept whole on a line of its own (a
+    wrapped cell broke "qwen-node-02" at a hyphen)."""
+    ids = ", ".join(f"<span class='wb-id'>{escape(node_id)}</span>"
+                    for node_id in node_ids[:shown])
+    return ids + (f", … (+{len(node_ids) - shown})" if len(node_ids) > shown else "")
 
 
 def candidates_table_html(candidates: pd.DataFrame, target_ms: int | None = None,
@@ -158,8 +187,8 @@ def candidates_table_html(candidates: pd.DataFrame, target_ms: int | None = None
             _cell("" if met is None else ("met" if met else "missed"),
                   text=True),
             _cell("" if pd.isna(margin) else format_bytes(int(margin))),
-            _cell(_short_nodes(shape.node_ids) if shape.feasible else shape.reason, text=True,
-                  wrap=True),
+            (f"<td class='wb-text wb-wrap'>{_short_nodes(shape.node_ids)}</td>"
+             if shape.feasible else _cell(shape.reason, text=True, wrap=True)),
             _cell(f"★ {shape.selected_lanes} lanes" if shape.selected else "", text=True),
             *([_cell("" if pd.isna(network) else format_milliseconds(network))]
               if speed else []),
@@ -168,9 +197,9 @@ def candidates_table_html(candidates: pd.DataFrame, target_ms: int | None = None
               if fill else []),
         ]))
     if not (speed or fill):
-        return _table(headers, rows)
+        return table_html(headers, rows)
     note = " ".join(part for part in (ESTIMATE_NOTE, error_note) if part)
-    return (_table(headers, rows) +
+    return (table_html(headers, rows) +
             f"<div class='wb-estimate-note'>est.: {escape(note)}</div>")
 
 
@@ -202,7 +231,7 @@ def choice_html(choice: ChoiceExplanation, speed: bool = False) -> str:
             _cell("" if met is None else ("met" if met else "missed"), text=True),
             _cell(rule, text=True),
         ]))
-    return text + _table(headers, rows)
+    return text + table_html(headers, rows)
 
 
 class PlanView(widgets.VBox):
