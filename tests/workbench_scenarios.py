@@ -116,13 +116,25 @@ def load_fleet_file(page: Any, name: str) -> None:
     page.locator("button.wb-load-fleet").click()
 
 
+def _page_state(page: Any) -> str:
+    """What the page says it shows (for a failure's message)."""
+    read = {name: page.locator(selector).first.inner_text() if page.locator(selector).count()
+            else None for name, selector in (("title", ".wb-title"), ("message", ".wb-message"),
+                                             ("summary", ".wb-summary"))}
+    read["fleet file"] = page.locator(".wb-fleet-file select").input_value()
+    return repr(read)
+
+
 def reset(page: Any) -> WorkbenchState:
     """Back to the default fleet file, as loaded from its file."""
     state = state_of(DEFAULT_FLEET)
     load_fleet_file(page, DEFAULT_FLEET)
     page.locator(".wb-node-row").nth(len(state.nodes) - 1).wait_for(
         timeout=EDIT_SECONDS * 1000)
-    wait_for_layers(page, state, "the default fleet after loading it")
+    try:
+        wait_for_layers(page, state, "the default fleet after loading it")
+    except pytest.fail.Exception as failed:
+        pytest.fail(f"{failed}; the page reads {_page_state(page)}")
     wait_for_memory(page, state, "the default fleet after loading it")
     return state
 
