@@ -317,8 +317,11 @@ def test_an_unknown_tpot_says_why() -> None:
     summary = evaluate(state.with_model_numbers(kv_bytes_per_token="131,000")).summary()
     assert "estimated TPOT unknown: the model's decode traffic is unknown" in summary
     # With an estimate, its measured error is a sentence of its own.
-    summary = evaluate(state).summary()
-    assert "(estimate). Median error on held-out" in summary, summary
+    evaluation = evaluate(state)
+    assert evaluation.estimate is not None
+    note = evaluation.estimate.error_note
+    assert note.startswith("Median error on "), note
+    assert f"(estimate). {note}" in evaluation.summary(), evaluation.summary()
 
 
 def test_no_valid_topology_keeps_the_candidates() -> None:
