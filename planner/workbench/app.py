@@ -163,8 +163,9 @@ class Workbench(widgets.VBox):
                                       placeholder="name.html, .md or .json",
                                       description="report file")
         self.report_where = widgets.HTML(
-            f"<span class='wb-hint'>a name without a folder is written in "
-            f"{escape(str(self.report_dir.resolve()))}</span>")
+            # A sentence, not a label: a deep folder wraps it.
+            f"<div class='wb-hint'>a name without a folder is written in "
+            f"{escape(str(self.report_dir.resolve()))}</div>")
         self.report_where.add_class("wb-report-where")
         self.export_button = button("Export report", "wb-export-report",
                                     tooltip="write a report of this plan")
