@@ -755,3 +755,19 @@ def test_every_table_cell_carries_its_column_name(bench: Workbench) -> None:
             labels = [unescape(label) for label in re.findall(r'<td data-label="([^"]*)"', row)]
             assert labels == headers, (labels, headers)
         assert "class='wb-fit'" in html
+
+
+def test_the_load_button_names_the_file_it_loads(bench: Workbench) -> None:
+    """The Load button's tooltip names the chosen file, as the kernel has it: what a click
+    would load, and what a page can wait for before clicking (the page sends a choice
+    after its previous change is answered but a click at once, so a quick click could
+    load the file chosen before)."""
+    editor = bench.fleet_editor
+    assert editor.load_button.tooltip == f"load {editor.file_choice.label}"
+    other = next(path for label, path in editor.file_choice.options
+                 if label.startswith("llama70b-home-lab"))
+    editor.file_choice.value = other
+    assert editor.load_button.tooltip == "load llama70b-home-lab.toml (example)"
+    editor.load_button.click()
+    assert bench.state.source == other
+    assert editor.load_button.tooltip == "load llama70b-home-lab.toml (example)"

@@ -113,7 +113,12 @@ def load_fleet_file(page: Any, name: str) -> None:
     # Shipped fleets are listed as examples, saved ones as saved (workspace.py).
     label = name if name.endswith(")") else f"{name} (example)"
     page.locator(".wb-fleet-file select").select_option(label=label)
-    page.locator("button.wb-load-fleet").click()
+    # The kernel names the choice on the button once it has it; a click sent before
+    # then can overtake the choice and load the file chosen before.
+    loads_it = page.locator("button.wb-load-fleet").and_(
+        page.get_by_title(f"load {label}", exact=True))
+    loads_it.wait_for(timeout=EDIT_SECONDS * 1000)
+    loads_it.click()
 
 
 def _page_state(page: Any) -> str:

@@ -229,6 +229,11 @@ class FleetEditor(widgets.VBox):
         self.file_choice.add_class("wb-fleet-file")
         self.load_button = button("Load", "wb-load-fleet", tooltip="load the chosen fleet file",
                                   width="64px")
+        # The tooltip names what a click loads, as the kernel has the choice: a page can
+        # wait for it, since a choice is sent after the page's previous change is
+        # answered but a click at once.
+        _observe_value(self.file_choice, self._name_the_file_to_load)
+        self._name_the_file_to_load()
         self.save_name = text_input("", "wb-save-name", width="180px",
                                     placeholder="my-fleet.toml")
         self.save_button = button("Save", "wb-save-fleet",
@@ -274,6 +279,10 @@ class FleetEditor(widgets.VBox):
         if tuple(self.rows_box.children) != tuple(self.row_editors):
             self.rows_box.children = tuple(self.row_editors)
         self.count_label.value = (f"&nbsp;{len(rows)} node{'s' if len(rows) != 1 else ''}")
+
+    def _name_the_file_to_load(self) -> None:
+        label = self.file_choice.label
+        self.load_button.tooltip = f"load {label}" if label else "load the chosen fleet file"
 
     def set_fleet_files(self, files: Sequence[tuple[str, str]],
                         selected: str | None = None) -> None:
