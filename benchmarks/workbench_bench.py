@@ -16,8 +16,9 @@ import time
 from typing import Any
 
 from planner.workbench.app import Workbench
+from planner.workbench.editor_fields import ModelFields, NodeRow
 from planner.workbench.evaluation import evaluate
-from planner.workbench.state import ModelFields, NodeRow, WorkbenchState
+from planner.workbench.state import WorkbenchState
 
 BUDGET_SECONDS = 0.12
 EDITS = 10

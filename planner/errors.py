@@ -40,7 +40,7 @@ drawing and the classes differ)::
         * LatencyError           planner.units
       * UserError                planner.cli._common
       * VerifyError              planner.llamacpp.verify
-      * WorkbenchInputError      planner.workbench.state
+      * WorkbenchInputError      planner.workbench.problems
 
 A class marked ``(base)`` carries no code of its own and is only there to be caught; every
 other class carries the codes docs/errors.md lists against it.

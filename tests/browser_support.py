@@ -317,3 +317,120 @@ def save_screenshot(page: Any, selector: str, name: str, index: int = 0) -> Path
     path = ARTIFACTS / f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', name)}.png"
     page.locator(selector).nth(index).screenshot(path=str(path))
     return path
+
+
+# -- what a person sees of the page's layout -----------------------------------------------
+
+# Everything wrong with how the elements under ``root`` are laid out, as a person would
+# see it: a chart's legend over its title (or subtitle), a title wider than its chart,
+# inputs that overlap or are squashed below a readable height, a label cut short, a
+# table column or a note past its box's visible edge (behind a horizontal scroll), and a
+# word broken over two lines (a line may break after a hyphen, as in any text).
+_LAYOUT_PROBLEMS = """(root) => {
+  const problems = [];
+  const roots = [...document.querySelectorAll(root)].filter(r => r.offsetParent);
+  const box = e => e.getBoundingClientRect();
+  const shown = e => { const b = box(e); return e.offsetParent !== null && b.width > 0
+                                                 && b.height > 0; };
+  const meet = (a, b) => a.left < b.right - 1 && b.left < a.right - 1
+                         && a.top < b.bottom - 1 && b.top < a.bottom - 1;
+  // What of an element a person can see: its box cut to every box around it that clips
+  // (a row scrolled out of a scrolling list is not on the page); null when nothing is.
+  const seen = e => {
+    let b = box(e);
+    let r = {left: b.left, top: b.top, right: b.right, bottom: b.bottom};
+    for (let p = e.parentElement; p && p !== document.body; p = p.parentElement) {
+      const style = getComputedStyle(p);
+      if (style.overflowX === 'visible' && style.overflowY === 'visible') continue;
+      const c = box(p);
+      r = {left: Math.max(r.left, c.left), top: Math.max(r.top, c.top),
+           right: Math.min(r.right, c.right), bottom: Math.min(r.bottom, c.bottom)};
+    }
+    return r.right - r.left > 1 && r.bottom - r.top > 1 ? r : null;
+  };
+  const name = e => (e.getAttribute('placeholder') || e.value || e.textContent || e.tagName)
+                    .trim().slice(0, 40);
+  for (const top of roots) {
+    for (const plot of top.querySelectorAll('.js-plotly-plot')) {
+      if (!shown(plot)) continue;
+      const title = plot.querySelector('.gtitle');
+      const what = title ? title.textContent.slice(0, 60) : 'a chart';
+      const legend = plot.querySelector('.legend');
+      for (const heading of [title, plot.querySelector('.gtitle-subtitle')]) {
+        if (heading && legend && meet(box(legend), box(heading))) {
+          problems.push('legend covers the title of ' + what);
+        }
+      }
+      if (title && box(title).right > box(plot).right + 1) {
+        problems.push('title wider than its chart: ' + what);
+      }
+    }
+    const inputs = [...top.querySelectorAll('input, select, textarea, button')]
+      .filter(e => shown(e) && seen(e));
+    for (const input of inputs) {
+      if (input.type !== 'checkbox' && box(input).height < 20) {
+        problems.push('input squashed to ' + Math.round(box(input).height) + ' px: '
+                      + name(input));
+      }
+    }
+    for (let i = 0; i < inputs.length; i++) {
+      for (let j = i + 1; j < inputs.length; j++) {
+        if (meet(seen(inputs[i]), seen(inputs[j]))) {
+          problems.push('inputs overlap: ' + name(inputs[i]) + ' / ' + name(inputs[j]));
+        }
+      }
+    }
+    for (const label of top.querySelectorAll('.widget-html-content > span, label, '
+                                             + '.widget-label, .widget-label-basic')) {
+      if (shown(label) && label.scrollWidth > label.clientWidth + 1
+          && getComputedStyle(label).overflow !== 'visible') {
+        problems.push('label cut short: ' + label.textContent.trim().slice(0, 60));
+      }
+    }
+    for (const table of top.querySelectorAll('table')) {
+      if (!shown(table)) continue;
+      let scroller = table.parentElement;
+      while (scroller && scroller !== top && getComputedStyle(scroller).overflowX === 'visible') {
+        scroller = scroller.parentElement;
+      }
+      const edge = box(scroller || top).right;
+      for (const cell of table.querySelectorAll('th, td')) {
+        if (shown(cell) && box(cell).right > edge + 1) {
+          problems.push((cell.tagName === 'TH' ? 'column' : 'cell') + ' past the edge of '
+                        + 'its box: ' + (cell.getAttribute('data-label') || cell.textContent)
+                          .trim().slice(0, 40));
+        }
+      }
+    }
+    for (const note of top.querySelectorAll('.wb-estimate-note')) {
+      let scroller = note.parentElement;
+      while (scroller && scroller !== top && getComputedStyle(scroller).overflowX === 'visible') {
+        scroller = scroller.parentElement;
+      }
+      if (shown(note) && box(note).right > box(scroller || top).right + 1) {
+        problems.push('note past the edge of its box: ' + note.textContent.slice(0, 40));
+      }
+    }
+    const walker = document.createTreeWalker(top, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const parent = node.parentElement;
+      if (!parent || !shown(parent) || parent.closest('svg, textarea, script, style')) {
+        continue;
+      }
+      for (const match of node.textContent.matchAll(/[A-Za-z0-9][A-Za-z0-9._]*[A-Za-z0-9]/g)) {
+        const range = document.createRange();
+        range.setStart(node, match.index);
+        range.setEnd(node, match.index + match[0].length);
+        const tops = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+        if (tops.size > 1) problems.push('word broken over two lines: ' + match[0]);
+      }
+    }
+  }
+  return [...new Set(problems)];
+}"""
+
+
+def layout_problems(page: Any, root: str) -> list[str]:
+    """What is wrong with how the elements under ``root`` (every match on show) are laid
+    out, as a person would see it (:data:`_LAYOUT_PROBLEMS`); empty when nothing is."""
+    return list(page.evaluate(_LAYOUT_PROBLEMS, root))

@@ -54,14 +54,14 @@ def test_figures_show_the_numbers() -> None:
     line, _, replans = timeline.data
     assert max(line.x) == 8760 and set(line.y) <= {0, 65536, 262144}
     assert len(replans.x) == year.replans
-    assert timeline.layout.title.text.endswith(f"{year.replans:,} re-plans")
+    assert timeline.layout.title.subtitle.text.endswith(f"{year.replans:,} re-plans")
     # Seed 5 over 200 hours: one failure, repaired after the horizon.
     short = simulate(request, FLAKY, seed=5, min_context=65536, horizon_hours=200)
     assert short.replans == 1
-    assert timeline_figure(short).layout.title.text.endswith(", 1 re-plan")
-    assert timeline.layout.title.text.startswith("Simulated 1 year, seed 1: ")
+    assert timeline_figure(short).layout.title.subtitle.text.endswith(", 1 re-plan")
+    assert timeline.layout.title.text == "Simulated 1 year, seed 1"
     two = simulate(request, FLAKY, seed=1, min_context=65536, horizon_hours=2 * 8760)
-    assert timeline_figure(two).layout.title.text.startswith("Simulated 2 years, seed 1: ")
+    assert timeline_figure(two).layout.title.text == "Simulated 2 years, seed 1"
 
 
 def test_panel_follows_the_workbench_fleet() -> None:
@@ -220,3 +220,46 @@ def test_the_sizing_panel_shows_the_context_it_sized_for() -> None:
     assert panel.result is not None
     assert panel.min_context.placeholder == f"{panel.result.minimum_context:,}"
     assert f"context ≥ {panel.result.minimum_context:,}" in panel.summary.value
+
+
+def test_spares_are_priced_as_the_kind_the_nodes_are() -> None:
+    """The page's spares table said "no price: the fleet's nodes name no GPU kind" while
+    the panel below it listed every node as an a100-80gb and the workbench priced them:
+    a spare copies the fleet's most common node, and costs what its kind costs, through
+    the Python API and in the panel alike."""
+    from planner.models import load_gpu_catalog
+
+    price = next(gpu.price_per_hour for gpu in load_gpu_catalog() if gpu.kind == "a100-80gb")
+    assert price is not None
+    request = load_fleet(FIVE).to_request()
+    spares = spares_table(request, FLAKY, min_context=65536, max_spares=8)
+    assert list(spares["cost_per_hour"]) == pytest.approx(
+        [count * price for count in spares["spare_count"]])
+    bench = Workbench.from_fleet(FIVE)
+    panel = AvailabilityPanel(bench, annual_failure_rate=3.0, repair_hours=300)
+    assert set(panel.view.figures[n].kind for n in panel.view.figures) == {"a100-80gb"}
+    assert list(panel.view.spares["cost_per_hour"]) == list(spares["cost_per_hour"])
+    assert f"USD {spares['cost_per_hour'].iloc[-1]:,.2f}" in unescape(panel.spares.value)
+    assert f"USD {price * 5:,.2f}/h" in bench.evaluation.summary()
+
+
+@pytest.mark.parametrize("distribution", [
+    {262_144: 1.0},                       # nothing ever fails: one state
+    {262_144: 0.6, 65_536: 0.4},          # both above 10 %: plotly's range held no decade
+    {262_144: 0.99, 65_536: 0.0099, 0: 1e-4},
+])
+def test_the_probability_axis_shows_at_least_two_decades(distribution: dict) -> None:
+    """The context chart's log axis could show one tick: its range, plotly's own, fitted
+    the bars and left out the decades labelled."""
+    import math
+
+    from planner.availability import AvailabilityResult
+
+    result = AvailabilityResult(availability=1.0, availability_lower=1.0,
+                                availability_upper=1.0, states_evaluated=len(distribution),
+                                context_distribution=distribution)
+    yaxis = context_distribution_figure(result, 65_536).layout.yaxis
+    low, high = yaxis.range
+    shown = [t for t in yaxis.tickvals if low <= math.log10(t) <= high]
+    assert len(shown) >= 2 and shown == list(yaxis.tickvals), (yaxis.range, yaxis.tickvals)
+    assert all(low <= math.log10(p) <= high for p in distribution.values())

@@ -196,10 +196,11 @@ def test_workbench_shows_the_estimate() -> None:
     shown = bench.view.candidates_table.value
     assert expected.error_note and "est.: Estimated, not measured" in shown
     assert escape(expected.error_note) in shown
-    # Nodes typed by hand: no estimate, and the summary does not pretend one.
+    # Nodes typed by hand: no estimate; the summary does not pretend one, and says why.
     plain = evaluate(WorkbenchState.design_default())
-    assert plain.estimate is None and "speed estimate" not in plain.summary()
+    assert plain.estimate is None and "tokens/s" not in plain.summary()
     assert plain.estimate_reason
+    assert f"estimated TPOT unknown: {plain.estimate_reason}" in plain.summary()
 
 
 def test_a_node_naming_its_kind_in_the_fleet_file_is_estimated() -> None:

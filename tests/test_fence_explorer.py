@@ -70,13 +70,13 @@ def test_editing_a_claim_moves_the_decision_to_another_branch() -> None:
     explorer = ClaimExplorer()
     explorer.preset.value = 1  # same epoch again
     assert explorer.path[-1] == "accept_renewal"
-    explorer.incoming["coordinator_term"].value = 9
+    explorer.incoming["coordinator_term"].value = "9"
     assert explorer.decision is not None and explorer.decision.reason == "StaleTerm"
     assert explorer.path[-1] == "reject_stale"
     assert "term < current term? --yes--> Reject: StaleTerm" in unescape(
         explorer.path_label.value)
     assert "StaleTerm" in explorer.figure.layout.title.text
-    explorer.incoming["coordinator_term"].value = 12
+    explorer.incoming["coordinator_term"].value = "12"
     assert explorer.decision.supersedes_term == 10
     assert explorer.path[-1] == "supersede"
     explorer.has_stored.value = False
@@ -90,7 +90,7 @@ def test_a_claim_at_the_lease_instant_is_expired() -> None:
     explorer.set_values(has_stored=False, incoming={"lease_until_unix_ms": 5_000},
                         now_unix_ms=5_000)
     assert explorer.decision is not None and explorer.decision.reason == "ExpiredLease"
-    explorer.now.value = 4_999
+    explorer.now.value = "4999"
     assert explorer.decision.accepted
 
 
@@ -109,7 +109,7 @@ def test_load_presets_decide_as_the_fence_does() -> None:
     assert outcomes == {"start", "start_unfenced", "reject_fields", "reject_missing",
                         "reject_mismatch", "reject_expired"}
     explorer.preset.value = 0
-    explorer.now.value = explorer.stored["lease_until_unix_ms"].value + 1
+    explorer.now.value = str(int(explorer.stored["lease_until_unix_ms"].value) + 1)
     assert explorer.decision is not None and explorer.decision.reason == "ExpiredLease"
 
 
@@ -228,6 +228,11 @@ def test_counterexample_stepper(small_report: CheckReport) -> None:
         assert len(stepper.events) == len(example.events_frame())
         assert example.explanation in unescape(stepper.header.value)
         assert f"{len(example.steps)} steps" in stepper.header.value
+        # The stepper counts events, more than the model's steps: the header says both
+        # (it said "6 steps" beside "event 1 of 8").
+        events = len(example.events_frame())
+        assert f"{events} events on the chart" in stepper.header.value
+        assert f"(event 1 of {events})" in stepper.figure.layout.title.text
         assert "violated:" in stepper.trace.value
 
 
@@ -303,3 +308,25 @@ def test_the_scenario_table_shows_every_text_whole() -> None:
         for value in frame[column]:
             assert value in text, value
     assert "..." not in text
+
+
+def test_a_huge_term_keeps_its_digits_and_a_bad_one_is_named() -> None:
+    """A term past 2**53 showed 4611686018427388000 in its box where the verdict said
+    4611686018427387904: the box held a JavaScript number."""
+    explorer = ClaimExplorer()
+    explorer.set_values(has_stored=True, incoming={"coordinator_term": 2**62})
+    box = explorer.incoming["coordinator_term"]
+    assert box.value == "4611686018427387904"
+    assert explorer.decision is not None and explorer.decision.supersedes_term == 10
+    box.value = "4611686018427387905"
+    assert explorer.claims()[1].coordinator_term == 2**62 + 1
+    box.value = "99999999999999999999"
+    assert explorer.decision is None
+    assert ("coordinator_term: must be at most 9,223,372,036,854,775,807 "
+            "(got '99999999999999999999')") in unescape(explorer.verdict.value)
+    box.value = "ten"
+    assert "coordinator_term: must be a whole number (got 'ten')" in unescape(
+        explorer.verdict.value)
+    explorer.now.value = "-5"  # a clock may read before the epoch
+    box.value = "12"
+    assert explorer.decision is not None and explorer.decision.accepted

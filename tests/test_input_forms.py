@@ -10,7 +10,8 @@ from planner.errors import InvalidInput
 from planner.fleet import FleetFileError, fleet_to_toml, parse_fleet_toml
 from planner.planning import NodeBudget, PlanningInput
 from planner.planning.tables import node_budgets
-from planner.workbench.state import NodeRow, PlanOptions, WorkbenchInputError
+from planner.workbench.editor_fields import NodeRow, PlanOptions
+from planner.workbench.problems import WorkbenchInputError
 
 GIB = 2**30
 MODEL = """

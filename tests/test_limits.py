@@ -68,8 +68,7 @@ def test_the_caps_keep_the_search_exact_in_64_bits() -> None:
 
 
 # Limits kept where they are: the GGUF format's own, as ggml names them; a DNS name's
-# length; how much of a bad value a message quotes; the fence explorer's integer boxes
-# (ipywidgets holds 2**62, below the fence's 64-bit cap).
+# length; how much of a bad value a message quotes.
 FORMAT_LIMITS = {"models/gguf_file.py": {"MAX_STRING_BYTES", "MAX_ARRAY_ITEMS",
                                          "MAX_TENSOR_DIMS", "MAX_TENSOR_NAME_BYTES"},
                  # llama.cpp's own bounds on the metadata the estimate reads.
@@ -78,7 +77,6 @@ FORMAT_LIMITS = {"models/gguf_file.py": {"MAX_STRING_BYTES", "MAX_ARRAY_ITEMS",
                  "llamacpp/families/qwen4exp.py": {"MAX_PLE_KERNEL"},
                  "fleet/_fields.py": {"_MAX_HOST_NAME"},
                  "_validate.py": {"MAX_SHOWN"},
-                 "workbench/fence_explorer.py": {"_MAX_INT"},
                  # The fence's and its checker's bounds stay in the modules whose text
                  # fingerprints the saved checker results (planner/data/fence_check.json).
                  "fence/claims.py": {"MAX_FENCE_INT"},

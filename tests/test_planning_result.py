@@ -4,6 +4,7 @@ the stage table shows one memory rule's figures only."""
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -184,26 +185,30 @@ def test_the_stage_table_shows_one_rule(tmp_path: Path) -> None:
         assert table["other_bytes"].iloc[-1] > model.output_bytes
 
 
-def _stage_rows(text: str, header_start: str) -> list[list[str]]:
-    """The rows of the text table whose header line starts with ``header_start``."""
+def _stage_rows(text: str, header_start: str) -> list[dict[str, str]]:
+    """The rows of the text table whose header line starts with ``header_start``, by
+    column header."""
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    headers = [cell.strip() for cell in re.split(r"\s{2,}", lines[start].strip())]
     rows = []
     for line in lines[start + 2:]:
         if not line.strip():
             break
-        rows.append(line.split("  "))
-    return [[cell.strip() for cell in row if cell.strip()] for row in rows]
+        cells = [cell.strip() for cell in line.split("  ") if cell.strip()]
+        rows.append(dict(zip(headers, cells, strict=True)))
+    return rows
 
 
-def _markdown_rows(text: str, heading: str) -> list[list[str]]:
+def _markdown_rows(text: str, heading: str) -> list[dict[str, str]]:
+    """The rows of the Markdown table under ``heading``, by column header."""
     lines = text.splitlines()
     start = lines.index(heading)
-    table = [line for line in lines[start + 1:] if line.startswith("|")]
     end = next((i for i, line in enumerate(lines[start + 1:]) if line.startswith("#")),
                len(lines))
     table = [line for line in lines[start + 1:start + 1 + end] if line.startswith("|")]
-    return [[cell.strip() for cell in line.strip("|").split("|")] for line in table[2:]]
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in table]
+    return [dict(zip(cells[0], row, strict=True)) for row in cells[2:]]
 
 
 def _llama_figures(fleet: Path) -> tuple[list[tuple[str, str, str]], list[str]]:
@@ -237,8 +242,7 @@ def test_the_command_line_stage_table_shows_llama_cpp_figures_only(
     rows = _stage_rows(capsys.readouterr().out, "stage    node")
     assert len(rows) == len(expected)
     for row, (weights, kv, used), design_weights in zip(rows, expected, design, strict=True):
-        # stage, node, layers, count, weights, KV cache, used, usable, remaining
-        assert (row[4], row[5], row[6]) == (weights, kv, used)
+        assert (row["weights"], row["KV cache"], row["used"]) == (weights, kv, used)
         assert design_weights != weights  # the fixture tells the two rules apart
 
 
@@ -250,7 +254,7 @@ def test_the_report_stage_table_shows_llama_cpp_figures_only(tmp_path: Path) -> 
     rows = _markdown_rows(out.read_text(), "### Stages")
     assert len(rows) == len(expected)
     for row, (weights, kv, used) in zip(rows, expected, strict=True):
-        assert (row[4], row[5], row[6]) == (weights, kv, used)
+        assert (row["weights"], row["KV cache"], row["used"]) == (weights, kv, used)
 
 
 def test_planner_report_with_llama_cpp_parses_the_model_once_and_searches_once(
@@ -297,13 +301,13 @@ def test_the_report_node_table_gives_the_usable_bytes_the_stage_table_uses(
         assert main(["report", str(fleet), "--memory-model", memory_model, "-o",
                      str(out)]) == 0
         text = out.read_text()
-        header = next(line for line in text.splitlines() if line.startswith("| node |"))
-        columns = [cell.strip() for cell in header.strip("|").split("|")]
-        nodes = {row[0]: dict(zip(columns, row, strict=True))
-                 for row in _markdown_rows(text, "### Nodes")}
+        nodes = {row["node"]: row for row in _markdown_rows(text, "### Nodes")}
+        columns = list(next(iter(nodes.values())))
         for stage in _markdown_rows(text, "### Stages"):
-            # stage, node, layers, count, weights, KV cache, used, usable, remaining
-            assert nodes[stage[1]]["= usable"] == stage[7], memory_model
+            assert nodes[stage["node"]]["= usable"] == stage["usable"], memory_model
+            # The stage table gives the same reserve as the node table.
+            assert stage.get("llama.cpp reserve", "0 B") == nodes[stage["node"]].get(
+                "− llama.cpp reserve", "0 B"), memory_model
         # Under llama.cpp's rule a node of a split reserves a pipeline stage's compute
         # buffer; a plan of one stage runs on one device and reserves none.
         split = len(_markdown_rows(text, "### Stages")) > 1

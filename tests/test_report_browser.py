@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser_support import launched_browser, save_screenshot
+from browser_support import launched_browser, layout_problems, read_chart, save_screenshot
 from test_fleetfile import NUMBERS
 
 from planner.fleet import FleetDocument, load_fleet, parse_fleet_toml
@@ -193,6 +193,31 @@ def test_no_table_breaks_a_word_at_1300_px(browser: Any, tmp_path: Path, fleet: 
         # ... and the page itself does not scroll sideways.
         assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
         save_screenshot(page, "#candidates .scroll", f"report-1300px-{fleet.removesuffix('.toml')}")
+    finally:
+        page.close()
+    assert errors == []
+
+
+@pytest.mark.parametrize("width", [1024, 1440])
+def test_the_report_reads_as_the_workbench_does(browser: Any, tmp_path: Path,
+                                                 width: int) -> None:
+    """The report's candidates chart is coloured by the speed estimate (it was drawn
+    uncoloured, "no latencies and no speed estimate: TPOT unknown", beside a TPOT for
+    every candidate), and no chart's legend covers its title."""
+    document = load_fleet(FLEETS / "qwen480b-5x80.toml")
+    path = write_report(document, tmp_path / "report.html")
+    page, errors, _ = _open(browser, path)
+    try:
+        page.set_viewport_size({"width": width, "height": 900})
+        chart = read_chart(page, "#candidates")
+        assert "coloured by estimated TPOT" in chart["drawn_title"], chart["drawn_title"]
+        colours = page.evaluate("() => document.getElementById('candidates-figure')"
+                                ".data[0].marker.color")
+        assert colours and all(isinstance(value, (int, float)) for value in colours)
+        problems = layout_problems(page, "body")
+        assert problems == [], problems
+        for div_id in FIGURE_IDS:
+            save_screenshot(page, f"#{div_id}", f"report-{width}px-{div_id}")
     finally:
         page.close()
     assert errors == []

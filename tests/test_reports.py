@@ -453,3 +453,37 @@ def test_the_tpot_target_is_judged_by_the_speed_estimate_as_the_workbench_judges
     markdown = render_report(content, "md")
     assert re.search(r"TPOT target met \| no", markdown), markdown
     assert evaluate(WorkbenchState.from_document(document)).target_met is False
+
+
+@pytest.mark.parametrize("fleet", ["qwen480b-5x80.toml", "gguf"])
+def test_the_report_colours_its_candidates_by_the_speed_estimate(
+        fleet: str, tmp_path: Path) -> None:
+    """The report gave each candidate a TPOT and drew its candidates chart uncoloured,
+    titled "(no latencies and no speed estimate: TPOT unknown)": the chart read the
+    candidate rows without their estimate columns. It draws what the workbench draws."""
+    from planner.figures.plan import candidates_figure
+    from planner.workbench.evaluation import evaluate
+    from planner.workbench.state import WorkbenchState
+
+    if fleet == "gguf":
+        from test_memory import write_gemma_like
+
+        write_gemma_like(tmp_path)
+        path = tmp_path / "fleet.toml"
+        path.write_text('[model]\ngguf = "g.gguf"\n'
+                        '[[nodes]]\nid = "a100-80gb-00"\nvram = "256 MiB"\n'
+                        '[[nodes]]\nid = "a100-80gb-01"\nvram = "256 MiB"\n')
+        document = load_fleet(path)
+    else:
+        document = load_fleet(FLEETS / fleet)
+    content = build_report(document)
+    assert content.estimate is not None and content.estimate["available"]
+    figure = candidates_figure(content.candidates_frame(),
+                               content.planning["target_decode_tpot_ms"])
+    assert "coloured by estimated TPOT" in figure.layout.title.text
+    evaluation = evaluate(WorkbenchState.from_document(document))
+    assert evaluation.candidates is not None
+    shown = candidates_figure(evaluation.candidates, evaluation.request.target_decode_tpot_ms)
+    assert list(figure.data[0].marker.color) == list(shown.data[0].marker.color)
+    html = render_report(content, "html")
+    assert "no latencies and no speed estimate" not in html

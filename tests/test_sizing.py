@@ -102,8 +102,32 @@ def _brute_force(model: dict[str, Any], traffic: ModelTraffic, kinds: list[GpuMo
                 for gone in itertools.combinations(ids, f))):
             continue
         cost = round(sum(k.price_per_hour * n for k, n in zip(kinds, counts, strict=True)), 6)
-        found.append(((cost, len(ids), -plan.context_length), counts))
-    return sorted(found)
+        found.append(((cost, len(ids), -plan.context_length), counts, plan))
+    # A fleet that holds a cheaper listed fleet and plans the same stages on it only adds
+    # idle nodes to it: it is no alternative, and is not listed.
+    listed: list[tuple[tuple[float, int, int], tuple[int, ...], Any]] = []
+    for key, counts, plan in sorted(found, key=lambda entry: entry[:2]):
+        if not any(_holds(counts, other) and plan == other_plan
+                   for _, other, other_plan in listed):
+            listed.append((key, counts, plan))
+    return [(key, counts) for key, counts, _ in listed]
+
+
+def _holds(counts: tuple[int, ...], other: tuple[int, ...]) -> bool:
+    """Whether a fleet of ``counts`` has every node of a fleet of ``other`` (nodes of a
+    kind are named in order, so the smaller fleet's nodes are the larger's first ones)."""
+    return counts != other and all(a >= b for a, b in zip(counts, other, strict=True))
+
+
+def _assert_no_idle_supersets(result: Any, kinds: list[GpuModel]) -> None:
+    """No fleet listed holds a cheaper listed fleet and plans the same stages on it."""
+    listed = [(tuple(f.counts_by_kind.get(k.kind, 0) for k in kinds), f)
+              for f in result.fleets]
+    for counts, fleet in listed:
+        for other_counts, other in listed:
+            assert not (_holds(counts, other_counts) and fleet.plan == other.plan), (
+                f"{fleet.label} (USD {fleet.cost_per_hour_usd}) is {other.label} "
+                f"(USD {other.cost_per_hour_usd}) with idle nodes")
 
 
 @st.composite
@@ -315,6 +339,7 @@ def _assert_matches_brute_force(question: tuple, traffic: ModelTraffic | None = 
         return
     got = [tuple(f.counts_by_kind.get(k.kind, 0) for k in kinds) for f in result.fleets]
     assert got == [counts for _, counts in expected[:3]]
+    _assert_no_idle_supersets(result, kinds)
     for fleet, (key, _) in zip(result.fleets, expected, strict=False):
         assert fleet.cost_per_hour_usd == pytest.approx(key[0])
         # Re-check: the fleet plans as reported and survives every f-node removal.
@@ -446,3 +471,20 @@ def test_ties_follow_catalog_order_whatever_the_kind_sizes() -> None:
         for fleet in result.fleets:
             ok, plan = _meets(model, traffic, kinds, list(fleet.node_ids), SizingTargets())
             assert ok and plan == fleet.plan
+
+
+@pytest.mark.parametrize("failures", [0, 1])
+def test_no_fleet_listed_is_a_cheaper_one_with_idle_nodes(failures: int) -> None:
+    # Qwen3-Coder-480B on the shipped catalog: 2 x MI300X plans 2 stages at 262,144; the
+    # same two stages on 2 x MI300X and an RTX 3090 left idle (USD 4.09) were listed #2.
+    spec = load_preset("qwen3-coder-480b-a35b")
+    catalog = load_gpu_catalog()
+    result = size_fleet(spec, catalog, SizingTargets(failures_tolerated=failures), top=8,
+                        pareto=False)
+    kinds = [gpu for gpu in catalog if gpu.kind in result.kinds]
+    assert len(result.fleets) == 8
+    _assert_no_idle_supersets(result, kinds)
+    if not failures:
+        labels = [fleet.label for fleet in result.fleets]
+        assert labels[0] == "2 x instinct-mi300x"
+        assert "1 x rtx-3090 + 2 x instinct-mi300x" not in labels, labels

@@ -330,7 +330,8 @@ def test_too_many_kinds_are_refused_by_name() -> None:
 
 def test_the_search_stops_at_its_bounds_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
     kinds = [_kind(f"k{i}", 1 + i % 4, 1.0 + i / 7) for i in range(8)]
-    monkeypatch.setattr(search_module, "MAX_SIZING_PLANS", 3)
+    # Stopped before any fleet is proven: there is nothing to list.
+    monkeypatch.setattr(search_module, "MAX_SIZING_QUEUE", 3)
     with pytest.raises(SizingError) as caught:
         size_fleet(_model(6, 6), kinds, SizingTargets(failures_tolerated=1), pareto=False)
     assert caught.value.code == "SizingTooLarge"
@@ -346,11 +347,13 @@ def test_the_pareto_pass_stops_at_the_bounds_with_a_note(monkeypatch: pytest.Mon
     kinds = [_kind("small", 3, 1.0, max_count=8), _kind("fast", 9, 4.0, bandwidth=10**10,
                                                          max_count=2)]
     traffic = ModelTraffic.dense(model["model_weight_bytes"], hidden_size=16)
-    whole = size_fleet(model, kinds, top=2, traffic=traffic)
-    alone = size_fleet(model, kinds, top=2, traffic=traffic, pareto=False)
+    # Three fleets: the two cheapest (2 x small, 1 x fast) are found within the plans
+    # the first context needs, so the pass over the higher one would plan nothing new.
+    whole = size_fleet(model, kinds, top=3, traffic=traffic)
+    alone = size_fleet(model, kinds, top=3, traffic=traffic, pareto=False)
     assert whole.plans_evaluated > alone.plans_evaluated + 1
     monkeypatch.setattr(search_module, "MAX_SIZING_PLANS", alone.plans_evaluated)
-    cut = size_fleet(model, kinds, top=2, traffic=traffic)
+    cut = size_fleet(model, kinds, top=3, traffic=traffic)
     assert cut.fleets == whole.fleets
     assert any(note.startswith("the Pareto front leaves out contexts from")
                for note in cut.notes)
@@ -489,3 +492,20 @@ def test_a_cheap_small_kind_leaves_tpot_targets_with_a_spare_answered(
         assert not answered_costs or best.cost_per_hour_usd <= answered_costs[-1]
         answered_costs.append(best.cost_per_hour_usd)
     assert refused and answered_costs, (refused, answered_costs)
+
+
+def test_a_search_that_stops_after_proving_some_fleets_lists_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Llama 3.1 70B at 84 ms: one MI300X meets the target, and so does every fleet that
+    adds cards it leaves idle, which are no alternatives; proving which fleet comes next
+    passes the bounds. The fleets proven cheapest are listed, and the notes say the rest
+    are not."""
+    monkeypatch.setattr(search_module, "MAX_SIZING_PLANS", 300)
+    spec = load_preset("llama-3.1-70b")
+    targets = SizingTargets(target_decode_tpot_ms=84)
+    cheapest = size_fleet(spec, load_gpu_catalog(), targets, top=1, pareto=False)
+    result = size_fleet(spec, load_gpu_catalog(), targets, top=5, pareto=False)
+    assert result.fleets[0].counts == cheapest.fleets[0].counts == (("instinct-mi300x", 1),)
+    assert len(result.fleets) < 5
+    assert any(note.startswith(f"only {len(result.fleets)} of the 5 fleets asked for")
+               for note in result.notes), result.notes

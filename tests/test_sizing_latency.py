@@ -89,5 +89,5 @@ def test_the_size_a_fleet_panel_takes_a_ttft_target() -> None:
     panel = SizingPanel(SizingModel(fields, ModelTraffic.from_spec(model), model.name),
                         compute=False)
     assert panel.targets().target_ttft_ms is None
-    panel.ttft.value, panel.prompt_tokens.value = 2000, 8192
+    panel.ttft.value, panel.prompt_tokens.value = "2000", "8192"
     assert (panel.targets().target_ttft_ms, panel.targets().prompt_tokens) == (2000, 8192)

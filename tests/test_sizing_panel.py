@@ -53,8 +53,8 @@ def test_panel_shows_what_size_fleet_finds() -> None:
 def test_edited_targets_and_catalog_are_used() -> None:
     panel = SizingPanel(_model(), catalog=_catalog(), compute=False)
     assert panel.result is None
-    panel.tolerate.value = 1
-    panel.min_lanes.value = 2
+    panel.tolerate.value = "1"
+    panel.min_lanes.value = "2"
     _row(panel, "rtx-4090").use.value = False
     _row(panel, "l40s").price.value = "0.5"
     _row(panel, "a100-80gb").max_count.value = "2"
@@ -136,8 +136,8 @@ def test_a_sized_fleet_has_one_cost_and_one_tpot_wherever_shown(tmp_path) -> Non
 
     bench = Workbench.from_fleet(HOME_LAB, fleet_dir=tmp_path, report_dir=tmp_path)
     panel = bench.panel("Size a fleet")
-    panel.tpot.value = 0
-    panel.tolerate.value = 1
+    panel.tpot.value = "0"
+    panel.tolerate.value = "1"
     panel.size_button.click()
     assert panel.result is not None, panel.problem.value
     fleet = panel.result.fleets[0]
@@ -149,7 +149,7 @@ def test_a_sized_fleet_has_one_cost_and_one_tpot_wherever_shown(tmp_path) -> Non
     assert evaluation.estimate.cost_per_hour_usd == pytest.approx(fleet.cost_per_hour_usd)
     summary = unescape(bench.view.summary.value)
     assert cost in summary
-    assert f"<td>{fleet.cost_per_hour_usd:,.2f}</td>" in panel.table.value
+    assert f'<td data-label="USD / hour">{fleet.cost_per_hour_usd:,.2f}</td>' in panel.table.value
     for name in ("sized.json", "sized.md"):
         bench.export_report(name)
     report = json.loads((tmp_path / "sized.json").read_text())
@@ -162,11 +162,12 @@ def test_a_sized_fleet_has_one_cost_and_one_tpot_wherever_shown(tmp_path) -> Non
         round(fleet.cost_per_hour_usd, 2)}
     # One TPOT figure: the speed estimate, in the summary, the table and the chart.
     tpot = f"{fleet.estimated_tpot_ms:,.1f}"
-    assert f"<td>{tpot}</td>" in panel.table.value
+    assert f'<td data-label="est. TPOT">{tpot}</td>' in panel.table.value
     assert f"estimated TPOT {tpot} ms" in summary
     assert "unknown" not in summary and len(re.findall("TPOT", summary)) == 1
     assert "ms per token" not in summary
-    assert "TPOT" not in bench.view.candidates_table.value.split("network est.")[1]
+    shown = re.sub(r' data-label="[^"]*"', "", bench.view.candidates_table.value)
+    assert "TPOT" not in shown.split("network est.")[1]
     assert "est. TPOT" not in bench.view.diagnosis.value
     title = bench.view.candidates.layout.title.text
     assert "unknown" not in title and "estimated TPOT" in title
@@ -221,6 +222,61 @@ def test_the_chart_shows_no_colour_range_when_every_fleet_has_one_tpot() -> None
     drawn = sizing_figure(mixed)
     subtitle = drawn.layout.title.subtitle.text
     assert subtitle.replace(":<br>", ": ", 1) == mixed.error_note
-    # The legend sits under the plot, clear of the note (at the top it covered the note's
-    # second line on an 812-pixel page).
-    assert drawn.layout.legend.y < 0 and drawn.layout.legend.yanchor == "top"
+    # The legend sits at the figure's foot, clear of the note (at the top it covered the
+    # note's second line on an 812-pixel page).
+    legend = drawn.layout.legend
+    assert (legend.yref, legend.y, legend.yanchor) == ("container", 0, "bottom")
+
+
+def test_a_failed_size_leaves_no_chart_of_the_fleets_before() -> None:
+    """A 10 ms TPOT target: the error showed and the table emptied, but the chart still
+    drew the fleets sized before, and "Load into the fleet editor" said "press Size
+    first". The chart is hidden with the table, and loading says why there is nothing."""
+    bench = Workbench.default()
+    bench.set_state(bench.state.with_model(preset_source("llama-3.1-70b").fields))
+    panel = bench.panel("Size a fleet")
+    assert isinstance(panel, SizingPanel) and panel.result is not None
+    assert panel.chart.figure.data and panel.chart.layout.display != "none"
+    nodes = bench.state.nodes
+    panel.tpot.value = "10"
+    panel.size_button.click()
+    assert "NoFleetMeetsTargets" in panel.problem.value
+    assert panel.chart.layout.display == "none" and not panel.chart.figure.data
+    assert panel.load_button.disabled
+    panel.choose(0)
+    assert "no fleet meets the targets" in panel.problem.value.lower()
+    assert "press Size first" not in panel.problem.value
+    assert bench.state.nodes == nodes
+    panel.tpot.value = "0"
+    panel.size_button.click()
+    assert panel.chart.layout.display != "none" and panel.chart.figure.data
+    assert not panel.load_button.disabled
+
+
+def test_a_search_too_large_is_answered_in_the_page_s_words(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """SizingTooLarge told a page user to use the command line's --kinds."""
+    import planner.sizing.search as search_module
+
+    monkeypatch.setattr(search_module, "MAX_SIZING_QUEUE", 3)
+    panel = SizingPanel(_model(), catalog=_catalog())
+    assert "SizingTooLarge" in panel.problem.value
+    assert "--kinds" not in panel.problem.value
+    assert "untick kinds in the catalog" in panel.problem.value
+
+
+@pytest.mark.parametrize(("box", "text", "expected"), [
+    ("tolerate", "-3", "survive losing: cannot be negative (got '-3')"),
+    ("tolerate", "99", "survive losing: must be at most 16 (got '99')"),
+    ("min_lanes", "0", "min lanes: must be at least 1 (got '0')"),
+    ("tpot", "fast", "TPOT target: must be a whole number (got 'fast')"),
+    ("top", "100000", "show: must be at most 1,000 (got '100000')"),
+])
+def test_a_target_out_of_range_is_refused_by_name(box: str, text: str, expected: str) -> None:
+    from html import unescape
+
+    panel = SizingPanel(_model(), catalog=_catalog(), compute=False)
+    getattr(panel, box).value = text
+    panel.compute()
+    assert panel.result is None
+    assert expected in unescape(panel.problem.value)

@@ -24,6 +24,7 @@ from browser_support import (
     jupyter_bin,
     jupyter_server,
     launched_browser,
+    layout_problems,
     notebook_dir,
     page_errors,
     read_chart,
@@ -88,6 +89,9 @@ def test_fencing_stepper_redraws_on_next(browser: Any, voila: str,
         _event_axis_counts_from_one(page)
         scenarios.fencing_folded_scenario(page, "voila")
         scenarios.fencing_tables(page)
+        # The claim explorer's checkbox label was cut off.
+        problems = layout_problems(page, ".fx-root")
+        assert problems == [], problems
     finally:
         page.close()
     assert errors.problems() == []
@@ -143,6 +147,13 @@ def test_the_index_links_every_notebook_and_each_page_runs_clean(browser: Any,
             for index in range(len(charts)):
                 save_screenshot(page, ".planner-chart >> visible=true",
                                 f"voila-{name.removesuffix('.ipynb')}-chart-{index}", index)
+            # Read as a person sees it (the sizing page once broke "llama.cpp" in two).
+            for width in scenarios.WIDTHS:
+                page.set_viewport_size({"width": width, "height": 900})
+                wait_until_all_drawn(page, f"{name} at {width} px")
+                problems = layout_problems(page, "body")
+                assert problems == [], f"{name} at {width} px: {problems}"
+            page.set_viewport_size({"width": 1280, "height": 800})
             assert errors.problems() == [], name
             page.go_back(wait_until="load")
     finally:

@@ -23,6 +23,7 @@ from browser_support import (
     fencing_stepper_notebook,
     free_port,
     launched_browser,
+    layout_problems,
     page_errors,
     save_screenshot,
     wait_until_all_drawn,
@@ -169,6 +170,12 @@ def test_run_all_in_the_copy_make_lab_opens(browser: Any, lab: LabServer,
         for index in range(len(charts)):
             save_screenshot(page, ".planner-chart >> visible=true",
                             f"lab-{notebook.removesuffix('.ipynb')}-chart-{index}", index)
+        # Read as a person sees it (the sizing notebook once broke "llama.cpp" in two).
+        for width in scenarios.WIDTHS:
+            page.set_viewport_size({"width": width, "height": 900})
+            wait_until_all_drawn(page, f"{notebook} at {width} px")
+            problems = layout_problems(page, ".jp-OutputArea-output")
+            assert problems == [], f"{notebook} at {width} px: {problems}"
         # No toast asking to fetch news from the internet covers the charts.
         assert page.get_by_text("official Jupyter news").count() == 0
     finally:

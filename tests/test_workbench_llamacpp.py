@@ -146,3 +146,47 @@ def test_a_gguf_path_that_is_no_file_is_said(fleet: Path) -> None:
     panel.gguf_button.click()
     assert "missing.gguf" in panel.message.value
     assert bench.state.model.gguf is None
+
+
+def _cells(html: str, table_class: str) -> tuple[list[str], list[list[str]]]:
+    """The header and the rows of the table of ``table_class`` in ``html``, as text."""
+    import re
+    from html import unescape
+
+    table = html[html.index(table_class):]
+    table = table[:table.index("</table>")]
+    headers = [unescape(h) for h in re.findall(r"<th[^>]*>(.*?)</th>", table)]
+    rows = [[unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+            for row in re.findall(r"<tr[^>]*>(.*?)</tr>", table.split("<tbody>")[1])]
+    return headers, rows
+
+
+def test_the_stage_table_and_the_llamacpp_table_agree(tmp_path: Path) -> None:
+    """Under llama.cpp's rule the stage table gave a last stage's weights as its layers'
+    and its used bytes without the node's reserve, where llama.cpp's table gives the
+    weights with the output head and the total with the compute buffers, and nothing on
+    the page said why; its one-layer range read "5–5". Both tables now name the parts,
+    and llama.cpp's says what the plan charges each stage: its total there, and on the
+    last stage at least as much."""
+    write_gemma_like(tmp_path)
+    path = tmp_path / "fleet.toml"
+    path.write_text('[model]\ngguf = "g.gguf"\n[planning]\nminimum_nodes = 2\n'
+                    '[[nodes]]\nid = "a"\nvram = "2 GiB"\n[[nodes]]\nid = "b"\nvram = "260 MiB"\n')
+    bench = Workbench.from_fleet(path)
+    panel = bench.panel(TITLE)
+    panel.memory_model.value = "llamacpp"
+    stages = bench.evaluation.stages
+    assert stages is not None and len(stages) == 2 and stages["layer_count"].iloc[-1] == 1
+    headers, rows = _cells(bench.view.stage_table.value, "wb-table")
+    assert {"output & compute", "llama.cpp reserve"} <= set(headers), headers
+    assert "what llama.cpp allocates" in bench.view.stage_table.value
+    headers, rows = _cells(panel.memory.value, "wb-llamacpp-memory")
+    layers = [row[headers.index("layers")] for row in rows]
+    assert layers[1] == "5" and "5–5" not in layers, layers
+    charged = [row[headers.index("plan charges")] for row in rows]
+    totals = [row[headers.index("total")] for row in rows]
+    expected = [planner.units.format_bytes(int(used + reserved)) for used, reserved in
+                zip(stages["used_bytes"], stages["reserved_bytes"], strict=True)]
+    assert charged[:2] == expected
+    assert totals[0] == charged[0]
+    assert "on the safe side" in panel.memory.value

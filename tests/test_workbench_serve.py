@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -64,3 +66,38 @@ def test_copies_record_the_kernels_language(tmp_path: Path) -> None:
     serve.record_language(run_dir, info)  # already recorded: nothing is rewritten
     assert {copy.name: copy.stat().st_mtime_ns for copy in run_dir.glob("*.ipynb")} == before
 
+
+
+def _binds_a_kernel_socket(folder: Path) -> bool:
+    """Whether a kernel's longest local socket name binds in ``folder``."""
+    import zmq
+
+    context = zmq.Context.instance()
+    sock = context.socket(zmq.REP)
+    try:
+        sock.bind(f"ipc://{folder / serve._KERNEL_SOCKET_NAME}")
+    except zmq.ZMQError:
+        return False
+    finally:
+        sock.close(linger=0)
+    return True
+
+
+def test_kernels_get_a_socket_folder_they_can_bind_in(tmp_path: Path) -> None:
+    """Kernels talk over local sockets named after their connection file; under a deep
+    folder (a checkout far from /, or pytest's temporary folders under xdist) the name is
+    longer than a socket path may be, and starting a kernel failed with HTTP 500."""
+    with tempfile.TemporaryDirectory(prefix="k") as short:
+        shallow, temporary = serve.kernel_runtime_dir(Path(short) / "runtime")
+        assert (shallow, temporary) == (Path(short) / "runtime", False) and shallow.is_dir()
+        assert _binds_a_kernel_socket(shallow)
+    deep = tmp_path / ("d" * 60) / "runtime"
+    deep.mkdir(parents=True)
+    assert not _binds_a_kernel_socket(deep)
+    chosen, temporary = serve.kernel_runtime_dir(deep)
+    try:
+        assert temporary and chosen != deep and chosen.is_dir()
+        assert chosen.stat().st_mode & 0o077 == 0, "the folder is private"
+        assert _binds_a_kernel_socket(chosen)
+    finally:
+        shutil.rmtree(chosen)

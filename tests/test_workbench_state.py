@@ -22,7 +22,8 @@ from planner.workbench import (
     fleet_warnings,
 )
 from planner.workbench.evaluation import unused_nodes
-from planner.workbench.state import gpu_id_base, parse_size, parse_whole
+from planner.workbench.node_ids import gpu_id_base
+from planner.workbench.typed_values import parse_size, parse_whole
 
 GIB = 1024**3
 
@@ -268,7 +269,9 @@ def test_design_default_plans_like_the_design() -> None:
     plan = evaluation.plan
     assert (plan.stage_count, plan.context_length, plan.parallel_lanes) == (5, 262_144, 4)
     assert evaluation.summary() == ("5 stages · context 262,144 · 4 lanes · "
-                                    "estimated TPOT unknown")
+                                    "estimated TPOT unknown: the model's decode traffic is "
+                                    "unknown " + evaluation.estimate_reason.split(
+                                        "unknown ", 1)[1])
     assert list(evaluation.stages["node_id"]) == list(plan.node_ids)
     assert int(evaluation.candidates["selected"].sum()) == 1
     assert evaluation.warnings == ()
@@ -295,7 +298,30 @@ def test_bad_size_gives_a_problem_not_an_exception() -> None:
     assert evaluation.problem.field == "nodes[1].vram"
     assert evaluation.problem.node_id == "gpu-01"
     assert "'GQ'" in evaluation.problem.message
-    assert evaluation.summary() == "No plan: InvalidEditorValue"
+    # The page's headline: "Plan: No plan: InvalidEditorValue" read twice "plan".
+    assert evaluation.summary() == "No plan (InvalidEditorValue)"
+
+
+def test_an_unknown_tpot_says_why() -> None:
+    """A 96 GiB node is of no catalog kind, and numbers typed by hand have no decode
+    traffic: the summary said "estimated TPOT unknown" with no reason, where the command
+    line names it."""
+    from planner.fleet import example_fleet, load_fleet
+
+    state = WorkbenchState.from_document(load_fleet(example_fleet("qwen480b-5x80")))
+    nodes = list(state.nodes)
+    nodes[0] = replace(nodes[0], vram="96 GiB")
+    summary = evaluate(state.with_nodes(nodes)).summary()
+    assert ("estimated TPOT unknown: node qwen-node-00 has no memory bandwidth: give it a "
+            "catalog kind") in summary, summary
+    summary = evaluate(state.with_model_numbers(kv_bytes_per_token="131,000")).summary()
+    assert "estimated TPOT unknown: the model's decode traffic is unknown" in summary
+    # With an estimate, its measured error is a sentence of its own.
+    evaluation = evaluate(state)
+    assert evaluation.estimate is not None
+    note = evaluation.estimate.error_note
+    assert note.startswith("Median error on "), note
+    assert f"(estimate). {note}" in evaluation.summary(), evaluation.summary()
 
 
 def test_no_valid_topology_keeps_the_candidates() -> None:
@@ -442,7 +468,7 @@ def test_a_huge_latency_or_target_is_a_problem_not_an_exception(huge: str) -> No
 
 def test_weights_show_in_one_form_for_every_preset_and_plan_exactly() -> None:
     from planner.workbench.catalog import preset_names, preset_source
-    from planner.workbench.state import weight_size_text
+    from planner.workbench.typed_values import weight_size_text
 
     assert weight_size_text(315_680_000_000) == "315.68 GB"
     assert weight_size_text(712_965_570_400) == "712.97 GB"

@@ -82,7 +82,7 @@ def test_memory_figure_follows_an_edit(bench: Workbench) -> None:
     rows(bench)[0].max_vram.value = "40 GiB"
     labels = memory_labels(bench)
     assert labels[-1] == "gpu-00<br>stage-4"  # the capped node now comes last
-    capped_away = bench.view.memory.data[4]
+    capped_away = next(t for t in bench.view.memory.data if t.name == "capped away")
     assert capped_away.y[-1] == pytest.approx(40.0)
     assert list(capped_away.y[:-1]) == [0, 0, 0, 0]
     assert list(bench.view.memory.data[0].y) == weights_before  # 15, 15, 15, 15, 2 layers
@@ -96,7 +96,7 @@ def test_bad_size_shows_an_inline_error_and_recovers(bench: Workbench) -> None:
     assert visible(bench.view.problem)
     assert "InvalidEditorValue" in bench.view.problem.value
     assert "node &#x27;gpu-01&#x27; VRAM: unknown unit &#x27;GQ&#x27;" in bench.view.problem.value
-    assert "No plan: InvalidEditorValue" in bench.view.summary.value
+    assert ">No plan (InvalidEditorValue)<" in bench.view.summary.value
     assert not visible(bench.view.results)
     rows(bench)[1].vram.value = "80 GiB"
     assert not visible(bench.view.problem)
@@ -142,9 +142,9 @@ def test_options(bench: Workbench) -> None:
     options.context_length_override.value = "999999"
     assert "ContextExceedsNative" in bench.view.problem.value
     options.context_length_override.value = ""
-    options.minimum_nodes.value = 6
+    options.minimum_nodes.value = "6"
     assert "NoValidTopology" in bench.view.problem.value
-    options.minimum_nodes.value = 1
+    options.minimum_nodes.value = "1"
     assert bench.evaluation.ok
 
 
@@ -233,7 +233,7 @@ def test_add_gpus_from_the_catalog(bench: Workbench) -> None:
     editor = bench.fleet_editor
     h200 = next(i for i, gpu in enumerate(editor.catalog) if "H200" in gpu.name)
     editor.gpu_choice.value = h200
-    editor.gpu_count.value = 3
+    editor.gpu_count.value = "3"
     editor.add_gpus_button.click()
     added = bench.state.nodes[5:]
     assert [row.node_id for row in added] == ["h200-141gb-00", "h200-141gb-01",
@@ -271,19 +271,19 @@ def test_choosing_a_preset_and_kv_cache_type(bench: Workbench) -> None:
     assert bench.state.model.preset == "qwen3-coder-480b-a35b"
     assert editor.kv_cache_type.value == "q8_0" and not editor.kv_cache_type.disabled
     assert editor.kv_bytes_per_token.value == "131072"
-    assert editor.layer_count.value == 62
+    assert editor.layer_count.value == "62"
     editor.kv_cache_type.value = "f16"
     assert editor.kv_bytes_per_token.value == "253952"
     assert bench.evaluation.request.kv_bytes_per_token == 253_952
     assert "f16" in editor.details.value
     # Typing a number makes the model custom again.
-    editor.native_context_length.value = 131_072
+    editor.native_context_length.value = "131072"
     assert editor.preset.value == CUSTOM_MODEL
     assert editor.kv_cache_type.disabled
     assert bench.state.model.preset is None
     assert bench.evaluation.plan.context_length == 131_072
     editor.preset.value = "llama-3.1-70b"
-    assert bench.evaluation.request.layer_count == editor.layer_count.value == 80
+    assert bench.evaluation.request.layer_count == int(editor.layer_count.value) == 80
     assert bench.evaluation.ok
 
 
@@ -291,7 +291,7 @@ def test_model_number_errors(bench: Workbench) -> None:
     bench.model_editor.model_weight_bytes.value = "300 GQ"
     assert "model weight bytes: unknown unit" in bench.view.problem.value
     bench.model_editor.model_weight_bytes.value = "300 GB"
-    bench.model_editor.layer_count.value = 0
+    bench.model_editor.layer_count.value = "0"
     assert "MissingLayers" in bench.view.problem.value
 
 
@@ -299,8 +299,8 @@ def test_one_plan_per_edit(bench: Workbench) -> None:
     before = bench.evaluations
     bench.model_editor.preset.value = "qwen3-coder-480b-a35b"
     bench.model_editor.kv_cache_type.value = "f16"
-    bench.model_editor.layer_count.value = 61
-    bench.options_editor.minimum_nodes.value = 2
+    bench.model_editor.layer_count.value = "61"
+    bench.options_editor.minimum_nodes.value = "2"
     bench.fleet_editor.add_button.click()
     assert bench.evaluations == before + 5
 
@@ -412,7 +412,7 @@ def test_a_gguf_model_from_a_fleet_file(tmp_path: Path) -> None:
     editor = bench.model_editor
     assert editor.preset.value == "gguf:tiny.gguf"
     assert editor.kv_cache_type.value == "f16" and not editor.kv_cache_type.disabled
-    assert editor.layer_count.value == 2 and editor.native_context_length.value == 8192
+    assert editor.layer_count.value == "2" and editor.native_context_length.value == "8192"
     f16 = bench.evaluation.request.kv_bytes_per_token
     assert bench.evaluation.plan.context_length == 8192
     editor.kv_cache_type.value = "q8_0"
@@ -718,3 +718,56 @@ def test_a_preset_named_by_its_display_name_is_that_preset(tmp_path: Path) -> No
     assert bench.state.to_document().model == load_fleet(fleet).model
     bench.model_editor.preset.value = "gpt-oss-120b"
     assert bench.state.provenance == "edited from named.toml"
+
+
+def test_a_number_out_of_range_is_refused_by_name_never_clamped(bench: Workbench) -> None:
+    """Number boxes clamped without a word: a native context of 99,999,999,999 became
+    2,147,483,648, and -3 layers became 0."""
+    editor = bench.model_editor
+    before = bench.state.model
+    editor.native_context_length.value = "99,999,999,999"
+    message = unescape(bench.message.value)
+    assert "native context: must be at most 2,147,483,648 (got '99,999,999,999')" in message
+    assert editor.native_context_length.value == "99,999,999,999"  # left as typed
+    assert bench.state.model == before
+    editor.layer_count.value = "-3"
+    assert "layers: cannot be negative (got '-3')" in unescape(bench.message.value)
+    assert bench.state.model == before
+    editor.layer_count.value = str(before.layer_count)
+    editor.native_context_length.value = "131,072"
+    assert bench.state.model.native_context_length == 131_072
+    bench.options_editor.minimum_nodes.value = "-1"
+    assert "minimum nodes: cannot be negative" in unescape(bench.message.value)
+    bench.fleet_editor.gpu_count.value = "0"
+    bench.fleet_editor.add_gpus_button.click()
+    assert "number of GPUs to add: must be at least 1 (got '0')" in unescape(
+        bench.message.value)
+
+
+def test_every_table_cell_carries_its_column_name(bench: Workbench) -> None:
+    """In a box narrower than a table needs, each row is drawn as a card of "name: value"
+    pairs (its columns were behind a horizontal scroll): every cell names its column."""
+    import re
+
+    for html in (bench.view.stage_table.value, bench.view.candidates_table.value):
+        headers = [unescape(h) for h in re.findall(r"<th(?: [^>]*)?>(.*?)</th>", html)]
+        for row in re.findall(r"<tr class='[^']*'>(.*?)</tr>", html):
+            labels = [unescape(label) for label in re.findall(r'<td data-label="([^"]*)"', row)]
+            assert labels == headers, (labels, headers)
+        assert "class='wb-fit'" in html
+
+
+def test_the_load_button_names_the_file_it_loads(bench: Workbench) -> None:
+    """The Load button's tooltip names the chosen file, as the kernel has it: what a click
+    would load, and what a page can wait for before clicking (the page sends a choice
+    after its previous change is answered but a click at once, so a quick click could
+    load the file chosen before)."""
+    editor = bench.fleet_editor
+    assert editor.load_button.tooltip == f"load {editor.file_choice.label}"
+    other = next(path for label, path in editor.file_choice.options
+                 if label.startswith("llama70b-home-lab"))
+    editor.file_choice.value = other
+    assert editor.load_button.tooltip == "load llama70b-home-lab.toml (example)"
+    editor.load_button.click()
+    assert bench.state.source == other
+    assert editor.load_button.tooltip == "load llama70b-home-lab.toml (example)"

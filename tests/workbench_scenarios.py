@@ -12,11 +12,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from browser_support import (
     EDIT_SECONDS,
     PageWatch,
+    layout_problems,
     read_chart,
     save_screenshot,
     trace,
@@ -111,7 +113,21 @@ def load_fleet_file(page: Any, name: str) -> None:
     # Shipped fleets are listed as examples, saved ones as saved (workspace.py).
     label = name if name.endswith(")") else f"{name} (example)"
     page.locator(".wb-fleet-file select").select_option(label=label)
-    page.locator("button.wb-load-fleet").click()
+    # The kernel names the choice on the button once it has it; a click sent before
+    # then can overtake the choice and load the file chosen before.
+    loads_it = page.locator("button.wb-load-fleet").and_(
+        page.get_by_title(f"load {label}", exact=True))
+    loads_it.wait_for(timeout=EDIT_SECONDS * 1000)
+    loads_it.click()
+
+
+def _page_state(page: Any) -> str:
+    """What the page says it shows (for a failure's message)."""
+    read = {name: page.locator(selector).first.inner_text() if page.locator(selector).count()
+            else None for name, selector in (("title", ".wb-title"), ("message", ".wb-message"),
+                                             ("summary", ".wb-summary"))}
+    read["fleet file"] = page.locator(".wb-fleet-file select").input_value()
+    return repr(read)
 
 
 def reset(page: Any) -> WorkbenchState:
@@ -120,7 +136,10 @@ def reset(page: Any) -> WorkbenchState:
     load_fleet_file(page, DEFAULT_FLEET)
     page.locator(".wb-node-row").nth(len(state.nodes) - 1).wait_for(
         timeout=EDIT_SECONDS * 1000)
-    wait_for_layers(page, state, "the default fleet after loading it")
+    try:
+        wait_for_layers(page, state, "the default fleet after loading it")
+    except pytest.fail.Exception as failed:
+        pytest.fail(f"{failed}; the page reads {_page_state(page)}")
     wait_for_memory(page, state, "the default fleet after loading it")
     return state
 
@@ -133,6 +152,22 @@ def with_node(state: WorkbenchState, index: int, **fields: str) -> WorkbenchStat
 
 # -- the edits -------------------------------------------------------------------------------
 
+def wait_for_text_in(page: Any, selector: str, wanted: str, what: str) -> str:
+    """Poll until an element ``selector`` shows ``wanted`` in its visible text; that text.
+    Fails saying ``what`` was awaited and what the elements read."""
+    deadline = time.monotonic() + EDIT_SECONDS
+    texts: list[str] = []
+    while time.monotonic() < deadline:
+        found = page.locator(selector)
+        texts = [found.nth(i).inner_text() for i in range(found.count())
+                 if found.nth(i).is_visible()]
+        for text in texts:
+            if wanted in text:
+                return text
+        time.sleep(0.1)
+    pytest.fail(f"{what}: {selector} reads {texts!r}, without {wanted!r}")
+
+
 def vram_edit(page: Any) -> None:
     state = reset(page)
     type_into(node_input(page, 4, "vram"), "24 GiB")
@@ -140,6 +175,16 @@ def vram_edit(page: Any) -> None:
     chart = wait_for_memory(page, edited, "qwen-node-04 at 24 GiB")
     assert node_totals_gib(chart)["qwen-node-04"] == 24.0
     charts_drawn(page, "after a VRAM edit")
+    # 96 GiB is no catalog kind's memory: the summary says why the TPOT is unknown.
+    type_into(node_input(page, 0, "vram"), "96 GiB")
+    wait_for_text_in(page, ".wb-summary", "estimated TPOT unknown: node qwen-node-00 has no "
+                     "memory bandwidth", "the summary once a node is 96 GiB")
+    # A number out of range is refused by name, left as typed, never clamped.
+    layers = page.locator(".wb-layer-count input")
+    type_into(layers, "-3")
+    wait_for_text_in(page, ".wb-message", "layers: cannot be negative (got '-3')",
+                     "the message after typing -3 layers")
+    assert layers.input_value() == "-3"
 
 
 def fleet_file_load(page: Any) -> None:
@@ -177,6 +222,22 @@ def latency_and_tpot_edit(page: Any) -> None:
     state = reset(page)
     wait_for_chart(page, CANDIDATES, lambda c: _star(c) == ([5], [262_144]),
                    "the star on 5 stages at 262,144")
+    # One link measured: the others count as 0 ms, so the plan leaves out the node
+    # measured, and the page says so; a default latency of "measured" gives the others
+    # its 5 ms, and the plan takes qwen-node-00 again.
+    type_into(node_input(page, 0, "latency"), "5 ms")
+    one = with_node(state, 0, latency_ms="5 ms")
+    wait_for_layers(page, one, "the plan without the one node measured")
+    wait_for_text_in(page, ".wb-latency-note", "4 nodes without a latency count as 0 ms",
+                     "the latency note with one link measured")
+    type_into(page.locator(".wb-default-latency input"), "measured")
+    measured = replace(one, options=replace(one.options, default_latency_ms="measured"))
+    layers = wait_for_layers(page, measured, "the plan with the others at the slowest measured")
+    assert "stage-0 · qwen-node-00" in trace(layers, "layers")["y"]
+    wait_for_text_in(page, ".wb-latency-note", "4 nodes without their own latency are "
+                     "planned at 5 ms, the slowest measured", "the latency note with a default")
+    type_into(page.locator(".wb-default-latency input"), "")
+    wait_for_layers(page, one, "the plan without a default latency again")
     edited = state
     for row in range(len(state.nodes)):
         type_into(node_input(page, row, "latency"), "5 ms")
@@ -259,9 +320,14 @@ def wait_for_availability(page: Any, state: WorkbenchState, what: str) -> dict[s
     chart = wait_for_chart(page, AVAILABILITY_CONTEXT, ready, what)
     for selector in AVAILABILITY_CHARTS:
         wait_until_drawn(page, selector, what)
-    # The probability axis reads in percent at whole decades, not in crowded exponents.
+    # The probability axis reads in percent at whole decades (two at least), not in
+    # crowded exponents.
     ticks = read_chart(page, AVAILABILITY_CONTEXT)["y_ticks"]
-    assert ticks and all(tick.endswith("%") and "e" not in tick for tick in ticks), ticks
+    assert len(ticks) >= 2 and all(tick.endswith("%") and "e" not in tick
+                                   for tick in ticks), ticks
+    # The spares are priced as the kind the nodes are (they said "no price").
+    spares = page.locator(f"{AVAILABILITY} .wb-spares-table").inner_text()
+    assert "USD" in spares and "no price" not in spares, spares
     return chart
 
 
@@ -280,6 +346,19 @@ def availability_compute(page: Any) -> None:
     compute.click()
     wait_for_availability(page, removed, "availability without qwen-node-00 after Compute")
     charts_drawn(page, "after removing a node and Compute")
+    # The panel reads as a person sees it at both widths (legends clear of the titles).
+    size = page.viewport_size
+    try:
+        for width in WIDTHS:
+            page.set_viewport_size({"width": width, "height": 900})
+            for selector in AVAILABILITY_CHARTS:
+                wait_until_drawn(page, selector, f"at {width} px")
+                save_screenshot(page, selector,
+                                f"{frontend_of(page)}-{width}px-{selector.strip('.')}")
+            problems = layout_problems(page, AVAILABILITY)
+            assert problems == [], f"the Availability panel at {width} px: {problems}"
+    finally:
+        page.set_viewport_size(size)
 
 
 LLAMACPP = ".wb-llamacpp-panel"
@@ -332,6 +411,13 @@ def gguf_chooser(page: Any) -> None:
         chosen = _gguf_plan(state, found[0])
         chart = wait_for_layers(page, chosen, "the plan of the GGUF file chosen from the list")
         assert "(6 layers)" in chart["drawn_title"]
+        # Under llama.cpp's rule each bar still stacks to its node's VRAM, with the output
+        # head and compute buffer and the node's reserve; both tables name those parts.
+        wait_for_memory(page, chosen, "every bar at its VRAM under llama.cpp's rule")
+        headers = page.locator(".wb-stage-table th").all_inner_texts()
+        assert "llama.cpp reserve" in headers and "output & compute" in headers, headers
+        wait_for_text_in(page, f"{LLAMACPP} .wb-llamacpp-memory thead", "plan charges",
+                         "the llama.cpp table's column of what the plan charges")
         box.wait_for(state="hidden", timeout=EDIT_SECONDS * 1000)
         charts_drawn(page, "after choosing a GGUF file from the list")
         # The path box, on the preset again.
@@ -350,6 +436,15 @@ def gguf_chooser(page: Any) -> None:
 
 SIZING = ".wb-sizing-panel"
 HOME_LAB = "llama70b-home-lab.toml"
+
+
+def wait_for_sized(page: Any, what: str) -> dict[str, Any]:
+    """The sizing chart drawn full size with the fleets of a Size (a chart of no fleets
+    stands in for it, hidden, after a Size that found none)."""
+    wait_for_chart(page, ".wb-sizing-figure",
+                   lambda chart: any(t["name"] == "Pareto front" and t["x"]
+                                     for t in chart["traces"]), what)
+    return wait_until_drawn(page, ".wb-sizing-figure", what)
 
 
 def sizing_out_of_date(page: Any) -> None:
@@ -375,12 +470,24 @@ def sizing_out_of_date(page: Any) -> None:
     note.wait_for(state="hidden", timeout=EDIT_SECONDS * 1000)
     panel.locator(".wb-sizing-summary", has_text="gpt-oss-120b").wait_for(
         timeout=EDIT_SECONDS * 1000)
-    sized = wait_until_drawn(page, ".wb-sizing-figure", "the sizing chart after Size again")
+    sized = wait_for_sized(page, "the sizing chart after Size again")
     # The Pareto front is drawn (its fleets marked) and named in the legend beside the
     # fleets, whose colour bar, if any, spans TPOTs that differ.
     front = trace(sized, "Pareto front")
     assert front["x"] and front["symbol"] == "diamond-open", front
     assert "Pareto front" in sized["legend"], sized["legend"]
+    # A Size that fails (1 ms: no kind reads the model that fast) leaves no chart of the
+    # fleets sized before (it drew them on).
+    tpot = panel.locator(".wb-sizing-tpot input")
+    type_into(tpot, "1")
+    panel.locator("button.wb-sizing-size").click()
+    panel.locator(".wb-error", has_text="NoFleetMeetsTargets").first.wait_for(
+        timeout=EDIT_SECONDS * 1000)
+    panel.locator(".wb-sizing-figure").wait_for(state="hidden", timeout=EDIT_SECONDS * 1000)
+    assert panel.locator("button.wb-sizing-load").is_disabled()
+    type_into(tpot, "")
+    panel.locator("button.wb-sizing-size").click()
+    wait_for_sized(page, "the sizing chart after a Size that finds fleets again")
     # The cheapest fleet survives losing a node; loaded, it costs what the table says.
     cost = panel.locator(".wb-sizing-fleets tbody tr").first.locator("td").nth(3)
     usd = cost.inner_text().strip()
@@ -391,6 +498,43 @@ def sizing_out_of_date(page: Any) -> None:
     assert summary.count("TPOT") == 1 and "unknown" not in summary, summary
     charts_drawn(page, "after loading a sized fleet")
     reset(page)
+
+
+WIDTHS = (1024, 1440)
+"""The window widths the page's layout is read at."""
+
+
+def frontend_of(page: Any) -> str:
+    """``voila``, ``lab`` or ``notebook``: the front-end showing ``page``."""
+    path = urlsplit(page.url).path
+    return "voila" if "/voila/" in path else "lab" if "/lab" in path else "notebook"
+
+
+def layout_at_two_widths(page: Any) -> None:
+    """At 1024 and 1440 px: every chart of the plan and of the Size a fleet panel drawn
+    full size with labelled axes, no legend over a title, no inputs overlapping or
+    squashed (the catalog's price and count boxes were 13 px high, on top of each
+    other), no label cut short, every column of the candidates table and its note
+    within its box (they were past a horizontal scroll), and no word broken over two
+    lines. Screenshots of each at each width are kept."""
+    frontend = frontend_of(page)
+    size = page.viewport_size
+    try:
+        for width in WIDTHS:
+            page.set_viewport_size({"width": width, "height": 900})
+            reset(page)
+            open_panel(page, "Size a fleet", SIZING)
+            page.locator(SIZING).locator(".wb-sizing-summary", has_text="Cheapest").wait_for(
+                timeout=EDIT_SECONDS * 1000)
+            charts_drawn(page, f"at {width} px")
+            wait_for_sized(page, f"the sizing chart at {width} px")
+            problems = layout_problems(page, ".wb-root")
+            for selector in (*CHARTS, ".wb-candidates-table", ".wb-sizing-figure",
+                             ".wb-sizing-catalog", ".wb-sizing-fleets", ".wb-stage-table"):
+                save_screenshot(page, selector, f"{frontend}-{width}px-{selector.strip('.')}")
+            assert problems == [], f"at {width} px: {problems}"
+    finally:
+        page.set_viewport_size(size)
 
 
 def default_plan_drawn(page: Any) -> None:
@@ -406,7 +550,7 @@ def default_plan_drawn(page: Any) -> None:
 PAGE_CHECKS: tuple[Callable[[Any], None], ...] = (
     default_plan_drawn, vram_edit, fleet_file_load, add_and_remove_node,
     latency_and_tpot_edit, preset_change, availability_compute, gguf_chooser,
-    sizing_out_of_date)
+    sizing_out_of_date, layout_at_two_widths)
 PAGE_CHECK_IDS = [check.__name__ for check in PAGE_CHECKS]
 
 

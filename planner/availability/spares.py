@@ -28,7 +28,8 @@ from planner.availability.states import (
     resolve_targets,
 )
 from planner.limits import DEFAULT_PRICE_KIND, MAX_PRICE_PER_HOUR
-from planner.performance import NodeSpeed
+from planner.models import load_gpu_catalog
+from planner.performance import NodeSpeed, node_speeds
 from planner.planning import NodeBudget, PlanningInput
 from planner.planning.inputs import as_planning_input
 from planner.sizing import fleet_nodes, select_kinds
@@ -227,7 +228,10 @@ def fleet_spare_kind(request: PlanningInput,
                      reliability: Mapping[str, NodeReliability] | NodeReliability | None = None,
                      estimator: SpeedEstimator | None = None) -> SpareKind:
     """The fleet's most common kind of node (ties: more usable memory) as a spare, with
-    the speed ``estimator`` knows that node by."""
+    the speed ``estimator`` knows that node by and its catalog kind's price; without an
+    estimator, the kind the shipped catalog recognises the node as
+    (:func:`planner.performance.node_speeds`), as the workbench and ``planner
+    availability`` recognise it."""
     if not request.nodes:
         raise AvailabilityError("SparesUnreachable", "the fleet has no nodes to copy as spares",
                                 field="nodes")
@@ -241,8 +245,12 @@ def fleet_spare_kind(request: PlanningInput,
     else:
         own = reliability or NodeReliability()
     name = first.node_id.rsplit("-", 1)[0] if "-" in first.node_id else first.node_id
-    speed = estimator.speeds.get(first.node_id) if estimator is not None else None
-    return SpareKind(name, first, own, speed=speed)
+    if estimator is not None:
+        speed = estimator.speeds.get(first.node_id)
+    else:
+        speed = node_speeds([first], load_gpu_catalog()).get(first.node_id)
+    return SpareKind(name, first, own, speed.price_per_hour if speed is not None else None,
+                     speed=speed)
 
 
 def spares_table(request: PlanningInput | Mapping[str, Any],

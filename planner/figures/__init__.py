@@ -2,6 +2,7 @@
 
 from planner.figures.plan import (
     CANDIDATE_TRACES,
+    MEMORY_PARTS,
     MEMORY_SEGMENTS,
     candidate_shapes,
     candidates_figure,
@@ -12,6 +13,7 @@ from planner.figures.plan import (
 
 __all__ = [
     "CANDIDATE_TRACES",
+    "MEMORY_PARTS",
     "MEMORY_SEGMENTS",
     "candidate_shapes",
     "candidates_figure",

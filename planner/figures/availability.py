@@ -48,16 +48,24 @@ def context_distribution_figure(result: AvailabilityResult, min_context: int,
     figure.update_xaxes(**axis(title="planned context (tokens)", type="category",
                                categoryorder="array", categoryarray=order))
     ticks = _percent_decades([p for _, p in items])
+    # The range is the decades labelled, and room above 100 % for the bars' labels:
+    # plotly's own fits the bars, and could leave one labelled decade or none in view.
     figure.update_yaxes(**axis(title="probability", type="log", tickvals=ticks,
-                               ticktext=[_percent_text(t) for t in ticks]))
+                               ticktext=[_percent_text(t) for t in ticks],
+                               range=[math.log10(ticks[0]), _LABEL_ROOM_DECADES]))
     return figure
 
 
+_LABEL_ROOM_DECADES = 0.35
+"""How far above 100 % (in powers of ten) the probability axis reaches: room for the
+label over a bar of 100 %."""
+
+
 def _percent_decades(probabilities: list[float]) -> list[float]:
-    """One tick per power of ten from the smallest probability shown up to 100 % (a log
-    axis's own labels, 2e-5, 3e-5, ..., crowd each other)."""
+    """One tick per power of ten from the smallest probability shown up to 100 %, at
+    least two (a log axis's own labels, 2e-5, 3e-5, ..., crowd each other)."""
     smallest = min((p for p in probabilities if p > 0), default=1.0)
-    lowest = math.floor(math.log10(smallest))
+    lowest = min(math.floor(math.log10(smallest)), -1)
     return [10.0 ** k for k in range(lowest, 1)]
 
 
@@ -100,11 +108,15 @@ def timeline_figure(year: SimulatedYear, *, title: str | None = None) -> go.Figu
                    hovertemplate="hour %{x:,.0f}: %{text}<extra></extra>"),
     ]
     years = year.horizon_hours / HOURS_PER_YEAR
-    heading = title or (f"Simulated {years:g} year{'' if years == 1 else 's'}, seed {year.seed}: "
-                        f"{year.hours_down:,.1f} h below targets, "
-                        f"{year.hours_reduced_context:,.1f} h at reduced context, "
-                        f"{counted(year.replans, 're-plan')}")
-    figure = go.Figure(traces, base_layout(heading, height=320))
+    heading = title or f"Simulated {years:g} year{'' if years == 1 else 's'}, seed {year.seed}"
+    # What the year came to, under the title: on one line with it, it was wider than a
+    # chart in JupyterLab at 1024 px.
+    outcome = (f"{year.hours_down:,.1f} h below targets, "
+               f"{year.hours_reduced_context:,.1f} h at reduced context, "
+               f"{counted(year.replans, 're-plan')}")
+    layout = base_layout(heading, height=340, margin={"l": 70, "r": 20, "t": 70, "b": 60})
+    layout["title"] = {**layout["title"], "subtitle": {"text": outcome}}
+    figure = go.Figure(traces, layout)
     figure.update_xaxes(**axis(title="hours", range=[0, year.horizon_hours]))
     figure.update_yaxes(**axis(title="planned context (tokens)", rangemode="tozero"))
     return figure

@@ -14,8 +14,14 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from planner.figures.style import axis, base_layout, plotly_text
-from planner.planning import Plan, PlanningInput, stage_usage
+from planner.figures.style import TPOT_COLOURS, axis, base_layout, plotly_text
+from planner.planning import (
+    STAGE_PART_NAMES,
+    Plan,
+    PlanningInput,
+    plan_reserves,
+    stage_usage,
+)
 from planner.planning.nodesets import node_set_text
 from planner.targets import tpot_verdicts
 from planner.units import format_bytes, format_milliseconds, layer_range
@@ -23,19 +29,30 @@ from planner.units import format_bytes, format_milliseconds, layer_range
 GIB = 1024**3
 
 MEMORY_SEGMENTS: tuple[tuple[str, str], ...] = (
-    ("weights", "#4c72b0"),
-    ("KV cache", "#dd8452"),
+    (STAGE_PART_NAMES["parameter_bytes"], "#4c72b0"),
+    (STAGE_PART_NAMES["kv_cache_bytes"], "#dd8452"),
+    (STAGE_PART_NAMES["state_bytes"], "#937860"),
+    (STAGE_PART_NAMES["other_bytes"], "#da8bc3"),
     ("free", "#55a868"),
+    (STAGE_PART_NAMES["reserved_bytes"], "#64b5cd"),
     ("headroom", "#8172b3"),
     ("capped away", "#c7c7c7"),
 )
 """Memory figure traces, bottom to top: (trace name, colour)."""
 
+MEMORY_PARTS: tuple[str, ...] = ("weights", "kv_cache", "state", "other", "free", "reserved",
+                                 "headroom", "capped_away")
+"""The columns of :func:`memory_by_node` that add up to a node's detected VRAM, in the
+order of :data:`MEMORY_SEGMENTS`."""
+
+_PART_HOVER = {
+    "state": "recurrent state (per sequence, times the lanes)",
+    "other": "output head and the output device's compute buffer",
+    "reserved": "backend overhead and a pipeline stage's compute buffer",
+}
+
 CANDIDATE_TRACES: tuple[str, ...] = ("feasible", "infeasible", "selected")
 """Candidates figure traces, in order."""
-
-
-
 
 
 def _gib(values: Sequence[int]) -> list[float]:
@@ -46,26 +63,35 @@ def memory_by_node(request: PlanningInput, plan: Plan | None) -> pd.DataFrame:
     """Per-node memory split, one row per node: the numbers behind :func:`memory_figure`.
 
     Nodes of the plan come first in stage order, then the unused nodes in fleet order.
-    Columns: ``node_id``, ``stage_id`` (empty when unused), ``weights``, ``kv_cache``,
-    ``free``, ``headroom``, ``capped_away``, ``detected_vram_bytes`` (all bytes). For every
-    row the five parts add up to the detected VRAM; ``headroom`` is the part of the capped
-    VRAM the headroom actually reserves (all of it when the headroom exceeds it).
+    Columns: ``node_id``, ``stage_id`` (empty when unused), then the parts
+    (:data:`MEMORY_PARTS`, bytes) and ``detected_vram_bytes``. A plan's node shows the
+    stage table's figures (:func:`planner.stage_usage`): ``weights``, ``kv_cache``,
+    ``state`` (a fixed state per sequence, times the lanes), ``other`` (what else the
+    memory rule charges the stage: under llama.cpp's, the output head and the output
+    device's compute buffer on the last stage) and ``free`` (its remaining bytes); every
+    node shows ``reserved`` (what the rule reserves on it besides its layers:
+    :func:`planner.planning.plan_reserves`), ``headroom`` and ``capped_away``. For every
+    row the parts add up to the detected VRAM: the headroom and the reserve are the parts
+    of the capped VRAM they actually take (all of it when they exceed it).
     """
     return pd.DataFrame(_memory_rows(request, plan), columns=list(_MEMORY_COLUMNS))
 
 
-_MEMORY_COLUMNS = ("node_id", "stage_id", "weights", "kv_cache", "free", "headroom",
-                   "capped_away", "detected_vram_bytes")
+_MEMORY_COLUMNS = ("node_id", "stage_id", *MEMORY_PARTS, "detected_vram_bytes")
 
 
 def _memory_rows(request: PlanningInput, plan: Plan | None) -> list[dict[str, Any]]:
     used: dict[str, dict[str, Any]] = {}
+    reserves: dict[str, int] = {}
     if plan is not None:
+        reserves = plan_reserves(request, plan)
         for row in stage_usage(request, plan).to_dict("records"):
             used[str(row["node_id"])] = {
                 "stage_id": str(row["stage_id"]),
                 "weights": int(row["parameter_bytes"]),
                 "kv_cache": int(row["kv_cache_bytes"]),
+                "state": int(row["state_bytes"]),
+                "other": int(row["other_bytes"]),
                 "free": int(row["remaining_bytes"]),
             }
     nodes = {node.node_id: node for node in request.nodes}
@@ -73,49 +99,56 @@ def _memory_rows(request: PlanningInput, plan: Plan | None) -> list[dict[str, An
     rows = []
     for node_id in order:
         node = nodes[node_id]
-        usable = node.usable_bytes
-        stage = used.get(node_id, {"stage_id": "", "weights": 0, "kv_cache": 0,
-                                   "free": usable})
+        capped = node.capped_vram_bytes
+        headroom = min(node.runtime_headroom_bytes, capped)
+        reserved = min(reserves.get(node_id, 0), capped - headroom)
+        stage = used.get(node_id, {"stage_id": "", "weights": 0, "kv_cache": 0, "state": 0,
+                                   "other": 0, "free": capped - headroom - reserved})
         rows.append({
             "node_id": node_id,
             **stage,
-            "headroom": node.capped_vram_bytes - usable,
-            "capped_away": node.detected_vram_bytes - node.capped_vram_bytes,
+            "reserved": reserved,
+            "headroom": headroom,
+            "capped_away": node.detected_vram_bytes - capped,
             "detected_vram_bytes": node.detected_vram_bytes,
         })
     return rows
 
 
 def memory_figure(request: PlanningInput, plan: Plan | None) -> go.Figure:
-    """Stacked bars per node: weights, KV cache, free, headroom and capped-away memory.
+    """Stacked bars per node, bottom to top: weights, KV cache, recurrent state, output
+    and compute (llama.cpp's rule, on the last stage), free, llama.cpp's reserve,
+    headroom and capped-away memory (:func:`memory_by_node`).
 
     Each bar reaches the node's detected VRAM. Nodes the plan does not use are shown
     after the plan's nodes, labelled "unused"; with ``plan=None`` every node is unused.
-    Bar heights are in GiB; hovering shows exact sizes.
+    Bar heights are in GiB; hovering shows exact sizes. Every part is a trace, always;
+    the legend, under the chart, names those some node has.
     """
     rows = _memory_rows(request, plan)
     labels = [f"{plotly_text(row['node_id'])}<br>{plotly_text(row['stage_id'] or 'unused')}"
               for row in rows]
-    columns = ("weights", "kv_cache", "free", "headroom", "capped_away")
     traces = []
-    for (name, colour), column in zip(MEMORY_SEGMENTS, columns, strict=True):
+    for (name, colour), column in zip(MEMORY_SEGMENTS, MEMORY_PARTS, strict=True):
         values = [row[column] for row in rows]
+        what = _PART_HOVER.get(column, name)
         traces.append({
             "type": "bar",
             "name": name,
             "x": labels,
             "y": _gib(values),
             "marker": {"color": colour},
+            "showlegend": any(values),
             "customdata": [format_bytes(v) for v in values],
-            "hovertemplate": f"%{{x}}<br>{name}: %{{customdata}}<extra></extra>",
+            "hovertemplate": f"%{{x}}<br>{what}: %{{customdata}}<extra></extra>",
         })
     # One Figure from plain data: validating it once is much cheaper than trace by trace.
     return go.Figure({"data": traces, "layout": base_layout(
-        "Memory per node (stacked to detected VRAM)",
+        "Memory per node, stacked to its VRAM",
         barmode="stack",
         yaxis=axis(title={"text": "GiB"}, rangemode="tozero"),
         xaxis=axis(title={"text": "node"}, type="category"),
-        height=380,
+        height=420,
     )})
 
 
@@ -290,10 +323,7 @@ def candidates_figure(candidates: pd.DataFrame, target_ms: float | None = None) 
     if has_estimates:
         marker.update(
             color=[v if v is not None else float("nan") for v in estimates],
-            colorscale="Viridis",
-            showscale=True,
-            colorbar={"title": {"text": "TPOT ms"}, "thickness": 12},
-        )
+            showscale=True, **TPOT_COLOURS)
     else:
         marker["color"] = "#4c72b0"
     traces = [
@@ -349,7 +379,5 @@ def candidates_figure(candidates: pd.DataFrame, target_ms: float | None = None) 
         yaxis=axis(title={"text": "context length (tokens)"}, type="log",
                     tickvals=contexts, ticktext=[f"{c:,}" for c in contexts],
                     range=context_range),
-        legend={"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0.0,
-                "xanchor": "left"},
         height=380,
     )})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from planner.figures.style import axis, base_layout, plotly_text
+from planner.figures.style import TPOT_COLOURS, axis, base_layout, plotly_text
 from planner.sizing import SizedFleet, SizingResult
 
 
@@ -43,8 +43,7 @@ def sizing_figure(result: SizingResult) -> go.Figure:
     marker: dict[str, object] = {"size": 11, "line": {"width": 1, "color": "#333333"}}
     if spread:
         marker.update(color=[t if t is not None else max(known) for t in tpots],
-                      colorscale="Viridis", reversescale=True, showscale=True,
-                      colorbar={"title": {"text": "estimated<br>TPOT ms"}})
+                      showscale=True, **TPOT_COLOURS)
     else:
         marker["color"] = "#3b528b"
     figure.add_trace(go.Scatter(
@@ -56,7 +55,7 @@ def sizing_figure(result: SizingResult) -> go.Figure:
     # reaches (plotly's own log ticks, 30k .. 2M, leave 262,144 unreadable).
     contexts = sorted({f.plan.context_length for f in fleets})
     figure.update_layout(**base_layout(
-        "Cheapest fleets: cost per hour against context (speed is an estimate)",
+        "Cheapest fleets: cost per hour against context",
         xaxis=axis(title={"text": "cost per hour (USD)"}, rangemode="tozero"),
         yaxis=axis(title={"text": "context length (tokens)"}, type="log",
                    tickvals=contexts, ticktext=[f"{c:,}" for c in contexts]),
@@ -64,11 +63,9 @@ def sizing_figure(result: SizingResult) -> go.Figure:
     if known and result.error_note:
         # The estimate's measured error goes with the chart wherever it is shown.
         lines = plotly_text(result.error_note).split(": ", 1)
-        # The legend goes under the plot: at the top it covered the note's second line
-        # on a page narrower than the note.
+        # The legend is at the figure's foot (base_layout): at the top it covered the
+        # note's second line on a page narrower than the note.
         figure.update_layout(title_subtitle={"text": ":<br>".join(lines),
                                              "font": {"size": 11, "color": "#555555"}},
-                             margin={"t": 80, "b": 100}, height=480,
-                             legend={"y": -0.22, "yanchor": "top", "x": 1.0,
-                                     "xanchor": "right"})
+                             margin={"t": 80}, height=480)
     return figure

@@ -21,6 +21,8 @@ The TOML form::
     context_length_override = 65536
     parallel_lanes_override = 4
     target_decode_tpot_ms = 33
+    default_latency_ms = 5       # latency of nodes without their own; "measured": the
+                                 # slowest a node has (absent: they count as 0 ms)
 
     [[nodes]]
     id = "gpu"
@@ -54,7 +56,7 @@ The JSON form is a planning request as in docs/rules.md §1, optionally with
 so a preset or GGUF model is resolved to its numbers there.
 """
 
-from planner.fleet._fields import SPEED_NUMBER_FIELDS, is_address
+from planner.fleet._fields import MEASURED_LATENCY, SPEED_NUMBER_FIELDS, is_address
 from planner.fleet.document import (
     FleetDocument,
     ModelChoice,
@@ -73,6 +75,7 @@ from planner.fleet.json import fleet_to_json, parse_fleet_json
 from planner.fleet.toml import fleet_to_toml, parse_fleet_toml
 
 __all__ = [
+    "MEASURED_LATENCY",
     "SPEED_NUMBER_FIELDS",
     "FleetDocument",
     "FleetFileError",

@@ -67,14 +67,19 @@ PLANNING_KEYS = (
     "context_length_override",
     "parallel_lanes_override",
     "target_decode_tpot_ms",
+    "default_latency_ms",
 )
+MEASURED_LATENCY = "measured"
+"""``default_latency_ms = "measured"``: nodes without a latency take the slowest one
+measured on another node."""
 NODE_KEYS = ("id", "count", "vram", "max_vram", "headroom", "latency_ms",
              *RELIABILITY_KEYS, "address", "rpc_device")
 TOP_KEYS = ("name", "model", "planning", "nodes")
 # Beside the planning request: names, the numbers the speed estimate reads, and the preset
 # or GGUF file the request's model numbers come from, with its KV cache type.
 JSON_MODEL_SOURCE_KEYS = ("preset", "gguf", "kv_cache_type")
-JSON_EXTRA_KEYS = ("model_name", "name", *SPEED_NUMBER_FIELDS, *JSON_MODEL_SOURCE_KEYS)
+JSON_EXTRA_KEYS = ("model_name", "name", *SPEED_NUMBER_FIELDS, *JSON_MODEL_SOURCE_KEYS,
+                   "default_latency_ms")
 # Beside a node's planning request fields: its failure figures, its rpc-server's address
 # and its device there.
 JSON_NODE_EXTRA_KEYS = (*RELIABILITY_KEYS, "address", "rpc_device")
@@ -202,6 +207,19 @@ def as_latency(value: Any, field_name: str, node_id: str) -> int | float:
     except UnitError as error:
         raise FleetFileError("InvalidField", error.message, field=field_name,
                              node_id=node_id) from None
+
+
+def as_default_latency(value: Any, field_name: str) -> int | float | str:
+    """A fleet's latency for nodes without their own: a latency in ms (as a node's), or
+    ``"measured"`` (:data:`MEASURED_LATENCY`, any case)."""
+    if isinstance(value, str) and value.strip().lower() == MEASURED_LATENCY:
+        return MEASURED_LATENCY
+    try:
+        return parse_latency_ms(value)
+    except UnitError as error:
+        raise FleetFileError("InvalidField", f"{error.message}; or \"{MEASURED_LATENCY}\" "
+                             "for the slowest latency measured on another node",
+                             field=field_name) from None
 
 
 def as_rate(value: Any, field_name: str, *, node_id: str | None = None) -> float:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +16,10 @@ from planner._validate import look_alike, looks
 from planner.errors import InvalidInput
 from planner.fleet._fields import (
     LIMITS,
+    MEASURED_LATENCY,
     RELIABILITY_KEYS,
     as_address,
+    as_default_latency,
     as_int,
     as_rate,
     as_rpc_device,
@@ -29,6 +31,7 @@ from planner.fleet.errors import FleetFileError
 from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_PARALLEL_LANES
 from planner.planning import NodeBudget, PlanningInput
 from planner.planning.memory_rule import DESIGN_RULE, MEMORY_MODELS
+from planner.units import format_milliseconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +238,11 @@ class FleetDocument:
     """``(node_id, index)``: the node is device ``index`` of its rpc-server (a server with
     several devices; a node without an entry is device 0). Every such node has an
     address."""
+    default_latency_ms: int | float | str | None = None
+    """The stage-transfer latency of the nodes without their own: milliseconds, or
+    ``"measured"``, the slowest latency a node of the fleet has (:meth:`planned_nodes`).
+    ``None``: they have none, and count as 0 ms beside nodes that have one
+    (docs/rules.md §6)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelChoice):
@@ -284,6 +292,9 @@ class FleetDocument:
             if value is not None:
                 object.__setattr__(self, key, as_int(value, f"planning.{key}",
                                                      maximum=LIMITS[key]))
+        if self.default_latency_ms is not None:
+            object.__setattr__(self, "default_latency_ms", as_default_latency(
+                self.default_latency_ms, "planning.default_latency_ms"))
         if self.name is not None:
             as_text(self.name, "name")
         if not isinstance(self.reliability, Mapping):
@@ -316,6 +327,40 @@ class FleetDocument:
         """The catalog kinds the nodes name (``gpu``), by node id."""
         return {node_id: own.gpu for node_id, own in self.reliability.items() if own.gpu}
 
+    def planned_nodes(self) -> tuple[NodeBudget, ...]:
+        """The nodes as they are planned: those without their own latency given
+        :attr:`default_latency_ms` (``"measured"``: the slowest latency another node has;
+        none has one: left unknown). The planning rules are the same either way; only
+        the latency these nodes carry differs."""
+        given = self.default_latency_ms
+        latency = (max((node.stage_transfer_latency_ms for node in self.nodes
+                        if node.stage_transfer_latency_ms is not None), default=None)
+                   if isinstance(given, str) else given)
+        if latency is None:
+            return self.nodes
+        return tuple(node if node.stage_transfer_latency_ms is not None
+                     else replace(node, stage_transfer_latency_ms=latency)
+                     for node in self.nodes)
+
+    def latency_note(self) -> str:
+        """Which latency the nodes without their own are planned at, in words; empty when
+        every node has its own or none has one (latency-aware planning is then off)."""
+        without = [node for node in self.nodes if node.stage_transfer_latency_ms is None]
+        if not without or len(without) == len(self.nodes):
+            return ""
+        count = f"{len(without)} node{'s' if len(without) != 1 else ''}"
+        planned = {node.node_id: node for node in self.planned_nodes()}
+        latency = planned[without[0].node_id].stage_transfer_latency_ms
+        if latency is None:
+            return (f"{count} without a latency count as 0 ms beside those measured "
+                    "(docs/rules.md §6), so the plan prefers them: give them a latency, or "
+                    "the fleet a default latency (milliseconds, or \"measured\" for the "
+                    "slowest measured)")
+        why = ("the slowest measured" if self.default_latency_ms == MEASURED_LATENCY
+               else "the fleet's default latency")
+        return (f"{count} without their own latency are planned at "
+                f"{format_milliseconds(latency)}, {why}")
+
     def to_request(self, memory_model: str = "design") -> PlanningInput:
         """The planning request (docs/rules.md §1) this document describes.
 
@@ -335,7 +380,7 @@ class FleetDocument:
         rule = self._llamacpp_costs() if memory_model == "llamacpp" else DESIGN_RULE
         return PlanningInput(
             **model_fields,
-            nodes=self.nodes,
+            nodes=self.planned_nodes(),
             minimum_nodes=self.minimum_nodes,
             context_length_override=self.context_length_override,
             parallel_lanes_override=self.parallel_lanes_override,
@@ -375,6 +420,7 @@ class FleetDocument:
                             for node_id, own in self.reliability.items()},
             "addresses": dict(self.addresses),
             "rpc_devices": dict(self.rpc_devices),
+            "default_latency_ms": self.default_latency_ms,
             "source": self.source,
         }
 
@@ -384,7 +430,8 @@ class FleetDocument:
             raise FleetFileError("InvalidField", "must be an object", field="document")
         reject_unknown(data, ("name", "model", "minimum_nodes", "context_length_override",
                                "parallel_lanes_override", "target_decode_tpot_ms", "nodes",
-                               "reliability", "addresses", "rpc_devices", "source"), "")
+                               "reliability", "addresses", "rpc_devices",
+                               "default_latency_ms", "source"), "")
         if "model" not in data:
             raise FleetFileError("MissingField", "is required", field="model")
         raw_nodes = data.get("nodes", [])
@@ -416,6 +463,7 @@ class FleetDocument:
             source=data.get("source"),
             addresses=tuple((data.get("addresses") or {}).items()),
             rpc_devices=tuple((data.get("rpc_devices") or {}).items()),
+            default_latency_ms=data.get("default_latency_ms"),
         )
 
 

@@ -135,6 +135,7 @@ def _document_from_json(data: Any) -> FleetDocument:
         reliability=reliability,
         addresses=tuple(addresses),
         rpc_devices=tuple(devices),
+        default_latency_ms=extras.get("default_latency_ms"),
     )
 
 
@@ -203,6 +204,11 @@ def fleet_to_json(document: FleetDocument) -> str:
     data.update({key: getattr(model, key) for key in JSON_MODEL_SOURCE_KEYS
                  if getattr(model, key) is not None})
     data.update(document.to_request().to_dict())
+    # Each node with its own latency only: the others take the fleet's default, saved
+    # as such.
+    data["nodes"] = [node.to_dict() for node in document.nodes]
+    if document.default_latency_ms is not None:
+        data["default_latency_ms"] = document.default_latency_ms
     numbers = model.numbers or {}
     data.update({key: numbers[key] for key in SPEED_NUMBER_FIELDS
                  if numbers.get(key) is not None})

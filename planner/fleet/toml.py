@@ -22,6 +22,7 @@ from planner.fleet._fields import (
     TOP_KEYS,
     as_address,
     as_context,
+    as_default_latency,
     as_int,
     as_latency,
     as_rate,
@@ -196,6 +197,8 @@ def _document_from_toml(data: Mapping[str, Any]) -> FleetDocument:
     for key in PLANNING_KEYS:
         if key == "context_length_override" and key in planning:
             options[key] = as_context(planning[key], f"planning.{key}")
+        elif key == "default_latency_ms" and key in planning:
+            options[key] = as_default_latency(planning[key], f"planning.{key}")
         elif key in planning:
             options[key] = as_int(planning[key], f"planning.{key}", maximum=LIMITS[key])
     raw_nodes = data.get("nodes", [])

@@ -6,12 +6,13 @@ from planner.planning.inputs import NodeBudget, PlanningInput, as_planning_input
 from planner.planning.memory_rule import DESIGN_RULE, DesignRule, LayerCosts, MemoryRule
 from planner.planning.plan import Plan, Stage
 from planner.planning.result import PlanningResult, plan_request
-from planner.planning.tables import node_budgets, stage_usage
+from planner.planning.tables import STAGE_PART_NAMES, node_budgets, plan_reserves, stage_usage
 from planner.planning.warnings import FleetWarning, fleet_warnings
 
 __all__ = [
     "CANDIDATE_COLUMNS",
     "DESIGN_RULE",
+    "STAGE_PART_NAMES",
     "ChoiceExplanation",
     "DesignRule",
     "FleetWarning",
@@ -30,6 +31,7 @@ __all__ = [
     "fleet_warnings",
     "node_budgets",
     "plan_request",
+    "plan_reserves",
     "plan_topology",
     "stage_usage",
 ]

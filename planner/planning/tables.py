@@ -57,10 +57,35 @@ def node_budgets(request: PlanningInput | Mapping[str, Any]) -> pd.DataFrame:
     })
 
 
+def plan_reserves(request: PlanningInput, plan: Plan) -> dict[str, int]:
+    """What the memory rule takes on each node besides its layers at the plan's context
+    and lanes, by node id (llama.cpp's backend overhead and a pipeline stage's compute
+    buffer; nothing under the design rule): the search walked each node's usable bytes
+    after it, so a stage's ``usable_vram_bytes`` (:func:`stage_usage`) is the capped VRAM
+    less the headroom and this reserve."""
+    staged = request_for_stages(request, plan.stage_count)
+    reserves = staged.memory_rule.node_reserves(staged, plan.context_length,
+                                                plan.parallel_lanes)
+    return {node.node_id: int(reserves.get(node.node_id, 0)) for node in request.nodes}
+
+
+STAGE_PART_NAMES: dict[str, str] = {
+    "parameter_bytes": "weights",
+    "kv_cache_bytes": "KV cache",
+    "state_bytes": "recurrent state",
+    # Only llama.cpp's rule charges a stage more than its layers (its output head and the
+    # output device's compute buffer) and reserves room on a node before any layer.
+    "other_bytes": "output & compute",
+    "reserved_bytes": "llama.cpp reserve",
+}
+"""What each part of a stage's memory (:func:`stage_usage`) is called on the page, in
+the reports and in the memory figure."""
+
+
 STAGE_USAGE_COLUMNS = (
     "stage_id", "stage_index", "node_id", "layer_start", "layer_end", "layer_count",
     "parameter_bytes", "kv_cache_bytes", "state_bytes", "other_bytes", "used_bytes",
-    "usable_vram_bytes", "remaining_bytes")
+    "reserved_bytes", "usable_vram_bytes", "remaining_bytes")
 
 
 def stage_usage(request: PlanningInput, plan: Plan) -> pd.DataFrame:
@@ -73,7 +98,9 @@ def stage_usage(request: PlanningInput, plan: Plan) -> pd.DataFrame:
     fixed state per sequence times the plan's lanes), ``other_bytes`` (what else the
     rule charges to them: under llama.cpp's rule, the output head and the output
     device's compute buffer on the last stage), ``used_bytes`` (the sum of those four:
-    what the walk charged), ``usable_vram_bytes``, ``remaining_bytes``.
+    what the walk charged), ``reserved_bytes`` (what the rule takes on the node besides
+    its layers: :func:`plan_reserves`), ``usable_vram_bytes`` (the capped VRAM less the
+    headroom and that reserve), ``remaining_bytes``.
 
     ``plan`` must be the plan of ``request`` (its stages are the docs/rules.md §4 walk
     over its nodes); any other plan raises :class:`~planner.errors.PlanError`.
@@ -85,6 +112,7 @@ def stage_usage(request: PlanningInput, plan: Plan) -> pd.DataFrame:
     request = request_for_stages(request, plan.stage_count)
     budgets = at_context(request, plan.context_length, lanes)
     usable = budgets.usable_bytes
+    reserves = plan_reserves(request, plan)
     missing = [stage.node_id for stage in plan.stages if stage.node_id not in usable]
     if missing:
         raise PlanError("PlanMismatch",
@@ -110,6 +138,7 @@ def stage_usage(request: PlanningInput, plan: Plan) -> pd.DataFrame:
             "state_bytes": parts["state"],
             "other_bytes": parts["other"],
             "used_bytes": parts["total"],
+            "reserved_bytes": reserves[stage.node_id],
             "usable_vram_bytes": usable[stage.node_id],
             "remaining_bytes": remaining,
         })

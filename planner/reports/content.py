@@ -21,6 +21,7 @@ from planner.fence import quorum_requirement
 from planner.fleet import FleetDocument
 from planner.models import GpuModel, load_gpu_catalog
 from planner.performance import (
+    ESTIMATE_COLUMNS,
     ESTIMATE_NOTE,
     ModelTraffic,
     PlanEstimate,
@@ -35,6 +36,7 @@ from planner.planning import (
     PlanningResult,
     as_planning_input,
     plan_request,
+    plan_reserves,
     plan_topology,
 )
 from planner.planning.api import candidate_frame
@@ -43,7 +45,6 @@ from planner.planning.rules import (
     context_floor,
     kv_bytes_per_layer_token,
     layer_weights,
-    request_for_stages,
 )
 from planner.planning.warnings import fleet_warnings
 from planner.targets import plan_tpot_target_met
@@ -118,8 +119,15 @@ class ReportContent:
         return Plan.from_dict(self.plan) if self.plan is not None else None
 
     def candidates_frame(self) -> pd.DataFrame:
-        """The candidate rows as the DataFrame :func:`planner.candidates` returns."""
-        return candidate_frame(self.candidates)
+        """The candidate rows as the DataFrame :func:`planner.candidates` returns, with
+        the speed estimate's columns where the rows have them
+        (:func:`planner.performance.with_candidate_estimates`)."""
+        frame = candidate_frame(self.candidates)
+        for column in ESTIMATE_COLUMNS:
+            if any(column in row for row in self.candidates):
+                frame[column] = pd.array([row.get(column) for row in self.candidates],
+                                         dtype="Float64")
+        return frame
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -207,9 +215,7 @@ def _node_rows(request: PlanningInput, plan: Plan | None) -> tuple[dict[str, Any
     """Each node's usable bytes as the plan's search had them: under llama.cpp's rule,
     after what it reserves on the node at the plan's context and lanes."""
     stage_of = {stage.node_id: stage.stage_id for stage in plan.stages} if plan else {}
-    staged = request_for_stages(request, plan.stage_count) if plan else request
-    reserves = (staged.memory_rule.node_reserves(staged, plan.context_length,
-                                                 plan.parallel_lanes) if plan else {})
+    reserves = plan_reserves(request, plan) if plan else {}
     rows = []
     for node in request.nodes:
         reserve = reserves.get(node.node_id, 0)
@@ -433,6 +439,8 @@ def build_report(
             "target_decode_tpot_ms": request.target_decode_tpot_ms,
             "latency_aware": request.has_latency,
             "memory_model": request.memory_model,
+            "unknown_latency": (source.latency_note() if isinstance(source, FleetDocument)
+                                else ""),
         },
         request=request.to_dict(),
         nodes=_node_rows(request, plan),

@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 from planner.figures.plan import candidates_figure, layer_ranges_figure, memory_figure
 from planner.reports.content import ReportContent
 from planner.reports.tables import (
+    PLAN_CHARGES_NOTE,
     TextTable,
     candidate_estimate_note,
     candidate_table,
@@ -152,7 +153,8 @@ def render_html(content: ReportContent) -> str:
                   "<h3>Stages</h3>",
                   _table(stage_table(content), table_id="stages-table"),
                   *(["<h3>Memory per stage (llama.cpp)</h3>",
-                     _table(memory_table(content), table_id="memory-table")]
+                     _table(memory_table(content), table_id="memory-table"),
+                     f'<p class="note">{escape(PLAN_CHARGES_NOTE)}</p>']
                     if memory_table(content).rows else []),
                   "<h3>Why this shape</h3>",
                   f'<p id="choice">{escape(choice_text(content))}</p>',

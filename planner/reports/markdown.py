@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from planner.reports.content import ReportContent
 from planner.reports.tables import (
+    PLAN_CHARGES_NOTE,
     TextTable,
     candidate_estimate_note,
     candidate_table,
@@ -95,7 +96,7 @@ def render_markdown(content: ReportContent) -> str:
                   "### Stages", "",
                   *_table(stage_table(content)), "",
                   *(["### Memory per stage (llama.cpp)", "", *_table(memory_table(content)),
-                     ""] if memory_table(content).rows else []),
+                     "", md_text(PLAN_CHARGES_NOTE), ""] if memory_table(content).rows else []),
                   "### Why this shape", "", md_text(choice_text(content)), "",
                   *_table(choice_table(content)), ""]
     else:

@@ -7,7 +7,7 @@ Markdown and the command line all show the same rows.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 from typing import Any
@@ -15,6 +15,7 @@ from typing import Any
 from planner._validate import inert_json, inert_text
 from planner._validate import spreadsheet_safe as spreadsheet_safe  # the one CSV cell rule
 from planner.performance import ESTIMATE_NOTE
+from planner.planning import STAGE_PART_NAMES
 from planner.planning.nodesets import node_set_text
 from planner.reports.content import ReportContent
 from planner.targets import tpot_verdicts
@@ -95,6 +96,8 @@ def planning_rows(content: ReportContent) -> list[tuple[str, str]]:
         ("decode TPOT target", _optional(planning["target_decode_tpot_ms"], " ms")),
         ("latency-aware planning", "on" if planning["latency_aware"] else
          "off (no node has a latency)"),
+        *((("nodes without a latency", note),)
+          if (note := planning.get("unknown_latency")) else ()),
     ]
 
 
@@ -180,8 +183,23 @@ def _duration(ms: float) -> str:
     return format_milliseconds(ms)
 
 
+STAGE_PARTS = (("state_bytes", STAGE_PART_NAMES["state_bytes"]),
+               ("other_bytes", STAGE_PART_NAMES["other_bytes"]))
+"""Parts of a stage beyond its weights and KV cache, named as the memory figure names
+them: shown where some stage has them."""
+
+
+def shown_stage_parts(stages: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[str, str]],
+                                                                    bool]:
+    """Which of :data:`STAGE_PARTS` some stage has, and whether some node gives up a
+    reserve before its layers (``reserved_bytes``: llama.cpp's rule)."""
+    parts = [(key, name) for key, name in STAGE_PARTS if any(s.get(key) for s in stages)]
+    return parts, any(stage.get("reserved_bytes") for stage in stages)
+
+
 def stage_table(content: ReportContent) -> TextTable:
     estimated = _estimated(content)
+    parts, reserved = shown_stage_parts(content.stages)
     rows = []
     for stage in content.stages:
         extra = ((_ms(stage.get("stage_read_ms")), _ms(stage.get("hop_ms")))
@@ -193,15 +211,20 @@ def stage_table(content: ReportContent) -> TextTable:
             str(stage["layer_count"]),
             size(stage["parameter_bytes"]),
             size(stage["kv_cache_bytes"]),
+            *(size(stage[key]) for key, _ in parts),
             size(stage["used_bytes"]),
+            *((size(stage["reserved_bytes"]),) if reserved else ()),
             size(stage["usable_vram_bytes"]),
             size(stage["remaining_bytes"]),
             *extra,
         ))
     extra_headers = ("est. read", "est. hop") if estimated else ()
-    return _table(("stage", "node", "layers", "count", "weights", "KV cache", "used",
-                   "usable", "remaining", *extra_headers), rows,
-                  "llrrrrrrr" + "r" * len(extra_headers))
+    headers = ("stage", "node", "layers", "count", "weights", "KV cache",
+               *(name for _, name in parts), "used",
+               *((STAGE_PART_NAMES["reserved_bytes"],) if reserved else ()), "usable",
+               "remaining",
+               *extra_headers)
+    return _table(headers, rows, "ll" + "r" * (len(headers) - 2))
 
 
 def plan_facts(content: ReportContent) -> list[tuple[str, str]]:
@@ -228,15 +251,35 @@ def memory_model_text(content: ReportContent) -> str:
     return "design: weights + ceil(kv / L) x context per layer"
 
 
+def plan_charges(stages: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """What the plan charged each stage's node, by stage id: its used bytes and the
+    reserve its node gave up (:func:`planner.stage_usage`)."""
+    return {str(stage["stage_id"]): int(stage["used_bytes"]) + int(stage["reserved_bytes"])
+            for stage in stages}
+
+
+PLAN_CHARGES_NOTE = (
+    "plan charges: what the plan charged the stage's node (its used bytes and the "
+    "llama.cpp reserve, as the stage table gives them). Before the last stage that is "
+    "what llama.cpp allocates; the last stage is also charged a pipeline stage's "
+    "compute buffer, on the safe side. The output head counts among the weights here, "
+    "and every compute buffer under compute.")
+
+
 def memory_table(content: ReportContent) -> TextTable:
-    """Under the llamacpp memory model, each stage's components and the host's."""
+    """Under the llamacpp memory model, each stage's components and the host's, and what
+    the plan charged each stage (:data:`PLAN_CHARGES_NOTE`)."""
+    charged = plan_charges(content.stages)
     rows = []
     for row in (content.memory or {}).get("stages", ()):
-        layers = layer_range(row["layer_start"], row["layer_end"])
+        layers = ("—" if row["layer_start"] == row["layer_end"]
+                  else layer_range(row["layer_start"], row["layer_end"]))
+        planned = charged.get(row["stage_id"])
         rows.append((row["stage_id"], row["node_id"], layers,
-                     *(size(row[key]) for key in _MEMORY_KEYS)))
+                     *(size(row[key]) for key in _MEMORY_KEYS),
+                     "—" if planned is None else size(planned)))
     return _table(("stage", "node", "layers", "weights", "KV cache", "compute", "output",
-                   "overhead", "total"), rows, "lllrrrrrr")
+                   "overhead", "total", "plan charges"), rows, "lllrrrrrrr")
 
 
 _MEMORY_KEYS = ("weights_bytes", "kv_bytes", "compute_bytes", "output_bytes",

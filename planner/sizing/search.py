@@ -20,7 +20,8 @@ vector of per-kind removals adding up to f.
 (ties: fewer nodes, then higher context, then catalog order), exactly, among every fleet
 with at most ``max_count`` and at most ``layer_count + f`` of each kind (a plan uses at
 most one node per layer and f more are spares: more of a kind are never planned, and
-only cost).
+only cost). A fleet that holds a cheaper fleet found and plans the same stages on it
+(its other nodes idle) is not listed: it is no alternative (:func:`_idles_on`).
 
 With a TPOT or TTFT target, kinds too slow to carry a plan within it do not count
 towards it (:mod:`planner.sizing.floors`: no split decodes faster than the whole model
@@ -102,6 +103,12 @@ from planner.targets import TargetsError
 from planner.units import format_bytes
 
 _MICRO = 1_000_000  # prices are summed in micro-USD so that equal costs compare equal
+
+TOO_LARGE_ADVICE = "size with fewer kinds (--kinds), lower max_count, or relax the targets"
+"""What ``SizingTooLarge`` advises, in the command line's words (a page says it in its
+own)."""
+TOO_MANY_KINDS_ADVICE = "choose the kinds to compare (--kinds, kinds=)"
+"""What ``TooManyKinds`` advises, in the command line's and Python's words."""
 _Size = TypeVar("_Size", int, float)
 
 
@@ -169,8 +176,8 @@ class _Search:
                 "SizingTooLarge",
                 f"the search stopped after {self.plans_evaluated:,} plans with "
                 f"{queued:,} partial fleets queued, without proving which fleets are "
-                f"cheapest at context {self.minimum_context:,}{self._fastest_seen()}; size "
-                "with fewer kinds (--kinds), lower max_count, or relax the targets",
+                f"cheapest at context {self.minimum_context:,}{self._fastest_seen()}; "
+                + TOO_LARGE_ADVICE,
                 plans_evaluated=self.plans_evaluated, queued=queued)
 
     def _fastest_seen(self) -> str:
@@ -497,7 +504,7 @@ def size_fleet(
     if len(chosen) > MAX_SIZING_KINDS:
         raise SizingError(
             "TooManyKinds", f"{len(chosen):,} kinds to size with; the exact search takes at "
-            f"most {MAX_SIZING_KINDS}: choose the kinds to compare (--kinds, kinds=)",
+            f"most {MAX_SIZING_KINDS}: {TOO_MANY_KINDS_ADVICE}",
             kinds=len(chosen), most=MAX_SIZING_KINDS)
     _check_kind_ids(chosen)
     planning = {
@@ -520,9 +527,10 @@ def size_fleet(
                "link_bandwidth_bytes_per_s": link_bandwidth_bytes_per_s,
                **targets.estimate_options}
     search = _Search(fields, traffic, chosen, targets, planning, minimum_context, options)
-    fleets = _cheapest(search, probe, minimum_context, top)
+    stopped: list[str] = []
+    fleets = _cheapest(search, probe, minimum_context, top, stopped)
     front: tuple[SizedFleet, ...] = ()
-    notes = [f"prices compared: {PRICE_KIND_TEXT[price_kind]}"]
+    notes = [f"prices compared: {PRICE_KIND_TEXT[price_kind]}", *stopped]
     if pareto:
         pool = list(fleets)
         for context in sorted(rules.context_candidates(probe)):
@@ -563,7 +571,13 @@ def size_fleet(
 
 
 def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
-              top: int) -> list[SizedFleet]:
+              top: int, stopped: list[str] | None = None) -> list[SizedFleet]:
+    """The ``top`` cheapest fleets at ``minimum_context``, cheapest first.
+
+    With ``stopped``, a search that reaches its bounds after proving the first fleets
+    returns those (every fleet cheaper than the partial fleet it stopped at has been
+    found) and appends a note saying so to ``stopped``; without, it raises
+    ``SizingTooLarge``."""
     candidates = [c for c in rules.context_candidates(probe) if c >= minimum_context]
     lanes = rules.lane_candidates(probe)[0]
     if not candidates:
@@ -676,11 +690,24 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
          have, sure, reach, walk, tops) = heapq.heappop(queue)
         if bound > threshold:
             break
-        search.check_budget(len(queue))
+        try:
+            search.check_budget(len(queue))
+        except SizingError:
+            # Leaves leave the queue in cost order: those found below this bound are
+            # the cheapest there are.
+            proven = sorted(entry for entry in found if entry[0][0] < bound)
+            if stopped is None or not proven:
+                raise
+            stopped.append(
+                f"only {len(proven)} of the {top} fleets asked for are listed: the search "
+                f"stopped after {search.plans_evaluated:,} plans, before proving which "
+                f"fleet comes next (from USD {bound / _MICRO:,.2f} per hour)")
+            return [search.sized(counts) for _, counts in proven]
         depth = len(tree_counts)
         if depth == kinds:
             counts = in_catalog_order(tree_counts)
-            if needs.necessary(search, counts) and search.meets(counts):
+            if (needs.necessary(search, counts) and search.meets(counts)
+                    and not _idles_on(search, counts, found)):
                 outcome = search.outcome(counts)
                 assert outcome.plan is not None
                 key = (cost, sum(counts), -outcome.plan.context_length, counts)
@@ -730,6 +757,22 @@ def _cheapest(search: _Search, probe: PlanningInput, minimum_context: int,
         raise _nothing(search, _why_not(search, needs, c0))
     found.sort()
     return [search.sized(counts) for _, counts in found[:top]]
+
+
+def _idles_on(search: _Search, counts: tuple[int, ...],
+              found: Sequence[tuple[Any, tuple[int, ...]]]) -> bool:
+    """Whether the fleet ``counts`` holds a fleet found before it and plans the same
+    stages on it: the planner takes the fewest nodes, so a fleet that meets the targets
+    still meets them with nodes added that it leaves idle, and every such fleet would
+    otherwise be listed after it at a higher price. It is no alternative.
+
+    Fleets leave the queue in cost order, and prices are above 0, so a fleet it holds was
+    found before it; nodes of a kind are named in order (:func:`fleet_nodes`), so the
+    smaller fleet's nodes are the larger's first ones, and equal plans name the same
+    nodes."""
+    plan = search.outcome(counts).plan
+    return any(all(have >= need for have, need in zip(counts, other, strict=True))
+               and search.outcome(other).plan == plan for _, other in found)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,12 +1,15 @@
 """The interactive workbench: edit a model and a fleet in JupyterLab or Voila and watch
 the plan change.
 
-``state`` and ``evaluation`` are pure (no widgets): the editable state, and what it plans
-to. ``editor``, ``view`` and ``app`` are the ipywidgets on top.
+``state`` and ``evaluation`` are pure (no widgets): the editable state (what its editors
+hold in ``editor_fields``, how typed text reads in ``typed_values``, errors in
+``problems``), and what it plans to. ``editor``, ``view`` and ``app`` are the ipywidgets
+on top.
 """
 
 import importlib
 
+from planner.workbench.editor_fields import ModelFields, NodeRow, PlanOptions
 from planner.workbench.evaluation import (
     Evaluation,
     LimitingNode,
@@ -14,14 +17,8 @@ from planner.workbench.evaluation import (
     evaluate,
     fleet_warnings,
 )
-from planner.workbench.state import (
-    ModelFields,
-    NodeRow,
-    PlanOptions,
-    Problem,
-    WorkbenchInputError,
-    WorkbenchState,
-)
+from planner.workbench.problems import Problem, WorkbenchInputError
+from planner.workbench.state import WorkbenchState
 
 # The widgets load only when asked for, so the pure state imports no ipywidgets.
 _WIDGETS = {

@@ -24,6 +24,7 @@ import ipywidgets as widgets
 from planner.errors import PlanError
 from planner.fleet import FleetFileError, load_fleet, save_fleet
 from planner.fleet.files import comments_lost_by_save
+from planner.limits import MAX_NODES
 from planner.models import GpuModel, ModelError
 from planner.performance import PerformanceError, read_calibration, set_calibration
 from planner.workbench.availability_panel import AvailabilityPanel
@@ -41,20 +42,16 @@ from planner.workbench.editor import (
     ModelEditor,
     OptionsEditor,
     button,
+    read_whole,
     same_preset,
     text_input,
 )
 from planner.workbench.evaluation import Evaluation, evaluate
 from planner.workbench.llamacpp_panel import LlamaCppPanel
+from planner.workbench.problems import Problem, WorkbenchInputError
 from planner.workbench.sections import LazySections
 from planner.workbench.sizing_panel import SizingPanel
-from planner.workbench.state import (
-    DEFAULT_FLEET_DIR,
-    DEFAULT_FLEET_FILE,
-    Problem,
-    WorkbenchInputError,
-    WorkbenchState,
-)
+from planner.workbench.state import DEFAULT_FLEET_DIR, DEFAULT_FLEET_FILE, WorkbenchState
 from planner.workbench.view import STYLE, PlanView
 from planner.workspace import inside_package, reports_dir, saved_fleets_dir
 
@@ -166,8 +163,9 @@ class Workbench(widgets.VBox):
                                       placeholder="name.html, .md or .json",
                                       description="report file")
         self.report_where = widgets.HTML(
-            f"<span class='wb-hint'>a name without a folder is written in "
-            f"{escape(str(self.report_dir.resolve()))}</span>")
+            # A sentence, not a label: a deep folder wraps it.
+            f"<div class='wb-hint'>a name without a folder is written in "
+            f"{escape(str(self.report_dir.resolve()))}</div>")
         self.report_where.add_class("wb-report-where")
         self.export_button = button("Export report", "wb-export-report",
                                     tooltip="write a report of this plan")
@@ -500,7 +498,9 @@ class Workbench(widgets.VBox):
         if gpu is None:
             self._say("The GPU catalog is empty.", error=True)
             return
-        self.add_gpus(gpu, int(self.fleet_editor.gpu_count.value))
+        self.add_gpus(gpu, read_whole(self.fleet_editor.gpu_count, "count",
+                                      label="number of GPUs to add", minimum=1,
+                                      maximum=MAX_NODES))
 
     # -- files ----------------------------------------------------------------------------
     def _load_chosen(self) -> None:

@@ -35,7 +35,7 @@ from planner.availability.fleet import fleet_file_availability
 from planner.errors import CodedError
 from planner.figures.availability import context_distribution_figure, timeline_figure
 from planner.fleet import FleetDocument
-from planner.limits import MAX_LANES
+from planner.limits import MAX_LANES, MAX_SEED
 from planner.planning import PlanningInput
 from planner.simulation import SimulatedYear, simulate
 from planner.targets import plan_or_none
@@ -45,11 +45,13 @@ from planner.workbench.chart import Chart, chart_row
 from planner.workbench.editor import (
     context_input,
     read_context_input,
+    read_whole,
     show_context_used,
     text_input,
+    whole_input,
 )
 from planner.workbench.stale import OutOfDateNote
-from planner.workbench.view import STYLE
+from planner.workbench.view import STYLE, table_html
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,14 +114,19 @@ def summary_html(view: AvailabilityView) -> str:
             f"{missed}")
 
 
+def _spares_cost(cost: Any) -> str:
+    return ("no price: no catalog kind of the node is priced" if cost is None or pd.isna(cost)
+            else f"USD {cost:,.2f}/h")
+
+
 def spares_html(spares: pd.DataFrame) -> str:
-    rows = "".join(
-        f"<tr><td>{row.target:.2%}</td><td class='wb-text'>{escape(str(row.spares))}</td>"
-        f"<td>{_percent(row.availability_lower)}</td></tr>"
-        for row in spares.itertuples(index=False))
-    return ("<table class='wb-table wb-spares-table'><thead><tr><th>target</th>"
-            "<th class='wb-text'>spares</th><th>availability with them</th></tr></thead>"
-            f"<tbody>{rows}</tbody></table>")
+    rows = [("", [f"<td>{row.target:.2%}</td>",
+                  f"<td class='wb-text'>{escape(str(row.spares))}</td>",
+                  f"<td>{_percent(row.availability_lower)}</td>",
+                  f"<td class='wb-text'>{escape(_spares_cost(row.cost_per_hour))}</td>"])
+            for row in spares.itertuples(index=False)]
+    return table_html([("target", False), ("spares", True), ("availability with them", False),
+                       ("cost of the spares", True)], rows, "wb-spares-table")
 
 
 def _source_text(where: str) -> str:
@@ -129,20 +136,19 @@ def _source_text(where: str) -> str:
 
 def figures_html(figures: dict[str, NodeFigures]) -> str:
     """Each node's failure figures and where they came from, as an HTML table."""
-    rows = "".join(
-        f"<tr><td class='wb-text'>{escape(node_id)}</td>"
-        f"<td class='wb-text'>{escape(node.kind or 'unknown')}</td>"
-        f"<td>{node.reliability.annual_failure_rate:g}</td>"
-        f"<td class='wb-text'>{escape(_source_text(node.annual_failure_rate_source))}</td>"
-        f"<td>{node.reliability.repair_hours:g}</td>"
-        f"<td class='wb-text'>{escape(_source_text(node.repair_hours_source))}</td></tr>"
-        for node_id, node in figures.items())
+    rows = [("", [f"<td class='wb-text'>{escape(node_id)}</td>",
+                  f"<td class='wb-text'>{escape(node.kind or 'unknown')}</td>",
+                  f"<td>{node.reliability.annual_failure_rate:g}</td>",
+                  f"<td class='wb-text'>{escape(_source_text(node.annual_failure_rate_source))}"
+                  "</td>",
+                  f"<td>{node.reliability.repair_hours:g}</td>",
+                  f"<td class='wb-text'>{escape(_source_text(node.repair_hours_source))}</td>"])
+            for node_id, node in figures.items()]
+    table = table_html([("node", True), ("kind", True), ("failures / year", False),
+                        ("from", True), ("repair hours", False), ("from", True)], rows,
+                       "wb-figures-table")
     return ("<details><summary>Failure figures per node (those planner availability "
-            "uses for this fleet)</summary><table class='wb-table wb-figures-table'><thead>"
-            "<tr><th class='wb-text'>node</th><th class='wb-text'>kind</th>"
-            "<th>failures / year</th><th class='wb-text'>from</th><th>repair hours</th>"
-            "<th class='wb-text'>from</th></tr></thead>"
-            f"<tbody>{rows}</tbody></table></details>")
+            f"uses for this fleet)</summary>{table}</details>")
 
 
 def _rate(text: str, label: str) -> float | None:
@@ -184,12 +190,10 @@ class AvailabilityPanel(widgets.VBox):
                                  tooltip="for nodes without their own figure; blank: each "
                                          f"node's catalog kind, else {DEFAULT_REPAIR_HOURS:g}")
         self.min_context = context_input("wb-availability-min-context", width="220px")
-        self.min_lanes = widgets.BoundedIntText(
-            value=1, min=1, max=MAX_LANES, description="min lanes",
-            layout=widgets.Layout(width="150px"), style={"description_width": "initial"})
-        self.seed = widgets.BoundedIntText(value=seed, min=0, max=2**31, description="seed",
-                                           layout=widgets.Layout(width="170px"),
-                                           style={"description_width": "initial"})
+        self.min_lanes = whole_input(1, "wb-availability-min-lanes", width="150px",
+                                     description="min lanes")
+        self.seed = whole_input(seed, "wb-availability-seed", width="170px",
+                                description="seed", tooltip="the simulated year's random seed")
         self.compute_button = widgets.Button(description="Compute", button_style="primary")
         self.compute_button.add_class("wb-availability-compute")
         self.compute_button.on_click(lambda _: self.compute())
@@ -200,7 +204,9 @@ class AvailabilityPanel(widgets.VBox):
         self.problem.add_class("wb-error")
         self.context_chart = Chart(css_class="wb-availability-context-figure")
         self.timeline_chart = Chart(css_class="wb-availability-timeline-figure")
-        self.spares = widgets.HTML()
+        # A share of the row beside the chart: sized by its content, a table that fits
+        # its box (view.table_html) had no width to fit.
+        self.spares = widgets.HTML(layout=widgets.Layout(flex="1 1 360px", min_width="300px"))
         self.spares.add_class("wb-availability-spares")
         self.figures = widgets.HTML()
         self.figures.add_class("wb-availability-figures")
@@ -270,8 +276,9 @@ class AvailabilityPanel(widgets.VBox):
                 document, request, annual_failure_rate=_rate(self.afr.value, "failures/yr"),
                 repair_hours=_rate(self.repair.value, "repair h"),
                 min_context=read_context_input(self.min_context, "minimum_context"),
-                min_lanes=self.min_lanes.value,
-                seed=self.seed.value)
+                min_lanes=read_whole(self.min_lanes, "minimum_lanes", label="min lanes",
+                                     minimum=1, maximum=MAX_LANES),
+                seed=read_whole(self.seed, "seed", label="seed", maximum=MAX_SEED))
         except CodedError as error:
             self._say(f"{error.code}: {error.message}", document)
             return

@@ -24,7 +24,7 @@ from planner.models import (
     load_preset,
 )
 from planner.performance import ModelTraffic
-from planner.workbench.state import ModelFields
+from planner.workbench.editor_fields import ModelFields
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,11 +20,13 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from planner.limits import MAX_CONTEXT, MAX_LAYERS, MAX_MINIMUM_NODES
+from planner.limits import MAX_CONTEXT, MAX_LAYERS, MAX_MINIMUM_NODES, MAX_NODES
 from planner.models import GpuModel, ModelError
 from planner.models.presets import preset_id
 from planner.units import format_bytes
-from planner.workbench.state import ModelFields, NodeRow, PlanOptions, parse_context_text
+from planner.workbench.editor_fields import ModelFields, NodeRow, PlanOptions
+from planner.workbench.problems import WorkbenchInputError
+from planner.workbench.typed_values import parse_context_text, parse_whole
 
 CUSTOM_MODEL = ""
 """Preset dropdown value for numbers typed by hand."""
@@ -86,7 +88,7 @@ def context_input(css_class: str, *, width: str) -> widgets.Text:
 
 def read_context_input(box: widgets.Text, field_name: str) -> int | None:
     """The minimum context typed (``None``: the floor). Raises
-    :class:`~planner.workbench.state.WorkbenchInputError` naming the box."""
+    :class:`~planner.workbench.problems.WorkbenchInputError` naming the box."""
     return parse_context_text(box.value, field_name, label="min context")
 
 
@@ -96,14 +98,27 @@ def show_context_used(box: widgets.Text, context: int) -> None:
     box.placeholder = f"{context:,}"
 
 
-def int_input(value: int, css_class: str, *, minimum: int, maximum: int, width: str,
-              description: str = "", tooltip: str = "") -> widgets.BoundedIntText:
-    box = widgets.BoundedIntText(value=value, min=minimum, max=maximum,
-                                 description=description, continuous_update=False,
-                                 layout=_layout(width), tooltip=tooltip,
-                                 style={"description_width": "initial"})
-    box.add_class(css_class)
-    return box
+def whole_input(value: int | None, css_class: str, *, width: str, description: str = "",
+                tooltip: str = "", placeholder: str = "") -> widgets.Text:
+    """A box for a whole number, typed as text (``"262144"``, ``"262,144"``) and read with
+    :func:`read_whole`: a number box would clamp what is out of range without a word, and
+    lose the digits of one past 2**53."""
+    return text_input("" if value is None else str(value), css_class, width=width,
+                      description=description, tooltip=tooltip, placeholder=placeholder)
+
+
+def read_whole(box: widgets.Text, field_name: str, *, label: str, minimum: int = 0,
+               maximum: int, default: int | None = None) -> int:
+    """The whole number in ``box`` (``default`` when blank and there is one). Raises
+    :class:`~planner.workbench.problems.WorkbenchInputError` naming the box and what was
+    typed, out of range as much as unreadable."""
+    number = parse_whole(box.value, field_name, label=label, minimum=minimum,
+                         maximum=maximum)
+    if number is None:
+        if default is None:
+            raise WorkbenchInputError(field_name, "is required", label=label)
+        return default
+    return number
 
 
 def button(label: str, css_class: str, *, tooltip: str = "", width: str = "auto",
@@ -204,7 +219,8 @@ class FleetEditor(widgets.VBox):
                      for index, gpu in enumerate(catalog)],
             layout=_layout("300px"))
         self.gpu_choice.add_class("wb-gpu-choice")
-        self.gpu_count = int_input(1, "wb-gpu-count", minimum=1, maximum=1024, width="70px")
+        self.gpu_count = whole_input(1, "wb-gpu-count", width="70px",
+                                     tooltip=f"how many to add, 1 to {MAX_NODES:,}")
         self.add_gpus_button = button("Add GPUs", "wb-add-gpus",
                                       tooltip="add this many nodes of the chosen GPU")
         self.catalog = tuple(catalog)
@@ -213,6 +229,11 @@ class FleetEditor(widgets.VBox):
         self.file_choice.add_class("wb-fleet-file")
         self.load_button = button("Load", "wb-load-fleet", tooltip="load the chosen fleet file",
                                   width="64px")
+        # The tooltip names what a click loads, as the kernel has the choice: a page can
+        # wait for it, since a choice is sent after the page's previous change is
+        # answered but a click at once.
+        _observe_value(self.file_choice, self._name_the_file_to_load)
+        self._name_the_file_to_load()
         self.save_name = text_input("", "wb-save-name", width="180px",
                                     placeholder="my-fleet.toml")
         self.save_button = button("Save", "wb-save-fleet",
@@ -259,6 +280,10 @@ class FleetEditor(widgets.VBox):
             self.rows_box.children = tuple(self.row_editors)
         self.count_label.value = (f"&nbsp;{len(rows)} node{'s' if len(rows) != 1 else ''}")
 
+    def _name_the_file_to_load(self) -> None:
+        label = self.file_choice.label
+        self.load_button.tooltip = f"load {label}" if label else "load the chosen fleet file"
+
     def set_fleet_files(self, files: Sequence[tuple[str, str]],
                         selected: str | None = None) -> None:
         """List ``files``, each a ``(label, path)``; choose the one at ``selected``."""
@@ -291,11 +316,10 @@ class ModelEditor(widgets.VBox):
         self.kv_cache_type = widgets.Dropdown(options=[], description="KV cache",
                                               disabled=True, layout=_layout("200px"))
         self.kv_cache_type.add_class("wb-kv-cache-type")
-        self.layer_count = int_input(1, "wb-layer-count", minimum=0, maximum=MAX_LAYERS,
-                                     width="150px", description="layers")
-        self.native_context_length = int_input(
-            1, "wb-native-context", minimum=0, maximum=MAX_CONTEXT, width="230px",
-            description="native context")
+        self.layer_count = whole_input(1, "wb-layer-count", width="150px",
+                                       description="layers")
+        self.native_context_length = whole_input(1, "wb-native-context", width="230px",
+                                                 description="native context")
         self.model_weight_bytes = text_input("", "wb-model-weights", width="230px",
                                              description="weights", placeholder="315.68 GB")
         self.kv_bytes_per_token = text_input("", "wb-kv-bytes", width="230px",
@@ -328,8 +352,11 @@ class ModelEditor(widgets.VBox):
 
     def numbers(self) -> dict[str, Any]:
         return {
-            "layer_count": int(self.layer_count.value),
-            "native_context_length": int(self.native_context_length.value),
+            "layer_count": read_whole(self.layer_count, "layer_count", label="layers",
+                                      maximum=MAX_LAYERS),
+            "native_context_length": read_whole(
+                self.native_context_length, "native_context_length", label="native context",
+                maximum=MAX_CONTEXT),
             "model_weight_bytes": self.model_weight_bytes.value,
             "kv_bytes_per_token": self.kv_bytes_per_token.value,
         }
@@ -348,14 +375,17 @@ class ModelEditor(widgets.VBox):
         if model.kv_cache_type in kv_cache_types:
             self.kv_cache_type.value = model.kv_cache_type
         self.kv_cache_type.disabled = len(kv_cache_types) < 2
-        self.layer_count.value = model.layer_count
-        self.native_context_length.value = model.native_context_length
+        self.layer_count.value = str(model.layer_count)
+        self.native_context_length.value = str(model.native_context_length)
         self.model_weight_bytes.value = model.model_weight_bytes
         self.kv_bytes_per_token.value = model.kv_bytes_per_token
         weights = ("exact per-layer weights" if model.layer_weight_bytes is not None
                    else "weights split evenly over the layers")
         body = (f"<details><summary>{escape(model.label)}: {weights}</summary>"
-                f"<pre style='font-size:11px;white-space:pre-wrap'>{escape(description)}"
+                # Words whole: the front-ends' own style breaks a preformatted line
+                # anywhere ("config.js/on").
+                f"<pre style='font-size:11px;white-space:pre-wrap;word-break:normal;"
+                f"overflow-wrap:break-word'>{escape(description)}"
                 "</pre></details>") if description else (
                 f"<span style='color:#555'>{escape(model.label)}: {weights}</span>")
         self.details.value = body
@@ -365,12 +395,12 @@ class ModelEditor(widgets.VBox):
 
 
 class OptionsEditor(widgets.HBox):
-    """Minimum nodes, context override, lanes override and TPOT target."""
+    """Minimum nodes, context override, lanes override, TPOT target and the latency of
+    nodes without their own."""
 
     def __init__(self, options: PlanOptions, *, on_edit: Callable[[], None]) -> None:
-        self.minimum_nodes = int_input(options.minimum_nodes, "wb-minimum-nodes", minimum=0,
-                                       maximum=MAX_MINIMUM_NODES, width="150px",
-                                       description="minimum nodes")
+        self.minimum_nodes = whole_input(options.minimum_nodes, "wb-minimum-nodes",
+                                         width="150px", description="minimum nodes")
         self.context_length_override = text_input(
             options.context_length_override, "wb-context-override", width="200px",
             description="context", placeholder="auto")
@@ -380,6 +410,11 @@ class OptionsEditor(widgets.HBox):
         self.target_decode_tpot_ms = text_input(
             options.target_decode_tpot_ms, "wb-tpot-target", width="200px",
             description="TPOT target (ms)", placeholder="none")
+        self.default_latency_ms = text_input(
+            options.default_latency_ms, "wb-default-latency", width="230px",
+            description="default latency", placeholder="none: 0 ms",
+            tooltip="the latency of nodes without their own: milliseconds, or 'measured' "
+                    "for the slowest a node has; blank: they count as 0 ms")
         for widget in self.children_inputs:
             _observe_value(widget, on_edit)
         super().__init__(list(self.children_inputs),
@@ -389,18 +424,22 @@ class OptionsEditor(widgets.HBox):
     @property
     def children_inputs(self) -> tuple[widgets.Widget, ...]:
         return (self.minimum_nodes, self.context_length_override,
-                self.parallel_lanes_override, self.target_decode_tpot_ms)
+                self.parallel_lanes_override, self.target_decode_tpot_ms,
+                self.default_latency_ms)
 
     def options(self) -> PlanOptions:
         return PlanOptions(
-            minimum_nodes=int(self.minimum_nodes.value),
+            minimum_nodes=read_whole(self.minimum_nodes, "minimum_nodes",
+                                     label="minimum nodes", maximum=MAX_MINIMUM_NODES),
             context_length_override=self.context_length_override.value,
             parallel_lanes_override=self.parallel_lanes_override.value,
             target_decode_tpot_ms=self.target_decode_tpot_ms.value,
+            default_latency_ms=self.default_latency_ms.value,
         )
 
     def set_options(self, options: PlanOptions) -> None:
-        self.minimum_nodes.value = options.minimum_nodes
+        self.minimum_nodes.value = str(options.minimum_nodes)
         self.context_length_override.value = options.context_length_override
         self.parallel_lanes_override.value = options.parallel_lanes_override
         self.target_decode_tpot_ms.value = options.target_decode_tpot_ms
+        self.default_latency_ms.value = options.default_latency_ms

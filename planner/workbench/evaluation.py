@@ -29,7 +29,8 @@ from planner.planning.warnings import fleet_warnings as core_fleet_warnings
 from planner.targets import plan_tpot_target_met
 from planner.units import format_bytes, format_milliseconds
 from planner.workbench.catalog import gpu_catalog, model_traffic
-from planner.workbench.state import Problem, WorkbenchState
+from planner.workbench.problems import Problem
+from planner.workbench.state import WorkbenchState
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,9 @@ class Evaluation:
     """The plan's speed and cost ESTIMATE (nodes named ``<kind>-NN`` of the catalog, a
     preset or GGUF model); ``estimate_reason`` says why there is none."""
     estimate_reason: str = ""
+    latency_note: str = ""
+    """Which latency the nodes without their own are planned at
+    (:meth:`planner.fleet.FleetDocument.latency_note`); empty when all or none have one."""
 
     @property
     def ok(self) -> bool:
@@ -84,14 +88,16 @@ class Evaluation:
     def summary(self) -> str:
         """One line: the chosen shape, or the problem."""
         if self.plan is None:
-            return "No plan" if self.problem is None else f"No plan: {self.problem.code}"
+            return "No plan" if self.problem is None else f"No plan ({self.problem.code})"
         plan = self.plan
         tpot = self.tpot_ms
+        unknown = "estimated TPOT unknown" + (f": {self.estimate_reason}"
+                                              if self.estimate_reason else "")
         parts = [
             f"{plan.stage_count} stage{'s' if plan.stage_count != 1 else ''}",
             f"context {plan.context_length:,}",
             f"{plan.parallel_lanes} lane{'s' if plan.parallel_lanes != 1 else ''}",
-            "estimated TPOT unknown" if tpot is None else
+            unknown if tpot is None else
             f"estimated TPOT {tpot:,.1f} ms" if self.estimate is not None else
             f"estimated TPOT {format_milliseconds(tpot)}",
         ]
@@ -135,7 +141,7 @@ class Evaluation:
         if estimate.cost_per_hour_usd is not None:
             text += (f", USD {estimate.cost_per_hour_usd:,.2f}/h, USD "
                      f"{estimate.cost_per_million_tokens_usd:,.2f} per million tokens")
-        return text + " (estimate)" + (f" {estimate.error_note}" if estimate.error_note else "")
+        return text + " (estimate)" + (f". {estimate.error_note}" if estimate.error_note else "")
 
 
 def fleet_warnings(request: PlanningInput) -> tuple[str, ...]:
@@ -216,20 +222,21 @@ def evaluate(state: WorkbenchState) -> Evaluation:
         return Evaluation(state=state, problem=Problem.from_exception(error))
     warnings = fleet_warnings(request)
     budgets = node_budgets(request)
+    note = state.document.latency_note()
     try:
         # One search serves the candidates, the plan, the stage table and the explanation.
         result = plan_request(request)
     except PlanError as error:
         return Evaluation(state=state, request=request, budgets=budgets,
                           problem=Problem.from_exception(error), warnings=warnings,
-                          unused=unused_nodes(request, None))
+                          unused=unused_nodes(request, None), latency_note=note)
     table = result.candidates
     plan = result.plan
     if plan is None:
         assert result.error is not None
         return Evaluation(state=state, request=request, candidates=table, budgets=budgets,
                           problem=Problem.from_exception(result.error), warnings=warnings,
-                          unused=unused_nodes(request, None))
+                          unused=unused_nodes(request, None), latency_note=note)
     traffic = model_traffic(state.model, state.base_dir)
     catalog = gpu_catalog()
     kinds = state.node_kinds
@@ -256,4 +263,5 @@ def evaluate(state: WorkbenchState) -> Evaluation:
         limiting=limiting_node(request, plan, stages, table, choice),
         unused=unused_nodes(request, plan),
         choice=choice,
+        latency_note=note,
     )

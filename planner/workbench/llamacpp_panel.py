@@ -16,14 +16,16 @@ from html import escape
 from typing import Any
 
 import ipywidgets as widgets
+import pandas as pd
 
 from planner.errors import CodedError
 from planner.llamacpp.launch import launch_for_plan
 from planner.reports.content import memory_section
-from planner.units import format_bytes
+from planner.reports.tables import PLAN_CHARGES_NOTE, plan_charges
+from planner.units import format_bytes, layer_range
 from planner.workbench.catalog import gguf_files
 from planner.workbench.editor import button
-from planner.workbench.view import STYLE
+from planner.workbench.view import STYLE, table_html
 
 FLASH_ATTENTION_NOTE = (
     "A quantized V cache (q8_0, q4_0, ...) needs flash attention: llama.cpp refuses to "
@@ -34,20 +36,26 @@ _COMPONENTS = (("weights_bytes", "weights"), ("kv_bytes", "KV cache"),
                ("overhead_bytes", "overhead"), ("total_bytes", "total"))
 
 
-def memory_html(rows: list[dict[str, Any]]) -> str:
-    """Each stage's (and the host's) llama.cpp memory, as an HTML table."""
-    head = "".join(f"<th>{label}</th>" for label in
-                   ("stage", "node", "layers", *(name for _, name in _COMPONENTS)))
-    body = []
+def memory_html(rows: list[dict[str, Any]], stages: pd.DataFrame | None = None) -> str:
+    """Each stage's (and the host's) llama.cpp memory, as an HTML table; with the plan's
+    ``stages`` (:func:`planner.stage_usage`), what the plan charged each stage beside it."""
+    charged = plan_charges(stages.to_dict("records")) if stages is not None else None
+    labels = ("stage", "node", "layers", *(name for _, name in _COMPONENTS),
+              *(("plan charges",) if charged is not None else ()))
+    body: list[tuple[str, list[str]]] = []
     for row in rows:
         layers = ("—" if row["layer_start"] == row["layer_end"]
-                  else f"{row['layer_start']}–{row['layer_end'] - 1}")
+                  else layer_range(row["layer_start"], row["layer_end"]))
         cells = [row["stage_id"], row["node_id"], layers,
                  *(format_bytes(row[key]) for key, _ in _COMPONENTS)]
-        body.append("<tr>" + "".join(f"<td>{escape(str(cell))}</td>" for cell in cells)
-                    + "</tr>")
-    return (f"<table class='wb-table wb-llamacpp-memory'><thead><tr>{head}</tr></thead>"
-            f"<tbody>{''.join(body)}</tbody></table>")
+        if charged is not None:
+            planned = charged.get(row["stage_id"])
+            cells.append("—" if planned is None else format_bytes(planned))
+        body.append(("", [f"<td>{escape(str(cell))}</td>" for cell in cells]))
+    note = (f"<p class='wb-hint wb-plan-charges-note'>{escape(PLAN_CHARGES_NOTE)}</p>"
+            if charged is not None else "")
+    return table_html([(label, False) for label in labels], body,
+                      "wb-llamacpp-memory") + note
 
 
 class LlamaCppPanel(widgets.VBox):
@@ -170,7 +178,7 @@ class LlamaCppPanel(widgets.VBox):
             return
         rows = memory_section(evaluation.request, evaluation.plan)["stages"]
         self.memory.value = ("<p>what llama.cpp allocates on each stage's node (and the "
-                             "host):</p>" + memory_html(rows))
+                             "host):</p>" + memory_html(rows, evaluation.stages))
 
     def show_commands(self) -> None:
         """Write the launch commands of the plan on screen (or say why there are none)."""

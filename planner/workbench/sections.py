@@ -6,7 +6,7 @@ workbench's panels, the fencing notebook's steppers) makes only what a person op
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import ipywidgets as widgets
@@ -60,7 +60,7 @@ class LazySections(widgets.Accordion):
             self.children[index].children = (content,)
         return self._made[index]
 
-    def _opened(self, change: dict[str, object]) -> None:
+    def _opened(self, change: Mapping[str, object]) -> None:
         index = change["new"]
         if isinstance(index, int):
             self.made(index)

@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import webbrowser
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
+import zmq
 from nbformat.sign import NotebookNotary
 
 from planner.workspace import WORKSPACE_VARIABLE
@@ -126,7 +128,7 @@ def execute_in_kernel(path: Path, connection_file: Path,
                       timeout: float = 300) -> dict[str, Any]:
     """Run the notebook at ``path`` in the kernel of ``connection_file`` and save its
     outputs into the file, as the front-end would have; the kernel's ``language_info``."""
-    from jupyter_client import BlockingKernelClient
+    from jupyter_client.blocking.client import BlockingKernelClient
 
     client = BlockingKernelClient(connection_file=str(connection_file))
     client.load_connection_file()
@@ -254,6 +256,24 @@ def _lab_config(config_dir: Path) -> Path:
     return config_dir
 
 
+# The longest of a kernel's local socket names in its runtime folder (jupyter_client names
+# them after the connection file: kernel-<uuid>-ipc-<port>).
+_KERNEL_SOCKET_NAME = f"kernel-{'0' * 8}-{'0' * 4}-{'0' * 4}-{'0' * 4}-{'0' * 12}-ipc-65535"
+
+
+def kernel_runtime_dir(preferred: Path) -> tuple[Path, bool]:
+    """Where the server keeps its kernels' connection files and local sockets:
+    ``preferred``, unless a socket path there would be longer than the system allows
+    (``zmq.IPC_PATH_MAX_LEN``, 107 bytes on Linux: a checkout in a deep folder), then a
+    fresh private folder in the system's temporary folder. The flag says it is such a
+    folder, to remove once the server stops."""
+    socket_path = preferred / _KERNEL_SOCKET_NAME
+    if len(os.fsencode(socket_path)) <= zmq.IPC_PATH_MAX_LEN:
+        preferred.mkdir(parents=True, exist_ok=True)
+        return preferred, False
+    return Path(tempfile.mkdtemp(prefix="planner-kernels-")), True
+
+
 @contextmanager
 def planned_lab(run_dir: Path, port: int, *, log: Any = None,
                 extra_arguments: Sequence[str] = (),
@@ -261,8 +281,7 @@ def planned_lab(run_dir: Path, port: int, *, log: Any = None,
     """JupyterLab (or, with ``app="notebook"``, Notebook 7) on ``run_dir`` with the
     workbench copy already run in its kernel."""
     token = secrets.token_hex(16)
-    runtime_dir = run_dir.parent / "runtime"
-    runtime_dir.mkdir(parents=True, exist_ok=True)
+    runtime_dir, temporary = kernel_runtime_dir(run_dir.parent / "runtime")
     environment = dict(env if env is not None else os.environ,
                        JUPYTER_RUNTIME_DIR=str(runtime_dir))
     environment.setdefault(WORKSPACE_VARIABLE, str(WORKSPACE))
@@ -291,6 +310,8 @@ def planned_lab(run_dir: Path, port: int, *, log: Any = None,
         yield server
     finally:
         stop(process)
+        if temporary:
+            shutil.rmtree(runtime_dir, ignore_errors=True)
 
 
 def free_port(preferred: int) -> int:

@@ -18,6 +18,7 @@ from typing import Any
 
 import ipywidgets as widgets
 import pandas as pd
+import plotly.graph_objects as go
 
 from planner.errors import CodedError
 from planner.figures.sizing import sizing_figure
@@ -25,10 +26,12 @@ from planner.fleet import ReliabilityOverride
 from planner.limits import (
     DEFAULT_PRICE_KIND,
     MAX_CONTEXT,
+    MAX_FAILURES_TOLERATED,
     MAX_LANES,
     MAX_LATENCY_MS,
     MAX_MINIMUM_NODES,
     MAX_NODES,
+    MAX_TOP_FLEETS,
 )
 from planner.models import GpuModel
 from planner.performance import ESTIMATE_NOTE, ModelTraffic
@@ -41,6 +44,7 @@ from planner.sizing import (
     fleet_nodes,
     size_fleet,
 )
+from planner.sizing.search import TOO_LARGE_ADVICE, TOO_MANY_KINDS_ADVICE
 from planner.units import format_bytes
 from planner.workbench.catalog import gpu_catalog, model_traffic
 from planner.workbench.chart import Chart
@@ -49,11 +53,30 @@ from planner.workbench.editor import (
     context_input,
     fixed_width,
     read_context_input,
+    read_whole,
     show_context_used,
+    whole_input,
 )
+from planner.workbench.editor_fields import NodeExtras, NodeRow
+from planner.workbench.problems import WorkbenchInputError
 from planner.workbench.stale import OutOfDateNote
-from planner.workbench.state import NodeExtras, NodeRow, WorkbenchInputError
-from planner.workbench.view import STYLE
+from planner.workbench.view import STYLE, table_html
+
+# The search's advice in the command line's words, and as this page says it.
+_PAGE_ADVICE = {
+    TOO_LARGE_ADVICE: "untick kinds in the catalog, give kinds a count available, or "
+                      "relax the targets",
+    TOO_MANY_KINDS_ADVICE: "untick kinds in the catalog to compare fewer",
+}
+
+
+def page_message(error: CodedError) -> str:
+    """``error`` as the panel shows it: its advice in the page's words."""
+    message = error.message
+    for said, advice in _PAGE_ADVICE.items():
+        message = message.replace(said, advice)
+    return f"{error.code}: {message}"
+
 
 CATALOG_COLUMNS = (("use", "36px"), ("kind · memory · bandwidth · price", "380px"),
                    ("USD / hour", "100px"), ("available", "90px"))
@@ -95,7 +118,10 @@ class CatalogRow(widgets.HBox):
                  + (f" · {gpu.price_kind}" if gpu.price_kind else ""))
         name = widgets.HTML(f"<span style='white-space:nowrap'>{escape(label)}</span>",
                             layout=fixed_width(widths[1]))
-        super().__init__([self.use, name, self.price, self.max_count])
+        # A row keeps its height in the scrolling list: squeezed to fit the list's
+        # height, rows were 20 px high and their boxes overlapped.
+        super().__init__([self.use, name, self.price, self.max_count],
+                         layout=widgets.Layout(flex="0 0 auto", align_items="center"))
         self.add_class("wb-sizing-catalog-row")
 
     def edited(self) -> GpuModel | None:
@@ -171,20 +197,25 @@ def model_changes(before: SizingModel, after: SizingModel) -> str:
     return "; ".join(changes)
 
 
+def _fleet_cell(label: str) -> str:
+    """A fleet's label in a cell that wraps between its kinds, never inside one (the
+    table then fits a narrow page)."""
+    kinds = " + ".join(f"<span class='wb-id'>{escape(part)}</span>"
+                       for part in label.split(" + "))
+    return f"<td class='wb-text wb-wrap wb-fleet-label'>{kinds}</td>"
+
+
 def fleets_html(fleets: Sequence[SizedFleet], chosen: int | None = None) -> str:
     """The fleets as an HTML table (:func:`planner.reports.sizing.fleet_table`'s cells)."""
     table = fleet_table(fleets)
-    head = "".join(f"<th{'' if a == 'r' else ' class=wb-text'}>"
-                   f"{escape(FLEET_HEADERS.get(h, h.replace('_', ' ')))}</th>"
-                   for h, a in zip(table.headers, table.align, strict=True))
-    rows = []
-    for index, row in enumerate(table.rows):
-        css = "wb-selected" if index == chosen else ""
-        cells = "".join(f"<td{'' if a == 'r' else ' class=wb-text'}>{escape(c)}</td>"
-                        for c, a in zip(row, table.align, strict=True))
-        rows.append(f"<tr class='{css}'>{cells}</tr>")
-    return (f"<table class='wb-table wb-sizing-table'><thead><tr>{head}</tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>")
+    headers = [(FLEET_HEADERS.get(h, h.replace("_", " ")), a != "r")
+               for h, a in zip(table.headers, table.align, strict=True)]
+    rows = [("wb-selected" if index == chosen else "",
+             [_fleet_cell(c) if h == "fleet" else
+              f"<td{'' if a == 'r' else ' class=wb-text'}>{escape(c)}</td>"
+              for h, c, a in zip(table.headers, row, table.align, strict=True)])
+            for index, row in enumerate(table.rows)]
+    return table_html(headers, rows, "wb-sizing-table")
 
 
 class SizingPanel(widgets.VBox):
@@ -197,33 +228,25 @@ class SizingPanel(widgets.VBox):
         model = self._model()
         style = {"description_width": "initial"}
         self.min_context = context_input("wb-sizing-min-context", width="210px")
-        self.min_lanes = widgets.BoundedIntText(value=1, min=1, max=MAX_LANES,
-                                                description="min lanes", style=style,
-                                                layout=widgets.Layout(width="150px"))
-        self.min_nodes = widgets.BoundedIntText(value=model.minimum_nodes, min=1,
-                                                max=MAX_MINIMUM_NODES, description="min nodes",
-                                                style=style, layout=widgets.Layout(width="150px"))
-        self.tpot = widgets.BoundedIntText(value=model.target_decode_tpot_ms or 0, min=0,
-                                           max=MAX_LATENCY_MS, description="TPOT target (ms)",
-                                           tooltip="estimated TPOT target; 0: none",
-                                           style=style, layout=widgets.Layout(width="200px"))
-        self.ttft = widgets.BoundedIntText(value=0, min=0, max=MAX_LATENCY_MS,
-                                           description="TTFT target (ms)",
-                                           tooltip="estimated time-to-first-token target for "
-                                                   "a prompt of 'prompt' tokens; 0: none",
-                                           style=style, layout=widgets.Layout(width="200px"))
-        self.prompt_tokens = widgets.BoundedIntText(value=4096, min=1, max=MAX_CONTEXT,
-                                                    description="prompt (tokens)",
-                                                    tooltip="prompt tokens the TTFT is for",
-                                                    style=style,
-                                                    layout=widgets.Layout(width="200px"))
-        self.tolerate = widgets.BoundedIntText(value=0, min=0, max=8,
-                                               description="survive losing", style=style,
-                                               tooltip="nodes the fleet must be able to lose",
-                                               layout=widgets.Layout(width="170px"))
-        self.tolerate.add_class("wb-sizing-tolerate")
-        self.top = widgets.BoundedIntText(value=top, min=1, max=100, description="show",
-                                          style=style, layout=widgets.Layout(width="120px"))
+        self.min_lanes = whole_input(1, "wb-sizing-min-lanes", width="150px",
+                                     description="min lanes")
+        self.min_nodes = whole_input(model.minimum_nodes, "wb-sizing-min-nodes", width="150px",
+                                     description="min nodes")
+        self.tpot = whole_input(model.target_decode_tpot_ms, "wb-sizing-tpot", width="200px",
+                                description="TPOT target (ms)", placeholder="none",
+                                tooltip="estimated TPOT target; blank or 0: none")
+        self.ttft = whole_input(None, "wb-sizing-ttft", width="200px",
+                                description="TTFT target (ms)", placeholder="none",
+                                tooltip="estimated time-to-first-token target for a prompt "
+                                        "of 'prompt' tokens; blank or 0: none")
+        self.prompt_tokens = whole_input(4096, "wb-sizing-prompt", width="200px",
+                                         description="prompt (tokens)",
+                                         tooltip="prompt tokens the TTFT is for")
+        self.tolerate = whole_input(0, "wb-sizing-tolerate", width="170px",
+                                    description="survive losing",
+                                    tooltip="nodes the fleet must be able to lose")
+        self.top = whole_input(top, "wb-sizing-top", width="120px", description="show",
+                               tooltip="how many of the cheapest fleets to list")
         self.size_button = widgets.Button(description="Size", button_style="primary")
         self.size_button.add_class("wb-sizing-size")
         self.size_button.on_click(lambda _: self.compute())
@@ -258,11 +281,12 @@ class SizingPanel(widgets.VBox):
                                 self.ttft, self.prompt_tokens, self.tolerate, self.top,
                                 self.size_button],
                                layout=widgets.Layout(flex_flow="row wrap"))
+        rows = widgets.VBox(list(self.catalog_rows),
+                            layout=widgets.Layout(max_height="260px", overflow="auto"))
+        rows.add_class("wb-sizing-catalog")
         super().__init__([
             widgets.HTML(STYLE + "<h3>Size a fleet</h3>"), targets,
-            widgets.HTML("<h3>Catalog</h3>"), header,
-            widgets.VBox(list(self.catalog_rows),
-                         layout=widgets.Layout(max_height="260px", overflow="auto")),
+            widgets.HTML("<h3>Catalog</h3>"), header, rows,
             self.stale, self.problem, self.summary, self.table,
             widgets.HBox([self.choice, self.load_button],
                          layout=widgets.Layout(flex_flow="row wrap")), self.chart,
@@ -296,8 +320,9 @@ class SizingPanel(widgets.VBox):
             own = (model.minimum_nodes, model.target_decode_tpot_ms)
             if own != self._fleet_targets:
                 self._fleet_targets = own
-                self.min_nodes.value = model.minimum_nodes
-                self.tpot.value = model.target_decode_tpot_ms or 0
+                self.min_nodes.value = str(model.minimum_nodes)
+                self.tpot.value = ("" if model.target_decode_tpot_ms is None
+                                   else str(model.target_decode_tpot_ms))
             reason = ("" if self._sized_for is None
                       else model_changes(self._sized_for, model))
         if self._sized_for is None:
@@ -312,13 +337,30 @@ class SizingPanel(widgets.VBox):
         return [gpu for row in self.catalog_rows if (gpu := row.edited()) is not None]
 
     def targets(self) -> SizingTargets:
+        """The targets typed. Raises :class:`WorkbenchInputError` naming a box that cannot
+        be read or is out of range (never clamped)."""
+        tpot = read_whole(self.tpot, "target_decode_tpot_ms", label="TPOT target",
+                          maximum=MAX_LATENCY_MS, default=0)
+        ttft = read_whole(self.ttft, "target_ttft_ms", label="TTFT target",
+                          maximum=MAX_LATENCY_MS, default=0)
         return SizingTargets(
             minimum_context=read_context_input(self.min_context, "minimum_context"),
-            minimum_lanes=self.min_lanes.value, minimum_nodes=self.min_nodes.value,
-            target_decode_tpot_ms=self.tpot.value or None,
-            failures_tolerated=self.tolerate.value,
-            target_ttft_ms=self.ttft.value or None,
-            prompt_tokens=self.prompt_tokens.value if self.ttft.value else None)
+            minimum_lanes=read_whole(self.min_lanes, "minimum_lanes", label="min lanes",
+                                     minimum=1, maximum=MAX_LANES),
+            minimum_nodes=read_whole(self.min_nodes, "minimum_nodes", label="min nodes",
+                                     minimum=1, maximum=MAX_MINIMUM_NODES),
+            target_decode_tpot_ms=tpot or None,
+            failures_tolerated=read_whole(self.tolerate, "failures_tolerated",
+                                          label="survive losing",
+                                          maximum=MAX_FAILURES_TOLERATED),
+            target_ttft_ms=ttft or None,
+            prompt_tokens=read_whole(self.prompt_tokens, "prompt_tokens",
+                                     label="prompt (tokens)", minimum=1,
+                                     maximum=MAX_CONTEXT) if ttft else None)
+
+    def shown_count(self) -> int:
+        """How many fleets to list (the "show" box)."""
+        return read_whole(self.top, "top", label="show", minimum=1, maximum=MAX_TOP_FLEETS)
 
     @property
     def frame(self) -> pd.DataFrame | None:
@@ -341,15 +383,17 @@ class SizingPanel(widgets.VBox):
                 raise WorkbenchInputError("catalog", "tick at least one kind to size with",
                                           label="catalog")
             result = size_fleet(
-                model.fields, catalog, self.targets(), top=self.top.value,
+                model.fields, catalog, self.targets(), top=self.shown_count(),
                 traffic=model.traffic,
                 context_length_override=model.context_length_override,
                 parallel_lanes_override=model.parallel_lanes_override)
         except CodedError as error:
             # A refusal is about this model and these options: say when they change.
-            self._say(f"{error.code}: {error.message}", model)
+            self._say(page_message(error), model)
             return
         self.problem.value = ""
+        self.chart.layout.display = None
+        self.load_button.disabled = not hasattr(self._source, "set_state")
         self.stale.clear()
         self._sized_for = model
         self.result = result
@@ -372,7 +416,12 @@ class SizingPanel(widgets.VBox):
     def choose(self, index: int | None) -> None:
         """Load fleet ``index`` (0 is the cheapest) into the workbench and plan it."""
         if self.result is None or index is None:
-            self._say("Nothing to load: press Size first.")
+            refused = self.problem.value
+            self._say("Nothing to load: no fleet meets the targets of the last Size (see "
+                      "its reason above)." if refused else "Nothing to load: press Size "
+                      "first.", self._sized_for)
+            if refused:
+                self.problem.value = refused + self.problem.value
             return
         fleet = self.result.fleets[index]
         kinds = self._kinds  # as sized, whatever was edited since
@@ -398,3 +447,7 @@ class SizingPanel(widgets.VBox):
         self.summary.value = ""
         self.table.value = ""
         self.choice.options = []
+        # No chart of the fleets sized before stays under a problem.
+        self.chart.show(go.Figure())
+        self.chart.layout.display = "none"
+        self.load_button.disabled = True

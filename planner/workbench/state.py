@@ -3,13 +3,14 @@
 :class:`WorkbenchState` holds what the editor shows, as a person typed it (sizes as text
 such as ``"80 GiB"``, optional numbers as blank or text), turns it into a planning request
 or a fleet document, and makes every edit the editor offers as a pure function returning
-a new state. Values that cannot be read raise :class:`WorkbenchInputError`, naming the
-field and node; :class:`Problem` is how any error is shown.
+a new state. Values that cannot be read raise
+:class:`~planner.workbench.problems.WorkbenchInputError`, naming the field and node. What
+the editors hold is in :mod:`planner.workbench.editor_fields`, how typed text is read in
+:mod:`planner.workbench.typed_values`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,14 +27,10 @@ from planner.fleet import (
 )
 from planner.limits import MAX_NODE_BYTES, MAX_NODES
 from planner.planning import NodeBudget, PlanningInput
-from planner.units import (
-    UnitError,
-    exact_size_text,
-    format_bytes,
-    parse_bytes,
-    parse_context,
-    parse_latency_ms,
-)
+from planner.units import format_bytes
+from planner.workbench.editor_fields import ModelFields, NodeExtras, NodeRow, PlanOptions
+from planner.workbench.node_ids import free_ids, gpu_id_base, numbered
+from planner.workbench.problems import WorkbenchInputError
 from planner.workspace import EXAMPLE_FLEETS
 
 # The example fleets shipped in the package (the repository's data/fleets in a checkout):
@@ -50,385 +47,6 @@ _DESIGN_MODEL = {
     "model_weight_bytes": 315_680_000_000,
     "kv_bytes_per_token": 131_072,
 }
-
-
-class WorkbenchInputError(CodedError):
-    """A value in the editor that cannot be read.
-
-    ``field`` names the request field (``nodes[2].vram``, ``model_weight_bytes``),
-    ``node_id`` the node the value belongs to and ``value`` what was typed.
-    """
-
-    codes = ("InvalidEditorValue",)
-
-    def __init__(self, field_name: str, problem: str, *, value: str | None = None,
-                 node_id: str | None = None, label: str | None = None) -> None:
-        where = label or field_name
-        got = f" (got {shown(value)})" if value is not None else ""
-        super().__init__("InvalidEditorValue", f"{where}: {problem}{got}", field=field_name,
-                         node_id=node_id, value=value)
-        self.field = field_name
-        self.node_id = node_id
-        self.value = value
-
-
-def _argument(name: str, label: str) -> Fail:
-    """The refusal of a state method's argument ``name`` (shown as ``label``)."""
-    return lambda problem, value: WorkbenchInputError(name, f"{problem} (got {shown(value)})",
-                                                      label=label)
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """An error shown in the workbench instead of a plan: a stable code and a message."""
-
-    code: str
-    message: str
-    field: str | None = None
-    node_id: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, "field": self.field,
-                "node_id": self.node_id}
-
-    @classmethod
-    def from_exception(cls, error: Exception) -> Problem:
-        """The problem behind any error the planner, the fleet files or the models raise."""
-        code = str(getattr(error, "code", type(error).__name__))
-        message = str(getattr(error, "message", None) or error)
-        field_name = getattr(error, "field", None)
-        node_id = getattr(error, "node_id", None)
-        if hasattr(error, "path") and getattr(error, "path", None):
-            message = str(error)
-        return cls(code, message, field_name if isinstance(field_name, str) else None,
-                   node_id if isinstance(node_id, str) else None)
-
-
-# -- reading what was typed ------------------------------------------------------------
-
-
-def weight_size_text(value: int) -> str:
-    """Model weights as the editor shows them, always in one form: two decimals of the
-    largest 1000-based unit (``"315.68 GB"``, ``"712.97 GB"``, ``"1.34 TB"``).
-
-    The figure is rounded; :class:`ModelFields` keeps the exact bytes while the text is
-    left as shown."""
-    return format_bytes(value, decimal=True, trim=False)
-
-
-def node_size_text(value: int) -> tuple[str, int | None]:
-    """A node's memory as the fleet rows show it, and the exact bytes behind the text
-    when it is rounded: the shortest exact size in GiB or GB (``"24 GiB"``, ``"1.5
-    TiB"``), else GiB to two decimals (a driver's ``81559 MiB`` shows as ``"79.65 GiB"``,
-    and the row keeps the exact 81559 MiB while that text is left as shown)."""
-    exact = exact_size_text(value)
-    if value < 2**30 or exact.endswith(("GiB", "TiB", "PiB", "GB", "TB", "PB")):
-        return exact, None
-    return format_bytes(value), value
-
-
-def parse_size(text: str, field_name: str, *, label: str, node_id: str | None = None,
-               optional: bool = False, bare_bytes: bool = False) -> int | None:
-    """A size typed as ``"80 GiB"``, ``"24 GB"`` or ``"1024 B"``; blank is ``None`` when
-    ``optional``. A bare number is bytes only with ``bare_bytes`` (a box labelled in
-    bytes); elsewhere it is refused with the units it could mean."""
-    stripped = text.strip()
-    if not stripped:
-        if optional:
-            return None
-        raise WorkbenchInputError(field_name, "is required; write e.g. '80 GiB'",
-                                  node_id=node_id, label=label)
-    if stripped.startswith("-"):
-        raise WorkbenchInputError(field_name, "cannot be negative", value=text,
-                                  node_id=node_id, label=label)
-    try:
-        return parse_bytes(stripped, bare_bytes=bare_bytes)
-    except UnitError as error:
-        raise WorkbenchInputError(field_name, error.message, node_id=node_id,
-                                  label=label) from None
-
-
-def _exact_or_parsed(text: str, exact: int | None, field_name: str, *, label: str,
-                     node_id: str | None, optional: bool = False) -> int | None:
-    """``exact`` while ``text`` reads as its rounding (:func:`node_size_text`), else the
-    size typed."""
-    if exact is not None and text.strip() == node_size_text(exact)[0]:
-        return exact
-    return parse_size(text, field_name, label=label, node_id=node_id, optional=optional)
-
-
-def parse_latency(text: str, field_name: str, *, label: str,
-                  node_id: str | None = None) -> int | float | None:
-    """An optional latency (blank is ``None``) read as fleet files read it: ``5``,
-    ``0.5``, ``"5 ms"``, ``"500 us"``."""
-    if not text.strip():
-        return None
-    try:
-        return parse_latency_ms(text.strip())
-    except UnitError as error:
-        raise WorkbenchInputError(field_name, error.message, node_id=node_id,
-                                  label=label) from None
-
-
-def parse_context_text(text: str, field_name: str, *, label: str) -> int | None:
-    """An optional context length (blank is ``None``): ``131072``, ``"131,072"`` or
-    ``"128k"`` (k = 1024 tokens)."""
-    if not text.strip():
-        return None
-    try:
-        return parse_context(text.strip())
-    except UnitError as error:
-        raise WorkbenchInputError(field_name, error.message, label=label) from None
-
-
-_WHOLE = re.compile(r"^\s*(-?[0-9][0-9_,]*)\s*([a-zA-Z]*)\s*$")
-
-
-def parse_whole(text: str, field_name: str, *, label: str, unit: str = "",
-                node_id: str | None = None, minimum: int = 0) -> int | None:
-    """An optional whole number (blank is ``None``), with an optional unit such as ``ms``."""
-    stripped = text.strip()
-    if not stripped:
-        return None
-    match = _WHOLE.match(stripped)
-    if match is None or (match.group(2) and match.group(2).lower() != unit):
-        suffix = f", optionally followed by {unit!r}" if unit else ""
-        raise WorkbenchInputError(field_name, f"must be a whole number{suffix}",
-                                  value=text, node_id=node_id, label=label)
-    digits = match.group(1).replace("_", "").replace(",", "")
-    if len(digits.lstrip("-0")) > 18:
-        raise WorkbenchInputError(field_name, "has too many digits", value=text,
-                                  node_id=node_id, label=label)
-    number = int(digits)
-    if number < minimum:
-        problem = "cannot be negative" if minimum == 0 else f"must be at least {minimum}"
-        raise WorkbenchInputError(field_name, problem, value=text, node_id=node_id,
-                                  label=label)
-    return number
-
-
-# -- the editable state -----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class NodeRow:
-    """One fleet row as typed: sizes as text, blank meaning "not set".
-
-    ``exact_vram_bytes`` and ``exact_max_vram_bytes`` are the exact sizes behind a
-    rounded text (:func:`node_size_text`), used while the text still reads as shown;
-    rows compare by their text."""
-
-    node_id: str
-    vram: str
-    max_vram: str = ""
-    headroom: str = "0"
-    latency_ms: str = ""
-    exact_vram_bytes: int | None = field(default=None, compare=False)
-    exact_max_vram_bytes: int | None = field(default=None, compare=False)
-
-    @classmethod
-    def sized(cls, node_id: str, vram_bytes: int) -> NodeRow:
-        """A row of ``vram_bytes`` written as the rows write sizes (:func:`node_size_text`)."""
-        text, exact = node_size_text(vram_bytes)
-        return cls(node_id, text, exact_vram_bytes=exact)
-
-    def kept_exact(self, before: NodeRow) -> NodeRow:
-        """This row with ``before``'s exact sizes where it has none of its own and its
-        text still reads as before (a row read back from the editor's text)."""
-        return replace(
-            self,
-            exact_vram_bytes=(before.exact_vram_bytes if self.exact_vram_bytes is None
-                              and self.vram == before.vram else self.exact_vram_bytes),
-            exact_max_vram_bytes=(before.exact_max_vram_bytes
-                                  if self.exact_max_vram_bytes is None
-                                  and self.max_vram == before.max_vram
-                                  else self.exact_max_vram_bytes))
-
-    def to_budget(self, index: int) -> NodeBudget:
-        """The node as the planner sees it. Raises :class:`WorkbenchInputError`."""
-        node_id = self.node_id
-        where = f"nodes[{index}]"
-        if not node_id.strip():
-            raise WorkbenchInputError(f"{where}.node_id", "every node needs an id",
-                                      label=f"row {index + 1} id")
-        label = f"node {node_id!r}"
-        detected = _exact_or_parsed(self.vram, self.exact_vram_bytes, f"{where}.vram",
-                                    label=f"{label} VRAM", node_id=node_id)
-        cap = _exact_or_parsed(self.max_vram, self.exact_max_vram_bytes,
-                               f"{where}.max_vram", label=f"{label} max VRAM",
-                               node_id=node_id, optional=True)
-        headroom = parse_size(self.headroom, f"{where}.headroom",
-                              label=f"{label} headroom", node_id=node_id, optional=True)
-        latency = parse_latency(self.latency_ms, f"{where}.latency_ms",
-                                label=f"{label} latency", node_id=node_id)
-        assert detected is not None
-        return NodeBudget(node_id, detected, cap, headroom or 0, latency)
-
-    @classmethod
-    def from_budget(cls, node: NodeBudget) -> NodeRow:
-        vram, exact_vram = node_size_text(node.detected_vram_bytes)
-        max_vram, exact_max = (node_size_text(node.max_vram_bytes)
-                               if node.max_vram_bytes is not None else ("", None))
-        return cls(
-            node_id=node.node_id,
-            vram=vram,
-            max_vram=max_vram,
-            exact_vram_bytes=exact_vram,
-            exact_max_vram_bytes=exact_max,
-            headroom=exact_size_text(node.runtime_headroom_bytes),
-            latency_ms=(str(node.stage_transfer_latency_ms)
-                        if node.stage_transfer_latency_ms is not None else ""),
-        )
-
-    def to_dict(self) -> dict[str, str]:
-        return {"node_id": self.node_id, "vram": self.vram, "max_vram": self.max_vram,
-                "headroom": self.headroom, "latency_ms": self.latency_ms}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, str]) -> NodeRow:
-        text = {key: str(data.get(key, default)) for key, default in (
-            ("node_id", ""), ("vram", ""), ("max_vram", ""), ("headroom", "0"),
-            ("latency_ms", ""))}
-        return cls(text["node_id"], text["vram"], text["max_vram"], text["headroom"],
-                   text["latency_ms"])
-
-
-@dataclass(frozen=True, slots=True)
-class ModelFields:
-    """The model as the editor holds it.
-
-    ``preset`` or ``gguf`` says where the numbers came from; both are ``None`` for numbers
-    typed by hand. ``kv_cache_type`` applies to a preset or GGUF model.
-    ``layer_weight_bytes`` are exact per-layer weights (kept only while they match
-    ``layer_count`` and ``model_weight_bytes``). ``model_weight_bytes`` is shown rounded
-    (:func:`weight_size_text`); ``exact_weight_bytes`` is the exact figure behind it, used
-    as long as the text still reads as that rounding.
-    """
-
-    layer_count: int
-    native_context_length: int
-    model_weight_bytes: str
-    kv_bytes_per_token: str
-    layer_weight_bytes: tuple[int, ...] | None = None
-    name: str | None = None
-    preset: str | None = None
-    gguf: str | None = None
-    kv_cache_type: str | None = None
-    exact_weight_bytes: int | None = None
-
-    @property
-    def label(self) -> str:
-        return self.name or self.preset or (Path(self.gguf).name if self.gguf else "custom model")
-
-    def planning_fields(self) -> dict[str, Any]:
-        """The five model fields of the request (docs/rules.md §1). Raises
-        :class:`WorkbenchInputError`."""
-        exact = self.exact_weight_bytes
-        weights: int | None
-        if exact is not None and self.model_weight_bytes.strip() == weight_size_text(exact):
-            weights = exact
-        else:
-            weights = parse_size(self.model_weight_bytes, "model_weight_bytes",
-                                 label="model weight bytes", bare_bytes=True)
-        kv = parse_size(self.kv_bytes_per_token, "kv_bytes_per_token",
-                        label="KV bytes per token", bare_bytes=True)
-        return {
-            "native_context_length": self.native_context_length,
-            "layer_count": self.layer_count,
-            "model_weight_bytes": weights,
-            "kv_bytes_per_token": kv,
-            "layer_weight_bytes": self.layer_weight_bytes,
-        }
-
-    @classmethod
-    def from_planning_fields(cls, fields: dict[str, Any], **source: Any) -> ModelFields:
-        weights = fields.get("layer_weight_bytes")
-        return cls(
-            layer_count=int(fields["layer_count"]),
-            native_context_length=int(fields["native_context_length"]),
-            model_weight_bytes=weight_size_text(int(fields["model_weight_bytes"])),
-            exact_weight_bytes=int(fields["model_weight_bytes"]),
-            # KV sizes are quoted in plain bytes per token ("131,072"), so shown that way.
-            kv_bytes_per_token=str(int(fields["kv_bytes_per_token"])),
-            layer_weight_bytes=tuple(weights) if weights is not None else None,
-            **source,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class PlanOptions:
-    """Planning options as typed; blank means "not set"."""
-
-    minimum_nodes: int = 1
-    context_length_override: str = ""
-    parallel_lanes_override: str = ""
-    target_decode_tpot_ms: str = ""
-
-    def planning_fields(self) -> dict[str, Any]:
-        """The request's option fields (docs/rules.md §1). Raises :class:`WorkbenchInputError`."""
-        if self.minimum_nodes < 0:
-            raise WorkbenchInputError("minimum_nodes", "cannot be negative",
-                                      value=str(self.minimum_nodes), label="minimum nodes")
-        return {
-            "minimum_nodes": self.minimum_nodes,
-            "context_length_override": parse_context_text(
-                self.context_length_override, "context_length_override",
-                label="context override"),
-            "parallel_lanes_override": parse_whole(
-                self.parallel_lanes_override, "parallel_lanes_override",
-                label="lanes override"),
-            "target_decode_tpot_ms": parse_whole(
-                self.target_decode_tpot_ms, "target_decode_tpot_ms",
-                label="TPOT target", unit="ms"),
-        }
-
-
-def _numbered(node_id: str) -> tuple[str, int] | None:
-    match = re.match(r"^(.*\S)-(\d+)$", node_id)
-    return (match.group(1), int(match.group(2))) if match else None
-
-
-def _free_ids(base: str, taken: set[str], count: int) -> list[str]:
-    """``count`` ids ``base-NN`` not in ``taken``, numbering on from the highest in use."""
-    used = [n for nid in taken if (p := _numbered(nid)) and p[0] == base for n in [p[1]]]
-    start = max(used) + 1 if used else 0
-    width = max(2, len(str(start + count - 1)))
-    ids: list[str] = []
-    number = start
-    while len(ids) < count:
-        candidate = f"{base}-{number:0{width}d}"
-        if candidate not in taken:
-            ids.append(candidate)
-        number += 1
-    return ids
-
-
-def gpu_id_base(name: str) -> str:
-    """A node id prefix from a GPU's name: ``"NVIDIA H100 80GB"`` -> ``"h100-80gb"``."""
-    words = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-").split("-")
-    vendors = {"nvidia", "amd", "apple", "intel", "geforce", "radeon"}
-    kept = [w for w in words if w and w not in vendors] or words
-    return "-".join(kept)[:24].strip("-") or "gpu"
-
-
-@dataclass(frozen=True, slots=True)
-class NodeExtras:
-    """What a fleet file says of a node besides its planning fields: its own ``gpu``
-    kind and failure figures, its rpc-server ``address`` and its device there. The
-    editor does not show them as text; they stay with the node's row through every edit
-    and are saved."""
-
-    reliability: ReliabilityOverride | None = None
-    address: str | None = None
-    rpc_device: int | None = None
-
-    @property
-    def gpu(self) -> str | None:
-        return self.reliability.gpu if self.reliability is not None else None
-
-    def copied(self) -> NodeExtras:
-        """The extras of a copy of the node: the same kind of GPU, at another address."""
-        return NodeExtras(self.reliability)
 
 
 def _model_fields(choice: ModelChoice, base_dir: Path | None) -> ModelFields:
@@ -463,9 +81,15 @@ def describe_nodes(nodes: Sequence[NodeBudget]) -> str:
                       sorted(counts.items(), key=lambda item: (-item[0], item[1])))
 
 
-def _text(value: int | float | None) -> str:
+def _text(value: int | float | str | None) -> str:
     return "" if value is None else str(value)
 
+
+
+def _argument(name: str, label: str) -> Fail:
+    """The refusal of a state method's argument ``name`` (shown as ``label``)."""
+    return lambda problem, value: WorkbenchInputError(name, f"{problem} (got {shown(value)})",
+                                                      label=label)
 
 @dataclass(frozen=True, slots=True)
 class WorkbenchState:
@@ -525,6 +149,7 @@ class WorkbenchState:
             context_length_override=_text(document.context_length_override),
             parallel_lanes_override=_text(document.parallel_lanes_override),
             target_decode_tpot_ms=_text(document.target_decode_tpot_ms),
+            default_latency_ms=_text(document.default_latency_ms),
         )
         return cls(document=document, model=_model_fields(document.model, document.base_dir),
                    nodes=tuple(NodeRow.from_budget(node) for node in document.nodes),
@@ -765,8 +390,8 @@ class WorkbenchState:
             template, extra = self.nodes[-1], self.extras[-1].copied()
         else:
             template, extra = NodeRow("node", "80 GiB"), NodeExtras()
-        base = (_numbered(template.node_id) or (template.node_id.strip() or "node", 0))[0]
-        new_id = _free_ids(base, self._taken(), 1)[0]
+        base = (numbered(template.node_id) or (template.node_id.strip() or "node", 0))[0]
+        new_id = free_ids(base, self._taken(), 1)[0]
         return self._rows([*self.nodes, replace(template, node_id=new_id)],
                           [*self.extras, extra])
 
@@ -775,8 +400,8 @@ class WorkbenchState:
         without its address)."""
         index = self._row_index(index)
         row = self.nodes[index]
-        base = (_numbered(row.node_id) or (row.node_id.strip() or "node", 0))[0]
-        new_id = _free_ids(base, self._taken(), 1)[0]
+        base = (numbered(row.node_id) or (row.node_id.strip() or "node", 0))[0]
+        new_id = free_ids(base, self._taken(), 1)[0]
         rows, extras = list(self.nodes), list(self.extras)
         rows.insert(index + 1, replace(row, node_id=new_id))
         extras.insert(index + 1, extras[index].copied())
@@ -800,7 +425,7 @@ class WorkbenchState:
                                          f"{len(self.nodes):,} of the {MAX_NODES:,} nodes a "
                                          "fleet holds)"),
                         minimum=1, maximum=MAX_NODES - len(self.nodes))
-        ids = _free_ids(gpu_id_base(kind or gpu_name), self._taken(), count)
+        ids = free_ids(gpu_id_base(kind or gpu_name), self._taken(), count)
         extra = NodeExtras(ReliabilityOverride(gpu=kind) if kind is not None else None)
         return self._rows([*self.nodes, *(NodeRow.sized(i, memory_bytes) for i in ids)],
                           [*self.extras, *([extra] * count)])

@@ -6,6 +6,7 @@ is a :class:`~planner.workbench.chart.Chart`, redrawn only when its figure chang
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from html import escape
 
 import ipywidgets as widgets
@@ -20,9 +21,10 @@ from planner.figures import (
 )
 from planner.figures.plan import shape_target_met, shape_tpot
 from planner.performance import ESTIMATE_NOTE
-from planner.planning import ChoiceExplanation, ShapeOption
+from planner.planning import STAGE_PART_NAMES, ChoiceExplanation, ShapeOption
 from planner.planning.explain import RULE_TEXT
-from planner.units import format_bytes, format_milliseconds
+from planner.reports.tables import shown_stage_parts
+from planner.units import format_bytes, format_milliseconds, layer_range
 from planner.workbench.chart import Chart, chart_row
 from planner.workbench.evaluation import Evaluation
 
@@ -45,54 +47,105 @@ STYLE = """
 .wb-table td.wb-text, .wb-table th.wb-text { text-align: left; }
 .wb-table tr.wb-selected td { background: #fbe9ea; font-weight: 600; }
 .wb-table tr.wb-infeasible td { color: #999; }
+.wb-table td.wb-wrap { white-space: normal; min-width: 14em; line-height: 1.35; }
+.wb-table .wb-id { white-space: nowrap; }
+.wb-sizing-table th { white-space: normal; vertical-align: bottom; }
+.wb-sizing-table td.wb-fleet-label { min-width: 12em; }
+.wb-estimate-note { font-size: 12px; color: #555; margin-top: 4px; }
+.wb-fit { container-type: inline-size; }
+@container (max-width: 760px) {
+  .wb-fit table.wb-table, .wb-fit .wb-table tbody, .wb-fit .wb-table tr { display: block; }
+  .wb-fit .wb-table thead { display: none; }
+  .wb-fit .wb-table tr { padding: 3px 0; border-bottom: 1px solid #ddd; }
+  .wb-fit .wb-table td { display: inline-block; border: none; padding: 1px 10px 1px 0;
+    text-align: left; }
+  .wb-fit .wb-table td:empty { display: none; }
+  .wb-fit .wb-table td::before { content: attr(data-label) ": "; color: #777;
+    font-weight: normal; }
+  .wb-fit .wb-table td.wb-wrap { display: block; min-width: 0; }
+}
 </style>
 """
 
 
-def _cell(value: object, *, text: bool = False) -> str:
-    css = " class='wb-text'" if text else ""
+def _cell(value: object, *, text: bool = False, wrap: bool = False) -> str:
+    classes = " ".join(name for name, on in (("wb-text", text), ("wb-wrap", wrap)) if on)
+    css = f" class='{classes}'" if classes else ""
     return f"<td{css}>{escape(str(value))}</td>"
 
 
-def _table(headers: list[tuple[str, bool]], rows: list[tuple[str, list[str]]]) -> str:
+def table_html(headers: Sequence[tuple[str, bool]], rows: Sequence[tuple[str, Sequence[str]]],
+               css_class: str = "") -> str:
+    """A table of ``headers`` (name, and whether its column is text) and ``rows`` (the
+    row's class, and its ``<td>`` cells), that fits its box: each cell carries its
+    column's name, and in a box narrower than the table needs (JupyterLab at 1024 px)
+    each row is drawn as a card of "name: value" pairs (:data:`STYLE`), so no column is
+    ever behind a horizontal scroll."""
     head = "".join(f"<th{' class=wb-text' if text else ''}>{escape(name)}</th>"
                    for name, text in headers)
-    body = "".join(f"<tr class='{css}'>{''.join(cells)}</tr>" for css, cells in rows)
-    return f"<table class='wb-table'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    labels = [f"<td data-label=\"{escape(name, quote=True)}\"" for name, _ in headers]
+    body = "".join(f"<tr class='{css}'>"
+                   + "".join(cell.replace("<td", label, 1)
+                             for cell, label in zip(cells, labels, strict=True)) + "</tr>"
+                   for css, cells in rows)
+    return (f"<div class='wb-fit'><table class='wb-table {css_class}'><thead><tr>{head}"
+            f"</tr></thead><tbody>{body}</tbody></table></div>")
 
 
-def stage_table_html(stages: pd.DataFrame) -> str:
-    """The stage table (:func:`planner.stage_usage`) with sizes in human units, and the
-    speed estimate's per-stage read and hop times when the table has them."""
+LLAMACPP_STAGE_NOTE = (
+    "Under llama.cpp's rule the plan charges the last stage the output head (and a tied "
+    "token_embd's copy) and the output device's compute buffer as \"{other}\", and every "
+    "node gives up its backend overhead and a pipeline stage's compute buffer before any "
+    "layer (\"{reserve}\", outside \"usable\"). The llama.cpp panel lists what llama.cpp "
+    "allocates on each device: there the output head counts among the weights and the "
+    "compute buffers under compute.").format(other=STAGE_PART_NAMES["other_bytes"],
+                                             reserve=STAGE_PART_NAMES["reserved_bytes"])
+
+
+def stage_table_html(stages: pd.DataFrame, memory_model: str = "design") -> str:
+    """The stage table (:func:`planner.stage_usage`) with sizes in human units: a
+    recurrent state, what else the memory rule charges a stage and what it reserves on
+    its node, where some stage has them (with a note on llama.cpp's parts under its
+    ``memory_model``), and the speed estimate's per-stage read and hop times when the
+    table has them."""
     estimated = "stage_read_ms" in stages and bool(stages["stage_read_ms"].notna().any())
+    records = stages.to_dict("records")
+    parts, reserved = shown_stage_parts(records)
     headers = [("stage", True), ("node", True), ("layers", False), ("count", False),
-               ("weights", False), ("KV cache", False), ("used", False), ("usable", False),
-               ("remaining", False)]
+               ("weights", False), ("KV cache", False),
+               *((name, False) for _, name in parts), ("used", False),
+               *([(STAGE_PART_NAMES["reserved_bytes"], False)] if reserved else []),
+               ("usable", False), ("remaining", False)]
     if estimated:
         headers += [("est. read", False), ("est. hop", False)]
     rows = []
-    for stage in stages.itertuples(index=False):
-        extra = ([_cell(f"{stage.stage_read_ms:,.2f} ms"), _cell(f"{stage.hop_ms:,.2f} ms")]
-                 if estimated else [])
+    for stage in records:
+        extra = ([_cell(f"{stage['stage_read_ms']:,.2f} ms"),
+                  _cell(f"{stage['hop_ms']:,.2f} ms")] if estimated else [])
         rows.append(("", [
-            _cell(stage.stage_id, text=True), _cell(stage.node_id, text=True),
-            _cell(f"{stage.layer_start}–{stage.layer_end - 1}" if stage.layer_count > 1
-                  else str(stage.layer_start)),
-            _cell(stage.layer_count),
-            _cell(format_bytes(int(stage.parameter_bytes))),
-            _cell(format_bytes(int(stage.kv_cache_bytes))),
-            _cell(format_bytes(int(stage.used_bytes))),
-            _cell(format_bytes(int(stage.usable_vram_bytes))),
-            _cell(format_bytes(int(stage.remaining_bytes))),
+            _cell(stage["stage_id"], text=True), _cell(stage["node_id"], text=True),
+            _cell(layer_range(int(stage["layer_start"]), int(stage["layer_end"]))),
+            _cell(stage["layer_count"]),
+            _cell(format_bytes(int(stage["parameter_bytes"]))),
+            _cell(format_bytes(int(stage["kv_cache_bytes"]))),
+            *(_cell(format_bytes(int(stage[column]))) for column, _ in parts),
+            _cell(format_bytes(int(stage["used_bytes"]))),
+            *([_cell(format_bytes(int(stage["reserved_bytes"])))] if reserved else []),
+            _cell(format_bytes(int(stage["usable_vram_bytes"]))),
+            _cell(format_bytes(int(stage["remaining_bytes"]))),
             *extra,
         ]))
-    return _table(headers, rows)
+    note = (f"<div class='wb-hint wb-stage-note'>{escape(LLAMACPP_STAGE_NOTE)}</div>"
+            if memory_model == "llamacpp" else "")
+    return table_html(headers, rows) + note
 
 
 def _short_nodes(node_ids: tuple[str, ...], shown: int = 6) -> str:
-    if len(node_ids) <= shown:
-        return ", ".join(node_ids)
-    return ", ".join(node_ids[:shown]) + f", … (+{len(node_ids) - shown})"
+    """The first ``shown`` node ids as HTML, each kept whole on a line of its own (a
+    wrapped cell broke "qwen-node-02" at a hyphen)."""
+    ids = ", ".join(f"<span class='wb-id'>{escape(node_id)}</span>"
+                    for node_id in node_ids[:shown])
+    return ids + (f", … (+{len(node_ids) - shown})" if len(node_ids) > shown else "")
 
 
 def candidates_table_html(candidates: pd.DataFrame, target_ms: int | None = None,
@@ -134,7 +187,8 @@ def candidates_table_html(candidates: pd.DataFrame, target_ms: int | None = None
             _cell("" if met is None else ("met" if met else "missed"),
                   text=True),
             _cell("" if pd.isna(margin) else format_bytes(int(margin))),
-            _cell(_short_nodes(shape.node_ids) if shape.feasible else shape.reason, text=True),
+            (f"<td class='wb-text wb-wrap'>{_short_nodes(shape.node_ids)}</td>"
+             if shape.feasible else _cell(shape.reason, text=True, wrap=True)),
             _cell(f"★ {shape.selected_lanes} lanes" if shape.selected else "", text=True),
             *([_cell("" if pd.isna(network) else format_milliseconds(network))]
               if speed else []),
@@ -143,9 +197,9 @@ def candidates_table_html(candidates: pd.DataFrame, target_ms: int | None = None
               if fill else []),
         ]))
     if not (speed or fill):
-        return _table(headers, rows)
+        return table_html(headers, rows)
     note = " ".join(part for part in (ESTIMATE_NOTE, error_note) if part)
-    return (_table(headers, rows) +
+    return (table_html(headers, rows) +
             f"<div class='wb-estimate-note'>est.: {escape(note)}</div>")
 
 
@@ -177,7 +231,7 @@ def choice_html(choice: ChoiceExplanation, speed: bool = False) -> str:
             _cell("" if met is None else ("met" if met else "missed"), text=True),
             _cell(rule, text=True),
         ]))
-    return text + _table(headers, rows)
+    return text + table_html(headers, rows)
 
 
 class PlanView(widgets.VBox):
@@ -190,6 +244,8 @@ class PlanView(widgets.VBox):
         self.problem.add_class("wb-error")
         self.warnings = widgets.HTML()
         self.warnings.add_class("wb-warnings")
+        self.latency_note = widgets.HTML()
+        self.latency_note.add_class("wb-latency-note")
         self.diagnosis = widgets.HTML()
         self.diagnosis.add_class("wb-diagnosis")
         self.memory_chart = Chart(css_class="wb-memory-figure")
@@ -198,16 +254,18 @@ class PlanView(widgets.VBox):
         self.stage_table = widgets.HTML()
         self.stage_table.add_class("wb-stage-table")
         self.candidates_table = widgets.HTML(
-            layout=widgets.Layout(max_height="320px", overflow="auto"))
+            layout=widgets.Layout(max_height="420px", overflow="auto"))
         self.candidates_table.add_class("wb-candidates-table")
         self.results = widgets.VBox([
             widgets.HTML("<h3>Stages</h3>"), self.stage_table,
             chart_row(self.memory_chart, self.layers_chart),
             widgets.HTML("<h3>Candidates</h3>"),
-            chart_row(self.candidates_chart, self.candidates_table),
+            # The table under the chart, the page's whole width: beside it, its last
+            # columns and its note were past a horizontal scroll.
+            self.candidates_chart, self.candidates_table,
         ])
-        super().__init__([self.summary, self.problem, self.warnings, self.diagnosis,
-                          self.results])
+        super().__init__([self.summary, self.problem, self.warnings, self.latency_note,
+                          self.diagnosis, self.results])
         self.add_class("wb-plan-view")
 
     @property
@@ -231,8 +289,9 @@ class PlanView(widgets.VBox):
 
     def show(self, evaluation: Evaluation) -> None:
         plan = evaluation.plan
-        self.summary.value = (f"<div class='wb-summary-box'>Plan: "
-                              f"{escape(evaluation.summary())}</div>")
+        headline = (f"Plan: {evaluation.summary()}" if plan is not None
+                    else evaluation.summary())
+        self.summary.value = f"<div class='wb-summary-box'>{escape(headline)}</div>"
         problem = evaluation.problem
         self.problem.value = ("" if problem is None else
                               f"<div class='wb-error-box'><b>{escape(problem.code)}</b>: "
@@ -242,6 +301,11 @@ class PlanView(widgets.VBox):
             f"<div class='wb-warning-box'>⚠ {escape(text)}</div>"
             for text in evaluation.warnings)
         self._show(self.warnings, bool(evaluation.warnings))
+        # Which latency the nodes without their own are planned at, whichever applies.
+        note = evaluation.latency_note
+        self.latency_note.value = (f"<div class='wb-message-box'>Latency: {escape(note)}</div>"
+                                   if note else "")
+        self._show(self.latency_note, bool(note))
         lines = []
         if evaluation.limiting is not None:
             lines.append(f"<div><b>Limiting node</b>: {escape(evaluation.limiting.describe())}"
@@ -260,7 +324,7 @@ class PlanView(widgets.VBox):
         self._show(self.results, request is not None)
         if request is None:
             return
-        self.stage_table.value = (stage_table_html(evaluation.stages)
+        self.stage_table.value = (stage_table_html(evaluation.stages, request.memory_model)
                                   if evaluation.stages is not None
                                   else "<i>no stages: there is no plan</i>")
         table = evaluation.candidates
