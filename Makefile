@@ -37,7 +37,7 @@ lab: $(STAMP)
 app: $(STAMP)
 	$(BIN)/python -m planner.workbench.serve app --port $(APP_PORT)
 
-# ruff on everything; mypy on the package, strict on the modules pyproject.toml [tool.mypy] lists.
+# ruff on everything; mypy --strict on the whole package (pyproject.toml [tool.mypy]).
 lint: $(STAMP)
 	$(BIN)/ruff check planner tests benchmarks
 	$(BIN)/mypy
