@@ -27,10 +27,10 @@ With a TPOT or TTFT target, kinds too slow to carry a plan within it do not coun
 towards it (:mod:`planner.sizing.floors`: no split decodes faster than the whole model
 read at the fastest kind's bandwidth, nor fills a prompt faster than at its fastest
 compute): a fleet needs f + 1 nodes that can, and a question no fleet can answer is
-``NoFleetMeetsTargets`` at once (:func:`_speed_carriers`). Without latencies a fleet
+``NoFleetMeetsTargets`` at once (:mod:`planner.sizing.covers`). Without latencies a fleet
 plans at least every context a subset of its nodes fits, so a partial fleet sure to fit
 a context no plan reads within the TPOT target is not searched further, and below it
-the read-time covers of the context it is sure of hold (:class:`_Levels`). The search is bounded
+the read-time covers of the context it is sure of hold (:mod:`planner.sizing.covers`). The search is bounded
 (:data:`planner.limits.MAX_SIZING_KINDS`, ``MAX_SIZING_PLANS``, ``MAX_SIZING_QUEUE``):
 past them it is ``SizingTooLarge``, and the Pareto pass stops at the context it reached,
 with a note.
@@ -44,7 +44,7 @@ holds at most its longest run of consecutive layers at ``c0``, and the bytes, wi
 nodes' worth more of each for the spares. Both needs only grow with the context, so no
 fleet meeting the targets is pruned. The largest kinds are decided first, so a partial
 fleet's first f nodes are the f largest of every fleet below it: what is left without
-them must still walk through the layers at ``c0`` (:func:`_spare_walk`) and meet the
+them must still walk through the layers at ``c0`` (:mod:`planner.sizing.bounds`) and meet the
 read-time covers. Leaves leave the queue in cost order and each is planned exactly (with
 every f-node removal), so the first fleets found are the cheapest.
 Plans are cached per count vector, which the removals share.
@@ -54,8 +54,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import math
-from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
@@ -88,6 +86,22 @@ from planner.planning.api import plan_topology
 from planner.planning.inputs import PlanningInput
 from planner.planning.plan import Plan
 from planner.sizing import floors
+from planner.sizing.bounds import (
+    _Bound,
+    _largest_from,
+    _largest_sizes,
+    _Needs,
+    _spare_walk,
+)
+from planner.sizing.covers import (
+    _LEVEL_READ_COVERS,
+    _Levels,
+    _prefill_read_covers,
+    _read_time_covers,
+    _speed_carriers,
+    _TopStages,
+)
+from planner.sizing.refusals import _nothing, _short_of, _why_not
 from planner.sizing.result import SizedFleet, SizingResult, pareto_front
 from planner.sizing.targets import (
     PRICE_KIND_TEXT,
@@ -100,7 +114,6 @@ from planner.sizing.targets import (
     select_kinds,
 )
 from planner.targets import TargetsError
-from planner.units import format_bytes
 
 _MICRO = 1_000_000  # prices are summed in micro-USD so that equal costs compare equal
 
@@ -299,145 +312,6 @@ class _Search:
 
     def cost(self, counts: Sequence[int]) -> int:
         return sum(p * n for p, n in zip(self.prices, counts, strict=True))
-
-
-class _Needs:
-    """What every plan meeting the targets needs at context ``c0``, per node kind: the
-    most layers one node holds and its usable bytes; and the totals to cover."""
-
-    def __init__(self, search: _Search, costs: tuple[int, ...]) -> None:
-        self.costs = costs
-        self.layers_needed = len(costs)
-        self.bytes_needed = sum(costs)
-        self.caps = [_longest_run(gpu.usable_bytes, costs) for gpu in search.kinds]
-        self.usable = [gpu.usable_bytes if cap else 0
-                       for gpu, cap in zip(search.kinds, self.caps, strict=True)]
-        f = search.f
-        holding = [i for i, cap in enumerate(self.caps) if cap]
-        # The f spares hold at least as much as the smallest node that holds a layer.
-        self.layers_total = self.layers_needed + f * min((self.caps[i] for i in holding),
-                                                         default=0)
-        self.bytes_total = self.bytes_needed + f * min((self.usable[i] for i in holding),
-                                                       default=0)
-        self.min_cap = min((self.caps[i] for i in holding), default=0)
-        self.min_usable = min((self.usable[i] for i in holding), default=0)
-
-    def totals(self, f: int, top_caps: tuple[int, ...], top_usable: tuple[int, ...]
-               ) -> tuple[int, int]:
-        """The layers and bytes a fleet must hold in all: what the plan needs plus its f
-        largest nodes. Those hold at least the f largest of a partial fleet (``top_caps``,
-        ``top_usable``), topped up with the smallest holding kind: in a fleet that meets
-        the targets, the f largest nodes all hold a layer."""
-        if not f:
-            return self.layers_total, self.bytes_total
-        return (self.layers_needed + max(f * self.min_cap, sum(top_caps)
-                                         + (f - len(top_caps)) * self.min_cap),
-                self.bytes_needed + max(f * self.min_usable, sum(top_usable)
-                                        + (f - len(top_usable)) * self.min_usable))
-
-    def necessary(self, search: _Search, counts: Sequence[int]) -> bool:
-        """Conditions every fleet meeting the targets satisfies, also after losing its f
-        largest nodes: enough layers, bytes and holding nodes (the speed targets' carriers
-        are counted in the search)."""
-        f = search.f
-        caps = sorted(itertools.chain.from_iterable(
-            [self.caps[i]] * n for i, n in enumerate(counts)), reverse=True)
-        usable = sorted(itertools.chain.from_iterable(
-            [self.usable[i]] * n for i, n in enumerate(counts)), reverse=True)
-        if sum(caps[f:]) < self.layers_needed or sum(usable[f:]) < self.bytes_needed:
-            return False
-        holding = sum(1 for cap in caps[f:] if cap)
-        if holding < max(search.targets.minimum_nodes, 1):
-            return False
-        # The fleet without its f largest nodes must fit: then some set of its nodes
-        # fits, and each node taking all it can, largest first, gets at least as far.
-        left = sorted(itertools.chain.from_iterable(
-            [gpu.usable_bytes] * n for gpu, n in zip(search.kinds, counts, strict=True)),
-            reverse=True)[f:]
-        return rules.greedy_layer_reach(left, self.costs) == len(self.costs)
-
-
-def _spare_walk(f: int, prefix: Sequence[int], walk: tuple[int, int], usable: int,
-                amount: int) -> tuple[int, int]:
-    """How many of a partial fleet's nodes are among the f largest of every fleet below
-    it, and how far the others reach at ``c0`` (``prefix``: the layers' bytes summed),
-    after ``amount`` more nodes of ``usable`` bytes.
-
-    The search decides the largest kinds first, so a partial fleet's first f nodes are
-    f largest of every fleet below it, and its other nodes come first, in order, in the
-    walk of that fleet less its f largest, each taking all the next layers it holds
-    (:meth:`_Needs.necessary`). Each node to come takes at most its longest run: the
-    layers left past the walk are a need of the kinds to come."""
-    spared, reached = walk
-    layers = len(prefix) - 1
-    for _ in range(amount):
-        if spared < f:
-            spared += 1
-        elif reached < layers:
-            reached = bisect_right(prefix, prefix[reached] + usable) - 1
-        else:
-            break
-    return spared, reached
-
-
-def _largest_from(values: Sequence[int]) -> list[int]:
-    """The largest of ``values`` from each position on (0 past the last)."""
-    largest = [0] * (len(values) + 1)
-    for index in range(len(values) - 1, -1, -1):
-        largest[index] = max(values[index], largest[index + 1])
-    return largest
-
-
-def _largest_sizes(f: int, top: tuple[_Size, ...], size: _Size, amount: int
-                   ) -> tuple[_Size, ...]:
-    """The f largest sizes of a partial fleet once ``amount`` nodes of ``size`` join."""
-    if not f or not amount:
-        return top
-    sizes = list(top) + [size] * min(amount, f)
-    sizes.sort(reverse=True)
-    return tuple(sizes[:f])
-
-
-def _longest_run(budget: int, costs: Sequence[int]) -> int:
-    """The most consecutive layers whose bytes add up to at most ``budget``."""
-    best = start = total = 0
-    for end, cost in enumerate(costs):
-        total += cost
-        while total > budget and start <= end:
-            total -= costs[start]
-            start += 1
-        best = max(best, end - start + 1)
-    return best
-
-
-class _Bound:
-    """Fractional-knapsack lower bounds on the cost of covering ``need`` units with the
-    kinds from position ``d`` on (each kind at most its count bound)."""
-
-    def __init__(self, prices: Sequence[int], amounts: Sequence[float], bounds: Sequence[int]
-                 ) -> None:
-        kinds = len(prices)
-        self.tables: list[tuple[list[float], list[float], list[float]]] = []
-        for start in range(kinds + 1):
-            useful = sorted((i for i in range(start, kinds) if amounts[i] > 0 and bounds[i]),
-                            key=lambda i: prices[i] / amounts[i])
-            reach: list[float] = [0]
-            spend, rate = [0.0], []
-            for i in useful:
-                reach.append(reach[-1] + amounts[i] * bounds[i])
-                spend.append(spend[-1] + prices[i] * bounds[i])
-                rate.append(prices[i] / amounts[i])
-            self.tables.append((reach, spend, rate))
-
-    def __call__(self, start: int, need: float) -> float | None:
-        """``None`` when the kinds left cannot cover ``need`` at all."""
-        if need <= 0:
-            return 0.0
-        reach, spend, rate = self.tables[start]
-        if need > reach[-1]:
-            return None
-        index = bisect_left(reach, need) - 1
-        return spend[index] + (need - reach[index]) * rate[index]
 
 
 # The request checks that refuse an override the caller gave, not the model's fields.
@@ -773,475 +647,5 @@ def _idles_on(search: _Search, counts: tuple[int, ...],
     plan = search.outcome(counts).plan
     return any(all(have >= need for have, need in zip(counts, other, strict=True))
                and search.outcome(other).plan == plan for _, other in found)
-
-
-@dataclass(frozen=True, slots=True)
-class _Cover:
-    """A condition every fleet meeting a speed target satisfies: its nodes' ``kinds``
-    amounts (per catalog kind; ``None``: a kind in no such fleet) add up to ``need``
-    (``why`` says what, when no fleet can)."""
-
-    kinds: tuple[float | None, ...]
-    need: float
-    why: str
-    level: int = -1  # >= 0: it holds only for fleets at that _Levels level
-    # It holds for every fleet that meets the targets at any context the search admits
-    # (not only for those that keep f spares): so also after losing any f nodes.
-    survives: bool = False
-
-
-def _carriers(search: _Search, target: str, fast: Sequence[bool | None]) -> _Cover:
-    """The kinds that can carry a plan that meets ``target`` (``True``), can be in a fleet
-    that meets it without carrying its plan (``False``), or are in none (``None``): a
-    fleet that meets it after losing any f nodes has f + 1 carriers."""
-    return _Cover(tuple(None if flag is None else float(flag) for flag in fast),
-                  search.f + 1,
-                  f"the fleet must keep a node fast enough for the {target} target after "
-                  f"losing any {search.f}, and fewer than {search.f + 1} such nodes can be "
-                  "had")
-
-
-# The read-time covers tried (each a valid condition; more cost more per partial fleet),
-# at the lowest context and at each higher level.
-_READ_COVERS = 8
-_LEVEL_READ_COVERS = 4
-
-
-class _Levels:
-    """The contexts above ``c0`` that a partial fleet surely plans at or above, and the
-    TPOT they cost.
-
-    Without latencies the planner plans the highest context at which some set of the
-    fleet's nodes fits (docs/rules.md §6), so a fleet plans at least any context that a
-    subset of it fits at, and so does every fleet that holds it. A set of nodes surely
-    fits at context ``c`` when each of them takes at least ``g >= 1`` layers in the walk
-    of docs/rules.md §4 from any start layer (:func:`_surest_run`, at the fewest lanes:
-    the most room), and their ``g`` add up to the layers (or they are as many as the
-    layers), in at least ``minimum_nodes`` stages. The walk then ends at the last layer:
-    each stage takes its ``g`` or, where it must leave one layer to each later stage,
-    exactly that. A partial fleet's **level** is the highest such context; every fleet
-    below it in the search plans that context or a higher one, so its plan reads at
-    least the cache of that context (:class:`floors.DecodeFloor`) and hops between as
-    many stages as it takes to hold the model there: a level no plan reads within the
-    TPOT target is **dead**, and the level's read-time covers hold below it.
-
-    Only with a TPOT target, no latencies and no memory rule that reserves bytes per
-    node (which this walk leaves out); else there are no levels."""
-
-    def __init__(self, search: _Search, probe: PlanningInput, candidates: Sequence[int],
-                 c0: int) -> None:
-        self.contexts: list[int] = []
-        self.spans: list[list[int]] = []
-        self.prefixes: list[list[int]] = []
-        self.largest_layers: list[int] = []
-        self.dead: list[bool] = []
-        self.layer_count = search.layer_count
-        self.stages = max(search.targets.minimum_nodes, 1)
-        target = search.targets.target_decode_tpot_ms
-        fewest_lanes = rules.lane_candidates(probe)[-1]
-        if (target is None or search.traffic is None
-                or any(gpu.stage_transfer_latency_ms is not None for gpu in search.kinds)):
-            return
-        floor = search.decode_floor(probe)
-        hop = floors.least_hop_ms(search.kinds, search.options)
-        for context in sorted(c for c in candidates if c > c0):
-            if any(probe.memory_rule.node_reserves(probe, context, lanes).values()
-                   for lanes in rules.lane_candidates(probe)):
-                self.contexts, self.spans, self.dead = [], [], []
-                self.prefixes, self.largest_layers = [], []
-                return
-            costs = rules.layer_bytes(probe, context, fewest_lanes)
-            self.contexts.append(context)
-            self.spans.append([_surest_run(gpu.usable_bytes, costs) for gpu in search.kinds])
-            self.prefixes.append(list(itertools.accumulate(costs, initial=0)))
-            self.largest_layers.append(max(costs))
-            # A plan at this context or above has at least as many stages as the most
-            # layers any node holds there take to cover the model: a hop between each.
-            most = max(_longest_run(gpu.usable_bytes, costs) for gpu in search.kinds)
-            stages = -(-self.layer_count // most) if most else self.layer_count
-            self.dead.append(floor.least_ms(context) + (stages - 1) * hop > target)
-
-    def walk(self, level: int, reach: tuple[int, int], usable: int, amount: int
-             ) -> tuple[int, int]:
-        """The layer the walk at ``level``'s context reaches and the nodes it took, after
-        ``amount`` more nodes of ``usable`` bytes (no larger than those before); ``(-1,
-        0)`` once a node that cannot hold every one layer comes before the walk has both
-        reached the last layer and taken ``minimum_nodes`` nodes."""
-        return _walk_on(self.prefixes[level], self.largest_layers[level], self.stages,
-                         reach, usable, amount)
-
-    def level(self, sure: Sequence[tuple[int, int, int, int]]) -> int:
-        """The highest level a partial fleet surely plans at (-1: none), from the layers
-        its nodes surely take and how many take one, per level, or from its walk there.
-
-        The search decides the largest kinds first, so the walk takes the partial
-        fleet's nodes in the stage order of docs/rules.md §4, each taking all the layers
-        it holds: when that reaches the last layer on ``minimum_nodes`` nodes or more (at
-        most the layers), each of which holds any one layer, those nodes fit, as leaving
-        one layer to each later stage still ends at the last layer."""
-        for level in range(len(sure) - 1, -1, -1):
-            taken, holders, at, walked = sure[level]
-            if (min(holders, self.layer_count) >= self.stages
-                    and (taken >= self.layer_count or holders >= self.layer_count)):
-                return level
-            if at >= self.layer_count and self.layer_count >= walked >= self.stages:
-                return level
-        return -1
-
-
-class _TopStages:
-    """With a TTFT target: how few stages every fleet below a partial fleet plans on.
-
-    Without latencies the planner plans the highest context some set of the fleet's
-    nodes fits at, on the fewest stages that fit there (docs/rules.md §6). The search
-    decides the largest kinds first, so a partial fleet's nodes are the largest of every
-    fleet below it: when the first ``m`` of them, largest first, reach the last layer in
-    the walk of docs/rules.md §4 at the highest context the planner tries (each taking
-    all it holds; the smallest of them holds any one layer, so leaving one layer to each
-    later stage still ends there), every fleet below plans that context on ``m`` stages
-    or fewer. Fewer stages pass a prompt's ubatches through a shorter pipeline, each
-    stage with more of the model (:meth:`floors.PrefillFloor.pipeline_least_ms`): too
-    few to fill the prompt within the target, and no fleet below meets it.
-
-    Only with a TTFT target, no latencies and no memory rule that reserves bytes per
-    node (which this walk leaves out); else it prunes nothing."""
-
-    def __init__(self, search: _Search, probe: PlanningInput, candidates: Sequence[int]
-                 ) -> None:
-        self.ttft_by_stages: list[float] = []
-        self.minimum_nodes = max(search.targets.minimum_nodes, 1)
-        target = search.targets.target_ttft_ms
-        prompt = search.targets.prompt_tokens
-        top = max(candidates)
-        fewest_lanes = rules.lane_candidates(probe)[-1]
-        if (target is None or prompt is None or search.traffic is None
-                or floors.prefill_unknown(search.traffic, search.options)
-                or any(gpu.stage_transfer_latency_ms is not None for gpu in search.kinds)
-                or any(probe.memory_rule.node_reserves(probe, top, lanes).values()
-                       for lanes in rules.lane_candidates(probe))):
-            return
-        self.target = target
-        costs = rules.layer_bytes(probe, top, fewest_lanes)
-        self.layer_count = len(costs)
-        self.largest_layer = max(costs)
-        self.prefix = list(itertools.accumulate(costs, initial=0))
-        floor = search.prefill_floor(probe)
-        self.ttft_by_stages = floor.pipeline_least_ms_by_stages(search.body_bytes,
-                                                                self.layer_count)
-
-    def walk(self, reach: tuple[int, int], usable: int, amount: int) -> tuple[int, int]:
-        """The walk at the highest context after ``amount`` more nodes of ``usable``
-        bytes (:func:`_walk_on`)."""
-        if not self.ttft_by_stages:
-            return reach
-        return _walk_on(self.prefix, self.largest_layer, self.minimum_nodes, reach, usable,
-                        amount)
-
-    def misses(self, reach: tuple[int, int]) -> bool:
-        """No fleet below a partial fleet whose walk is ``reach`` meets the TTFT target."""
-        at, taken = reach
-        return (bool(self.ttft_by_stages) and at == self.layer_count
-                and taken >= self.minimum_nodes
-                and self.ttft_by_stages[taken - 1] > self.target)
-
-
-def _walk_on(prefix: Sequence[int], largest_layer: int, fewest: int, reach: tuple[int, int],
-             usable: int, amount: int) -> tuple[int, int]:
-    """The layer the walk of docs/rules.md §4 reaches and the nodes it took (``reach``
-    before), after ``amount`` more nodes of ``usable`` bytes, no larger than those
-    before, each taking all the next layers it holds (``prefix``: the layers' bytes
-    summed), until it has reached the last layer on ``fewest`` nodes or more; ``(-1, 0)``
-    once a node that cannot hold every single layer comes before that (then it proves
-    nothing). Where it ends, those nodes fit as a set: a stage that must leave one layer
-    to each later stage takes fewer, and each later one holds its one."""
-    at, taken = reach
-    layer_count = len(prefix) - 1
-    for _ in range(amount):
-        if at < 0 or (at >= layer_count and taken >= fewest):
-            break
-        if usable < largest_layer:
-            return -1, 0
-        at = bisect_right(prefix, prefix[at] + usable) - 1
-        taken += 1
-    return at, taken
-
-
-def _surest_run(budget: int, costs: Sequence[int]) -> int:
-    """The fewest consecutive layers a node of ``budget`` bytes takes from any start layer
-    where the layers left do not all fit (``len(costs)`` when they always do)."""
-    least = len(costs)
-    end = total = 0
-    for start in range(len(costs)):
-        if end < start:
-            end, total = start, 0
-        while end < len(costs) and total + costs[end] <= budget:
-            total += costs[end]
-            end += 1
-        if end < len(costs):
-            least = min(least, end - start)
-        if end > start:
-            total -= costs[start]
-    return least
-
-
-def _read_time_covers(search: _Search, probe: PlanningInput, candidates: Sequence[int],
-                      c0: int, needs: _Needs, most: int = _READ_COVERS) -> list[_Cover]:
-    """With a TPOT target: the stages of a plan at ``c0`` or above read ``R`` weight bytes
-    at least (and ``K`` cache bytes, :class:`floors.DecodeFloor` at ``c0``), a stage on a
-    node of ``u`` usable bytes at most ``rho x u`` of them
-    (:func:`floors.most_read_per_held_byte`), at ``m`` ms a byte or more (its compute
-    and attention included), within ``T`` = the target less the fixed per-layer times and the
-    other reads at the fastest kind's rate (:func:`_time_covers`). Likewise for the
-    cache."""
-    target = search.targets.target_decode_tpot_ms
-    if target is None or search.traffic is None:
-        return []
-    floor = search.decode_floor(probe)
-    rho_weight, rho_kv = floors.most_read_per_held_byte(search.traffic, probe, candidates)
-    kv = floor.kv_bytes_per_token * c0
-    kv_rates = floor.kv_ms_per_byte(c0)
-    why = (f"no fleet reads the model (its active weights and the KV cache at {c0:,}) "
-           f"within the TPOT target of {target} ms on the nodes to be had: the fastest "
-           "hold too little of it")
-    hop = floors.least_hop_ms(search.kinds, search.options)
-    return [*_time_covers(floor.weight_bytes, rho_weight, floor.weight_ms_per_byte,
-                          target - floor.fixed_ms - kv * min(kv_rates), needs, most, why,
-                          hop),
-            *_time_covers(kv, rho_kv, kv_rates, target - floor.fixed_ms
-                          - floor.weight_bytes * min(floor.weight_ms_per_byte),
-                          needs, most, why, hop)]
-
-
-def _prefill_read_covers(search: _Search, probe: PlanningInput, candidates: Sequence[int],
-                         needs: _Needs) -> list[_Cover]:
-    """With a TTFT target: each batch of the prompt reads, over the stages, the weights its
-    largest ubatch uses (:class:`floors.PrefillFloor`), a stage on a node of ``u`` usable
-    bytes its own share of them, at most ``rho x u`` (:func:`floors.most_read_per_held_byte`
-    with every weight counted); so the prompt reads ``R`` bytes within the target less
-    every batch's fixed per-layer times (:func:`_time_covers`)."""
-    ttft = search.targets.target_ttft_ms
-    prompt = search.targets.prompt_tokens
-    if (ttft is None or prompt is None or search.traffic is None
-            or floors.prefill_unknown(search.traffic, search.options)):
-        return []
-    floor = search.prefill_floor(probe)
-    read = floor.read_bytes()
-    body = search.body_bytes
-    rho, _ = floors.most_read_per_held_byte(search.traffic, probe, candidates, weight_share=1.0)
-    # And the whole of each ubatch's stage time but attention, per body byte held
-    # (floors.PrefillFloor.held_byte_rates): a stage holds at most rho x u of the body.
-    rates, rest = floor.held_byte_rates(body)
-    return [*_time_covers(read, rho * read / body, floor.read_ms_per_byte,
-                          ttft - floor.fixed_ms * floor.batch_count, needs, _READ_COVERS,
-                          f"no fleet reads the weights a {prompt:,}-token prompt uses "
-                          f"within the TTFT target of {ttft} ms on the nodes to be had: the "
-                          "fastest hold too little of them"),
-            *_time_covers(body, rho, rates, ttft - rest, needs, _READ_COVERS,
-                          f"no fleet fills a {prompt:,}-token prompt within the TTFT target "
-                          f"of {ttft} ms on the nodes to be had: the fastest hold too little "
-                          "of the model")]
-
-
-def _time_covers(read: float, rho: float, rates: Sequence[float], budget: float,
-                 needs: _Needs, most: int, why: str, hop: float = 0.0) -> list[_Cover]:
-    """A fleet whose stages read ``read`` bytes, a stage on a node of ``u`` usable bytes at
-    most ``rho x u`` of them at ``m`` ms a byte or more (its kind's ``rates``), within
-    ``budget`` ms: the fastest nodes filled first do best; for any rate ``x``, that needs
-    ``sum(rho x u x max(0, x - m)) >= x R - T`` over the fleet (linear programming's dual
-    bound at ``x``, exact at the best ``x``, one of the kinds' ``m``).
-
-    With ``hop`` ms or more between stages (a plan of ``k`` stages pays ``k - 1`` of
-    them beside its reads): a stage reads at most ``rho x u``, so its hop costs at least
-    ``hop / (rho x u)`` a byte it reads, and the plan takes at least ``sum((m + hop /
-    (rho u)) r) - hop``: each kind's rate is raised so, and the budget by one hop. A node
-    then gives ``max(0, rho x u x (x - m) - hop)``: a small stage pays a whole hop for the
-    little of the model it reads."""
-    effective = [m if math.isinf(m) or not hop else
-                 (m + hop / (rho * usable) if rho * usable > 0 else math.inf)
-                 for m, usable in zip(rates, needs.usable, strict=True)]
-    budget += hop
-    slow = sorted({m for m in effective if not math.isinf(m) and m * read > budget})
-    if len(slow) > most:
-        slow = [slow[round(i * (len(slow) - 1) / (most - 1))] for i in range(most)]
-    covers = []
-    for x in slow:
-        amounts = tuple(0.0 if math.isinf(m) else rho * usable * max(0.0, x - m)
-                        for m, usable in zip(effective, needs.usable, strict=True))
-        covers.append(_Cover(amounts, (x * read - budget) * (1 - 1e-6), why,
-                             survives=True))
-    return covers
-
-
-def _speed_carriers(search: _Search, probe: PlanningInput, candidates: Sequence[int],
-                    c0: int) -> list[_Cover]:
-    """The carriers of the TPOT and TTFT targets (:mod:`planner.sizing.floors`), or
-    ``NoFleetMeetsTargets`` at once where no kind carries one; a target no plan of this
-    model can be judged on is refused (``TpotNotEstimable``, ``TtftNotEstimable``).
-
-    Beyond the floors: where the planner takes the highest context that fits (no
-    latencies, one stage allowed), a fleet with a node that holds the whole model at
-    context ``c`` plans at least ``c``, also after losing any other nodes: a kind that
-    alone holds it at a context no kind decodes fast enough at is in no fleet that meets
-    a TPOT target."""
-    carriers = []
-    target = search.targets.target_decode_tpot_ms
-    if target is not None or search.targets.target_ttft_ms is not None:
-        spoilers = _lone_plans_that_miss(search, candidates)
-        if spoilers:
-            carriers.append(_Cover(tuple(None if i in spoilers else 0.0
-                                         for i in range(len(search.kinds))), 0, ""))
-    if target is not None:
-        carriers.extend(_tpot_carriers(search, probe, candidates, c0, target))
-    ttft = search.targets.target_ttft_ms
-    prompt = search.targets.prompt_tokens
-    if ttft is not None and prompt is not None:
-        why = floors.prefill_unknown(search.traffic, search.options)
-        if why:
-            raise TargetsError("TtftNotEstimable", f"the TTFT target ({ttft} ms) is judged "
-                               f"by the prefill estimate, and no plan has one: {why}",
-                               target_ttft_ms=ttft)
-        assert search.traffic is not None
-        floor = search.prefill_floor(probe)
-        least = floor.least_ms()
-        if least > ttft:
-            fastest = min(range(len(search.kinds)), key=lambda i: floor.read_ms_per_byte[i])
-            why = ("no kind states a memory bandwidth" if math.isinf(least) else
-                   f"reading the weights a ubatch uses and computing with them takes at "
-                   f"least {least:,.0f} ms at the fastest kinds' rates "
-                   f"({search.kinds[fastest].kind})")
-            raise _nothing(search, f"no split fills a {prompt:,}-token prompt within the "
-                           f"TTFT target of {ttft} ms: {why}")
-        piped = floor.pipeline_least_ms(search.body_bytes, search.layer_count)
-        if piped > ttft:
-            raise _nothing(search, f"no split fills a {prompt:,}-token prompt within the "
-                           f"TTFT target of {ttft} ms: its ubatches pass through the stages "
-                           f"in turn, which takes at least {piped:,.0f} ms at the fastest "
-                           f"kinds' rates ({least:,.0f} ms for one ubatch through every "
-                           "stage, the others on the busiest stage, whose share shrinks "
-                           "with more stages as the hops between them add up)")
-        # Each term's fastest kind in a plan is one of its nodes: a carrier of that term.
-        carriers.extend(
-            _carriers(search, "TTFT", [floor.least_ms(**{term: i}) <= ttft
-                                       for i in range(len(search.kinds))])
-            for term in floors.PREFILL_TERMS)
-    return carriers
-
-
-def _lone_plans_that_miss(search: _Search, candidates: Sequence[int]) -> set[int]:
-    """The kinds in no fleet that meets the targets, because one node of theirs holds the
-    whole model at the highest context the planner tries, and its plan misses them.
-
-    Where the planner takes the first shape that fits (no latencies, one stage allowed:
-    docs/rules.md §6), a fleet with such a node plans one stage at that context, on one
-    of its nodes that holds the model alone: the plan of one such node by itself. When
-    that plan misses the targets for every such kind in the fleet, so does the fleet's."""
-    if search.targets.minimum_nodes > 1 or any(
-            gpu.stage_transfer_latency_ms is not None for gpu in search.kinds):
-        return set()
-    top = max(candidates)
-    holders = {}
-    for index in range(len(search.kinds)):
-        if not search.bounds[index]:
-            continue
-        counts = tuple(int(i == index) for i in range(len(search.kinds)))
-        plan = search.outcome(counts).plan
-        if plan is not None and plan.context_length == top and plan.stage_count == 1:
-            holders[index] = search.fleet_meets(counts)
-    # Any fleet with a holder plans on a holder: if none meets, all such fleets miss.
-    return set() if any(holders.values()) else set(holders)
-
-
-def _tpot_carriers(search: _Search, probe: PlanningInput, candidates: Sequence[int],
-                   c0: int, target: int) -> list[_Cover]:
-    """The TPOT target's carriers: a fleet that meets it keeps, after any f losses, a
-    node that reads the weights, and one that reads the cache, fast enough given the
-    fastest kind's reading of the other (:class:`floors.DecodeFloor`)."""
-    if search.traffic is None:
-        raise TargetsError("TpotNotEstimable", f"the TPOT target ({target} ms) is judged by "
-                           "the speed estimate, and no plan has one: the model's decode "
-                           "traffic is unknown (the model is typed as numbers; give a "
-                           "preset or GGUF model)", target_decode_tpot_ms=target)
-    floor = search.decode_floor(probe)
-    least = floor.least_ms(c0)
-    if least > target:
-        fastest = min(range(len(search.kinds)), key=lambda i: floor.weight_ms_per_byte[i])
-        gpu = search.kinds[fastest]
-        why = ("no kind has a memory bandwidth" if math.isinf(least) else
-               f"reading the model once (the weights a step of {floor.lanes} "
-               f"lane{'s' if floor.lanes > 1 else ''} reads, "
-               f"{format_bytes(round(floor.weight_bytes))}, and the KV cache at {c0:,}) "
-               f"and computing with it takes at least {least:,.1f} ms at the fastest kinds' "
-               f"bandwidth ({gpu.kind}, "
-               f"{(gpu.memory_bandwidth_bytes_per_s or 0) / 1e9:,.0f} GB/s)")
-        raise _nothing(search, f"no split decodes within the TPOT target of {target} ms: "
-                       f"{why}")
-    alone_at: dict[int, int] = {}
-    if (search.targets.minimum_nodes <= 1 and not any(
-            gpu.stage_transfer_latency_ms is not None for gpu in search.kinds)):
-        for index, gpu in enumerate(search.kinds):
-            alone = next((c for c in sorted(candidates, reverse=True)
-                          if sum(rules.layer_bytes(probe, c)) <= gpu.usable_bytes), None)
-            if alone is not None and floor.least_ms(alone) > target:
-                alone_at[index] = alone
-    kinds = range(len(search.kinds))
-    readers = [[None if i in alone_at else floor.least_ms(c0, weight_kind=i) <= target
-                for i in kinds],
-               [None if i in alone_at else floor.least_ms(c0, kv_kind=i) <= target
-                for i in kinds]]
-    if all(any(flags) for flags in readers):
-        return [_carriers(search, "TPOT", flags) for flags in readers]
-    context = min(alone_at.values())
-    raise _nothing(search, f"the kinds fast enough for the TPOT target of {target} ms at "
-                   f"context {c0:,} each hold the whole model alone at {context:,} or "
-                   "more, the context the planner then plans, where reading it takes at "
-                   f"least {floor.least_ms(context):,.1f} ms")
-
-
-def _nothing(search: _Search, why: str) -> SizingError:
-    f = search.f
-    spares = f", also after losing any {f} node{'s' if f > 1 else ''}" if f else ""
-    return SizingError("NoFleetMeetsTargets",
-                       f"no fleet within the counts available meets the targets (a context "
-                       f"of at least {search.minimum_context:,}{spares}): {why}",
-                       minimum_context=search.minimum_context, failures_tolerated=f)
-
-
-def _largest(search: _Search) -> tuple[int, ...]:
-    return tuple(search.bounds)
-
-
-def _short_of(search: _Search, needs: _Needs, c0: int) -> str:
-    """How far the largest fleet allowed falls short, in layers and bytes at ``c0``."""
-    counts = _largest(search)
-    caps = sorted(itertools.chain.from_iterable(
-        [needs.caps[i]] * n for i, n in enumerate(counts)), reverse=True)[search.f:]
-    held = min(sum(caps), needs.layers_needed)
-    lost = f" after losing its {search.f} largest" if search.f else ""
-    best = max(range(len(search.kinds)), key=lambda i: needs.caps[i] * search.bounds[i])
-    gpu = search.kinds[best]
-    kind = (f"; the largest kind, {gpu.kind}, holds {needs.caps[best]} layers a node "
-            f"(at most {search.bounds[best]} nodes)")
-    return (f"every kind at its most ({sum(counts)} nodes) holds {held} of "
-            f"{needs.layers_needed} layers at {c0:,}{lost} "
-            f"({format_bytes(needs.bytes_needed)} needed){kind}")
-
-
-def _why_not(search: _Search, needs: _Needs, c0: int) -> str:
-    counts = _largest(search)
-    if not needs.necessary(search, counts):
-        return _short_of(search, needs, c0)
-    outcome = search.outcome(counts)
-    if outcome.plan is None:
-        return (f"the largest fleet allowed ({sum(counts)} nodes) has no plan that fits "
-                f"at {c0:,}")
-    parts = [f"the largest fleet allowed ({sum(counts)} nodes) plans context "
-             f"{outcome.plan.context_length:,} with {outcome.plan.parallel_lanes} lanes"]
-    missed = search.targets.shortfalls(outcome.plan, outcome.estimate)
-    if missed:
-        parts.append(f"and misses the targets: {'; '.join(missed)}")
-    if search.fleet_meets(counts) and search.f:
-        parts.append(f"but some removal of {search.f} nodes leaves a fleet that misses "
-                     "the targets")
-    return ", ".join(parts)
 
 
