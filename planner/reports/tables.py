@@ -19,7 +19,7 @@ from planner.planning import STAGE_PART_NAMES
 from planner.planning.nodesets import node_set_text
 from planner.reports.content import ReportContent
 from planner.targets import tpot_verdicts
-from planner.units import format_bytes, layer_range
+from planner.units import format_bandwidth, format_bytes, layer_range
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +172,7 @@ def estimate_rows(content: ReportContent) -> list[tuple[str, str]]:
         ("estimate basis", (f"{efficiency:.0%} of peak memory bandwidth" if (
             efficiency := estimate.get("bandwidth_efficiency")) is not None else
             "calibrated on published llama.cpp measurements")
-         + f", links {estimate['link_bandwidth_bytes_per_s']:,} B/s"),
+         + f", links {format_bandwidth(estimate['link_bandwidth_bytes_per_s'])}"),
         *(("estimate note", note) for note in estimate["notes"]),
     ]
 

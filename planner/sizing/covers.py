@@ -19,7 +19,7 @@ from planner.sizing import floors
 from planner.sizing.bounds import _longest_run, _Needs
 from planner.sizing.refusals import _nothing
 from planner.targets import TargetsError
-from planner.units import format_bytes
+from planner.units import format_bandwidth, format_bytes
 
 if TYPE_CHECKING:
     from planner.sizing.search import _Search
@@ -424,7 +424,7 @@ def _tpot_carriers(search: _Search, probe: PlanningInput, candidates: Sequence[i
                f"{format_bytes(round(floor.weight_bytes))}, and the KV cache at {c0:,}) "
                f"and computing with it takes at least {least:,.1f} ms at the fastest kinds' "
                f"bandwidth ({gpu.kind}, "
-               f"{(gpu.memory_bandwidth_bytes_per_s or 0) / 1e9:,.0f} GB/s)")
+               f"{format_bandwidth(gpu.memory_bandwidth_bytes_per_s or 0)})")
         raise _nothing(search, f"no split decodes within the TPOT target of {target} ms: "
                        f"{why}")
     alone_at: dict[int, int] = {}

@@ -30,8 +30,9 @@ compute): a fleet needs f + 1 nodes that can, and a question no fleet can answer
 ``NoFleetMeetsTargets`` at once (:mod:`planner.sizing.covers`). Without latencies a fleet
 plans at least every context a subset of its nodes fits, so a partial fleet sure to fit
 a context no plan reads within the TPOT target is not searched further, and below it
-the read-time covers of the context it is sure of hold (:mod:`planner.sizing.covers`). The search is bounded
-(:data:`planner.limits.MAX_SIZING_KINDS`, ``MAX_SIZING_PLANS``, ``MAX_SIZING_QUEUE``):
+the read-time covers of the context it is sure of hold (:mod:`planner.sizing.covers`).
+The search is bounded (:data:`planner.limits.MAX_SIZING_KINDS`, ``MAX_SIZING_PLANS``,
+``MAX_SIZING_QUEUE``):
 past them it is ``SizingTooLarge``, and the Pareto pass stops at the context it reached,
 with a note.
 

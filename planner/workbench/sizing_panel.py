@@ -45,7 +45,7 @@ from planner.sizing import (
     size_fleet,
 )
 from planner.sizing.search import TOO_LARGE_ADVICE, TOO_MANY_KINDS_ADVICE
-from planner.units import format_bytes
+from planner.units import format_bandwidth, format_bytes
 from planner.workbench.catalog import gpu_catalog, model_traffic
 from planner.workbench.chart import Chart
 from planner.workbench.editor import (
@@ -114,7 +114,7 @@ class CatalogRow(widgets.HBox):
         bandwidth = gpu.memory_bandwidth_bytes_per_s
         label = (f"{gpu.kind} · {format_bytes(gpu.memory_bytes)} · "
                  + ("bandwidth unknown" if bandwidth is None
-                    else f"{bandwidth / 1e9:,.0f} GB/s")
+                    else format_bandwidth(bandwidth))
                  + (f" · {gpu.price_kind}" if gpu.price_kind else ""))
         name = widgets.HTML(f"<span style='white-space:nowrap'>{escape(label)}</span>",
                             layout=fixed_width(widths[1]))
