@@ -27,10 +27,10 @@ With a TPOT or TTFT target, kinds too slow to carry a plan within it do not coun
 towards it (:mod:`planner.sizing.floors`: no split decodes faster than the whole model
 read at the fastest kind's bandwidth, nor fills a prompt faster than at its fastest
 compute): a fleet needs f + 1 nodes that can, and a question no fleet can answer is
-``NoFleetMeetsTargets`` at once (:mod:`planner.sizing.covers`). Without latencies a fleet
+``NoFleetMeetsTargets`` at once (:mod:`planner.sizing._covers`). Without latencies a fleet
 plans at least every context a subset of its nodes fits, so a partial fleet sure to fit
 a context no plan reads within the TPOT target is not searched further, and below it
-the read-time covers of the context it is sure of hold (:mod:`planner.sizing.covers`).
+the read-time covers of the context it is sure of hold (:mod:`planner.sizing._covers`).
 The search is bounded (:data:`planner.limits.MAX_SIZING_KINDS`, ``MAX_SIZING_PLANS``,
 ``MAX_SIZING_QUEUE``):
 past them it is ``SizingTooLarge``, and the Pareto pass stops at the context it reached,
@@ -45,7 +45,7 @@ holds at most its longest run of consecutive layers at ``c0``, and the bytes, wi
 nodes' worth more of each for the spares. Both needs only grow with the context, so no
 fleet meeting the targets is pruned. The largest kinds are decided first, so a partial
 fleet's first f nodes are the f largest of every fleet below it: what is left without
-them must still walk through the layers at ``c0`` (:mod:`planner.sizing.bounds`) and meet the
+them must still walk through the layers at ``c0`` (:mod:`planner.sizing._bounds`) and meet the
 read-time covers. Leaves leave the queue in cost order and each is planned exactly (with
 every f-node removal), so the first fleets found are the cheapest.
 Plans are cached per count vector, which the removals share.
@@ -87,14 +87,14 @@ from planner.planning.api import plan_topology
 from planner.planning.inputs import PlanningInput
 from planner.planning.plan import Plan
 from planner.sizing import floors
-from planner.sizing.bounds import (
+from planner.sizing._bounds import (
     _Bound,
     _largest_from,
     _largest_sizes,
     _Needs,
     _spare_walk,
 )
-from planner.sizing.covers import (
+from planner.sizing._covers import (
     _LEVEL_READ_COVERS,
     _Levels,
     _prefill_read_covers,
@@ -102,7 +102,7 @@ from planner.sizing.covers import (
     _speed_carriers,
     _TopStages,
 )
-from planner.sizing.refusals import _nothing, _short_of, _why_not
+from planner.sizing._refusals import _nothing, _short_of, _why_not
 from planner.sizing.result import SizedFleet, SizingResult, pareto_front
 from planner.sizing.targets import (
     PRICE_KIND_TEXT,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING, TypeVar
 
-from planner.sizing.bounds import _Needs
+from planner.sizing._bounds import _Needs
 from planner.sizing.targets import SizingError
 from planner.units import format_bytes
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, TypeVar
 from planner.planning import rules
 from planner.planning.inputs import PlanningInput
 from planner.sizing import floors
-from planner.sizing.bounds import _longest_run, _Needs
-from planner.sizing.refusals import _nothing
+from planner.sizing._bounds import _longest_run, _Needs
+from planner.sizing._refusals import _nothing
 from planner.targets import TargetsError
 from planner.units import format_bandwidth, format_bytes
 
