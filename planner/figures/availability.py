@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 
 from planner.availability import AvailabilityResult
 from planner.availability.reliability import HOURS_PER_YEAR
-from planner.figures.style import axis, base_layout
+from planner.figures._style import axis, base_layout
 from planner.simulation import SimulatedYear
 from planner.units import counted
 

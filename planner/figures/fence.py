@@ -38,7 +38,7 @@ from planner.fence.claims import (
     quorum_requirement,
 )
 from planner.fence.errors import InvalidFenceInput, bad_input
-from planner.figures.style import axis, base_layout, plotly_text
+from planner.figures._style import axis, base_layout, plotly_text
 
 ACCEPT_COLOUR = "#2e8b57"
 REJECT_COLOUR = "#c44e52"

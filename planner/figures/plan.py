@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from planner.figures.style import TPOT_COLOURS, axis, base_layout, plotly_text
+from planner.figures._style import TPOT_COLOURS, axis, base_layout, plotly_text
 from planner.planning import (
     STAGE_PART_NAMES,
     Plan,

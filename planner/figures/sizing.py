@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from planner.figures.style import TPOT_COLOURS, axis, base_layout, plotly_text
+from planner.figures._style import TPOT_COLOURS, axis, base_layout, plotly_text
 from planner.sizing import SizedFleet, SizingResult
 
 

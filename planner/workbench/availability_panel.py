@@ -39,8 +39,9 @@ from planner.limits import MAX_LANES, MAX_SEED
 from planner.planning import PlanningInput
 from planner.simulation import SimulatedYear, simulate
 from planner.targets import plan_or_none
+from planner.workbench._changes import document_changes
+from planner.workbench._stale import OutOfDateNote
 from planner.workbench.catalog import gpu_catalog
-from planner.workbench.changes import document_changes
 from planner.workbench.chart import Chart, chart_row
 from planner.workbench.editor import (
     context_input,
@@ -50,7 +51,6 @@ from planner.workbench.editor import (
     text_input,
     whole_input,
 )
-from planner.workbench.stale import OutOfDateNote
 from planner.workbench.view import STYLE, table_html
 
 

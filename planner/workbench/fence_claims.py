@@ -30,8 +30,7 @@ from planner.figures.fence import (
     load_decision_path,
     load_flowchart_figure,
 )
-from planner.workbench.chart import Chart
-from planner.workbench.fence_widgets import (
+from planner.workbench._fence_widgets import (
     LEAST_FENCE_INT,
     STYLE,
     ChartHolder,
@@ -41,6 +40,7 @@ from planner.workbench.fence_widgets import (
     text_box,
     verdict_html,
 )
+from planner.workbench.chart import Chart
 
 # --- claims ----------------------------------------------------------------------------------
 

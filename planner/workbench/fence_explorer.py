@@ -20,11 +20,21 @@ driven from code (set a value, read ``decision`` or ``html``), which is how it r
 headless.
 
 Each lives in a module of its own (:mod:`~planner.workbench.fence_claims`,
-:mod:`~planner.workbench.fence_quorum`, :mod:`~planner.workbench.fence_steppers`,
-:mod:`~planner.workbench.fence_results`, what they share in
-:mod:`~planner.workbench.fence_widgets`); this module gathers them for one import.
+:mod:`~planner.workbench._fence_quorum`, :mod:`~planner.workbench._fence_steppers`,
+:mod:`~planner.workbench._fence_results`, what they share in
+:mod:`~planner.workbench._fence_widgets`); this module gathers them for one import.
 """
 
+from planner.workbench._fence_quorum import QuorumExplorer
+from planner.workbench._fence_results import CheckResults, ScenarioTable
+from planner.workbench._fence_steppers import (
+    CounterexampleStepper,
+    EventStepper,
+    Folded,
+    ScenarioSection,
+    ScenarioStepper,
+)
+from planner.workbench._fence_widgets import STYLE
 from planner.workbench.fence_claims import (
     CLAIM_FIELDS,
     CLAIM_PRESETS,
@@ -36,16 +46,6 @@ from planner.workbench.fence_claims import (
     LoadExplorer,
     LoadPreset,
 )
-from planner.workbench.fence_quorum import QuorumExplorer
-from planner.workbench.fence_results import CheckResults, ScenarioTable
-from planner.workbench.fence_steppers import (
-    CounterexampleStepper,
-    EventStepper,
-    Folded,
-    ScenarioSection,
-    ScenarioStepper,
-)
-from planner.workbench.fence_widgets import STYLE
 
 __all__ = [
     "CLAIM_FIELDS",

@@ -46,6 +46,7 @@ from planner.sizing import (
 )
 from planner.sizing.search import TOO_LARGE_ADVICE, TOO_MANY_KINDS_ADVICE
 from planner.units import format_bandwidth, format_bytes
+from planner.workbench._stale import OutOfDateNote
 from planner.workbench.catalog import gpu_catalog, model_traffic
 from planner.workbench.chart import Chart
 from planner.workbench.editor import (
@@ -59,7 +60,6 @@ from planner.workbench.editor import (
 )
 from planner.workbench.editor_fields import NodeExtras, NodeRow
 from planner.workbench.problems import WorkbenchInputError
-from planner.workbench.stale import OutOfDateNote
 from planner.workbench.view import STYLE, table_html
 
 # The search's advice in the command line's words, and as this page says it.

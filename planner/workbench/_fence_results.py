@@ -28,13 +28,13 @@ from planner.fence.scenarios import (
     scenario_table,
 )
 from planner.figures.fence import check_report_figure
-from planner.workbench.chart import Chart
-from planner.workbench.fence_steppers import CounterexampleStepper, Folded
-from planner.workbench.fence_widgets import (
+from planner.workbench._fence_steppers import CounterexampleStepper, Folded
+from planner.workbench._fence_widgets import (
     STYLE,
     ChartHolder,
     verdict_html,
 )
+from planner.workbench.chart import Chart
 
 # --- the model checker's results --------------------------------------------------------------
 

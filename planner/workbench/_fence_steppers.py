@@ -25,12 +25,12 @@ from planner.fence.scenarios import (
     run_scenario,
 )
 from planner.figures.fence import sequence_figure
-from planner.workbench.chart import Chart
-from planner.workbench.fence_widgets import (
+from planner.workbench._fence_widgets import (
     STYLE,
     ChartHolder,
     verdict_html,
 )
+from planner.workbench.chart import Chart
 from planner.workbench.sections import LazySections
 
 # --- stepping through runs --------------------------------------------------------------------

@@ -7,12 +7,12 @@ import ipywidgets as widgets
 
 from planner.fence.claims import quorum_requirement
 from planner.figures.fence import quorum_figure
-from planner.workbench.chart import Chart
-from planner.workbench.fence_widgets import (
+from planner.workbench._fence_widgets import (
     STYLE,
     ChartHolder,
     verdict_html,
 )
+from planner.workbench.chart import Chart
 
 # --- quorum -----------------------------------------------------------------------------------
 
