@@ -20,18 +20,18 @@ drawing and the classes differ)::
         * StaleCheckResults      planner.fence.check.report
         * StateBudgetExceeded    planner.fence.check.exploration
         * UnknownScenario        planner.fence.errors
-      * FleetFileError           planner.fleet.errors
+      * FleetFileError           planner.fleet._errors
       * LaunchError              planner.llamacpp.launch
       * LlamaCppRunError         planner.llamacpp.runner
       * LogError                 planner.llamacpp.log
       * MemoryModelError         planner.llamacpp.settings
       * ModelError               planner.models.spec
-      * PerformanceError         planner.performance.errors
+      * PerformanceError         planner.performance._errors
       * PlanError                planner.errors
         * InvalidInput           planner.errors
       * RpcDiscoveryError        planner.llamacpp.rpc
       * SimulationLimitError     planner.simulation
-      * SizingError              planner.sizing.targets
+      * SizingError              planner.sizing._targets
       * SweepError               planner.sweep._columns
       * SweepOutputError         planner.sweep._store
       * TargetsError             planner.targets

@@ -56,14 +56,15 @@ The JSON form is a planning request as in docs/rules.md §1, optionally with
 so a preset or GGUF model is resolved to its numbers there.
 """
 
+from planner.fleet._errors import FleetFileError
 from planner.fleet._fields import MEASURED_LATENCY, SPEED_NUMBER_FIELDS, is_address
+from planner.fleet._json import fleet_to_json, parse_fleet_json
 from planner.fleet.document import (
     FleetDocument,
     ModelChoice,
     ReliabilityOverride,
     expanded_node_ids,
 )
-from planner.fleet.errors import FleetFileError
 from planner.fleet.files import (
     example_fleet,
     load_fleet,
@@ -71,7 +72,6 @@ from planner.fleet.files import (
     write_file_atomic,
     write_text_atomic,
 )
-from planner.fleet.json import fleet_to_json, parse_fleet_json
 from planner.fleet.toml import fleet_to_toml, parse_fleet_toml
 
 __all__ = [

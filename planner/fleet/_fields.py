@@ -1,6 +1,6 @@
 """The keys a fleet file may hold, their bounds, and the checks of their values.
 
-Every check raises :class:`~planner.fleet.errors.FleetFileError` naming the field
+Every check raises :class:`~planner.fleet._errors.FleetFileError` naming the field
 (and the node), so the TOML form, the JSON form and the document types report a bad
 value the same way.
 """
@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeGuard
 
 from planner._validate import Fail, integer, known_keys, number, shown, text
-from planner.fleet.errors import FleetFileError
+from planner.fleet._errors import FleetFileError
 from planner.limits import (
     MAX_ATTENTION_HEADS,
     MAX_ATTENTION_WIDTH,

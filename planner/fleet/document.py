@@ -14,6 +14,7 @@ from typing import Any
 
 from planner._validate import look_alike, looks
 from planner.errors import InvalidInput
+from planner.fleet._errors import FleetFileError
 from planner.fleet._fields import (
     LIMITS,
     MEASURED_LATENCY,
@@ -27,7 +28,6 @@ from planner.fleet._fields import (
     normalise_numbers,
     reject_unknown,
 )
-from planner.fleet.errors import FleetFileError
 from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_PARALLEL_LANES
 from planner.planning import NodeBudget, PlanningInput
 from planner.planning.memory_rule import DESIGN_RULE, MEMORY_MODELS

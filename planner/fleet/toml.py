@@ -11,6 +11,7 @@ from typing import Any
 import tomli_w
 
 from planner._validate import identifier, look_alike, looks
+from planner.fleet._errors import FleetFileError
 from planner.fleet._fields import (
     LIMITS,
     MODEL_KEYS,
@@ -42,7 +43,6 @@ from planner.fleet.document import (
     ReliabilityOverride,
     expanded_node_ids,
 )
-from planner.fleet.errors import FleetFileError
 from planner.limits import MAX_NODES
 from planner.planning import NodeBudget
 from planner.planning.inputs import check_node_count

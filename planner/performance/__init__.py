@@ -39,9 +39,16 @@ steps move and compute, and each stage's share), :mod:`~planner.performance.sett
 their loader), :mod:`~planner.performance.device` (a GPU kind's rates),
 :mod:`~planner.performance.roofline` (the one formula, a decode step and a prefill),
 :mod:`~planner.performance.estimate` (a plan's estimate and its cost) and
-:mod:`~planner.performance.tables` (the estimate as table columns).
+:mod:`~planner.performance._tables` (the estimate as table columns).
 """
 
+from planner.performance._errors import PerformanceError
+from planner.performance._tables import (
+    ESTIMATE_COLUMNS,
+    stage_estimates,
+    with_candidate_estimates,
+    with_stage_estimates,
+)
 from planner.performance.calibration import (
     CALIBRATION_FILE,
     BackendFigures,
@@ -62,7 +69,6 @@ from planner.performance.device import (
     matrix_tflops,
     plain_device,
 )
-from planner.performance.errors import PerformanceError
 from planner.performance.estimate import (
     ACTIVATION_BYTES_PER_VALUE,
     DEFAULT_LINK_BANDWIDTH_BYTES_PER_S,
@@ -91,12 +97,6 @@ from planner.performance.roofline import (
     step_work,
 )
 from planner.performance.settings import DEFAULT_SETTINGS, MMQ_DEFAULT_BUILD, RunSettings
-from planner.performance.tables import (
-    ESTIMATE_COLUMNS,
-    stage_estimates,
-    with_candidate_estimates,
-    with_stage_estimates,
-)
 from planner.performance.traffic import (
     EMBEDDING_ROW_BYTES_PER_VALUE,
     SPEED_FIELDS,

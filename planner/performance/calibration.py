@@ -37,7 +37,7 @@ from typing import Any
 from planner._validate import integer, number, shown
 from planner.limits import MAX_BENCH_RUNS
 from planner.models.presets import data_dir
-from planner.performance.errors import PerformanceError
+from planner.performance._errors import PerformanceError
 
 CALIBRATION_FILE = "speed-calibration.toml"
 PHASES = ("decode", "prefill")

@@ -11,6 +11,7 @@ from typing import Any
 from planner._validate import integer
 from planner.limits import MAX_BANDWIDTH_BYTES_PER_S, MIN_LINK_BANDWIDTH_BYTES_PER_S
 from planner.models.gpus import GpuModel, node_gpu_kinds
+from planner.performance._errors import PerformanceError, bad, check_efficiency, positive
 from planner.performance.calibration import SpeedCalibration, load_calibration
 from planner.performance.device import (
     NodeSpeed,
@@ -18,7 +19,6 @@ from planner.performance.device import (
     calibration_error_note,
     plain_device,
 )
-from planner.performance.errors import PerformanceError, bad, check_efficiency, positive
 from planner.performance.roofline import Device, Prompt, decode_step, prefill_ms
 from planner.performance.settings import DEFAULT_SETTINGS, RunSettings
 from planner.performance.traffic import ModelTraffic, stage_loads

@@ -24,7 +24,7 @@ from planner.limits import (
     MAX_UBATCH,
 )
 from planner.models.gpus import BACKENDS
-from planner.performance.errors import PerformanceError, bad
+from planner.performance._errors import PerformanceError, bad
 
 # The first llama.cpp release known to run quantized prefill products with MMQ on CUDA.
 MMQ_DEFAULT_BUILD = 3266

@@ -21,7 +21,7 @@ from planner.limits import (
     MIN_BITS_PER_PARAMETER,
 )
 from planner.models.spec import ModelSpec
-from planner.performance.errors import PerformanceError, bad, positive
+from planner.performance._errors import PerformanceError, bad, positive
 from planner.planning.inputs import PlanningInput
 from planner.planning.plan import Plan
 from planner.planning.rules import kv_bytes_per_layer_token, layer_weights

@@ -1,11 +1,19 @@
 """The cheapest fleets that meet a model's targets (pure: no widgets, no plotting).
 
-- :mod:`planner.sizing.targets`: the question: targets, the kinds to size with and their
+- :mod:`planner.sizing._targets`: the question: targets, the kinds to size with and their
   prices, the nodes of a fleet;
 - :mod:`planner.sizing.search`: the exact search (:func:`size_fleet`);
 - :mod:`planner.sizing.result`: the fleets found, their tables and the Pareto front.
 """
 
+from planner.sizing._targets import (
+    PRICE_KIND_TEXT,
+    SizingError,
+    SizingTargets,
+    fleet_node_kinds,
+    fleet_nodes,
+    select_kinds,
+)
 from planner.sizing.result import (
     SIZING_COLUMNS,
     SizedFleet,
@@ -14,14 +22,6 @@ from planner.sizing.result import (
     pareto_front,
 )
 from planner.sizing.search import size_fleet
-from planner.sizing.targets import (
-    PRICE_KIND_TEXT,
-    SizingError,
-    SizingTargets,
-    fleet_node_kinds,
-    fleet_nodes,
-    select_kinds,
-)
 
 __all__ = [
     "PRICE_KIND_TEXT",

@@ -8,7 +8,7 @@ import itertools
 from typing import TYPE_CHECKING, TypeVar
 
 from planner.sizing._bounds import _Needs
-from planner.sizing.targets import SizingError
+from planner.sizing._targets import SizingError
 from planner.units import format_bytes
 
 if TYPE_CHECKING:

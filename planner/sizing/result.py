@@ -12,7 +12,7 @@ import pandas as pd
 from planner.limits import DEFAULT_PRICE_KIND
 from planner.performance import ESTIMATE_NOTE, PlanEstimate, cost_per_million_tokens
 from planner.planning.plan import Plan
-from planner.sizing.targets import SizingTargets
+from planner.sizing._targets import SizingTargets
 
 
 @dataclass(frozen=True, slots=True)

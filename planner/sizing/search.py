@@ -103,8 +103,7 @@ from planner.sizing._covers import (
     _TopStages,
 )
 from planner.sizing._refusals import _nothing, _short_of, _why_not
-from planner.sizing.result import SizedFleet, SizingResult, pareto_front
-from planner.sizing.targets import (
+from planner.sizing._targets import (
     PRICE_KIND_TEXT,
     SizingError,
     SizingTargets,
@@ -114,6 +113,7 @@ from planner.sizing.targets import (
     fleet_nodes,
     select_kinds,
 )
+from planner.sizing.result import SizedFleet, SizingResult, pareto_front
 from planner.targets import TargetsError
 
 _MICRO = 1_000_000  # prices are summed in micro-USD so that equal costs compare equal

@@ -18,6 +18,7 @@ from typing import Any
 
 from planner._validate import shown
 from planner.errors import InvalidInput
+from planner.fleet._errors import FleetFileError
 from planner.fleet._fields import (
     JSON_EXTRA_KEYS,
     JSON_MODEL_SOURCE_KEYS,
@@ -33,7 +34,6 @@ from planner.fleet._fields import (
     too_long_number,
 )
 from planner.fleet.document import FleetDocument, ModelChoice, ReliabilityOverride
-from planner.fleet.errors import FleetFileError
 from planner.planning import PlanningInput
 
 
