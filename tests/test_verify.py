@@ -104,13 +104,17 @@ def test_a_log_of_another_run_is_refused_naming_what_differs(run: tuple, edit,
 
 def test_a_log_on_other_devices_is_refused(run: tuple) -> None:
     _, plan, launch, settings, model = run
-    address = launch.stages[-1].address
-    moved = LOG.read_text().replace(f"RPC0[{address}]", "RPC0[10.9.9.9:1]")
+    # The last stage's buffers, named as llama.cpp names its device: RPC<index on its
+    # server>[address].
+    last = launch.stages[-1]
+    moved = LOG.read_text().replace(f"RPC{last.rpc_device}[{last.address}]",
+                                    f"RPC{last.rpc_device}[10.9.9.9:1]")
     with pytest.raises(VerifyError) as caught:
         verify(launch, model, settings, parse_log(moved))
     message = caught.value.message
     assert f"nothing allocated on {plan.stages[-1].node_id}" in message
-    assert "buffers on 10.9.9.9:1, which the plan does not use" in message
+    elsewhere = "10.9.9.9:1" + (f"/{last.rpc_device}" if last.rpc_device else "")
+    assert f"buffers on {elsewhere}, which the plan does not use" in message
 
 
 def test_an_empty_log_is_nothing_to_verify(run: tuple) -> None:
