@@ -50,7 +50,12 @@ from run import MODEL_FILE, prepare  # noqa: E402
 
 from planner.fleet import load_fleet, save_fleet  # noqa: E402
 from planner.llamacpp.rpc import Transcript  # noqa: E402
-from planner.llamacpp.runner import free_port, query_rpc_servers, rpc_servers  # noqa: E402
+from planner.llamacpp.runner import (  # noqa: E402
+    free_port,
+    query_rpc_servers,
+    rpc_servers,
+    stop,
+)
 
 RESULTS = ROOT / "validation" / "results" / "mesh"
 SESSION = Path(tempfile.mkdtemp(prefix="planner-mesh-"))
@@ -295,12 +300,7 @@ def _serve(bins: Path, launch: dict[str, Any], session: list[str]) -> str:
             _planner(session, "discover", *launch_addresses(launch), "--timeout", "2",
                      check=False)
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process, grace_s=30)
     session.append("$ kill %llama-server")
     return log_path.read_text(errors="replace")
 

@@ -98,11 +98,18 @@ def rpc_servers(commands: Sequence[tuple[str, Sequence[str]]]) -> Iterator[None]
         for process in processes:
             process.terminate()
         for process in processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)
+
+
+def stop(process: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
+    """Stop a process this module started: asked to end, then killed after ``grace_s``
+    seconds (a process that has ended already is left as it is)."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def run(argv: Sequence[str], timeout_s: float = 600.0) -> Measured:
@@ -148,12 +155,7 @@ def reserve(argv: Sequence[str], log_path: str | Path, timeout_s: float = 300.0)
                     break
                 time.sleep(0.05)
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)
     text = path.read_text(errors="replace")
     if RESERVED not in text:
         tail = "\n".join(text.strip().splitlines()[-5:])
