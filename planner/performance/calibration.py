@@ -8,10 +8,7 @@ GPUs (``validation/speed/calibration.py``):
   bandwidth its kernels reach reading weights and reading the KV cache, the shares of
   its peak FP16 throughput its matrix products and its attention reach, the rate of its
   products on quantized weights against FP16 ones, a fixed time per layer of every step
-  (kernel launches and synchronisation), a fixed time per hop between devices, and how
-  much faster its prompt kernels got with each thousand builds (an older build's
-  products and attention reach less of the peak, relative to the newest build the fit
-  measured: :meth:`SpeedCalibration.kernel_era_factor`);
+  (kernel launches and synchronisation), and a fixed time per hop between devices;
 - per memory type: the share of the bandwidth reached on it against GDDR (HBM's wide,
   slow channels need more reads in flight than llama.cpp's kernels keep);
 - shared by every backend: the bytes a micro-batch moves between its kernels per token
@@ -29,7 +26,6 @@ effect for every estimate of the process (:func:`load_calibration`).
 
 from __future__ import annotations
 
-import math
 import tomllib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -39,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from planner._validate import integer, number, shown
-from planner.limits import MAX_BENCH_RUNS, MAX_LLAMA_CPP_BUILD
+from planner.limits import MAX_BENCH_RUNS
 from planner.models.presets import data_dir
 from planner.performance._errors import PerformanceError
 
@@ -72,7 +68,6 @@ class BackendFigures:
     attention_efficiency: float | None = None
     quantized_matrix_factor: float = 1.0
     hop_ms: float | None = None
-    compute_gain_per_kilobuild: float = 0.0
 
     def __post_init__(self) -> None:
         for item in fields(self):
@@ -93,7 +88,7 @@ _BACKEND_BOUNDS = {"weight_efficiency": _SHARE, "kv_efficiency": _SHARE,
                    "kv_efficiency_without_flash_attention": _SHARE,
                    "matrix_efficiency": _SHARE, "attention_efficiency": _SHARE,
                    "quantized_matrix_factor": (0.0, 4.0), "layer_ms": (-1e-12, 10.0),
-                   "hop_ms": (-1e-12, 100.0), "compute_gain_per_kilobuild": (-1e-12, 1.0)}
+                   "hop_ms": (-1e-12, 100.0)}
 _SHARED_BOUNDS = {"activation_bytes": (-1e-12, 256.0), "half_rate_tokens": (-1e-12, 4096.0),
                   "fallback_matrix_factor": (0.0, 64.0)}
 
@@ -178,9 +173,6 @@ class SpeedCalibration:
     source: str = f"planner/data/{CALIBRATION_FILE}"
     kinds: Mapping[str, KindCalibration] = field(default_factory=dict)
     """The GPU kinds measured by the user (``planner calibrate``), by catalog id."""
-    newest_build: int | None = None
-    """The newest llama.cpp build among the measurements fitted: the build whose prompt
-    kernels the compute efficiencies describe (``None``: builds are not told apart)."""
 
     def __post_init__(self) -> None:
         if not self.backends:
@@ -198,25 +190,12 @@ class SpeedCalibration:
                     "InvalidCalibration", f"fallback_flops_per_byte.{vendor} must be above "
                     "0 and at most 100,000", field=f"fallback_flops_per_byte.{vendor}",
                     value=value)
-        if self.newest_build is not None:
-            object.__setattr__(self, "newest_build", integer(
-                self.newest_build, _invalid("newest_build"), minimum=1,
-                maximum=MAX_LLAMA_CPP_BUILD))
         for kind, value in self.memory_factors.items():
             if (isinstance(value, bool) or not isinstance(value, int | float)
                     or not 0 < value <= 2):
                 raise PerformanceError("InvalidCalibration",
                                        f"memory_factors.{kind} must be above 0 and at most 2",
                                        field=f"memory_factors.{kind}", value=value)
-
-    def kernel_era_factor(self, figures: BackendFigures, build: int | None) -> float:
-        """The share of its compute efficiencies a backend's prompt kernels reach at
-        ``build``: ``exp(-gain x thousands of builds before the newest measured)``, 1 for
-        a current build (``None``) or one at least as new."""
-        if build is None or self.newest_build is None or build >= self.newest_build:
-            return 1.0
-        return math.exp(-figures.compute_gain_per_kilobuild
-                        * (self.newest_build - build) / 1000)
 
     def median_figure(self, name: str) -> float | None:
         """The median of one figure over the backends that have it."""
@@ -326,9 +305,7 @@ class SpeedCalibration:
         return {"backends": {name: figures.to_dict()
                              for name, figures in sorted(self.backends.items())},
                 "memory_factors": dict(sorted(self.memory_factors.items())),
-                "shared": {**{name: getattr(self, name) for name in _SHARED_BOUNDS},
-                           **({"newest_build": self.newest_build}
-                              if self.newest_build is not None else {})},
+                "shared": {name: getattr(self, name) for name in _SHARED_BOUNDS},
                 "fallback_flops_per_byte": dict(sorted(self.fallback_flops_per_byte.items())),
                 "cross_validated": [e.to_dict() for e in self.cross_validated]}
 
@@ -391,8 +368,7 @@ class SpeedCalibration:
                    fallback_flops_per_byte=dict(_table(data, "fallback_flops_per_byte",
                                                        source)),
                    cross_validated=tuple(errors), source=source,
-                   kinds=_kinds(_table(data, "kinds", source), source),
-                   newest_build=shared.get("newest_build"))
+                   kinds=_kinds(_table(data, "kinds", source), source))
 
 
 def _invalid(name: str) -> Callable[[str, Any], PerformanceError]:

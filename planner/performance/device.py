@@ -105,9 +105,6 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
         kv = _figure(calibration, figures, "kv_efficiency_without_flash_attention", backend,
                      notes)
         attention = matrix
-    # An older build's prompt kernels reach less of the peak (BackendFigures).
-    era = calibration.kernel_era_factor(figures, settings.build)
-    matrix, attention = matrix * era, attention * era
     factor = figures.quantized_matrix_factor if quantized and not staging else 1.0
     weight = figures.weight_efficiency
     own = calibration.kinds.get(speed.kind) if speed.kind is not None else None
