@@ -256,9 +256,9 @@ def test_a_failed_size_leaves_no_chart_of_the_fleets_before() -> None:
 def test_a_search_too_large_is_answered_in_the_page_s_words(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """SizingTooLarge told a page user to use the command line's --kinds."""
-    import planner.sizing.search as search_module
+    from planner import limits
 
-    monkeypatch.setattr(search_module, "MAX_SIZING_QUEUE", 3)
+    monkeypatch.setattr(limits, "MAX_SIZING_QUEUE", 3)
     panel = SizingPanel(_model(), catalog=_catalog())
     assert "SizingTooLarge" in panel.problem.value
     assert "--kinds" not in panel.problem.value

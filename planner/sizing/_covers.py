@@ -22,7 +22,7 @@ from planner.targets import TargetsError
 from planner.units import format_bandwidth, format_bytes
 
 if TYPE_CHECKING:
-    from planner.sizing.search import _Search
+    from planner.sizing._state import _Search
 
 _Size = TypeVar("_Size", int, float)
 
