@@ -34,6 +34,7 @@ from planner.sizing._targets import (
     fleet_nodes,
 )
 from planner.sizing.result import SizedFleet
+from planner.units import format_milliseconds
 
 _MICRO = 1_000_000  # prices are summed in micro-USD so that equal costs compare equal
 
@@ -122,8 +123,8 @@ class _Search:
                 ms, counts = self.fastest[name]
                 label = " + ".join(f"{n} x {gpu.kind}"
                                    for gpu, n in zip(self.kinds, counts, strict=True) if n)
-                seen.append(f"an estimated {name} of {ms:,.1f} ms ({label}) against the "
-                            f"target of {target} ms")
+                seen.append(f"an estimated {name} of {format_milliseconds(ms, estimated=True)} "
+                            f"({label}) against the target of {format_milliseconds(target)}")
         return f"; the fastest plans evaluated reach {' and '.join(seen)}" if seen else ""
 
     def _note_fastest(self, counts: tuple[int, ...], estimate: PlanEstimate | None) -> None:
