@@ -118,7 +118,8 @@ def _table(rows: list[dict[str, object]]) -> TextTable:
         return (str(row["node_id"]), str(row["connected_to"]), str(row["rpc_device"]),
                 format_bytes(int(str(row["total_bytes"]))),
                 format_bytes(int(str(row["free_bytes"]))),
-                "—" if trip is None else format_milliseconds(trip), str(row["protocol_version"]))
+                format_milliseconds(trip) if isinstance(trip, int | float) else "—",
+                str(row["protocol_version"]))
     return TextTable(("node", "connected to", "device", "total", "free", "round trip",
                       "protocol"), tuple(cells(row) for row in rows),
                      ("l", "l", "r", "r", "r", "r", "l"))

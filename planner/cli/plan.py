@@ -78,9 +78,12 @@ def run(args: argparse.Namespace) -> int:
         judged = ("estimated TPOT "
                   + format_milliseconds(speed["estimated_tpot_ms"], estimated=True)
                   if speed is not None
-                  else f"network estimate {format_milliseconds(network)} (no speed estimate)")
-        target = format_milliseconds(request.target_decode_tpot_ms)
-        print(f"TPOT target {target} {verdict}: {judged}")
+                  else "network estimate "
+                  + ("unknown" if network is None else format_milliseconds(network))
+                  + " (no speed estimate)")
+        target = request.target_decode_tpot_ms
+        print(f"TPOT target {'none' if target is None else format_milliseconds(target)} "
+              f"{verdict}: {judged}")
     print(terminal_safe(f"memory model {memory_model_text(content)}"))
     print()
     print(text_table(stage_table(content)))

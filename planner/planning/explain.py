@@ -166,12 +166,12 @@ def _compare(request: PlanningInput, option: ShapeOption, chosen: ShapeOption) -
     mine = shape_rank(request, _us(option), option.context_length)
     theirs = shape_rank(request, _us(chosen), chosen.context_length)
     needs = f"{option.context_length:,} needs {_stages(option.stage_count)}"
-    if mine[0] != theirs[0]:
+    target = request.target_decode_tpot_ms
+    if mine[0] != theirs[0] and target is not None:
         # A higher context loses first on the target: it misses what the chosen one meets.
         return HigherContext(option, TARGET_MET,
                              f"{needs}: {_ms(option.estimated_decode_network_ms_per_token)} "
-                             "misses the "
-                             f"{format_milliseconds(request.target_decode_tpot_ms)} target")
+                             f"misses the {format_milliseconds(target)} target")
     if mine[1] <= theirs[1]:
         raise AssertionError("a higher context with an estimate as low would have won")
     return HigherContext(option, LOWER_ESTIMATE,
