@@ -11,6 +11,7 @@ import numpy as np
 
 from planner._validate import integer
 from planner.limits import (
+    DEFAULT_CACHE_TYPE,
     MAX_ATTENTION_HEADS,
     MAX_ATTENTION_WIDTH,
     MAX_BITS_PER_PARAMETER,
@@ -202,7 +203,7 @@ def latent_attention_width(heads: int, kv_lora_rank: int, rope_head_size: int) -
     return heads * (kv_lora_rank + -(-rope_head_size // 2))
 
 
-def attention_traffic(shape: Mapping[str, Any], kv_cache_type: str = "f16"
+def attention_traffic(shape: Mapping[str, Any], kv_cache_type: str = DEFAULT_CACHE_TYPE
                       ) -> dict[str, Any]:
     """The attention part of a model's traffic from its shape (the
     :data:`~planner.models.spec.ATTENTION_FIELDS` of a spec or of a fleet file's numbers,
@@ -231,7 +232,7 @@ def model_traffic(spec: ModelSpec | None, numbers: Mapping[str, Any] | None = No
     ``None`` otherwise.
 
     The numbers' attention is read as a spec's (:func:`attention_traffic`), its windowed
-    layers' cache at F16. A hand-typed mixture of experts
+    layers' cache at the default cache type (F16). A hand-typed mixture of experts
     computes with ``parameter_count x active_weight_bytes / model_weight_bytes``
     parameters per token."""
     if spec is not None:
