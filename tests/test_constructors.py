@@ -84,7 +84,9 @@ _SPEC = dict(name="m", architecture="llama", layer_count=2, native_context_lengt
              layer_kv_table=(("f16", (0, 8)), ("q8_0", (0, 4))),
              layer_state_bytes_per_sequence=(16, 0), parameter_count=20,
              active_parameter_count=5, expert_count=8, experts_used=2,
-             token_embedding_bytes=2, routed_expert_bytes=3)
+             token_embedding_bytes=2, routed_expert_bytes=3, attention_heads=4,
+             head_size=16, kv_heads=2, sliding_window=512, sliding_window_layers=1,
+             kv_lora_rank=32, rope_head_size=8)
 
 # A valid example of each input type, every optional number given a value so it is
 # exercised. Keyed by "module.Class".
