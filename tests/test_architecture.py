@@ -72,7 +72,7 @@ class Row:
 
 @dataclass(frozen=True)
 class Import:
-    file: str     # relative to planner/, e.g. "fleet/toml.py"
+    file: str     # relative to planner/, e.g. "fleet/_toml.py"
     line: int
     name: str     # what the code names: "planner.fleet.document", "pandas", "os.system"
     unit: str | None      # the planner unit it lands in ("fleet"), None for a library
@@ -480,13 +480,13 @@ def test_a_module_row_inside_a_package_is_its_own() -> None:
 def test_the_import_reader_sees_lazy_relative_and_submodule_imports() -> None:
     rows = layout_rows()
     source = ("def f():\n    import plotly\n    from planner import workbench\n"
-              "    from . import toml\n    import os\n    os.system('true')\n"
+              "    from . import _toml\n    import os\n    os.system('true')\n"
               "    from planner.planning import NodeBudget\n")
     found = imports_in(source, "fleet/probe.py", rows)
     assert {(f.line, f.name, f.unit, f.library) for f in found} == {
         (2, "plotly", None, "plotly"),
         (3, "planner.workbench", "workbench", None),
-        (4, "planner.fleet.toml", "fleet", None),
+        (4, "planner.fleet._toml", "fleet", None),
         (5, "os", None, None),
         (6, "os.system", None, None),
         (7, "planner.planning", "planning", None),

@@ -27,13 +27,13 @@ from planner.planning.api import plan_topology
 from planner.planning.inputs import PlanningInput
 from planner.planning.plan import Plan
 from planner.sizing import floors
+from planner.sizing._result import SizedFleet
 from planner.sizing._targets import (
     SizingError,
     SizingTargets,
     fleet_node_kinds,
     fleet_nodes,
 )
-from planner.sizing.result import SizedFleet
 from planner.units import format_milliseconds
 
 _MICRO = 1_000_000  # prices are summed in micro-USD so that equal costs compare equal

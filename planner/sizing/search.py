@@ -94,6 +94,7 @@ from planner.sizing._covers import (
     _TopStages,
 )
 from planner.sizing._refusals import _nothing, _short_of, _why_not
+from planner.sizing._result import SizedFleet, SizingResult, pareto_front
 from planner.sizing._state import _MICRO, _Search
 from planner.sizing._state import TOO_LARGE_ADVICE as TOO_LARGE_ADVICE
 from planner.sizing._targets import (
@@ -104,7 +105,6 @@ from planner.sizing._targets import (
     _model_fields,
     select_kinds,
 )
-from planner.sizing.result import SizedFleet, SizingResult, pareto_front
 from planner.targets import TargetsError
 
 # TOO_LARGE_ADVICE (the search state's) is named here too: the workbench words its own
