@@ -268,8 +268,6 @@ MILLISECONDS_BY_HAND = {
     "fence": "the fence simulation's clock",
     "figures/fence.py": "the fence simulation's clock",
     "workbench/_fence_steppers.py": "the fence simulation's clock",
-    # Its summary line still writes the estimated TPOT to one decimal by hand.
-    "performance/estimate.py": "the estimate's summary line",
 }
 _MS_AFTER = re.compile(r"^ ?ms\b")
 
