@@ -54,6 +54,7 @@ from planner.planning.api import plan_topology
 from planner.planning.inputs import NodeBudget, PlanningInput
 from planner.planning.plan import Plan
 from planner.planning.rules import context_floor
+from planner.units import format_milliseconds
 
 
 class TargetsError(CodedError):
@@ -177,8 +178,9 @@ class Targets:
             if estimate is None:
                 missed.append("no TPOT estimate")
             elif estimate.estimated_tpot_ms > target:
-                missed.append(f"estimated TPOT {estimate.estimated_tpot_ms:,.1f} ms > "
-                              f"{target} ms")
+                missed.append("estimated TPOT "
+                              f"{format_milliseconds(estimate.estimated_tpot_ms, estimated=True)}"
+                              f" > {format_milliseconds(target)}")
         ttft = self.target_ttft_ms
         if ttft is not None and self.prompt_tokens is not None and (
                 plan.context_length < self.prompt_tokens):
@@ -188,8 +190,10 @@ class Targets:
             if estimate is None or estimate.ttft_ms is None:
                 missed.append("no time-to-first-token estimate")
             elif estimate.ttft_ms > ttft:
-                missed.append(f"estimated TTFT {estimate.ttft_ms:,.0f} ms > {ttft} ms "
-                              f"({self.prompt_tokens:,}-token prompt)")
+                missed.append("estimated TTFT "
+                              f"{format_milliseconds(estimate.ttft_ms, estimated=True)} > "
+                              f"{format_milliseconds(ttft)} ({self.prompt_tokens:,}-token "
+                              "prompt)")
         return missed
 
     def meets(self, plan: Plan, estimate: PlanEstimate | None = None) -> bool:
@@ -209,10 +213,11 @@ class Targets:
         target = self.target_decode_tpot_ms
         if target is not None:
             if estimate is None:
-                found.append(f"TPOT not estimated (target {target} ms)")
+                found.append(f"TPOT not estimated (target {format_milliseconds(target)})")
             elif estimate.estimated_tpot_ms > target:
-                found.append(f"estimated TPOT {estimate.estimated_tpot_ms:,.2f} ms > "
-                             f"{target} ms")
+                found.append("estimated TPOT "
+                             f"{format_milliseconds(estimate.estimated_tpot_ms, estimated=True)}"
+                             f" > {format_milliseconds(target)}")
         ttft = self.target_ttft_ms
         if ttft is not None and self.prompt_tokens is not None and (
                 plan.context_length < self.prompt_tokens):
@@ -220,10 +225,12 @@ class Targets:
                          f"{self.prompt_tokens:,}-token prompt")
         elif ttft is not None:
             if estimate is None or estimate.ttft_ms is None:
-                found.append(f"time to first token not estimated (target {ttft} ms)")
+                found.append("time to first token not estimated "
+                             f"(target {format_milliseconds(ttft)})")
             elif estimate.ttft_ms > ttft:
-                found.append(f"estimated time to first token {estimate.ttft_ms:,.0f} ms > "
-                             f"{ttft} ms")
+                found.append("estimated time to first token "
+                             f"{format_milliseconds(estimate.ttft_ms, estimated=True)} > "
+                             f"{format_milliseconds(ttft)}")
         return found
 
     def to_dict(self) -> dict[str, Any]:
@@ -333,8 +340,8 @@ def require_estimable(targets: Targets, request: PlanningInput, plan: Plan | Non
     if why:
         raise TargetsError(
             "TpotNotEstimable",
-            f"the TPOT target ({target} ms) is judged by the speed estimate, and this "
-            f"fleet has none: {why}", target_decode_tpot_ms=target)
+            f"the TPOT target ({format_milliseconds(target)}) is judged by the speed "
+            f"estimate, and this fleet has none: {why}", target_decode_tpot_ms=target)
 
 
 def plan_or_none(request: PlanningInput) -> Plan | None:

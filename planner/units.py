@@ -436,24 +436,45 @@ def ms_from_microseconds(micro: int) -> int | float:
     return whole if rest == 0 else float(Decimal(micro) / 1000)
 
 
-def format_milliseconds(value: int | float) -> str:
-    """A time in milliseconds as people read it, the one duration format of the package:
-    below 10 s to the microsecond the planner works in, as a latency is written; from
-    there on in seconds, minutes or hours to one decimal (an estimated prefill of a long
-    context).
+def format_milliseconds(value: int | float, *, estimated: bool = False) -> str:
+    """A time in milliseconds as people read it, the one duration format of the package.
+
+    From 10 s on in seconds, minutes or hours to one decimal (an estimated prefill of a
+    long context). Below, a time someone gave (a latency, a target, a sum of latencies) is
+    written to the microsecond the planner works in, as it was given; an ``estimated``
+    one to a tenth of a millisecond, as the tables' columns write it (an estimate's later
+    digits are noise), and below 1 ms to two significant figures.
 
     >>> format_milliseconds(25), format_milliseconds(2.5), format_milliseconds(1250)
     ('25 ms', '2.5 ms', '1,250 ms')
+    >>> format_milliseconds(0.125), format_milliseconds(12.345)
+    ('0.125 ms', '12.345 ms')
     >>> format_milliseconds(12_345), format_milliseconds(252_000), format_milliseconds(9e6)
     ('12.3 s', '4.2 min', '2.5 h')
+    >>> [format_milliseconds(ms, estimated=True) for ms in (38.271, 1834.24, 30, 0.292, 0)]
+    ['38.3 ms', '1,834.2 ms', '30.0 ms', '0.29 ms', '0 ms']
     """
     if not math.isfinite(value):
         return f"{value} ms"
     for unit, size, start in _LONG_DURATIONS:
         if abs(value) >= start:
             return f"{value / size:,.1f} {unit}"
+    if estimated:
+        return f"{value:,.{_estimate_decimals(value)}f} ms"
     exact = ms_from_microseconds(latency_microseconds(value))
     return f"{exact:,} ms" if isinstance(exact, int) else f"{exact:,.3f}".rstrip("0") + " ms"
+
+
+def _estimate_decimals(value: int | float) -> int:
+    """Decimals for an estimate in milliseconds: one from 1 ms on, as the tables' columns
+    write it; below, two significant figures, down to the microsecond (counted after
+    rounding: 0.996 ms is 1.0 ms)."""
+    if value == 0:
+        return 0
+    for digits, below in ((3, 0.1), (2, 1)):
+        if abs(round(value, digits)) < below:
+            return digits
+    return 1
 
 
 # Long durations: (unit, its milliseconds, the duration from which it is used).

@@ -16,12 +16,17 @@ the two disagree:
 
 A module inside a package may have a row of its own (an adapter in a core package): its
 row, not its package's, then says what it may import.
+
+A module that only its own package imports is internal, and its name says so (``_toml.py``):
+people import its names from the package. The modules that keep a public name anyway, being
+extension points or places the docs send a reader to, are listed under the table.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import json
 import re
 import subprocess
 import sys
@@ -72,7 +77,7 @@ class Row:
 
 @dataclass(frozen=True)
 class Import:
-    file: str     # relative to planner/, e.g. "fleet/toml.py"
+    file: str     # relative to planner/, e.g. "fleet/_toml.py"
     line: int
     name: str     # what the code names: "planner.fleet.document", "pandas", "os.system"
     unit: str | None      # the planner unit it lands in ("fleet"), None for a library
@@ -474,25 +479,133 @@ def test_a_module_row_inside_a_package_is_its_own() -> None:
     assert launch is not None and launch.path == "planner/llamacpp/"
 
 
+# -- internal modules carry internal names -----------------------------------------------
+
+EXTENSION_POINTS = "## Public modules that are extension points"
+# Where code outside planner/ imports the package's modules, or runs them (python -m).
+USERS_OUTSIDE = ("tests", "benchmarks", "validation")
+RUN_BY_NAME = ("Makefile", "README.md", "pyproject.toml", "docs/*.md")
+
+
+def extension_points() -> dict[str, int]:
+    """The modules and packages docs/architecture.md keeps public though only their own
+    package imports them: ``planner/cli/`` -> its line."""
+    lines = LAYOUT.read_text(encoding="utf-8").splitlines()
+    assert EXTENSION_POINTS in lines, f"{WHERE} has no section {EXTENSION_POINTS!r}"
+    listed: dict[str, int] = {}
+    for number, text in enumerate(lines[lines.index(EXTENSION_POINTS) + 1:],
+                                  start=lines.index(EXTENSION_POINTS) + 2):
+        if text.startswith("#"):
+            break
+        if found := re.match(r"- `(planner/[^`]+)`", text):
+            listed[found.group(1)] = number
+    assert listed, f"{WHERE}: the section {EXTENSION_POINTS!r} lists no module"
+    return listed
+
+
+def _notebook_code(path: Path) -> str:
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return "\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "code")
+
+
+def module_users() -> dict[str, set[str]]:
+    """Each file under planner/ (relative to it) -> the files that import it (relative to
+    the repository: ``planner/fleet/files.py``, ``tests/test_fleetfile.py``), and
+    ``python -m`` where a Makefile, README or doc runs it by name."""
+    sources = {f"planner/{path.relative_to(PACKAGE).as_posix()}": path.read_text(
+        encoding="utf-8") for path in python_files()}
+    for folder in USERS_OUTSIDE:
+        sources |= {path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8")
+                    for path in sorted((ROOT / folder).rglob("*.py"))}
+    sources |= {path.relative_to(ROOT).as_posix(): _notebook_code(path)
+                for path in sorted((ROOT / "notebooks").glob("*.ipynb"))}
+    users: dict[str, set[str]] = {}
+    for where, source in sources.items():
+        for _, name in _imported_names(source, where.removeprefix("planner/")):
+            target = _planner_file(name) if name.split(".")[0] == "planner" else None
+            if target is not None:
+                users.setdefault(target, set()).add(where)
+    for pattern in RUN_BY_NAME:
+        for path in sorted(ROOT.glob(pattern)):
+            for name in re.findall(r"-m (planner(?:\.\w+)*)", path.read_text(encoding="utf-8")):
+                if (target := _planner_file(name)) is not None:
+                    users.setdefault(target, set()).add("python -m")
+    return users
+
+
+def internal_modules_with_public_names(modules: list[str], users: dict[str, set[str]],
+                                       listed: set[str]) -> list[str]:
+    """The modules of ``modules`` (relative to planner/) that no file outside their own
+    package imports, whose name is public, that are neither a package's ``__init__`` nor
+    in ``listed`` (paths ``planner/…``, a package's ending in ``/``)."""
+    found = []
+    for module in modules:
+        folder, _, name = module.rpartition("/")
+        package = f"planner/{folder}/" if folder else "planner/"
+        path = f"planner/{module}"
+        outside = {user for user in users.get(module, set())
+                   if user != path and not user.startswith(package)}
+        kept = any(path == entry or (entry.endswith("/") and path.startswith(entry))
+                   for entry in listed)
+        if not (outside or name.startswith("_") or kept):
+            found.append(f"{path} (imported only inside {package})")
+    return found
+
+
+def test_a_module_only_its_package_imports_has_an_internal_name() -> None:
+    modules = [path.relative_to(PACKAGE).as_posix() for path in python_files()]
+    found = internal_modules_with_public_names(modules, module_users(),
+                                               set(extension_points()))
+    assert found == [], (
+        "Only their own package imports these modules: give each a leading _ (git mv, "
+        "then import its names from the package), or, if it is an extension point or a "
+        f"place the docs send readers to, list it under {WHERE}'s {EXTENSION_POINTS!r} "
+        "with why:\n" + "\n".join(found))
+
+
+def test_every_extension_point_names_a_module_or_package() -> None:
+    stale = [f"{WHERE}:{line}: `{entry}`" for entry, line in extension_points().items()
+             if not (ROOT / entry).exists() or entry.endswith("/") != (ROOT / entry).is_dir()]
+    assert stale == [], ("These extension points name no module or package under planner/ "
+                         "(remove or rename them):\n" + "\n".join(stale))
+
+
 # -- the checks above can fail -----------------------------------------------------------
 
 
 def test_the_import_reader_sees_lazy_relative_and_submodule_imports() -> None:
     rows = layout_rows()
     source = ("def f():\n    import plotly\n    from planner import workbench\n"
-              "    from . import toml\n    import os\n    os.system('true')\n"
+              "    from . import _toml\n    import os\n    os.system('true')\n"
               "    from planner.planning import NodeBudget\n")
     found = imports_in(source, "fleet/probe.py", rows)
     assert {(f.line, f.name, f.unit, f.library) for f in found} == {
         (2, "plotly", None, "plotly"),
         (3, "planner.workbench", "workbench", None),
-        (4, "planner.fleet.toml", "fleet", None),
+        (4, "planner.fleet._toml", "fleet", None),
         (5, "os", None, None),
         (6, "os.system", None, None),
         (7, "planner.planning", "planning", None),
     }
     fleet = rows["planner/fleet/"]
     assert "plotly" not in fleet.libraries and "workbench" not in fleet.units
+
+
+def test_a_public_module_only_its_package_imports_is_reported() -> None:
+    modules = ["fleet/probe.py", "fleet/_probe.py", "fleet/__init__.py", "cli/probe.py",
+               "probe.py"]
+    users = {"fleet/probe.py": {"planner/fleet/files.py", "planner/fleet/probe.py"},
+             "fleet/_probe.py": {"planner/fleet/files.py"},
+             "cli/probe.py": {"planner/cli/__init__.py"},
+             "probe.py": {"planner/fleet/files.py"}}
+    assert internal_modules_with_public_names(modules, users, {"planner/cli/"}) == [
+        "planner/fleet/probe.py (imported only inside planner/fleet/)",
+        "planner/probe.py (imported only inside planner/)"]
+    users["fleet/probe.py"].add("planner/sizing/search.py")
+    users["probe.py"].add("tests/test_probe.py")
+    assert internal_modules_with_public_names(modules, users, {"planner/cli/"}) == []
+    assert internal_modules_with_public_names(modules, users, set()) == [
+        "planner/cli/probe.py (imported only inside planner/cli/)"]
 
 
 def test_the_whole_package_is_type_checked_strictly() -> None:

@@ -84,7 +84,9 @@ _SPEC = dict(name="m", architecture="llama", layer_count=2, native_context_lengt
              layer_kv_table=(("f16", (0, 8)), ("q8_0", (0, 4))),
              layer_state_bytes_per_sequence=(16, 0), parameter_count=20,
              active_parameter_count=5, expert_count=8, experts_used=2,
-             token_embedding_bytes=2, routed_expert_bytes=3)
+             token_embedding_bytes=2, routed_expert_bytes=3, attention_heads=4,
+             head_size=16, kv_heads=2, sliding_window=512, sliding_window_layers=1,
+             kv_lora_rank=32, rope_head_size=8)
 
 # A valid example of each input type, every optional number given a value so it is
 # exercised. Keyed by "module.Class".
@@ -175,7 +177,7 @@ EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
         context_length=4096, parallel_lanes=2,
         stages=(Stage("stage-0", 0, "a", 0, 1, 4), Stage("stage-1", 1, "b", 1, 2, 6)),
         estimated_decode_network_ms_per_token=6, decode_tpot_target_met=True),
-    "planner.availability.spares.SpareKind": lambda: dict(
+    "planner.availability._spares.SpareKind": lambda: dict(
         name="Card", budget=_node(), price_per_hour=1.5),
     "planner.planning.inputs.PlanningInput": lambda: dict(
         native_context_length=4096, layer_count=2, model_weight_bytes=10,
@@ -221,10 +223,10 @@ RESULTS = {
     "planner.planning.explain.ShapeOption": _ANSWER,
     "planner.planning.explain.HigherContext": _ANSWER,
     "planner.planning.explain.ChoiceExplanation": _ANSWER,
-    "planner.planning.result.PlanningResult": _ANSWER,
+    "planner.planning._result.PlanningResult": _ANSWER,
     "planner.planning.rules.Walk": _ANSWER,
     "planner.planning.warnings.FleetWarning": _ANSWER,
-    "planner.availability.spares.SparesResult": _ANSWER,
+    "planner.availability._spares.SparesResult": _ANSWER,
     "planner.availability.states.Outcome": _ANSWER,
     "planner.availability.states.NodeKind": _ANSWER,
     "planner.availability.states.AvailabilityResult": _ANSWER,
@@ -232,8 +234,8 @@ RESULTS = {
     "planner.availability.reliability.NodeFigures": _ANSWER,
     "planner.sizing.floors.DecodeFloor": _ANSWER,
     "planner.sizing.floors.PrefillFloor": _ANSWER,
-    "planner.sizing.result.SizedFleet": _ANSWER,
-    "planner.sizing.result.SizingResult": _ANSWER,
+    "planner.sizing._result.SizedFleet": _ANSWER,
+    "planner.sizing._result.SizingResult": _ANSWER,
     "planner.simulation.SimulatedYear": _ANSWER,
     "planner.sweep._evaluators.Batch": _ANSWER,
     "planner.performance.device.NodeSpeed": _ANSWER,
@@ -288,7 +290,7 @@ RESULTS = {
     "planner.models.layer_memory.ModelMemory": _MODEL,
     "planner.fence.check.configuration.NamedConfig": _SAVED,
     "planner.fence.check.model.TraceStep": _SAVED,
-    "planner.fence.check.properties.Property": "the checker's own properties (functions)",
+    "planner.fence.check._properties.Property": "the checker's own properties (functions)",
     "planner.fence.check.report.Counterexample": _SAVED,
     "planner.fence.check.report.PropertyResult": _SAVED,
     "planner.fence.check.report.CheckResult": _SAVED,
@@ -312,8 +314,8 @@ RESULTS = {
     "planner.workbench.evaluation.LimitingNode": _ANSWER,
     "planner.workbench.evaluation.UnusedNode": _ANSWER,
     "planner.workbench.evaluation.Evaluation": _ANSWER,
-    "planner.workbench.fence_claims.ClaimPreset": _WORKBENCH,
-    "planner.workbench.fence_claims.LoadPreset": _WORKBENCH,
+    "planner.workbench._fence_claims.ClaimPreset": _WORKBENCH,
+    "planner.workbench._fence_claims.LoadPreset": _WORKBENCH,
     "planner.workbench.serve.LabServer": "a running server's handle",
     "planner.workbench.sizing_panel.SizingModel": _WORKBENCH,
     "planner.workbench.problems.Problem": _ANSWER,

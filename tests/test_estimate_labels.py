@@ -56,7 +56,7 @@ def test_sizing_gives_the_measured_error_in_every_rendering() -> None:
     assert result.error_note.startswith(MEASURED)
     assert result.to_dict()["notes"][:2] == [ESTIMATE_NOTE, result.error_note]
     best = result.cheapest
-    fill = format_milliseconds(best.estimated_context_fill_ms)
+    fill = format_milliseconds(best.estimated_context_fill_ms, estimated=True)
     for fmt in ("md", "html"):
         rendered = render_sizing(result, fmt, model_name="Llama")
         assert result.error_note in rendered, fmt

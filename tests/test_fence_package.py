@@ -50,7 +50,7 @@ def test_the_top_level_is_the_fence_and_the_stage_runtime() -> None:
         assert getattr(planner.fence, name) is not None
 
 
-CHECK_LAYERS = ("configuration", "model", "properties", "report", "exploration", "__main__")
+CHECK_LAYERS = ("configuration", "model", "_properties", "report", "exploration", "__main__")
 
 
 def test_the_checker_package_imports_in_one_direction() -> None:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from test_sizing import _kind, _model
 
 import planner.sizing.search as search_module
+from planner import limits
 from planner.models import GpuModel, load_gpu_catalog, load_preset
 from planner.performance import ModelTraffic, estimate_plan, node_speeds, stage_loads
 from planner.planning import rules
@@ -32,7 +33,7 @@ from planner.targets import TargetsError, plan_or_none
 
 def _no_plans(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the search refuse as SizingTooLarge before its first candidate fleet."""
-    monkeypatch.setattr(search_module, "MAX_SIZING_PLANS", -1)
+    monkeypatch.setattr(limits, "MAX_SIZING_PLANS", -1)
 
 
 def test_a_tpot_no_kind_can_reach_is_answered_at_once(monkeypatch: pytest.MonkeyPatch
@@ -211,8 +212,8 @@ def test_a_ttft_below_the_fastest_prefill_is_answered_at_once(
     assert caught.value.message.startswith(
         "no fleet within the counts available meets the targets (a context of at least "
         "65,536): no split fills a 1,024-token prompt")
-    found = re.search(re.escape(said) + r" ([\d,]+) ms", caught.value.message)
-    assert found is not None and int(found.group(1).replace(",", "")) > target
+    found = re.search(re.escape(said) + r" ([\d,.]+) ms", caught.value.message)
+    assert found is not None and float(found.group(1).replace(",", "")) > target
 
 
 def test_the_prefill_read_covers_remove_no_fleet_that_meets_the_target(
@@ -235,7 +236,7 @@ def test_a_search_that_stops_short_says_how_close_it_came(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """SizingTooLarge on a speed target names the fastest estimate it saw and its fleet,
     so the user knows how far to relax the target."""
-    monkeypatch.setattr(search_module, "MAX_SIZING_PLANS", 20)
+    monkeypatch.setattr(limits, "MAX_SIZING_PLANS", 20)
     with pytest.raises(SizingError) as caught:
         size_fleet(load_preset("deepseek-v3"), load_gpu_catalog(),
                    SizingTargets(target_ttft_ms=390, prompt_tokens=1024), pareto=False)
@@ -272,7 +273,7 @@ def test_fleets_that_plan_on_too_few_stages_for_a_ttft_are_not_searched(
     estimate = estimate_plan(fleet, plan, traffic, node_speeds(fleet.nodes, [mi300x]),
                              prompt_tokens=8192)
     assert estimate.ttft_ms is not None and estimate.ttft_ms >= by_stages[3]
-    monkeypatch.setattr(search_module, "MAX_SIZING_PLANS", 100)
+    monkeypatch.setattr(limits, "MAX_SIZING_PLANS", 100)
     target = int(by_stages[-1] * 0.95)
     with pytest.raises(SizingError) as caught:
         size_fleet(spec, load_gpu_catalog(),
@@ -331,7 +332,7 @@ def test_too_many_kinds_are_refused_by_name() -> None:
 def test_the_search_stops_at_its_bounds_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
     kinds = [_kind(f"k{i}", 1 + i % 4, 1.0 + i / 7) for i in range(8)]
     # Stopped before any fleet is proven: there is nothing to list.
-    monkeypatch.setattr(search_module, "MAX_SIZING_QUEUE", 3)
+    monkeypatch.setattr(limits, "MAX_SIZING_QUEUE", 3)
     with pytest.raises(SizingError) as caught:
         size_fleet(_model(6, 6), kinds, SizingTargets(failures_tolerated=1), pareto=False)
     assert caught.value.code == "SizingTooLarge"
@@ -352,7 +353,7 @@ def test_the_pareto_pass_stops_at_the_bounds_with_a_note(monkeypatch: pytest.Mon
     whole = size_fleet(model, kinds, top=3, traffic=traffic)
     alone = size_fleet(model, kinds, top=3, traffic=traffic, pareto=False)
     assert whole.plans_evaluated > alone.plans_evaluated + 1
-    monkeypatch.setattr(search_module, "MAX_SIZING_PLANS", alone.plans_evaluated)
+    monkeypatch.setattr(limits, "MAX_SIZING_PLANS", alone.plans_evaluated)
     cut = size_fleet(model, kinds, top=3, traffic=traffic)
     assert cut.fleets == whole.fleets
     assert any(note.startswith("the Pareto front leaves out contexts from")
@@ -369,7 +370,7 @@ def test_tpot_targets_between_the_floor_and_any_fleet_are_answered(
     fleet, so a partial fleet sure to plan a context no plan reads within the target is
     not searched further: each is answered (fleets that meet it, re-checked with the one
     targets check, or NoFleetMeetsTargets) in fewer than 2,000 of the 3,000 plans allowed."""
-    monkeypatch.setattr(search_module, "MAX_SIZING_PLANS", 2000)
+    monkeypatch.setattr(limits, "MAX_SIZING_PLANS", 2000)
     spec = load_preset(preset)
     targets = SizingTargets(target_decode_tpot_ms=tpot)
     try:
@@ -416,7 +417,7 @@ def test_a_tpot_target_with_a_spare_is_answered_without_planning_what_cannot_fit
     taking all it can, largest first, gets as far as any set of them: a fleet (less its
     f largest) that does not get through is not planned (this used to make 3,000 plans
     of fleets that do not fit and stop with SizingTooLarge)."""
-    monkeypatch.setattr(search_module, "MAX_SIZING_PLANS", 300)
+    monkeypatch.setattr(limits, "MAX_SIZING_PLANS", 300)
     with pytest.raises(SizingError) as caught:
         size_fleet(load_preset("llama-4-maverick"), load_gpu_catalog(),
                    SizingTargets(target_decode_tpot_ms=27, failures_tolerated=1),
@@ -449,7 +450,7 @@ def test_a_cheap_small_kind_leaves_a_tpot_target_answered_at_once(
     cheap 16 GiB kind more made such fleets 3,000 plans and SizingTooLarge. Walked
     largest first, as the planner orders the stages, they reach the last layer at
     163,840, where the fast nodes hold too little of the model: a handful of plans."""
-    monkeypatch.setattr(search_module, "MAX_SIZING_PLANS", 100)
+    monkeypatch.setattr(limits, "MAX_SIZING_PLANS", 100)
     with pytest.raises(SizingError) as caught:
         size_fleet(load_preset("deepseek-v3.2"), _with_cheap_16_gib_kind(tmp_path),
                    SizingTargets(target_decode_tpot_ms=54), pareto=False)
@@ -471,7 +472,7 @@ def test_a_cheap_small_kind_leaves_tpot_targets_with_a_spare_answered(
     is answered within a queue of 20,000: refused as NoFleetMeetsTargets below the
     reach, and above it by a fleet that meets the target, no dearer as the target
     loosens."""
-    monkeypatch.setattr(search_module, "MAX_SIZING_QUEUE", 20_000)
+    monkeypatch.setattr(limits, "MAX_SIZING_QUEUE", 20_000)
     catalog = _with_cheap_16_gib_kind(tmp_path)
     answered_costs: list[float] = []
     refused = 0
@@ -500,7 +501,7 @@ def test_a_search_that_stops_after_proving_some_fleets_lists_them(
     adds cards it leaves idle, which are no alternatives; proving which fleet comes next
     passes the bounds. The fleets proven cheapest are listed, and the notes say the rest
     are not."""
-    monkeypatch.setattr(search_module, "MAX_SIZING_PLANS", 300)
+    monkeypatch.setattr(limits, "MAX_SIZING_PLANS", 300)
     spec = load_preset("llama-3.1-70b")
     targets = SizingTargets(target_decode_tpot_ms=84)
     cheapest = size_fleet(spec, load_gpu_catalog(), targets, top=1, pareto=False)

@@ -11,6 +11,7 @@ from test_cli import assert_user_error, run
 from planner.models import load_gpu_catalog, load_preset
 from planner.sizing import SizingError, size_fleet
 from planner.targets import Targets, TargetsError
+from planner.units import format_milliseconds
 
 KINDS = ["h100-sxm-80gb", "a100-80gb", "l40s"]
 
@@ -61,7 +62,7 @@ def test_a_fleet_that_misses_only_the_ttft_target_is_named_so() -> None:
         size_fleet(model, catalog, Targets(target_ttft_ms=target, prompt_tokens=8192),
                    kinds=kinds, top=1, pareto=False)
     assert refused.value.code == "NoFleetMeetsTargets"
-    assert "TTFT" in refused.value.message and f"{target} ms" in refused.value.message
+    assert "TTFT" in refused.value.message and format_milliseconds(target) in refused.value.message
 
 def test_planner_size_takes_ttft_and_prompt_tokens() -> None:
     done = run("size", "llama-3.1-70b", "--kinds", ",".join(KINDS), "--ttft-ms", "10000",
@@ -74,7 +75,7 @@ def test_planner_size_takes_ttft_and_prompt_tokens() -> None:
     table = run("size", "llama-3.1-70b", "--kinds", ",".join(KINDS), "--ttft-ms", "10000",
                 "--prompt-tokens", "8192", "--top", "2")
     assert table.returncode == 0, table.stderr
-    assert "TTFT <= 10000 ms for a 8,192-token prompt" in table.stdout
+    assert "TTFT <= 10.0 s for a 8,192-token prompt" in table.stdout
     assert "estimated_ttft_ms" in table.stdout
     assert "first token of a 8,192-token prompt in" in table.stdout
     assert_user_error(run("size", "llama-3.1-70b", "--ttft-ms", "5000"), 2, "prompt_tokens")

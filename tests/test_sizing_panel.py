@@ -11,6 +11,7 @@ import pytest
 import planner
 from planner.models import load_gpu_catalog, load_preset
 from planner.sizing import SizingTargets, size_fleet
+from planner.units import format_milliseconds
 from planner.workbench import Workbench
 from planner.workbench.catalog import preset_source
 from planner.workbench.sizing_panel import SizingModel, SizingPanel
@@ -211,7 +212,8 @@ def test_the_chart_shows_no_colour_range_when_every_fleet_has_one_tpot() -> None
     assert "markers" in front.mode and front.marker.symbol == "diamond-open"
     assert len(tpots) == 1  # two and three H100s decode alike
     assert not fleets.marker.showscale
-    assert fleets.name == f"fleets, estimated TPOT {tpots.pop():,.1f} ms"
+    assert fleets.name == ("fleets, estimated TPOT "
+                           + format_milliseconds(tpots.pop(), estimated=True))
     mixed = size_fleet(load_preset("llama-3.1-70b"), _catalog(), SizingTargets(), top=6)
     spread = {round(f.estimated_tpot_ms, 1) for f in (*mixed.fleets, *mixed.pareto)}
     assert len(spread) > 1
@@ -256,9 +258,9 @@ def test_a_failed_size_leaves_no_chart_of_the_fleets_before() -> None:
 def test_a_search_too_large_is_answered_in_the_page_s_words(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """SizingTooLarge told a page user to use the command line's --kinds."""
-    import planner.sizing.search as search_module
+    from planner import limits
 
-    monkeypatch.setattr(search_module, "MAX_SIZING_QUEUE", 3)
+    monkeypatch.setattr(limits, "MAX_SIZING_QUEUE", 3)
     panel = SizingPanel(_model(), catalog=_catalog())
     assert "SizingTooLarge" in panel.problem.value
     assert "--kinds" not in panel.problem.value

@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -252,3 +257,66 @@ def test_parse_context_refuses(value: object) -> None:
 ])
 def test_milliseconds_are_written_to_the_microsecond(value: float, text: str) -> None:
     assert format_milliseconds(value) == text
+
+
+PACKAGE = Path(__file__).resolve().parent.parent / "planner"
+# Where "<number> ms" is written without format_milliseconds, and why.
+MILLISECONDS_BY_HAND = {
+    "units.py": "the formatter itself",
+    # The fence simulation's clock: whole milliseconds, each event's time read exactly in
+    # the event log (t=12,345 ms must not read 12.3 s, nor gain a separator).
+    "fence": "the fence simulation's clock",
+    "figures/fence.py": "the fence simulation's clock",
+    "workbench/_fence_steppers.py": "the fence simulation's clock",
+}
+_MS_AFTER = re.compile(r"^ ?ms\b")
+
+
+def _milliseconds_by_hand(tree: ast.AST) -> Iterator[int]:
+    """The lines of ``tree`` that write a value followed by "ms": in an f-string
+    (``f"{tpot:,.1f} ms"``) or added to one (``str(tpot) + " ms"``)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            for value, after in zip(node.values, node.values[1:], strict=False):
+                if (isinstance(value, ast.FormattedValue) and isinstance(after, ast.Constant)
+                        and isinstance(after.value, str) and _MS_AFTER.match(after.value)):
+                    yield node.lineno
+        elif (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)
+              and isinstance(node.right, ast.Constant) and isinstance(node.right.value, str)
+              and _MS_AFTER.match(node.right.value)):
+            yield node.lineno
+
+
+def test_the_scan_finds_milliseconds_written_by_hand() -> None:
+    found = list(_milliseconds_by_hand(ast.parse(
+        'a = f"{tpot:,.1f} ms"\nb = f"target {x}ms, " f"{y}"\nc = str(t) + " ms"\n'
+        'd = f"{n} msgs"\ne = f"{format_milliseconds(t)}"\n')))
+    assert found == [1, 2, 3]
+
+
+def test_no_module_writes_milliseconds_by_hand() -> None:
+    """Every duration in milliseconds a message, table or chart shows is written by
+    format_milliseconds (its thousands separators, its three significant figures for an
+    estimate, its seconds from 10 s on): estimated TPOTs were written to one decimal in
+    one message, two in another and to the microsecond in a third."""
+    by_hand = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = path.relative_to(PACKAGE).as_posix()
+        if name in MILLISECONDS_BY_HAND or name.split("/")[0] in MILLISECONDS_BY_HAND:
+            continue
+        by_hand += [f"planner/{name}:{line}"
+                    for line in _milliseconds_by_hand(ast.parse(path.read_text()))]
+    assert by_hand == []
+    assert all((PACKAGE / name).exists() for name in MILLISECONDS_BY_HAND)
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (38.271, "38.3 ms"), (3.4567, "3.5 ms"), (0.0456, "0.046 ms"), (1834.24, "1,834.2 ms"),
+    (30, "30.0 ms"), (99.96, "100.0 ms"), (0.996, "1.0 ms"), (9999.4, "9,999.4 ms"),
+    (12_345.6, "12.3 s"), (np.float64(0.52), "0.52 ms"), (0.0, "0 ms"),
+])
+def test_estimated_milliseconds_are_written_to_a_tenth(value: float, text: str) -> None:
+    """An estimate's later digits are noise (38.271 was written 38.3 ms in one message,
+    38.27 ms in another and 38.271 ms in a third); below 1 ms two significant figures
+    say what a stage's hop or read takes."""
+    assert format_milliseconds(value, estimated=True) == text

@@ -4,12 +4,21 @@
   share of time it is down;
 - :mod:`planner.availability.states`: the failure states and the probability that the
   surviving nodes have a plan meeting the targets (:func:`fleet_availability`);
-- :mod:`planner.availability.spares`: the fewest or cheapest spare nodes that reach an
+- :mod:`planner.availability._spares`: the fewest or cheapest spare nodes that reach an
   availability target.
 
 Pure core: no widgets, no plotting.
 """
 
+from planner.availability._spares import (
+    SPARE_TARGETS,
+    SpareKind,
+    SparesResult,
+    catalog_spare_kinds,
+    fleet_spare_kind,
+    spares_for,
+    spares_table,
+)
 from planner.availability.reliability import (
     DEFAULT_ANNUAL_FAILURE_RATE,
     DEFAULT_REPAIR_HOURS,
@@ -22,15 +31,6 @@ from planner.availability.reliability import (
     fleet_figures,
     fleet_reliability,
     per_node_reliability,
-)
-from planner.availability.spares import (
-    SPARE_TARGETS,
-    SpareKind,
-    SparesResult,
-    catalog_spare_kinds,
-    fleet_spare_kind,
-    spares_for,
-    spares_table,
 )
 from planner.availability.states import (
     DEFAULT_EXACT_STATES,

@@ -28,6 +28,7 @@ from planner.models import ModelError, load_gpu_catalog
 from planner.planning.rules import CONTEXT_FLOOR
 from planner.reports.tables import TextTable, terminal_safe, text_table
 from planner.targets import plan_or_none
+from planner.units import format_milliseconds
 
 NAME = "availability"
 
@@ -118,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(), indent=2))
         return EXIT_OK
     tpot = ("" if targets.target_decode_tpot_ms is None
-            else f", estimated TPOT <= {targets.target_decode_tpot_ms} ms")
+            else f", estimated TPOT <= {format_milliseconds(targets.target_decode_tpot_ms)}")
     print(terminal_safe(f"{document.title}: {len(request.nodes)} nodes, targets context >= "
                         f"{targets.minimum_context:,}, lanes >= {targets.minimum_lanes}"
                         f"{tpot}"))

@@ -17,7 +17,7 @@ from planner.llamacpp.runner import query_rpc_servers
 from planner.models import ModelError, load_gpu_catalog, load_preset
 from planner.models.gpus import catalog_kind
 from planner.reports.tables import TextTable, terminal_safe, text_table
-from planner.units import format_bytes
+from planner.units import format_bytes, format_milliseconds
 
 NAME = "discover"
 
@@ -118,7 +118,8 @@ def _table(rows: list[dict[str, object]]) -> TextTable:
         return (str(row["node_id"]), str(row["connected_to"]), str(row["rpc_device"]),
                 format_bytes(int(str(row["total_bytes"]))),
                 format_bytes(int(str(row["free_bytes"]))),
-                "—" if trip is None else f"{trip} ms", str(row["protocol_version"]))
+                format_milliseconds(trip) if isinstance(trip, int | float) else "—",
+                str(row["protocol_version"]))
     return TextTable(("node", "connected to", "device", "total", "free", "round trip",
                       "protocol"), tuple(cells(row) for row in rows),
                      ("l", "l", "r", "r", "r", "r", "l"))

@@ -28,7 +28,7 @@ from planner.reports.tables import (
     terminal_safe,
     text_table,
 )
-from planner.units import counted
+from planner.units import counted, format_milliseconds
 
 NAME = "plan"
 
@@ -72,12 +72,18 @@ def run(args: argparse.Namespace) -> int:
     speed = content.estimate if content.estimate and content.estimate.get("available") else None
     if network is not None:
         ranks = " (ranks the shapes, docs/rules.md §6)" if speed is not None else ""
-        print(f"estimated decode network time {network} ms per token{ranks}")
+        print(f"estimated decode network time {format_milliseconds(network)} per token{ranks}")
     if content.tpot_target_met is not None:
         verdict = "met" if content.tpot_target_met else "missed"
-        judged = (f"estimated TPOT {speed['estimated_tpot_ms']:.2f} ms" if speed is not None
-                  else f"network estimate {network} ms (no speed estimate)")
-        print(f"TPOT target {request.target_decode_tpot_ms} ms {verdict}: {judged}")
+        judged = ("estimated TPOT "
+                  + format_milliseconds(speed["estimated_tpot_ms"], estimated=True)
+                  if speed is not None
+                  else "network estimate "
+                  + ("unknown" if network is None else format_milliseconds(network))
+                  + " (no speed estimate)")
+        target = request.target_decode_tpot_ms
+        print(f"TPOT target {'none' if target is None else format_milliseconds(target)} "
+              f"{verdict}: {judged}")
     print(terminal_safe(f"memory model {memory_model_text(content)}"))
     print()
     print(text_table(stage_table(content)))

@@ -24,6 +24,7 @@ from planner.models.gpus import PRICE_KINDS
 from planner.reports.sizing import answer_text, fleet_table
 from planner.reports.tables import spreadsheet_safe, terminal_json, terminal_safe, text_table
 from planner.sizing import SizingError, SizingTargets, size_fleet
+from planner.units import format_milliseconds
 
 NAME = "size"
 
@@ -138,9 +139,10 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(terminal_safe(f"{name}: context >= {result.minimum_context:,}, lanes >= "
                         f"{targets.minimum_lanes}, tolerating {targets.failures_tolerated} "
-                        f"failed node(s)" + ("" if tpot is None else f", TPOT <= {tpot} ms")
+                        "failed node(s)"
+                        + ("" if tpot is None else f", TPOT <= {format_milliseconds(tpot)}")
                         + ("" if targets.target_ttft_ms is None else
-                           f", TTFT <= {targets.target_ttft_ms} ms for a "
+                           f", TTFT <= {format_milliseconds(targets.target_ttft_ms)} for a "
                            f"{targets.prompt_tokens or 0:,}-token prompt")
                         + f"; {result.price_kind} prices"))
     print(terminal_safe(answer_text(result)))

@@ -302,11 +302,11 @@ def _print(record: dict[str, Any], name: str, gpu: GpuModel, gpus: int, context:
     print(terminal_safe(f"{name} on {gpus} x {gpu.name} ({gpu.kind}), {lanes} lane(s) of "
                         f"{context:,} cached tokens, flash attention "
                         f"{'on' if settings.flash_attn else 'off'}: ESTIMATE"))
-    rows = [("time per output token", format_milliseconds(record["tpot_ms"])),
+    rows = [("time per output token", format_milliseconds(record["tpot_ms"], estimated=True)),
             ("decode tokens/s (all lanes)", f"{record['tokens_per_s']:,.1f}")]
     if record["ttft_ms"] is not None and math.isfinite(record["ttft_ms"]):
         rows += [(f"time to first token ({prompt:,}-token prompt{after})",
-                  format_milliseconds(record["ttft_ms"])),
+                  format_milliseconds(record["ttft_ms"], estimated=True)),
                  ("prefill tokens/s", f"{record['prefill_tokens_per_s']:,.0f}")]
     else:
         rows.append(("time to first token", "not estimated (see notes)"))

@@ -273,8 +273,7 @@ def _known(value: Any) -> bool:
 def _tpot_text(tpot: float | None, speed: bool) -> str:
     if tpot is None:
         return "estimated TPOT unknown"
-    return (f"estimated TPOT {tpot:,.1f} ms" if speed
-            else f"estimated TPOT {format_milliseconds(tpot)}")
+    return f"estimated TPOT {format_milliseconds(tpot, estimated=speed)}"
 
 
 def _hover(shape: dict[str, Any], tpot: float | None = None, speed: bool = False,

@@ -7,12 +7,14 @@ import plotly.graph_objects as go
 
 from planner.figures._style import TPOT_COLOURS, axis, base_layout, plotly_text
 from planner.sizing import SizedFleet, SizingResult
+from planner.units import format_milliseconds
 
 
 def _hover(fleet: SizedFleet) -> str:
     tpot = fleet.estimated_tpot_ms
     speed = "no estimate" if tpot is None else (
-        f"estimated TPOT {tpot:,.1f} ms, {fleet.tokens_per_s:,.1f} tokens/s (estimate)")
+        f"estimated TPOT {format_milliseconds(tpot, estimated=True)}, "
+        f"{fleet.tokens_per_s:,.1f} tokens/s (estimate)")
     return (f"{plotly_text(fleet.label)}<br>USD {fleet.cost_per_hour_usd:,.2f}/h, "
             f"context {fleet.plan.context_length:,}, {fleet.plan.stage_count} stages<br>"
             f"{speed}")
@@ -27,8 +29,8 @@ def sizing_figure(result: SizingResult) -> go.Figure:
     # One TPOT for every fleet is said in the legend: a colour bar over one value would
     # show a range (68.6 .. 69.4) that no fleet has.
     spread = bool(known) and max(known) - min(known) >= 0.05
-    same = (f", estimated TPOT {known[0]:,.1f} ms" if known and not spread
-            and len(known) == len(tpots) else "")
+    same = (f", estimated TPOT {format_milliseconds(known[0], estimated=True)}"
+            if known and not spread and len(known) == len(tpots) else "")
     figure = go.Figure()
     # Markers as well as the line: a front of one fleet draws no line, and the legend
     # shows what the front's points look like.

@@ -59,6 +59,7 @@ so a preset or GGUF model is resolved to its numbers there.
 from planner.fleet._errors import FleetFileError
 from planner.fleet._fields import MEASURED_LATENCY, SPEED_NUMBER_FIELDS, is_address
 from planner.fleet._json import fleet_to_json, parse_fleet_json
+from planner.fleet._toml import fleet_to_toml, parse_fleet_toml
 from planner.fleet.document import (
     FleetDocument,
     ModelChoice,
@@ -72,7 +73,6 @@ from planner.fleet.files import (
     write_file_atomic,
     write_text_atomic,
 )
-from planner.fleet.toml import fleet_to_toml, parse_fleet_toml
 
 __all__ = [
     "MEASURED_LATENCY",

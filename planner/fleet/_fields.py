@@ -16,8 +16,6 @@ from typing import Any, TypeGuard
 from planner._validate import Fail, integer, known_keys, number, shown, text
 from planner.fleet._errors import FleetFileError
 from planner.limits import (
-    MAX_ATTENTION_HEADS,
-    MAX_ATTENTION_WIDTH,
     MAX_BYTES,
     MAX_CONTEXT,
     MAX_EXPERTS,
@@ -28,6 +26,7 @@ from planner.limits import (
     MAX_MINIMUM_NODES,
     MAX_RPC_DEVICES,
 )
+from planner.models.spec import ATTENTION_FIELDS
 from planner.units import SIZE_FORMS, UnitError, parse_bytes, parse_context, parse_latency_ms
 
 # A node's own failure figures (planner.availability): failures per node-year, mean hours
@@ -47,10 +46,7 @@ SPEED_NUMBER_FIELDS = ("hidden_size", "active_weight_bytes", "parameter_count",
 _SPEED_SIZES = ("active_weight_bytes", "routed_expert_bytes", "token_embedding_bytes")
 _SPEED_BOUNDS = {"hidden_size": MAX_HIDDEN_SIZE, "parameter_count": MAX_BYTES * 8,
                  "expert_count": MAX_EXPERTS, "experts_used": MAX_EXPERTS,
-                 "attention_heads": MAX_ATTENTION_HEADS, "head_size": MAX_ATTENTION_WIDTH,
-                 "kv_heads": MAX_ATTENTION_HEADS, "sliding_window": MAX_CONTEXT,
-                 "sliding_window_layers": MAX_LAYERS, "kv_lora_rank": MAX_ATTENTION_WIDTH,
-                 "rope_head_size": MAX_ATTENTION_WIDTH}
+                 **ATTENTION_FIELDS}
 MODEL_NUMBER_FIELDS = (
     "native_context_length",
     "layer_count",

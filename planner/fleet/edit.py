@@ -18,8 +18,8 @@ from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import AoT, Table
 
 from planner.errors import CodedError
+from planner.fleet._toml import parse_fleet_toml
 from planner.fleet.document import expanded_node_ids
-from planner.fleet.toml import parse_fleet_toml
 from planner.units import parse_bytes, parse_context, parse_latency_ms
 
 _READERS: tuple[Callable[[Any], Any], ...] = (

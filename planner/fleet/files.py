@@ -16,9 +16,9 @@ from typing import BinaryIO
 from planner._validate import shown
 from planner.fleet._errors import FleetFileError
 from planner.fleet._json import fleet_to_json, parse_fleet_json
+from planner.fleet._toml import fleet_to_toml, parse_fleet_toml
 from planner.fleet.document import FleetDocument
 from planner.fleet.edit import edited_toml, toml_comments
-from planner.fleet.toml import fleet_to_toml, parse_fleet_toml
 
 
 def _format_of(path: Path) -> str:

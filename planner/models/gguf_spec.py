@@ -154,6 +154,7 @@ def from_gguf(path: str | Path, kv_cache_type: str = DEFAULT_CACHE_TYPE) -> Mode
         layer_kv_table=_layer_kv_table(layout, table_types),
         layer_state_bytes_per_sequence=layout.layer_state_bytes_per_sequence(),
         **_speed_fields(metadata, architecture, tensors),
+        **dict(layout.attention),
     )
 
 

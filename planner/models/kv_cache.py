@@ -124,6 +124,9 @@ class KvLayout:
     notes: tuple[str, ...] = ()
     layers: LayerCaches | None = None
     """Layer by layer (from a GGUF file): each block's cache, window flag and state."""
+    attention: tuple[tuple[str, int | None], ...] = ()
+    """The attention shape the speed estimate computes with, as ``(field, value)`` pairs
+    of :data:`~planner.models.spec.ATTENTION_FIELDS` (empty: not known)."""
 
     def bytes_per_token(self, cache_type: str) -> int:
         return sum(layer.bytes_per_token(cache_type) for layer in self.context_layers)
@@ -233,6 +236,9 @@ class LayerCaches:
     notes: tuple[str, ...]
     state_elements: tuple[int, ...] = ()
     """f32 elements of recurrent state (R and S rows) each layer keeps per sequence."""
+    attention: tuple[tuple[str, int | None], ...] = ()
+    """The attention shape the speed estimate computes with, as ``(field, value)`` pairs
+    (:func:`planner.models.layer_memory.attention_shape`)."""
 
     def state_bytes_per_sequence(self) -> tuple[int, ...]:
         return tuple(STATE_ELEMENT_BYTES * elements for elements in self.state_elements)
@@ -243,9 +249,10 @@ def layer_caches_from_gguf(architecture: str, metadata: Mapping[str, Any], layer
     """Each layer's cache as llama.cpp builds it for a GGUF model (every architecture
     llama.cpp knows: :mod:`planner.models.layer_memory`)."""
     from planner.models.gguf_metadata import GgufMetadata
-    from planner.models.layer_memory import model_memory
+    from planner.models.layer_memory import attention_shape, model_memory
 
-    memory = model_memory(GgufMetadata(metadata, architecture, layer_count, where))
+    meta = GgufMetadata(metadata, architecture, layer_count, where)
+    memory = model_memory(meta)
     layers = tuple(
         LayerCache(layer.key_elements, layer.value_elements, layer.index_key_elements,
                    layer.index_value_elements, layer.compressed_elements,
@@ -253,7 +260,8 @@ def layer_caches_from_gguf(architecture: str, metadata: Mapping[str, Any], layer
         for layer in memory.layers)
     return LayerCaches(layers, tuple(layer.sliding for layer in memory.layers),
                        memory.sliding_window, memory.notes,
-                       tuple(layer.state_elements for layer in memory.layers))
+                       tuple(layer.state_elements for layer in memory.layers),
+                       tuple(attention_shape(meta, memory).items()))
 
 
 def layout_from_gguf(architecture: str, metadata: Mapping[str, Any], layer_count: int,
@@ -283,4 +291,5 @@ def layout_from_gguf(architecture: str, metadata: Mapping[str, Any], layer_count
         sliding_window=layout.sliding_window,
         notes=caches.notes + layout.notes,
         layers=caches,
+        attention=caches.attention,
     )

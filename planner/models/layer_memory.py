@@ -43,8 +43,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.limits import MAX_ATTENTION_HEADS, MAX_ATTENTION_WIDTH, MAX_CONTEXT
 from planner.models.gguf_metadata import GgufMetadata
-from planner.models.spec import ModelError
+from planner.models.spec import ATTENTION_FIELDS, ModelError
 from planner.units import layer_range
 
 # llama.cpp b11434's architecture names (src/llama-arch.cpp, LLM_ARCH_NAMES).
@@ -334,6 +335,53 @@ def _compressed_attention(meta: GgufMetadata, layer_count: int, notes: list[str]
     return ModelMemory("compressed", tuple(layers), window, tuple(notes))
 
 
+def _latent(meta: GgufMetadata) -> bool:
+    """Latent attention (MLA): the file states the per-head key and value lengths of its
+    decompressed form (``attention.key_length_mla``), caching the compressed row."""
+    return bool(meta.count("attention.key_length_mla", 0)
+                and meta.count("attention.value_length_mla", 0))
+
+
+def attention_shape(meta: GgufMetadata, memory: ModelMemory) -> dict[str, int | None]:
+    """The attention the speed estimate computes with (``ATTENTION_FIELDS`` of
+    :class:`~planner.models.spec.ModelSpec`), from the file's keys and the layers llama.cpp
+    builds: the most query and KV heads of a layer (``attention.head_count``,
+    ``attention.head_count_kv``), the head size (``attention.key_length``, else the
+    embedding over the heads), the window and the layers that attend over it only (the
+    architecture's pattern, as for the cache), and of latent attention the cache's rank
+    and rotary size (``attention.kv_lora_rank``, ``rope.dimension_count``; without them,
+    the value and the key's remainder). Every field is None for a model whose layers keep
+    no attention (recurrent ones). Refuses by name a count past its bound
+    (planner.limits)."""
+    shape: dict[str, int | None] = dict.fromkeys(ATTENTION_FIELDS)
+    heads = max(meta.counts_per_layer("attention.head_count", 0,
+                                      maximum=MAX_ATTENTION_HEADS), default=0)
+    if not heads or not any(layer.has_kv for layer in memory.layers):
+        return shape
+    size = max(layer.key_head for layer in memory.layers if layer.has_kv)
+    if not 1 <= size <= MAX_ATTENTION_WIDTH // heads:
+        raise meta.bad("attention.key_length", f"must be from 1 to "
+                       f"{MAX_ATTENTION_WIDTH // heads:,} ({heads:,} query heads of it are "
+                       f"at most {MAX_ATTENTION_WIDTH:,} wide)", size)
+    kv_heads = max(meta.counts_per_layer("attention.head_count_kv", heads,
+                                         maximum=heads, why="at most the query heads"))
+    shape.update(attention_heads=heads, head_size=size, kv_heads=kv_heads or None)
+    windowed = sum(1 for layer in memory.layers if layer.sliding)
+    if windowed and memory.sliding_window:
+        if memory.sliding_window > MAX_CONTEXT:
+            raise meta.bad("attention.sliding_window", f"must be at most {MAX_CONTEXT:,}",
+                           memory.sliding_window)
+        shape.update(sliding_window=memory.sliding_window, sliding_window_layers=windowed)
+    if _latent(meta):
+        value = max(layer.value_head for layer in memory.layers)
+        rank = meta.count("attention.kv_lora_rank", value, minimum=1,
+                          maximum=MAX_ATTENTION_WIDTH)
+        rope = meta.count("rope.dimension_count", max(0, size - rank), maximum=size,
+                          why="at most attention.key_length")
+        shape.update(kv_lora_rank=rank, rope_head_size=rope or None)
+    return shape
+
+
 def model_memory(meta: GgufMetadata) -> ModelMemory:
     """Each layer's cache and state as llama.cpp b11434 builds them for a GGUF model, read
     from its metadata."""
@@ -372,8 +420,7 @@ def model_memory(meta: GgufMetadata) -> ModelMemory:
         head_k = head_v = 0
     head_k_swa = meta.count("attention.key_length_swa", head_k)
     head_v_swa = meta.count("attention.value_length_swa", head_v)
-    latent = bool(meta.count("attention.key_length_mla", 0)
-                  and meta.count("attention.value_length_mla", 0))
+    latent = _latent(meta)
     sliding, window = _sliding(meta, n_layer)
     recurrent = _recurrent_layers(meta, n_layer, heads_kv, ffn)
     if architecture == "lfm2" and meta.count("attention.sliding_window", 0):

@@ -22,6 +22,7 @@ File layout::
     [attention]
     kind = "full"                        # or "mla" or "sliding_window"
     kv_layer_count = 80                  # layers that keep a KV cache
+    head_count = 64                      # query heads (optional: the speed estimate's)
     kv_head_count = 8                    # full / sliding_window
     key_length = 128
     value_length = 128
@@ -90,6 +91,7 @@ from pathlib import Path
 from typing import Any
 
 from planner._validate import Fail, integer, number
+from planner.limits import MAX_ATTENTION_HEADS, MAX_ATTENTION_WIDTH, MAX_CONTEXT
 from planner.models.kv_cache import (
     CACHE_TYPES,
     KvLayout,
@@ -207,29 +209,43 @@ def _attention_layout(attention: _Table, layer_count: int) -> KvLayout:
     if kv_layers > layer_count:
         raise attention.error("kv_layer_count", f"exceeds config.layer_count {layer_count}",
                               kv_layers)
-    if kind == "full":
-        attention.only("kind", "kv_layer_count", "kv_head_count", "key_length", "value_length")
-        return full_attention_layout(kv_layers, attention.positive("kv_head_count"),
-                                     attention.positive("key_length"),
-                                     attention.positive("value_length"))
+    # Query heads: the speed estimate's attention width (optional; the cache needs none).
+    heads = (integer(attention.data["head_count"], attention.fail("head_count"), minimum=1,
+                     maximum=MAX_ATTENTION_HEADS) if attention.has("head_count") else None)
     if kind == "mla":
-        attention.only("kind", "kv_layer_count", "kv_lora_rank", "rope_head_dim")
-        return latent_attention_layout(kv_layers, attention.positive("kv_lora_rank"),
-                                       attention.positive("rope_head_dim"))
-    if kind == "sliding_window":
-        attention.only("kind", "kv_layer_count", "kv_head_count", "key_length", "value_length",
-                       "sliding_window", "full_attention_layer_count")
-        full = full_attention_layout(kv_layers, attention.positive("kv_head_count"),
-                                     attention.positive("key_length"),
-                                     attention.positive("value_length"))
-        full_layers = attention.positive("full_attention_layer_count")
-        if full_layers > kv_layers:
-            raise attention.error("full_attention_layer_count",
-                                  f"exceeds kv_layer_count {kv_layers}", full_layers)
-        is_window = [index >= full_layers for index in range(kv_layers)]
-        return sliding_window_layout(full.context_layers, is_window,
-                                     attention.positive("sliding_window"))
-    raise attention.error("kind", f"must be one of {', '.join(ATTENTION_KINDS)}", kind)
+        attention.only("kind", "kv_layer_count", "kv_lora_rank", "rope_head_dim",
+                       "head_count")
+        rank, rope = attention.positive("kv_lora_rank"), attention.positive("rope_head_dim")
+        return replace(latent_attention_layout(kv_layers, rank, rope), attention=(
+            ("attention_heads", heads), ("head_size", rank + rope), ("kv_heads", 1),
+            ("kv_lora_rank", rank), ("rope_head_size", rope)))
+    if kind not in ATTENTION_KINDS:
+        raise attention.error("kind", f"must be one of {', '.join(ATTENTION_KINDS)}", kind)
+    windowed = kind == "sliding_window"
+    attention.only("kind", "kv_layer_count", "kv_head_count", "key_length", "value_length",
+                   "head_count", *(("sliding_window", "full_attention_layer_count")
+                                   if windowed else ()))
+    kv_heads, key_length = attention.positive("kv_head_count"), attention.positive("key_length")
+    full = full_attention_layout(kv_layers, kv_heads, key_length,
+                                 attention.positive("value_length"))
+    if heads is not None and kv_heads > heads:
+        raise attention.error("kv_head_count", f"exceeds head_count {heads}", kv_heads)
+    if heads is not None and heads * key_length > MAX_ATTENTION_WIDTH:
+        raise attention.error("key_length", f"times head_count {heads} exceeds "
+                              f"{MAX_ATTENTION_WIDTH:,}", key_length)
+    shape = (("attention_heads", heads), ("head_size", key_length), ("kv_heads", kv_heads))
+    if not windowed:
+        return replace(full, attention=shape)
+    full_layers = attention.positive("full_attention_layer_count")
+    if full_layers > kv_layers:
+        raise attention.error("full_attention_layer_count",
+                              f"exceeds kv_layer_count {kv_layers}", full_layers)
+    is_window = [index >= full_layers for index in range(kv_layers)]
+    window = integer(attention.data.get("sliding_window"), attention.fail("sliding_window"),
+                     minimum=1, maximum=MAX_CONTEXT)
+    layout = sliding_window_layout(full.context_layers, is_window, window)
+    return replace(layout, attention=(*shape, ("sliding_window", window),
+                                      ("sliding_window_layers", kv_layers - full_layers)))
 
 
 PART_ROLES = ("shared", "routed_experts", "input_embedding")
@@ -516,6 +532,7 @@ def _parse(path: Path) -> tuple[str, ModelSpec]:
         layer_kv_table=tuple(layer_kv),
         layer_state_bytes_per_sequence=layout.layer_state_bytes_per_sequence(),
         **_speed_fields(root, parts),
+        **dict(layout.attention),
     )
     return preset_id, spec
 

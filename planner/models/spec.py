@@ -16,7 +16,11 @@ Invariants (checked on construction):
 - ``hidden_size`` (the embedding width, for the activations a pipeline hop carries) and
   ``active_weight_bytes`` (the weight bytes one decode step reads: all of them for a dense
   model, the shared weights plus the active experts' share for a mixture of experts), when
-  known, are positive; ``active_weight_bytes`` is at most ``model_weight_bytes``.
+  known, are positive; ``active_weight_bytes`` is at most ``model_weight_bytes``;
+- the attention shape (:data:`ATTENTION_FIELDS`: query heads, head size, KV heads, the
+  sliding window and its layers, latent attention's rank and rotary size), when known, is
+  within its bounds (planner.limits), KV heads at most the query heads, the window's
+  layers at most the layers, and the window and its layers go together.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 
 from planner._validate import Fail, integer, shown, text
 from planner.errors import CodedError
+from planner.limits import MAX_ATTENTION_HEADS, MAX_ATTENTION_WIDTH, MAX_CONTEXT, MAX_LAYERS
 from planner.units import format_bytes
 
 
@@ -78,6 +83,14 @@ def _fail(field_name: str) -> Fail:
 OPTIONAL_COUNTS = ("hidden_size", "active_weight_bytes", "parameter_count",
                    "active_parameter_count", "expert_count", "experts_used",
                    "token_embedding_bytes", "routed_expert_bytes")
+# A layer's attention as the speed estimate computes it, each ``None`` when unknown and
+# each with its bound (planner.limits): query heads and their head size (the key length),
+# KV heads, the sliding window and how many layers attend over it only, and latent
+# attention's (MLA) cache rank and rotary head size.
+ATTENTION_FIELDS = {"attention_heads": MAX_ATTENTION_HEADS, "head_size": MAX_ATTENTION_WIDTH,
+                    "kv_heads": MAX_ATTENTION_HEADS, "sliding_window": MAX_CONTEXT,
+                    "sliding_window_layers": MAX_LAYERS, "kv_lora_rank": MAX_ATTENTION_WIDTH,
+                    "rope_head_size": MAX_ATTENTION_WIDTH}
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +131,15 @@ class ModelSpec:
     experts_used: int | None = None
     token_embedding_bytes: int | None = None
     routed_expert_bytes: int | None = None
+    # The attention shape (:data:`ATTENTION_FIELDS`), from the GGUF metadata or the
+    # preset's config: the compute and cache reads of attention depend on it.
+    attention_heads: int | None = None
+    head_size: int | None = None
+    kv_heads: int | None = None
+    sliding_window: int | None = None
+    sliding_window_layers: int | None = None
+    kv_lora_rank: int | None = None
+    rope_head_size: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("name", "architecture", "source"):
@@ -200,7 +222,30 @@ class ModelSpec:
             low, high = getattr(self, smaller), getattr(self, larger)
             if low is not None and high is not None and low > high:
                 raise _invalid(smaller, f"exceeds {larger} {high:,}", low)
+        self._check_attention()
         self._check_layer_costs(table)
+
+    def _check_attention(self) -> None:
+        for name, most in ATTENTION_FIELDS.items():
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, integer(getattr(self, name), _fail(name),
+                                                       minimum=1, maximum=most))
+        heads, size = self.attention_heads, self.head_size
+        if heads is not None and size is not None and heads * size > MAX_ATTENTION_WIDTH:
+            raise _invalid("head_size", f"times attention_heads {heads:,} exceeds "
+                           f"{MAX_ATTENTION_WIDTH:,}", size)
+        if heads is not None and self.kv_heads is not None and self.kv_heads > heads:
+            raise _invalid("kv_heads", f"exceeds attention_heads {heads:,}", self.kv_heads)
+        windowed = self.sliding_window_layers
+        if (self.sliding_window is None) != (windowed is None):
+            raise _invalid("sliding_window_layers", "and sliding_window go together",
+                           windowed)
+        if windowed is not None and windowed > self.layer_count:
+            raise _invalid("sliding_window_layers", f"exceeds layer_count "
+                           f"{self.layer_count:,}", windowed)
+        if self.rope_head_size is not None and self.kv_lora_rank is None:
+            raise _invalid("rope_head_size", "is latent attention's and needs kv_lora_rank",
+                           self.rope_head_size)
 
     def _check_layer_costs(self, table: Mapping[str, int]) -> None:
         layer_table = []
@@ -293,6 +338,7 @@ class ModelSpec:
                 list(self.layer_state_bytes_per_sequence)
                 if self.layer_state_bytes_per_sequence is not None else None),
             **{name: getattr(self, name) for name in OPTIONAL_COUNTS[2:]},
+            **{name: getattr(self, name) for name in ATTENTION_FIELDS},
         }
 
     @classmethod
@@ -302,7 +348,7 @@ class ModelSpec:
         required = ("name", "architecture", "layer_count", "native_context_length",
                     "model_weight_bytes", "kv_bytes_per_token", "kv_cache_type",
                     "kv_bytes_per_token_by_type", "source")
-        optional = ("layer_weight_bytes", "notes", *OPTIONAL_COUNTS,
+        optional = ("layer_weight_bytes", "notes", *OPTIONAL_COUNTS, *ATTENTION_FIELDS,
                     "layer_kv_bytes_per_token_by_type", "layer_state_bytes_per_sequence")
         for key in required:
             if key not in data:
@@ -333,6 +379,7 @@ class ModelSpec:
             source=data["source"],
             notes=tuple(notes),
             **{name: data.get(name) for name in OPTIONAL_COUNTS},
+            **{name: data.get(name) for name in ATTENTION_FIELDS},
             layer_kv_table=_layer_table(data.get("layer_kv_bytes_per_token_by_type") or {}),
             layer_state_bytes_per_sequence=(
                 tuple(data["layer_state_bytes_per_sequence"])

@@ -121,11 +121,12 @@ class PlanEstimate:
                 f"USD {self.cost_per_million_tokens_usd:,.2f} per million tokens")
         fill = ("" if self.estimated_context_fill_ms is None else
                 f", filling the {self.context_length:,}-token context takes "
-                f"{format_milliseconds(self.estimated_context_fill_ms)}")
+                f"{format_milliseconds(self.estimated_context_fill_ms, estimated=True)}")
         how = (f"at {self.bandwidth_efficiency:.0%} of peak memory bandwidth"
                if self.bandwidth_efficiency is not None else
                "calibrated on published llama.cpp measurements")
-        return (f"estimated TPOT {self.estimated_tpot_ms:,.1f} ms, "
+        return (f"estimated TPOT "
+                f"{format_milliseconds(self.estimated_tpot_ms, estimated=True)}, "
                 f"{self.tokens_per_s:,.1f} tokens/s over {self.parallel_lanes} lanes{fill}"
                 f"{cost} (estimate {how})")
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from planner._validate import integer
 from planner.limits import (
+    DEFAULT_CACHE_TYPE,
     MAX_ATTENTION_HEADS,
     MAX_ATTENTION_WIDTH,
     MAX_BITS_PER_PARAMETER,
@@ -20,7 +21,8 @@ from planner.limits import (
     MAX_HIDDEN_SIZE,
     MIN_BITS_PER_PARAMETER,
 )
-from planner.models.spec import ModelSpec
+from planner.models.kv_cache import row_bytes
+from planner.models.spec import ATTENTION_FIELDS, ModelSpec
 from planner.performance._errors import PerformanceError, bad, positive
 from planner.planning.inputs import PlanningInput
 from planner.planning.plan import Plan
@@ -130,14 +132,18 @@ class ModelTraffic:
 
     @classmethod
     def from_spec(cls, spec: ModelSpec) -> ModelTraffic:
-        """A model's traffic; a spec without ``active_weight_bytes`` reads every weight."""
+        """A model's traffic; a spec without ``active_weight_bytes`` reads every weight.
+        Its attention is the spec's shape (:func:`attention_traffic`), its windowed
+        layers' cache rows stored at the spec's KV cache type."""
+        shape = {name: getattr(spec, name) for name in ATTENTION_FIELDS}
         return cls(spec.model_weight_bytes,
                    spec.active_weight_bytes or spec.model_weight_bytes, spec.hidden_size,
                    active_parameter_count=spec.active_parameter_count,
                    expert_count=spec.expert_count, experts_used=spec.experts_used,
                    token_embedding_bytes=spec.token_embedding_bytes,
                    parameter_count=spec.parameter_count,
-                   routed_expert_bytes=spec.routed_expert_bytes)
+                   routed_expert_bytes=spec.routed_expert_bytes,
+                   **attention_traffic(shape, spec.kv_cache_type))
 
     @classmethod
     def dense(cls, model_weight_bytes: int, hidden_size: int | None = None,
@@ -187,8 +193,6 @@ SPEED_FIELDS = ("hidden_size", "active_weight_bytes", "parameter_count", "expert
                 "experts_used", "routed_expert_bytes", "token_embedding_bytes",
                 "attention_heads", "head_size", "kv_heads", "sliding_window",
                 "sliding_window_layers", "kv_lora_rank", "rope_head_size")
-# A KV row of F16 keys and values: 2 x 2 bytes per KV head and unit of head size.
-_F16_KV_BYTES = 4
 
 
 def latent_attention_width(heads: int, kv_lora_rank: int, rope_head_size: int) -> int:
@@ -199,17 +203,36 @@ def latent_attention_width(heads: int, kv_lora_rank: int, rope_head_size: int) -
     return heads * (kv_lora_rank + -(-rope_head_size // 2))
 
 
+def attention_traffic(shape: Mapping[str, Any], kv_cache_type: str = DEFAULT_CACHE_TYPE
+                      ) -> dict[str, Any]:
+    """The attention part of a model's traffic from its shape (the
+    :data:`~planner.models.spec.ATTENTION_FIELDS` of a spec or of a fleet file's numbers,
+    each absent or ``None`` when unknown): ``attention_heads x head_size`` is attention's
+    width (latent attention's with ``kv_lora_rank`` and ``rope_head_size``,
+    :func:`latent_attention_width`); ``sliding_window_layers`` attend over
+    ``sliding_window`` tokens only, each caching ``kv_heads x head_size`` keys and as many
+    values a token at ``kv_cache_type``, beside the request's ``kv_bytes_per_token``."""
+    heads, size = shape.get("attention_heads"), shape.get("head_size")
+    width = None if heads is None or size is None else heads * size
+    if heads is not None and shape.get("kv_lora_rank") is not None:
+        width = latent_attention_width(heads, shape["kv_lora_rank"],
+                                       shape.get("rope_head_size") or 0)
+    windowed = shape.get("sliding_window_layers") or 0
+    row = (shape.get("kv_heads") or 0) * (size or 0)
+    return {"attention_width": width, "attention_heads": heads,
+            "sliding_window": shape.get("sliding_window") if windowed else None,
+            "window_layer_count": windowed,
+            "window_kv_bytes_per_token": windowed * 2 * row_bytes(kv_cache_type, row)}
+
+
 def model_traffic(spec: ModelSpec | None, numbers: Mapping[str, Any] | None = None
                   ) -> ModelTraffic | None:
     """A model's traffic: from its spec (preset or GGUF), else from numbers typed by hand
     that state at least one of :data:`SPEED_FIELDS` (a fleet file's ``[model]``);
     ``None`` otherwise.
 
-    Of the numbers: ``attention_heads x head_size`` is attention's width (latent
-    attention's with ``kv_lora_rank`` and ``rope_head_size``,
-    :func:`latent_attention_width`); ``sliding_window_layers`` attend over
-    ``sliding_window`` tokens only, each with an F16 cache of ``kv_heads x head_size`` keys
-    and values a token beside ``kv_bytes_per_token``. A hand-typed mixture of experts
+    The numbers' attention is read as a spec's (:func:`attention_traffic`), its windowed
+    layers' cache at the default cache type (F16). A hand-typed mixture of experts
     computes with ``parameter_count x active_weight_bytes / model_weight_bytes``
     parameters per token."""
     if spec is not None:
@@ -220,13 +243,6 @@ def model_traffic(spec: ModelSpec | None, numbers: Mapping[str, Any] | None = No
     weight = numbers["model_weight_bytes"]
     active = numbers.get("active_weight_bytes") or weight
     parameters = numbers.get("parameter_count")
-    heads, size = numbers.get("attention_heads"), numbers.get("head_size")
-    width = None if heads is None or size is None else heads * size
-    if heads is not None and numbers.get("kv_lora_rank") is not None:
-        width = latent_attention_width(heads, numbers["kv_lora_rank"],
-                                       numbers.get("rope_head_size") or 0)
-    windowed = numbers.get("sliding_window_layers") or 0
-    kv_row = (numbers.get("kv_heads") or 0) * (size or 0) * _F16_KV_BYTES
     return ModelTraffic(weight, active, numbers.get("hidden_size"),
                         active_parameter_count=(None if parameters is None else
                                                 max(1, round(parameters * active / weight))),
@@ -235,10 +251,7 @@ def model_traffic(spec: ModelSpec | None, numbers: Mapping[str, Any] | None = No
                         parameter_count=parameters,
                         routed_expert_bytes=numbers.get("routed_expert_bytes"),
                         token_embedding_bytes=numbers.get("token_embedding_bytes"),
-                        attention_width=width, attention_heads=heads,
-                        sliding_window=numbers.get("sliding_window") if windowed else None,
-                        window_layer_count=windowed,
-                        window_kv_bytes_per_token=windowed * kv_row)
+                        **attention_traffic(numbers))
 
 
 @dataclass(frozen=True, slots=True)

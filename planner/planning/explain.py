@@ -23,7 +23,7 @@ from planner.planning.api import (
 )
 from planner.planning.inputs import PlanningInput, as_planning_input
 from planner.planning.rules import check_request, context_candidates
-from planner.units import latency_microseconds
+from planner.units import format_milliseconds, latency_microseconds
 
 TARGET_MET = "target_met"
 LOWER_ESTIMATE = "lower_estimate"
@@ -154,7 +154,7 @@ def _us(option: ShapeOption) -> int:
 
 
 def _ms(estimate: int | float | None) -> str:
-    return "unknown (counts as 0 ms)" if estimate is None else f"{estimate} ms"
+    return "unknown (counts as 0 ms)" if estimate is None else format_milliseconds(estimate)
 
 
 def _stages(count: int) -> str:
@@ -166,11 +166,12 @@ def _compare(request: PlanningInput, option: ShapeOption, chosen: ShapeOption) -
     mine = shape_rank(request, _us(option), option.context_length)
     theirs = shape_rank(request, _us(chosen), chosen.context_length)
     needs = f"{option.context_length:,} needs {_stages(option.stage_count)}"
-    if mine[0] != theirs[0]:
+    target = request.target_decode_tpot_ms
+    if mine[0] != theirs[0] and target is not None:
         # A higher context loses first on the target: it misses what the chosen one meets.
         return HigherContext(option, TARGET_MET,
                              f"{needs}: {_ms(option.estimated_decode_network_ms_per_token)} "
-                             f"misses the {request.target_decode_tpot_ms} ms target")
+                             f"misses the {format_milliseconds(target)} target")
     if mine[1] <= theirs[1]:
         raise AssertionError("a higher context with an estimate as low would have won")
     return HigherContext(option, LOWER_ESTIMATE,

@@ -48,6 +48,7 @@ from planner.planning.rules import (
 )
 from planner.planning.warnings import fleet_warnings
 from planner.targets import plan_tpot_target_met
+from planner.units import format_milliseconds
 
 ReportSource = FleetDocument | PlanningInput | Mapping[str, Any]
 
@@ -242,9 +243,11 @@ def _summary(plan: Plan, estimate: PlanEstimate | None, met: bool | None) -> str
     text = (f"{plan.stage_count} stage{'s' if plan.stage_count != 1 else ''}, context "
             f"{plan.context_length:,}, {plan.parallel_lanes} lanes")
     if estimate is not None:
-        text += f", estimated TPOT {estimate.estimated_tpot_ms:,.2f} ms"
+        text += (", estimated TPOT "
+                 + format_milliseconds(estimate.estimated_tpot_ms, estimated=True))
     elif plan.estimated_decode_network_ms_per_token is not None:
-        text += f", estimated decode network {plan.estimated_decode_network_ms_per_token} ms"
+        text += (", estimated decode network "
+                 + format_milliseconds(plan.estimated_decode_network_ms_per_token))
     if met is not None:
         text += " (target met)" if met else " (target missed)"
     return text

@@ -52,9 +52,11 @@ def question_rows(result: SizingResult, model_name: str) -> list[tuple[str, str]
         ("minimum context", f"{result.minimum_context:,} tokens"),
         ("minimum lanes", str(targets.minimum_lanes)),
         ("minimum nodes", str(max(targets.minimum_nodes, 1))),
-        ("TPOT target", "none" if tpot is None else f"{tpot} ms (estimated TPOT)"),
+        ("TPOT target",
+         "none" if tpot is None else f"{format_milliseconds(tpot)} (estimated TPOT)"),
         ("TTFT target", "none" if targets.target_ttft_ms is None else
-         f"{targets.target_ttft_ms} ms for a {targets.prompt_tokens or 0:,}-token prompt "
+         f"{format_milliseconds(targets.target_ttft_ms)} for a "
+         f"{targets.prompt_tokens or 0:,}-token prompt "
          "(estimated TTFT)"),
         ("failures tolerated", str(targets.failures_tolerated)),
         ("kinds", ", ".join(result.kinds)),
@@ -70,11 +72,13 @@ def answer_text(result: SizingResult) -> str:
     ttft = best.estimated_ttft_ms
     prompt = result.targets.prompt_tokens
     speed = "" if tpot is None else (
-        f", estimated TPOT {tpot:,.1f} ms, {best.tokens_per_s:,.1f} tokens/s"
+        f", estimated TPOT {format_milliseconds(tpot, estimated=True)}, "
+        f"{best.tokens_per_s:,.1f} tokens/s"
         + ("" if ttft is None or prompt is None else
-           f", first token of a {prompt:,}-token prompt in {format_milliseconds(ttft)}")
+           f", first token of a {prompt:,}-token prompt in "
+           f"{format_milliseconds(ttft, estimated=True)}")
         + ("" if fill is None else
-           f", filling the context takes {format_milliseconds(fill)}"))
+           f", filling the context takes {format_milliseconds(fill, estimated=True)}"))
     return (f"Cheapest at {result.price_kind} prices: {best.label} at USD "
             f"{best.cost_per_hour_usd:,.2f} per hour, "
             f"context {best.plan.context_length:,} over {best.plan.stage_count} stages"

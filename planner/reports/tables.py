@@ -19,7 +19,7 @@ from planner.planning import STAGE_PART_NAMES
 from planner.planning.nodesets import node_set_text
 from planner.reports.content import ReportContent
 from planner.targets import tpot_verdicts
-from planner.units import format_bandwidth, format_bytes, layer_range
+from planner.units import format_bandwidth, format_bytes, format_milliseconds, layer_range
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +141,7 @@ def node_table(content: ReportContent) -> TextTable:
 
 
 def _ms(value: Any) -> str:
-    return "—" if value is None else f"{value:,.2f} ms"
+    return "—" if value is None else format_milliseconds(value, estimated=True)
 
 
 def _estimated(content: ReportContent) -> bool:
@@ -158,16 +158,17 @@ def estimate_rows(content: ReportContent) -> list[tuple[str, str]]:
         return [("estimate", f"not available: {estimate['reason']}")]
     cost, per_million = estimate["cost_per_hour_usd"], estimate["cost_per_million_tokens_usd"]
     return [
-        ("estimated TPOT", f"{estimate['estimated_tpot_ms']:,.2f} ms per token"),
+        ("estimated TPOT",
+         f"{format_milliseconds(estimate['estimated_tpot_ms'], estimated=True)} per token"),
         ("estimated tokens/s", f"{estimate['tokens_per_s']:,.1f} over "
                                f"{estimate['parallel_lanes']} lanes"),
         ("estimated cost per hour", "—" if cost is None else f"USD {cost:,.2f}"),
         ("estimated cost per million tokens",
          "—" if per_million is None else f"USD {per_million:,.2f}"),
-        *((("estimated time to fill the context", _duration(fill)),) if (
+        *((("estimated time to fill the context", _ms(fill)),) if (
             fill := estimate.get("estimated_context_fill_ms")) is not None else ()),
         *((("estimated time to first token",
-            f"{_duration(ttft)} for {estimate['prompt_tokens']:,} prompt tokens"),) if (
+            f"{_ms(ttft)} for {estimate['prompt_tokens']:,} prompt tokens"),) if (
             ttft := estimate.get("ttft_ms")) is not None else ()),
         ("estimate basis", (f"{efficiency:.0%} of peak memory bandwidth" if (
             efficiency := estimate.get("bandwidth_efficiency")) is not None else
@@ -175,12 +176,6 @@ def estimate_rows(content: ReportContent) -> list[tuple[str, str]]:
          + f", links {format_bandwidth(estimate['link_bandwidth_bytes_per_s'])}"),
         *(("estimate note", note) for note in estimate["notes"]),
     ]
-
-
-def _duration(ms: float) -> str:
-    from planner.units import format_milliseconds
-
-    return format_milliseconds(ms)
 
 
 STAGE_PARTS = (("state_bytes", STAGE_PART_NAMES["state_bytes"]),
@@ -342,7 +337,7 @@ def candidate_rows_table(records: Sequence[dict[str, Any]],
     for row, met in zip(records, verdicts, strict=True):
         fill = row.get("estimated_context_fill_ms")
         extra = (_ms(row.get("estimated_tpot_ms")), _number(row.get("tokens_per_s"), 1),
-                 "—" if fill is None else _duration(fill),
+                 _ms(fill),
                  _number(row.get("cost_per_hour_usd"), 2),
                  _number(row.get("cost_per_million_tokens_usd"), 2)) if estimated else ()
         rows.append((

@@ -3,9 +3,16 @@
 - :mod:`planner.sizing._targets`: the question: targets, the kinds to size with and their
   prices, the nodes of a fleet;
 - :mod:`planner.sizing.search`: the exact search (:func:`size_fleet`);
-- :mod:`planner.sizing.result`: the fleets found, their tables and the Pareto front.
+- :mod:`planner.sizing._result`: the fleets found, their tables and the Pareto front.
 """
 
+from planner.sizing._result import (
+    SIZING_COLUMNS,
+    SizedFleet,
+    SizingResult,
+    fleets_frame,
+    pareto_front,
+)
 from planner.sizing._targets import (
     PRICE_KIND_TEXT,
     SizingError,
@@ -13,13 +20,6 @@ from planner.sizing._targets import (
     fleet_node_kinds,
     fleet_nodes,
     select_kinds,
-)
-from planner.sizing.result import (
-    SIZING_COLUMNS,
-    SizedFleet,
-    SizingResult,
-    fleets_frame,
-    pareto_front,
 )
 from planner.sizing.search import size_fleet
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 from planner.planning import rules
 
 if TYPE_CHECKING:
-    from planner.sizing.search import _Search
+    from planner.sizing._state import _Search
 
 _Size = TypeVar("_Size", int, float)
 

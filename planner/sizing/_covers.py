@@ -19,10 +19,10 @@ from planner.sizing import floors
 from planner.sizing._bounds import _longest_run, _Needs
 from planner.sizing._refusals import _nothing
 from planner.targets import TargetsError
-from planner.units import format_bandwidth, format_bytes
+from planner.units import format_bandwidth, format_bytes, format_milliseconds
 
 if TYPE_CHECKING:
-    from planner.sizing.search import _Search
+    from planner.sizing._state import _Search
 
 _Size = TypeVar("_Size", int, float)
 
@@ -253,8 +253,8 @@ def _read_time_covers(search: _Search, probe: PlanningInput, candidates: Sequenc
     kv = floor.kv_bytes_per_token * c0
     kv_rates = floor.kv_ms_per_byte(c0)
     why = (f"no fleet reads the model (its active weights and the KV cache at {c0:,}) "
-           f"within the TPOT target of {target} ms on the nodes to be had: the fastest "
-           "hold too little of it")
+           f"within the TPOT target of {format_milliseconds(target)} on the nodes to be "
+           "had: the fastest hold too little of it")
     hop = floors.least_hop_ms(search.kinds, search.options)
     return [*_time_covers(floor.weight_bytes, rho_weight, floor.weight_ms_per_byte,
                           target - floor.fixed_ms - kv * min(kv_rates), needs, most, why,
@@ -286,12 +286,12 @@ def _prefill_read_covers(search: _Search, probe: PlanningInput, candidates: Sequ
     return [*_time_covers(read, rho * read / body, floor.read_ms_per_byte,
                           ttft - floor.fixed_ms * floor.batch_count, needs, _READ_COVERS,
                           f"no fleet reads the weights a {prompt:,}-token prompt uses "
-                          f"within the TTFT target of {ttft} ms on the nodes to be had: the "
-                          "fastest hold too little of them"),
+                          f"within the TTFT target of {format_milliseconds(ttft)} on the "
+                          "nodes to be had: the fastest hold too little of them"),
             *_time_covers(body, rho, rates, ttft - rest, needs, _READ_COVERS,
                           f"no fleet fills a {prompt:,}-token prompt within the TTFT target "
-                          f"of {ttft} ms on the nodes to be had: the fastest hold too little "
-                          "of the model")]
+                          f"of {format_milliseconds(ttft)} on the nodes to be had: the "
+                          "fastest hold too little of the model")]
 
 
 def _time_covers(read: float, rho: float, rates: Sequence[float], budget: float,
@@ -349,7 +349,8 @@ def _speed_carriers(search: _Search, probe: PlanningInput, candidates: Sequence[
     if ttft is not None and prompt is not None:
         why = floors.prefill_unknown(search.traffic, search.options)
         if why:
-            raise TargetsError("TtftNotEstimable", f"the TTFT target ({ttft} ms) is judged "
+            raise TargetsError("TtftNotEstimable",
+                               f"the TTFT target ({format_milliseconds(ttft)}) is judged "
                                f"by the prefill estimate, and no plan has one: {why}",
                                target_ttft_ms=ttft)
         assert search.traffic is not None
@@ -359,18 +360,20 @@ def _speed_carriers(search: _Search, probe: PlanningInput, candidates: Sequence[
             fastest = min(range(len(search.kinds)), key=lambda i: floor.read_ms_per_byte[i])
             why = ("no kind states a memory bandwidth" if math.isinf(least) else
                    f"reading the weights a ubatch uses and computing with them takes at "
-                   f"least {least:,.0f} ms at the fastest kinds' rates "
-                   f"({search.kinds[fastest].kind})")
+                   f"least {format_milliseconds(least, estimated=True)} at the fastest "
+                   f"kinds' rates ({search.kinds[fastest].kind})")
             raise _nothing(search, f"no split fills a {prompt:,}-token prompt within the "
-                           f"TTFT target of {ttft} ms: {why}")
+                           f"TTFT target of {format_milliseconds(ttft)}: {why}")
         piped = floor.pipeline_least_ms(search.body_bytes, search.layer_count)
         if piped > ttft:
             raise _nothing(search, f"no split fills a {prompt:,}-token prompt within the "
-                           f"TTFT target of {ttft} ms: its ubatches pass through the stages "
-                           f"in turn, which takes at least {piped:,.0f} ms at the fastest "
-                           f"kinds' rates ({least:,.0f} ms for one ubatch through every "
-                           "stage, the others on the busiest stage, whose share shrinks "
-                           "with more stages as the hops between them add up)")
+                           f"TTFT target of {format_milliseconds(ttft)}: its ubatches pass "
+                           "through the stages in turn, which takes at least "
+                           f"{format_milliseconds(piped, estimated=True)} at the fastest "
+                           f"kinds' rates ({format_milliseconds(least, estimated=True)} for one "
+                           "ubatch through every stage, the others on the busiest stage, "
+                           "whose share shrinks with more stages as the hops between them "
+                           "add up)")
         # Each term's fastest kind in a plan is one of its nodes: a carrier of that term.
         carriers.extend(
             _carriers(search, "TTFT", [floor.least_ms(**{term: i}) <= ttft
@@ -409,7 +412,8 @@ def _tpot_carriers(search: _Search, probe: PlanningInput, candidates: Sequence[i
     node that reads the weights, and one that reads the cache, fast enough given the
     fastest kind's reading of the other (:class:`floors.DecodeFloor`)."""
     if search.traffic is None:
-        raise TargetsError("TpotNotEstimable", f"the TPOT target ({target} ms) is judged by "
+        raise TargetsError("TpotNotEstimable",
+                           f"the TPOT target ({format_milliseconds(target)}) is judged by "
                            "the speed estimate, and no plan has one: the model's decode "
                            "traffic is unknown (the model is typed as numbers; give a "
                            "preset or GGUF model)", target_decode_tpot_ms=target)
@@ -422,11 +426,12 @@ def _tpot_carriers(search: _Search, probe: PlanningInput, candidates: Sequence[i
                f"reading the model once (the weights a step of {floor.lanes} "
                f"lane{'s' if floor.lanes > 1 else ''} reads, "
                f"{format_bytes(round(floor.weight_bytes))}, and the KV cache at {c0:,}) "
-               f"and computing with it takes at least {least:,.1f} ms at the fastest kinds' "
+               "and computing with it takes at least "
+               f"{format_milliseconds(least, estimated=True)} at the fastest kinds' "
                f"bandwidth ({gpu.kind}, "
                f"{format_bandwidth(gpu.memory_bandwidth_bytes_per_s or 0)})")
-        raise _nothing(search, f"no split decodes within the TPOT target of {target} ms: "
-                       f"{why}")
+        raise _nothing(search, "no split decodes within the TPOT target of "
+                       f"{format_milliseconds(target)}: {why}")
     alone_at: dict[int, int] = {}
     if (search.targets.minimum_nodes <= 1 and not any(
             gpu.stage_transfer_latency_ms is not None for gpu in search.kinds)):
@@ -443,8 +448,9 @@ def _tpot_carriers(search: _Search, probe: PlanningInput, candidates: Sequence[i
     if all(any(flags) for flags in readers):
         return [_carriers(search, "TPOT", flags) for flags in readers]
     context = min(alone_at.values())
-    raise _nothing(search, f"the kinds fast enough for the TPOT target of {target} ms at "
-                   f"context {c0:,} each hold the whole model alone at {context:,} or "
-                   "more, the context the planner then plans, where reading it takes at "
-                   f"least {floor.least_ms(context):,.1f} ms")
+    raise _nothing(search, "the kinds fast enough for the TPOT target of "
+                   f"{format_milliseconds(target)} at context {c0:,} each hold the whole "
+                   f"model alone at {context:,} or more, the context the planner then plans, "
+                   "where reading it takes at "
+                   f"least {format_milliseconds(floor.least_ms(context), estimated=True)}")
 

@@ -12,7 +12,7 @@ from planner.sizing._targets import SizingError
 from planner.units import format_bytes
 
 if TYPE_CHECKING:
-    from planner.sizing.search import _Search
+    from planner.sizing._state import _Search
 
 _Size = TypeVar("_Size", int, float)
 

@@ -98,8 +98,7 @@ class Evaluation:
             f"context {plan.context_length:,}",
             f"{plan.parallel_lanes} lane{'s' if plan.parallel_lanes != 1 else ''}",
             unknown if tpot is None else
-            f"estimated TPOT {tpot:,.1f} ms" if self.estimate is not None else
-            f"estimated TPOT {format_milliseconds(tpot)}",
+            "estimated TPOT " + format_milliseconds(tpot, estimated=self.estimate is not None),
         ]
         met = self.target_met
         if met is not None:
@@ -137,7 +136,7 @@ class Evaluation:
         text = f"{estimate.tokens_per_s:,.1f} tokens/s"
         if estimate.estimated_context_fill_ms is not None:
             text += (f", filling the context takes "
-                     f"{format_milliseconds(estimate.estimated_context_fill_ms)}")
+                     f"{format_milliseconds(estimate.estimated_context_fill_ms, estimated=True)}")
         if estimate.cost_per_hour_usd is not None:
             text += (f", USD {estimate.cost_per_hour_usd:,.2f}/h, USD "
                      f"{estimate.cost_per_million_tokens_usd:,.2f} per million tokens")
@@ -198,8 +197,8 @@ def unused_nodes(request: PlanningInput, plan: Plan | None) -> tuple[UnusedNode,
             reason = "no plan"
         elif (slowest is not None and node.stage_transfer_latency_ms is not None
               and node.stage_transfer_latency_ms > slowest):
-            reason = (f"its latency {node.stage_transfer_latency_ms} ms is above the plan's "
-                      f"slowest link ({slowest} ms)")
+            reason = (f"its latency {format_milliseconds(node.stage_transfer_latency_ms)} is "
+                      f"above the plan's slowest link ({format_milliseconds(slowest)})")
         elif node.usable_bytes < smallest:
             reason = (f"smaller than the chosen nodes ({format_bytes(node.usable_bytes)} "
                       f"usable, the chosen have at least {format_bytes(smallest)})")

@@ -19,23 +19,13 @@ The rules come from :mod:`planner.fence` and the figures from
 driven from code (set a value, read ``decision`` or ``html``), which is how it runs
 headless.
 
-Each lives in a module of its own (:mod:`~planner.workbench.fence_claims`,
+Each lives in a module of its own (:mod:`~planner.workbench._fence_claims`,
 :mod:`~planner.workbench._fence_quorum`, :mod:`~planner.workbench._fence_steppers`,
 :mod:`~planner.workbench._fence_results`, what they share in
 :mod:`~planner.workbench._fence_widgets`); this module gathers them for one import.
 """
 
-from planner.workbench._fence_quorum import QuorumExplorer
-from planner.workbench._fence_results import CheckResults, ScenarioTable
-from planner.workbench._fence_steppers import (
-    CounterexampleStepper,
-    EventStepper,
-    Folded,
-    ScenarioSection,
-    ScenarioStepper,
-)
-from planner.workbench._fence_widgets import STYLE
-from planner.workbench.fence_claims import (
+from planner.workbench._fence_claims import (
     CLAIM_FIELDS,
     CLAIM_PRESETS,
     LOAD_FIELDS,
@@ -46,6 +36,16 @@ from planner.workbench.fence_claims import (
     LoadExplorer,
     LoadPreset,
 )
+from planner.workbench._fence_quorum import QuorumExplorer
+from planner.workbench._fence_results import CheckResults, ScenarioTable
+from planner.workbench._fence_steppers import (
+    CounterexampleStepper,
+    EventStepper,
+    Folded,
+    ScenarioSection,
+    ScenarioStepper,
+)
+from planner.workbench._fence_widgets import STYLE
 
 __all__ = [
     "CLAIM_FIELDS",

@@ -120,8 +120,9 @@ def stage_table_html(stages: pd.DataFrame, memory_model: str = "design") -> str:
         headers += [("est. read", False), ("est. hop", False)]
     rows = []
     for stage in records:
-        extra = ([_cell(f"{stage['stage_read_ms']:,.2f} ms"),
-                  _cell(f"{stage['hop_ms']:,.2f} ms")] if estimated else [])
+        extra = ([_cell(format_milliseconds(stage["stage_read_ms"], estimated=True)),
+                  _cell(format_milliseconds(stage["hop_ms"], estimated=True))]
+                 if estimated else [])
         rows.append(("", [
             _cell(stage["stage_id"], text=True), _cell(stage["node_id"], text=True),
             _cell(layer_range(int(stage["layer_start"]), int(stage["layer_end"]))),
@@ -178,8 +179,7 @@ def candidates_table_html(candidates: pd.DataFrame, target_ms: int | None = None
         network = shape.estimated_decode_network_ms_per_token
         margin = shape.min_remaining_bytes
         css = "wb-selected" if shape.selected else ("" if shape.feasible else "wb-infeasible")
-        tpot_text = ("" if tpot is None else f"{tpot:,.1f} ms" if speed
-                     else format_milliseconds(tpot))
+        tpot_text = "" if tpot is None else format_milliseconds(tpot, estimated=speed)
         rows.append((css, [
             _cell(f"{shape.context_length:,}"), _cell(shape.stage_count),
             _cell("yes" if shape.feasible else "no", text=True),
@@ -192,7 +192,7 @@ def candidates_table_html(candidates: pd.DataFrame, target_ms: int | None = None
             _cell(f"★ {shape.selected_lanes} lanes" if shape.selected else "", text=True),
             *([_cell("" if pd.isna(network) else format_milliseconds(network))]
               if speed else []),
-            *([_cell(format_milliseconds(value) if (value := fill.get(
+            *([_cell(format_milliseconds(value, estimated=True) if (value := fill.get(
                 (shape.context_length, shape.stage_count))) is not None else "")]
               if fill else []),
         ]))
@@ -205,7 +205,7 @@ def candidates_table_html(candidates: pd.DataFrame, target_ms: int | None = None
 
 def _estimate(option: ShapeOption) -> str:
     estimate = option.estimated_decode_network_ms_per_token
-    return "unknown (0 ms)" if estimate is None else f"{estimate} ms"
+    return "unknown (0 ms)" if estimate is None else format_milliseconds(estimate)
 
 
 def choice_html(choice: ChoiceExplanation, speed: bool = False) -> str:

@@ -6,7 +6,7 @@ of the model judge with the real rules of :mod:`planner.fence`.
 
 - :mod:`~planner.fence.check.configuration`: what one check explores, and the defaults;
 - :mod:`~planner.fence.check.model`: the transition system (states, steps, the stage rules);
-- :mod:`~planner.fence.check.properties`: what must hold and what is known not to;
+- :mod:`~planner.fence.check._properties`: what must hold and what is known not to;
 - :mod:`~planner.fence.check.exploration`: the search, its state budget and progress;
 - :mod:`~planner.fence.check.report`: results, counterexamples and the saved report.
 
@@ -14,6 +14,16 @@ of the model judge with the real rules of :mod:`planner.fence`.
 and saves the report the fencing notebook reads.
 """
 
+from planner.fence.check._properties import (
+    KNOWN_TO_FAIL,
+    KNOWN_TO_FAIL_NAMES,
+    MUST_HOLD,
+    MUST_HOLD_NAMES,
+    PROPERTIES,
+    PROPERTY_NAMES,
+    Property,
+    property_named,
+)
 from planner.fence.check.configuration import (
     DEFAULT_CONFIGS,
     CheckConfig,
@@ -26,16 +36,6 @@ from planner.fence.check.exploration import (
     check,
     check_defaults,
     replay,
-)
-from planner.fence.check.properties import (
-    KNOWN_TO_FAIL,
-    KNOWN_TO_FAIL_NAMES,
-    MUST_HOLD,
-    MUST_HOLD_NAMES,
-    PROPERTIES,
-    PROPERTY_NAMES,
-    Property,
-    property_named,
 )
 from planner.fence.check.report import (
     CheckReport,

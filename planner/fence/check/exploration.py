@@ -10,6 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import NamedTuple
 
 from planner._validate import flag, integer
+from planner.fence.check._properties import PROPERTIES, property_named
 from planner.fence.check.configuration import (
     DEFAULT_CONFIGS,
     TICK_MS,
@@ -28,7 +29,6 @@ from planner.fence.check.model import (
     Rules,
     StopRule,
 )
-from planner.fence.check.properties import PROPERTIES, property_named
 from planner.fence.check.report import (
     CheckReport,
     CheckResult,

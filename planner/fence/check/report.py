@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from planner.errors import CodedError
+from planner.fence.check._properties import MUST_HOLD, PROPERTIES, PROPERTY_NAMES, property_named
 from planner.fence.check.configuration import (
     DEFAULT_CONFIGS,
     START_UNIX_MS,
@@ -42,7 +43,6 @@ from planner.fence.check.model import (
     TICK,
     TraceStep,
 )
-from planner.fence.check.properties import MUST_HOLD, PROPERTIES, PROPERTY_NAMES, property_named
 from planner.fence.errors import FenceError
 
 EVENT_COLUMNS: tuple[str, ...] = (
@@ -374,7 +374,7 @@ MODEL_MODULES: tuple[str, ...] = (
     "planner.fence.runtime",
     "planner.fence.check.configuration",
     "planner.fence.check.model",
-    "planner.fence.check.properties",
+    "planner.fence.check._properties",
     "planner.fence.check.exploration",
 )
 """The modules whose code decides what a check finds: the fence rules the stages judge
