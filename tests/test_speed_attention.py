@@ -54,12 +54,14 @@ def _row(model: dict, file_bytes: int, phase: str, tokens: int, depth: int
 
 
 def _calibration_model(model_id: str) -> dict:
-    model = dict(speed_calibration.load_models()[model_id])
-    if model_id == "deepseek2-16b":
-        # models.toml states DeepSeek-V2-Lite's query width (16 heads x 192); llama.cpp
-        # computes latent attention over the rank and half the rotary part.
-        model["attention_width"] = latent_attention_width(16, 512, 64)
-    return model
+    return dict(speed_calibration.load_models()[model_id])
+
+
+def test_the_calibration_s_deepseek_attends_at_its_latent_width() -> None:
+    """llama.cpp computes latent attention over the rank and half the rotary part, and
+    the published runs are estimated so (not at the query width, 16 heads x 192)."""
+    model = _calibration_model("deepseek2-16b")
+    assert model["attention_width"] == latent_attention_width(16, 512, 64) == 8704
 
 
 @pytest.mark.parametrize(("preset", "model_id", "file_bytes"), MODELS,
@@ -81,6 +83,30 @@ def test_the_command_s_path_estimates_as_the_calibration_does(
         _row(model, file_bytes, "prefill", PROMPT, DEPTH), calibration)
     assert estimate.estimated_tpot_ms == pytest.approx(decode, rel=0.01)
     assert estimate.ttft_ms == pytest.approx(prefill, rel=0.01)
+
+
+def test_a_mixture_of_experts_computes_its_experts_share_of_parameters() -> None:
+    """gpt-oss-20b stores its experts at 4.25 bits and the rest at 16: of the
+    parameters one token computes with, the experts' share is that of their parameters
+    (about two thirds), not of their bytes (about a third); the estimate reads it from
+    the preset's parts (and a GGUF's ``*_exps`` tensors)."""
+    from planner.performance import stage_loads
+    from planner.planning import PlanningInput, plan_topology
+
+    spec = load_preset("gpt-oss-20b")
+    assert spec.routed_expert_parameters == 19_110_297_600 + 6_635_520
+    _, fields, traffic = resolve_model("gpt-oss-20b")
+    assert traffic is not None and traffic.routed_expert_parameters is not None
+    gpu = next(g for g in load_gpu_catalog() if g.kind == "h100-sxm-80gb")
+    request = PlanningInput.from_dict({**fields, "nodes": [
+        {"node_id": f"n{i}", "detected_vram_bytes": gpu.memory_bytes} for i in range(2)]})
+    plan = plan_topology(request)
+    loads = stage_loads(request, plan, traffic)
+    routed = sum(load.routed_active_parameters for load in loads)
+    active = sum(load.active_parameters for load in loads)
+    expected = traffic.routed_expert_parameters * 4 / 32
+    assert routed == pytest.approx(expected, rel=0.02)
+    assert 0.6 < routed / active < 0.7
 
 
 # -- the GGUF path ----------------------------------------------------------------------

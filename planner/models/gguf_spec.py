@@ -190,7 +190,9 @@ def _speed_fields(metadata: Mapping[str, Any], architecture: str,
             "expert_count": count if routed else None,
             "experts_used": used if routed else None,
             "token_embedding_bytes": sum(t.n_bytes for t in token_embd) or None,
-            "routed_expert_bytes": sum(t.n_bytes for t in experts) if routed else 0}
+            "routed_expert_bytes": sum(t.n_bytes for t in experts) if routed else 0,
+            "routed_expert_parameters": (sum(_elements(t) for t in experts) if routed
+                                         else 0)}
 
 
 def _layer_kv_table(layout: KvLayout, cache_types: list[str]

@@ -362,7 +362,8 @@ def _speed_fields(root: _Table, parts: list[_Part]) -> dict[str, int | None]:
     """What the speed estimate reads beyond bytes (``planner.performance``): the
     parameters (all, and those one token computes with: shared parts whole, routed
     experts ``experts_used / expert_count``, the input embedding not at all, a token only
-    looking its row up), the routed experts' and the input embedding's bytes. Parameters
+    looking its row up), the routed experts' parameters and bytes, and the input
+    embedding's bytes. Parameters
     are known when the weights have parts: each states its parameters, whether its bytes
     are estimated from them or share a stated total."""
     weights = root.table("weights")
@@ -377,16 +378,18 @@ def _speed_fields(root: _Table, parts: list[_Part]) -> dict[str, int | None]:
         "experts_used": None if used is None else used[0],
     }
     if weights.has("parts"):
-        total = active = 0.0
+        total = active = routed = 0.0
         for part in weights.tables("parts"):
             count = part.positive("parameters")
             role = _part_role(part)
             total += count
             if role == "routed_experts" and used is not None:
                 active += count * used[0] / used[1]
+                routed += count
             elif role != "input_embedding":
                 active += count
-        found.update(parameter_count=round(total), active_parameter_count=round(active))
+        found.update(parameter_count=round(total), active_parameter_count=round(active),
+                     routed_expert_parameters=round(routed))
     return found
 
 

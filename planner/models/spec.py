@@ -82,7 +82,7 @@ def _fail(field_name: str) -> Fail:
 # Optional whole numbers of a spec, each ``None`` when unknown.
 OPTIONAL_COUNTS = ("hidden_size", "active_weight_bytes", "parameter_count",
                    "active_parameter_count", "expert_count", "experts_used",
-                   "token_embedding_bytes", "routed_expert_bytes")
+                   "token_embedding_bytes", "routed_expert_bytes", "routed_expert_parameters")
 # A layer's attention as the speed estimate computes it, each ``None`` when unknown and
 # each with its bound (planner.limits): query heads and their head size (the key length),
 # KV heads, the sliding window and how many layers attend over it only, and latent
@@ -131,6 +131,10 @@ class ModelSpec:
     experts_used: int | None = None
     token_embedding_bytes: int | None = None
     routed_expert_bytes: int | None = None
+    # The routed experts' parameters, all of them: their share of the parameters one
+    # token computes with, where experts and the rest are stored at different precisions
+    # (their bytes alone would misplace it).
+    routed_expert_parameters: int | None = None
     # The attention shape (:data:`ATTENTION_FIELDS`), from the GGUF metadata or the
     # preset's config: the compute and cache reads of attention depend on it.
     attention_heads: int | None = None
@@ -205,7 +209,7 @@ class ModelSpec:
                 # Routed expert bytes may be 0 (a dense model says so); the rest are counts.
                 object.__setattr__(self, name, integer(
                     getattr(self, name), _fail(name),
-                    minimum=0 if name == "routed_expert_bytes" else 1))
+                    minimum=0 if name.startswith("routed_expert") else 1))
         active = self.active_weight_bytes
         if active is not None and active > self.model_weight_bytes:
             raise _invalid("active_weight_bytes",
@@ -218,7 +222,8 @@ class ModelSpec:
                            self.experts_used)
         for smaller, larger in (("active_parameter_count", "parameter_count"),
                                 ("token_embedding_bytes", "model_weight_bytes"),
-                                ("routed_expert_bytes", "model_weight_bytes")):
+                                ("routed_expert_bytes", "model_weight_bytes"),
+                                ("routed_expert_parameters", "parameter_count")):
             low, high = getattr(self, smaller), getattr(self, larger)
             if low is not None and high is not None and low > high:
                 raise _invalid(smaller, f"exceeds {larger} {high:,}", low)

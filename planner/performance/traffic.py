@@ -61,6 +61,10 @@ class ModelTraffic:
     # All routed experts' bytes when the model states them (a preset's parts, a GGUF's
     # ``*_exps`` tensors); else derived from ``active_weight_bytes`` (:attr:`routed_bytes`).
     routed_expert_bytes: int | None = None
+    # All routed experts' parameters when the model states them: of the parameters one
+    # token computes with, the routed experts' share (their bytes alone misplace it where
+    # experts and the rest are stored at different precisions).
+    routed_expert_parameters: int | None = None
     # Query heads of a layer: each scores every cached token it attends to (without
     # flash attention llama.cpp writes those scores to memory).
     attention_heads: int | None = None
@@ -90,6 +94,10 @@ class ModelTraffic:
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, integer(getattr(self, name), bad(name),
                                                        minimum=1, maximum=most))
+        if self.routed_expert_parameters is not None:
+            object.__setattr__(self, "routed_expert_parameters", integer(
+                self.routed_expert_parameters, bad("routed_expert_parameters"), minimum=0,
+                maximum=self.parameter_count or _BOUNDED["parameter_count"]))
         for name in ("window_layer_count", "window_kv_bytes_per_token"):
             object.__setattr__(self, name, integer(getattr(self, name), bad(name),
                                                    minimum=0, maximum=_BOUNDED[
@@ -143,6 +151,7 @@ class ModelTraffic:
                    token_embedding_bytes=spec.token_embedding_bytes,
                    parameter_count=spec.parameter_count,
                    routed_expert_bytes=spec.routed_expert_bytes,
+                   routed_expert_parameters=spec.routed_expert_parameters,
                    **attention_traffic(shape, spec.kv_cache_type))
 
     @classmethod
@@ -320,11 +329,17 @@ def stage_loads(request: PlanningInput, plan: Plan, traffic: ModelTraffic) -> li
         held = max(0, held)
         active = (None if traffic.active_parameter_count is None else
                   traffic.active_parameter_count * held / body)
-        # Of those, the routed experts' share, taken as their share of the bytes one
-        # token reads (a model states no split of its active parameters).
+        # Of those, the routed experts': their parameters' share of the stage's routed
+        # bytes where the model states them, else their share of the bytes one token
+        # reads.
         one_token = body * traffic.read_share(1)
-        routed_active = (0.0 if active is None or not routed else
-                         active * routed * traffic.expert_share(1) / one_token)
+        if active is None or not routed:
+            routed_active = 0.0
+        elif traffic.routed_expert_parameters:
+            routed_active = (traffic.routed_expert_parameters * traffic.expert_share(1)
+                             * held / body)
+        else:
+            routed_active = active * routed * traffic.expert_share(1) / one_token
         windowed = stage.layer_count * windowed_share
         full = stage.layer_count - windowed
         loads.append(StageLoad(
