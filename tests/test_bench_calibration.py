@@ -314,9 +314,10 @@ def test_speed_plan_and_size_take_the_calibration(fitted: Path) -> None:
     mine = cli("speed", PRESET, "--gpu", "rtx-4090", "--json", "--calibration", fitted)
     assert plain.returncode == mine.returncode == 0, mine.stderr
     plain_data, mine_data = json.loads(plain.stdout), json.loads(mine.stdout)
-    # Reads at 0.7 of their efficiency: decode slower, by at most 1 / 0.7 (the fixed
-    # times per layer do not scale).
-    assert 1.2 * plain_data["tpot_ms"] < mine_data["tpot_ms"] <= plain_data["tpot_ms"] / 0.7
+    # Reads at 0.7 of their efficiency and products at 0.5: decode slower, by more than
+    # the reads alone at the least, and by at most 1 / 0.5 (its matrix-vector products
+    # add to the reads; the fixed times per layer do not scale).
+    assert 1.2 * plain_data["tpot_ms"] < mine_data["tpot_ms"] <= plain_data["tpot_ms"] / 0.5
     assert any(note.startswith("Uses your own measurements for rtx-4090")
                for note in mine_data["notes"])
     assert not any("your own" in note for note in plain_data["notes"])
@@ -328,7 +329,7 @@ def test_speed_plan_and_size_take_the_calibration(fitted: Path) -> None:
              for extra in ((), ("--calibration", str(fitted)))]
     assert [done.returncode for done in sizes] == [0, 0], sizes[1].stderr
     tpots = [json.loads(done.stdout)["fleets"][0]["estimated_tpot_ms"] for done in sizes]
-    assert 1.2 * tpots[0] < tpots[1] <= tpots[0] / 0.7
+    assert 1.2 * tpots[0] < tpots[1] <= tpots[0] / 0.5
     broken = cli("speed", PRESET, "--gpu", "rtx-4090", "--calibration", ROOT / "README.md")
     assert broken.returncode == 2 and "InvalidCalibration" in broken.stderr
 
