@@ -193,6 +193,11 @@ def was_busy(row: dict[str, Any]) -> bool:
     return float(row["cpu_share"]) < FREE_CPU_SHARE
 
 
+def _rank(row: dict[str, Any]) -> tuple[bool, float]:
+    """A run on free cores before one beside other work, then the faster."""
+    return not was_busy(row), float(row["tokens_per_s"])
+
+
 def write(rows: list[dict[str, Any]], settings: dict[str, Any]) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     with RECORD.open("w", newline="") as handle:
@@ -210,9 +215,9 @@ def write(rows: list[dict[str, Any]], settings: dict[str, Any]) -> None:
 
 
 def again(bins: Path) -> int:
-    """Run again the models whose runs started with other work on their cores, keeping
-    each test's faster row (other work only slows a run), and those with no rows (to
-    record why llama-bench fails on them)."""
+    """Run again the models whose runs ran beside other work, keeping each test's run on
+    free cores, else its faster one (other work only slows a run), and those with no
+    rows (to record why llama-bench fails on them)."""
     with RECORD.open(newline="") as handle:
         rows: list[dict[str, Any]] = list(csv.DictReader(handle))
     paths = {path.name: path for path in [MODEL_FILE, *ARCH_MODELS.glob("*.gguf")]}
@@ -228,7 +233,7 @@ def again(bins: Path) -> int:
         found = bench(bins, paths[name], threads, failed)
         for new in found:
             index = where[(name, threads, new["test"])]
-            if new["tokens_per_s"] > float(rows[index]["tokens_per_s"]):
+            if _rank(new) > _rank(rows[index]):
                 rows[index] = new
         print(f"{name} on {threads} again: " + ", ".join(
             f"{r['test']} {r['tokens_per_s']:,.1f} t/s" for r in found), flush=True)
@@ -239,7 +244,7 @@ def again(bins: Path) -> int:
         "again_end": [round(v, 2) for v in os.getloadavg()]},
         "run_again": len(busy), "failed": {**previous.get("failed", {}), **failed}})
     print(f"{len(busy)} models run again; {sum(map(was_busy, rows))} of {len(rows)} rows "
-          "still started beside other work")
+          "still ran beside other work")
     return 0
 
 
