@@ -67,6 +67,7 @@ validate: $(STAMP)
 	$(BIN)/python validation/archs.py
 	$(BIN)/python validation/grid.py
 	$(BIN)/python validation/speed_cpu.py
+	$(BIN)/python validation/speed_cpu.py --again
 	$(BIN)/python validation/mesh.py
 
 bench: $(STAMP)

@@ -8,8 +8,11 @@ expects (in order, each padded to 32 bytes).
 
 from __future__ import annotations
 
+import json
 import struct
+import tarfile
 from collections.abc import Collection, Iterable, Sequence
+from pathlib import Path
 
 U8, I8, U16, I16, U32, I32, F32, BOOL, STRING, ARRAY, U64, I64, F64 = range(13)
 ALIGNMENT = 32
@@ -135,3 +138,33 @@ def recorded_model(header: dict[str, object]) -> bytes:
             isinstance(width, int) and width and elements % width == 0 else (elements,)
         tensors.append((name, shape, type_name))
     return gguf([value(key, item) for key, item in metadata.items()], tensors)
+
+
+# The header (everything before the tensor data) of each model llama.cpp b11434's
+# test-llama-archs saves, and the file's size: written back and extended with zeros
+# (sparse) to its size, a file reads as the saved one does. Recorded with
+# ``python tests/test_gguf_file.py --record DIR``.
+ARCH_HEADERS = Path(__file__).resolve().parent / "data" / "llama_archs_headers.tar.gz"
+
+
+def arch_headers() -> dict[str, tuple[bytes, int]]:
+    """Each architecture file's header and size, by file name."""
+    with tarfile.open(ARCH_HEADERS) as archive:
+        member = archive.extractfile("sizes.json")
+        assert member is not None
+        sizes = json.load(member)
+        headers = {}
+        for name, size in sizes.items():
+            member = archive.extractfile(name)
+            assert member is not None
+            headers[name] = (member.read(), size)
+    return headers
+
+
+def write_arch_file(folder: Path, name: str, header: bytes, size: int) -> Path:
+    """The architecture file ``name`` in ``folder``: its header, then zeros to its size."""
+    path = folder / name
+    with path.open("wb") as handle:
+        handle.write(header)
+        handle.truncate(size)
+    return path

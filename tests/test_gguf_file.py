@@ -22,6 +22,7 @@ import pytest
 from gguf import GGUFEndian, GGUFReader, GGUFValueType, GGUFWriter
 from gguf.constants import GGML_QUANT_SIZES
 from gguf.quants import quant_shape_to_byte_shape
+from gguf_files import ARCH_HEADERS
 from test_memory import write_gemma_like
 from test_models_gguf import llama_metadata, llama_tensors, write_gguf
 
@@ -214,27 +215,7 @@ def test_the_real_gemma_file(tmp_path: Path) -> None:
 
 # --- the architecture files llama.cpp saves ------------------------------------------------
 
-# The header (everything before the tensor data) of each model llama.cpp b11434's
-# test-llama-archs saves, and the file's size: the test writes the header and extends
-# the file with zeros (sparse) to its size, so both readers see the file's own header
-# and table. Recorded with ``python tests/test_gguf_file.py --record DIR``.
-ARCH_HEADERS = DATA / "llama_archs_headers.tar.gz"
-
-
-def _arch_headers() -> dict[str, tuple[bytes, int]]:
-    with tarfile.open(ARCH_HEADERS) as archive:
-        member = archive.extractfile("sizes.json")
-        assert member is not None
-        sizes = json.load(member)
-        headers = {}
-        for name, size in sizes.items():
-            member = archive.extractfile(name)
-            assert member is not None
-            headers[name] = (member.read(), size)
-    return headers
-
-
-ARCHS = _arch_headers() if ARCH_HEADERS.exists() else {}
+ARCHS = gguf_files.arch_headers() if ARCH_HEADERS.exists() else {}
 
 
 def test_every_architecture_file_is_recorded() -> None:
@@ -246,10 +227,7 @@ def test_every_architecture_file_is_recorded() -> None:
 @pytest.mark.parametrize("name", sorted(ARCHS))
 def test_architecture_files_read_as_gguf_py_reads_them(tmp_path: Path, name: str) -> None:
     header, size = ARCHS[name]
-    path = tmp_path / name
-    with path.open("wb") as handle:
-        handle.write(header)
-        handle.truncate(size)
+    path = gguf_files.write_arch_file(tmp_path, name, header, size)
     assert_reads_as_gguf_py(path)
     assert read_header(path).data_offset == len(header)
 
