@@ -62,8 +62,6 @@ BOUND_OF = {"decode": BOUNDS["decode"], "prefill": BOUNDS["prefill"], "all": BAC
 ABOVE_BOUND: dict[str, str] = {
     "decode": "a core's bandwidth, fixed time per operation and CPU attention over the "
               "cache are not modelled",
-    "prefill": "the output head is charged per prompt token, and recurrent layers' "
-               "token-by-token scan is not modelled",
 }
 
 
