@@ -234,21 +234,15 @@ def test_the_mmq_era_stages_quantized_weights_only_before_it(rows: Rows) -> None
             == speed_calibration.predict_ms(vulkan, calibration))
 
 
-def test_a_row_that_states_only_its_month_is_placed_between_builds() -> None:
-    """A month between two measured months takes the build on the line between theirs;
-    beyond the first or last, the line through the two nearest; a month before MMQ
-    became the default stays before its build, a later one after it."""
-    anchors = [(2024 * 12 + 3, 2713.0), (2024 * 12 + 7, 3622.0), (2025 * 12 + 6, 5921.0)]
-    assert speed_calibration.build_of_month("2024-06", anchors) == round(
-        2713 + (3622 - 2713) * 2 / 4)
-    assert speed_calibration.build_of_month("2025-09", anchors) > 5921
-    assert speed_calibration.build_of_month("2023-09", anchors) < 2713
-    assert speed_calibration.row_build({"build_number": "", "build_date": "2024-06"},
-                                       anchors) < MMQ_DEFAULT_BUILD
-    assert speed_calibration.row_build({"build_number": "", "build_date": "2024-07"},
-                                       anchors) >= MMQ_DEFAULT_BUILD
-    assert speed_calibration.row_build({"build_number": "4000", "build_date": "2023-01"},
-                                       anchors) == 4000
+def test_a_row_that_states_only_its_month_stages_only_before_mmq() -> None:
+    """A row without a build number is taken before MMQ's build when its month is before
+    MMQ became the default, else as a current build; a stated number is kept."""
+    assert speed_calibration.row_build({"build_number": "", "build_date": "2024-06"}
+                                       ) == MMQ_DEFAULT_BUILD - 1
+    assert speed_calibration.row_build({"build_number": "", "build_date": "2024-07"}
+                                       ) is None
+    assert speed_calibration.row_build({"build_number": "4000", "build_date": "2023-01"}
+                                       ) == 4000
 
 
 def test_flash_attention_reads_the_cache_at_its_own_rate(rows: Rows) -> None:

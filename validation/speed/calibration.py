@@ -29,7 +29,6 @@ runs one row through the estimate's scalar path, and a test holds the two equal.
 
 from __future__ import annotations
 
-import bisect
 import csv
 import hashlib
 import math
@@ -76,6 +75,7 @@ from planner.performance import (  # noqa: E402
 )
 from planner.performance.settings import (  # noqa: E402
     MMQ_DEFAULT_BUILD,
+    stages_quantized_weights,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -158,42 +158,13 @@ def load_models(path: Path = MODELS) -> dict[str, dict[str, Any]]:
     return models
 
 
-def _month(date: str) -> int:
-    year, month = date.split("-")
-    return int(year) * 12 + int(month) - 1
-
-
-def builds_by_month(raws: Sequence[dict[str, str]]) -> list[tuple[int, float]]:
-    """(month, build) anchors: the median build number of the rows of each month that
-    state both."""
-    found: dict[int, list[int]] = defaultdict(list)
-    for raw in raws:
-        if raw["build_number"]:
-            found[_month(raw["build_date"])].append(int(raw["build_number"]))
-    return sorted((month, statistics.median(builds)) for month, builds in found.items())
-
-
-def build_of_month(date: str, anchors: Sequence[tuple[int, float]]) -> int:
-    """The build a row that states only its month is taken at: on the line between the
-    anchors around it (:func:`builds_by_month`), or through the two nearest beyond the
-    first or last."""
-    month = _month(date)
-    months = [m for m, _ in anchors]
-    index = min(max(bisect.bisect_left(months, month), 1), len(anchors) - 1)
-    (m0, b0), (m1, b1) = anchors[index - 1], anchors[index]
-    return max(1, round(b0 + (b1 - b0) * (month - m0) / (m1 - m0)))
-
-
-def row_build(raw: dict[str, str], anchors: Sequence[tuple[int, float]]) -> int:
-    """The row's build number; a row with only a build date is placed between the
-    builds of the months around it (:func:`build_of_month`), and one of a month before
-    MMQ became the default before :data:`MMQ_DEFAULT_BUILD` in any case."""
+def row_build(raw: dict[str, str]) -> int | None:
+    """The row's build number; a row with only a date before MMQ became the default is
+    taken as a build before :data:`MMQ_DEFAULT_BUILD`, else as a current one (the build
+    decides nothing else in the estimate)."""
     if raw["build_number"]:
         return int(raw["build_number"])
-    build = build_of_month(raw["build_date"], anchors)
-    if raw["build_date"] < MMQ_DEFAULT_MONTH:
-        return min(build, MMQ_DEFAULT_BUILD - 1)
-    return max(build, MMQ_DEFAULT_BUILD)
+    return MMQ_DEFAULT_BUILD - 1 if raw["build_date"] < MMQ_DEFAULT_MONTH else None
 
 
 def load_rows(path: Path = MEASUREMENTS) -> list[Row]:
@@ -202,14 +173,13 @@ def load_rows(path: Path = MEASUREMENTS) -> list[Row]:
     rows = []
     with path.open(newline="") as handle:
         raws = [raw for raw in csv.DictReader(handle) if not raw["excluded_because"]]
-    anchors = builds_by_month(raws)
     for raw in raws:
         rows.append(Row(int(raw["row_id"]), gpus[raw["gpu_kind"]], int(raw["gpu_count"]),
                         models[raw["model"]], int(raw["file_bytes"]), raw["test"],
                         raw["phase"], int(raw["tokens"]), int(raw["depth"]),
                         int(raw["lanes"]), int(raw["ubatch"]), raw["flash_attn"] == "1",
                         float(raw["tokens_per_s"]), raw["source_id"],
-                        raw["backend"].lower(), row_build(raw, anchors)))
+                        raw["backend"].lower(), row_build(raw)))
     return rows
 
 
@@ -347,7 +317,8 @@ class Prepared:
         for index, row in enumerate(rows):
             loads, traffic = loads_of(row)
             settings = row.settings
-            key = (row.gpu.kind, row.backend, row.flash_attn, row.build, traffic.quantized)
+            key = (row.gpu.kind, row.backend, row.flash_attn,
+                   stages_quantized_weights(row.backend, row.build), traffic.quantized)
             if key not in group_of:
                 group_of[key] = len(self.groups)
                 self.groups.append((row, traffic, row.gpu))
