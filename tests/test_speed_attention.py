@@ -43,13 +43,14 @@ MODELS = [("gpt-oss-20b", "gpt-oss-20b", 13_761_264_768),
           ("deepseek-v2-lite", "deepseek2-16b", 8_901_319_721)]
 
 
-def _row(model: dict, file_bytes: int, phase: str, tokens: int, depth: int
-         ) -> speed_calibration.Row:
-    gpu = next(g for g in load_gpu_catalog() if g.kind == "rtx-4090")
+def _row(model: dict, file_bytes: int, phase: str, tokens: int, depth: int, *,
+         gpu: str = "rtx-4090", gpus: int = 1, lanes: int = 1, ubatch: int = 512,
+         flash_attn: bool = True) -> speed_calibration.Row:
+    kind = next(g for g in load_gpu_catalog() if g.kind == gpu)
     return speed_calibration.Row(
-        row_id=0, gpu=gpu, gpu_count=1, model=model, file_bytes=file_bytes,
+        row_id=0, gpu=kind, gpu_count=gpus, model=model, file_bytes=file_bytes,
         test=f"{'tg' if phase == 'decode' else 'pp'}{tokens}", phase=phase, tokens=tokens,
-        depth=depth, lanes=1, ubatch=512, flash_attn=True, tokens_per_s=1.0,
+        depth=depth, lanes=lanes, ubatch=ubatch, flash_attn=flash_attn, tokens_per_s=1.0,
         source_id="", backend="cuda", build=None)
 
 
@@ -81,6 +82,53 @@ def test_the_command_s_path_estimates_as_the_calibration_does(
         _row(model, file_bytes, "decode", 2, CONTEXT - 1), calibration)
     prefill = speed_calibration.predict_ms(
         _row(model, file_bytes, "prefill", PROMPT, DEPTH), calibration)
+    assert estimate.estimated_tpot_ms == pytest.approx(decode, rel=0.01)
+    assert estimate.ttft_ms == pytest.approx(prefill, rel=0.01)
+
+
+# Settings none of the paths' agreement above was checked at: other lanes, micro-batch,
+# attention mode and splits, and a model the attention fix was not written for.
+OTHER_SETTINGS = [
+    ("gpt-oss-120b", "gpt-oss-120b", "h100-sxm-80gb", 2, 4, 2048, True),
+    ("gpt-oss-20b", "gpt-oss-20b", "rtx-4090", 2, 8, 512, False),
+    pytest.param("gemma-3-12b", "gemma3-12b", "rtx-4090", 3, 2, 256, True, marks=pytest.mark.xfail(
+        strict=True, reason="the calibration spreads the weights evenly over the stages, "
+        "where a preset's layers put the output head (gemma's tied 1.0 B-parameter "
+        "embedding) on the last stage, as llama.cpp does: that stage is the busiest, and "
+        "the prompt's pipeline 8 % slower than the calibration's path says")),
+    ("deepseek-v2-lite", "deepseek2-16b", "rtx-4090", 1, 4, 1024, False),
+]
+
+
+def _setting_id(case: object) -> str:
+    values = case.values if hasattr(case, "values") else case
+    preset, _, _, gpus, lanes, ubatch, flash_attn = values
+    return f"{preset}-{gpus}gpu-{lanes}lanes-ub{ubatch}-fa{int(flash_attn)}"
+
+
+@pytest.mark.parametrize(("preset", "model_id", "gpu", "gpus", "lanes", "ubatch",
+                          "flash_attn"), OTHER_SETTINGS,
+                         ids=[_setting_id(case) for case in OTHER_SETTINGS])
+def test_the_two_paths_agree_at_other_settings(preset: str, model_id: str, gpu: str,
+                                               gpus: int, lanes: int, ubatch: int,
+                                               flash_attn: bool) -> None:
+    """The command's path and the calibration's agree at the preset's own bytes on
+    several GPUs split evenly, with lanes, another micro-batch and either attention mode."""
+    _, fields, traffic = resolve_model(preset)
+    assert traffic is not None
+    kind = next(g for g in load_gpu_catalog() if g.kind == gpu)
+    settings = RunSettings(depth=DEPTH, ubatch=ubatch, batch=max(2048, ubatch),
+                           flash_attn=flash_attn)
+    estimate, _ = estimate_speed(fields, traffic, kind, gpus, CONTEXT, lanes, PROMPT,
+                                 settings)
+    model = _calibration_model(model_id)
+    calibration = load_calibration()
+    size = fields["model_weight_bytes"]
+    options = {"gpu": gpu, "gpus": gpus, "ubatch": ubatch, "flash_attn": flash_attn}
+    decode = speed_calibration.predict_ms(
+        _row(model, size, "decode", 2, CONTEXT - 1, lanes=lanes, **options), calibration)
+    prefill = speed_calibration.predict_ms(
+        _row(model, size, "prefill", PROMPT, DEPTH, **options), calibration)
     assert estimate.estimated_tpot_ms == pytest.approx(decode, rel=0.01)
     assert estimate.ttft_ms == pytest.approx(prefill, rel=0.01)
 

@@ -225,7 +225,7 @@ def loads_of(row: Row) -> tuple[list[StageLoad], ModelTraffic]:
     loads = []
     for index, span in enumerate(even_layers(layers, row.gpu_count)):
         share = span / layers
-        windowed = round(window_layers * share)
+        windowed = window_layers * share  # spread as stage_loads spreads them
         full = span - windowed
         kv = model["kv_bytes_per_layer_token"]
         width, heads = model["attention_width"], model["attention_heads"]
