@@ -157,6 +157,34 @@ def test_a_mixture_of_experts_computes_its_experts_share_of_parameters() -> None
     assert 0.6 < routed / active < 0.7
 
 
+def test_a_fleet_file_s_numbers_take_the_experts_parameters_as_a_preset_does() -> None:
+    """The numbers form of gpt-oss-20b, typed with its experts' parameters, splits a
+    token's products as the preset does; without them, by the experts' bytes (a third)."""
+    from planner.performance import model_traffic, stage_loads
+    from planner.planning import PlanningInput, plan_topology
+
+    spec = load_preset("gpt-oss-20b")
+    names = ("model_weight_bytes", "hidden_size", "active_weight_bytes", "parameter_count",
+             "expert_count", "experts_used", "routed_expert_bytes",
+             "token_embedding_bytes", "routed_expert_parameters", *ATTENTION_FIELDS)
+    numbers = {name: getattr(spec, name) for name in names}
+    typed = model_traffic(None, numbers)
+    untyped = model_traffic(None, {**numbers, "routed_expert_parameters": None})
+    assert typed is not None and untyped is not None
+    _, fields, _ = resolve_model("gpt-oss-20b")
+    request = PlanningInput.from_dict({**fields, "nodes": [
+        {"node_id": "n0", "detected_vram_bytes": 80 * 2**30}]})
+    plan = plan_topology(request)
+
+    def routed_share(traffic: object) -> float:
+        load, = stage_loads(request, plan, traffic)  # type: ignore[arg-type]
+        return load.routed_active_parameters / load.active_parameters
+
+    assert routed_share(typed) == pytest.approx(
+        routed_share(ModelTraffic.from_spec(spec)), rel=1e-6)
+    assert 0.6 < routed_share(typed) < 0.7 and routed_share(untyped) < 0.4
+
+
 # -- the GGUF path ----------------------------------------------------------------------
 
 ARCH_HEADERS = ROOT / "tests" / "data" / "llama_archs_headers.tar.gz"

@@ -34,17 +34,19 @@ from planner.units import SIZE_FORMS, UnitError, parse_bytes, parse_context, par
 RELIABILITY_KEYS = ("annual_failure_rate", "repair_hours", "gpu")
 # A model given by its numbers may add what the speed estimate reads (each optional):
 # activations' width, weight bytes one token reads, parameters, the routed experts and
-# their bytes, the token embeddings' bytes, attention's query heads and head size (their
-# product is its width) and KV heads, the layers over a sliding window, and latent
+# their bytes and parameters, the token embeddings' bytes, attention's query heads and
+# head size (their product is its width) and KV heads, the layers over a sliding window, and latent
 # attention's ranks (planner.performance.model_traffic reads them).
 SPEED_NUMBER_FIELDS = ("hidden_size", "active_weight_bytes", "parameter_count",
                        "expert_count", "experts_used", "routed_expert_bytes",
-                       "token_embedding_bytes", "attention_heads", "head_size", "kv_heads",
+                       "routed_expert_parameters", "token_embedding_bytes",
+                       "attention_heads", "head_size", "kv_heads",
                        "sliding_window", "sliding_window_layers", "kv_lora_rank",
                        "rope_head_size")
 # Of those, the sizes (a bare number is bytes) and each count's bound.
 _SPEED_SIZES = ("active_weight_bytes", "routed_expert_bytes", "token_embedding_bytes")
 _SPEED_BOUNDS = {"hidden_size": MAX_HIDDEN_SIZE, "parameter_count": MAX_BYTES * 8,
+                 "routed_expert_parameters": MAX_BYTES * 8,
                  "expert_count": MAX_EXPERTS, "experts_used": MAX_EXPERTS,
                  **ATTENTION_FIELDS}
 MODEL_NUMBER_FIELDS = (
@@ -345,6 +347,10 @@ def _speed_numbers(numbers: Mapping[str, Any], result: dict[str, Any], prefix: s
     if ("expert_count" in result) != ("experts_used" in result):
         raise FleetFileError("MissingField", "expert_count and experts_used go together",
                              field=f"{prefix}experts_used")
+    routed = result.get("routed_expert_parameters")
+    if routed is not None and routed > result.get("parameter_count", routed):
+        raise FleetFileError("InvalidField", "exceeds parameter_count",
+                             field=f"{prefix}routed_expert_parameters")
     if result.get("experts_used", 0) > result.get("expert_count", 0):
         raise FleetFileError("InvalidField", "exceeds expert_count",
                              field=f"{prefix}experts_used")

@@ -199,7 +199,8 @@ class ModelTraffic:
 # without any of them are a model whose traffic is unknown (a mixture of experts typed
 # as its bytes alone would be estimated reading every weight).
 SPEED_FIELDS = ("hidden_size", "active_weight_bytes", "parameter_count", "expert_count",
-                "experts_used", "routed_expert_bytes", "token_embedding_bytes",
+                "experts_used", "routed_expert_bytes", "routed_expert_parameters",
+                "token_embedding_bytes",
                 "attention_heads", "head_size", "kv_heads", "sliding_window",
                 "sliding_window_layers", "kv_lora_rank", "rope_head_size")
 
@@ -241,9 +242,8 @@ def model_traffic(spec: ModelSpec | None, numbers: Mapping[str, Any] | None = No
     ``None`` otherwise.
 
     The numbers' attention is read as a spec's (:func:`attention_traffic`), its windowed
-    layers' cache at the default cache type (F16). A hand-typed mixture of experts
-    computes with ``parameter_count x active_weight_bytes / model_weight_bytes``
-    parameters per token."""
+    layers' cache at the default cache type (F16); a token computes with the parameters
+    :func:`_typed_active_parameters` gives."""
     if spec is not None:
         return ModelTraffic.from_spec(spec)
     if not numbers or "model_weight_bytes" not in numbers or all(
@@ -253,14 +253,35 @@ def model_traffic(spec: ModelSpec | None, numbers: Mapping[str, Any] | None = No
     active = numbers.get("active_weight_bytes") or weight
     parameters = numbers.get("parameter_count")
     return ModelTraffic(weight, active, numbers.get("hidden_size"),
-                        active_parameter_count=(None if parameters is None else
-                                                max(1, round(parameters * active / weight))),
+                        active_parameter_count=_typed_active_parameters(numbers),
                         expert_count=numbers.get("expert_count"),
                         experts_used=numbers.get("experts_used"),
                         parameter_count=parameters,
                         routed_expert_bytes=numbers.get("routed_expert_bytes"),
+                        routed_expert_parameters=numbers.get("routed_expert_parameters"),
                         token_embedding_bytes=numbers.get("token_embedding_bytes"),
                         **attention_traffic(numbers))
+
+
+def _typed_active_parameters(numbers: Mapping[str, Any]) -> int | None:
+    """The parameters one token computes with, of numbers typed by hand: with the routed
+    experts' parameters, all but the experts a token leaves and the token embeddings
+    (their bytes at the rate of the weights beside the experts); else the parameters in
+    the share of the bytes one token reads."""
+    weight: int = numbers["model_weight_bytes"]
+    parameters: int | None = numbers.get("parameter_count")
+    if parameters is None:
+        return None
+    routed: int | None = numbers.get("routed_expert_parameters")
+    count: int | None = numbers.get("expert_count")
+    used: int | None = numbers.get("experts_used")
+    routed_bytes: int = numbers.get("routed_expert_bytes") or 0
+    if routed and count and used and parameters > routed and weight > routed_bytes:
+        per_byte = (parameters - routed) / (weight - routed_bytes)
+        embedding: float = (numbers.get("token_embedding_bytes") or 0) * per_byte
+        return max(1, round(parameters - routed * (1 - used / count) - embedding))
+    active = numbers.get("active_weight_bytes") or weight
+    return max(1, round(parameters * active / weight))
 
 
 @dataclass(frozen=True, slots=True)
