@@ -629,6 +629,22 @@ def test_presets_state_the_figures_the_speed_estimate_reads() -> None:
     assert ModelSpec.from_dict(moe.to_dict()) == moe
 
 
+@pytest.mark.parametrize(("preset_id", "hidden"), [("llama-3.1-70b", 8192),
+                                                     ("llama-3.1-405b", 16384)])
+def test_an_untied_llama_looks_up_its_token_embeddings(preset_id: str, hidden: int) -> None:
+    """Llama 3.1's input embedding (vocab 128,256 x hidden) is not its output head: a
+    token reads one row of it, so a decode step reads and computes with every weight but
+    those (as llama.cpp does, and as the published runs are estimated)."""
+    spec = load_preset(preset_id)
+    embedding = 128_256 * hidden
+    assert spec.token_embedding_bytes == embedding * 17 // 16  # Q8_0: 8.5 bits
+    assert spec.active_parameter_count == spec.parameter_count - embedding
+    assert spec.layer_weight_bytes is not None
+    # The input embedding with the first layer, the output head with the last.
+    assert spec.layer_weight_bytes[0] > spec.layer_weight_bytes[1] + embedding
+    assert spec.layer_weight_bytes[-1] > spec.layer_weight_bytes[1] + embedding
+
+
 def test_a_preset_of_stated_bytes_shared_by_parameters_counts_its_parameters() -> None:
     """The design's Qwen 480B states its bytes and shares them over parts by their
     parameters: those parameters are the model's (480,154,875,392 from config.json), so

@@ -132,8 +132,10 @@ def test_moe_preset_reads_only_its_active_share() -> None:
     total = 11_137_054_208 + 468_084_326_400 + 933_494_784
     expected = spec.model_weight_bytes * (11_137_054_208 + 468_084_326_400 * 8 / 160) / total
     assert abs(traffic.active_weight_bytes - expected) < 2
+    # A dense model reads every weight but its input embedding (one row of it a token).
     dense = ModelTraffic.from_spec(load_preset("llama-3.1-70b"))
-    assert dense.active_weight_bytes == dense.model_weight_bytes
+    assert dense.token_embedding_bytes == 128_256 * 8192 * 17 // 16
+    assert dense.active_weight_bytes == dense.model_weight_bytes - dense.token_embedding_bytes
 
 
 def test_tables_gain_estimate_columns() -> None:
