@@ -168,6 +168,7 @@ _READ_CHART = """([selector, index]) => {
     x_ticks: ticks('.xtick text'), y_ticks: ticks('.ytick text'),
     legend: ticks('.legendtext'),
     width: box.width, height: box.height,
+    box_height: root.getBoundingClientRect().height,
     svg_width: svg ? Number(svg.getAttribute('width')) : 0,
     svg_height: svg ? Number(svg.getAttribute('height')) : 0,
     layout_height: (plot.layout && plot.layout.height) || 0,
@@ -176,6 +177,9 @@ _READ_CHART = """([selector, index]) => {
 
 # Narrower than this, a chart is a sliver: its bars and ticks cannot be read.
 MIN_CHART_WIDTH = 360
+# A chart's box may be this much higher than the chart (its padding): more is blank space
+# on the page (a box stretched to a taller neighbour's height).
+BOX_SLACK = 40
 
 
 def drawn_problems(chart: dict[str, Any], min_width: float = MIN_CHART_WIDTH) -> list[str]:
@@ -190,6 +194,9 @@ def drawn_problems(chart: dict[str, Any], min_width: float = MIN_CHART_WIDTH) ->
     if chart["layout_height"] and abs(chart["svg_height"] - chart["layout_height"]) > 1:
         problems.append(f"drawn {chart['svg_height']:.0f} px high, not its "
                         f"{chart['layout_height']} px")
+    if chart["box_height"] > chart["height"] + BOX_SLACK:
+        problems.append(f"its box is {chart['box_height']:.0f} px high for a chart drawn "
+                        f"{chart['height']:.0f} px high: blank below it")
     for axis in ("x_ticks", "y_ticks"):
         if not [label for label in chart[axis] if label.strip()]:
             problems.append(f"no {axis.replace('_', ' ')} labels")

@@ -176,14 +176,16 @@ class Chart(widgets.VBox):
 def chart_row(*children: widgets.Widget) -> widgets.HBox:
     """Charts (and other widgets) side by side, wrapping onto more lines in a narrow
     window; each chart takes an equal share of the row, at least
-    :data:`CHART_MIN_WIDTH`."""
+    :data:`CHART_MIN_WIDTH`, and its own height (not stretched to a taller
+    neighbour's, which left blank space below a short chart)."""
     for child in children:
         if isinstance(child, Chart):
             child.layout.width = None
             child.layout.flex = f"1 1 {CHART_BASIS}"
             child.layout.min_width = CHART_MIN_WIDTH
     return widgets.HBox(list(children),
-                        layout=widgets.Layout(flex_flow="row wrap", width="100%"))
+                        layout=widgets.Layout(flex_flow="row wrap", width="100%",
+                                              align_items="flex-start"))
 
 
 def _title(figure: go.Figure) -> str:
