@@ -6,7 +6,9 @@ and GPUs the fit did not see.
 ``planner/data/speed-calibration.toml``, cross-validates (every source left out in turn,
 then every GPU kind), writes each fold's figures to ``folds.toml`` beside this file and
 prints the tables docs/speed.md and the README publish; ``--check`` prints the tables of
-the shipped calibration and folds without fitting. The tests
+the shipped calibration and folds without fitting; ``--levels`` prints, from the shipped
+folds, the held-out error left once each group's own level is known
+(:func:`level_free_errors`). The tests
 (tests/test_speed_calibration.py) recompute the tables from the folds and hold them to
 their bounds.
 
@@ -718,6 +720,40 @@ def cross_validated(rows: Sequence[Row], errors: dict[tuple[str, int], float],
             for (phase, backend, memory, held_out, figure), values in sorted(groups.items())]
 
 
+# What a row's own GPU, source and backend leave unexplained: each held-out row's error
+# less the median error of its (source, GPU kind, backend) group, in log terms. An
+# estimate that knew the level of every group left out would still err this much with
+# the shapes it has (docs/speed.md, "Known gaps").
+
+
+def level_free_errors(rows: Sequence[Row], errors: dict[tuple[str, int], float]
+                      ) -> dict[tuple[str, str], float]:
+    """(held_out, phase) -> the median absolute held-out error once each (source, GPU
+    kind, backend) group's own median error is taken out of its rows' errors."""
+    by_id = {r.row_id: r for r in rows}
+    groups: dict[tuple[str, str, str, str, str], list[float]] = defaultdict(list)
+    for (held_out, row_id), error in errors.items():
+        row = by_id[row_id]
+        groups[(held_out, row.phase, row.source_id, row.gpu.kind, row.backend)].append(
+            math.log1p(error))
+    left: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for (held_out, phase, *_group), logs in groups.items():
+        level = statistics.median(logs)
+        left[(held_out, phase)] += [abs(math.expm1(value - level)) for value in logs]
+    return {key: round(statistics.median(values), 4) for key, values in sorted(left.items())}
+
+
+def level_free_lines(rows: Sequence[Row], errors: dict[tuple[str, int], float]
+                     ) -> list[str]:
+    """The table docs/speed.md publishes of :func:`level_free_errors`."""
+    floors = level_free_errors(rows, errors)
+    lines = ["| phase | GPU held out | source held out |", "|---|---:|---:|"]
+    for phase in PHASES:
+        lines.append(f"| {phase} | {floors[('gpu', phase)]:.1%} | "
+                     f"{floors[('source', phase)]:.1%} |")
+    return lines
+
+
 # ------------------------------------------------------------------------ the files
 
 
@@ -856,6 +892,9 @@ def main(argv: Sequence[str]) -> None:
     from planner.performance import load_calibration
 
     rows = load_rows()
+    if "--levels" in argv:
+        print("\n".join(level_free_lines(rows, held_out_errors(rows, load_folds()))))
+        return
     if "--check" in argv:
         calibration = load_calibration()
     else:
