@@ -30,6 +30,10 @@ this many runs is counted (``(+1,200 more)``). The Python API keeps every id."""
 MAX_LAYERS = 4096
 """Transformer layers of a model."""
 
+MAX_LAYER_NODES = 1000
+"""ggml operations one layer of a model's graph computes (the most of any counted
+architecture is about 120)."""
+
 MAX_CONTEXT = 2**31
 """Tokens of a context length (native, override or target)."""
 

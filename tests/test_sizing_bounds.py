@@ -239,12 +239,12 @@ def test_a_search_that_stops_short_says_how_close_it_came(
     monkeypatch.setattr(limits, "MAX_SIZING_PLANS", 20)
     with pytest.raises(SizingError) as caught:
         size_fleet(load_preset("deepseek-v3"), load_gpu_catalog(),
-                   SizingTargets(target_ttft_ms=390, prompt_tokens=1024), pareto=False)
+                   SizingTargets(target_ttft_ms=420, prompt_tokens=1024), pareto=False)
     assert caught.value.code == "SizingTooLarge"
     said = re.search(r"the fastest plans evaluated reach an estimated TTFT of ([\d,.]+) ms "
                      r"\((\d+ x [a-z0-9-]+)", caught.value.message)
-    assert said is not None and float(said.group(1).replace(",", "")) > 390
-    assert "against the target of 390 ms" in caught.value.message
+    assert said is not None and float(said.group(1).replace(",", "")) > 420
+    assert "against the target of 420 ms" in caught.value.message
 
 
 def test_fleets_that_plan_on_too_few_stages_for_a_ttft_are_not_searched(
@@ -443,7 +443,7 @@ fp16_tflops = 194.9
 
 def test_a_cheap_small_kind_leaves_a_tpot_target_answered_at_once(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """DeepSeek-V3.2 at 58 ms: the largest fleet plans 66.4 ms at 163,840. Fleets of three
+    """DeepSeek-V3.2 at 70 ms: the largest fleet plans 77.9 ms at 163,840. Fleets of three
     MI300X and small cards hold the model there on 4 to 13 stages and miss it by far, but
     the small cards each take a layer or two only from some start layers, so the layers
     their nodes surely take fell short of the model and those fleets had no level: one
@@ -453,10 +453,10 @@ def test_a_cheap_small_kind_leaves_a_tpot_target_answered_at_once(
     monkeypatch.setattr(limits, "MAX_SIZING_PLANS", 100)
     with pytest.raises(SizingError) as caught:
         size_fleet(load_preset("deepseek-v3.2"), _with_cheap_16_gib_kind(tmp_path),
-                   SizingTargets(target_decode_tpot_ms=58), pareto=False)
+                   SizingTargets(target_decode_tpot_ms=70), pareto=False)
     assert caught.value.code == "NoFleetMeetsTargets", caught.value
-    said = re.search(r"estimated TPOT ([\d.]+) ms > 58 ms", caught.value.message)
-    assert said is not None and float(said.group(1)) > 58
+    said = re.search(r"estimated TPOT ([\d.]+) ms > 70 ms", caught.value.message)
+    assert said is not None and float(said.group(1)) > 70
 
 
 @pytest.mark.slow
@@ -471,7 +471,7 @@ def test_a_cheap_small_kind_leaves_tpot_targets_with_a_spare_answered(
     largest gave; and each small stage pays a hop for the little it reads. Every target
     is answered within a queue of 20,000: refused as NoFleetMeetsTargets below the
     reach, and above it by a fleet that meets the target, no dearer as the target
-    loosens. Within 3 ms below the reach (34.9 ms) the search still stops with
+    loosens. Within 3.2 ms below the reach (36.2 ms) the search still stops with
     SizingTooLarge: proving that no mix of small cards reaches such a target takes more
     than the queue (checked apart, so that closing the gap shows)."""
     monkeypatch.setattr(limits, "MAX_SIZING_QUEUE", 20_000)
@@ -483,8 +483,8 @@ def test_a_cheap_small_kind_leaves_tpot_targets_with_a_spare_answered(
                    SizingTargets(target_decode_tpot_ms=33, failures_tolerated=1),
                    pareto=False)
     assert gap.value.code == "SizingTooLarge"
-    assert "reach an estimated TPOT of 34.9 ms" in gap.value.message
-    for tpot in (24, 27, 30, 31, 35, 36, 39, 42, 45):
+    assert "reach an estimated TPOT of 36.2 ms" in gap.value.message
+    for tpot in (25, 28, 31, 32, 37, 38, 41, 44, 47):
         try:
             result = size_fleet(load_preset("llama-4-maverick"), catalog,
                                 SizingTargets(target_decode_tpot_ms=tpot,

@@ -60,8 +60,8 @@ BOUND_OF = {"decode": BOUNDS["decode"], "prefill": BOUNDS["prefill"], "all": BAC
 # "The CPU backend on this machine"): each is checked to be still above it, so that a
 # change to the estimate that meets it shows.
 ABOVE_BOUND: dict[str, str] = {
-    "decode": "a core's bandwidth, fixed time per operation and CPU attention over the "
-              "cache are not modelled",
+    "decode": "a core's bandwidth, one thread's fixed time (it synchronises with no "
+              "other) and CPU attention over the cache are not modelled",
 }
 
 

@@ -83,6 +83,7 @@ from planner.performance.estimate import (
     node_speeds,
     try_estimate,
 )
+from planner.performance.graph_nodes import LAYER_NODES, REFERENCE_LAYER_NODES, layer_nodes
 from planner.performance.roofline import (
     Device,
     Prompt,
@@ -119,7 +120,9 @@ __all__ = [
     "ESTIMATE_NOTE",
     "FALLBACK_BACKEND",
     "INTRA_HOST_LINK_BYTES_PER_S",
+    "LAYER_NODES",
     "MMQ_DEFAULT_BUILD",
+    "REFERENCE_LAYER_NODES",
     "SPEED_FIELDS",
     "BackendFigures",
     "CrossValidatedError",
@@ -146,6 +149,7 @@ __all__ = [
     "fleet_estimate",
     "fleet_model_traffic",
     "kinds_error_note",
+    "layer_nodes",
     "load_calibration",
     "matrix_tflops",
     "model_traffic",

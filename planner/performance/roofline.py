@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.performance.graph_nodes import fixed_time_layers
 from planner.performance.traffic import ModelTraffic, StageLoad
 
 # The bytes one attention score moves without flash attention: llama.cpp writes the F32
@@ -168,7 +169,7 @@ def step_work(load: StageLoad, traffic: ModelTraffic, *, tokens: Any, sequences:
         kv_bytes=load.kv_bytes(cached, sequences),
         attention_flops=4 * pairs,
         score_values=heads,
-        layers=load.layer_count,
+        layers=fixed_time_layers(load.layer_count, traffic.layer_nodes),
         overlapped=overlapped)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from planner._validate import integer
+from planner._validate import integer, number
 from planner.limits import (
     DEFAULT_CACHE_TYPE,
     MAX_ATTENTION_HEADS,
@@ -19,11 +19,13 @@ from planner.limits import (
     MAX_CONTEXT,
     MAX_EXPERTS,
     MAX_HIDDEN_SIZE,
+    MAX_LAYER_NODES,
     MIN_BITS_PER_PARAMETER,
 )
 from planner.models.kv_cache import row_bytes
 from planner.models.spec import ATTENTION_FIELDS, ModelSpec
 from planner.performance._errors import PerformanceError, bad, positive
+from planner.performance.graph_nodes import layer_nodes
 from planner.planning.inputs import PlanningInput
 from planner.planning.plan import Plan
 from planner.planning.rules import kv_bytes_per_layer_token, layer_weights
@@ -74,6 +76,9 @@ class ModelTraffic:
     sliding_window: int | None = None
     window_layer_count: int = 0
     window_kv_bytes_per_token: int = 0
+    # The ggml operations one layer computes (:mod:`planner.performance.graph_nodes`, by
+    # architecture): a layer's fixed time is a llama layer's in their proportion.
+    layer_nodes: float | None = None
 
     @property
     def quantized(self) -> bool:
@@ -133,6 +138,9 @@ class ModelTraffic:
             object.__setattr__(self, "routed_expert_bytes", integer(
                 self.routed_expert_bytes, bad("routed_expert_bytes"), minimum=0,
                 maximum=self.model_weight_bytes))
+        if self.layer_nodes is not None:
+            object.__setattr__(self, "layer_nodes", float(number(
+                self.layer_nodes, bad("layer_nodes"), above=0, maximum=MAX_LAYER_NODES)))
         if (self.token_embedding_bytes or 0) >= self.model_weight_bytes:
             raise PerformanceError("InvalidPerformanceInput",
                                    "token_embedding_bytes must be below model_weight_bytes",
@@ -152,6 +160,7 @@ class ModelTraffic:
                    parameter_count=spec.parameter_count,
                    routed_expert_bytes=spec.routed_expert_bytes,
                    routed_expert_parameters=spec.routed_expert_parameters,
+                   layer_nodes=layer_nodes(spec.architecture, spec.expert_count is not None),
                    **attention_traffic(shape, spec.kv_cache_type))
 
     @classmethod

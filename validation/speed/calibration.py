@@ -75,6 +75,7 @@ from planner.performance import (  # noqa: E402
     step_ms,
     step_work,
 )
+from planner.performance.graph_nodes import layer_nodes  # noqa: E402
 from planner.performance.settings import (  # noqa: E402
     MMQ_DEFAULT_BUILD,
     stages_quantized_weights,
@@ -211,7 +212,8 @@ def traffic_of(model: dict[str, Any], file_bytes: int) -> ModelTraffic:
                         attention_width=model["attention_width"], parameter_count=params,
                         routed_expert_bytes=round(expert_bytes),
                         attention_heads=model["attention_heads"], sliding_window=window,
-                        window_layer_count=model.get("sliding_layer_count", 0))
+                        window_layer_count=model.get("sliding_layer_count", 0),
+                        layer_nodes=layer_nodes(model["architecture"], bool(count)))
 
 
 def loads_of(row: Row) -> tuple[list[StageLoad], ModelTraffic]:

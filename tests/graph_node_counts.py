@@ -1,0 +1,57 @@
+"""Computed graph nodes of one layer of each architecture llama.cpp's test-llama-archs
+models cover (``tests/data/llama_archs_headers.tar.gz``), as ``planner.llamacpp.graph``
+builds their graphs: what ``planner.performance.graph_nodes`` ships.
+``python tests/graph_node_counts.py`` prints the table."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import tempfile
+from pathlib import Path
+
+import gguf_files
+
+from planner.llamacpp.graph.schedule import build_graph
+from planner.llamacpp.graph.shapes import GraphModel
+from planner.llamacpp.layout import model_from_gguf
+
+# ggml operations that compute nothing (a new view of the same bytes).
+FREE_OPS = frozenset({"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE", "NONE"})
+
+
+def computed_nodes(model: GraphModel) -> int:
+    """The nodes of one decode step's graph (flash attention on) that compute."""
+    graph = build_graph(model, n_tokens=1, n_outputs=1, n_kv=256, flash_attn=True)
+    return sum(1 for node in graph.nodes if node.op not in FREE_OPS)
+
+
+def nodes_per_layer(model: GraphModel) -> float:
+    """A layer's computed nodes: what a graph of twice the layers adds, per layer; where
+    a family builds other than layer by layer (the doubled graph is no longer), the
+    whole graph's nodes less a llama graph's outside its layers, per layer."""
+    once = computed_nodes(model)
+    twice = computed_nodes(dataclasses.replace(model, blocks=model.blocks + model.blocks))
+    if twice > once:
+        return (twice - once) / len(model.blocks)
+    return (once - OUTSIDE_LAYERS) / len(model.blocks)
+
+
+# A llama graph's computed nodes outside its layers (inputs, the output norm and head).
+OUTSIDE_LAYERS = 9
+
+
+def counts() -> dict[str, dict[str, float]]:
+    """Architecture -> ``{"dense": nodes, "moe": nodes}`` (each file's kind)."""
+    table: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for name, (header, size) in sorted(gguf_files.arch_headers().items()):
+            model = model_from_gguf(gguf_files.write_arch_file(Path(folder), name, header,
+                                                               size))
+            kind = "moe" if name.removesuffix(".gguf").endswith("-moe") else "dense"
+            table.setdefault(model.architecture, {})[kind] = nodes_per_layer(model.graph)
+    return table
+
+
+if __name__ == "__main__":
+    sys.stdout.write(repr(counts()) + "\n")
