@@ -18,6 +18,9 @@ from planner.llamacpp.layout import model_from_gguf
 
 # ggml operations that compute nothing (a new view of the same bytes).
 FREE_OPS = frozenset({"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE", "NONE"})
+# A llama graph's computed nodes outside its layers (inputs, the output norm and head):
+# what a family that does not build layer by layer is taken to have beside its layers.
+OUTSIDE_LAYERS = 9
 
 
 def computed_nodes(model: GraphModel) -> int:
@@ -35,10 +38,6 @@ def nodes_per_layer(model: GraphModel) -> float:
     if twice > once:
         return (twice - once) / len(model.blocks)
     return (once - OUTSIDE_LAYERS) / len(model.blocks)
-
-
-# A llama graph's computed nodes outside its layers (inputs, the output norm and head).
-OUTSIDE_LAYERS = 9
 
 
 def counts() -> dict[str, dict[str, float]]:

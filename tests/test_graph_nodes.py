@@ -5,11 +5,15 @@ charges a layer of more operations more fixed time."""
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import replace
+from pathlib import Path
 
+import gguf_files
 import pytest
-from graph_node_counts import counts
+from graph_node_counts import OUTSIDE_LAYERS, computed_nodes, counts
 
+from planner.llamacpp.layout import model_from_gguf
 from planner.models.presets import list_presets, load_preset
 from planner.performance import ModelTraffic, PerformanceError, StageLoad, step_work
 from planner.performance.graph_nodes import (
@@ -22,6 +26,17 @@ from planner.performance.graph_nodes import (
 
 def test_the_table_is_what_the_graphs_of_llama_cpp_s_models_compute() -> None:
     assert counts() == LAYER_NODES
+
+
+def test_a_llama_graph_has_its_stated_nodes_outside_its_layers() -> None:
+    """The stand-in for the families that do not build layer by layer is a llama
+    graph's own: its nodes less its layers'."""
+    header, size = gguf_files.arch_headers()["llama-dense.gguf"]
+    with tempfile.TemporaryDirectory() as folder:
+        model = model_from_gguf(gguf_files.write_arch_file(Path(folder), "llama-dense.gguf",
+                                                           header, size)).graph
+    layers = len(model.blocks) * REFERENCE_LAYER_NODES
+    assert computed_nodes(model) - layers == OUTSIDE_LAYERS
 
 
 def test_a_llama_layer_is_the_unit() -> None:

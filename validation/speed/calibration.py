@@ -70,12 +70,12 @@ from planner.performance import (  # noqa: E402
     calibrated_device,
     decode_step,
     even_layers,
+    layer_nodes,
     pipeline_ms,
     prefill_ms,
     step_ms,
     step_work,
 )
-from planner.performance.graph_nodes import layer_nodes  # noqa: E402
 from planner.performance.settings import (  # noqa: E402
     MMQ_DEFAULT_BUILD,
     stages_quantized_weights,
