@@ -23,9 +23,11 @@ sys.path.insert(0, str(ROOT / "validation" / "speed"))
 import calibration as speed_calibration  # noqa: E402
 
 from planner.performance import (  # noqa: E402
+    FUSED_MOE_BUILD,
     MMQ_DEFAULT_BUILD,
     PerformanceError,
     SpeedCalibration,
+    fuses_moe_kernels,
     load_calibration,
 )
 
@@ -264,6 +266,42 @@ def test_the_mmq_era_stages_quantized_weights_only_before_it(rows: Rows) -> None
     assert (speed_calibration.predict_ms(replace(vulkan, build=MMQ_DEFAULT_BUILD - 1),
                                          calibration)
             == speed_calibration.predict_ms(vulkan, calibration))
+
+
+@pytest.mark.parametrize("backend", ["cuda", "rocm", "vulkan", "metal"])
+def test_gpu_backends_fuse_a_mixture_of_experts_kernels_from_their_build(
+        backend: str) -> None:
+    first = FUSED_MOE_BUILD[backend]
+    assert not fuses_moe_kernels(backend, first - 1)
+    assert fuses_moe_kernels(backend, first)
+    assert fuses_moe_kernels(backend, None)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "sycl", "rpc"])
+def test_other_backends_fuse_none(backend: str) -> None:
+    assert not fuses_moe_kernels(backend, None)
+    assert not fuses_moe_kernels(backend, 99_999)
+
+
+def test_a_fused_build_decodes_a_mixture_of_experts_faster(rows: Rows) -> None:
+    """From the build a GPU backend fuses a mixture of experts' router and expert sums
+    (pull requests 16130 and 16641), its decode step pays fewer operations' fixed time;
+    before it, and on the CPU backend, the unfused count; a dense model either way."""
+    calibration = load_calibration()
+    row = next(r for r in rows if r.gpu.kind == "dgx-spark" and r.phase == "decode"
+               and r.model["id"] == "qwen3-30b-a3b" and r.depth == 0)
+    first = FUSED_MOE_BUILD["cuda"]
+    old = speed_calibration.predict_ms(replace(row, build=first - 1), calibration)
+    new = speed_calibration.predict_ms(replace(row, build=first), calibration)
+    current = speed_calibration.predict_ms(replace(row, build=None), calibration)
+    assert old > 1.05 * new and new == current
+    cpu = replace(row, backend="cpu")
+    assert (speed_calibration.predict_ms(replace(cpu, build=first - 1), calibration)
+            == speed_calibration.predict_ms(replace(cpu, build=None), calibration))
+    dense = next(r for r in rows if r.gpu.kind == "dgx-spark" and r.phase == "decode"
+                 and r.model["id"] == "qwen2.5-7b")
+    assert (speed_calibration.predict_ms(replace(dense, build=first - 1), calibration)
+            == speed_calibration.predict_ms(replace(dense, build=None), calibration))
 
 
 def test_a_row_that_states_only_its_month_stages_only_before_mmq() -> None:

@@ -97,7 +97,13 @@ from planner.performance.roofline import (
     step_terms,
     step_work,
 )
-from planner.performance.settings import DEFAULT_SETTINGS, MMQ_DEFAULT_BUILD, RunSettings
+from planner.performance.settings import (
+    DEFAULT_SETTINGS,
+    FUSED_MOE_BUILD,
+    MMQ_DEFAULT_BUILD,
+    RunSettings,
+    fuses_moe_kernels,
+)
 from planner.performance.traffic import (
     EMBEDDING_ROW_BYTES_PER_VALUE,
     SPEED_FIELDS,
@@ -119,6 +125,7 @@ __all__ = [
     "ESTIMATE_COLUMNS",
     "ESTIMATE_NOTE",
     "FALLBACK_BACKEND",
+    "FUSED_MOE_BUILD",
     "INTRA_HOST_LINK_BYTES_PER_S",
     "LAYER_NODES",
     "MMQ_DEFAULT_BUILD",
@@ -148,6 +155,7 @@ __all__ = [
     "even_layers",
     "fleet_estimate",
     "fleet_model_traffic",
+    "fuses_moe_kernels",
     "kinds_error_note",
     "layer_nodes",
     "load_calibration",

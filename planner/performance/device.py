@@ -26,6 +26,7 @@ from planner.performance.roofline import (
 from planner.performance.settings import (
     DEFAULT_SETTINGS,
     RunSettings,
+    fuses_moe_kernels,
     stages_quantized_weights,
 )
 
@@ -123,7 +124,8 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
         activation_bytes=calibration.activation_bytes,
         staging_bytes_per_parameter=STAGING_BYTES_PER_PARAMETER if staging else 0.0,
         score_bytes=0.0 if settings.flash_attn else SCORE_BYTES_WITHOUT_FLASH_ATTENTION,
-        half_rate_tokens=calibration.half_rate_tokens)
+        half_rate_tokens=calibration.half_rate_tokens,
+        fuses_moe=1.0 if fuses_moe_kernels(backend, settings.build) else 0.0)
     hop = _figure(calibration, figures, "hop_ms", backend, notes)
     return Device(rates, staging, hop, figure, backend)
 

@@ -6,95 +6,107 @@ The counts are of the graphs :mod:`planner.llamacpp.graph` builds for llama.cpp'
 small model of each architecture (``test-llama-archs``; their headers are in
 ``tests/data/llama_archs_headers.tar.gz``): a layer's operations that compute (a view,
 reshape, permute or transpose computes nothing), with flash attention, of the dense and
-the mixture-of-experts model where an architecture has both. ``tests/graph_node_counts.py``
-counts them, and ``tests/test_graph_nodes.py`` holds this table to them.
+the mixture-of-experts model where an architecture has both. A mixture of experts' count
+leaves out the sum of its experts' outputs (an add for each expert a token uses past the
+first, in each layer with experts: ``expert_layers`` of its layers) and states its router's
+operations (softmax, top-k, the chosen experts' weights: ``router``), so that
+:func:`layer_nodes` counts a model's own experts, and what a GPU backend that runs the
+router and the sum as one kernel each launches (``fused``; which builds do:
+:func:`planner.performance.fuses_moe_kernels`). ``tests/graph_node_counts.py`` counts
+them, and ``tests/test_graph_nodes.py`` holds this table to them.
 """
 
 from __future__ import annotations
+
+import math
+
+# The most adds of one shape a GPU backend sums in one kernel (Vulkan's, pull request
+# 15252; CUDA's is 7): an expert layer's sum of its experts' outputs.
+FUSED_ADDS = 6
 
 # A llama layer's operations (its norms, products, rotations, cache writes, attention,
 # activation and residual sums): the unit of a backend's fixed time per layer.
 REFERENCE_LAYER_NODES = 19.0
 
 LAYER_NODES: dict[str, dict[str, float]] = {
-    "afmoe": {"moe": 24.5},
+    "afmoe": {"moe": 24, "router": 1.5, "expert_layers": 0.5},
     "arcee": {"dense": 18},
-    "arctic": {"moe": 25},
+    "arctic": {"moe": 24, "router": 3, "expert_layers": 1},
     "baichuan": {"dense": 19},
-    "bailingmoe": {"moe": 30},
-    "bailingmoe2": {"moe": 22.5},
-    "bailingmoe3": {"moe": 45.5},
+    "bailingmoe": {"moe": 29, "router": 3, "expert_layers": 1},
+    "bailingmoe2": {"moe": 22, "router": 1.5, "expert_layers": 0.5},
+    "bailingmoe3": {"moe": 45, "router": 1.5, "expert_layers": 0.5},
     "bloom": {"dense": 16},
     "chatglm": {"dense": 18},
     "codeshell": {"dense": 18},
     "cogvlm": {"dense": 17},
     "cohere2": {"dense": 16},
-    "cohere2moe": {"moe": 22},
+    "cohere2moe": {"moe": 21.5, "router": 1.5, "expert_layers": 0.5},
     "command-r": {"dense": 17},
-    "dbrx": {"moe": 23},
+    "dbrx": {"moe": 22, "router": 3, "expert_layers": 1},
     "deci": {"dense": 19},
-    "deepseek": {"moe": 24.5},
-    "deepseek2": {"moe": 32},
-    "deepseek32": {"moe": 50.5},
+    "deepseek": {"moe": 24, "router": 1.5, "expert_layers": 0.5},
+    "deepseek2": {"moe": 31.5, "router": 1.5, "expert_layers": 0.5},
+    "deepseek32": {"moe": 50, "router": 1.5, "expert_layers": 0.5},
     "deepseek4": {"moe": 94.25},
-    "dots1": {"moe": 24.5},
-    "dots3note": {"moe": 41.5},
+    "dots1": {"moe": 24, "router": 1.5, "expert_layers": 0.5},
+    "dots3note": {"moe": 41, "router": 1.5, "expert_layers": 0.5},
     "dream": {"dense": 19},
     "ernie4_5": {"moe": 19},
-    "ernie4_5-moe": {"moe": 24.5},
+    "ernie4_5-moe": {"moe": 24, "router": 1.5, "expert_layers": 0.5},
     "exaone": {"dense": 19},
-    "exaone-moe": {"moe": 24.5},
+    "exaone-moe": {"moe": 24, "router": 1.5, "expert_layers": 0.5},
     "exaone4": {"dense": 19},
     "falcon": {"dense": 16},
     "falcon-h1": {"dense": 40},
     "gemma": {"dense": 19},
     "gemma2": {"dense": 19},
     "gemma3": {"dense": 19},
-    "glm-dsa": {"moe": 50.5},
+    "glm-dsa": {"moe": 50, "router": 1.5, "expert_layers": 0.5},
     "glm4": {"dense": 18},
-    "glm4moe": {"moe": 24.5},
-    "glm5-next": {"moe": 87.5},
-    "gpt-oss": {"moe": 25},
+    "glm4moe": {"moe": 24, "router": 1.5, "expert_layers": 0.5},
+    "glm5-next": {"moe": 87, "router": 1.5, "expert_layers": 0.5},
+    "gpt-oss": {"moe": 24, "router": 3, "expert_layers": 1},
     "gpt2": {"dense": 14},
     "gptneox": {"dense": 16},
-    "granite": {"dense": 19, "moe": 30},
+    "granite": {"dense": 19, "moe": 29, "router": 3, "expert_layers": 1},
     "granite_swa": {"dense": 19},
     "granitehybrid": {"dense": 23.5},
-    "granitemoe": {"dense": 19, "moe": 30},
-    "grok": {"moe": 31},
-    "grovemoe": {"moe": 25},
+    "granitemoe": {"dense": 19, "moe": 29, "router": 3, "expert_layers": 1},
+    "grok": {"moe": 30, "router": 3, "expert_layers": 1},
+    "grovemoe": {"moe": 24, "router": 3, "expert_layers": 1},
     "hrm_text": {"dense": 28.5},
     "hunyuan-dense": {"dense": 19},
-    "hunyuan-moe": {"moe": 30},
+    "hunyuan-moe": {"moe": 29, "router": 3, "expert_layers": 1},
     "hunyuan_vl": {"dense": 19},
-    "hy_v3": {"moe": 29},
-    "hy_v4": {"moe": 116},
+    "hy_v3": {"moe": 28, "router": 3, "expert_layers": 1},
+    "hy_v4": {"moe": 115.5, "router": 3, "expert_layers": 0.5},
     "internlm2": {"dense": 19},
     "jais": {"dense": 17},
     "jais2": {"dense": 18},
     "jamba": {"dense": 25},
-    "kimi-k3": {"moe": 83.5},
-    "kimi-linear": {"moe": 41},
-    "laguna": {"moe": 24.5},
+    "kimi-k3": {"moe": 83, "router": 1.5, "expert_layers": 0.5},
+    "kimi-linear": {"moe": 40.5, "router": 1.5, "expert_layers": 0.5},
+    "laguna": {"moe": 24, "router": 1.5, "expert_layers": 0.5},
     "lfm2": {"dense": 18.5},
-    "lfm2moe": {"moe": 21.5},
+    "lfm2moe": {"moe": 21, "router": 1.5, "expert_layers": 0.5},
     "llada": {"dense": 19},
-    "llada-moe": {"moe": 25},
-    "llama": {"dense": 19, "moe": 25},
-    "llama4": {"moe": 24.5},
+    "llada-moe": {"moe": 24, "router": 3, "expert_layers": 1},
+    "llama": {"dense": 19, "moe": 24, "router": 3, "expert_layers": 1},
+    "llama4": {"moe": 24, "router": 1.5, "expert_layers": 0.5},
     "maincoder": {"dense": 19},
     "mamba": {"dense": 21},
     "mamba2": {"dense": 21},
-    "maple": {"moe": 25},
-    "mellum": {"moe": 25},
-    "mimo2": {"moe": 25},
-    "minicpm": {"dense": 19, "moe": 25},
+    "maple": {"moe": 24, "router": 3, "expert_layers": 1},
+    "mellum": {"moe": 24, "router": 3, "expert_layers": 1},
+    "mimo2": {"moe": 24, "router": 3, "expert_layers": 1},
+    "minicpm": {"dense": 19, "moe": 24, "router": 3, "expert_layers": 1},
     "minicpm3": {"dense": 27},
-    "minimax-01": {"moe": 37},
-    "minimax-m2": {"moe": 25},
-    "minimax-m3": {"moe": 39},
-    "mistral3": {"dense": 19, "moe": 25},
-    "mistral4": {"moe": 32},
+    "minimax-01": {"moe": 36, "router": 3, "expert_layers": 1},
+    "minimax-m2": {"moe": 24, "router": 3, "expert_layers": 1},
+    "minimax-m3": {"moe": 38.5, "router": 1.5, "expert_layers": 0.5},
+    "mistral3": {"dense": 19, "moe": 24, "router": 3, "expert_layers": 1},
+    "mistral4": {"moe": 31.5, "router": 1.5, "expert_layers": 0.5},
     "mpt": {"dense": 14},
     "muse-glimmer": {"dense": 19},
     "nanbeige": {"dense": 19},
@@ -103,35 +115,35 @@ LAYER_NODES: dict[str, dict[str, float]] = {
     "nemotron_h_moe": {"dense": 13},
     "olmo": {"dense": 19},
     "olmo2": {"dense": 19},
-    "olmoe": {"moe": 25},
+    "olmoe": {"moe": 24, "router": 3, "expert_layers": 1},
     "openelm": {"dense": 17},
     "orion": {"dense": 19},
     "paddleocr": {"moe": 19},
     "pangu-embedded": {"dense": 19},
     "phi2": {"dense": 16},
     "phi3": {"dense": 18},
-    "phimoe": {"moe": 25},
+    "phimoe": {"moe": 24, "router": 3, "expert_layers": 1},
     "plamo": {"dense": 17},
     "plamo2": {"dense": 24.5},
     "plamo3": {"dense": 16},
     "pockettts": {"dense": 18},
     "qwen": {"dense": 17},
     "qwen2": {"dense": 19},
-    "qwen2moe": {"moe": 30},
+    "qwen2moe": {"moe": 29, "router": 3, "expert_layers": 1},
     "qwen2vl": {"dense": 19},
     "qwen3": {"dense": 19},
     "qwen35": {"dense": 27},
-    "qwen35moe": {"moe": 37},
-    "qwen3moe": {"moe": 25},
-    "qwen3next": {"moe": 37},
+    "qwen35moe": {"moe": 36, "router": 3, "expert_layers": 1},
+    "qwen3moe": {"moe": 24, "router": 3, "expert_layers": 1},
+    "qwen3next": {"moe": 36, "router": 3, "expert_layers": 1},
     "qwen3tts": {"dense": 19},
     "qwen3vl": {"dense": 19},
-    "qwen3vlmoe": {"moe": 25},
-    "qwen4exp": {"moe": 81.5},
+    "qwen3vlmoe": {"moe": 24, "router": 3, "expert_layers": 1},
+    "qwen4exp": {"moe": 80.5, "router": 3, "expert_layers": 1},
     "refact": {"dense": 19, "moe": 16},
-    "rnd1": {"moe": 25},
+    "rnd1": {"moe": 24, "router": 3, "expert_layers": 1},
     "seed_oss": {"dense": 19},
-    "smallthinker": {"moe": 25},
+    "smallthinker": {"moe": 24, "router": 3, "expert_layers": 1},
     "smollm3": {"dense": 19},
     "spark2_5": {"dense": 19},
     "stablelm": {"dense": 19},
@@ -142,14 +154,26 @@ LAYER_NODES: dict[str, dict[str, float]] = {
 }
 
 
-def layer_nodes(architecture: str | None, experts: bool) -> float | None:
-    """The operations of one layer of ``architecture`` (its mixture-of-experts model's
-    when ``experts``, where it has both); ``None`` for an architecture not counted."""
+def layer_nodes(architecture: str | None, experts_used: int | None = None, *,
+                fused: bool = False) -> float | None:
+    """The operations of one layer of ``architecture``: of its mixture-of-experts model
+    where ``experts_used`` is given (and it has one), each layer with experts summing
+    its ``experts_used`` experts' outputs; ``fused``, as a backend that runs the router
+    and that sum as one kernel each counts them. ``None`` for an architecture not
+    counted."""
     counts = LAYER_NODES.get(architecture or "")
     if not counts:
         return None
-    wanted = "moe" if experts else "dense"
-    return counts.get(wanted, next(iter(counts.values())))
+    if "moe" not in counts or (not experts_used and "dense" in counts):
+        return counts["dense"]
+    share = counts.get("expert_layers", 0.0)
+    # An expert layer adds its experts' outputs one by one (one add where it uses one
+    # expert, or where how many is not known).
+    adds = max((experts_used or 0) - 1, 1)
+    if not fused:
+        return counts["moe"] + share * adds
+    kernels = 1 + math.ceil(adds / FUSED_ADDS)
+    return counts["moe"] - counts.get("router", 0.0) + share * kernels
 
 
 def fixed_time_layers(layer_count: float, nodes: float | None) -> float:

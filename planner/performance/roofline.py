@@ -58,6 +58,7 @@ class Work:
     activation_units: Any = 0.0
     score_values: Any = 0.0
     overlapped: Any = False
+    fused_layers: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,7 @@ class Rates:
     staging_bytes_per_parameter: Any = 0.0
     score_bytes: Any = 0.0
     half_rate_tokens: Any = 0.0
+    fuses_moe: Any = 0.0
 
 
 def routed_product_ms(work: Work, rates: Rates) -> Any:
@@ -110,6 +112,14 @@ class StepTerms:
         return matrix + self.moved_ms + self.kv_ms + self.attention_ms + self.fixed_ms
 
 
+def _fixed_layers(work: Work, rates: Rates) -> Any:
+    """The step's layers in llama layers of fixed time: its fused count on a device that
+    fuses a mixture of experts' kernels (``rates.fuses_moe`` 1), else its own."""
+    if work.fused_layers is None:
+        return work.layers
+    return work.layers + rates.fuses_moe * (work.fused_layers - work.layers)
+
+
 def step_terms(work: Work, rates: Rates) -> StepTerms:
     """The terms of :func:`step_ms`."""
     moved = (work.staged_parameters * rates.staging_bytes_per_parameter
@@ -123,7 +133,7 @@ def step_terms(work: Work, rates: Rates) -> StepTerms:
         kv_ms=work.kv_bytes * rates.kv_ms_per_byte,
         attention_ms=(work.attention_flops * rates.attention_ms_per_flop
                       + work.score_values * rates.score_bytes * rates.kv_ms_per_byte),
-        fixed_ms=work.layers * rates.layer_ms,
+        fixed_ms=_fixed_layers(work, rates) * rates.layer_ms,
         overlapped=work.overlapped)
 
 
@@ -152,6 +162,12 @@ def step_work(load: StageLoad, traffic: ModelTraffic, *, tokens: Any, sequences:
     full, windowed = load.kv_tokens(attended)
     pairs = tokens * (load.attention_width * full + load.window_attention_width * windowed)
     heads = tokens * (load.attention_heads * full + load.window_attention_heads * windowed)
+    layers = fixed_time_layers(load.layer_count, traffic.layer_nodes)
+    # The fused count is a one-token step's: llama.cpp fused the router for one token only
+    # until its 2026 builds (pull requests 27621, 28422), and a step of several tokens is
+    # counted unfused (its fixed time a small share of a micro-batch's).
+    fused = fixed_time_layers(load.layer_count, traffic.fused_layer_nodes
+                              or traffic.layer_nodes)
     staged: Any = 0.0
     if stage_weights:
         every_routed = load.routed_active_parameters * (
@@ -169,7 +185,8 @@ def step_work(load: StageLoad, traffic: ModelTraffic, *, tokens: Any, sequences:
         kv_bytes=load.kv_bytes(cached, sequences),
         attention_flops=4 * pairs,
         score_values=heads,
-        layers=fixed_time_layers(load.layer_count, traffic.layer_nodes),
+        layers=layers,
+        fused_layers=np.where(np.asarray(tokens) == 1, fused, layers),
         overlapped=overlapped)
 
 

@@ -8,6 +8,20 @@ default", commit a818f30, merged 2024-06-24) made its quantized matrix-multiplic
 kernels (MMQ, on int8 tensor cores) the default. The earliest release found to carry the
 change is b3266 (its llama-bench prints ``GGML_CUDA_FORCE_CUBLAS: no``, the option the
 pull request added); builds before it are taken as staging.
+
+It also decides how many kernels a mixture of experts' layer launches in a one-token step
+(:func:`fuses_moe_kernels`): llama.cpp's GPU backends came to run its router (softmax,
+top-k, the chosen experts' weights) as one kernel and the sum of its experts' outputs in
+one, each layer's fixed time then that of fewer operations
+(:mod:`planner.performance.graph_nodes`). CUDA did from pull request 16130 ("CUDA: add a
+fused top-K MoE kernel", opened 2025-09-20, in the main line by 2025-09-23; its adds from
+15631), and ROCm with it (llama.cpp's HIP backend compiles CUDA's kernels); Vulkan from
+16641 ("vulkan: Implement topk_moe fused shader, ported from CUDA", measured against
+b6791 of 2025-10-17; its adds from 15252, opened 2025-08-11). llama.cpp numbers about
+ten builds a day: the estimate takes b6550 (CUDA, ROCm) and b6800 (Vulkan) as the first
+fused builds. Metal fuses both in b11434, the build this project's llama.cpp knowledge is
+read from; when it began is not recorded here, so an earlier Metal build is taken as
+unfused. The CPU backend fuses neither.
 """
 
 from __future__ import annotations
@@ -28,6 +42,9 @@ from planner.performance._errors import PerformanceError, bad
 
 # The first llama.cpp release known to run quantized prefill products with MMQ on CUDA.
 MMQ_DEFAULT_BUILD = 3266
+# The first build each backend is taken to fuse a mixture of experts' router and expert
+# sums in (the module docstring).
+FUSED_MOE_BUILD = {"cuda": 6550, "rocm": 6550, "vulkan": 6800, "metal": 11434}
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,3 +106,11 @@ def stages_quantized_weights(backend: str, build: int | None) -> bool:
     before multiplying them: llama.cpp's CUDA backend did before
     :data:`MMQ_DEFAULT_BUILD` (the module docstring)."""
     return backend == "cuda" and build is not None and build < MMQ_DEFAULT_BUILD
+
+
+def fuses_moe_kernels(backend: str, build: int | None) -> bool:
+    """Whether ``backend`` at ``build`` (``None``: a current build) runs a mixture of
+    experts' router and the sum of its experts' outputs as one kernel each
+    (:data:`FUSED_MOE_BUILD`, the module docstring)."""
+    first = FUSED_MOE_BUILD.get(backend)
+    return first is not None and (build is None or build >= first)

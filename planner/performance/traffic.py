@@ -79,6 +79,9 @@ class ModelTraffic:
     # The ggml operations one layer computes (:mod:`planner.performance.graph_nodes`, by
     # architecture): a layer's fixed time is a llama layer's in their proportion.
     layer_nodes: float | None = None
+    # The same on a backend that runs a mixture of experts' router and the sum of its
+    # experts' outputs as one kernel each (:func:`planner.performance.fuses_moe_kernels`).
+    fused_layer_nodes: float | None = None
 
     @property
     def quantized(self) -> bool:
@@ -138,9 +141,10 @@ class ModelTraffic:
             object.__setattr__(self, "routed_expert_bytes", integer(
                 self.routed_expert_bytes, bad("routed_expert_bytes"), minimum=0,
                 maximum=self.model_weight_bytes))
-        if self.layer_nodes is not None:
-            object.__setattr__(self, "layer_nodes", float(number(
-                self.layer_nodes, bad("layer_nodes"), above=0, maximum=MAX_LAYER_NODES)))
+        for name in ("layer_nodes", "fused_layer_nodes"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, float(number(
+                    getattr(self, name), bad(name), above=0, maximum=MAX_LAYER_NODES)))
         if (self.token_embedding_bytes or 0) >= self.model_weight_bytes:
             raise PerformanceError("InvalidPerformanceInput",
                                    "token_embedding_bytes must be below model_weight_bytes",
@@ -160,7 +164,9 @@ class ModelTraffic:
                    parameter_count=spec.parameter_count,
                    routed_expert_bytes=spec.routed_expert_bytes,
                    routed_expert_parameters=spec.routed_expert_parameters,
-                   layer_nodes=layer_nodes(spec.architecture, spec.expert_count is not None),
+                   layer_nodes=layer_nodes(spec.architecture, spec.experts_used),
+                   fused_layer_nodes=layer_nodes(spec.architecture, spec.experts_used,
+                                                 fused=True),
                    **attention_traffic(shape, spec.kv_cache_type))
 
     @classmethod
