@@ -183,12 +183,12 @@ def test_a_device_that_fuses_pays_the_fused_count() -> None:
                      active_parameters=3e9, kv_bytes_per_token=4096, attention_width=4096)
     work = step_work(load, traffic, tokens=1, sequences=1, cached=10, attended=10,
                      overlapped=False)
-    assert work.layers == 48 * 31 / 19 and work.fused_layers == 48 * 24 / 19
+    assert work.layers == 48 * 31 / 19 and work.fused_layers == 48 * 23 / 19
     rates = Rates(read_ms_per_byte=1e-9, kv_ms_per_byte=1e-9, matrix_ms_per_flop=1e-12,
                   attention_ms_per_flop=1e-12, layer_ms=0.1)
     assert step_terms(work, rates).fixed_ms == pytest.approx(48 * 31 / 19 * 0.1)
     fusing = replace(rates, fuses_moe=1.0)
-    assert step_terms(work, fusing).fixed_ms == pytest.approx(48 * 24 / 19 * 0.1)
+    assert step_terms(work, fusing).fixed_ms == pytest.approx(48 * 23 / 19 * 0.1)
     # A step of several tokens (lanes, a prompt's micro-batch) is counted unfused: the
     # router's fusion fired for one token only.
     lanes = step_work(load, traffic, tokens=4, sequences=4, cached=10, attended=10,

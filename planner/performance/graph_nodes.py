@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import math
 
-# The most adds of one shape a GPU backend sums in one kernel (Vulkan's, pull request
-# 15252; CUDA's is 7): an expert layer's sum of its experts' outputs.
-FUSED_ADDS = 6
+# The adds of one shape every fusing GPU backend of b11434 sums in one kernel (Metal's
+# chain of 7; CUDA's 8, Vulkan's 9, where its first fusion, pull request 15252, took 6):
+# an expert layer's sum of its experts' outputs, one kernel for up to 8 experts.
+FUSED_ADDS = 7
 
 # A llama layer's operations (its norms, products, rotations, cache writes, attention,
 # activation and residual sums): the unit of a backend's fixed time per layer.
