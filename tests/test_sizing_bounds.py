@@ -131,7 +131,8 @@ _PREFILL_KINDS = sorted(kind for kind, gpu in _CATALOG.items()
 
 @settings(max_examples=60, deadline=None, derandomize=True, database=None)
 @given(preset=st.sampled_from(["llama-3.1-70b", "deepseek-v3", "qwen3-coder-480b-a35b",
-                               "gpt-oss-120b", "qwen3-next-80b-a3b"]),
+                               "gpt-oss-120b", "qwen3-next-80b-a3b",
+                               "nemotron-nano-9b-v2"]),
        mix=st.dictionaries(st.sampled_from(_PREFILL_KINDS), st.integers(1, 6),
                            min_size=1, max_size=4),
        prompt=st.sampled_from([1, 100, 512, 513, 1024, 2047, 4096, 20000]))

@@ -437,6 +437,11 @@ def prefill_floor(kinds: Sequence[GpuModel], traffic: ModelTraffic, probe: Plann
                                                                           strict=True)))
         tokens_of.append(tuple(int(t) for t in sizes))
     rates: list[list[float]] = [[] for _ in PREFILL_TERMS]
+    # A micro-batch's fixed time at its fewest operations a layer (a layer of fewer than
+    # a llama layer's counts less; a one-token step on a fusing backend, its fused count).
+    one = step_work(load, traffic, tokens=1, sequences=1, cached=1, attended=1,
+                    overlapped=True)
+    least_layers = min(float(one.layers), float(one.fused_layers))
     fixed, hops = [], []
     for device in devices:
         if device is None or traffic.active_parameter_count is None:
@@ -450,7 +455,7 @@ def prefill_floor(kinds: Sequence[GpuModel], traffic: ModelTraffic, probe: Plann
         rates[3].append(float(r.activation_bytes * r.read_ms_per_byte))
         rates[4].append(float(r.attention_ms_per_flop
                               + scores_per_flop * r.score_bytes * r.kv_ms_per_byte))
-        fixed.append(load.layer_count * float(r.layer_ms))
+        fixed.append(least_layers * float(r.layer_ms))
         hops.append(device.hop_ms)
     # A hop after a stage on a kind: its calibrated fixed time and the kind's own
     # stage-transfer latency, then the micro-batch's activations over the link.
