@@ -29,6 +29,8 @@ from planner.llamacpp.bench import (
 from planner.models import GpuModel, load_gpu_catalog, load_preset
 from planner.models.gpus import catalog_kind
 from planner.performance import (
+    FUSED_MOE_BUILD,
+    MMQ_DEFAULT_BUILD,
     KindCalibration,
     PerformanceError,
     load_calibration,
@@ -91,6 +93,48 @@ def test_markdown_with_extra_columns_depths_and_mixed_tests() -> None:
     assert runs[0].tokens_per_s == 4871.44 and runs[0].stddev_tokens_per_s == 12.98
 
 
+@pytest.mark.parametrize(("stated", "flash_attn"), [
+    (1, True), (0, False), (-1, None), (True, True), (False, False), ("auto", None),
+    ("on", True), ("off", False)])
+def test_a_run_states_its_build_and_flash_attention(stated: object,
+                                                     flash_attn: bool | None) -> None:
+    """llama-bench's JSON states the build and flash attention (-1: llama.cpp's own
+    choice); a build of 0 is llama-bench knowing none."""
+    row = {"n_prompt": 512, "n_gen": 0, "avg_ts": 900.0, "build_number": 6550,
+           "flash_attn": stated}
+    (run,) = parse_bench(json.dumps([row]), "x.json")
+    assert (run.build, run.flash_attn) == (6550, flash_attn)
+    (unknown,) = parse_bench(json.dumps([{**row, "build_number": 0}]), "x.json")
+    assert unknown.build is None
+    assert run.to_dict()["build"] == 6550 and run.to_dict()["flash_attn"] == flash_attn
+
+
+def test_markdown_states_the_build_under_its_table_and_flash_attention_in_fa() -> None:
+    text = ("| model | size | test | t/s | fa |\n| --- | --: | --: | --: | -: |\n"
+            "| m | 4.58 GiB | pp512 | 4871.44 ± 12.98 | 0 |\n"
+            "| m | 4.58 GiB | tg128 | 150.10 ± 0.20 | 1 |\n\nbuild: 1a2b3c4d (6550)\n")
+    runs = parse_bench(text, "x.md")
+    assert [(r.build, r.flash_attn) for r in runs] == [(6550, False), (6550, True)]
+
+
+def test_a_run_is_estimated_at_its_own_build_and_flash_attention() -> None:
+    """A run of an older build or without flash attention is estimated so, not as a
+    current build with flash attention (what its factors then measure)."""
+    spec, kind = load_preset(PRESET), kind_4090()
+    shape, calibration = run_shape(spec, kind), shipped_calibration()
+    deep = BenchRun("x:1", spec.name, spec.model_weight_bytes, 0, 128, 16384, 1.0)
+    with_fa = run_estimate(deep, shape, calibration)
+    assert run_estimate(replace(deep, flash_attn=True), shape, calibration) == with_fa
+    assert run_estimate(replace(deep, flash_attn=False), shape, calibration) != with_fa
+    decode = replace(deep, depth=0)
+    fused = run_estimate(decode, shape, calibration)
+    assert run_estimate(replace(decode, build=FUSED_MOE_BUILD["cuda"] - 1), shape,
+                        calibration) < fused
+    prompt = BenchRun("x:2", spec.name, spec.model_weight_bytes, 512, 0, 0, 1.0)
+    assert (run_estimate(replace(prompt, build=MMQ_DEFAULT_BUILD - 1), shape, calibration)
+            < run_estimate(prompt, shape, calibration))
+
+
 @pytest.mark.parametrize(("text", "words"), [
     ("", "not llama-bench output"),
     ("hello,world\n1,2\n", "not llama-bench output"),
@@ -109,6 +153,16 @@ def test_markdown_with_extra_columns_depths_and_mixed_tests() -> None:
     ("| model | test | t/s |\n| --- | --- | --- |\n| m | pp1 |\n", "2 cells where"),
     ("| model | t/s |\n| m | 1 |\n", "without a test column"),
     ("n_prompt,n_gen,avg_ts\n\u0661,0,5\n", "n_prompt must be a whole number"),
+    ('[{"n_prompt": 4, "n_gen": 0, "avg_ts": 3, "flash_attn": "maybe"}]',
+     "flash_attn must be on, off or auto"),
+    ('[{"n_prompt": 4, "n_gen": 0, "avg_ts": 3, "flash_attn": 2}]',
+     "flash_attn must be on, off or auto"),
+    ('[{"n_prompt": 4, "n_gen": 0, "avg_ts": 3, "build_number": "b6550"}]',
+     "build_number must be a whole number"),
+    ('[{"n_prompt": 4, "n_gen": 0, "avg_ts": 3, "build_number": 10000000}]',
+     "build_number must be a whole number"),
+    ("| model | test | t/s | fa |\n| --- | --- | --- | --- |\n| m | pp1 | 1 ± 1 | 3 |\n",
+     "flash_attn must be on, off or auto"),
 ])
 def test_output_that_is_not_llama_benchs_is_refused_by_name(text: str, words: str) -> None:
     with pytest.raises(BenchError) as caught:

@@ -46,6 +46,7 @@ from planner.limits import (
     MAX_BENCH_RUNS,
     MAX_BYTES,
     MAX_CONTEXT,
+    MAX_LLAMA_CPP_BUILD,
     MAX_TOKENS_PER_S,
     MAX_UBATCH,
 )
@@ -74,6 +75,12 @@ _TEST = re.compile(r"^(?:pp(?P<pp>\d{1,9}))?\+?(?:tg(?P<tg>\d{1,9}))?"
 _RATE = re.compile(r"^(?P<avg>\d{1,12}(?:\.\d{1,6})?)(?: ± (?P<sd>\d{1,12}(?:\.\d{1,6})?))?$",
                    re.ASCII)
 _UNIT = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+# llama-bench's markdown names its build under the table: ``build: 1a2b3c4d (6550)``.
+_BUILD_LINE = re.compile(r"^\s*build: \S{1,64} \((?P<number>\d{1,9})\)", re.ASCII | re.M)
+# llama-bench's flash attention setting as its outputs state it (JSON and CSV: -1, 0, 1 or
+# true/false; markdown: 0/1 or on/off/auto); auto (-1) is llama.cpp's own choice.
+_FLASH = {"1": True, "true": True, "on": True, "yes": True, "0": False, "false": False,
+          "off": False, "no": False, "-1": None, "auto": None}
 
 
 class BenchError(CodedError):
@@ -99,6 +106,10 @@ class BenchRun:
     stddev_tokens_per_s: float | None = None
     ubatch: int | None = None
     backend: str = ""
+    build: int | None = None
+    """llama-bench's ``build_number`` (``None``: not stated, taken as a current build)."""
+    flash_attn: bool | None = None
+    """Flash attention on or off (``None``: llama.cpp's own choice, or not stated)."""
 
     @property
     def phase(self) -> str:
@@ -121,7 +132,7 @@ class BenchRun:
         return {"source": self.source, "model": self.model, "model_bytes": self.model_bytes,
                 "test": self.test, "phase": self.phase, "tokens_per_s": self.tokens_per_s,
                 "stddev_tokens_per_s": self.stddev_tokens_per_s, "ubatch": self.ubatch,
-                "backend": self.backend}
+                "backend": self.backend, "build": self.build, "flash_attn": self.flash_attn}
 
 
 # -- reading llama-bench's output ------------------------------------------------------------
@@ -206,6 +217,24 @@ def _rate(value: Any, where: str, name: str) -> float:
     return float(number)
 
 
+def _build(value: Any, where: str) -> int | None:
+    """A build number (0 or nothing: llama-bench knew none)."""
+    if value in (None, ""):
+        return None
+    return _count(value, where, "build_number", MAX_LLAMA_CPP_BUILD) or None
+
+
+def _flash_attn(value: Any, where: str) -> bool | None:
+    text = str(value).strip().lower() if isinstance(value, str | bool | int) else None
+    if value in (None, ""):
+        return None
+    if text not in _FLASH:
+        raise BenchError("InvalidBench", f"{where}: flash_attn must be on, off or auto "
+                         f"(1, 0 or -1; got {shown(value)})", field="flash_attn",
+                         source=where)
+    return _FLASH[text]
+
+
 def _from_fields(row: Mapping[str, Any], where: str) -> BenchRun:
     """A run from llama-bench's JSON or CSV fields."""
     for name in ("n_prompt", "n_gen", "avg_ts"):
@@ -224,7 +253,8 @@ def _from_fields(row: Mapping[str, Any], where: str) -> BenchRun:
         None if spread in (None, "") else _rate(spread, where, "stddev_ts"),
         None if row.get("n_ubatch") in (None, "") else _count(row["n_ubatch"], where,
                                                               "n_ubatch"),
-        str(row.get("backends", ""))[:100])
+        str(row.get("backends", ""))[:100], _build(row.get("build_number"), where),
+        _flash_attn(row.get("flash_attn"), where))
     return _checked(run)
 
 
@@ -240,7 +270,8 @@ def _checked(run: BenchRun) -> BenchRun:
 
 def _markdown(text: str, source: str) -> tuple[BenchRun, ...]:
     """The rows of llama-bench's markdown table: ``model``, ``size``, ``test`` and
-    ``t/s`` are read, and ``backend`` and ``n_ubatch`` where printed."""
+    ``t/s`` are read, and ``backend``, ``n_ubatch``, ``fa`` and the build line under the
+    table where printed."""
     lines = [line.strip() for line in text.splitlines() if line.lstrip().startswith("|")]
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]
     for name in ("model", "test", "t/s"):
@@ -248,6 +279,8 @@ def _markdown(text: str, source: str) -> tuple[BenchRun, ...]:
             raise BenchError("InvalidBench", f"{source}: a markdown table without a {name} "
                              "column is not llama-bench's", field=name, source=source)
     _check_count(len(lines) - 2, source)
+    found = _BUILD_LINE.search(text)
+    build = None if found is None else _build(found["number"], source)
     runs: list[BenchRun] = []
     for line in lines[1:]:
         cells = [cell.strip() for cell in line.strip("|").split("|")]
@@ -272,7 +305,7 @@ def _markdown(text: str, source: str) -> tuple[BenchRun, ...]:
             _rate(rate["avg"], where, "t/s"),
             None if rate["sd"] is None else _rate(rate["sd"], where, "t/s"),
             None if "n_ubatch" not in row else _count(row["n_ubatch"], where, "n_ubatch"),
-            row.get("backend", "")[:100])))
+            row.get("backend", "")[:100], build, _flash_attn(row.get("fa"), where))))
     return tuple(runs)
 
 
@@ -329,7 +362,9 @@ def run_estimate(run: BenchRun, shape: RunShape, calibration: SpeedCalibration) 
     speeds = node_speeds((shape.node,), [shape.kind])
     ubatch = run.ubatch or RunSettings().ubatch
     settings = RunSettings(ubatch=ubatch, batch=max(ubatch, RunSettings().batch),
-                           depth=run.depth if prefill else 0)
+                           depth=run.depth if prefill else 0, build=run.build,
+                           flash_attn=(RunSettings().flash_attn if run.flash_attn is None
+                                       else run.flash_attn))
     estimate = estimate_plan(request, plan, shape.traffic, speeds, calibration=calibration,
                              link_bandwidth_bytes_per_s=INTRA_HOST_LINK_BYTES_PER_S,
                              prompt_tokens=run.prompt_tokens if prefill else None,
