@@ -49,26 +49,34 @@ def nodes_per_layer(model: GraphModel, names: tuple[str, ...] = ()) -> float:
     return (once - OUTSIDE_LAYERS) / len(model.blocks)
 
 
+def arch_model(name: str) -> tuple[str, GraphModel]:
+    """The architecture and graph shape of one of llama.cpp's test models (``name``, a
+    file of ``tests/data/llama_archs_headers.tar.gz``)."""
+    header, size = gguf_files.arch_headers()[name]
+    with tempfile.TemporaryDirectory() as folder:
+        model = model_from_gguf(gguf_files.write_arch_file(Path(folder), name, header,
+                                                           size))
+    return model.architecture, model.graph
+
+
 def counts() -> dict[str, dict[str, float]]:
     """Architecture -> ``{"dense": nodes}`` and, of a mixture of experts, ``{"moe":
     nodes less the sums of its experts' outputs, "router": its router's nodes,
     "expert_layers": the share of its layers with experts}`` (each per layer)."""
     table: dict[str, dict[str, float]] = {}
-    with tempfile.TemporaryDirectory() as folder:
-        for name, (header, size) in sorted(gguf_files.arch_headers().items()):
-            model = model_from_gguf(gguf_files.write_arch_file(Path(folder), name, header,
-                                                               size))
-            entry = table.setdefault(model.architecture, {})
-            nodes = nodes_per_layer(model.graph)
-            expert_layers = nodes_per_layer(model.graph, (ROUTER_PRODUCT_NAME,))
-            if name.removesuffix(".gguf").endswith("-moe") and not expert_layers:
-                entry["moe"] = nodes  # a family whose graph routes no experts
-            elif name.removesuffix(".gguf").endswith("-moe"):
-                entry["moe"] = nodes - nodes_per_layer(model.graph, (EXPERT_SUM_NAME,))
-                entry["router"] = nodes_per_layer(model.graph, ROUTER_NAMES)
-                entry["expert_layers"] = expert_layers
-            else:
-                entry["dense"] = nodes
+    for name in sorted(gguf_files.arch_headers()):
+        architecture, graph = arch_model(name)
+        entry = table.setdefault(architecture, {})
+        nodes = nodes_per_layer(graph)
+        expert_layers = nodes_per_layer(graph, (ROUTER_PRODUCT_NAME,))
+        if name.removesuffix(".gguf").endswith("-moe") and not expert_layers:
+            entry["moe"] = nodes  # a family whose graph routes no experts
+        elif name.removesuffix(".gguf").endswith("-moe"):
+            entry["moe"] = nodes - nodes_per_layer(graph, (EXPERT_SUM_NAME,))
+            entry["router"] = nodes_per_layer(graph, ROUTER_NAMES)
+            entry["expert_layers"] = expert_layers
+        else:
+            entry["dense"] = nodes
     return table
 
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT / "validation" / "speed"))
 import calibration as speed_calibration  # noqa: E402
 
 from planner.fleet import fleet_to_toml, parse_fleet_toml  # noqa: E402
-from planner.performance import load_calibration  # noqa: E402
+from planner.performance import FUSED_MOE_BUILD, load_calibration  # noqa: E402
 
 KEYS = {"estimate", "model", "gpu", "gpus", "context", "lanes", "settings", "tpot_ms",
         "tokens_per_s",
@@ -233,6 +233,13 @@ def test_the_run_settings_change_the_estimate_as_llama_cpp_would() -> None:
     assert off["settings"]["flash_attn"] is False and off["ttft_ms"] != deep["ttft_ms"]
     # A build before MMQ staged the quantized weights as FP16: a slower prompt.
     assert _json(*base, "--build", "3000")["ttft_ms"] > found["ttft_ms"]
+    # A mixture of experts decodes at more operations a layer before its GPU backend
+    # fused the router and the expert sums; a dense model is the same either way.
+    moe = ("gpt-oss-20b", "--gpu", "rtx-4090", "--context", "4k")
+    before = _json(*moe, "--build", str(FUSED_MOE_BUILD["cuda"] - 1))
+    assert before["tpot_ms"] > 1.05 * _json(*moe)["tpot_ms"]
+    assert _json(*base, "--build", str(FUSED_MOE_BUILD["cuda"] - 1))["tpot_ms"] == (
+        found["tpot_ms"])
     # Another backend: its own figures, and its own error quoted.
     vulkan = _json(*base, "--backend", "vulkan")
     assert vulkan["tpot_ms"] != found["tpot_ms"]

@@ -5,17 +5,15 @@ charges a layer of more operations more fixed time."""
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import replace
-from pathlib import Path
 
-import gguf_files
 import pytest
 from graph_node_counts import (
     EXPERT_SUM_NAME,
     FREE_OPS,
     OUTSIDE_LAYERS,
     ROUTER_NAMES,
+    arch_model,
     computed_nodes,
     counts,
     nodes_per_layer,
@@ -23,7 +21,6 @@ from graph_node_counts import (
 
 from planner.llamacpp.graph.schedule import build_graph
 from planner.llamacpp.graph.shapes import GraphModel
-from planner.llamacpp.layout import model_from_gguf
 from planner.models.presets import list_presets, load_preset
 from planner.performance import (
     ModelTraffic,
@@ -49,10 +46,7 @@ def test_the_table_is_what_the_graphs_of_llama_cpp_s_models_compute() -> None:
 def test_a_llama_graph_has_its_stated_nodes_outside_its_layers() -> None:
     """The stand-in for the families that do not build layer by layer is a llama
     graph's own: its nodes less its layers'."""
-    header, size = gguf_files.arch_headers()["llama-dense.gguf"]
-    with tempfile.TemporaryDirectory() as folder:
-        model = model_from_gguf(gguf_files.write_arch_file(Path(folder), "llama-dense.gguf",
-                                                           header, size)).graph
+    _, model = arch_model("llama-dense.gguf")
     layers = len(model.blocks) * REFERENCE_LAYER_NODES
     assert computed_nodes(model) - layers == OUTSIDE_LAYERS
 
@@ -75,15 +69,6 @@ def test_a_mixture_of_experts_layer_computes_more_operations() -> None:
     assert layer_nodes(None, 8) is None
 
 
-def _graph(name: str) -> tuple[str, GraphModel]:
-    """The architecture and graph shape of one of llama.cpp's test models."""
-    header, size = gguf_files.arch_headers()[name]
-    with tempfile.TemporaryDirectory() as folder:
-        model = model_from_gguf(gguf_files.write_arch_file(Path(folder), name, header,
-                                                           size))
-    return model.architecture, model.graph
-
-
 def _using(model: GraphModel, experts: int) -> GraphModel:
     """``model`` with every layer with experts using ``experts`` of them a token."""
     return replace(model, blocks=tuple(
@@ -101,7 +86,7 @@ def test_a_layer_adds_one_more_operation_for_each_expert_a_token_uses(
         name: str, experts: int) -> None:
     """The count follows the experts a model uses, as llama.cpp's graph of the same
     model using that many counts."""
-    architecture, graph = _graph(name)
+    architecture, graph = arch_model(name)
     assert nodes_per_layer(_using(graph, experts)) == layer_nodes(architecture, experts)
 
 
@@ -133,7 +118,7 @@ def _kernels(model: GraphModel) -> int:
 @pytest.mark.parametrize("experts", [2, 8])
 def test_a_fused_count_is_the_kernels_left_when_the_router_and_the_sums_fuse(
         name: str, experts: int) -> None:
-    architecture, graph = _graph(name)
+    architecture, graph = arch_model(name)
     model = _using(graph, experts)
     twice = replace(model, blocks=model.blocks + model.blocks)
     per_layer = (_kernels(twice) - _kernels(model)) / len(model.blocks)

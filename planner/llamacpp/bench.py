@@ -225,9 +225,9 @@ def _build(value: Any, where: str) -> int | None:
 
 
 def _flash_attn(value: Any, where: str) -> bool | None:
-    text = str(value).strip().lower() if isinstance(value, str | bool | int) else None
     if value in (None, ""):
         return None
+    text = str(value).strip().lower() if isinstance(value, str | bool | int) else None
     if text not in _FLASH:
         raise BenchError("InvalidBench", f"{where}: flash_attn must be on, off or auto "
                          f"(1, 0 or -1; got {shown(value)})", field="flash_attn",

@@ -83,7 +83,12 @@ from planner.performance.estimate import (
     node_speeds,
     try_estimate,
 )
-from planner.performance.graph_nodes import LAYER_NODES, REFERENCE_LAYER_NODES, layer_nodes
+from planner.performance.graph_nodes import (
+    LAYER_NODES,
+    REFERENCE_LAYER_NODES,
+    layer_node_counts,
+    layer_nodes,
+)
 from planner.performance.roofline import (
     Device,
     Prompt,
@@ -157,6 +162,7 @@ __all__ = [
     "fleet_model_traffic",
     "fuses_moe_kernels",
     "kinds_error_note",
+    "layer_node_counts",
     "layer_nodes",
     "load_calibration",
     "matrix_tflops",

@@ -19,6 +19,7 @@ them, and ``tests/test_graph_nodes.py`` holds this table to them.
 from __future__ import annotations
 
 import math
+from typing import TypedDict
 
 # The adds of one shape every fusing GPU backend of b11434 sums in one kernel (Metal's
 # chain of 7; CUDA's 8, Vulkan's 9, where its first fusion, pull request 15252, took 6):
@@ -175,6 +176,21 @@ def layer_nodes(architecture: str | None, experts_used: int | None = None, *,
         return counts["moe"] + share * adds
     kernels = 1 + math.ceil(adds / FUSED_ADDS)
     return counts["moe"] - counts.get("router", 0.0) + share * kernels
+
+
+class LayerNodeCounts(TypedDict):
+    """:class:`~planner.performance.ModelTraffic`'s two counts of a layer's operations."""
+
+    layer_nodes: float | None
+    fused_layer_nodes: float | None
+
+
+def layer_node_counts(architecture: str | None, experts_used: int | None
+                      ) -> LayerNodeCounts:
+    """A model's :class:`~planner.performance.ModelTraffic` counts: ``layer_nodes`` and
+    ``fused_layer_nodes`` (:func:`layer_nodes` unfused and fused)."""
+    return {"layer_nodes": layer_nodes(architecture, experts_used),
+            "fused_layer_nodes": layer_nodes(architecture, experts_used, fused=True)}
 
 
 def fixed_time_layers(layer_count: float, nodes: float | None) -> float:

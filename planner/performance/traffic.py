@@ -25,7 +25,7 @@ from planner.limits import (
 from planner.models.kv_cache import row_bytes
 from planner.models.spec import ATTENTION_FIELDS, ModelSpec
 from planner.performance._errors import PerformanceError, bad, positive
-from planner.performance.graph_nodes import layer_nodes
+from planner.performance.graph_nodes import layer_node_counts
 from planner.planning.inputs import PlanningInput
 from planner.planning.plan import Plan
 from planner.planning.rules import kv_bytes_per_layer_token, layer_weights
@@ -164,9 +164,7 @@ class ModelTraffic:
                    parameter_count=spec.parameter_count,
                    routed_expert_bytes=spec.routed_expert_bytes,
                    routed_expert_parameters=spec.routed_expert_parameters,
-                   layer_nodes=layer_nodes(spec.architecture, spec.experts_used),
-                   fused_layer_nodes=layer_nodes(spec.architecture, spec.experts_used,
-                                                 fused=True),
+                   **layer_node_counts(spec.architecture, spec.experts_used),
                    **attention_traffic(shape, spec.kv_cache_type))
 
     @classmethod

@@ -70,7 +70,7 @@ from planner.performance import (  # noqa: E402
     calibrated_device,
     decode_step,
     even_layers,
-    layer_nodes,
+    layer_node_counts,
     pipeline_ms,
     prefill_ms,
     step_ms,
@@ -214,9 +214,7 @@ def traffic_of(model: dict[str, Any], file_bytes: int) -> ModelTraffic:
                         routed_expert_bytes=round(expert_bytes),
                         attention_heads=model["attention_heads"], sliding_window=window,
                         window_layer_count=model.get("sliding_layer_count", 0),
-                        layer_nodes=layer_nodes(model["architecture"], used),
-                        fused_layer_nodes=layer_nodes(model["architecture"], used,
-                                                      fused=True))
+                        **layer_node_counts(model["architecture"], used))
 
 
 def loads_of(row: Row) -> tuple[list[StageLoad], ModelTraffic]:
