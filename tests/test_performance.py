@@ -331,6 +331,24 @@ def test_a_kind_without_an_fp16_figure_computes_at_a_stated_stand_in() -> None:
     assert stated.error_note.startswith("Median error on published measurements")
 
 
+def test_a_cpu_computes_at_its_cores_rate_without_a_gpu_s_matrix_factor() -> None:
+    """The stand-in factor is a GPU's (its FP16 matrix or packed units against its
+    shaders' FP32 rate): a GPU kind's compute follows it, a CPU kind's vector rate from
+    its cores does not (the CPU backend's matrix efficiency carries the rest)."""
+    from dataclasses import replace
+
+    from planner.performance import NodeSpeed
+    from planner.performance.device import matrix_tflops
+
+    calibration = load_calibration()
+    doubled = replace(calibration,
+                      fallback_matrix_factor=2 * calibration.fallback_matrix_factor)
+    gpu = NodeSpeed("card", 10**12, None, "card", "gddr", "rocm", None, 40.0, "AMD")
+    cpu = NodeSpeed("cpu", 10**11, None, "cpu", "ddr", "cpu", None, 2.0, "AMD")
+    assert matrix_tflops(gpu, doubled)[0] == pytest.approx(2 * matrix_tflops(gpu, calibration)[0])
+    assert matrix_tflops(cpu, doubled) == matrix_tflops(cpu, calibration) == (2.0, "shaders")
+
+
 def test_numbers_state_attention_windows_latent_ranks_and_expert_bytes() -> None:
     """A model typed as numbers gives what the estimate reads of its shape: attention's
     width from heads and head size, a sliding window's layers and their cache, latent

@@ -147,7 +147,9 @@ def test_the_set_is_wide_enough_to_hold_out_whole_sources(rows: list[dict[str, s
 EXCLUSION_REASONS = {"F16 prompt-processing runs below half": "F16 prompt processing below half",
                      "held back by their host": "limit of the Raspberry Pi 5 host",
                      "whose repetitions spread over a quarter": "spread of the repetitions",
-                     "run through llama.cpp's BLAS backend": "llama.cpp's BLAS backend"}
+                     "run through llama.cpp's BLAS backend": "llama.cpp's BLAS backend",
+                     "run with the GPU's clock locked": "clock locked",
+                     "measured on an unmerged pull request's": "unmerged PR"}
 
 
 def test_docs_count_the_rows_left_out(rows: list[dict[str, str]]) -> None:
@@ -170,3 +172,54 @@ def test_docs_count_the_rows_left_out(rows: list[dict[str, str]]) -> None:
         assert int(said[1]) == found, f"{said[0]}: the data has {found}"
         counted += found
     assert counted == len(excluded), "a row is left out for a reason docs/speed.md does not count"
+
+
+# llama-bench's flash attention defaulted to off until pull request 23714 ("Support
+# `-fa auto` in llama-bench") made it auto, from build b9437 (docs/sources.md §3); its
+# markdown prints an `fa` column only when the setting differs from that default.
+FA_AUTO_BUILD = 9437
+
+
+def _build_of(row: dict[str, str]) -> int | None:
+    return int(row["build_number"]) if row["build_number"] else None
+
+
+def test_a_table_without_an_fa_column_ran_llama_bench_s_default(
+        rows: list[dict[str, str]]) -> None:
+    """A row whose table printed no fa column ran flash attention at the default of its
+    build: off before b9437, auto (on, every backend here supports it) from it; and a
+    row of a build from b9437 recorded off says where its post stated so."""
+    for row in rows:
+        where, build = f"row {row['row_id']}", _build_of(row)
+        auto = (build >= FA_AUTO_BUILD if build is not None
+                else row["build_date"] > "2026-06")
+        if "no fa column" in row["source_detail"]:
+            assert row["flash_attn"] == ("1" if auto else "0"), where
+        if build is not None and build >= FA_AUTO_BUILD and row["flash_attn"] == "0":
+            assert re.search(r"-fa 0|fa column 0|fa 0\b", row["source_detail"]), where
+
+
+def _bare(name: str) -> str:
+    return re.sub(r"\s+\d+\s*GB$", "", name)
+
+
+def test_a_gpu_the_shipped_catalog_lists_is_described_as_the_catalog_does() -> None:
+    """The calibration fits the figures an estimate reads: a GPU that planner/data's
+    catalog also lists (the same name, memory size aside) has the catalog's id and the
+    same memory type, backend, bandwidth and FP16 figure, so that a user's estimate of
+    it computes with what its error was measured on."""
+    from planner.models import load_gpu_catalog
+
+    shipped = {_bare(gpu.name): gpu for gpu in load_gpu_catalog()}
+    matched = 0
+    for kind, gpu in _table("gpus.toml", "gpu").items():
+        twin = shipped.get(_bare(gpu["name"]))
+        if twin is None:
+            continue
+        matched += 1
+        assert kind == twin.kind, (kind, twin.kind)
+        assert (gpu["memory_type"], gpu["backend"], gpu["memory_bandwidth_bytes_per_s"],
+                gpu.get("fp16_tflops")) == (twin.memory_type, twin.backend,
+                                            twin.memory_bandwidth_bytes_per_s,
+                                            twin.fp16_tflops), kind
+    assert matched >= 5

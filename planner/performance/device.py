@@ -4,7 +4,8 @@ run's settings with the calibration's figures (:func:`calibrated_device`).
 A kind's matrix throughput is its published dense FP16 figure (``fp16_tflops``). A kind
 that states none computes at a stand-in, and its estimate says so and quotes the wider
 error measured for it: the FP32 vector rate of its shaders and clock times the fitted
-``fallback_matrix_factor`` (``"shaders"``; a CPU's from its cores, SIMD width and clock),
+``fallback_matrix_factor`` (``"shaders"``; a CPU's vector rate from its cores, SIMD width
+and clock, without the factor, which describes a GPU's matrix units),
 else its memory bandwidth times the median FP16 FLOPs per byte of the measured kinds of
 its vendor (of the measured CPUs, for a CPU; of all, for a vendor never measured:
 ``"bandwidth"``).
@@ -62,7 +63,11 @@ def matrix_tflops(speed: NodeSpeed, calibration: SpeedCalibration) -> tuple[floa
     if speed.fp16_tflops is not None:
         return speed.fp16_tflops, "stated"
     if speed.vector_tflops is not None:
-        return speed.vector_tflops * calibration.fallback_matrix_factor, "shaders"
+        # The factor is a GPU's: its FP16 matrix or packed units against its shaders'
+        # FP32 rate. A CPU's cores have no such units; the CPU backend's own matrix
+        # efficiency is all that stands between their vector rate and its products.
+        factor = 1.0 if speed.backend == "cpu" else calibration.fallback_matrix_factor
+        return speed.vector_tflops * factor, "shaders"
     bandwidth = speed.memory_bandwidth_bytes_per_s or 0
     ratios = calibration.fallback_flops_per_byte
     key = "cpu" if speed.backend == "cpu" else speed.vendor or ""
