@@ -250,6 +250,17 @@ def test_no_figure_rests_on_one_gpu_and_none_sits_at_a_bound(rows: Rows) -> None
         assert 1e-3 < value / speed_calibration.HIGHEST["memory_factor"] < 0.999
 
 
+def test_a_figure_said_to_sit_at_a_bound_does() -> None:
+    """:data:`speed_calibration.AT_BOUND` gives the reason a figure sits at the end of
+    its range; a figure that has left it keeps no stale reason."""
+    calibration = load_calibration()
+    for key in speed_calibration.AT_BOUND:
+        name, backend = key.split(".")
+        value = getattr(calibration.backends[backend], name)
+        share = value / speed_calibration.HIGHEST[name]
+        assert share <= 1e-3 or share >= 0.999, (key, value)
+
+
 def test_the_mmq_era_stages_quantized_weights_only_before_it(rows: Rows) -> None:
     """llama.cpp's CUDA backend staged quantized weights as FP16 before MMQ became the
     default (pull request 8075, b3266): the same row estimated at an older build is
