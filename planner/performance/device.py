@@ -62,15 +62,16 @@ def matrix_tflops(speed: NodeSpeed, calibration: SpeedCalibration) -> tuple[floa
     it is: ``"stated"``, ``"shaders"`` or ``"bandwidth"`` (the module docstring)."""
     if speed.fp16_tflops is not None:
         return speed.fp16_tflops, "stated"
+    on_cpu = speed.backend == "cpu"  # a CPU kind: its rates are its cores'
     if speed.vector_tflops is not None:
         # The factor is a GPU's: its FP16 matrix or packed units against its shaders'
         # FP32 rate. A CPU's cores have no such units; the CPU backend's own matrix
         # efficiency is all that stands between their vector rate and its products.
-        factor = 1.0 if speed.backend == "cpu" else calibration.fallback_matrix_factor
+        factor = 1.0 if on_cpu else calibration.fallback_matrix_factor
         return speed.vector_tflops * factor, "shaders"
     bandwidth = speed.memory_bandwidth_bytes_per_s or 0
     ratios = calibration.fallback_flops_per_byte
-    key = "cpu" if speed.backend == "cpu" else speed.vendor or ""
+    key = "cpu" if on_cpu else speed.vendor or ""
     return bandwidth * ratios.get(key, ratios["all"]) / 1e12, "bandwidth"
 
 
