@@ -385,3 +385,22 @@ def test_the_fallback_figures_carry_their_own_wider_error() -> None:
     bare = calibration.error("prefill", "all", "all", "bandwidth")
     assert stated is not None and bare is not None and bare.rows >= 50
     assert not math.isclose(bare.median_abs_error, stated.median_abs_error)
+
+
+def test_the_page_publishes_the_check_on_sources_never_seen(rows: Rows) -> None:
+    """docs/speed.md's table of the rows collected after the earlier calibration, each
+    estimated by it, is what that calibration gives today; those rows come from sources
+    the rows before them never named but one (more of ``jeffbolznv``'s tables); and the
+    check shows the gap it was made to show (AMD's discrete GPUs' prompts far too slow)."""
+    text = (ROOT / "docs" / "speed.md").read_text()
+    start = text.index("<!-- never-seen-table:start -->\n")
+    end = text.index("<!-- never-seen-table:end -->")
+    lines = speed_calibration.never_seen_lines(rows)
+    assert text[start:end].splitlines()[1:] == lines
+    first = speed_calibration.FIRST_NEVER_SEEN_ROW
+    before = {r.source_id for r in rows if r.row_id < first}
+    after = {r.source_id for r in rows if r.row_id >= first}
+    assert before & after == {"jeffbolznv"}
+    assert len(after - before) >= 15
+    amd = lines[-1].split("|")
+    assert float(amd[4].strip().rstrip("%")) > 100

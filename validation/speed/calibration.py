@@ -8,7 +8,8 @@ then every GPU kind), writes each fold's figures to ``folds.toml`` beside this f
 prints the tables docs/speed.md and the README publish; ``--check`` prints the tables of
 the shipped calibration and folds without fitting; ``--levels`` prints, from the shipped
 folds, the held-out error left once each group's own level is known
-(:func:`level_free_errors`). The tests
+(:func:`level_free_errors`); ``--never-seen`` estimates the rows collected after an
+earlier calibration with it (:func:`never_seen_lines`). The tests
 (tests/test_speed_calibration.py) recompute the tables from the folds and hold them to
 their bounds.
 
@@ -758,6 +759,38 @@ def level_free_lines(rows: Sequence[Row], errors: dict[tuple[str, int], float]
     return lines
 
 
+# ------------------------------------------------------------ sources it had never seen
+
+# The rows from this row_id on were collected after the calibration of
+# BEFORE_NEW_SOURCES was fitted (from sources it had never used, and more of jeffbolznv's),
+# and are estimated with it as they were before they joined any fit.
+FIRST_NEVER_SEEN_ROW = 1090
+BEFORE_NEW_SOURCES = HERE / "calibration-before-new-sources.toml"
+# AMD's discrete GPUs, whose prompts the calibration before them had most wrong.
+AMD_DISCRETE = ("rx-7900-xtx", "rx-7900-xt", "rx-9070-xt", "instinct-mi300x")
+
+
+def never_seen_lines(rows: Sequence[Row], path: Path = BEFORE_NEW_SOURCES) -> list[str]:
+    """The table docs/speed.md publishes: the rows from :data:`FIRST_NEVER_SEEN_ROW` on,
+    estimated by the calibration fitted before they were collected, by phase (and AMD's
+    discrete GPUs' prompts apart), as median absolute and median error in time."""
+    with path.open("rb") as handle:
+        before = SpeedCalibration.from_dict(tomllib.load(handle), str(path))
+    new = [r for r in rows if r.row_id >= FIRST_NEVER_SEEN_ROW]
+    errors = Prepared(new).predict(before) / np.array([r.measured_ms for r in new]) - 1
+    groups = {phase: [e for e, r in zip(errors, new, strict=True) if r.phase == phase]
+              for phase in PHASES}
+    groups["prefill, AMD's discrete GPUs"] = [
+        e for e, r in zip(errors, new, strict=True)
+        if r.phase == "prefill" and r.gpu.kind in AMD_DISCRETE]
+    lines = ["| phase | rows | median absolute error | median error |", "|---|---:|---:|---:|"]
+    for name, values in groups.items():
+        lines.append(f"| {name} | {len(values)} | "
+                     f"{statistics.median(abs(v) for v in values):.1%} | "
+                     f"{statistics.median(values):+.1%} |")
+    return lines
+
+
 # ------------------------------------------------------------------------ the files
 
 
@@ -892,6 +925,9 @@ def main(argv: Sequence[str]) -> None:
     rows = load_rows()
     if "--levels" in argv:
         print("\n".join(level_free_lines(rows, held_out_errors(rows, load_folds()))))
+        return
+    if "--never-seen" in argv:
+        print("\n".join(never_seen_lines(rows)))
         return
     if "--check" in argv:
         calibration = load_calibration()
