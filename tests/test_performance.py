@@ -349,6 +349,36 @@ def test_a_cpu_computes_at_its_cores_rate_without_a_gpu_s_matrix_factor() -> Non
     assert matrix_tflops(cpu, doubled) == matrix_tflops(cpu, calibration) == (2.0, "shaders")
 
 
+def test_flash_attention_on_a_stand_in_gpu_computes_at_its_shaders_rate() -> None:
+    """The stand-in factor is fitted on prompts' products: a kind computing at the
+    stand-in from its shaders runs flash attention on those shaders, at their FP32 rate
+    (the attention share of it); without flash attention its scores are products at the
+    stand-in, and a kind stating its FP16 figure attends at that figure either way."""
+    from dataclasses import replace
+
+    from planner.performance import NodeSpeed, RunSettings, calibrated_device
+
+    calibration = load_calibration()
+    factor = calibration.fallback_matrix_factor
+    figures = calibration.backends["rocm"]
+    assert figures.attention_efficiency is not None and figures.matrix_efficiency is not None
+    shaders = NodeSpeed("card", 10**12, None, "card", "gddr", "rocm", None, 40.0, "AMD")
+    stated = replace(shaders, fp16_tflops=100.0)
+
+    def attention_ms_per_flop(speed: NodeSpeed, flash_attn: bool) -> float:
+        device = calibrated_device(calibration, speed,
+                                   RunSettings(backend="rocm", flash_attn=flash_attn),
+                                   True, [])
+        return float(device.rates.attention_ms_per_flop)
+
+    assert attention_ms_per_flop(shaders, True) == pytest.approx(
+        1000 / (figures.attention_efficiency * 40e12))
+    assert attention_ms_per_flop(shaders, False) == pytest.approx(
+        1000 / (figures.matrix_efficiency * 40e12 * factor))
+    assert attention_ms_per_flop(stated, True) == pytest.approx(
+        1000 / (figures.attention_efficiency * 100e12))
+
+
 def test_numbers_state_attention_windows_latent_ranks_and_expert_bytes() -> None:
     """A model typed as numbers gives what the estimate reads of its shape: attention's
     width from heads and head size, a sliding window's layers and their cache, latent

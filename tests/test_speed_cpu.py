@@ -62,9 +62,6 @@ BOUND_OF = {"decode": BOUNDS["decode"], "prefill": BOUNDS["prefill"], "all": BAC
 ABOVE_BOUND: dict[str, str] = {
     "decode": "a core's bandwidth, one thread's fixed time (it synchronises with no "
               "other) and CPU attention over the cache are not modelled",
-    "prefill": "the CPU's matrix efficiency rests on four published CPU kinds of many "
-               "cores (an M4 Max and an M2 Ultra among them), and a prompt is charged "
-               "the output head per token, not per micro-batch",
 }
 
 
@@ -258,7 +255,7 @@ def test_one_core_cannot_draw_the_sockets_bandwidth() -> None:
 
 def test_attention_over_the_cache_costs_more_than_estimated() -> None:
     """docs/speed.md: 1,024 cached tokens add to a small dense model's decode step
-    almost twice what the estimate adds (more than half as much again)."""
+    two and a half times what the estimate adds (more than half as much again)."""
     kind = cpu_kind()
     added = []
     for model in models():

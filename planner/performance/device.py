@@ -9,6 +9,12 @@ and clock, without the factor, which describes a GPU's matrix units),
 else its memory bandwidth times the median FP16 FLOPs per byte of the measured kinds of
 its vendor (of the measured CPUs, for a CPU; of all, for a vendor never measured:
 ``"bandwidth"``).
+
+The factor is fitted on prompts' matrix products. Flash attention runs other kernels,
+which on the kinds computing at the stand-in from shaders (AMD's and Intel's GPUs) ran on
+those shaders through most of the builds measured, so their attention computes at the
+shaders' FP32 rate (docs/sources.md §3). Without flash attention, scores are matrix
+products like the others.
 """
 
 from __future__ import annotations
@@ -121,11 +127,14 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
         matrix, attention = (min(1.0, share * own.compute_factor)
                              for share in (matrix, attention))
     flops = tflops * 1e12
+    attention_flops = flops
+    if figure == "shaders" and settings.flash_attn and speed.vector_tflops is not None:
+        attention_flops = speed.vector_tflops * 1e12  # on the shaders (module docstring)
     rates = Rates(
         read_ms_per_byte=1000 / (weight * bandwidth),
         kv_ms_per_byte=1000 / (kv * bandwidth),
         matrix_ms_per_flop=1000 / (matrix * factor * flops),
-        attention_ms_per_flop=1000 / (attention * flops),
+        attention_ms_per_flop=1000 / (attention * attention_flops),
         layer_ms=figures.layer_ms,
         activation_bytes=calibration.activation_bytes,
         staging_bytes_per_parameter=STAGING_BYTES_PER_PARAMETER if staging else 0.0,
