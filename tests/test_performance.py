@@ -351,12 +351,15 @@ def test_a_cpu_computes_at_its_cores_rate_without_a_gpu_s_matrix_factor() -> Non
 
 def test_flash_attention_on_a_stand_in_gpu_computes_at_its_shaders_rate() -> None:
     """The stand-in factor is fitted on prompts' products: a kind computing at the
-    stand-in from its shaders runs flash attention on those shaders, at their FP32 rate
-    (the attention share of it); without flash attention its scores are products at the
-    stand-in, and a kind stating its FP16 figure attends at that figure either way."""
+    stand-in from its shaders ran flash attention on those shaders, at their FP32 rate
+    (the attention share of it), until llama.cpp's matrix kernel reached AMD's units
+    (``attends_on_shaders``); from then, and without flash attention (scores are
+    products), it attends at the stand-in. A kind stating its FP16 figure attends at that
+    figure on any build."""
     from dataclasses import replace
 
     from planner.performance import NodeSpeed, RunSettings, calibrated_device
+    from planner.performance.settings import MATRIX_FLASH_ATTENTION_BUILD
 
     calibration = load_calibration()
     factor = calibration.fallback_matrix_factor
@@ -364,19 +367,24 @@ def test_flash_attention_on_a_stand_in_gpu_computes_at_its_shaders_rate() -> Non
     assert figures.attention_efficiency is not None and figures.matrix_efficiency is not None
     shaders = NodeSpeed("card", 10**12, None, "card", "gddr", "rocm", None, 40.0, "AMD")
     stated = replace(shaders, fp16_tflops=100.0)
+    before = MATRIX_FLASH_ATTENTION_BUILD["rocm"] - 1
 
-    def attention_ms_per_flop(speed: NodeSpeed, flash_attn: bool) -> float:
-        device = calibrated_device(calibration, speed,
-                                   RunSettings(backend="rocm", flash_attn=flash_attn),
-                                   True, [])
+    def attention_ms_per_flop(speed: NodeSpeed, flash_attn: bool, build: int | None
+                              ) -> float:
+        settings = RunSettings(backend="rocm", flash_attn=flash_attn, build=build)
+        device = calibrated_device(calibration, speed, settings, True, [])
         return float(device.rates.attention_ms_per_flop)
 
-    assert attention_ms_per_flop(shaders, True) == pytest.approx(
+    assert attention_ms_per_flop(shaders, True, before) == pytest.approx(
         1000 / (figures.attention_efficiency * 40e12))
-    assert attention_ms_per_flop(shaders, False) == pytest.approx(
+    for build in (before + 1, None):
+        assert attention_ms_per_flop(shaders, True, build) == pytest.approx(
+            1000 / (figures.attention_efficiency * 40e12 * factor))
+    assert attention_ms_per_flop(shaders, False, before) == pytest.approx(
         1000 / (figures.matrix_efficiency * 40e12 * factor))
-    assert attention_ms_per_flop(stated, True) == pytest.approx(
-        1000 / (figures.attention_efficiency * 100e12))
+    for build in (before, None):
+        assert attention_ms_per_flop(stated, True, build) == pytest.approx(
+            1000 / (figures.attention_efficiency * 100e12))
 
 
 def test_numbers_state_attention_windows_latent_ranks_and_expert_bytes() -> None:

@@ -255,7 +255,7 @@ def test_one_core_cannot_draw_the_sockets_bandwidth() -> None:
 
 def test_attention_over_the_cache_costs_more_than_estimated() -> None:
     """docs/speed.md: 1,024 cached tokens add to a small dense model's decode step
-    two and a half times what the estimate adds (more than half as much again)."""
+    more than twice what the estimate adds (more than half as much again)."""
     kind = cpu_kind()
     added = []
     for model in models():

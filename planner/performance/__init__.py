@@ -107,6 +107,7 @@ from planner.performance.settings import (
     FUSED_MOE_BUILD,
     MMQ_DEFAULT_BUILD,
     RunSettings,
+    attends_on_shaders,
     fuses_moe_kernels,
 )
 from planner.performance.traffic import (
@@ -152,6 +153,7 @@ __all__ = [
     "StageLoad",
     "StepTerms",
     "Work",
+    "attends_on_shaders",
     "calibrated_device",
     "check_prompt",
     "cost_per_million_tokens",

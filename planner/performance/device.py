@@ -12,9 +12,9 @@ its vendor (of the measured CPUs, for a CPU; of all, for a vendor never measured
 
 The factor is fitted on prompts' matrix products. Flash attention runs other kernels,
 which on the kinds computing at the stand-in from shaders (AMD's and Intel's GPUs) ran on
-those shaders through most of the builds measured, so their attention computes at the
-shaders' FP32 rate (docs/sources.md §3). Without flash attention, scores are matrix
-products like the others.
+those shaders until 2026 (:func:`~planner.performance.settings.attends_on_shaders`), so
+on such a build their attention computes at the shaders' FP32 rate (docs/sources.md §3).
+Without flash attention, scores are matrix products like the others.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from planner.performance.roofline import (
 from planner.performance.settings import (
     DEFAULT_SETTINGS,
     RunSettings,
+    attends_on_shaders,
     fuses_moe_kernels,
     stages_quantized_weights,
 )
@@ -128,7 +129,8 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
                              for share in (matrix, attention))
     flops = tflops * 1e12
     attention_flops = flops
-    if figure == "shaders" and settings.flash_attn and speed.vector_tflops is not None:
+    if (figure == "shaders" and settings.flash_attn and speed.vector_tflops is not None
+            and attends_on_shaders(backend, settings.build)):
         attention_flops = speed.vector_tflops * 1e12  # on the shaders (module docstring)
     rates = Rates(
         read_ms_per_byte=1000 / (weight * bandwidth),

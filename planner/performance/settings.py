@@ -22,6 +22,18 @@ ten builds a day: the estimate takes b6550 (CUDA, ROCm) and b6800 (Vulkan) as th
 fused builds. Metal fuses both in b11434, the build this project's llama.cpp knowledge is
 read from; when it began is not recorded here, so an earlier Metal build is taken as
 unfused. The CPU backend fuses neither.
+
+And it decides where flash attention runs on AMD's and Intel's GPUs
+(:func:`attends_on_shaders`), whose FP16 figure is the stand-in from shaders and clock: on
+ROCm the tile kernel on the shaders, unless built with rocWMMA (pull request 12032, off by
+default), and on Vulkan the scalar kernel where a device offers no cooperative matrices,
+until llama.cpp's matrix flash-attention kernel reached AMD's units: b11434's ``fattn.cu``
+routes a grouped-query model's attention on RDNA 3, 3.5 and 4 to it (in October 2025 it
+still ran on NVIDIA's tensor cores only, issue 16631). The published runs date the change:
+a Radeon 8060S's gpt-oss prompts after 32k to 64k cached tokens ran at one rate through
+b9112 (2026-05-12) and twice as fast in b9187 (2026-05-18), on ROCm and Vulkan alike.
+The estimate takes b9187 as the first build to attend on the matrix units (the stand-in's
+rate, as the products).
 """
 
 from __future__ import annotations
@@ -45,6 +57,9 @@ MMQ_DEFAULT_BUILD = 3266
 # The first build each backend is taken to fuse a mixture of experts' router and expert
 # sums in (the module docstring).
 FUSED_MOE_BUILD = {"cuda": 6550, "rocm": 6550, "vulkan": 6800, "metal": 11434}
+# The first build taken to run flash attention on AMD's matrix units, on each backend that
+# ran it on the shaders before (the module docstring).
+MATRIX_FLASH_ATTENTION_BUILD = {"rocm": 9187, "vulkan": 9187}
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,3 +129,11 @@ def fuses_moe_kernels(backend: str, build: int | None) -> bool:
     (:data:`FUSED_MOE_BUILD`, the module docstring)."""
     first = FUSED_MOE_BUILD.get(backend)
     return first is not None and (build is None or build >= first)
+
+
+def attends_on_shaders(backend: str, build: int | None) -> bool:
+    """Whether flash attention on ``backend`` at ``build`` (``None``: a current build) runs
+    on the shaders of a GPU whose FP16 figure is the stand-in from them: ROCm and Vulkan
+    before :data:`MATRIX_FLASH_ATTENTION_BUILD` (the module docstring)."""
+    first = MATRIX_FLASH_ATTENTION_BUILD.get(backend)
+    return first is not None and build is not None and build < first

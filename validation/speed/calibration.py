@@ -79,6 +79,7 @@ from planner.performance import (  # noqa: E402
 )
 from planner.performance.settings import (  # noqa: E402
     MMQ_DEFAULT_BUILD,
+    attends_on_shaders,
     fuses_moe_kernels,
     stages_quantized_weights,
 )
@@ -325,7 +326,8 @@ class Prepared:
             settings = row.settings
             key = (row.gpu.kind, row.backend, row.flash_attn,
                    stages_quantized_weights(row.backend, row.build), traffic.quantized,
-                   fuses_moe_kernels(row.backend, row.build))
+                   fuses_moe_kernels(row.backend, row.build),
+                   attends_on_shaders(row.backend, row.build))
             if key not in group_of:
                 group_of[key] = len(self.groups)
                 self.groups.append((row, traffic, row.gpu))
