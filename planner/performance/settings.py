@@ -29,11 +29,12 @@ ROCm the tile kernel on the shaders, unless built with rocWMMA (pull request 120
 default), and on Vulkan the scalar kernel where a device offers no cooperative matrices,
 until llama.cpp's matrix flash-attention kernel reached AMD's units: b11434's ``fattn.cu``
 routes a grouped-query model's attention on RDNA 3, 3.5 and 4 to it (in October 2025 it
-still ran on NVIDIA's tensor cores only, issue 16631). The published runs date the change:
-a Radeon 8060S's gpt-oss prompts after 32k to 64k cached tokens ran at one rate through
-b9112 (2026-05-12) and twice as fast in b9187 (2026-05-18), on ROCm and Vulkan alike.
-The estimate takes b9187 as the first build to attend on the matrix units (the stand-in's
-rate, as the products).
+still ran on NVIDIA's tensor cores only, issue 16631). The published runs date the change
+on ROCm: a Radeon 8060S's gpt-oss prompts after 32k to 64k cached tokens ran at one rate
+through b9112 (2026-05-12) and twice as fast in b9187 (2026-05-18). Vulkan's rose by
+steps instead (at 32k: 298 tokens/s in b7034, 417 in b7938, 546 in b8743, 556 in b9187),
+with no one build to date; the estimate takes ROCm's for both. b9187 is the first build
+taken to attend on the matrix units (the stand-in's rate, as the products).
 """
 
 from __future__ import annotations
