@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from planner.limits import MAX_BENCH_BYTES
 from planner.llamacpp.bench import (
+    FLASH_ATTN_AUTO_BUILD,
     BenchError,
     BenchRun,
     fit_calibration,
@@ -115,6 +116,25 @@ def test_markdown_states_the_build_under_its_table_and_flash_attention_in_fa() -
             "| m | 4.58 GiB | tg128 | 150.10 ± 0.20 | 1 |\n\nbuild: 1a2b3c4d (6550)\n")
     runs = parse_bench(text, "x.md")
     assert [(r.build, r.flash_attn) for r in runs] == [(6550, False), (6550, True)]
+
+
+def test_a_table_without_an_fa_column_ran_llama_bench_s_default_of_its_build() -> None:
+    """llama-bench's markdown prints ``fa`` only where the setting differs from its
+    default, which was off until pull request 23714 made it auto (on) from b9437: a table
+    without the column is estimated without flash attention before b9437, with it from
+    b9437 and where no build is stated (a current build)."""
+    spec, kind = load_preset(PRESET), kind_4090()
+    shape, calibration = run_shape(spec, kind), shipped_calibration()
+    table = ("| model | size | test | t/s |\n| --- | --: | --: | --: |\n"
+             "| m | 4.58 GiB | tg128 @ d16384 | 50.00 ± 0.20 |\n")
+    for build, flash_attn in ((FLASH_ATTN_AUTO_BUILD - 1, False),
+                              (FLASH_ATTN_AUTO_BUILD, True), (None, True)):
+        line = "" if build is None else f"\nbuild: 1a2b3c4d ({build})\n"
+        (run,) = parse_bench(table + line, "x.md")
+        assert run.flash_attn is None and run.ran_flash_attn is flash_attn
+        deep = replace(run, model=spec.name, model_bytes=spec.model_weight_bytes)
+        assert run_estimate(deep, shape, calibration) == run_estimate(
+            replace(deep, flash_attn=flash_attn), shape, calibration), build
 
 
 def test_a_run_is_estimated_at_its_own_build_and_flash_attention() -> None:

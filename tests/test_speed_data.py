@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from planner.llamacpp.bench import FLASH_ATTN_AUTO_BUILD
+
 HERE = Path(__file__).resolve().parents[1] / "validation" / "speed"
 BACKENDS = ("CUDA", "ROCm", "Vulkan", "Metal", "CPU", "SYCL")
 SPLITS = ("fit", "holdout", "cv", "excluded")
@@ -174,10 +176,6 @@ def test_docs_count_the_rows_left_out(rows: list[dict[str, str]]) -> None:
     assert counted == len(excluded), "a row is left out for a reason docs/speed.md does not count"
 
 
-# llama-bench's flash attention defaulted to off until pull request 23714 ("Support
-# `-fa auto` in llama-bench") made it auto, from build b9437 (docs/sources.md §3); its
-# markdown prints an `fa` column only when the setting differs from that default.
-FA_AUTO_BUILD = 9437
 
 
 def _build_of(row: dict[str, str]) -> int | None:
@@ -191,11 +189,11 @@ def test_a_table_without_an_fa_column_ran_llama_bench_s_default(
     row of a build from b9437 recorded off says where its post stated so."""
     for row in rows:
         where, build = f"row {row['row_id']}", _build_of(row)
-        auto = (build >= FA_AUTO_BUILD if build is not None
+        auto = (build >= FLASH_ATTN_AUTO_BUILD if build is not None
                 else row["build_date"] > "2026-06")
         if "no fa column" in row["source_detail"]:
             assert row["flash_attn"] == ("1" if auto else "0"), where
-        if build is not None and build >= FA_AUTO_BUILD and row["flash_attn"] == "0":
+        if build is not None and build >= FLASH_ATTN_AUTO_BUILD and row["flash_attn"] == "0":
             assert re.search(r"-fa 0|fa column 0|fa 0\b", row["source_detail"]), where
 
 

@@ -81,6 +81,10 @@ _BUILD_LINE = re.compile(r"^\s*build: \S{1,64} \((?P<number>\d{1,9})\)", re.ASCI
 # true/false; markdown: 0/1 or on/off/auto); auto (-1) is llama.cpp's own choice.
 _FLASH = {"1": True, "true": True, "on": True, "yes": True, "0": False, "false": False,
           "off": False, "no": False, "-1": None, "auto": None}
+# llama-bench ran without flash attention unless told otherwise until pull request 23714
+# ("Support `-fa auto` in llama-bench") made auto its default, from this build; its
+# markdown prints an ``fa`` column only where the setting differs from the default.
+FLASH_ATTN_AUTO_BUILD = 9437
 
 
 class BenchError(CodedError):
@@ -110,6 +114,16 @@ class BenchRun:
     """llama-bench's ``build_number`` (``None``: not stated, taken as a current build)."""
     flash_attn: bool | None = None
     """Flash attention on or off (``None``: llama.cpp's own choice, or not stated)."""
+
+    @property
+    def ran_flash_attn(self) -> bool:
+        """Whether the run had flash attention: as it states, else llama-bench's default
+        of its build, off before :data:`FLASH_ATTN_AUTO_BUILD` and auto (on, as
+        llama.cpp chooses where the backend supports it) from it and on a build not
+        stated (a current one)."""
+        if self.flash_attn is not None:
+            return self.flash_attn
+        return self.build is None or self.build >= FLASH_ATTN_AUTO_BUILD
 
     @property
     def phase(self) -> str:
@@ -363,8 +377,7 @@ def run_estimate(run: BenchRun, shape: RunShape, calibration: SpeedCalibration) 
     ubatch = run.ubatch or RunSettings().ubatch
     settings = RunSettings(ubatch=ubatch, batch=max(ubatch, RunSettings().batch),
                            depth=run.depth if prefill else 0, build=run.build,
-                           flash_attn=(RunSettings().flash_attn if run.flash_attn is None
-                                       else run.flash_attn))
+                           flash_attn=run.ran_flash_attn)
     estimate = estimate_plan(request, plan, shape.traffic, speeds, calibration=calibration,
                              link_bandwidth_bytes_per_s=INTRA_HOST_LINK_BYTES_PER_S,
                              prompt_tokens=run.prompt_tokens if prefill else None,
