@@ -255,7 +255,7 @@ def test_one_core_cannot_draw_the_sockets_bandwidth() -> None:
 
 def test_attention_over_the_cache_costs_more_than_estimated() -> None:
     """docs/speed.md: 1,024 cached tokens add to a small dense model's decode step
-    more than twice what the estimate adds (more than half as much again)."""
+    more than twice what the estimate adds."""
     kind = cpu_kind()
     added = []
     for model in models():
@@ -269,7 +269,7 @@ def test_attention_over_the_cache_costs_more_than_estimated() -> None:
                                for rate in (lambda run: run.tokens_per_s,
                                             lambda run: estimated_tokens_per_s(run, kind)))
         added.append((measured[1] - measured[0]) / (estimated[1] - estimated[0]))
-    assert len(added) >= 20 and statistics.median(added) > 1.5
+    assert len(added) >= 20 and statistics.median(added) > 2
 
 
 def test_docs_publish_the_error_as_recomputed() -> None:

@@ -128,10 +128,10 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
         matrix, attention = (min(1.0, share * own.compute_factor)
                              for share in (matrix, attention))
     flops = tflops * 1e12
-    attention_flops = flops
-    if (figure == "shaders" and settings.flash_attn and speed.vector_tflops is not None
-            and attends_on_shaders(backend, settings.build)):
-        attention_flops = speed.vector_tflops * 1e12  # on the shaders (module docstring)
+    on_shaders = (figure == "shaders" and settings.flash_attn
+                  and attends_on_shaders(backend, settings.build))
+    # On the shaders (module docstring): their vector rate, which "shaders" says is stated.
+    attention_flops = (speed.vector_tflops or tflops) * 1e12 if on_shaders else flops
     rates = Rates(
         read_ms_per_byte=1000 / (weight * bandwidth),
         kv_ms_per_byte=1000 / (kv * bandwidth),

@@ -768,8 +768,6 @@ def level_free_lines(rows: Sequence[Row], errors: dict[tuple[str, int], float]
 # and are estimated with it as they were before they joined any fit.
 FIRST_NEVER_SEEN_ROW = 1090
 BEFORE_NEW_SOURCES = HERE / "calibration-before-new-sources.toml"
-# AMD's discrete GPUs, whose prompts the calibration before them had most wrong.
-AMD_DISCRETE = ("rx-7900-xtx", "rx-7900-xt", "rx-9070-xt", "instinct-mi300x")
 
 
 def never_seen_lines(rows: Sequence[Row], path: Path = BEFORE_NEW_SOURCES) -> list[str]:
@@ -782,9 +780,12 @@ def never_seen_lines(rows: Sequence[Row], path: Path = BEFORE_NEW_SOURCES) -> li
     errors = Prepared(new).predict(before) / np.array([r.measured_ms for r in new]) - 1
     groups = {phase: [e for e, r in zip(errors, new, strict=True) if r.phase == phase]
               for phase in PHASES}
+    # AMD's discrete GPUs (memory of their own, not an APU's LPDDR), whose prompts the
+    # calibration before them had most wrong.
     groups["prefill, AMD's discrete GPUs"] = [
         e for e, r in zip(errors, new, strict=True)
-        if r.phase == "prefill" and r.gpu.kind in AMD_DISCRETE]
+        if r.phase == "prefill" and r.gpu.vendor == "AMD" and r.gpu.memory_type != "lpddr"
+        and r.gpu.backend != "cpu"]
     lines = ["| phase | rows | median absolute error | median error |", "|---|---:|---:|---:|"]
     for name, values in groups.items():
         lines.append(f"| {name} | {len(values)} | "
