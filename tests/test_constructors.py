@@ -166,7 +166,7 @@ EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
         read_factor=0.8, compute_factor=1.2, decode_error=0.1, decode_runs=3,
         prefill_error=0.2, prefill_runs=2),
     "planner.performance.calibration.SpeedCalibration": lambda: dict(
-        backends={"cuda": _BACKEND}, memory_factors={"hbm": 0.6}, activation_bytes=12.0,
+        backends={"cuda": _BACKEND}, memory_factors={"hbm": 0.6},
         half_rate_tokens=8.0, fallback_matrix_factor=1.0,
         fallback_flops_per_byte={"all": 150.0}),
     "planner.performance.settings.RunSettings": lambda: dict(

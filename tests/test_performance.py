@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from planner import plan_topology
 from planner.models import GpuModel, load_gpu_catalog, load_preset
 from planner.performance import (
+    ACTIVATION_BYTES_PER_UNIT,
     ESTIMATE_COLUMNS,
     ModelTraffic,
     NodeSpeed,
@@ -424,3 +427,42 @@ def test_a_window_caps_what_its_layers_read_and_attend_to() -> None:
     slow = estimate_plan(request, plan, full, speeds).estimated_tpot_ms
     fast = estimate_plan(request, plan, windowed, speeds).estimated_tpot_ms
     assert fast < slow
+
+
+def _graph_activation_bytes(layers: int, tokens: int) -> int:
+    """Bytes every computing operation of a llama 8B graph of ``layers`` layers reads from
+    activations (not weights, the cache or the graph's inputs) and writes, for one
+    micro-batch of ``tokens`` tokens."""
+    from graph_node_counts import FREE_OPS
+
+    from planner.llamacpp.graph.schedule import build_graph
+    from planner.llamacpp.graph.shapes import (
+        AttentionShape,
+        BlockShape,
+        FeedForwardShape,
+        GraphModel,
+    )
+
+    block = BlockShape(AttentionShape(q_width=4096, k_width=1024, v_width=1024,
+                                      out_width=4096, n_head=32),
+                       FeedForwardShape(n_ff=14336))
+    graph = build_graph(GraphModel(n_embd=4096, n_vocab=128256, blocks=(block,) * layers),
+                        n_tokens=tokens, n_outputs=1, n_kv=2 * tokens, flash_attn=True)
+
+    def stored(tensor: Any) -> bool:
+        while tensor.view_src is not None:
+            tensor = tensor.view_src
+        return tensor.external or tensor.is_input
+
+    return sum(node.nbytes + sum(src.nbytes for src in node.srcs if not stored(src))
+               for node in graph.nodes if node.op not in FREE_OPS)
+
+
+def test_a_micro_batch_moves_the_bytes_llama_cpp_s_graph_moves() -> None:
+    """ACTIVATION_BYTES_PER_UNIT is a layer of llama.cpp's graph counted: what a third
+    layer adds to a graph of two (the last layer computes only the tokens that are
+    output), per token and unit of matrix width (the layer's parameters / hidden size)."""
+    tokens = 512
+    layer = _graph_activation_bytes(3, tokens) - _graph_activation_bytes(2, tokens)
+    units = (4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 14336) / 4096
+    assert layer / tokens / units == pytest.approx(ACTIVATION_BYTES_PER_UNIT, abs=0.05)

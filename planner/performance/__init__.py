@@ -90,6 +90,7 @@ from planner.performance.graph_nodes import (
     layer_nodes,
 )
 from planner.performance.roofline import (
+    ACTIVATION_BYTES_PER_UNIT,
     Device,
     Prompt,
     Rates,
@@ -123,6 +124,7 @@ from planner.performance.traffic import (
 )
 
 __all__ = [
+    "ACTIVATION_BYTES_PER_UNIT",
     "ACTIVATION_BYTES_PER_VALUE",
     "CALIBRATION_FILE",
     "DEFAULT_LINK_BANDWIDTH_BYTES_PER_S",

@@ -11,9 +11,11 @@ GPUs (``validation/speed/calibration.py``):
   (kernel launches and synchronisation), and a fixed time per hop between devices;
 - per memory type: the share of the bandwidth reached on it against GDDR (HBM's wide,
   slow channels need more reads in flight than llama.cpp's kernels keep);
-- shared by every backend: the bytes a micro-batch moves between its kernels per token
-  and unit of matrix width, the tokens at which a product runs at half its rate, and
+- shared by every backend: the tokens at which a product runs at half its rate, and
   what a GPU that states no FP16 figure is taken to compute (:mod:`planner.models.gpus`).
+
+The bytes a micro-batch moves between its kernels are not fitted: they are counted on
+llama.cpp's graph (:data:`planner.performance.ACTIVATION_BYTES_PER_UNIT`).
 
 Beside them, the estimate's error measured by cross-validation, per backend, memory type
 and phase (:class:`CrossValidatedError`), which every estimate states with itself.
@@ -89,8 +91,7 @@ _BACKEND_BOUNDS = {"weight_efficiency": _SHARE, "kv_efficiency": _SHARE,
                    "matrix_efficiency": _SHARE, "attention_efficiency": _SHARE,
                    "quantized_matrix_factor": (0.0, 4.0), "layer_ms": (-1e-12, 10.0),
                    "hop_ms": (-1e-12, 100.0)}
-_SHARED_BOUNDS = {"activation_bytes": (-1e-12, 256.0), "half_rate_tokens": (-1e-12, 4096.0),
-                  "fallback_matrix_factor": (0.0, 64.0)}
+_SHARED_BOUNDS = {"half_rate_tokens": (-1e-12, 4096.0), "fallback_matrix_factor": (0.0, 64.0)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +163,6 @@ class SpeedCalibration:
 
     backends: Mapping[str, BackendFigures]
     memory_factors: Mapping[str, float]
-    activation_bytes: float
     half_rate_tokens: float
     fallback_matrix_factor: float
     # Per GPU vendor (and "all"): the median FP16 FLOPs per byte of memory bandwidth of

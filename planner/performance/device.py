@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from planner.models.gpus import GpuModel
 from planner.performance.calibration import BackendFigures, SpeedCalibration
 from planner.performance.roofline import (
+    ACTIVATION_BYTES_PER_UNIT,
     SCORE_BYTES_WITHOUT_FLASH_ATTENTION,
     STAGING_BYTES_PER_PARAMETER,
     Device,
@@ -138,7 +139,7 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
         matrix_ms_per_flop=1000 / (matrix * factor * flops),
         attention_ms_per_flop=1000 / (attention * attention_flops),
         layer_ms=figures.layer_ms,
-        activation_bytes=calibration.activation_bytes,
+        activation_bytes=ACTIVATION_BYTES_PER_UNIT,
         staging_bytes_per_parameter=STAGING_BYTES_PER_PARAMETER if staging else 0.0,
         score_bytes=0.0 if settings.flash_attn else SCORE_BYTES_WITHOUT_FLASH_ATTENTION,
         half_rate_tokens=calibration.half_rate_tokens,

@@ -29,6 +29,14 @@ SCORE_BYTES_WITHOUT_FLASH_ATTENTION = 16
 # product (llama.cpp's CUDA backend before MMQ became the default): its FP16 copy is
 # written (2 B) and read back by cuBLAS (2 B).
 STAGING_BYTES_PER_PARAMETER = 4
+# The bytes a micro-batch's operations move between them per token and unit of matrix
+# width (active parameters / hidden size), counted on llama.cpp's own graph of a layer
+# (planner.llamacpp.graph, the layer of a llama 8B: hidden size 4,096, keys and values
+# 1,024 wide, feed-forward 14,336): every operation that computes (norm, its weights'
+# product, the products, rotations, cache writes, attention, the gated activation, the
+# residual sums) reads its activation inputs and writes its output, 4 bytes a value.
+# tests/test_performance.py counts it again from the graph.
+ACTIVATION_BYTES_PER_UNIT = 15.2
 
 
 @dataclass(frozen=True, slots=True)
