@@ -110,6 +110,15 @@ from planner.units import UnitError, parse_bandwidth, parse_bytes, parse_latency
 
 # llama.cpp backends a GPU kind can run (planner.llamacpp's fixed overhead per device).
 BACKENDS = ("cuda", "rocm", "metal", "vulkan", "sycl", "cpu", "rpc")
+# The backend of a kind that is a CPU: its rates are its cores' (core_count, simd_width_bits).
+CPU_BACKEND = "cpu"
+
+
+def is_cpu_kind(backend: str | None) -> bool:
+    """Whether a kind of ``backend`` is a CPU (its cores compute; it has no GPU's matrix
+    or packed FP16 units), the one test of it."""
+    return backend == CPU_BACKEND
+
 # Memory a kind reads its weights from: stacked HBM, GDDR on a card, LPDDR shared with the
 # CPU (Apple silicon, DGX Spark), or a CPU's DDR modules; the speed estimate's figures
 # differ by it.

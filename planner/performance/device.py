@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from planner.models.gpus import GpuModel
+from planner.models.gpus import CPU_BACKEND, GpuModel, is_cpu_kind
 from planner.performance.calibration import BackendFigures, SpeedCalibration
 from planner.performance.roofline import (
     ACTIVATION_BYTES_PER_UNIT,
@@ -70,7 +70,7 @@ def matrix_tflops(speed: NodeSpeed, calibration: SpeedCalibration) -> tuple[floa
     it is: ``"stated"``, ``"shaders"`` or ``"bandwidth"`` (the module docstring)."""
     if speed.fp16_tflops is not None:
         return speed.fp16_tflops, "stated"
-    on_cpu = speed.backend == "cpu"  # a CPU kind: its rates are its cores'
+    on_cpu = is_cpu_kind(speed.backend)  # its rates are its cores'
     if speed.vector_tflops is not None:
         # The factor is a GPU's: its FP16 matrix or packed units against its shaders'
         # FP32 rate. A CPU's cores have no such units; the CPU backend's own matrix
@@ -79,7 +79,7 @@ def matrix_tflops(speed: NodeSpeed, calibration: SpeedCalibration) -> tuple[floa
         return speed.vector_tflops * factor, "shaders"
     bandwidth = speed.memory_bandwidth_bytes_per_s or 0
     ratios = calibration.fallback_flops_per_byte
-    key = "cpu" if on_cpu else speed.vendor or ""
+    key = CPU_BACKEND if on_cpu else speed.vendor or ""
     return bandwidth * ratios.get(key, ratios["all"]) / 1e12, "bandwidth"
 
 

@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from planner.models.gpus import GpuModel, parse_gpu_catalog  # noqa: E402
+from planner.models.gpus import GpuModel, is_cpu_kind, parse_gpu_catalog  # noqa: E402
 from planner.performance import (  # noqa: E402
     ACTIVATION_BYTES_PER_VALUE,
     INTRA_HOST_LINK_BYTES_PER_S,
@@ -443,7 +443,7 @@ def _informing(rows: Sequence[Row], parameter: Parameter) -> list[Row]:
         return [r for r in rows if r.model.get("expert_count")
                 and (r.phase == "prefill" or r.lanes > 1)]
     if figure == "fallback_matrix_factor":
-        return [r for r in prefill if r.figure == "shaders" and r.gpu.backend != "cpu"]
+        return [r for r in prefill if r.figure == "shaders" and not is_cpu_kind(r.gpu.backend)]
     mine = [r for r in rows if r.backend == key]
     if figure == "matrix_efficiency":
         return [r for r in mine if r.phase == "prefill"]
@@ -494,9 +494,9 @@ def fallback_flops_per_byte(rows: Sequence[Row]) -> dict[str, float]:
     ratios: dict[str, list[float]] = defaultdict(list)
     for gpu in kinds.values():
         bandwidth = gpu.memory_bandwidth_bytes_per_s or 1
-        if gpu.backend == "cpu" and gpu.vector_tflops is not None:
+        if is_cpu_kind(gpu.backend) and gpu.vector_tflops is not None:
             ratios["cpu"].append(gpu.vector_tflops * 1e12 / bandwidth)
-        elif gpu.backend != "cpu" and gpu.fp16_tflops is not None:
+        elif not is_cpu_kind(gpu.backend) and gpu.fp16_tflops is not None:
             ratio = gpu.fp16_tflops * 1e12 / bandwidth
             ratios[gpu.vendor or "all"].append(ratio)
             if gpu.vendor:
@@ -783,7 +783,7 @@ def never_seen_lines(rows: Sequence[Row], path: Path = BEFORE_NEW_SOURCES) -> li
     groups["prefill, AMD's discrete GPUs"] = [
         e for e, r in zip(errors, new, strict=True)
         if r.phase == "prefill" and r.gpu.vendor == "AMD" and r.gpu.memory_type != "lpddr"
-        and r.gpu.backend != "cpu"]
+        and not is_cpu_kind(r.gpu.backend)]
     lines = ["| phase | rows | median absolute error | median error |", "|---|---:|---:|---:|"]
     for name, values in groups.items():
         lines.append(f"| {name} | {len(values)} | "
