@@ -377,6 +377,22 @@ def test_a_calibration_with_an_impossible_figure_is_refused() -> None:
     assert raised.value.details["field"] == "backends.cuda.weight_efficiency"
 
 
+def test_an_unknown_shared_figure_is_refused_and_the_retired_one_read() -> None:
+    """A shared figure the estimate does not have is named, as an unknown backend figure
+    is; ``activation_bytes``, which calibration files of earlier versions carry (it is
+    counted on llama.cpp's graph now), is read and left unused."""
+    data = load_calibration().to_dict()
+    data["shared"]["half_rate_token"] = 8.0
+    with pytest.raises(PerformanceError) as raised:
+        SpeedCalibration.from_dict(data)
+    assert raised.value.code == "InvalidCalibration"
+    assert raised.value.details["field"] == "shared.half_rate_token"
+    data = load_calibration().to_dict()
+    data["shared"]["activation_bytes"] = 36.146084
+    assert SpeedCalibration.from_dict(data) == SpeedCalibration.from_dict(
+        load_calibration().to_dict())
+
+
 def test_the_fallback_figures_carry_their_own_wider_error() -> None:
     """The FP16 figure a kind that states none is given has its own cross-validated
     error, measured on the rows of GPUs that state one as if they did not."""

@@ -92,6 +92,10 @@ _BACKEND_BOUNDS = {"weight_efficiency": _SHARE, "kv_efficiency": _SHARE,
                    "quantized_matrix_factor": (0.0, 4.0), "layer_ms": (-1e-12, 10.0),
                    "hop_ms": (-1e-12, 100.0)}
 _SHARED_BOUNDS = {"half_rate_tokens": (-1e-12, 4096.0), "fallback_matrix_factor": (0.0, 64.0)}
+# Shared figures earlier versions fitted and wrote, read and left unused: the bytes a
+# micro-batch moves between its kernels are counted on llama.cpp's graph now
+# (roofline.ACTIVATION_BYTES_PER_UNIT).
+_RETIRED_SHARED = ("activation_bytes",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,6 +350,12 @@ class SpeedCalibration:
                                        field=f"backends.{name}.{error.details['field']}"
                                        ) from None
         shared = _table(data, "shared", source)
+        unknown = sorted(set(shared) - set(_SHARED_BOUNDS) - set(_RETIRED_SHARED))
+        if unknown:
+            raise PerformanceError("InvalidCalibration",
+                                   f"{source}: shared.{unknown[0]} is not a known figure; "
+                                   f"expected {', '.join(_SHARED_BOUNDS)}",
+                                   field=f"shared.{unknown[0]}")
         missing = [name for name in _SHARED_BOUNDS if name not in shared]
         if missing:
             raise PerformanceError("InvalidCalibration",
