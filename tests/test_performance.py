@@ -9,7 +9,6 @@ import pytest
 from planner import plan_topology
 from planner.models import GpuModel, load_gpu_catalog, load_preset
 from planner.performance import (
-    ACTIVATION_BYTES_PER_UNIT,
     ESTIMATE_COLUMNS,
     ModelTraffic,
     NodeSpeed,
@@ -429,40 +428,59 @@ def test_a_window_caps_what_its_layers_read_and_attend_to() -> None:
     assert fast < slow
 
 
-def _graph_activation_bytes(layers: int, tokens: int) -> int:
-    """Bytes every computing operation of a llama 8B graph of ``layers`` layers reads from
-    activations (not weights, the cache or the graph's inputs) and writes, for one
-    micro-batch of ``tokens`` tokens."""
+def _graph_layer_bytes(attention: Any, network: Any, hidden: int, tokens: int = 512
+                      ) -> float:
+    """Bytes every computing operation of one layer of llama.cpp's graph reads from
+    activations (not weights, the cache or the graph's inputs) and writes, per token of
+    a ``tokens``-token micro-batch: what a third layer adds to a graph of two (the last
+    layer computes only the tokens that are output)."""
     from graph_node_counts import FREE_OPS
 
     from planner.llamacpp.graph.schedule import build_graph
-    from planner.llamacpp.graph.shapes import (
-        AttentionShape,
-        BlockShape,
-        FeedForwardShape,
-        GraphModel,
-    )
-
-    block = BlockShape(AttentionShape(q_width=4096, k_width=1024, v_width=1024,
-                                      out_width=4096, n_head=32),
-                       FeedForwardShape(n_ff=14336))
-    graph = build_graph(GraphModel(n_embd=4096, n_vocab=128256, blocks=(block,) * layers),
-                        n_tokens=tokens, n_outputs=1, n_kv=2 * tokens, flash_attn=True)
+    from planner.llamacpp.graph.shapes import BlockShape, GraphModel
 
     def stored(tensor: Any) -> bool:
         while tensor.view_src is not None:
             tensor = tensor.view_src
         return tensor.external or tensor.is_input
 
-    return sum(node.nbytes + sum(src.nbytes for src in node.srcs if not stored(src))
-               for node in graph.nodes if node.op not in FREE_OPS)
+    def moved(layers: int) -> int:
+        model = GraphModel(n_embd=hidden, n_vocab=32000,
+                           blocks=(BlockShape(attention, network),) * layers)
+        graph = build_graph(model, n_tokens=tokens, n_outputs=1, n_kv=2 * tokens,
+                            flash_attn=True)
+        return sum(node.nbytes + sum(src.nbytes for src in node.srcs if not stored(src))
+                   for node in graph.nodes if node.op not in FREE_OPS)
+
+    return (moved(3) - moved(2)) / tokens
 
 
-def test_a_micro_batch_moves_the_bytes_llama_cpp_s_graph_moves() -> None:
-    """ACTIVATION_BYTES_PER_UNIT is a layer of llama.cpp's graph counted: what a third
-    layer adds to a graph of two (the last layer computes only the tokens that are
-    output), per token and unit of matrix width (the layer's parameters / hidden size)."""
-    tokens = 512
-    layer = _graph_activation_bytes(3, tokens) - _graph_activation_bytes(2, tokens)
-    units = (4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 14336) / 4096
-    assert layer / tokens / units == pytest.approx(ACTIVATION_BYTES_PER_UNIT, abs=0.05)
+@pytest.mark.parametrize(("hidden", "queries", "keys", "heads", "width", "experts", "used"), [
+    (4096, 4096, 1024, 32, 14336, 0, 0),  # a llama 8B layer
+    (2048, 4096, 512, 32, 768, 128, 8),  # a Qwen3-30B-A3B layer
+    (2880, 4096, 512, 64, 2880, 32, 4),  # a gpt-oss-20b layer
+], ids=["llama-8b", "qwen3-30b-a3b", "gpt-oss-20b"])
+def test_a_micro_batch_moves_the_bytes_llama_cpp_s_graph_moves(
+        hidden: int, queries: int, keys: int, heads: int, width: int, experts: int,
+        used: int) -> None:
+    """activation_bytes_per_token is llama.cpp's graph counted: a dense layer's and a
+    mixture of experts' layer's bytes, from their widths and parameters alone, within
+    1 % (a router's softmax and top-k are left out)."""
+    from planner.llamacpp.graph.shapes import AttentionShape, FeedForwardShape
+    from planner.performance import StageLoad, activation_bytes_per_token
+
+    attention = AttentionShape(q_width=queries, k_width=keys, v_width=keys,
+                               out_width=queries, n_head=heads)
+    network = FeedForwardShape(n_ff=width, n_expert=experts, n_expert_used=used)
+    routed = 3 * used * hidden * width
+    parameters = (2 * hidden * queries + 2 * hidden * keys + hidden * experts
+                  + (routed if experts else 3 * hidden * width))
+    load = StageLoad(layer_count=1, weight_bytes=parameters, routed_expert_bytes=0,
+                     active_parameters=parameters, kv_bytes_per_token=4 * keys,
+                     attention_width=queries, routed_active_parameters=routed if experts
+                     else 0.0)
+    traffic = ModelTraffic(model_weight_bytes=parameters, active_weight_bytes=parameters,
+                           hidden_size=hidden, expert_count=experts or None,
+                           experts_used=used or None)
+    assert activation_bytes_per_token(load, traffic) == pytest.approx(
+        _graph_layer_bytes(attention, network, hidden), rel=0.01)

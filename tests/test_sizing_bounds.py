@@ -240,12 +240,12 @@ def test_a_search_that_stops_short_says_how_close_it_came(
     monkeypatch.setattr(limits, "MAX_SIZING_PLANS", 20)
     with pytest.raises(SizingError) as caught:
         size_fleet(load_preset("deepseek-v3"), load_gpu_catalog(),
-                   SizingTargets(target_ttft_ms=420, prompt_tokens=1024), pareto=False)
+                   SizingTargets(target_ttft_ms=440, prompt_tokens=1024), pareto=False)
     assert caught.value.code == "SizingTooLarge"
     said = re.search(r"the fastest plans evaluated reach an estimated TTFT of ([\d,.]+) ms "
                      r"\((\d+ x [a-z0-9-]+)", caught.value.message)
-    assert said is not None and float(said.group(1).replace(",", "")) > 420
-    assert "against the target of 420 ms" in caught.value.message
+    assert said is not None and float(said.group(1).replace(",", "")) > 440
+    assert "against the target of 440 ms" in caught.value.message
 
 
 def test_fleets_that_plan_on_too_few_stages_for_a_ttft_are_not_searched(
@@ -472,7 +472,7 @@ def test_a_cheap_small_kind_leaves_tpot_targets_with_a_spare_answered(
     largest gave; and each small stage pays a hop for the little it reads. Every target
     is answered within a queue of 20,000: refused as NoFleetMeetsTargets below the
     reach, and above it by a fleet that meets the target, no dearer as the target
-    loosens. Within 4 ms below the reach (40.1 ms) the search still stops with
+    loosens. Within 4 ms below the reach (40.3 ms) the search still stops with
     SizingTooLarge: proving that no mix of small cards reaches such a target takes more
     than the queue (checked apart, so that closing the gap shows)."""
     monkeypatch.setattr(limits, "MAX_SIZING_QUEUE", 20_000)
@@ -484,7 +484,7 @@ def test_a_cheap_small_kind_leaves_tpot_targets_with_a_spare_answered(
                    SizingTargets(target_decode_tpot_ms=37, failures_tolerated=1),
                    pareto=False)
     assert gap.value.code == "SizingTooLarge"
-    assert "reach an estimated TPOT of 40.1 ms" in gap.value.message
+    assert "reach an estimated TPOT of 40.3 ms" in gap.value.message
     for tpot in (25, 28, 31, 34, 35, 41, 42, 44, 47, 50):
         try:
             result = size_fleet(load_preset("llama-4-maverick"), catalog,

@@ -90,12 +90,12 @@ from planner.performance.graph_nodes import (
     layer_nodes,
 )
 from planner.performance.roofline import (
-    ACTIVATION_BYTES_PER_UNIT,
     Device,
     Prompt,
     Rates,
     StepTerms,
     Work,
+    activation_bytes_per_token,
     decode_step,
     pipeline_ms,
     prefill_ms,
@@ -124,7 +124,6 @@ from planner.performance.traffic import (
 )
 
 __all__ = [
-    "ACTIVATION_BYTES_PER_UNIT",
     "ACTIVATION_BYTES_PER_VALUE",
     "CALIBRATION_FILE",
     "DEFAULT_LINK_BANDWIDTH_BYTES_PER_S",
@@ -155,6 +154,7 @@ __all__ = [
     "StageLoad",
     "StepTerms",
     "Work",
+    "activation_bytes_per_token",
     "attends_on_shaders",
     "calibrated_device",
     "check_prompt",

@@ -15,7 +15,7 @@ GPUs (``validation/speed/calibration.py``):
   what a GPU that states no FP16 figure is taken to compute (:mod:`planner.models.gpus`).
 
 The bytes a micro-batch moves between its kernels are not fitted: they are counted on
-llama.cpp's graph (:data:`planner.performance.ACTIVATION_BYTES_PER_UNIT`).
+llama.cpp's graph (:func:`planner.performance.activation_bytes_per_token`).
 
 Beside them, the estimate's error measured by cross-validation, per backend, memory type
 and phase (:class:`CrossValidatedError`), which every estimate states with itself.
@@ -94,7 +94,7 @@ _BACKEND_BOUNDS = {"weight_efficiency": _SHARE, "kv_efficiency": _SHARE,
 _SHARED_BOUNDS = {"half_rate_tokens": (-1e-12, 4096.0), "fallback_matrix_factor": (0.0, 64.0)}
 # Shared figures earlier versions fitted and wrote, read and left unused: the bytes a
 # micro-batch moves between its kernels are counted on llama.cpp's graph now
-# (roofline.ACTIVATION_BYTES_PER_UNIT).
+# (roofline.activation_bytes_per_token).
 _RETIRED_SHARED = ("activation_bytes",)
 
 

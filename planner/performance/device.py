@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from planner.models.gpus import CPU_BACKEND, GpuModel, is_cpu_kind
 from planner.performance.calibration import BackendFigures, SpeedCalibration
 from planner.performance.roofline import (
-    ACTIVATION_BYTES_PER_UNIT,
     SCORE_BYTES_WITHOUT_FLASH_ATTENTION,
     STAGING_BYTES_PER_PARAMETER,
     Device,
@@ -139,7 +138,7 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
         matrix_ms_per_flop=1000 / (matrix * factor * flops),
         attention_ms_per_flop=1000 / (attention * attention_flops),
         layer_ms=figures.layer_ms,
-        activation_bytes=ACTIVATION_BYTES_PER_UNIT,
+        activation_ms_per_byte=1000 / (weight * bandwidth),  # at the weights' rate
         staging_bytes_per_parameter=STAGING_BYTES_PER_PARAMETER if staging else 0.0,
         score_bytes=0.0 if settings.flash_attn else SCORE_BYTES_WITHOUT_FLASH_ATTENTION,
         half_rate_tokens=calibration.half_rate_tokens,

@@ -29,14 +29,21 @@ SCORE_BYTES_WITHOUT_FLASH_ATTENTION = 16
 # product (llama.cpp's CUDA backend before MMQ became the default): its FP16 copy is
 # written (2 B) and read back by cuBLAS (2 B).
 STAGING_BYTES_PER_PARAMETER = 4
-# The bytes a micro-batch's operations move between them per token and unit of matrix
-# width (active parameters / hidden size), counted on llama.cpp's own graph of a layer
-# (planner.llamacpp.graph, the layer of a llama 8B: hidden size 4,096, keys and values
-# 1,024 wide, feed-forward 14,336): every operation that computes (norm, its weights'
-# product, the products, rotations, cache writes, attention, the gated activation, the
-# residual sums) reads its activation inputs and writes its output, 4 bytes a value.
-# tests/test_performance.py counts it again from the graph.
-ACTIVATION_BYTES_PER_UNIT = 15.2
+# The bytes a micro-batch's operations move between them, per token and layer, as
+# llama.cpp's graph moves them (planner.llamacpp.graph; every operation that computes
+# reads its activation inputs and writes its output, 4 bytes a value): per unit of hidden
+# size, the two norms and their weights (32), the hidden state read by the query, key
+# and value products and the attention's output written back (16) and the residual sums
+# (24); a dense feed-forward network reads it twice and writes it once more (12), a
+# mixture of experts per expert a token uses (24: its router reads it, its experts read
+# it and write their outputs, each output is scaled by its weight and summed one by one);
+# and per unit of the width the products make beyond it (queries, keys and values, the
+# feed-forward intermediates), 24: written, rotated, cached, attended or activated, and
+# read by the next product. tests/test_performance.py counts llama.cpp's graph again.
+HIDDEN_ACTIVATION_BYTES = 72
+DENSE_NETWORK_HIDDEN_BYTES = 12
+EXPERT_HIDDEN_BYTES = 24
+WIDTH_ACTIVATION_BYTES = 24
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +56,8 @@ class Work:
     ``routed_flops`` of the routed experts' small products of a step of several tokens,
     each expert multiplying ``routed_tokens`` tokens; ``staged_parameters``, the
     parameters of every weight a micro-batch multiplies (staged as FP16 where the
-    rates say so); ``activation_units``, tokens times the summed output widths of the
-    products (the activations a micro-batch moves between its kernels); ``kv_bytes`` of
+    rates say so); ``activation_bytes`` a micro-batch moves between its kernels
+    (:func:`activation_bytes_per_token`); ``kv_bytes`` of
     cache read; ``attention_flops`` and ``score_values`` (heads times query-key pairs) of
     attention; ``layers``; ``overlapped``: a micro-batch, whose products compute while
     the weights stream in (a decode step's matrix-vector products add to the read)."""
@@ -63,7 +70,7 @@ class Work:
     routed_flops: Any = 0.0
     routed_tokens: Any = 0.0
     staged_parameters: Any = 0.0
-    activation_units: Any = 0.0
+    activation_bytes: Any = 0.0
     score_values: Any = 0.0
     overlapped: Any = False
     fused_layers: Any = None
@@ -72,9 +79,9 @@ class Work:
 @dataclass(frozen=True, slots=True)
 class Rates:
     """What each unit of :class:`Work` costs on one device at one setting, in ms: a byte of
-    weights read, of cache read, a FLOP of products, of attention; and the bytes a
-    micro-batch moves per unit of activation, per staged parameter and per score, each
-    at the weights' or the cache's rate; a fixed time per layer. A product over ``t``
+    weights read, of cache read, a FLOP of products, of attention, a byte of activations
+    moved; and the bytes a micro-batch moves per staged parameter and per score, each at
+    the weights' or the cache's rate; a fixed time per layer. A product over ``t``
     tokens runs at ``t / (t + half_rate_tokens)`` of the full rate."""
 
     read_ms_per_byte: Any
@@ -82,7 +89,7 @@ class Rates:
     matrix_ms_per_flop: Any
     attention_ms_per_flop: Any
     layer_ms: Any
-    activation_bytes: Any = 0.0
+    activation_ms_per_byte: Any = 0.0
     staging_bytes_per_parameter: Any = 0.0
     score_bytes: Any = 0.0
     half_rate_tokens: Any = 0.0
@@ -131,7 +138,7 @@ def _fixed_layers(work: Work, rates: Rates) -> Any:
 def step_terms(work: Work, rates: Rates) -> StepTerms:
     """The terms of :func:`step_ms`."""
     moved = (work.staged_parameters * rates.staging_bytes_per_parameter
-             + work.activation_units * rates.activation_bytes) * rates.read_ms_per_byte
+             * rates.read_ms_per_byte + work.activation_bytes * rates.activation_ms_per_byte)
     routed = (routed_product_ms(work, rates) if np.any(np.asarray(work.routed_flops) > 0)
               else 0.0)
     return StepTerms(
@@ -148,6 +155,30 @@ def step_terms(work: Work, rates: Rates) -> StepTerms:
 def step_ms(work: Work, rates: Rates) -> Any:
     """The time of one step of one stage, in ms: the estimate's one formula."""
     return step_terms(work, rates).total_ms
+
+
+def activation_bytes_per_token(load: StageLoad, traffic: ModelTraffic) -> float:
+    """The bytes a micro-batch's operations move between them for one token on a stage, as
+    llama.cpp's graph moves them (:data:`HIDDEN_ACTIVATION_BYTES` and the figures beside
+    it): per layer, per unit of hidden size, and per unit of the width its products make
+    beyond it, the queries and the keys and values (their cache's bytes at F16) and the
+    feed-forward intermediates, what the stage's parameters leave once the attention's
+    products are counted. Every layer of a mixture of experts is taken as one of experts."""
+    hidden = traffic.hidden_size or 0
+    if not hidden:
+        return 0.0
+    queries = load.attention_width + load.window_attention_width
+    keys_values = (load.kv_bytes_per_token + load.window_kv_bytes_per_token) / 4
+    # The attention's products are queries, keys and values from the hidden state and the
+    # output back (2 x (queries + keys_values) units): the feed-forward intermediates are
+    # a third of what is left (gate, up and down).
+    intermediates = max(0.0, (load.active_parameters / hidden
+                              - 2 * (queries + keys_values)) / 3)
+    network = (EXPERT_HIDDEN_BYTES * traffic.experts_used
+               if traffic.experts_used and load.routed_active_parameters
+               else DENSE_NETWORK_HIDDEN_BYTES)
+    return (load.layer_count * hidden * (HIDDEN_ACTIVATION_BYTES + network)
+            + WIDTH_ACTIVATION_BYTES * (queries + keys_values + intermediates))
 
 
 def step_work(load: StageLoad, traffic: ModelTraffic, *, tokens: Any, sequences: Any,
@@ -188,7 +219,7 @@ def step_work(load: StageLoad, traffic: ModelTraffic, *, tokens: Any, sequences:
         routed_flops=2 * routed_active * tokens,
         routed_tokens=tokens * (traffic.experts_used or 1) / reached,
         staged_parameters=staged,
-        activation_units=(tokens * load.active_parameters / traffic.hidden_size
+        activation_bytes=(tokens * activation_bytes_per_token(load, traffic)
                           if overlapped and traffic.hidden_size else 0.0),
         kv_bytes=load.kv_bytes(cached, sequences),
         attention_flops=4 * pairs,

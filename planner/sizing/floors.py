@@ -314,7 +314,7 @@ class PrefillFloor:
         read, matrix, staging, activation, attention = rate
         w, m, p, a, q = ubatch
         work = Work(weight_bytes=w, matrix_flops=m, kv_bytes=0.0, attention_flops=q,
-                    layers=0, staged_parameters=p, activation_units=a, overlapped=True)
+                    layers=0, staged_parameters=p, activation_bytes=a, overlapped=True)
         return float(step_terms(work, _term_rates(read, matrix, staging, activation,
                                                   attention)).total_ms)
 
@@ -379,12 +379,12 @@ class PrefillFloor:
 def _term_rates(read: float, matrix: float, staging: float, activation: float,
                 attention: float) -> Rates:
     """:data:`PREFILL_TERMS`' per-unit times as the estimate's :class:`Rates`: the staged
-    parameters and activation units in ms each (their bytes at the read's rate folded
-    in), attention's FLOPs with the scores they move."""
+    parameters in ms each (their bytes at the read's rate folded in), the activations'
+    bytes, attention's FLOPs with the scores they move."""
     per_read = 1 / read if read else 0.0
     return Rates(read_ms_per_byte=read, kv_ms_per_byte=0.0, matrix_ms_per_flop=matrix,
                  attention_ms_per_flop=attention, layer_ms=0.0,
-                 activation_bytes=activation * per_read,
+                 activation_ms_per_byte=activation,
                  staging_bytes_per_parameter=staging * per_read)
 
 
@@ -426,7 +426,7 @@ def prefill_floor(kinds: Sequence[GpuModel], traffic: ModelTraffic, probe: Plann
         routed = float(work.routed_flops) * (float(work.routed_tokens) + half) / max(
             float(work.routed_tokens), 1e-9)
         return (float(work.weight_bytes), float(work.matrix_flops) + routed,
-                float(work.staged_parameters), float(work.activation_units),
+                float(work.staged_parameters), float(work.activation_bytes),
                 float(work.attention_flops))
 
     groups = _batch_groups(prompt.batch_count)
@@ -452,7 +452,7 @@ def prefill_floor(kinds: Sequence[GpuModel], traffic: ModelTraffic, probe: Plann
         rates[0].append(float(r.read_ms_per_byte))
         rates[1].append(float(r.matrix_ms_per_flop) or math.inf)
         rates[2].append(float(r.staging_bytes_per_parameter * r.read_ms_per_byte))
-        rates[3].append(float(r.activation_bytes * r.read_ms_per_byte))
+        rates[3].append(float(r.activation_ms_per_byte))
         rates[4].append(float(r.attention_ms_per_flop
                               + scores_per_flop * r.score_bytes * r.kv_ms_per_byte))
         fixed.append(least_layers * float(r.layer_ms))
