@@ -444,7 +444,7 @@ fp16_tflops = 194.9
 
 def test_a_cheap_small_kind_leaves_a_tpot_target_answered_at_once(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """DeepSeek-V3.2 at 83 ms: the largest fleet plans 95.0 ms at 163,840. Fleets of three
+    """DeepSeek-V3.2 at 83 ms: the largest fleet plans 93.8 ms at 163,840. Fleets of three
     MI300X and small cards hold the model there on 4 to 13 stages and miss it by far, but
     the small cards each take a layer or two only from some start layers, so the layers
     their nodes surely take fell short of the model and those fleets had no level: one
