@@ -116,8 +116,12 @@ def main() -> int:
         (RESULTS / "launch.json").write_text(json.dumps(launch, indent=1) + "\n")
         log = _serve(bins, launch, session)
         (RESULTS / "llama-server.log").write_text(log)
-        # llama-bench on one of the devices llama-server used, the kind's own runs.
-        _bench(bins, model, addresses[0], session)
+        # llama-bench on one of the devices llama-server used, the kind's own runs: on an
+        # rpc-server discover did not knock on while llama-server held it (such a server
+        # exited once llama-server left, in runs of b11434 here, and llama-bench then
+        # found nobody on its port).
+        probed = launch_addresses(launch)
+        _bench(bins, model, next(a for a in addresses if a not in probed), session)
     _estimates(session, kind, model.name)
     (RESULTS / "run.json").write_text(json.dumps(
         {**record, "stages": STAGES, "prompts_words": PROMPTS,
