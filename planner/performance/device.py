@@ -132,13 +132,14 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
                   and attends_on_shaders(backend, settings.build))
     # On the shaders (module docstring): their vector rate, which "shaders" says is stated.
     attention_flops = (speed.vector_tflops or tflops) * 1e12 if on_shaders else flops
+    read_ms_per_byte = 1000 / (weight * bandwidth)
     rates = Rates(
-        read_ms_per_byte=1000 / (weight * bandwidth),
+        read_ms_per_byte=read_ms_per_byte,
         kv_ms_per_byte=1000 / (kv * bandwidth),
         matrix_ms_per_flop=1000 / (matrix * factor * flops),
         attention_ms_per_flop=1000 / (attention * attention_flops),
         layer_ms=figures.layer_ms,
-        activation_ms_per_byte=1000 / (weight * bandwidth),  # at the weights' rate
+        activation_ms_per_byte=read_ms_per_byte,  # activations move at the weights' rate
         staging_bytes_per_parameter=STAGING_BYTES_PER_PARAMETER if staging else 0.0,
         score_bytes=0.0 if settings.flash_attn else SCORE_BYTES_WITHOUT_FLASH_ATTENTION,
         half_rate_tokens=calibration.half_rate_tokens,
