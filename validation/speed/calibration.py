@@ -888,9 +888,6 @@ def summary_lines(calibration: SpeedCalibration) -> list[str]:
     return lines
 
 
-# Fitted figures that sit at the end of their range, each with the reason (a test holds
-# every other figure inside its range).
-AT_BOUND: dict[str, str] = {}
 # The (held-out kind, phase, backend) groups whose cross-validated error is above the
 # bound the tests hold (docs/speed.md, "Known gaps", says why); a test checks that each is
 # still above it, so that meeting a bound shows.
