@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.limits import DEFAULT_CACHE_TYPE
 from planner.models.kv_cache import row_bytes
 from planner.performance.graph_nodes import fixed_time_layers
 from planner.performance.traffic import ModelTraffic, StageLoad
@@ -45,10 +46,10 @@ HIDDEN_ACTIVATION_BYTES = 72
 DENSE_NETWORK_HIDDEN_BYTES = 12
 EXPERT_HIDDEN_BYTES = 24
 WIDTH_ACTIVATION_BYTES = 24
-# A cached token's key and value of one unit of width each, at F16: the cache's bytes give
-# the keys' and values' width (a quantized cache's count them short, by under 1 % of a
-# layer's activation bytes).
-_KEY_AND_VALUE_BYTES_AT_F16 = 2 * row_bytes("f16", 1)
+# A cached token's key and value of one unit of width each, at the default cache type
+# (F16): the cache's bytes give the keys' and values' width (a quantized cache's count
+# them short, by under 1 % of a layer's activation bytes).
+_KEY_AND_VALUE_BYTES = 2 * row_bytes(DEFAULT_CACHE_TYPE, 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +175,7 @@ def activation_bytes_per_token(load: StageLoad, traffic: ModelTraffic) -> float:
         return 0.0
     queries = load.attention_width + load.window_attention_width
     keys_values = ((load.kv_bytes_per_token + load.window_kv_bytes_per_token)
-                   / _KEY_AND_VALUE_BYTES_AT_F16)
+                   / _KEY_AND_VALUE_BYTES)
     # The attention's products are queries, keys and values from the hidden state and the
     # output back (2 x (queries + keys_values) units): the feed-forward intermediates are
     # a third of what is left (gate, up and down).
