@@ -344,7 +344,7 @@ def test_a_cpu_computes_at_its_cores_rate_without_a_gpu_s_matrix_factor() -> Non
 
     calibration = load_calibration()
     doubled = replace(calibration,
-                      fallback_matrix_factor=2 * calibration.fallback_matrix_factor)
+                      shader_units_factor=2 * calibration.shader_units_factor)
     gpu = NodeSpeed("card", 10**12, None, "card", "gddr", "rocm", None, 40.0, "AMD")
     cpu = NodeSpeed("cpu", 10**11, None, "cpu", "ddr", "cpu", None, 2.0, "AMD")
     assert matrix_tflops(gpu, doubled)[0] == pytest.approx(2 * matrix_tflops(gpu, calibration)[0])
@@ -360,11 +360,14 @@ def test_flash_attention_on_a_stand_in_gpu_computes_at_its_shaders_rate() -> Non
     figure on any build."""
     from dataclasses import replace
 
+    from planner.models.architectures import FMA_FLOPS, UNSTATED_FLOPS_PER_LANE_CLOCK
     from planner.performance import NodeSpeed, RunSettings, calibrated_device
     from planner.performance.settings import MATRIX_FLASH_ATTENTION_BUILD
 
     calibration = load_calibration()
-    factor = calibration.fallback_matrix_factor
+    # Its stand-in: 40 TFLOPS of FP32 lanes at a matrix unit's rate (it names no
+    # architecture) times the factor.
+    stand_in = 40e12 / FMA_FLOPS * UNSTATED_FLOPS_PER_LANE_CLOCK * calibration.shader_units_factor
     figures = calibration.backends["rocm"]
     assert figures.attention_efficiency is not None and figures.matrix_efficiency is not None
     shaders = NodeSpeed("card", 10**12, None, "card", "gddr", "rocm", None, 40.0, "AMD")
@@ -381,9 +384,9 @@ def test_flash_attention_on_a_stand_in_gpu_computes_at_its_shaders_rate() -> Non
         1000 / (figures.attention_efficiency * 40e12))
     for build in (before + 1, None):
         assert attention_ms_per_flop(shaders, True, build) == pytest.approx(
-            1000 / (figures.attention_efficiency * 40e12 * factor))
+            1000 / (figures.attention_efficiency * stand_in))
     assert attention_ms_per_flop(shaders, False, before) == pytest.approx(
-        1000 / (figures.matrix_efficiency * 40e12 * factor))
+        1000 / (figures.matrix_efficiency * stand_in))
     for build in (before, None):
         assert attention_ms_per_flop(stated, True, build) == pytest.approx(
             1000 / (figures.attention_efficiency * 100e12))

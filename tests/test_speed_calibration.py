@@ -396,7 +396,8 @@ def test_the_page_publishes_the_check_on_sources_never_seen(rows: Rows) -> None:
     """docs/speed.md's table of the rows collected after the earlier calibration, each
     estimated by it, is what that calibration gives today; those rows come from sources
     the rows before them never named but one (more of ``jeffbolznv``'s tables); and the
-    check shows the gap it was made to show (AMD's discrete GPUs' prompts far too slow)."""
+    check shows the gap it was made to show (AMD's discrete GPUs' prompts far too slow:
+    2.2 times, and 1.8 times since the stand-in from shaders follows the architecture)."""
     text = (ROOT / "docs" / "speed.md").read_text()
     start = text.index("<!-- never-seen-table:start -->\n")
     end = text.index("<!-- never-seen-table:end -->")
@@ -408,4 +409,4 @@ def test_the_page_publishes_the_check_on_sources_never_seen(rows: Rows) -> None:
     assert before & after == {"jeffbolznv"}
     assert len(after - before) >= 15
     amd = lines[-1].split("|")
-    assert float(amd[4].strip().rstrip("%")) > 100
+    assert float(amd[4].strip().rstrip("%")) > 50

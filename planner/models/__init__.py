@@ -3,6 +3,7 @@
 Pure core: no widgets, no plotting.
 """
 
+from planner.models.architectures import GPU_ARCHITECTURES, GpuArchitecture
 from planner.models.gguf_spec import from_gguf
 from planner.models.gpus import (
     GpuModel,
@@ -17,7 +18,9 @@ from planner.models.spec import ModelError, ModelSpec, describe_model
 
 __all__ = [
     "CACHE_TYPES",
+    "GPU_ARCHITECTURES",
     "SUPPORTED_ARCHITECTURES",
+    "GpuArchitecture",
     "GpuModel",
     "ModelError",
     "ModelSpec",

@@ -67,6 +67,13 @@ shipped catalog gives every source (a test keeps it so). The fields:
     computes with the FP32 vector rate they give (:attr:`GpuModel.vector_tflops`), and
     says so with a wider error; a kind with neither gets a rate from its memory
     bandwidth (:mod:`planner.performance`).
+``architecture``
+    With ``shader_count``: the GPU's architecture (``rdna3``, ``ampere``, ... : the keys
+    of :data:`planner.models.architectures.GPU_ARCHITECTURES`), whose FP16 matrix, packed FP16
+    and int8 dot-product rates a lane and clock the stand-in from shaders then follows,
+    as far as llama.cpp's kernels reach them on the run's backend. Without it the
+    stand-in takes a matrix unit's 8 FLOPs a lane and clock (RDNA 3, NVIDIA's GeForce
+    tensor cores since Ampere) and says so.
 
 :class:`GpuModel` checks its fields however it is made (a file, ``from_dict``, a
 constructor call, ``dataclasses.replace``). Every problem raises
@@ -104,6 +111,7 @@ from planner.limits import (
     MIN_PRICE_PER_HOUR,
     MIN_TFLOPS,
 )
+from planner.models.architectures import FMA_FLOPS, GPU_ARCHITECTURES
 from planner.models.presets import data_dir
 from planner.models.spec import ModelError
 from planner.units import UnitError, parse_bandwidth, parse_bytes, parse_latency_ms
@@ -234,6 +242,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "shader_count": _whole(1, MAX_SHADERS),
     "boost_clock_mhz": _real(minimum=MIN_CLOCK_MHZ, maximum=MAX_CLOCK_MHZ),
     "shader_source": _text,
+    "architecture": _one_of(tuple(GPU_ARCHITECTURES)),
     "core_count": _whole(1, MAX_SHADERS),
     "simd_width_bits": _whole(32, 4096),
     "core_source": _text,
@@ -273,6 +282,7 @@ _NEEDS = {"price_kind": "price_per_hour", "price_source": "price_per_hour",
           "memory_bandwidth_source": "memory_bandwidth_bytes_per_s",
           "fp16_tflops_source": "fp16_tflops",
           "shader_source": "shader_count", "core_source": "core_count",
+          "architecture": "shader_count",
           "simd_width_bits": "core_count",
           "unified_memory_bytes": "working_set_fraction",
           "working_set_fraction": "unified_memory_bytes"}
@@ -315,6 +325,8 @@ class GpuModel:
     shader_count: int | None = None
     boost_clock_mhz: float | None = None
     shader_source: str | None = None
+    # Which units those shaders have (planner.models.architectures).
+    architecture: str | None = None
     # A CPU (backend "cpu"): its cores and the SIMD width llama.cpp's kernels use.
     core_count: int | None = None
     simd_width_bits: int | None = None
@@ -333,6 +345,11 @@ class GpuModel:
         for key, needed in _NEEDS.items():
             if getattr(self, key) is not None and getattr(self, needed) is None:
                 raise _bad("GpuModel", key, f"is given without {needed}")
+        if (self.architecture is not None and self.vendor is not None
+                and self.vendor != GPU_ARCHITECTURES[self.architecture].vendor):
+            raise _bad("GpuModel", "architecture",
+                       f"is {GPU_ARCHITECTURES[self.architecture].vendor}'s, not {self.vendor}'s",
+                       self.architecture)
         vector = self.vector_tflops
         if (self.fp16_tflops is not None and vector is not None
                 and self.fp16_tflops < vector / 2):
@@ -363,7 +380,7 @@ class GpuModel:
             lanes = self.shader_count * FP32_LANES_PER_SHADER[self.vendor]
         else:
             return None
-        return 2 * lanes * self.boost_clock_mhz * 1e6 / 1e12
+        return FMA_FLOPS * lanes * self.boost_clock_mhz * 1e6 / 1e12
 
     def llamacpp_overhead(self, defaults: Mapping[str, int]) -> int:
         """Bytes llama.cpp's backend takes on this GPU beyond its logged buffers: the

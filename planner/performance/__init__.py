@@ -110,6 +110,7 @@ from planner.performance.settings import (
     RunSettings,
     attends_on_shaders,
     fuses_moe_kernels,
+    shader_flops_per_lane_clock,
 )
 from planner.performance.traffic import (
     EMBEDDING_ROW_BYTES_PER_VALUE,
@@ -177,6 +178,7 @@ __all__ = [
     "prefill_ms",
     "read_calibration",
     "set_calibration",
+    "shader_flops_per_lane_clock",
     "shipped_calibration",
     "stage_estimates",
     "stage_loads",

@@ -12,7 +12,10 @@ GPUs (``validation/speed/calibration.py``):
 - per memory type: the share of the bandwidth reached on it against GDDR (HBM's wide,
   slow channels need more reads in flight than llama.cpp's kernels keep);
 - shared by every backend: the tokens at which a product runs at half its rate, and
-  what a GPU that states no FP16 figure is taken to compute (:mod:`planner.models.gpus`).
+  what a GPU that states no FP16 figure is taken to compute (:mod:`planner.models.gpus`):
+  ``shader_units_factor``, the share of the peak its shaders' units give (lanes x clock x
+  the FP16 FLOPs a lane and clock of the units llama.cpp reaches,
+  :mod:`planner.models.architectures`) that its products reach beside a stated figure.
 
 The bytes a micro-batch moves between its kernels are not fitted: they are counted on
 llama.cpp's graph (:func:`planner.performance.activation_bytes_per_token`).
@@ -38,6 +41,7 @@ from typing import Any
 
 from planner._validate import integer, number, shown
 from planner.limits import MAX_BENCH_RUNS
+from planner.models.architectures import FMA_FLOPS, UNSTATED_FLOPS_PER_LANE_CLOCK
 from planner.models.presets import data_dir
 from planner.performance._errors import PerformanceError
 
@@ -91,11 +95,16 @@ _BACKEND_BOUNDS = {"weight_efficiency": _SHARE, "kv_efficiency": _SHARE,
                    "matrix_efficiency": _SHARE, "attention_efficiency": _SHARE,
                    "quantized_matrix_factor": (0.0, 4.0), "layer_ms": (-1e-12, 10.0),
                    "hop_ms": (-1e-12, 100.0)}
-_SHARED_BOUNDS = {"half_rate_tokens": (-1e-12, 4096.0), "fallback_matrix_factor": (0.0, 64.0)}
+_SHARED_BOUNDS = {"half_rate_tokens": (-1e-12, 4096.0), "shader_units_factor": (0.0, 4.0)}
 # Shared figures earlier versions fitted and wrote, read and left unused: the bytes a
 # micro-batch moves between its kernels are counted on llama.cpp's graph now
 # (roofline.activation_bytes_per_token).
 _RETIRED_SHARED = ("activation_bytes",)
+# Earlier files' stand-in factor multiplied a GPU's FP32 shader rate (a fused multiply-add,
+# 2 FLOPs a lane and clock); shader_units_factor multiplies its units' rate, which for a
+# kind naming no architecture is UNSTATED_FLOPS_PER_LANE_CLOCK. Such a file's factor is
+# read re-expressed, so that it estimates such a kind as it did.
+_FP32_FACTOR = "fallback_matrix_factor"
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +177,7 @@ class SpeedCalibration:
     backends: Mapping[str, BackendFigures]
     memory_factors: Mapping[str, float]
     half_rate_tokens: float
-    fallback_matrix_factor: float
+    shader_units_factor: float
     # Per GPU vendor (and "all"): the median FP16 FLOPs per byte of memory bandwidth of
     # the measured kinds that state an FP16 figure, a kind that states neither it nor
     # its shaders computes at (planner.performance.device).
@@ -349,7 +358,15 @@ class SpeedCalibration:
                                        f"{source}: backends.{name}.{error.message}",
                                        field=f"backends.{name}.{error.details['field']}"
                                        ) from None
-        shared = _table(data, "shared", source)
+        shared = dict(_table(data, "shared", source))
+        fp32_factor = shared.pop(_FP32_FACTOR, None)
+        if fp32_factor is not None and "shader_units_factor" not in shared:
+            if isinstance(fp32_factor, bool) or not isinstance(fp32_factor, int | float):
+                raise PerformanceError("InvalidCalibration",
+                                       f"{source}: shared.{_FP32_FACTOR} must be a number "
+                                       f"(got {fp32_factor!r})", field=f"shared.{_FP32_FACTOR}")
+            shared["shader_units_factor"] = (fp32_factor * FMA_FLOPS
+                                             / UNSTATED_FLOPS_PER_LANE_CLOCK)
         unknown = sorted(set(shared) - set(_SHARED_BOUNDS) - set(_RETIRED_SHARED))
         if unknown:
             raise PerformanceError("InvalidCalibration",

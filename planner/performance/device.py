@@ -3,9 +3,12 @@ run's settings with the calibration's figures (:func:`calibrated_device`).
 
 A kind's matrix throughput is its published dense FP16 figure (``fp16_tflops``). A kind
 that states none computes at a stand-in, and its estimate says so and quotes the wider
-error measured for it: the FP32 vector rate of its shaders and clock times the fitted
-``fallback_matrix_factor`` (``"shaders"``; a CPU's vector rate from its cores, SIMD width
-and clock, without the factor, which describes a GPU's matrix units),
+error measured for it: its lanes times its clock times the FP16 FLOPs a lane and clock
+of the units llama.cpp reaches on its architecture and backend
+(:func:`~planner.performance.settings.shader_flops_per_lane_clock`; 8 for a kind that
+names no architecture), times the fitted ``shader_units_factor`` (``"shaders"``; a
+CPU's vector rate from its cores, SIMD width and clock, without the factor, which
+describes a GPU's units),
 else its memory bandwidth times the median FP16 FLOPs per byte of the measured kinds of
 its vendor (of the measured CPUs, for a CPU; of all, for a vendor never measured:
 ``"bandwidth"``).
@@ -22,6 +25,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from planner.models.architectures import (
+    FMA_FLOPS,
+    GPU_ARCHITECTURES,
+    UNSTATED_FLOPS_PER_LANE_CLOCK,
+)
 from planner.models.gpus import CPU_BACKEND, GpuModel, is_cpu_kind
 from planner.performance.calibration import BackendFigures, SpeedCalibration
 from planner.performance.roofline import (
@@ -35,6 +43,7 @@ from planner.performance.settings import (
     RunSettings,
     attends_on_shaders,
     fuses_moe_kernels,
+    shader_flops_per_lane_clock,
     stages_quantized_weights,
 )
 
@@ -56,26 +65,34 @@ class NodeSpeed:
     fp16_tflops: float | None = None
     vector_tflops: float | None = None
     vendor: str | None = None
+    architecture: str | None = None
 
     @classmethod
     def of_kind(cls, node_id: str, gpu: GpuModel) -> NodeSpeed:
         return cls(node_id, gpu.memory_bandwidth_bytes_per_s, gpu.price_per_hour, gpu.kind,
                    gpu.memory_type, gpu.backend, gpu.fp16_tflops, gpu.vector_tflops,
-                   gpu.vendor)
+                   gpu.vendor, gpu.architecture)
 
 
-def matrix_tflops(speed: NodeSpeed, calibration: SpeedCalibration) -> tuple[float, str]:
-    """The FP16 matrix throughput the estimate computes with, in TFLOPS, and which figure
-    it is: ``"stated"``, ``"shaders"`` or ``"bandwidth"`` (the module docstring)."""
+def matrix_tflops(speed: NodeSpeed, calibration: SpeedCalibration,
+                  backend: str | None = None, quantized: bool = True) -> tuple[float, str]:
+    """The FP16 matrix throughput the estimate computes with on ``backend`` (``None``: the
+    kind's own) for weights ``quantized`` or not, in TFLOPS, and which figure it is:
+    ``"stated"``, ``"shaders"`` or ``"bandwidth"`` (the module docstring)."""
     if speed.fp16_tflops is not None:
         return speed.fp16_tflops, "stated"
     on_cpu = is_cpu_kind(speed.backend)  # its rates are its cores'
     if speed.vector_tflops is not None:
-        # The factor is a GPU's: its FP16 matrix or packed units against its shaders'
-        # FP32 rate. A CPU's cores have no such units; the CPU backend's own matrix
-        # efficiency is all that stands between their vector rate and its products.
-        factor = 1.0 if on_cpu else calibration.fallback_matrix_factor
-        return speed.vector_tflops * factor, "shaders"
+        if on_cpu:
+            # A CPU's cores have no matrix or packed units; the CPU backend's own matrix
+            # efficiency is all that stands between their vector rate and its products.
+            return speed.vector_tflops, "shaders"
+        per_lane = (UNSTATED_FLOPS_PER_LANE_CLOCK if speed.architecture is None else
+                    shader_flops_per_lane_clock(GPU_ARCHITECTURES[speed.architecture],
+                                                backend or speed.backend or FALLBACK_BACKEND,
+                                                quantized))
+        lane_clocks = speed.vector_tflops / FMA_FLOPS
+        return lane_clocks * per_lane * calibration.shader_units_factor, "shaders"
     bandwidth = speed.memory_bandwidth_bytes_per_s or 0
     ratios = calibration.fallback_flops_per_byte
     key = CPU_BACKEND if on_cpu else speed.vendor or ""
@@ -103,13 +120,17 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
     figures = calibration.backend(backend, notes)
     bandwidth = (speed.memory_bandwidth_bytes_per_s or 0) * calibration.memory_factor(
         speed.memory_type, notes)
-    tflops, figure = matrix_tflops(speed, calibration)
+    tflops, figure = matrix_tflops(speed, calibration, backend, quantized)
+    name = speed.kind or speed.node_id
     if figure != "stated":
-        notes.append(f"{speed.kind or speed.node_id} states no fp16_tflops: its FP16 "
+        notes.append(f"{name} states no fp16_tflops: its FP16 "
                      + ("throughput is taken from its shaders and clock"
                         if figure == "shaders" else
                         "throughput is taken from its memory bandwidth")
                      + ", and its prefill estimate is less sure")
+    if figure == "shaders" and speed.architecture is None and not is_cpu_kind(speed.backend):
+        notes.append(f"{name} states no architecture: its shaders are taken at "
+                     f"{UNSTATED_FLOPS_PER_LANE_CLOCK} FP16 FLOPs a lane and clock")
     staging = quantized and stages_quantized_weights(backend, settings.build)
     matrix = _figure(calibration, figures, "matrix_efficiency", backend, notes)
     if settings.flash_attn:

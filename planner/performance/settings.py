@@ -35,6 +35,17 @@ through b9112 (2026-05-12) and twice as fast in b9187 (2026-05-18). Vulkan's ros
 steps instead (at 32k: 298 tokens/s in b7034, 417 in b7938, 546 in b8743, 556 in b9187),
 with no one build to date; the estimate takes ROCm's for both. b9187 is the first build
 taken to attend on the matrix units (the stand-in's rate, as the products).
+
+Which of a GPU's units a prompt's products run on (:func:`shader_flops_per_lane_clock`),
+for a kind whose FP16 figure is the stand-in from its shaders: llama.cpp's CUDA and ROCm
+backends reach its matrix units (cuBLAS or hipBLAS, and MMQ on tensor cores and, in
+current builds, WMMA) and, for quantized weights, its 4-way int8 dot product
+(``ggml_cuda_dp4a``: MMQ on GPUs without matrix units, RDNA 2 and Pascal among them);
+Vulkan reaches matrix units through cooperative matrices where
+``ggml_vk_khr_cooperative_matrix_support`` allows them (AMD's RDNA 3 and 4, Intel's Xe2,
+NVIDIA since Turing; not Intel's discrete Xe-HPG), and otherwise runs its products on the
+vector units (its integer dot-product MMQ, pull request 12135 and later, is not told
+apart here); other backends run on the vector units.
 """
 
 from __future__ import annotations
@@ -50,6 +61,7 @@ from planner.limits import (
     MAX_LLAMA_CPP_BUILD,
     MAX_UBATCH,
 )
+from planner.models.architectures import GpuArchitecture
 from planner.models.gpus import BACKENDS
 from planner.performance._errors import PerformanceError, bad
 
@@ -138,3 +150,22 @@ def attends_on_shaders(backend: str, build: int | None) -> bool:
     before :data:`MATRIX_FLASH_ATTENTION_BUILD` (the module docstring)."""
     first = MATRIX_FLASH_ATTENTION_BUILD.get(backend)
     return first is not None and build is not None and build < first
+
+
+# Backends whose matrix kernels reach a GPU's matrix units and, for quantized weights, its
+# int8 dot product (the module docstring).
+_BLAS_BACKENDS = ("cuda", "rocm")
+
+
+def shader_flops_per_lane_clock(architecture: GpuArchitecture, backend: str,
+                                quantized: bool) -> int:
+    """FP16 FLOPs a lane and clock of the fastest of ``architecture``'s units that
+    llama.cpp's prompt products reach on ``backend`` (the module docstring)."""
+    rates = [architecture.packed_fp16]
+    reaches_matrix = backend in _BLAS_BACKENDS or (backend == "vulkan"
+                                                   and architecture.vulkan_matrix)
+    if architecture.matrix_fp16 is not None and reaches_matrix:
+        rates.append(architecture.matrix_fp16)
+    if architecture.int8_dot is not None and quantized and backend in _BLAS_BACKENDS:
+        rates.append(architecture.int8_dot)
+    return max(rates)

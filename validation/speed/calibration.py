@@ -403,8 +403,8 @@ START = {"weight_efficiency": 0.7, "kv_efficiency": 0.5,
          "kv_efficiency_without_flash_attention": 0.5, "matrix_efficiency": 0.4,
          "attention_efficiency": 0.2, "quantized_matrix_factor": 1.0, "layer_ms": 0.03,
          "hop_ms": 0.2, "memory_factor": 0.8,
-         "half_rate_tokens": 8.0, "fallback_matrix_factor": 1.0}
-SHARED = ("half_rate_tokens", "fallback_matrix_factor")
+         "half_rate_tokens": 8.0, "shader_units_factor": 0.5}
+SHARED = ("half_rate_tokens", "shader_units_factor")
 
 
 # The largest value each figure may take (planner.performance.calibration's bounds).
@@ -412,7 +412,7 @@ HIGHEST = {"weight_efficiency": 1.0, "kv_efficiency": 1.0,
            "kv_efficiency_without_flash_attention": 1.0, "matrix_efficiency": 1.0,
            "attention_efficiency": 1.0, "quantized_matrix_factor": 4.0, "layer_ms": 10.0,
            "hop_ms": 100.0, "memory_factor": 2.0,
-           "half_rate_tokens": 4096.0, "fallback_matrix_factor": 64.0}
+           "half_rate_tokens": 4096.0, "shader_units_factor": 4.0}
 
 
 @dataclass(frozen=True)
@@ -442,7 +442,7 @@ def _informing(rows: Sequence[Row], parameter: Parameter) -> list[Row]:
     if figure == "half_rate_tokens":
         return [r for r in rows if r.model.get("expert_count")
                 and (r.phase == "prefill" or r.lanes > 1)]
-    if figure == "fallback_matrix_factor":
+    if figure == "shader_units_factor":
         return [r for r in prefill if r.figure == "shaders" and not is_cpu_kind(r.gpu.backend)]
     mine = [r for r in rows if r.backend == key]
     if figure == "matrix_efficiency":
