@@ -204,10 +204,16 @@ def test_lanes_of_a_mixture_of_experts_read_the_expected_distinct_experts() -> N
     assert dense.read_share(32) == 1.0
 
 
-def test_two_lanes_of_a_mixture_of_experts_multiply_small_products() -> None:
-    """One token's routed experts run llama.cpp's matrix-vector kernel; two tokens' its
-    matrix-matrix one, each expert reached multiplying its few tokens below the full
-    rate, ``t / (t + half_rate_tokens)`` of it."""
+def test_lanes_of_a_mixture_of_experts_multiply_their_experts_as_their_other_weights(
+        ) -> None:
+    """A decode step reads the experts its lanes reach and multiplies them as its other
+    weights, at the full rate beside the read (llama.cpp's matrix-vector kernels for up
+    to 8 tokens, tiles of 8 tokens beyond); a prompt's micro-batch multiplies each expert
+    reached as a small product of its few tokens, ``t / (t + half_rate_tokens)`` of the
+    rate. The DGX Spark's parallel lanes of three mixtures of experts were estimated 50
+    to 110 % too slow with the lanes' experts as small products (docs/speed.md)."""
+    from planner.performance.roofline import routed_product_ms
+
     # 10 layers, 8 GB of which 6 GB routed experts, 2 of 8 used per token; 3.5e9
     # parameters per token, 1.5e9 of them in routed experts; no cache.
     traffic = ModelTraffic(8 * 10**9, 3_500_000_000, 1000, active_parameter_count=35 * 10**8,
@@ -224,12 +230,17 @@ def test_two_lanes_of_a_mixture_of_experts_multiply_small_products() -> None:
 
     # One token: 2 GB shared + 6 GB x 2/8 read at 1 TB/s, 2 x 3.5e9 FLOPs at 1e14.
     assert ms(1) == pytest.approx(3.5 + 0.07)
-    # Two tokens: the experts reached, 6 GB x (1 - (6/8)^2) = 2.625 GB; the shared
-    # weights' products 2 x 2e9 x 2 FLOPs; each of the 3.5 experts reached multiplies
-    # 4 / 3.5 tokens at 1e14 x t / (t + 8): 2 x 1.5e9 x 2 FLOPs at that rate.
+    # Two tokens: the experts reached, 6 GB x (1 - (6/8)^2) = 2.625 GB, and every
+    # product, 2 x 3.5e9 x 2 FLOPs, at the full rate.
+    assert ms(2) == pytest.approx(2.0 + 2.625 + 0.14)
+    # A micro-batch of two tokens: each of the 3.5 experts reached multiplies 4 / 3.5
+    # tokens at 1e14 x t / (t + 8).
+    batch = step_work(load, traffic, tokens=2, sequences=1, cached=2, attended=1,
+                      overlapped=True)
     tokens = 4 / (8 * (1 - 0.75**2))
-    routed = 2 * 1.5e9 * 2 * 1e-11 * (tokens + 8) / tokens
-    assert ms(2) == pytest.approx(2.0 + 2.625 + 0.08 + routed)
+    assert float(batch.routed_flops) == pytest.approx(2 * 1.5e9 * 2)
+    assert float(routed_product_ms(batch, rates)) == pytest.approx(
+        2 * 1.5e9 * 2 * 1e-11 * (tokens + 8) / tokens)
 
 
 def test_prefill_pipelines_ubatches_through_the_stages() -> None:

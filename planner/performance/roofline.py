@@ -59,7 +59,7 @@ class Work:
 
     ``weight_bytes`` read (the shared weights, the routed experts the tokens reach, one
     embedding row a token); ``matrix_flops`` of products at the full rate and
-    ``routed_flops`` of the routed experts' small products of a step of several tokens,
+    ``routed_flops`` of the routed experts' small products of a micro-batch,
     each expert multiplying ``routed_tokens`` tokens; ``staged_parameters``, the
     parameters of every weight a micro-batch multiplies (staged as FP16 where the
     rates say so); ``activation_bytes`` a micro-batch moves between its kernels
@@ -102,12 +102,16 @@ class Rates:
     fuses_moe: Any = 0.0
 
 
-def routed_product_ms(work: Work, rates: Rates) -> Any:
-    """The routed experts' small products: each below the full rate by
-    ``t / (t + half)`` for its ``t`` tokens."""
+def routed_full_rate_flops(work: Work, half_rate_tokens: Any) -> Any:
+    """The routed experts' small products as FLOPs at the full rate: each expert's below
+    it by ``t / (t + half_rate_tokens)`` for its ``t`` tokens."""
     tokens = np.maximum(work.routed_tokens, 1e-9)
-    return (work.routed_flops * rates.matrix_ms_per_flop
-            * (tokens + rates.half_rate_tokens) / tokens)
+    return work.routed_flops * (tokens + half_rate_tokens) / tokens
+
+
+def routed_product_ms(work: Work, rates: Rates) -> Any:
+    """The routed experts' small products (:func:`routed_full_rate_flops`), in ms."""
+    return routed_full_rate_flops(work, rates.half_rate_tokens) * rates.matrix_ms_per_flop
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,15 +199,17 @@ def step_work(load: StageLoad, traffic: ModelTraffic, *, tokens: Any, sequences:
     a stage: the weights a step of that many tokens reads, each sequence's cache of
     ``cached`` tokens, and attention of every token over ``attended`` cached tokens of
     its sequence on average. A micro-batch (``overlapped``) multiplies every routed
-    expert its tokens reach as one small product each, and a decode step of two or more
-    tokens too; ``stage_weights`` counts the parameters its products stage as FP16."""
+    expert its tokens reach as one small product each; a decode step's experts, one
+    token a lane, are multiplied as its other weights are (llama.cpp's matrix-vector
+    kernels read each reached expert once for up to 8 tokens, and with more its
+    quantized kernels take tiles of 8 tokens: the read bounds them); ``stage_weights``
+    counts the parameters its products stage as FP16."""
     routed = load.routed_expert_bytes if traffic.routed_bytes else 0
     share = traffic.expert_share(tokens)
     shared = (load.weight_bytes - routed if routed else
               load.weight_bytes * traffic.read_share(tokens))
     weight_bytes = shared + routed * share + load.embedding_row_bytes * tokens
-    batched = bool(routed) and (overlapped or bool(np.all(np.asarray(tokens) > 1)))
-    routed_active = load.routed_active_parameters if batched else 0.0
+    routed_active = load.routed_active_parameters if routed and overlapped else 0.0
     reached = np.maximum(share * (traffic.expert_count or 1), 1e-9)
     full, windowed = load.kv_tokens(attended)
     pairs = tokens * (load.attention_width * full + load.window_attention_width * windowed)

@@ -53,6 +53,7 @@ from planner.performance import (
     calibrated_device,
     load_calibration,
     plain_device,
+    routed_full_rate_flops,
     stage_loads,
     step_terms,
     step_work,
@@ -423,8 +424,7 @@ def prefill_floor(kinds: Sequence[GpuModel], traffic: ModelTraffic, probe: Plann
     def ubatch(tokens: float, before: float) -> tuple[float, ...]:
         work = step_work(load, traffic, tokens=tokens, sequences=1, cached=before + tokens,
                          attended=before + tokens / 2, overlapped=True, stage_weights=True)
-        routed = float(work.routed_flops) * (float(work.routed_tokens) + half) / max(
-            float(work.routed_tokens), 1e-9)
+        routed = float(routed_full_rate_flops(work, half))
         return (float(work.weight_bytes), float(work.matrix_flops) + routed,
                 float(work.staged_parameters), float(work.activation_bytes),
                 float(work.attention_flops))

@@ -440,8 +440,7 @@ def _informing(rows: Sequence[Row], parameter: Parameter) -> list[Row]:
     if figure == "memory_factor":
         return [r for r in rows if r.gpu.memory_type == key]
     if figure == "half_rate_tokens":
-        return [r for r in rows if r.model.get("expert_count")
-                and (r.phase == "prefill" or r.lanes > 1)]
+        return [r for r in rows if r.model.get("expert_count") and r.phase == "prefill"]
     if figure == "shader_units_factor":
         return [r for r in prefill if r.figure == "shaders" and not is_cpu_kind(r.gpu.backend)]
     mine = [r for r in rows if r.backend == key]
