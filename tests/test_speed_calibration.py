@@ -248,6 +248,10 @@ def test_no_figure_rests_on_one_gpu_and_none_sits_at_a_bound(rows: Rows) -> None
     for kind, value in calibration.memory_factors.items():
         assert f"memory_factor.{kind}" in fitted
         assert 1e-3 < value / speed_calibration.HIGHEST["memory_factor"] < 0.999
+    for name in speed_calibration.SHARED:
+        assert name in fitted, name
+        value = getattr(calibration, name)
+        assert 1e-3 < value / speed_calibration.HIGHEST[name] < 0.999, (name, value)
 
 
 def test_the_mmq_era_stages_quantized_weights_only_before_it(rows: Rows) -> None:

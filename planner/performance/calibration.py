@@ -96,6 +96,11 @@ _BACKEND_BOUNDS = {"weight_efficiency": _SHARE, "kv_efficiency": _SHARE,
                    "quantized_matrix_factor": (0.0, 4.0), "layer_ms": (-1e-12, 10.0),
                    "hop_ms": (-1e-12, 100.0)}
 _SHARED_BOUNDS = {"half_rate_tokens": (-1e-12, 4096.0), "shader_units_factor": (0.0, 4.0)}
+_MEMORY_FACTOR_BOUNDS = (0.0, 2.0)
+# Every fitted figure's range, by name: the one place the fit
+# (validation/speed/calibration.py) and these checks take it from.
+FIGURE_BOUNDS: dict[str, tuple[float, float]] = {
+    **_BACKEND_BOUNDS, "memory_factor": _MEMORY_FACTOR_BOUNDS, **_SHARED_BOUNDS}
 # Shared figures earlier versions fitted and wrote, read and left unused: the bytes a
 # micro-batch moves between its kernels are counted on llama.cpp's graph now
 # (roofline.activation_bytes_per_token).
@@ -203,12 +208,14 @@ class SpeedCalibration:
                     "InvalidCalibration", f"fallback_flops_per_byte.{vendor} must be above "
                     "0 and at most 100,000", field=f"fallback_flops_per_byte.{vendor}",
                     value=value)
+        low, high = _MEMORY_FACTOR_BOUNDS
         for kind, value in self.memory_factors.items():
             if (isinstance(value, bool) or not isinstance(value, int | float)
-                    or not 0 < value <= 2):
+                    or not low < value <= high):
                 raise PerformanceError("InvalidCalibration",
-                                       f"memory_factors.{kind} must be above 0 and at most 2",
-                                       field=f"memory_factors.{kind}", value=value)
+                                       f"memory_factors.{kind} must be above {low:g} and at "
+                                       f"most {high:g}", field=f"memory_factors.{kind}",
+                                       value=value)
 
     def median_figure(self, name: str) -> float | None:
         """The median of one figure over the backends that have it."""

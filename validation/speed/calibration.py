@@ -77,6 +77,7 @@ from planner.performance import (  # noqa: E402
     step_ms,
     step_work,
 )
+from planner.performance.calibration import FIGURE_BOUNDS  # noqa: E402
 from planner.performance.settings import (  # noqa: E402
     MMQ_DEFAULT_BUILD,
     attends_on_shaders,
@@ -408,11 +409,7 @@ SHARED = ("half_rate_tokens", "shader_units_factor")
 
 
 # The largest value each figure may take (planner.performance.calibration's bounds).
-HIGHEST = {"weight_efficiency": 1.0, "kv_efficiency": 1.0,
-           "kv_efficiency_without_flash_attention": 1.0, "matrix_efficiency": 1.0,
-           "attention_efficiency": 1.0, "quantized_matrix_factor": 4.0, "layer_ms": 10.0,
-           "hop_ms": 100.0, "memory_factor": 2.0,
-           "half_rate_tokens": 4096.0, "shader_units_factor": 4.0}
+HIGHEST = {name: high for name, (_low, high) in FIGURE_BOUNDS.items()}
 
 
 @dataclass(frozen=True)
