@@ -108,6 +108,26 @@ def test_the_stand_in_follows_the_architecture_s_units() -> None:
     assert vulkan_products * vulkan_factor == pytest.approx(2 * rocm_products * rocm_factor)
 
 
+def test_a_gpu_whose_matrix_units_are_not_reached_attends_on_its_shaders() -> None:
+    """Flash attention runs on the shaders of a GPU whose matrix units the backend does
+    not reach, on any build (RDNA 2 on Vulkan or ROCm, Xe-HPG on Vulkan): at its FP32 rate.
+    An RDNA 3 card on a current build attends at its stand-in, as its products compute."""
+    calibration = load_calibration()
+
+    def attention(architecture: str, backend: str = "vulkan") -> float:
+        settings = RunSettings(backend=backend, flash_attn=True, build=None)
+        device = calibrated_device(calibration, _speed(architecture), settings, True, [])
+        return float(device.rates.attention_ms_per_flop)
+
+    for backend in ("vulkan", "rocm"):
+        share = calibration.backends[backend].attention_efficiency or 0.0
+        assert attention("rdna2", backend) == pytest.approx(1000 / (share * 24e12))
+    share = calibration.backends["vulkan"].attention_efficiency or 0.0
+    stand_in, _ = matrix_tflops(_speed("rdna3"), calibration, "vulkan", True)
+    assert attention("rdna3") == pytest.approx(1000 / (share * stand_in * 1e12))
+    assert attention("xe-hpg") == pytest.approx(1000 / (share * 24e12))
+
+
 _BASE = {"name": "Card", "vendor": "AMD", "memory_bytes": 16 * 2**30,
          "shader_count": 4096, "boost_clock_mhz": 2970, "shader_source": "page"}
 

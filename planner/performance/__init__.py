@@ -111,6 +111,7 @@ from planner.performance.settings import (
     RunSettings,
     attends_on_shaders,
     fuses_moe_kernels,
+    reaches_matrix_units,
     shader_flops_per_lane_clock,
 )
 from planner.performance.traffic import (
@@ -177,6 +178,7 @@ __all__ = [
     "pipeline_ms",
     "plain_device",
     "prefill_ms",
+    "reaches_matrix_units",
     "read_calibration",
     "routed_full_rate_flops",
     "set_calibration",

@@ -15,8 +15,11 @@ its vendor (of the measured CPUs, for a CPU; of all, for a vendor never measured
 
 The factor is fitted on prompts' matrix products. Flash attention runs other kernels,
 which on the kinds computing at the stand-in from shaders (AMD's and Intel's GPUs) ran on
-those shaders until 2026 (:func:`~planner.performance.settings.attends_on_shaders`), so
-on such a build their attention computes at the shaders' FP32 rate (docs/sources.md §3).
+those shaders until 2026 (:func:`~planner.performance.settings.attends_on_shaders`), and
+on any build on a GPU whose matrix units the backend does not reach
+(:func:`~planner.performance.settings.reaches_matrix_units`: RDNA 2 and older, Pascal,
+Xe-HPG on Vulkan), so there their attention computes at the shaders' FP32 rate
+(docs/sources.md §3).
 Without flash attention, scores are matrix products like the others.
 """
 
@@ -43,6 +46,7 @@ from planner.performance.settings import (
     RunSettings,
     attends_on_shaders,
     fuses_moe_kernels,
+    reaches_matrix_units,
     shader_flops_per_lane_clock,
     stages_quantized_weights,
 )
@@ -149,8 +153,12 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
         matrix, attention = (min(1.0, share * own.compute_factor)
                              for share in (matrix, attention))
     flops = tflops * 1e12
+    # A GPU whose matrix units the backend does not reach attends on its shaders on any
+    # build.
+    no_matrix = (speed.architecture is not None and not reaches_matrix_units(
+        GPU_ARCHITECTURES[speed.architecture], backend))
     on_shaders = (figure == "shaders" and settings.flash_attn
-                  and attends_on_shaders(backend, settings.build))
+                  and (attends_on_shaders(backend, settings.build) or no_matrix))
     # On the shaders (module docstring): their vector rate, which "shaders" says is stated.
     attention_flops = (speed.vector_tflops or tflops) * 1e12 if on_shaders else flops
     read_ms_per_byte = 1000 / (weight * bandwidth)

@@ -157,14 +157,20 @@ def attends_on_shaders(backend: str, build: int | None) -> bool:
 _BLAS_BACKENDS = ("cuda", "rocm")
 
 
+def reaches_matrix_units(architecture: GpuArchitecture, backend: str) -> bool:
+    """Whether llama.cpp's kernels on ``backend`` reach ``architecture``'s matrix units
+    (the module docstring); without them its flash attention runs on the shaders too."""
+    reaches = backend in _BLAS_BACKENDS or (backend == "vulkan"
+                                            and architecture.vulkan_matrix)
+    return architecture.matrix_fp16 is not None and reaches
+
+
 def shader_flops_per_lane_clock(architecture: GpuArchitecture, backend: str,
                                 quantized: bool) -> int:
     """FP16 FLOPs a lane and clock of the fastest of ``architecture``'s units that
     llama.cpp's prompt products reach on ``backend`` (the module docstring)."""
     rates = [architecture.packed_fp16]
-    reaches_matrix = backend in _BLAS_BACKENDS or (backend == "vulkan"
-                                                   and architecture.vulkan_matrix)
-    if architecture.matrix_fp16 is not None and reaches_matrix:
+    if architecture.matrix_fp16 is not None and reaches_matrix_units(architecture, backend):
         rates.append(architecture.matrix_fp16)
     if architecture.int8_dot is not None and quantized and backend in _BLAS_BACKENDS:
         rates.append(architecture.int8_dot)
