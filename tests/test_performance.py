@@ -350,7 +350,7 @@ def test_a_cpu_computes_at_its_cores_rate_without_a_gpu_s_matrix_factor() -> Non
     its cores does not (the CPU backend's matrix efficiency carries the rest)."""
     from dataclasses import replace
 
-    from planner.performance import NodeSpeed
+    from planner.performance import NodeSpeed, SpeedCalibration
     from planner.performance.device import matrix_tflops
 
     calibration = load_calibration()
@@ -358,8 +358,12 @@ def test_a_cpu_computes_at_its_cores_rate_without_a_gpu_s_matrix_factor() -> Non
                       shader_units_factor=2 * calibration.shader_units_factor)
     gpu = NodeSpeed("card", 10**12, None, "card", "gddr", "rocm", None, 40.0, "AMD")
     cpu = NodeSpeed("cpu", 10**11, None, "cpu", "ddr", "cpu", None, 2.0, "AMD")
-    assert matrix_tflops(gpu, doubled)[0] == pytest.approx(2 * matrix_tflops(gpu, calibration)[0])
-    assert matrix_tflops(cpu, doubled) == matrix_tflops(cpu, calibration) == (2.0, "shaders")
+
+    def tflops(speed: NodeSpeed, figures: SpeedCalibration) -> tuple[float, str]:
+        return matrix_tflops(speed, figures, speed.backend or "", True)
+
+    assert tflops(gpu, doubled)[0] == pytest.approx(2 * tflops(gpu, calibration)[0])
+    assert tflops(cpu, doubled) == tflops(cpu, calibration) == (2.0, "shaders")
 
 
 def test_flash_attention_on_a_stand_in_gpu_computes_at_its_shaders_rate() -> None:

@@ -78,29 +78,36 @@ class NodeSpeed:
                    gpu.vendor, gpu.architecture)
 
 
-def matrix_tflops(speed: NodeSpeed, calibration: SpeedCalibration,
-                  backend: str | None = None, quantized: bool = True) -> tuple[float, str]:
-    """The FP16 matrix throughput the estimate computes with on ``backend`` (``None``: the
-    kind's own) for weights ``quantized`` or not, in TFLOPS, and which figure it is:
-    ``"stated"``, ``"shaders"`` or ``"bandwidth"`` (the module docstring)."""
+def fp16_figure(speed: NodeSpeed) -> str:
+    """Which FP16 figure a kind is estimated with: ``"stated"``, ``"shaders"`` or
+    ``"bandwidth"`` (the module docstring)."""
     if speed.fp16_tflops is not None:
-        return speed.fp16_tflops, "stated"
+        return "stated"
+    return "shaders" if speed.vector_tflops is not None else "bandwidth"
+
+
+def matrix_tflops(speed: NodeSpeed, calibration: SpeedCalibration, backend: str,
+                  quantized: bool) -> tuple[float, str]:
+    """The FP16 matrix throughput the estimate computes with on ``backend`` for weights
+    ``quantized`` or not, in TFLOPS, and which figure it is (:func:`fp16_figure`)."""
+    figure = fp16_figure(speed)
+    if speed.fp16_tflops is not None:
+        return speed.fp16_tflops, figure
     on_cpu = is_cpu_kind(speed.backend)  # its rates are its cores'
     if speed.vector_tflops is not None:
         if on_cpu:
             # A CPU's cores have no matrix or packed units; the CPU backend's own matrix
             # efficiency is all that stands between their vector rate and its products.
-            return speed.vector_tflops, "shaders"
+            return speed.vector_tflops, figure
         per_lane = (UNSTATED_FLOPS_PER_LANE_CLOCK if speed.architecture is None else
                     shader_flops_per_lane_clock(GPU_ARCHITECTURES[speed.architecture],
-                                                backend or speed.backend or FALLBACK_BACKEND,
-                                                quantized))
+                                                backend, quantized))
         lane_clocks = speed.vector_tflops / FMA_FLOPS
-        return lane_clocks * per_lane * calibration.shader_units_factor, "shaders"
+        return lane_clocks * per_lane * calibration.shader_units_factor, figure
     bandwidth = speed.memory_bandwidth_bytes_per_s or 0
     ratios = calibration.fallback_flops_per_byte
     key = CPU_BACKEND if on_cpu else speed.vendor or ""
-    return bandwidth * ratios.get(key, ratios["all"]) / 1e12, "bandwidth"
+    return bandwidth * ratios.get(key, ratios["all"]) / 1e12, figure
 
 
 def backend_of(speed: NodeSpeed, settings: RunSettings, notes: list[str]) -> str:
@@ -227,7 +234,7 @@ def kinds_error_note(calibration: SpeedCalibration, speeds: Iterable[NodeSpeed],
     speeds = list(speeds)
     return calibration_error_note(calibration, speeds, [
         (settings.backend or speed.backend or FALLBACK_BACKEND, speed.memory_type,
-         matrix_tflops(speed, calibration)[1]) for speed in speeds])
+         fp16_figure(speed)) for speed in speeds])
 
 
 def calibration_error_note(calibration: SpeedCalibration, speeds: Sequence[NodeSpeed],
