@@ -197,6 +197,25 @@ def test_a_table_without_an_fa_column_ran_llama_bench_s_default(
             assert re.search(r"-fa 0|fa column 0|fa 0\b", row["source_detail"]), where
 
 
+def test_a_row_whose_post_gives_its_command_records_the_command_s_settings(
+        rows: list[dict[str, str]]) -> None:
+    """A table trimmed of its fa and n_ubatch columns says nothing of them, but the
+    llama-bench command its post gives does: the row records ``-fa 1`` and ``-ub N``
+    as the command gives them, not llama-bench's defaults."""
+    command = re.compile(r"llama-bench [^;()]*")
+    checked = 0
+    for row in rows:
+        for given in command.findall(row["source_detail"]):
+            where = f"row {row['row_id']}: {given}"
+            if re.search(r"-fa 1\b", given):
+                assert row["flash_attn"] == "1", where
+                checked += 1
+            ubatch = re.search(r"-ub (\d+)\b", given)
+            if ubatch:
+                assert row["ubatch"] == ubatch[1], where
+    assert checked >= 14
+
+
 def _bare(name: str) -> str:
     return re.sub(r"\s+\d+\s*GB$", "", name)
 
