@@ -85,7 +85,8 @@ _SPEC = dict(name="m", architecture="llama", layer_count=2, native_context_lengt
              layer_state_bytes_per_sequence=(16, 0), parameter_count=20,
              active_parameter_count=5, expert_count=8, experts_used=2,
              token_embedding_bytes=2, routed_expert_bytes=3, routed_expert_parameters=16,
-             attention_heads=4, head_size=16, kv_heads=2, sliding_window=512,
+             output_head_parameters=2, attention_heads=4, head_size=16, kv_heads=2,
+             sliding_window=512,
              sliding_window_layers=1, kv_lora_rank=32, rope_head_size=8)
 
 # A valid example of each input type, every optional number given a value so it is
@@ -157,7 +158,7 @@ EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
         attention_width=64, parameter_count=200, routed_expert_bytes=80,
         routed_expert_parameters=120, attention_heads=4, sliding_window=128,
         window_layer_count=2, window_kv_bytes_per_token=8, layer_nodes=25.0,
-        fused_layer_nodes=23.0),
+        fused_layer_nodes=23.0, output_head_parameters=8),
     "planner.performance.calibration.BackendFigures": lambda: dict(
         weight_efficiency=0.9, layer_ms=0.05, kv_efficiency=0.3,
         kv_efficiency_without_flash_attention=0.2, matrix_efficiency=0.4,

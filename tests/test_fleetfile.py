@@ -235,6 +235,11 @@ def test_node_errors_name_the_field_node_and_line(entry: str, field: str, words:
     (NUMBERS + "[planning]\nminimum_nodes = -1\n", "InvalidField", "planning.minimum_nodes"),
     (NUMBERS + "[planning]\ncontext_length = 1\n", "UnknownField", "planning.context_length"),
     ('owner = "me"\n' + NUMBERS, "UnknownField", "owner"),
+    (NUMBERS + "output_head_parameters = 1000\n", "MissingField", "model.parameter_count"),
+    (NUMBERS + "parameter_count = 1000\noutput_head_parameters = 1001\n", "InvalidField",
+     "model.output_head_parameters"),
+    (NUMBERS + "parameter_count = 1000\noutput_head_parameters = 0\n", "InvalidField",
+     "model.output_head_parameters"),
 ])
 def test_model_and_planning_errors(text: str, code: str, field: str) -> None:
     error = fleet_error(text)
@@ -546,3 +551,15 @@ def test_a_gguf_path_no_file_can_have_is_a_missing_file(tmp_path: Path, gguf: st
     with pytest.raises(FleetFileError) as caught:
         loaded.to_request()
     assert caught.value.code == "ModelUnavailable" and caught.value.field == "model.gguf"
+
+
+def test_a_model_s_numbers_carry_its_output_head_to_the_speed_estimate() -> None:
+    """The output head a prompt leaves out but for its last token (docs/speed.md): typed
+    with the parameters, it reaches the estimate's traffic."""
+    from planner.performance import fleet_model_traffic
+
+    document = parse_fleet_toml(NUMBERS + "parameter_count = 40_000_000_000\n"
+                                "hidden_size = 5120\noutput_head_parameters = 655_360_000\n"
+                                '[[nodes]]\nid = "a"\nvram = "80 GiB"\n')
+    traffic = fleet_model_traffic(document.model)
+    assert traffic is not None and traffic.output_head_parameters == 655_360_000

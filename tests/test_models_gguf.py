@@ -520,6 +520,7 @@ def test_speed_fields_count_parameters_experts_and_embeddings(tmp_path: Path) ->
     assert spec.active_parameter_count == 65_536 + 131_072 * 2 // 8 + 25_600
     assert (spec.expert_count, spec.experts_used) == (8, 2)
     assert spec.token_embedding_bytes == 25_600 * 2
+    assert spec.output_head_parameters == 25_600  # output.weight
     dense = tmp_path / "dense.gguf"
     write_gguf(dense, "llama", llama_metadata(1), tensors[:2] + tensors[3:])
     plain = from_gguf(dense)
@@ -531,3 +532,4 @@ def test_speed_fields_count_parameters_experts_and_embeddings(tmp_path: Path) ->
     shared = from_gguf(tied)
     assert shared.token_embedding_bytes is None
     assert shared.active_parameter_count == 25_600 + 65_536
+    assert shared.output_head_parameters == 25_600  # the tied token_embd

@@ -623,6 +623,11 @@ def test_presets_state_the_figures_the_speed_estimate_reads() -> None:
     assert moe.active_parameter_count == pytest.approx(5.1e9, rel=0.01)
     assert moe.routed_expert_bytes == -(-114_661_785_600 * 17 // 32) + 39_813_120 * 2
     assert moe.token_embedding_bytes == embedding * 2
+    # Its output head (vocab x hidden) and norm at the output.
+    assert moe.output_head_parameters == embedding + 2_880
+    # Gemma 3's head is its token embeddings, tied at the input, with the norm at the
+    # output.
+    assert load_preset("gemma-3-12b").output_head_parameters == 262_208 * 3_840 + 3_840
     dense = load_preset("llama-3.1-70b")
     assert dense.expert_count is None and dense.routed_expert_bytes == 0
     assert dense.parameter_count == 70_553_706_496

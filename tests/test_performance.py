@@ -243,6 +243,72 @@ def test_lanes_of_a_mixture_of_experts_multiply_their_experts_as_their_other_wei
         2 * 1.5e9 * 2 * 1e-11 * (tokens + 8) / tokens)
 
 
+def test_a_prompt_multiplies_the_output_head_for_its_output_token_only() -> None:
+    """llama.cpp takes only the rows whose logits a batch asks for into the output head
+    (``inp_out_ids``, since pull request 6122), and a prompt asks for its last token's
+    only: its micro-batches leave the head's products out, a decoded token computes
+    them, and a build before the change multiplies every prompt token by it."""
+    from planner.performance import OUTPUT_ROWS_BUILD, computes_every_output
+
+    # 5e8 parameters a token, 2e8 of them the head; no cache.
+    traffic = ModelTraffic.dense(10**9, 1000, parameter_count=10**9)
+    load = StageLoad(layer_count=10, weight_bytes=10**9, routed_expert_bytes=0,
+                     active_parameters=5e8, kv_bytes_per_token=0, attention_width=0,
+                     head_parameters=2e8)
+    batch = step_work(load, traffic, tokens=512, sequences=1, cached=512, attended=256,
+                      overlapped=True)
+    assert float(batch.matrix_flops) == pytest.approx(2 * 3e8 * 512)
+    assert float(batch.head_flops) == pytest.approx(2 * 2e8 * 512)
+    # 3e11 FLOPs at 1e13 / s: 30.72 ms over the 1 ms read; every token through the head
+    # on an old build: 51.2 ms.
+    assert float(step_ms(batch, PLAIN)) == pytest.approx(30.72)
+    old = Rates(**{**{name: getattr(PLAIN, name) for name in Rates.__dataclass_fields__},
+                   "every_output": 1.0})
+    assert float(step_ms(batch, old)) == pytest.approx(51.2)
+    token = step_work(load, traffic, tokens=1, sequences=1, cached=1, attended=1,
+                      overlapped=False)
+    assert float(token.matrix_flops) == pytest.approx(2 * 5e8)
+    assert computes_every_output(OUTPUT_ROWS_BUILD - 1)
+    assert not computes_every_output(OUTPUT_ROWS_BUILD)
+    assert not computes_every_output(None)
+    # The head is among the parameters a token computes with.
+    with pytest.raises(PerformanceError) as caught:
+        ModelTraffic(10**9, 10**9, 1000, active_parameter_count=10**8, parameter_count=10**9,
+                     output_head_parameters=2 * 10**8)
+    assert caught.value.details["field"] == "output_head_parameters"
+
+
+def test_gemma_3_270m_s_prompt_leaves_its_tied_head_out() -> None:
+    """gemma-3-270m's tied 262,144 x 640 embedding is 63 % of its parameters: its prompt
+    on this machine's CPU was estimated 2.4 times too slow with every token multiplied by
+    it, and is within 7 % without (tests/test_speed_cpu.py). The GGUF's head reaches the
+    stages, and the prompt at a current build costs its layers' products alone."""
+    import json
+    from pathlib import Path
+
+    from planner.models import ModelSpec
+    from planner.performance import model_traffic, stage_loads
+
+    spec = ModelSpec.from_dict(json.loads(
+        (Path(__file__).parent / "data" / "gemma-3-270m-q4_k_m.json").read_text()))
+    traffic = model_traffic(spec)
+    assert traffic is not None and traffic.output_head_parameters == 262_144 * 640
+    assert traffic.output_head_parameters / (traffic.active_parameter_count or 1) > 0.6
+    request = as_planning_input({
+        "native_context_length": spec.native_context_length,
+        "layer_count": spec.layer_count, "model_weight_bytes": spec.model_weight_bytes,
+        "layer_weight_bytes": list(spec.layer_weight_bytes or ()),
+        "kv_bytes_per_token": spec.kv_bytes_per_token,
+        "nodes": [{"node_id": "a", "detected_vram_bytes": 8 * GIB}]})
+    plan = plan_topology(request)
+    (load,) = stage_loads(request, plan, traffic)
+    assert load.head_parameters == pytest.approx(traffic.output_head_parameters)
+    current = step_work(load, traffic, tokens=256, sequences=1, cached=256, attended=128,
+                        overlapped=True)
+    body = (traffic.active_parameter_count or 0) - traffic.output_head_parameters
+    assert float(current.matrix_flops) == pytest.approx(2 * body * 256)
+
+
 def test_prefill_pipelines_ubatches_through_the_stages() -> None:
     traffic = ModelTraffic.dense(2 * 10**9, 1000, parameter_count=10**9)
     one = [_one_load(20, 2 * 10**9, 1e9)]

@@ -34,12 +34,14 @@ from planner.units import SIZE_FORMS, UnitError, parse_bytes, parse_context, par
 RELIABILITY_KEYS = ("annual_failure_rate", "repair_hours", "gpu")
 # A model given by its numbers may add what the speed estimate reads (each optional):
 # activations' width, weight bytes one token reads, parameters, the routed experts and
-# their bytes and parameters, the token embeddings' bytes, attention's query heads and
-# head size (their product is its width) and KV heads, the layers over a sliding window, and latent
-# attention's ranks (planner.performance.model_traffic reads them).
+# their bytes and parameters, the token embeddings' bytes, the output head's parameters,
+# attention's query heads and head size (their product is its width) and KV heads, the
+# layers over a sliding window, and latent attention's ranks
+# (planner.performance.model_traffic reads them).
 SPEED_NUMBER_FIELDS = ("hidden_size", "active_weight_bytes", "parameter_count",
                        "expert_count", "experts_used", "routed_expert_bytes",
                        "routed_expert_parameters", "token_embedding_bytes",
+                       "output_head_parameters",
                        "attention_heads", "head_size", "kv_heads",
                        "sliding_window", "sliding_window_layers", "kv_lora_rank",
                        "rope_head_size")
@@ -47,6 +49,7 @@ SPEED_NUMBER_FIELDS = ("hidden_size", "active_weight_bytes", "parameter_count",
 _SPEED_SIZES = ("active_weight_bytes", "routed_expert_bytes", "token_embedding_bytes")
 _SPEED_BOUNDS = {"hidden_size": MAX_HIDDEN_SIZE, "parameter_count": MAX_BYTES * 8,
                  "routed_expert_parameters": MAX_BYTES * 8,
+                 "output_head_parameters": MAX_BYTES * 8,
                  "expert_count": MAX_EXPERTS, "experts_used": MAX_EXPERTS,
                  **ATTENTION_FIELDS}
 MODEL_NUMBER_FIELDS = (
@@ -351,6 +354,15 @@ def _speed_numbers(numbers: Mapping[str, Any], result: dict[str, Any], prefix: s
     if routed is not None and routed > result.get("parameter_count", routed):
         raise FleetFileError("InvalidField", "exceeds parameter_count",
                              field=f"{prefix}routed_expert_parameters")
+    head = result.get("output_head_parameters")
+    if head is not None:
+        if "parameter_count" not in result:
+            raise FleetFileError("MissingField", "output_head_parameters goes with "
+                                 "parameter_count (the head is among the parameters a "
+                                 "token computes with)", field=f"{prefix}parameter_count")
+        if head + (routed or 0) > result["parameter_count"]:
+            raise FleetFileError("InvalidField", "with routed_expert_parameters, exceeds "
+                                 "parameter_count", field=f"{prefix}output_head_parameters")
     if result.get("experts_used", 0) > result.get("expert_count", 0):
         raise FleetFileError("InvalidField", "exceeds expert_count",
                              field=f"{prefix}experts_used")

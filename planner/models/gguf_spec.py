@@ -170,8 +170,10 @@ def _speed_fields(metadata: Mapping[str, Any], architecture: str,
     """What the speed estimate reads beyond bytes: the parameters (all, and those one
     token computes with: the routed experts' tensors ``experts_used / expert_count`` of
     theirs, an input embedding none, a token looking its row up), the experts, the routed
-    experts' bytes and the token embeddings' (``None`` when ``token_embd`` is also the
-    output head: no ``output.weight``, so every token multiplies by it whole)."""
+    experts' bytes, the token embeddings' (``None`` when ``token_embd`` is also the
+    output head: no ``output.weight``, so every decoded token multiplies by it whole) and
+    the output head's parameters (``output.weight``, else the tied ``token_embd``), which
+    a prompt multiplies for its output tokens only."""
     tensors = list(tensors)
     count = _count(metadata.get(f"{architecture}.expert_count"))
     used = _count(metadata.get(f"{architecture}.expert_used_count"))
@@ -186,13 +188,16 @@ def _speed_fields(metadata: Mapping[str, Any], architecture: str,
         expert_elements = sum(_elements(t) for t in experts)
         active -= expert_elements - expert_elements * used // count
     token_embd = [t for t in embedding if t.name.startswith("token_embd")]
+    head = [t for t in tensors
+            if t.name == ("token_embd.weight" if tied else "output.weight")]
     return {"parameter_count": total or None, "active_parameter_count": active or None,
             "expert_count": count if routed else None,
             "experts_used": used if routed else None,
             "token_embedding_bytes": sum(t.n_bytes for t in token_embd) or None,
             "routed_expert_bytes": sum(t.n_bytes for t in experts) if routed else 0,
             "routed_expert_parameters": (sum(_elements(t) for t in experts) if routed
-                                         else 0)}
+                                         else 0),
+            "output_head_parameters": sum(_elements(t) for t in head) or None}
 
 
 def _layer_kv_table(layout: KvLayout, cache_types: list[str]

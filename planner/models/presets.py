@@ -362,8 +362,11 @@ def _speed_fields(root: _Table, parts: list[_Part]) -> dict[str, int | None]:
     """What the speed estimate reads beyond bytes (``planner.performance``): the
     parameters (all, and those one token computes with: shared parts whole, routed
     experts ``experts_used / expert_count``, the input embedding not at all, a token only
-    looking its row up), the routed experts' parameters and bytes, and the input
-    embedding's bytes. Parameters
+    looking its row up), the routed experts' parameters and bytes, the input
+    embedding's bytes, and the output head's parameters (the parts placed outside the
+    blocks that a token computes with: the head and its norm at the output, the tied
+    token embeddings at the input), which a prompt multiplies for its output tokens
+    only. Parameters
     are known when the weights have parts: each states its parameters, whether its bytes
     are estimated from them or share a stated total."""
     weights = root.table("weights")
@@ -378,8 +381,8 @@ def _speed_fields(root: _Table, parts: list[_Part]) -> dict[str, int | None]:
         "experts_used": None if used is None else used[0],
     }
     if weights.has("parts"):
-        total = active = routed = 0.0
-        for part in weights.tables("parts"):
+        total = active = routed = head = 0.0
+        for part, placed in zip(weights.tables("parts"), parts, strict=True):
             count = part.positive("parameters")
             role = _part_role(part)
             total += count
@@ -388,8 +391,13 @@ def _speed_fields(root: _Table, parts: list[_Part]) -> dict[str, int | None]:
                 routed += count
             elif role != "input_embedding":
                 active += count
+                # The output head: the part at the output, or the token embeddings at
+                # the input where they are shared with it (an input embedding of its
+                # own has that role).
+                head += count if placed.place in _OUTSIDE else 0
         found.update(parameter_count=round(total), active_parameter_count=round(active),
-                     routed_expert_parameters=round(routed))
+                     routed_expert_parameters=round(routed),
+                     output_head_parameters=round(head) or None)
     return found
 
 

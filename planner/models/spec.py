@@ -82,7 +82,8 @@ def _fail(field_name: str) -> Fail:
 # Optional whole numbers of a spec, each ``None`` when unknown.
 OPTIONAL_COUNTS = ("hidden_size", "active_weight_bytes", "parameter_count",
                    "active_parameter_count", "expert_count", "experts_used",
-                   "token_embedding_bytes", "routed_expert_bytes", "routed_expert_parameters")
+                   "token_embedding_bytes", "routed_expert_bytes", "routed_expert_parameters",
+                   "output_head_parameters")
 # A layer's attention as the speed estimate computes it, each ``None`` when unknown and
 # each with its bound (planner.limits): query heads and their head size (the key length),
 # KV heads, the sliding window and how many layers attend over it only, and latent
@@ -135,6 +136,10 @@ class ModelSpec:
     # token computes with, where experts and the rest are stored at different precisions
     # (their bytes alone would misplace it).
     routed_expert_parameters: int | None = None
+    # The output head's parameters (``output.weight``, or the token embeddings where they
+    # are tied to it), of those one token computes with: a prompt multiplies the head for
+    # its output tokens only (planner.performance.computes_every_output).
+    output_head_parameters: int | None = None
     # The attention shape (:data:`ATTENTION_FIELDS`), from the GGUF metadata or the
     # preset's config: the compute and cache reads of attention depend on it.
     attention_heads: int | None = None
@@ -223,7 +228,8 @@ class ModelSpec:
         for smaller, larger in (("active_parameter_count", "parameter_count"),
                                 ("token_embedding_bytes", "model_weight_bytes"),
                                 ("routed_expert_bytes", "model_weight_bytes"),
-                                ("routed_expert_parameters", "parameter_count")):
+                                ("routed_expert_parameters", "parameter_count"),
+                                ("output_head_parameters", "active_parameter_count")):
             low, high = getattr(self, smaller), getattr(self, larger)
             if low is not None and high is not None and low > high:
                 raise _invalid(smaller, f"exceeds {larger} {high:,}", low)

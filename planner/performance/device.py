@@ -45,6 +45,7 @@ from planner.performance.settings import (
     DEFAULT_SETTINGS,
     RunSettings,
     attends_on_shaders,
+    computes_every_output,
     fuses_moe_kernels,
     reaches_matrix_units,
     shader_flops_per_lane_clock,
@@ -179,7 +180,8 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
         staging_bytes_per_parameter=STAGING_BYTES_PER_PARAMETER if staging else 0.0,
         score_bytes=0.0 if settings.flash_attn else SCORE_BYTES_WITHOUT_FLASH_ATTENTION,
         half_rate_tokens=calibration.half_rate_tokens,
-        fuses_moe=1.0 if fuses_moe_kernels(backend, settings.build) else 0.0)
+        fuses_moe=1.0 if fuses_moe_kernels(backend, settings.build) else 0.0,
+        every_output=1.0 if computes_every_output(settings.build) else 0.0)
     hop = _figure(calibration, figures, "hop_ms", backend, notes)
     return Device(rates, staging, hop, figure, backend)
 

@@ -66,7 +66,9 @@ class Work:
     (:func:`activation_bytes_per_token`); ``kv_bytes`` of
     cache read; ``attention_flops`` and ``score_values`` (heads times query-key pairs) of
     attention; ``layers``; ``overlapped``: a micro-batch, whose products compute while
-    the weights stream in (a decode step's matrix-vector products add to the read)."""
+    the weights stream in (a decode step's matrix-vector products add to the read);
+    ``head_flops``: a micro-batch's output-head products for every token, which only
+    builds that computed every token's output ran (``Rates.every_output``)."""
 
     weight_bytes: Any
     matrix_flops: Any
@@ -80,6 +82,7 @@ class Work:
     score_values: Any = 0.0
     overlapped: Any = False
     fused_layers: Any = None
+    head_flops: Any = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +91,9 @@ class Rates:
     weights read, of cache read, a FLOP of products, of attention, a byte of activations
     moved; and the bytes a micro-batch moves per staged parameter and per score, each at
     the weights' or the cache's rate; a fixed time per layer. A product over ``t``
-    tokens runs at ``t / (t + half_rate_tokens)`` of the full rate."""
+    tokens runs at ``t / (t + half_rate_tokens)`` of the full rate. ``fuses_moe`` and
+    ``every_output`` are 1 or 0: a build that fuses a mixture of experts' kernels, and
+    one that multiplies a prompt's every token by the output head."""
 
     read_ms_per_byte: Any
     kv_ms_per_byte: Any
@@ -100,6 +105,7 @@ class Rates:
     score_bytes: Any = 0.0
     half_rate_tokens: Any = 0.0
     fuses_moe: Any = 0.0
+    every_output: Any = 0.0
 
 
 def routed_full_rate_flops(work: Work, half_rate_tokens: Any) -> Any:
@@ -153,7 +159,8 @@ def step_terms(work: Work, rates: Rates) -> StepTerms:
               else 0.0)
     return StepTerms(
         read_ms=work.weight_bytes * rates.read_ms_per_byte,
-        matrix_ms=work.matrix_flops * rates.matrix_ms_per_flop + routed,
+        matrix_ms=((work.matrix_flops + rates.every_output * work.head_flops)
+                   * rates.matrix_ms_per_flop + routed),
         moved_ms=moved,
         kv_ms=work.kv_bytes * rates.kv_ms_per_byte,
         attention_ms=(work.attention_flops * rates.attention_ms_per_flop
@@ -183,7 +190,7 @@ def activation_bytes_per_token(load: StageLoad, traffic: ModelTraffic) -> float:
     # The attention's products are queries, keys and values from the hidden state and the
     # output back (2 x (queries + keys_values) units): the feed-forward intermediates are
     # a third of what is left (gate, up and down).
-    intermediates = max(0.0, (load.active_parameters / hidden
+    intermediates = max(0.0, ((load.active_parameters - load.head_parameters) / hidden
                               - 2 * (queries + keys_values)) / 3)
     network = (EXPERT_HIDDEN_BYTES * traffic.experts_used
                if traffic.experts_used and load.routed_active_parameters
@@ -203,13 +210,17 @@ def step_work(load: StageLoad, traffic: ModelTraffic, *, tokens: Any, sequences:
     token a lane, are multiplied as its other weights are (llama.cpp's matrix-vector
     kernels read each reached expert once for up to 8 tokens, and with more its
     quantized kernels take tiles of 8 tokens: the read bounds them); ``stage_weights``
-    counts the parameters its products stage as FP16."""
+    counts the parameters its products stage as FP16. A micro-batch multiplies by the
+    output head for its batch's output token only (llama.cpp's ``inp_out_ids``): its
+    products leave the head out, and ``head_flops`` keeps them for the builds that ran
+    every token through it; a decode step's every token is an output."""
     routed = load.routed_expert_bytes if traffic.routed_bytes else 0
     share = traffic.expert_share(tokens)
     shared = (load.weight_bytes - routed if routed else
               load.weight_bytes * traffic.read_share(tokens))
     weight_bytes = shared + routed * share + load.embedding_row_bytes * tokens
     routed_active = load.routed_active_parameters if routed and overlapped else 0.0
+    head = load.head_parameters if overlapped else 0.0
     reached = np.maximum(share * (traffic.expert_count or 1), 1e-9)
     full, windowed = load.kv_tokens(attended)
     pairs = tokens * (load.attention_width * full + load.window_attention_width * windowed)
@@ -224,11 +235,12 @@ def step_work(load: StageLoad, traffic: ModelTraffic, *, tokens: Any, sequences:
     if stage_weights:
         every_routed = load.routed_active_parameters * (
             (traffic.expert_count or 1) / (traffic.experts_used or 1))
-        staged = (load.active_parameters - load.routed_active_parameters
+        staged = (load.active_parameters - load.routed_active_parameters - head
                   + every_routed * share)
     return Work(
         weight_bytes=weight_bytes,
-        matrix_flops=2 * (load.active_parameters - routed_active) * tokens,
+        matrix_flops=2 * (load.active_parameters - routed_active - head) * tokens,
+        head_flops=2 * head * tokens,
         routed_flops=2 * routed_active * tokens,
         routed_tokens=tokens * (traffic.experts_used or 1) / reached,
         staged_parameters=staged,

@@ -36,6 +36,19 @@ steps instead (at 32k: 298 tokens/s in b7034, 417 in b7938, 546 in b8743, 556 in
 with no one build to date; the estimate takes ROCm's for both. b9187 is the first build
 taken to attend on the matrix units (the stand-in's rate, as the products).
 
+And it decides which tokens of a prompt multiply by the output head
+(:func:`computes_every_output`): llama.cpp computes logits only for the tokens a batch marks
+as outputs, and llama-bench's prompts and a server's mark only each batch's last token
+(``common_batch_get_one``); from pull request 6122 ("llama : greatly reduce output buffer
+memory usage", commit 557410b, merged 2024-03-26) the graph takes those rows alone into
+the output head (``inp_out_ids``), so a prompt's micro-batches skip its product, the
+largest of a model with a large vocabulary (gemma-3-270m's tied head is 63 % of its
+parameters). Before it, every token of a micro-batch went through the head. Its release
+number is not recorded here: the estimate takes b2500 as the first build with it, from
+the pace of releases around it (b2713 of 2024-04-22 in the published runs here, b3266 of
+late June 2024: about eight a day); every numbered build of the calibration's runs is
+after it, and its runs dated before April 2024 before.
+
 Which of a GPU's units a prompt's products run on (:func:`shader_flops_per_lane_clock`),
 for a kind whose FP16 figure is the stand-in from its shaders: llama.cpp's CUDA and ROCm
 backends reach its matrix units (cuBLAS or hipBLAS, and MMQ on tensor cores and, in
@@ -67,6 +80,8 @@ from planner.performance._errors import PerformanceError, bad
 
 # The first llama.cpp release known to run quantized prefill products with MMQ on CUDA.
 MMQ_DEFAULT_BUILD = 3266
+# The first build taken to multiply a prompt's output head for its output tokens only.
+OUTPUT_ROWS_BUILD = 2500
 # The first build each backend is taken to fuse a mixture of experts' router and expert
 # sums in (the module docstring).
 FUSED_MOE_BUILD = {"cuda": 6550, "rocm": 6550, "vulkan": 6800, "metal": 11434}
@@ -134,6 +149,13 @@ def stages_quantized_weights(backend: str, build: int | None) -> bool:
     before multiplying them: llama.cpp's CUDA backend did before
     :data:`MMQ_DEFAULT_BUILD` (the module docstring)."""
     return backend == "cuda" and build is not None and build < MMQ_DEFAULT_BUILD
+
+
+def computes_every_output(build: int | None) -> bool:
+    """Whether a prompt's every token is multiplied by the output head at ``build``
+    (``None``: a current build): before :data:`OUTPUT_ROWS_BUILD` (the module docstring);
+    since then only a batch's output tokens are."""
+    return build is not None and build < OUTPUT_ROWS_BUILD
 
 
 def fuses_moe_kernels(backend: str, build: int | None) -> bool:

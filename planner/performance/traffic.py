@@ -40,7 +40,7 @@ _BOUNDED = {"hidden_size": MAX_HIDDEN_SIZE, "active_parameter_count": MAX_BYTES 
             "expert_count": MAX_EXPERTS, "experts_used": MAX_EXPERTS,
             "token_embedding_bytes": MAX_BYTES, "attention_width": MAX_ATTENTION_WIDTH,
             "parameter_count": MAX_BYTES * 8, "attention_heads": MAX_ATTENTION_HEADS,
-            "sliding_window": MAX_CONTEXT}
+            "sliding_window": MAX_CONTEXT, "output_head_parameters": MAX_BYTES * 8}
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +82,10 @@ class ModelTraffic:
     # The same on a backend that runs a mixture of experts' router and the sum of its
     # experts' outputs as one kernel each (:func:`planner.performance.fuses_moe_kernels`).
     fused_layer_nodes: float | None = None
+    # Of ``active_parameter_count``, the output head's (``output.weight``, or the token
+    # embeddings tied to it): a decoded token multiplies by it, a prompt's micro-batches
+    # only for the batch's output token (:func:`planner.performance.computes_every_output`).
+    output_head_parameters: int | None = None
 
     @property
     def quantized(self) -> bool:
@@ -145,6 +149,14 @@ class ModelTraffic:
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, float(number(
                     getattr(self, name), bad(name), above=0, maximum=MAX_LAYER_NODES)))
+        if (self.output_head_parameters is not None
+                and self.output_head_parameters > (self.active_parameter_count or 0)):
+            raise PerformanceError(
+                "InvalidPerformanceInput",
+                f"output_head_parameters: {self.output_head_parameters:,} exceed the "
+                f"active_parameter_count of {self.active_parameter_count or 0:,} (the head "
+                "is among the parameters a token computes with; give both)",
+                field="output_head_parameters", value=self.output_head_parameters)
         if (self.token_embedding_bytes or 0) >= self.model_weight_bytes:
             raise PerformanceError("InvalidPerformanceInput",
                                    "token_embedding_bytes must be below model_weight_bytes",
@@ -164,6 +176,7 @@ class ModelTraffic:
                    parameter_count=spec.parameter_count,
                    routed_expert_bytes=spec.routed_expert_bytes,
                    routed_expert_parameters=spec.routed_expert_parameters,
+                   output_head_parameters=spec.output_head_parameters,
                    **layer_node_counts(spec.architecture, spec.experts_used),
                    **attention_traffic(shape, spec.kv_cache_type))
 
@@ -213,7 +226,7 @@ class ModelTraffic:
 # as its bytes alone would be estimated reading every weight).
 SPEED_FIELDS = ("hidden_size", "active_weight_bytes", "parameter_count", "expert_count",
                 "experts_used", "routed_expert_bytes", "routed_expert_parameters",
-                "token_embedding_bytes",
+                "token_embedding_bytes", "output_head_parameters",
                 "attention_heads", "head_size", "kv_heads", "sliding_window",
                 "sliding_window_layers", "kv_lora_rank", "rope_head_size")
 
@@ -273,6 +286,7 @@ def model_traffic(spec: ModelSpec | None, numbers: Mapping[str, Any] | None = No
                         routed_expert_bytes=numbers.get("routed_expert_bytes"),
                         routed_expert_parameters=numbers.get("routed_expert_parameters"),
                         token_embedding_bytes=numbers.get("token_embedding_bytes"),
+                        output_head_parameters=numbers.get("output_head_parameters"),
                         **attention_traffic(numbers))
 
 
@@ -319,6 +333,9 @@ class StageLoad:
     routed_active_parameters: float = 0.0  # of active_parameters, in routed experts
     attention_heads: int = 0
     window_attention_heads: int = 0
+    # Of active_parameters, the output head's: a prompt's micro-batches multiply it for
+    # the batch's output tokens only (:func:`planner.performance.computes_every_output`).
+    head_parameters: float = 0.0
 
     def kv_tokens(self, cached: Any) -> tuple[Any, Any]:
         """Cached tokens of one sequence a full-attention and a windowed layer hold
@@ -363,6 +380,10 @@ def stage_loads(request: PlanningInput, plan: Plan, traffic: ModelTraffic) -> li
         held = max(0, held)
         active = (None if traffic.active_parameter_count is None else
                   traffic.active_parameter_count * held / body)
+        # The output head spread as the parameters are (the estimate's stages share a
+        # model's weights by their bytes).
+        head = (0.0 if active is None else
+                (traffic.output_head_parameters or 0) * held / body)
         # Of those, the routed experts': their parameters' share of the stage's routed
         # bytes where the model states them, else their share of the bytes one token
         # reads.
@@ -387,7 +408,7 @@ def stage_loads(request: PlanningInput, plan: Plan, traffic: ModelTraffic) -> li
             window_kv_bytes_per_token=round(traffic.window_kv_bytes_per_token
                                             * stage.layer_count / request.layer_count),
             window_attention_width=round(width * windowed),
-            window_attention_heads=round(heads * windowed),
+            window_attention_heads=round(heads * windowed), head_parameters=head,
             embedding_row_bytes=(EMBEDDING_ROW_BYTES_PER_VALUE * (traffic.hidden_size or 0)
                                  if embedding and stage.layer_start == 0 else 0)))
     return loads

@@ -104,7 +104,8 @@ def whole_model(probe: PlanningInput, traffic: ModelTraffic) -> StageLoad:
                      load.active_parameters, load.kv_bytes_per_token, load.attention_width,
                      embedding_row_bytes=load.embedding_row_bytes,
                      routed_active_parameters=load.routed_active_parameters,
-                     attention_heads=load.attention_heads)
+                     attention_heads=load.attention_heads,
+                     head_parameters=load.head_parameters)
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,7 +80,9 @@ from planner.performance import (  # noqa: E402
 from planner.performance.calibration import FIGURE_BOUNDS  # noqa: E402
 from planner.performance.settings import (  # noqa: E402
     MMQ_DEFAULT_BUILD,
+    OUTPUT_ROWS_BUILD,
     attends_on_shaders,
+    computes_every_output,
     fuses_moe_kernels,
     stages_quantized_weights,
 )
@@ -95,8 +97,11 @@ PHASES = ("decode", "prefill")
 HELD_OUT = ("source", "gpu")
 BATCH_TOKENS = 2048  # llama-bench's -b
 # The day pull request 8075 made MMQ the default (planner.performance.settings): a row
-# that gives a build date but no number is taken as before it when the month is earlier.
+# that gives a build date but no number is taken as before it when the month is earlier;
+# and the same for pull request 6122, from which a prompt's output head multiplies its
+# output tokens only (2024-03-26).
 MMQ_DEFAULT_MONTH = "2024-07"
+OUTPUT_ROWS_MONTH = "2024-04"
 
 
 # ------------------------------------------------------------------------------ the rows
@@ -166,11 +171,14 @@ def load_models(path: Path = MODELS) -> dict[str, dict[str, Any]]:
 
 
 def row_build(raw: dict[str, str]) -> int | None:
-    """The row's build number; a row with only a date before MMQ became the default is
-    taken as a build before :data:`MMQ_DEFAULT_BUILD`, else as a current one (the build
-    decides nothing else in the estimate)."""
+    """The row's build number; a row with only a date is taken as a build before
+    :data:`OUTPUT_ROWS_BUILD` when it is earlier than that change, else before
+    :data:`MMQ_DEFAULT_BUILD` when earlier than that one, else as a current one (the
+    builds between decide nothing else for these rows)."""
     if raw["build_number"]:
         return int(raw["build_number"])
+    if raw["build_date"] < OUTPUT_ROWS_MONTH:
+        return OUTPUT_ROWS_BUILD - 1
     return MMQ_DEFAULT_BUILD - 1 if raw["build_date"] < MMQ_DEFAULT_MONTH else None
 
 
@@ -194,7 +202,7 @@ def traffic_of(model: dict[str, Any], file_bytes: int) -> ModelTraffic:
     """A model at a published file size: bytes spread over parameters evenly, except
     routed experts stored at their own precision. Untied token embeddings are looked up
     a row a token (their bytes at the shared weights' rate); tied ones are the output
-    head, read whole."""
+    head, read whole. The output head (tied or not) is vocabulary x hidden size."""
     params = model["parameter_count"]
     experts = model.get("expert_parameters", 0)
     if "expert_bits_per_weight" in model:
@@ -210,6 +218,7 @@ def traffic_of(model: dict[str, Any], file_bytes: int) -> ModelTraffic:
     active_params = params - embedding_params - (experts * (1 - used / count) if count else 0)
     window = model.get("sliding_window")
     return ModelTraffic(file_bytes, round(active_bytes), model["hidden_size"],
+                        output_head_parameters=model["vocab_size"] * model["hidden_size"],
                         active_parameter_count=round(active_params), expert_count=count,
                         experts_used=used,
                         token_embedding_bytes=round(embedding_bytes) or None,
@@ -247,6 +256,7 @@ def loads_of(row: Row) -> tuple[list[StageLoad], ModelTraffic]:
             attention_heads=heads * full,
             window_kv_bytes_per_token=kv * windowed, window_attention_width=width * windowed,
             window_attention_heads=heads * windowed, window=window if windowed else 0,
+            head_parameters=(traffic.output_head_parameters or 0) * share,
             embedding_row_bytes=(2 * model["hidden_size"]
                                  if index == 0 and traffic.token_embedding_bytes else 0)))
     return loads, traffic
@@ -328,7 +338,8 @@ class Prepared:
             key = (row.gpu.kind, row.backend, row.flash_attn,
                    stages_quantized_weights(row.backend, row.build), traffic.quantized,
                    fuses_moe_kernels(row.backend, row.build),
-                   attends_on_shaders(row.backend, row.build))
+                   attends_on_shaders(row.backend, row.build),
+                   computes_every_output(row.build))
             if key not in group_of:
                 group_of[key] = len(self.groups)
                 self.groups.append((row, traffic, row.gpu))
