@@ -244,10 +244,11 @@ def test_lanes_of_a_mixture_of_experts_multiply_their_experts_as_their_other_wei
 
 
 def test_a_prompt_multiplies_the_output_head_for_its_output_token_only() -> None:
-    """llama.cpp takes only the rows whose logits a batch asks for into the output head
-    (``inp_out_ids``, since pull request 6122), and a prompt asks for its last token's
-    only: its micro-batches leave the head's products out, a decoded token computes
-    them, and a build before the change multiplies every prompt token by it."""
+    """llama.cpp takes only the rows whose logits a batch asks for into the last layer's
+    feed-forward network and the output head (``inp_out_ids``, since pull request 6122),
+    and a prompt asks for its last token's only: its micro-batches leave their products
+    out, a decoded token computes them, and a build before the change multiplies every
+    prompt token by them."""
     from planner.performance import OUTPUT_ROWS_BUILD, computes_every_output
 
     # 5e8 parameters a token, 2e8 of them the head; no cache.
@@ -268,6 +269,17 @@ def test_a_prompt_multiplies_the_output_head_for_its_output_token_only() -> None
     token = step_work(load, traffic, tokens=1, sequences=1, cached=1, attended=1,
                       overlapped=False)
     assert float(token.matrix_flops) == pytest.approx(2 * 5e8)
+    # The stage holding the last of its 10 layers: attention's products are 2 x 1000 x
+    # (100 queries + 25 keys and values) a layer, the 5e8 - 2e8 - 2.5e6 left are the
+    # layers' networks, one tenth of them the last layer's.
+    last = StageLoad(layer_count=10, weight_bytes=10**9, routed_expert_bytes=0,
+                     active_parameters=5e8, kv_bytes_per_token=100 * 10,
+                     attention_width=100 * 10, head_parameters=2e8, holds_last_layer=True)
+    network = (5e8 - 2e8 - 2 * 1000 * (1000 + 250)) / 10
+    ending = step_work(last, traffic, tokens=512, sequences=1, cached=512, attended=256,
+                       overlapped=True)
+    assert float(ending.matrix_flops) == pytest.approx(2 * (3e8 - network) * 512)
+    assert float(ending.head_flops) == pytest.approx(2 * (2e8 + network) * 512)
     assert computes_every_output(OUTPUT_ROWS_BUILD - 1)
     assert not computes_every_output(OUTPUT_ROWS_BUILD)
     assert not computes_every_output(None)
@@ -303,10 +315,15 @@ def test_gemma_3_270m_s_prompt_leaves_its_tied_head_out() -> None:
     plan = plan_topology(request)
     (load,) = stage_loads(request, plan, traffic)
     assert load.head_parameters == pytest.approx(traffic.output_head_parameters)
+    assert load.holds_last_layer
     current = step_work(load, traffic, tokens=256, sequences=1, cached=256, attended=128,
                         overlapped=True)
-    body = (traffic.active_parameter_count or 0) - traffic.output_head_parameters
+    head = float(current.head_flops) / (2 * 256)
+    assert head > traffic.output_head_parameters
+    body = (traffic.active_parameter_count or 0) - head
     assert float(current.matrix_flops) == pytest.approx(2 * body * 256)
+    # Its 18 layers: the head and one layer's network of the 100 M parameters beside it.
+    assert head - traffic.output_head_parameters < body / 17
 
 
 def test_prefill_pipelines_ubatches_through_the_stages() -> None:

@@ -62,9 +62,6 @@ BOUND_OF = {"decode": BOUNDS["decode"], "prefill": BOUNDS["prefill"], "all": BAC
 ABOVE_BOUND: dict[str, str] = {
     "decode": "a core's bandwidth, one thread's fixed time (it synchronises with no "
               "other) and CPU attention over the cache are not modelled",
-    "prefill": "the CPU's compute share is fitted on four CPU kinds and drawn towards "
-               "the GPU backends' (0.62 since a prompt's output head counts its last "
-               "token only); these runs' prompts are estimated a median 16 % too slow",
 }
 
 

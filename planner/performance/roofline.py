@@ -199,6 +199,26 @@ def activation_bytes_per_token(load: StageLoad, traffic: ModelTraffic) -> float:
             + WIDTH_ACTIVATION_BYTES * (queries + keys_values + intermediates))
 
 
+def last_layer_network(load: StageLoad, traffic: ModelTraffic) -> tuple[float, float]:
+    """The parameters of the feed-forward network of the model's last layer on the stage
+    that holds it, beside and in its routed experts (0 elsewhere): a layer's share of the
+    stage's parameters left once the head and attention's products are counted (queries,
+    keys and values from the hidden state and the output back, as
+    :func:`activation_bytes_per_token` counts them), of which its routed experts' share
+    of the stage's."""
+    if not load.holds_last_layer or not load.layer_count:
+        return 0.0, 0.0
+    hidden = traffic.hidden_size or 0
+    queries = load.attention_width + load.window_attention_width
+    keys_values = ((load.kv_bytes_per_token + load.window_kv_bytes_per_token)
+                   / _KEY_AND_VALUE_BYTES)
+    network = max(0.0, load.active_parameters - load.head_parameters
+                  - 2 * hidden * (queries + keys_values))
+    per_layer = network / load.layer_count
+    routed = min(per_layer, load.routed_active_parameters / load.layer_count)
+    return per_layer - routed, routed
+
+
 def step_work(load: StageLoad, traffic: ModelTraffic, *, tokens: Any, sequences: Any,
               cached: Any, attended: Any, overlapped: bool,
               stage_weights: bool = False) -> Work:
@@ -210,17 +230,26 @@ def step_work(load: StageLoad, traffic: ModelTraffic, *, tokens: Any, sequences:
     token a lane, are multiplied as its other weights are (llama.cpp's matrix-vector
     kernels read each reached expert once for up to 8 tokens, and with more its
     quantized kernels take tiles of 8 tokens: the read bounds them); ``stage_weights``
-    counts the parameters its products stage as FP16. A micro-batch multiplies by the
-    output head for its batch's output token only (llama.cpp's ``inp_out_ids``): its
-    products leave the head out, and ``head_flops`` keeps them for the builds that ran
-    every token through it; a decode step's every token is an output."""
+    counts the parameters its products stage as FP16. A micro-batch runs the output head
+    and the last layer's feed-forward network for its batch's output token only
+    (llama.cpp's ``inp_out_ids``): its products leave them out, and ``head_flops`` keeps
+    them (at the full rate) for the builds that ran every token through them; a decode
+    step's every token is an output."""
     routed = load.routed_expert_bytes if traffic.routed_bytes else 0
     share = traffic.expert_share(tokens)
     shared = (load.weight_bytes - routed if routed else
               load.weight_bytes * traffic.read_share(tokens))
     weight_bytes = shared + routed * share + load.embedding_row_bytes * tokens
     routed_active = load.routed_active_parameters if routed and overlapped else 0.0
-    head = load.head_parameters if overlapped else 0.0
+    # A micro-batch's output rows (its batch's last token) alone go through the output
+    # head and the last layer's feed-forward network; its experts among them were small
+    # products, the rest of the network a product at the full rate.
+    last_shared, last_routed = (last_layer_network(load, traffic) if overlapped
+                                else (0.0, 0.0))
+    head = (load.head_parameters + last_shared + last_routed) if overlapped else 0.0
+    routed_small = max(0.0, routed_active - last_routed)
+    full_rate = load.active_parameters - routed_active - head + (last_routed if routed_active
+                                                                 else 0.0)
     reached = np.maximum(share * (traffic.expert_count or 1), 1e-9)
     full, windowed = load.kv_tokens(attended)
     pairs = tokens * (load.attention_width * full + load.window_attention_width * windowed)
@@ -235,13 +264,13 @@ def step_work(load: StageLoad, traffic: ModelTraffic, *, tokens: Any, sequences:
     if stage_weights:
         every_routed = load.routed_active_parameters * (
             (traffic.expert_count or 1) / (traffic.experts_used or 1))
-        staged = (load.active_parameters - load.routed_active_parameters - head
-                  + every_routed * share)
+        staged = (load.active_parameters - load.routed_active_parameters
+                  - (head - last_routed) + every_routed * share)
     return Work(
         weight_bytes=weight_bytes,
-        matrix_flops=2 * (load.active_parameters - routed_active - head) * tokens,
+        matrix_flops=2 * full_rate * tokens,
         head_flops=2 * head * tokens,
-        routed_flops=2 * routed_active * tokens,
+        routed_flops=2 * routed_small * tokens,
         routed_tokens=tokens * (traffic.experts_used or 1) / reached,
         staged_parameters=staged,
         activation_bytes=(tokens * activation_bytes_per_token(load, traffic)

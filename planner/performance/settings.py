@@ -36,14 +36,15 @@ steps instead (at 32k: 298 tokens/s in b7034, 417 in b7938, 546 in b8743, 556 in
 with no one build to date; the estimate takes ROCm's for both. b9187 is the first build
 taken to attend on the matrix units (the stand-in's rate, as the products).
 
-And it decides which tokens of a prompt multiply by the output head
-(:func:`computes_every_output`): llama.cpp computes logits only for the tokens a batch marks
-as outputs, and llama-bench's prompts and a server's mark only each batch's last token
-(``common_batch_get_one``); from pull request 6122 ("llama : greatly reduce output buffer
-memory usage", commit 557410b, merged 2024-03-26) the graph takes those rows alone into
-the output head (``inp_out_ids``), so a prompt's micro-batches skip its product, the
-largest of a model with a large vocabulary (gemma-3-270m's tied head is 63 % of its
-parameters). Before it, every token of a micro-batch went through the head. Its release
+And it decides which tokens of a prompt go through the output head and the last layer's
+feed-forward network (:func:`computes_every_output`): llama.cpp computes logits only for
+the tokens a batch marks as outputs, and llama-bench's prompts and a server's mark only
+each batch's last token (``common_batch_get_one``); from pull request 6122 ("llama :
+greatly reduce output buffer memory usage", commit 557410b, merged 2024-03-26) the graph
+takes those rows alone past the last layer's attention (``inp_out_ids``), so a prompt's
+micro-batches skip the last layer's network and the head, the largest product of a model
+with a large vocabulary (gemma-3-270m's tied head is 63 % of its parameters). Before it,
+every token of a micro-batch went through them. Its release
 number is not recorded here: the estimate takes b2500 as the first build with it, from
 the pace of releases around it (b2713 of 2024-04-22 in the published runs here, b3266 of
 late June 2024: about eight a day); every numbered build of the calibration's runs is

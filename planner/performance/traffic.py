@@ -334,8 +334,11 @@ class StageLoad:
     attention_heads: int = 0
     window_attention_heads: int = 0
     # Of active_parameters, the output head's: a prompt's micro-batches multiply it for
-    # the batch's output tokens only (:func:`planner.performance.computes_every_output`).
+    # the batch's output tokens only (:func:`planner.performance.computes_every_output`),
+    # and so the feed-forward network of the model's last layer on the stage that
+    # ``holds_last_layer``.
     head_parameters: float = 0.0
+    holds_last_layer: bool = False
 
     def kv_tokens(self, cached: Any) -> tuple[Any, Any]:
         """Cached tokens of one sequence a full-attention and a windowed layer hold
@@ -409,6 +412,7 @@ def stage_loads(request: PlanningInput, plan: Plan, traffic: ModelTraffic) -> li
                                             * stage.layer_count / request.layer_count),
             window_attention_width=round(width * windowed),
             window_attention_heads=round(heads * windowed), head_parameters=head,
+            holds_last_layer=stage.layer_end == request.layer_count,
             embedding_row_bytes=(EMBEDDING_ROW_BYTES_PER_VALUE * (traffic.hidden_size or 0)
                                  if embedding and stage.layer_start == 0 else 0)))
     return loads

@@ -105,7 +105,7 @@ def whole_model(probe: PlanningInput, traffic: ModelTraffic) -> StageLoad:
                      embedding_row_bytes=load.embedding_row_bytes,
                      routed_active_parameters=load.routed_active_parameters,
                      attention_heads=load.attention_heads,
-                     head_parameters=load.head_parameters)
+                     head_parameters=load.head_parameters, holds_last_layer=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -257,6 +257,7 @@ def loads_of(row: Row) -> tuple[list[StageLoad], ModelTraffic]:
             window_kv_bytes_per_token=kv * windowed, window_attention_width=width * windowed,
             window_attention_heads=heads * windowed, window=window if windowed else 0,
             head_parameters=(traffic.output_head_parameters or 0) * share,
+            holds_last_layer=index == row.gpu_count - 1,
             embedding_row_bytes=(2 * model["hidden_size"]
                                  if index == 0 and traffic.token_embedding_bytes else 0)))
     return loads, traffic
