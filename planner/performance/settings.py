@@ -44,11 +44,11 @@ greatly reduce output buffer memory usage", commit 557410b, merged 2024-03-26) t
 takes those rows alone past the last layer's attention (``inp_out_ids``), so a prompt's
 micro-batches skip the last layer's network and the head, the largest product of a model
 with a large vocabulary (gemma-3-270m's tied head is 63 % of its parameters). Before it,
-every token of a micro-batch went through them. Its release
-number is not recorded here: the estimate takes b2500 as the first build with it, from
-the pace of releases around it (b2713 of 2024-04-22 in the published runs here, b3266 of
-late June 2024: about eight a day); every numbered build of the calibration's runs is
-after it, and its runs dated before April 2024 before.
+every token of a micro-batch went through them. Its release number is not recorded here:
+the estimate takes b2500 as the first build with it, from the pace of releases around it
+(b2713 of 2024-04-22 in the published runs here, b3266 of late June 2024: about eight a
+day); every numbered build of the calibration's runs is after it, and its runs dated
+before April 2024 before.
 
 Which of a GPU's units a prompt's products run on (:func:`shader_flops_per_lane_clock`),
 for a kind whose FP16 figure is the stand-in from its shaders: llama.cpp's CUDA and ROCm
@@ -81,7 +81,8 @@ from planner.performance._errors import PerformanceError, bad
 
 # The first llama.cpp release known to run quantized prefill products with MMQ on CUDA.
 MMQ_DEFAULT_BUILD = 3266
-# The first build taken to multiply a prompt's output head for its output tokens only.
+# The first build taken to run a prompt's output head and last layer's feed-forward
+# network for its output tokens only.
 OUTPUT_ROWS_BUILD = 2500
 # The first build each backend is taken to fuse a mixture of experts' router and expert
 # sums in (the module docstring).
@@ -153,9 +154,10 @@ def stages_quantized_weights(backend: str, build: int | None) -> bool:
 
 
 def computes_every_output(build: int | None) -> bool:
-    """Whether a prompt's every token is multiplied by the output head at ``build``
-    (``None``: a current build): before :data:`OUTPUT_ROWS_BUILD` (the module docstring);
-    since then only a batch's output tokens are."""
+    """Whether a prompt's every token goes through the output head and the last layer's
+    feed-forward network at ``build`` (``None``: a current build): before
+    :data:`OUTPUT_ROWS_BUILD` (the module docstring); since then only a batch's output
+    tokens do."""
     return build is not None and build < OUTPUT_ROWS_BUILD
 
 
