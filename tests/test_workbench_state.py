@@ -488,3 +488,58 @@ def test_weights_show_in_one_form_for_every_preset_and_plan_exactly() -> None:
         model_weight_bytes="300 GB")
     assert retyped.model.exact_weight_bytes is None
     assert retyped.model.planning_fields()["model_weight_bytes"] == 300 * 10**9
+
+
+def test_a_model_s_typed_speed_numbers_are_estimated_as_planner_plan_estimates_them(
+        tmp_path: Path) -> None:
+    """A fleet file's model given by its numbers with what the speed estimate reads
+    (hidden_size, parameter_count, ...): ``planner plan`` estimated its TPOT while the
+    workbench said its decode traffic was unknown. Both now read the numbers alike, and
+    numbers that contradict each other give the reason, not an exception."""
+    from planner.fleet import parse_fleet_toml
+    from planner.models import load_gpu_catalog
+    from planner.performance import fleet_model_traffic, try_estimate
+
+    text = ("[model]\nnative_context_length = 8192\nlayer_count = 4\n"
+            'model_weight_bytes = "4 GiB"\nkv_bytes_per_token = 4096\n'
+            "hidden_size = 4096\nparameter_count = 4_000_000_000\n"
+            "output_head_parameters = 500_000_000\n"
+            '[[nodes]]\nid = "a"\nvram = "24 GiB"\ngpu = "rtx-4090"\n')
+    path = tmp_path / "typed.toml"
+    path.write_text(text)
+    document = load_fleet(path)
+    evaluation = evaluate(WorkbenchState.from_document(document))
+    assert evaluation.plan is not None and evaluation.estimate is not None, (
+        evaluation.estimate_reason)
+    request = document.to_request()
+    expected, _ = try_estimate(request, evaluation.plan, fleet_model_traffic(document.model),
+                               load_gpu_catalog(), node_kinds=document.node_kinds)
+    assert expected is not None
+    assert evaluation.estimate.estimated_tpot_ms == pytest.approx(expected.estimated_tpot_ms)
+    # A head larger than the parameters a token computes with (a tenth of them read).
+    contradicting = parse_fleet_toml(text.replace(
+        "hidden_size = 4096\n", 'hidden_size = 4096\nactive_weight_bytes = "400 MiB"\n')
+        .replace("500_000_000", "3_000_000_000"))
+    refused = evaluate(WorkbenchState.from_document(contradicting))
+    assert refused.plan is not None and refused.estimate is None
+    assert "output_head_parameters" in (refused.estimate_reason or "")
+
+
+def test_the_sizing_panel_says_what_contradicts_in_typed_speed_numbers(
+        tmp_path: Path) -> None:
+    """Made on a fleet whose typed numbers contradict each other, the sizing panel said
+    nothing: reading the model raised while the panel was made, out of the page's sight.
+    It is made, and says why it cannot size."""
+    from planner.workbench import Workbench
+    from planner.workbench.sizing_panel import SizingPanel
+
+    path = tmp_path / "contradicting.toml"
+    path.write_text("[model]\nnative_context_length = 8192\nlayer_count = 4\n"
+                    'model_weight_bytes = "4 GiB"\nkv_bytes_per_token = 4096\n'
+                    'hidden_size = 4096\nactive_weight_bytes = "400 MiB"\n'
+                    "parameter_count = 4_000_000_000\n"
+                    "output_head_parameters = 3_000_000_000\n"
+                    '[[nodes]]\nid = "a"\nvram = "24 GiB"\ngpu = "rtx-4090"\n')
+    panel = SizingPanel(Workbench.from_fleet(path))
+    assert "output_head_parameters" in panel.problem.value
+    assert panel.min_nodes.value == "1"

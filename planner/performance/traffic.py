@@ -154,8 +154,9 @@ class ModelTraffic:
             raise PerformanceError(
                 "InvalidPerformanceInput",
                 f"output_head_parameters: {self.output_head_parameters:,} exceed the "
-                f"active_parameter_count of {self.active_parameter_count or 0:,} (the head "
-                "is among the parameters a token computes with; give both)",
+                f"{self.active_parameter_count or 0:,} parameters a token computes with "
+                "(active_parameter_count, or the parameters in the share of the weights "
+                "one token reads): the head is among them",
                 field="output_head_parameters", value=self.output_head_parameters)
         if (self.token_embedding_bytes or 0) >= self.model_weight_bytes:
             raise PerformanceError("InvalidPerformanceInput",

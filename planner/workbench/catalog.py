@@ -24,6 +24,7 @@ from planner.models import (
     load_preset,
 )
 from planner.performance import ModelTraffic
+from planner.performance import model_traffic as typed_model_traffic
 from planner.workbench.editor_fields import ModelFields
 
 
@@ -117,16 +118,19 @@ def model_source(model: ModelFields, base_dir: Path | None) -> ModelSource | Non
     return None
 
 
-def model_traffic(model: ModelFields, base_dir: Path | None) -> ModelTraffic | None:
-    """The decode traffic of a preset or GGUF model, for the speed estimate; ``None``
-    for numbers typed by hand or a model that cannot be read."""
+def model_traffic(model: ModelChoice, base_dir: Path | None) -> ModelTraffic | None:
+    """The traffic the speed estimate reads of the fleet document's model: a preset's or
+    GGUF file's (read once and kept), or its numbers' as ``planner plan`` reads them
+    (:func:`planner.performance.model_traffic`: ``None`` when they state nothing the
+    estimate reads); ``None`` for a model that cannot be read. Numbers that contradict
+    each other raise their :class:`~planner.performance.PerformanceError`."""
     try:
         if model.preset is not None:
             spec = _preset(model.preset, model.kv_cache_type)
         elif model.gguf is not None:
             spec = _gguf(gguf_path(model.gguf, base_dir), model.kv_cache_type)
         else:
-            return None
+            return typed_model_traffic(None, model.numbers)
     except (ModelError, OSError):
         return None
     return ModelTraffic.from_spec(spec)

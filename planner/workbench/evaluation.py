@@ -236,14 +236,15 @@ def evaluate(state: WorkbenchState) -> Evaluation:
         return Evaluation(state=state, request=request, candidates=table, budgets=budgets,
                           problem=Problem.from_exception(result.error), warnings=warnings,
                           unused=unused_nodes(request, None), latency_note=note)
-    traffic = model_traffic(state.model, state.base_dir)
     catalog = gpu_catalog()
     kinds = state.node_kinds
     try:
+        traffic = model_traffic(state.model_choice(), state.base_dir)
         estimate, reason = try_estimate(request, plan, traffic, catalog, node_kinds=kinds)
         estimated = with_candidate_estimates(table, request, traffic, catalog,
                                              node_kinds=kinds)
-    except CodedError as error:  # a node naming a kind the catalog lacks
+    except CodedError as error:  # a node naming a kind the catalog lacks, speed numbers
+        # that contradict each other
         estimate, reason = None, f"{error.code}: {error.message}"
         estimated = with_candidate_estimates(table, request, None, catalog)
     stages = result.stages

@@ -174,7 +174,7 @@ def _from_workbench(workbench: Any) -> SizingModel:
     fields = dict(document.model.resolve(document.base_dir))
     if fields.get("layer_weight_bytes") is None:
         fields.pop("layer_weight_bytes", None)
-    return SizingModel(fields, model_traffic(state.model, document.base_dir),
+    return SizingModel(fields, model_traffic(document.model, document.base_dir),
                        document.model.label, minimum_nodes=document.minimum_nodes or 1,
                        target_decode_tpot_ms=document.target_decode_tpot_ms,
                        context_length_override=document.context_length_override,
@@ -225,14 +225,20 @@ class SizingPanel(widgets.VBox):
     def __init__(self, source: Any, *, catalog: Sequence[GpuModel] | None = None,
                  top: int = 8, compute: bool = True) -> None:
         self._source = source
-        model = self._model()
+        # The boxes start at the fleet's own targets; a model that cannot be read yet
+        # (text on the page, speed numbers that contradict each other) is said by
+        # compute(), not raised while the panel is made.
+        try:
+            own = self._targets(self._model())
+        except CodedError:
+            own = (1, None)
         style = {"description_width": "initial"}
         self.min_context = context_input("wb-sizing-min-context", width="210px")
         self.min_lanes = whole_input(1, "wb-sizing-min-lanes", width="150px",
                                      description="min lanes")
-        self.min_nodes = whole_input(model.minimum_nodes, "wb-sizing-min-nodes", width="150px",
+        self.min_nodes = whole_input(own[0], "wb-sizing-min-nodes", width="150px",
                                      description="min nodes")
-        self.tpot = whole_input(model.target_decode_tpot_ms, "wb-sizing-tpot", width="200px",
+        self.tpot = whole_input(own[1], "wb-sizing-tpot", width="200px",
                                 description="TPOT target (ms)", placeholder="none",
                                 tooltip="estimated TPOT target; blank or 0: none")
         self.ttft = whole_input(None, "wb-sizing-ttft", width="200px",
@@ -272,7 +278,7 @@ class SizingPanel(widgets.VBox):
         self.chosen: int | None = None
         self._sized_for: SizingModel | None = None
         """The model and planning options the fleets on screen were sized for."""
-        self._fleet_targets = (model.minimum_nodes, model.target_decode_tpot_ms)
+        self._fleet_targets = own
         """The fleet's own minimum nodes and TPOT target, as last put in the boxes."""
         header = widgets.HBox([
             widgets.HTML(f"<b style='white-space:nowrap'>{escape(label)}</b>",
@@ -299,6 +305,11 @@ class SizingPanel(widgets.VBox):
         if compute:
             self.compute()
 
+    @staticmethod
+    def _targets(model: SizingModel) -> tuple[int, int | None]:
+        """The fleet's own minimum nodes and TPOT target."""
+        return model.minimum_nodes, model.target_decode_tpot_ms
+
     def _model(self) -> SizingModel:
         if isinstance(self._source, SizingModel):
             return self._source
@@ -317,7 +328,7 @@ class SizingPanel(widgets.VBox):
         except CodedError as error:
             reason = f"the model cannot be read ({error.message})"
         else:
-            own = (model.minimum_nodes, model.target_decode_tpot_ms)
+            own = self._targets(model)
             if own != self._fleet_targets:
                 self._fleet_targets = own
                 self.min_nodes.value = str(model.minimum_nodes)

@@ -247,7 +247,10 @@ class WorkbenchState:
             budgets.append(budget)
         return tuple(budgets)
 
-    def _model_choice(self) -> ModelChoice:
+    def model_choice(self) -> ModelChoice:
+        """The model the editors hold, as the fleet document gives it (the speed numbers
+        the page has no box for kept as the file gave them). Raises
+        :class:`WorkbenchInputError` naming a number that cannot be read."""
         model = self.model
         if model.preset is not None:
             return ModelChoice(preset=model.preset, kv_cache_type=model.kv_cache_type,
@@ -288,7 +291,7 @@ class WorkbenchState:
                         for budget, extra in zip(budgets, self.extras, strict=True)
                         if extra.address is not None and extra.rpc_device is not None)
         try:
-            document = replace(self.document, model=self._model_choice(), nodes=budgets,
+            document = replace(self.document, model=self.model_choice(), nodes=budgets,
                                reliability=reliability, addresses=addresses,
                                rpc_devices=devices, name=self.given_name,
                                **self.options.planning_fields())
