@@ -259,7 +259,7 @@ def test_a_prompt_multiplies_the_output_head_for_its_output_token_only() -> None
     batch = step_work(load, traffic, tokens=512, sequences=1, cached=512, attended=256,
                       overlapped=True)
     assert float(batch.matrix_flops) == pytest.approx(2 * 3e8 * 512)
-    assert float(batch.head_flops) == pytest.approx(2 * 2e8 * 512)
+    assert float(batch.output_row_flops) == pytest.approx(2 * 2e8 * 512)
     # 3e11 FLOPs at 1e13 / s: 30.72 ms over the 1 ms read; every token through the head
     # on an old build: 51.2 ms.
     assert float(step_ms(batch, PLAIN)) == pytest.approx(30.72)
@@ -279,7 +279,7 @@ def test_a_prompt_multiplies_the_output_head_for_its_output_token_only() -> None
     ending = step_work(last, traffic, tokens=512, sequences=1, cached=512, attended=256,
                        overlapped=True)
     assert float(ending.matrix_flops) == pytest.approx(2 * (3e8 - network) * 512)
-    assert float(ending.head_flops) == pytest.approx(2 * (2e8 + network) * 512)
+    assert float(ending.output_row_flops) == pytest.approx(2 * (2e8 + network) * 512)
     assert computes_every_output(OUTPUT_ROWS_BUILD - 1)
     assert not computes_every_output(OUTPUT_ROWS_BUILD)
     assert not computes_every_output(None)
@@ -318,7 +318,7 @@ def test_gemma_3_270m_s_prompt_leaves_its_tied_head_out() -> None:
     assert load.holds_last_layer
     current = step_work(load, traffic, tokens=256, sequences=1, cached=256, attended=128,
                         overlapped=True)
-    head = float(current.head_flops) / (2 * 256)
+    head = float(current.output_row_flops) / (2 * 256)
     assert head > traffic.output_head_parameters
     body = (traffic.active_parameter_count or 0) - head
     assert float(current.matrix_flops) == pytest.approx(2 * body * 256)

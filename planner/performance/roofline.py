@@ -67,8 +67,9 @@ class Work:
     cache read; ``attention_flops`` and ``score_values`` (heads times query-key pairs) of
     attention; ``layers``; ``overlapped``: a micro-batch, whose products compute while
     the weights stream in (a decode step's matrix-vector products add to the read);
-    ``head_flops``: a micro-batch's output-head products for every token, which only
-    builds that computed every token's output ran (``Rates.every_output``)."""
+    ``output_row_flops``: a micro-batch's products of the output head and the last layer's
+    feed-forward network for every token, which only builds that ran every token through
+    them computed (``Rates.every_output``)."""
 
     weight_bytes: Any
     matrix_flops: Any
@@ -82,7 +83,7 @@ class Work:
     score_values: Any = 0.0
     overlapped: Any = False
     fused_layers: Any = None
-    head_flops: Any = 0.0
+    output_row_flops: Any = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +160,7 @@ def step_terms(work: Work, rates: Rates) -> StepTerms:
               else 0.0)
     return StepTerms(
         read_ms=work.weight_bytes * rates.read_ms_per_byte,
-        matrix_ms=((work.matrix_flops + rates.every_output * work.head_flops)
+        matrix_ms=((work.matrix_flops + rates.every_output * work.output_row_flops)
                    * rates.matrix_ms_per_flop + routed),
         moved_ms=moved,
         kv_ms=work.kv_bytes * rates.kv_ms_per_byte,
@@ -184,14 +185,10 @@ def activation_bytes_per_token(load: StageLoad, traffic: ModelTraffic) -> float:
     hidden = traffic.hidden_size or 0
     if not hidden:
         return 0.0
-    queries = load.attention_width + load.window_attention_width
-    keys_values = ((load.kv_bytes_per_token + load.window_kv_bytes_per_token)
-                   / _KEY_AND_VALUE_BYTES)
-    # The attention's products are queries, keys and values from the hidden state and the
-    # output back (2 x (queries + keys_values) units): the feed-forward intermediates are
-    # a third of what is left (gate, up and down).
-    intermediates = max(0.0, ((load.active_parameters - load.head_parameters) / hidden
-                              - 2 * (queries + keys_values)) / 3)
+    queries, keys_values = _attention_widths(load)
+    # The feed-forward intermediates are a third of the networks' parameters a unit of
+    # hidden size (gate, up and down).
+    intermediates = network_parameters(load, traffic) / hidden / 3
     network = (EXPERT_HIDDEN_BYTES * traffic.experts_used
                if traffic.experts_used and load.routed_active_parameters
                else DENSE_NETWORK_HIDDEN_BYTES)
@@ -199,22 +196,30 @@ def activation_bytes_per_token(load: StageLoad, traffic: ModelTraffic) -> float:
             + WIDTH_ACTIVATION_BYTES * (queries + keys_values + intermediates))
 
 
+def _attention_widths(load: StageLoad) -> tuple[float, float]:
+    """The widths a stage's attention products make, summed over its layers: the queries,
+    and the keys and values (their cache's bytes at F16)."""
+    return (load.attention_width + load.window_attention_width,
+            (load.kv_bytes_per_token + load.window_kv_bytes_per_token) / _KEY_AND_VALUE_BYTES)
+
+
+def network_parameters(load: StageLoad, traffic: ModelTraffic) -> float:
+    """The parameters of a stage's feed-forward networks one token computes with: what
+    its parameters leave once the output head and attention's products are counted
+    (queries, keys and values from the hidden state and the output back, 2 x hidden x
+    their widths)."""
+    queries, keys_values = _attention_widths(load)
+    attention = 2 * (traffic.hidden_size or 0) * (queries + keys_values)
+    return max(0.0, load.active_parameters - load.head_parameters - attention)
+
+
 def last_layer_network(load: StageLoad, traffic: ModelTraffic) -> tuple[float, float]:
     """The parameters of the feed-forward network of the model's last layer on the stage
-    that holds it, beside and in its routed experts (0 elsewhere): a layer's share of the
-    stage's parameters left once the head and attention's products are counted (queries,
-    keys and values from the hidden state and the output back, as
-    :func:`activation_bytes_per_token` counts them), of which its routed experts' share
-    of the stage's."""
+    that holds it (0 elsewhere), beside and in its routed experts: a layer's share of
+    :func:`network_parameters`, of which its routed experts' share of the stage's."""
     if not load.holds_last_layer or not load.layer_count:
         return 0.0, 0.0
-    hidden = traffic.hidden_size or 0
-    queries = load.attention_width + load.window_attention_width
-    keys_values = ((load.kv_bytes_per_token + load.window_kv_bytes_per_token)
-                   / _KEY_AND_VALUE_BYTES)
-    network = max(0.0, load.active_parameters - load.head_parameters
-                  - 2 * hidden * (queries + keys_values))
-    per_layer = network / load.layer_count
+    per_layer = network_parameters(load, traffic) / load.layer_count
     routed = min(per_layer, load.routed_active_parameters / load.layer_count)
     return per_layer - routed, routed
 
@@ -232,9 +237,9 @@ def step_work(load: StageLoad, traffic: ModelTraffic, *, tokens: Any, sequences:
     quantized kernels take tiles of 8 tokens: the read bounds them); ``stage_weights``
     counts the parameters its products stage as FP16. A micro-batch runs the output head
     and the last layer's feed-forward network for its batch's output token only
-    (llama.cpp's ``inp_out_ids``): its products leave them out, and ``head_flops`` keeps
-    them (at the full rate) for the builds that ran every token through them; a decode
-    step's every token is an output."""
+    (llama.cpp's ``inp_out_ids``): its products leave them out, and ``output_row_flops``
+    keeps them (at the full rate) for the builds that ran every token through them; a
+    decode step's every token is an output."""
     routed = load.routed_expert_bytes if traffic.routed_bytes else 0
     share = traffic.expert_share(tokens)
     shared = (load.weight_bytes - routed if routed else
@@ -242,14 +247,12 @@ def step_work(load: StageLoad, traffic: ModelTraffic, *, tokens: Any, sequences:
     weight_bytes = shared + routed * share + load.embedding_row_bytes * tokens
     routed_active = load.routed_active_parameters if routed and overlapped else 0.0
     # A micro-batch's output rows (its batch's last token) alone go through the output
-    # head and the last layer's feed-forward network; its experts among them were small
-    # products, the rest of the network a product at the full rate.
+    # head and the last layer's feed-forward network (its experts among them).
     last_shared, last_routed = (last_layer_network(load, traffic) if overlapped
                                 else (0.0, 0.0))
-    head = (load.head_parameters + last_shared + last_routed) if overlapped else 0.0
+    outputs_only = (load.head_parameters + last_shared + last_routed) if overlapped else 0.0
     routed_small = max(0.0, routed_active - last_routed)
-    full_rate = load.active_parameters - routed_active - head + (last_routed if routed_active
-                                                                 else 0.0)
+    full_rate = load.active_parameters - outputs_only - routed_small
     reached = np.maximum(share * (traffic.expert_count or 1), 1e-9)
     full, windowed = load.kv_tokens(attended)
     pairs = tokens * (load.attention_width * full + load.window_attention_width * windowed)
@@ -265,11 +268,11 @@ def step_work(load: StageLoad, traffic: ModelTraffic, *, tokens: Any, sequences:
         every_routed = load.routed_active_parameters * (
             (traffic.expert_count or 1) / (traffic.experts_used or 1))
         staged = (load.active_parameters - load.routed_active_parameters
-                  - (head - last_routed) + every_routed * share)
+                  - (outputs_only - last_routed) + every_routed * share)
     return Work(
         weight_bytes=weight_bytes,
         matrix_flops=2 * full_rate * tokens,
-        head_flops=2 * head * tokens,
+        output_row_flops=2 * outputs_only * tokens,
         routed_flops=2 * routed_small * tokens,
         routed_tokens=tokens * (traffic.experts_used or 1) / reached,
         staged_parameters=staged,
