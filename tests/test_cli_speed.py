@@ -207,6 +207,31 @@ def test_a_catalog_adds_to_the_shipped_kinds_and_replaces_the_same_id(tmp_path: 
     assert replaced["tpot_ms"] > 1.2 * shipped["tpot_ms"]
 
 
+def test_an_apple_kind_stating_its_cores_only_says_where_its_fp16_figure_comes_from(
+        tmp_path: Path) -> None:
+    """An M3 Max typed as Apple states it, 40 GPU cores and no teraflops or clock,
+    prefills at its cores' lanes times Apple's measured rate per lane, as fast as the
+    same kind stating that figure; the notes say where the figure comes from and quote
+    the error measured for such kinds, not the bandwidth stand-in's."""
+    entry = ('[[gpu]]\nid = "m3-max"\nname = "Apple M3 Max 40-core GPU"\nvendor = "Apple"\n'
+             'memory = "48 GiB"\nbackend = "metal"\nmemory_type = "lpddr"\n'
+             "memory_bandwidth_bytes_per_s = 400000000000\n")
+    cores = tmp_path / "cores.toml"
+    cores.write_text(entry + 'shader_count = 40\nshader_source = "40-core GPU"\n')
+    per_lane = load_calibration().fallback_gflops_per_lane["Apple"]
+    stated = tmp_path / "stated.toml"
+    stated.write_text(entry + f"fp16_tflops = {40 * 128 * per_lane / 1000}\n")
+    args = ("gpt-oss-20b", "--gpu", "m3-max", "--context", "4k", "--prompt-tokens", "2048")
+    by_cores = _json(*args, "--catalog", str(cores))
+    by_figure = _json(*args, "--catalog", str(stated))
+    assert by_cores["ttft_ms"] == pytest.approx(by_figure["ttft_ms"], rel=1e-6)
+    notes = " ".join(by_cores["notes"])
+    assert "taken from its shaders (it states no clock) at its vendor's measured" in notes
+    assert "FP16 throughput from shaders at their vendor's rate per lane" in notes
+    lanes = load_calibration().error("prefill", "metal", "lpddr", "lanes")
+    assert lanes is not None and f"prefill {lanes.median_abs_error:.0%}" in notes
+
+
 def test_an_fp32_accumulate_figure_for_a_known_kind_is_refused(tmp_path: Path) -> None:
     """NVIDIA's FP32-accumulate tensor figure for an RTX 4090 is half the FP16-accumulate
     one the catalog asks for: typed in for the shipped kind, it is refused by name."""

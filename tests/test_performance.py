@@ -449,6 +449,45 @@ def test_a_cpu_computes_at_its_cores_rate_without_a_gpu_s_matrix_factor() -> Non
     assert tflops(cpu, doubled) == tflops(cpu, calibration) == (2.0, "shaders")
 
 
+def test_a_kind_stating_its_shaders_without_a_clock_computes_at_its_vendors_lane_rate(
+) -> None:
+    """Apple states its GPUs' cores but no clock: such a kind computes at its lanes (128
+    a core) times the FP16 rate a lane of its vendor's measured kinds that state both, as
+    if it stated that figure, and says so; a vendor without two such kinds leaves its kind
+    at the stand-in from bandwidth, as does a calibration that has no lane rates."""
+    from dataclasses import replace
+
+    from planner.performance import NodeSpeed, RunSettings, calibrated_device
+    from planner.performance.device import matrix_tflops
+
+    calibration = load_calibration()
+    per_lane = calibration.fallback_gflops_per_lane["Apple"]
+    assert "AMD" not in calibration.fallback_gflops_per_lane
+    gpu = GpuModel(name="Apple M3 Max 40-core GPU", memory_bytes=48 * GIB, vendor="Apple",
+                   backend="metal", memory_type="lpddr",
+                   memory_bandwidth_bytes_per_s=400 * 10**9, shader_count=40,
+                   shader_source="40-core GPU; no clock stated")
+    assert gpu.shader_lanes == 40 * 128 and gpu.vector_tflops is None
+    cores = NodeSpeed.of_kind("mac", gpu)
+    expected = 40 * 128 * per_lane / 1e3
+    assert matrix_tflops(cores, calibration, "metal", True) == pytest.approx(
+        (expected, "lanes"))
+    notes: list[str] = []
+    settings = RunSettings(backend="metal")
+    device = calibrated_device(calibration, cores, settings, True, notes)
+    stated = calibrated_device(calibration, replace(cores, fp16_tflops=expected), settings,
+                               True, [])
+    assert device.figure == "lanes"
+    assert device.rates.matrix_ms_per_flop == pytest.approx(stated.rates.matrix_ms_per_flop)
+    assert any("it states no clock" in note and "less sure" in note for note in notes)
+
+    bandwidth_only = matrix_tflops(replace(cores, vendor="AMD"), calibration, "metal", True)
+    assert bandwidth_only == pytest.approx(
+        (400e9 * calibration.fallback_flops_per_byte["AMD"] / 1e12, "bandwidth"))
+    older = replace(calibration, fallback_gflops_per_lane={})
+    assert matrix_tflops(cores, older, "metal", True)[1] == "bandwidth"
+
+
 def test_flash_attention_on_a_stand_in_gpu_computes_at_its_shaders_rate() -> None:
     """The stand-in factor is fitted on prompts' products: a kind computing at the
     stand-in from its shaders ran flash attention on those shaders, at their FP32 rate

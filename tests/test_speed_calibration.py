@@ -114,8 +114,9 @@ def _close(a: SpeedCalibration, b: SpeedCalibration) -> bool:
         assert figures.keys() == right["backends"][name].keys(), name
         for key, value in figures.items():
             assert value == pytest.approx(right["backends"][name][key], rel=1e-3), (name, key)
-    for part in ("memory_factors", "shared", "fallback_flops_per_byte"):
-        assert left[part] == pytest.approx(right[part], rel=1e-3), part
+    for part in ("memory_factors", "shared", "fallback_flops_per_byte",
+                 "fallback_gflops_per_lane"):
+        assert left.get(part) == pytest.approx(right.get(part), rel=1e-3), part
     return True
 
 
@@ -368,6 +369,32 @@ def test_a_calibration_with_an_impossible_figure_is_refused() -> None:
         SpeedCalibration.from_dict(data)
     assert raised.value.code == "InvalidCalibration"
     assert raised.value.details["field"] == "backends.cuda.weight_efficiency"
+
+
+def test_the_lane_rates_are_their_vendors_kinds_and_refused_when_impossible(
+        rows: Rows) -> None:
+    """A vendor's FP16 rate per lane is the median of its measured kinds that state an
+    FP16 figure and their shaders, two kinds or more (Apple's M1 Max, M1 Ultra and M2
+    Ultra; AMD's one, the MI300X, informs none); a file's rate that no lane could
+    compute at is refused, naming it; a file of an earlier version, without the table, is
+    read with none."""
+    apple = [gpu for gpu in speed_calibration.load_gpus().values()
+             if gpu.vendor == "Apple" and gpu.fp16_tflops and gpu.shader_lanes]
+    assert len(apple) >= 3
+    rates = speed_calibration.fallback_gflops_per_lane(r.gpu for r in rows)
+    assert rates == {"Apple": pytest.approx(statistics.median(
+        gpu.fp16_tflops * 1e3 / gpu.shader_lanes for gpu in apple), abs=1e-4)}
+    assert load_calibration().fallback_gflops_per_lane == rates
+    for bad in (0, -1.0, True, 2e5):
+        data = load_calibration().to_dict()
+        data["fallback_gflops_per_lane"]["Apple"] = bad
+        with pytest.raises(PerformanceError) as raised:
+            SpeedCalibration.from_dict(data)
+        assert raised.value.code == "InvalidCalibration"
+        assert raised.value.details["field"] == "fallback_gflops_per_lane.Apple"
+    data = load_calibration().to_dict()
+    del data["fallback_gflops_per_lane"]
+    assert SpeedCalibration.from_dict(data).fallback_gflops_per_lane == {}
 
 
 def test_an_unknown_shared_figure_is_refused_and_the_retired_one_read() -> None:

@@ -65,7 +65,9 @@ shipped catalog gives every source (a test keeps it so). The fields:
     ``lpddr``) gives ``core_count``, ``simd_width_bits`` (the vector width llama.cpp's
     kernels use) and ``core_source`` instead of shaders. The speed estimate then
     computes with the FP32 vector rate they give (:attr:`GpuModel.vector_tflops`), and
-    says so with a wider error; a kind with neither gets a rate from its memory
+    says so with a wider error. A kind that gives its shaders but no clock (Apple states
+    none) computes at its shaders' lanes times the FP16 FLOPs a lane of its vendor's
+    measured kinds that state both; a kind with neither gets a rate from its memory
     bandwidth (:mod:`planner.performance`).
 ``architecture``
     With ``shader_count``: the GPU's architecture (``rdna3``, ``ampere``, ... : the keys
@@ -376,11 +378,19 @@ class GpuModel:
             return None
         if self.core_count is not None and self.simd_width_bits is not None:
             lanes = self.core_count * self.simd_width_bits // 32
-        elif self.shader_count is not None and self.vendor in FP32_LANES_PER_SHADER:
-            lanes = self.shader_count * FP32_LANES_PER_SHADER[self.vendor]
+        elif self.shader_lanes is not None:
+            lanes = self.shader_lanes
         else:
             return None
         return FMA_FLOPS * lanes * self.boost_clock_mhz * 1e6 / 1e12
+
+    @property
+    def shader_lanes(self) -> int | None:
+        """The FP32 lanes of :attr:`shader_count` shaders as the vendor counts them
+        (:data:`FP32_LANES_PER_SHADER`); ``None`` without a count or for another vendor."""
+        if self.shader_count is None or self.vendor not in FP32_LANES_PER_SHADER:
+            return None
+        return self.shader_count * FP32_LANES_PER_SHADER[self.vendor]
 
     def llamacpp_overhead(self, defaults: Mapping[str, int]) -> int:
         """Bytes llama.cpp's backend takes on this GPU beyond its logged buffers: the

@@ -17,6 +17,12 @@ GPUs (``validation/speed/calibration.py``):
   the FP16 FLOPs a lane and clock of the units llama.cpp reaches,
   :mod:`planner.models.architectures`) that its products reach beside a stated figure.
 
+Not fitted but read off the measured kinds, the stand-ins of a GPU that states neither
+an FP16 figure nor its shaders and clock: per vendor, the median FP16 FLOPs per byte of
+bandwidth (``fallback_flops_per_byte``) and, for a kind that states its shaders but no
+clock, per FP32 lane (``fallback_gflops_per_lane``) of its measured kinds that state
+them.
+
 The bytes a micro-batch moves between its kernels are not fitted: they are counted on
 llama.cpp's graph (:func:`planner.performance.activation_bytes_per_token`).
 
@@ -119,7 +125,7 @@ class CrossValidatedError:
     predicted by a fit without that GPU (``held_out = "gpu"``), or of a source without
     that source (``"source"``). ``backend`` and ``memory_type`` are ``"all"`` for every
     one; ``figure`` is ``"stated"`` for GPUs with a published FP16 figure, else the
-    fallback the estimate used (``"shaders"``, ``"bandwidth"``)."""
+    fallback the estimate used (``"shaders"``, ``"lanes"``, ``"bandwidth"``)."""
 
     phase: str
     backend: str
@@ -187,6 +193,10 @@ class SpeedCalibration:
     # the measured kinds that state an FP16 figure, a kind that states neither it nor
     # its shaders computes at (planner.performance.device).
     fallback_flops_per_byte: Mapping[str, float]
+    # Per GPU vendor (and "all"): the median FP16 GFLOPS per FP32 lane of the measured
+    # kinds that state an FP16 figure and their shaders, a kind that states its shaders
+    # but no clock computes at (planner.performance.device; absent from older files).
+    fallback_gflops_per_lane: Mapping[str, float] = field(default_factory=dict)
     cross_validated: tuple[CrossValidatedError, ...] = ()
     source: str = f"planner/data/{CALIBRATION_FILE}"
     kinds: Mapping[str, KindCalibration] = field(default_factory=dict)
@@ -201,13 +211,13 @@ class SpeedCalibration:
         if "all" not in self.fallback_flops_per_byte:
             raise PerformanceError("InvalidCalibration", "fallback_flops_per_byte.all is "
                                    "missing", field="fallback_flops_per_byte.all")
-        for vendor, value in self.fallback_flops_per_byte.items():
-            if (isinstance(value, bool) or not isinstance(value, int | float)
-                    or not 0 < value <= 1e5):
-                raise PerformanceError(
-                    "InvalidCalibration", f"fallback_flops_per_byte.{vendor} must be above "
-                    "0 and at most 100,000", field=f"fallback_flops_per_byte.{vendor}",
-                    value=value)
+        for table in ("fallback_flops_per_byte", "fallback_gflops_per_lane"):
+            for vendor, value in getattr(self, table).items():
+                if (isinstance(value, bool) or not isinstance(value, int | float)
+                        or not 0 < value <= 1e5):
+                    raise PerformanceError(
+                        "InvalidCalibration", f"{table}.{vendor} must be above 0 and at "
+                        "most 100,000", field=f"{table}.{vendor}", value=value)
         low, high = _MEMORY_FACTOR_BOUNDS
         for kind, value in self.memory_factors.items():
             if (isinstance(value, bool) or not isinstance(value, int | float)
@@ -274,9 +284,7 @@ class SpeedCalibration:
                     said.append(f"{phase} {entry.median_abs_error:.0%}")
             if not said:
                 continue
-            how = "" if figure == "stated" else (
-                ", FP16 throughput from shaders and clock" if figure == "shaders" else
-                ", FP16 throughput from memory bandwidth")
+            how = _FIGURE_SAID.get(figure, "")
             parts.append(f"{backend or 'unknown backend'} on {memory_type or 'unknown'} "
                          f"memory{how}: " + ", ".join(said))
         if not parts:
@@ -327,13 +335,16 @@ class SpeedCalibration:
                 "memory_factors": dict(sorted(self.memory_factors.items())),
                 "shared": {name: getattr(self, name) for name in _SHARED_BOUNDS},
                 "fallback_flops_per_byte": dict(sorted(self.fallback_flops_per_byte.items())),
+                **({"fallback_gflops_per_lane": dict(sorted(
+                    self.fallback_gflops_per_lane.items()))}
+                   if self.fallback_gflops_per_lane else {}),
                 "cross_validated": [e.to_dict() for e in self.cross_validated]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "calibration"
                   ) -> SpeedCalibration:
         known = ("backends", "memory_factors", "shared", "fallback_flops_per_byte",
-                 "cross_validated", "kinds")
+                 "fallback_gflops_per_lane", "cross_validated", "kinds")
         if not isinstance(data, Mapping):
             raise PerformanceError("InvalidCalibration", f"{source}: must be a table",
                                    field="calibration")
@@ -401,8 +412,16 @@ class SpeedCalibration:
                    **{name: shared[name] for name in _SHARED_BOUNDS},
                    fallback_flops_per_byte=dict(_table(data, "fallback_flops_per_byte",
                                                        source)),
+                   fallback_gflops_per_lane=dict(_table(data, "fallback_gflops_per_lane",
+                                                        source)),
                    cross_validated=tuple(errors), source=source,
                    kinds=_kinds(_table(data, "kinds", source), source))
+
+
+# How an error note names the stand-in FP16 figure its group was estimated with.
+_FIGURE_SAID = {"shaders": ", FP16 throughput from shaders and clock",
+                "lanes": ", FP16 throughput from shaders at their vendor's rate per lane",
+                "bandwidth": ", FP16 throughput from memory bandwidth"}
 
 
 def _invalid(name: str) -> Callable[[str, Any], PerformanceError]:

@@ -8,7 +8,11 @@ of the units llama.cpp reaches on its architecture and backend
 (:func:`~planner.performance.settings.shader_flops_per_lane_clock`; 8 for a kind that
 names no architecture), times the fitted ``shader_units_factor`` (``"shaders"``; a
 CPU's vector rate from its cores, SIMD width and clock, without the factor, which
-describes a GPU's units),
+describes a GPU's units);
+else, stating its shaders but no clock (Apple states none), their FP32 lanes times the
+median FP16 FLOPs a lane of the measured kinds of its vendor that state an FP16 figure and
+their shaders, where two or more do (``"lanes"``: Apple's; a lane's rate is its
+architecture's, so no other vendor's stands in);
 else its memory bandwidth times the median FP16 FLOPs per byte of the measured kinds of
 its vendor (of the measured CPUs, for a CPU; of all, for a vendor never measured:
 ``"bandwidth"``).
@@ -71,27 +75,38 @@ class NodeSpeed:
     vector_tflops: float | None = None
     vendor: str | None = None
     architecture: str | None = None
+    shader_lanes: int | None = None
 
     @classmethod
     def of_kind(cls, node_id: str, gpu: GpuModel) -> NodeSpeed:
         return cls(node_id, gpu.memory_bandwidth_bytes_per_s, gpu.price_per_hour, gpu.kind,
                    gpu.memory_type, gpu.backend, gpu.fp16_tflops, gpu.vector_tflops,
-                   gpu.vendor, gpu.architecture)
+                   gpu.vendor, gpu.architecture, gpu.shader_lanes)
 
 
-def fp16_figure(speed: NodeSpeed) -> str:
-    """Which FP16 figure a kind is estimated with: ``"stated"``, ``"shaders"`` or
-    ``"bandwidth"`` (the module docstring)."""
+def fp16_figure(speed: NodeSpeed, calibration: SpeedCalibration) -> str:
+    """Which FP16 figure a kind is estimated with under ``calibration``: ``"stated"``,
+    ``"shaders"``, ``"lanes"`` or ``"bandwidth"`` (the module docstring)."""
     if speed.fp16_tflops is not None:
         return "stated"
-    return "shaders" if speed.vector_tflops is not None else "bandwidth"
+    if speed.vector_tflops is not None:
+        return "shaders"
+    return "lanes" if _gflops_per_lane(speed, calibration) is not None else "bandwidth"
+
+
+def _gflops_per_lane(speed: NodeSpeed, calibration: SpeedCalibration) -> float | None:
+    """The FP16 GFLOPS a lane of a kind that states its shaders but no clock computes at:
+    its vendor's (``None``: no shaders, or its vendor's lanes not measured)."""
+    if speed.shader_lanes is None:
+        return None
+    return calibration.fallback_gflops_per_lane.get(speed.vendor or "")
 
 
 def matrix_tflops(speed: NodeSpeed, calibration: SpeedCalibration, backend: str,
                   quantized: bool) -> tuple[float, str]:
     """The FP16 matrix throughput the estimate computes with on ``backend`` for weights
     ``quantized`` or not, in TFLOPS, and which figure it is (:func:`fp16_figure`)."""
-    figure = fp16_figure(speed)
+    figure = fp16_figure(speed, calibration)
     if speed.fp16_tflops is not None:
         return speed.fp16_tflops, figure
     on_cpu = is_cpu_kind(speed.backend)  # its rates are its cores'
@@ -105,6 +120,9 @@ def matrix_tflops(speed: NodeSpeed, calibration: SpeedCalibration, backend: str,
                                                 backend, quantized))
         lane_clocks = speed.vector_tflops / FMA_FLOPS
         return lane_clocks * per_lane * calibration.shader_units_factor, figure
+    lane_gflops = _gflops_per_lane(speed, calibration)
+    if lane_gflops is not None and speed.shader_lanes is not None:
+        return speed.shader_lanes * lane_gflops / 1e3, figure
     bandwidth = speed.memory_bandwidth_bytes_per_s or 0
     ratios = calibration.fallback_flops_per_byte
     key = CPU_BACKEND if on_cpu else speed.vendor or ""
@@ -135,11 +153,8 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
     tflops, figure = matrix_tflops(speed, calibration, backend, quantized)
     name = speed.kind or speed.node_id
     if figure != "stated":
-        notes.append(f"{name} states no fp16_tflops: its FP16 "
-                     + ("throughput is taken from its shaders and clock"
-                        if figure == "shaders" else
-                        "throughput is taken from its memory bandwidth")
-                     + ", and its prefill estimate is less sure")
+        notes.append(f"{name} states no fp16_tflops: its FP16 throughput is taken from "
+                     + _FIGURE_SOURCE[figure] + ", and its prefill estimate is less sure")
     if figure == "shaders" and speed.architecture is None and not is_cpu_kind(speed.backend):
         notes.append(f"{name} states no architecture: its shaders are taken at "
                      f"{UNSTATED_FLOPS_PER_LANE_CLOCK} FP16 FLOPs a lane and clock")
@@ -184,6 +199,13 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
         every_output=1.0 if computes_every_output(settings.build) else 0.0)
     hop = _figure(calibration, figures, "hop_ms", backend, notes)
     return Device(rates, staging, hop, figure, backend)
+
+
+# Where a kind's FP16 throughput comes from, for the note that says so.
+_FIGURE_SOURCE = {"shaders": "its shaders and clock",
+                  "lanes": "its shaders (it states no clock) at its vendor's measured "
+                           "FP16 rate per lane",
+                  "bandwidth": "its memory bandwidth"}
 
 
 def plain_device(bandwidth_bytes_per_s: float, efficiency: float) -> Device:
@@ -236,7 +258,7 @@ def kinds_error_note(calibration: SpeedCalibration, speeds: Iterable[NodeSpeed],
     speeds = list(speeds)
     return calibration_error_note(calibration, speeds, [
         (settings.backend or speed.backend or FALLBACK_BACKEND, speed.memory_type,
-         fp16_figure(speed)) for speed in speeds])
+         fp16_figure(speed, calibration)) for speed in speeds])
 
 
 def calibration_error_note(calibration: SpeedCalibration, speeds: Sequence[NodeSpeed],

@@ -44,6 +44,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -144,13 +145,22 @@ class Row:
     def figure(self) -> str:
         """Which FP16 figure the estimate computes this row's GPU with."""
         return ("stated" if self.gpu.fp16_tflops is not None else
-                "shaders" if self.gpu.vector_tflops is not None else "bandwidth")
+                "shaders" if self.gpu.vector_tflops is not None else
+                "lanes" if self.gpu.shader_lanes and self.gpu.vendor in lane_vendors()
+                else "bandwidth")
 
 
 def load_gpus(path: Path = GPUS) -> dict[str, GpuModel]:
     """The calibration's GPU kinds by id, read as a catalog."""
     with path.open("rb") as handle:
         return {gpu.kind: gpu for gpu in parse_gpu_catalog(tomllib.load(handle), str(path))}
+
+
+@cache
+def lane_vendors() -> frozenset[str]:
+    """The vendors whose kinds of the calibration's set that state their shaders but no
+    clock compute at their vendor's FP16 rate per lane (:func:`fallback_gflops_per_lane`)."""
+    return frozenset(fallback_gflops_per_lane(load_gpus().values()))
 
 
 _HEADS = re.compile(r"^attention_width\s*=\s*[\d_]+\s*#\s*(\d+) heads x", re.M)
@@ -513,8 +523,23 @@ def fallback_flops_per_byte(rows: Sequence[Row]) -> dict[str, float]:
             sorted(ratios.items())}
 
 
+def fallback_gflops_per_lane(gpus: Iterable[GpuModel]) -> dict[str, float]:
+    """Per vendor with two such kinds or more: the median FP16 GFLOPS per FP32 lane of
+    the GPU kinds that state an FP16 figure and their shaders, the stand-in of a kind of
+    that vendor that states its shaders but no clock. A lane's rate is its
+    architecture's, so there is none over every vendor, and none from one kind alone."""
+    kinds = {gpu.kind: gpu for gpu in gpus}
+    rates: dict[str, list[float]] = defaultdict(list)
+    for gpu in kinds.values():
+        if gpu.fp16_tflops is not None and gpu.shader_lanes is not None and gpu.vendor:
+            rates[gpu.vendor].append(gpu.fp16_tflops * 1e3 / gpu.shader_lanes)
+    return {vendor: round(statistics.median(values), 4) for vendor, values in
+            sorted(rates.items()) if len(values) >= 2}
+
+
 def calibration_of(parameters: Sequence[Parameter], values: Sequence[float],
-                   flops_per_byte: dict[str, float]) -> SpeedCalibration:
+                   flops_per_byte: dict[str, float],
+                   gflops_per_lane: dict[str, float] | None = None) -> SpeedCalibration:
     """The calibration whose fitted figures are ``values``."""
     backends: dict[str, dict[str, float]] = defaultdict(dict)
     memory: dict[str, float] = {}
@@ -528,7 +553,8 @@ def calibration_of(parameters: Sequence[Parameter], values: Sequence[float],
             backends[parameter.key][parameter.figure] = value
     return SpeedCalibration({name: BackendFigures(**figures)
                              for name, figures in backends.items()}, memory,
-                            **shared, fallback_flops_per_byte=flops_per_byte)
+                            **shared, fallback_flops_per_byte=flops_per_byte,
+                            fallback_gflops_per_lane=gflops_per_lane or {})
 
 
 def row_weights(rows: Sequence[Row]) -> np.ndarray:
@@ -578,6 +604,7 @@ def fit(rows: Sequence[Row], rounds: int = 60) -> SpeedCalibration:
     pulls = [(parameters.index(p), len(parameters) + shared.index(p.figure))
              for p in parameters if p.figure in shared]
     flops_per_byte = fallback_flops_per_byte(rows)
+    gflops_per_lane = fallback_gflops_per_lane(r.gpu for r in rows)
     weights = row_weights(rows)
     start = [p.free(START["memory_factor" if p.figure == "memory_factor" else p.figure])
              for p in parameters]
@@ -587,7 +614,7 @@ def fit(rows: Sequence[Row], rounds: int = 60) -> SpeedCalibration:
     def residuals(x: np.ndarray) -> np.ndarray:
         calibration = calibration_of(parameters, [p.value(v) for p, v in
                                                   zip(parameters, x[:size], strict=True)],
-                                     flops_per_byte)
+                                     flops_per_byte, gflops_per_lane)
         rows_part = np.log(prepared.predict(calibration) / prepared.measured)
         return np.concatenate([rows_part, [x[a] - x[b] for a, b in pulls]])
 
@@ -630,7 +657,7 @@ def fit(rows: Sequence[Row], rounds: int = 60) -> SpeedCalibration:
         if gain < 1e-10 * max(current, 1e-12):
             break
     values = [round(p.value(v), 6) for p, v in zip(parameters, free[:size], strict=True)]
-    return calibration_of(parameters, values, flops_per_byte)
+    return calibration_of(parameters, values, flops_per_byte, gflops_per_lane)
 
 
 def fingerprint(rows: Iterable[Row]) -> str:
@@ -824,9 +851,9 @@ def to_toml(calibration: SpeedCalibration) -> str:
     lines += [f"{key} = {_value(value)}" for key, value in data["memory_factors"].items()]
     lines += ["", "[shared]"]
     lines += [f"{key} = {_value(value)}" for key, value in data["shared"].items()]
-    lines += ["", "[fallback_flops_per_byte]"]
-    lines += [f"{key} = {_value(value)}" for key, value in
-              data["fallback_flops_per_byte"].items()]
+    for table in ("fallback_flops_per_byte", "fallback_gflops_per_lane"):
+        lines += ["", f"[{table}]"]
+        lines += [f"{key} = {_value(value)}" for key, value in data.get(table, {}).items()]
     lines.append("")
     for entry in data["cross_validated"]:
         lines.append("[[cross_validated]]")
@@ -850,9 +877,9 @@ def folds_toml(folds: Sequence[Fold]) -> str:
         lines += [f"{key} = {_value(value)}" for key, value in data["memory_factors"].items()]
         lines.append("[fold.shared]")
         lines += [f"{key} = {_value(value)}" for key, value in data["shared"].items()]
-        lines.append("[fold.fallback_flops_per_byte]")
-        lines += [f"{key} = {_value(value)}" for key, value in
-                  data["fallback_flops_per_byte"].items()]
+        for table in ("fallback_flops_per_byte", "fallback_gflops_per_lane"):
+            lines.append(f"[fold.{table}]")
+            lines += [f"{key} = {_value(value)}" for key, value in data.get(table, {}).items()]
         lines.append("")
     return "\n".join(lines)
 
@@ -863,7 +890,8 @@ def load_folds(path: Path = FOLDS) -> list[Fold]:
     return [Fold(entry["held_out"], entry["value"], entry["trained_on"],
                  SpeedCalibration.from_dict({key: entry[key] for key in
                                              ("backends", "memory_factors", "shared",
-                                              "fallback_flops_per_byte")},
+                                              "fallback_flops_per_byte",
+                                              "fallback_gflops_per_lane") if key in entry},
                                             f"{path.name} {entry['held_out']}={entry['value']}"))
             for entry in data["fold"]]
 
@@ -887,6 +915,7 @@ def summary_lines(calibration: SpeedCalibration) -> list[str]:
             lines.append(f"| {phase} | {backend} | {by_gpu.rows} | "
                          f"{by_gpu.median_abs_error:.1%} | {by_source.median_abs_error:.1%} |")
     for figure, said in (("shaders", "FP16 from shaders and clock"),
+                         ("lanes", "FP16 from shaders without a clock"),
                          ("bandwidth", "FP16 from bandwidth")):
         by_gpu = found.get(("prefill", "all", "all", "gpu", figure))
         by_source = found.get(("prefill", "all", "all", "source", figure))
