@@ -63,13 +63,29 @@ def test_human_output_is_labelled_an_estimate() -> None:
     assert "Median error on published measurements of GPUs and sources" in done.stdout
 
 
-def test_a_kind_without_fp16_throughput_is_estimated_at_a_stated_stand_in() -> None:
-    """Apple states no FP16 figure for the M3 Ultra: its prefill is estimated from its
-    bandwidth at the measured Apple GPUs' FLOPs per byte, and the notes say so, quoting
-    that stand-in's own error."""
-    found = _json("llama-3.1-70b", "--gpu", "m3-ultra-256gb")
+def test_a_kind_without_fp16_throughput_is_estimated_at_a_stated_stand_in(
+        tmp_path: Path) -> None:
+    """Apple states no FP16 figure for the M3 Ultra, only its GPU cores (60 in the 256GB
+    kind's configuration, 80 in the 512GB's): its prefill is estimated from its cores at
+    Apple's measured rate per lane, in proportion to them, and the notes say so, quoting
+    that stand-in's own error. A kind that states neither is estimated from its
+    bandwidth at the measured Apple GPUs' FLOPs per byte, and says that."""
+    args = ("llama-3.1-70b", "--context", "4k", "--prompt-tokens", "4096")
+    sixty = _json(*args, "--gpu", "m3-ultra-256gb")
+    eighty = _json(*args, "--gpu", "m3-ultra-512gb")
+    assert sixty["ttft_ms"] is not None and eighty["ttft_ms"] is not None
+    assert 1.2 < sixty["ttft_ms"] / eighty["ttft_ms"] < 80 / 60 + 1e-9
+    assert "FP16 throughput from shaders at their vendor's rate per lane" in sixty["notes"][1]
+    assert any("states no fp16_tflops" in note and "it states no clock" in note
+               for note in sixty["notes"])
+    bare = tmp_path / "bare.toml"
+    bare.write_text('[[gpu]]\nid = "mac"\nname = "A Mac"\nvendor = "Apple"\n'
+                    'memory = "192 GiB"\nbackend = "metal"\nmemory_type = "lpddr"\n'
+                    "memory_bandwidth_bytes_per_s = 819000000000\n")
+    found = _json(*args, "--gpu", "mac", "--catalog", str(bare))
     assert found["ttft_ms"] is not None and found["prefill_tokens_per_s"] > 0
-    assert any("states no fp16_tflops" in note for note in found["notes"])
+    assert any("states no fp16_tflops" in note and "memory bandwidth" in note
+               for note in found["notes"])
     assert "FP16 throughput from memory bandwidth" in found["notes"][1]
 
 
