@@ -27,6 +27,7 @@ PUBLISHED = [
     ("gcn4", "AMD Radeon RX 580", 2304, 1340, "packed_fp16", 6.17),
     ("xe-hpg", "Intel Arc A770 (32 Xe-cores)", 32 * 128, 2100, "matrix_fp16", 137.6),
     ("pascal", "NVIDIA Tesla P40 (INT8 TOPS)", 3840, 1531, "int8_dot", 47.0),
+    ("volta", "NVIDIA Tesla V100 PCIe", 5120, 1380, "matrix_fp16", 112.0),
     ("turing", "NVIDIA GeForce RTX 2080 Ti", 4352, 1545, "matrix_fp16", 107.6),
     ("ampere", "NVIDIA GeForce RTX 3090", 10496, 1695, "matrix_fp16", 142.0),
     ("ada", "NVIDIA GeForce RTX 4090", 16384, 2520, "matrix_fp16", 330.3),

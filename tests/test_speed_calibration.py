@@ -25,10 +25,14 @@ import calibration as speed_calibration  # noqa: E402
 from planner.performance import (  # noqa: E402
     FUSED_MOE_BUILD,
     MMQ_DEFAULT_BUILD,
+    NodeSpeed,
     PerformanceError,
     SpeedCalibration,
+    calibrated_device,
     fuses_moe_kernels,
     load_calibration,
+    step_terms,
+    step_work,
 )
 
 README = ROOT / "README.md"
@@ -271,6 +275,48 @@ def test_the_mmq_era_stages_quantized_weights_only_before_it(rows: Rows) -> None
     assert (speed_calibration.predict_ms(replace(vulkan, build=MMQ_DEFAULT_BUILD - 1),
                                          calibration)
             == speed_calibration.predict_ms(vulkan, calibration))
+
+
+def test_volta_stages_the_micro_batches_its_mmq_leaves_to_cublas(rows: Rows) -> None:
+    """On a V100 (FP16 tensor cores, no int8 ones) llama.cpp's CUDA backend runs MMQ for
+    micro-batches under 64 tokens and dequantizes larger ones for cuBLAS, on any build:
+    the same prompt at a 64-token micro-batch carries the staging term, at 32 not; an
+    Ampere card's never does on a current build; and a build before MMQ stages both."""
+    from planner.performance.roofline import STAGING_BYTES_PER_PARAMETER
+    from planner.performance.settings import CUBLAS_FROM_TOKENS, staging_from_tokens
+
+    assert CUBLAS_FROM_TOKENS == {"volta": 64}
+    assert staging_from_tokens("cuda", None, "volta") == 64
+    assert staging_from_tokens("rocm", None, "volta") is None
+    assert staging_from_tokens("cuda", None, "ampere") is None
+    assert staging_from_tokens("cuda", MMQ_DEFAULT_BUILD - 1, "ampere") == 0
+    calibration = load_calibration()
+    row = next(r for r in rows if r.gpu.kind == "v100-pcie-32gb" and r.ubatch == 32)
+    assert row.gpu.architecture == "volta"
+    terms = {}
+    for ubatch in (32, 63, 64, 128):
+        loads, traffic = speed_calibration.loads_of(row)
+        settings = replace(row, ubatch=ubatch).settings
+        device = calibrated_device(calibration, NodeSpeed.of_kind("v", row.gpu), settings,
+                                   True, [])
+        work = step_work(loads[0], traffic, tokens=ubatch, sequences=1, cached=row.depth,
+                         attended=row.depth, overlapped=True, stage_weights=True)
+        terms[ubatch] = step_terms(work, device.rates).moved_ms - step_terms(
+            replace(work, staged_parameters=0.0), device.rates).moved_ms
+        if ubatch >= 64:
+            assert terms[ubatch] == pytest.approx(
+                work.staged_parameters * STAGING_BYTES_PER_PARAMETER
+                * device.rates.read_ms_per_byte)
+    # More tokens reach more of its experts, each staged once a micro-batch.
+    assert terms[32] == terms[63] == 0 and 0 < terms[64] <= terms[128]
+    ampere = replace(row.gpu, architecture="ampere")
+    plain = calibrated_device(calibration, NodeSpeed.of_kind("a", ampere),
+                              replace(row, ubatch=128).settings, True, [])
+    assert not plain.stages_weights
+    old = calibrated_device(calibration, NodeSpeed.of_kind("a", ampere),
+                            replace(row, ubatch=32, build=MMQ_DEFAULT_BUILD - 1).settings,
+                            True, [])
+    assert old.stages_weights and old.rates.staging_from_tokens == 0
 
 
 @pytest.mark.parametrize("backend", ["cuda", "rocm", "vulkan", "metal"])

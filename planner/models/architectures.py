@@ -76,6 +76,11 @@ GPU_ARCHITECTURES: dict[str, GpuArchitecture] = _table(
     GpuArchitecture("pascal", "NVIDIA", 2, 8, None, False,
                     "NVIDIA Tesla P40 datasheet: 47 INT8 TOPS (dp4a); GP102 runs FP16 at "
                     "1/64 of FP32, so llama.cpp computes FP16 work at the FP32 rate"),
+    GpuArchitecture("volta", "NVIDIA", 4, 8, 16, False,
+                    "NVIDIA Tesla V100 datasheet: 5,120 CUDA cores, 640 tensor cores, 112 "
+                    "FP16 tensor TFLOPS (PCIe); Volta whitepaper: 8 tensor cores an SM of "
+                    "64 CUDA cores, 64 FP16 multiply-adds a clock each (1,024 FLOPs a "
+                    "clock and SM); no int8 tensor cores (Turing's came after)"),
     GpuArchitecture("turing", "NVIDIA", 4, 8, 16, True,
                     "NVIDIA Turing whitepaper: 8 tensor cores an SM of 64 CUDA cores, "
                     "1,024 FP16 FLOPs a clock and SM (RTX 2080 Ti: 107.6 TFLOPS)"),

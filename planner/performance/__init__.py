@@ -117,6 +117,7 @@ from planner.performance.settings import (
     fuses_moe_kernels,
     reaches_matrix_units,
     shader_flops_per_lane_clock,
+    staging_from_tokens,
 )
 from planner.performance.traffic import (
     EMBEDDING_ROW_BYTES_PER_VALUE,
@@ -194,6 +195,7 @@ __all__ = [
     "shipped_calibration",
     "stage_estimates",
     "stage_loads",
+    "staging_from_tokens",
     "step_ms",
     "step_terms",
     "step_work",

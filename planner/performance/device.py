@@ -53,7 +53,7 @@ from planner.performance.settings import (
     fuses_moe_kernels,
     reaches_matrix_units,
     shader_flops_per_lane_clock,
-    stages_quantized_weights,
+    staging_from_tokens,
 )
 
 # Where neither the settings nor a kind name a backend, this one stands in (and the
@@ -158,7 +158,9 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
     if figure == "shaders" and speed.architecture is None and not is_cpu_kind(speed.backend):
         notes.append(f"{name} states no architecture: its shaders are taken at "
                      f"{UNSTATED_FLOPS_PER_LANE_CLOCK} FP16 FLOPs a lane and clock")
-    staging = quantized and stages_quantized_weights(backend, settings.build)
+    from_tokens = (staging_from_tokens(backend, settings.build, speed.architecture)
+                   if quantized else None)
+    staging = from_tokens is not None
     matrix = _figure(calibration, figures, "matrix_efficiency", backend, notes)
     if settings.flash_attn:
         kv = _figure(calibration, figures, "kv_efficiency", backend, notes)
@@ -167,7 +169,9 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
         kv = _figure(calibration, figures, "kv_efficiency_without_flash_attention", backend,
                      notes)
         attention = matrix
-    factor = figures.quantized_matrix_factor if quantized and not staging else 1.0
+    # A build that stages every micro-batch multiplies FP16 copies; one that stages the
+    # large ones only (Volta) runs MMQ below them.
+    factor = figures.quantized_matrix_factor if quantized and from_tokens != 0 else 1.0
     weight = figures.weight_efficiency
     own = calibration.kinds.get(speed.kind) if speed.kind is not None else None
     if own is not None:
@@ -193,6 +197,7 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
         layer_ms=figures.layer_ms,
         activation_ms_per_byte=read_ms_per_byte,  # activations move at the weights' rate
         staging_bytes_per_parameter=STAGING_BYTES_PER_PARAMETER if staging else 0.0,
+        staging_from_tokens=from_tokens or 0.0,
         score_bytes=0.0 if settings.flash_attn else SCORE_BYTES_WITHOUT_FLASH_ATTENTION,
         half_rate_tokens=calibration.half_rate_tokens,
         fuses_moe=1.0 if fuses_moe_kernels(backend, settings.build) else 0.0,

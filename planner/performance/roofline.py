@@ -69,7 +69,8 @@ class Work:
     the weights stream in (a decode step's matrix-vector products add to the read);
     ``output_row_flops``: a micro-batch's products of the output head and the last layer's
     feed-forward network for every token, which only builds that ran every token through
-    them computed (``Rates.every_output``)."""
+    them computed (``Rates.every_output``); ``micro_batch_tokens``: a micro-batch's tokens
+    (0 for a decode step), which decide whether it stages (``Rates.staging_from_tokens``)."""
 
     weight_bytes: Any
     matrix_flops: Any
@@ -84,6 +85,7 @@ class Work:
     overlapped: Any = False
     fused_layers: Any = None
     output_row_flops: Any = 0.0
+    micro_batch_tokens: Any = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +96,8 @@ class Rates:
     the weights' or the cache's rate; a fixed time per layer. A product over ``t``
     tokens runs at ``t / (t + half_rate_tokens)`` of the full rate. ``fuses_moe`` and
     ``every_output`` are 1 or 0: a build that fuses a mixture of experts' kernels, and
-    one that multiplies a prompt's every token by the output head."""
+    one that multiplies a prompt's every token by the output head. A micro-batch stages
+    its weights from ``staging_from_tokens`` tokens (0: every one)."""
 
     read_ms_per_byte: Any
     kv_ms_per_byte: Any
@@ -107,6 +110,7 @@ class Rates:
     half_rate_tokens: Any = 0.0
     fuses_moe: Any = 0.0
     every_output: Any = 0.0
+    staging_from_tokens: Any = 0.0
 
 
 def routed_full_rate_flops(work: Work, half_rate_tokens: Any) -> Any:
@@ -154,8 +158,10 @@ def _fixed_layers(work: Work, rates: Rates) -> Any:
 
 def step_terms(work: Work, rates: Rates) -> StepTerms:
     """The terms of :func:`step_ms`."""
-    moved = (work.staged_parameters * rates.staging_bytes_per_parameter
-             * rates.read_ms_per_byte + work.activation_bytes * rates.activation_ms_per_byte)
+    staged = np.where(np.asarray(work.micro_batch_tokens) >= rates.staging_from_tokens,
+                      work.staged_parameters, 0.0)
+    moved = (staged * rates.staging_bytes_per_parameter * rates.read_ms_per_byte
+             + work.activation_bytes * rates.activation_ms_per_byte)
     routed = (routed_product_ms(work, rates) if np.any(np.asarray(work.routed_flops) > 0)
               else 0.0)
     return StepTerms(
@@ -273,6 +279,7 @@ def step_work(load: StageLoad, traffic: ModelTraffic, *, tokens: Any, sequences:
         weight_bytes=weight_bytes,
         matrix_flops=2 * full_rate * tokens,
         output_row_flops=2 * outputs_only * tokens,
+        micro_batch_tokens=tokens if overlapped else 0.0,
         routed_flops=2 * routed_small * tokens,
         routed_tokens=tokens * (traffic.experts_used or 1) / reached,
         staged_parameters=staged,

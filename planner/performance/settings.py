@@ -36,6 +36,14 @@ steps instead (at 32k: 298 tokens/s in b7034, 417 in b7938, 546 in b8743, 556 in
 with no one build to date; the estimate takes ROCm's for both. b9187 is the first build
 taken to attend on the matrix units (the stand-in's rate, as the products).
 
+On NVIDIA's Volta, which has FP16 tensor cores but not Turing's int8 ones, any build's
+CUDA backend multiplies quantized weights with MMQ (on the shaders' int8 dot product) only
+for micro-batches under 64 tokens (``MMQ_DP4A_MAX_BATCH_SIZE`` in ``mmq.cuh``,
+``ggml_cuda_should_use_mmq``: ``!fp16_mma_hardware_available(cc) || ne11 <
+MMQ_DP4A_MAX_BATCH_SIZE`` where ``turing_mma_available`` is false); larger ones are
+dequantized to FP16 and multiplied by cuBLAS on the tensor cores, staging as the builds
+before MMQ did (:func:`staging_from_tokens`).
+
 And it decides which tokens of a prompt go through the output head and the last layer's
 feed-forward network (:func:`computes_every_output`): llama.cpp computes logits only for
 the tokens a batch marks as outputs, and llama-bench's prompts and a server's mark only
@@ -81,6 +89,10 @@ from planner.performance._errors import PerformanceError, bad
 
 # The first llama.cpp release known to run quantized prefill products with MMQ on CUDA.
 MMQ_DEFAULT_BUILD = 3266
+# The architectures whose CUDA micro-batches of at least this many tokens stage quantized
+# weights on every build (FP16 tensor cores without Turing's int8 ones: the module
+# docstring).
+CUBLAS_FROM_TOKENS = {"volta": 64}
 # The first build taken to run a prompt's output head and last layer's feed-forward
 # network for its output tokens only.
 OUTPUT_ROWS_BUILD = 2500
@@ -151,6 +163,19 @@ def stages_quantized_weights(backend: str, build: int | None) -> bool:
     before multiplying them: llama.cpp's CUDA backend did before
     :data:`MMQ_DEFAULT_BUILD` (the module docstring)."""
     return backend == "cuda" and build is not None and build < MMQ_DEFAULT_BUILD
+
+
+def staging_from_tokens(backend: str, build: int | None,
+                        architecture: str | None) -> float | None:
+    """The tokens from which a micro-batch on ``backend`` at ``build`` stages quantized
+    weights as FP16 before multiplying them: every micro-batch (0) on a build before MMQ
+    (:func:`stages_quantized_weights`), those of :data:`CUBLAS_FROM_TOKENS` on an
+    architecture it names; ``None``: none does."""
+    if stages_quantized_weights(backend, build):
+        return 0.0
+    if backend == "cuda" and architecture in CUBLAS_FROM_TOKENS:
+        return float(CUBLAS_FROM_TOKENS[architecture])
+    return None
 
 
 def computes_every_output(build: int | None) -> bool:

@@ -452,7 +452,11 @@ def prefill_floor(kinds: Sequence[GpuModel], traffic: ModelTraffic, probe: Plann
         r = device.rates
         rates[0].append(float(r.read_ms_per_byte))
         rates[1].append(float(r.matrix_ms_per_flop) or math.inf)
-        rates[2].append(float(r.staging_bytes_per_parameter * r.read_ms_per_byte))
+        # A kind that stages only its large micro-batches (Volta) may stage none: its
+        # floor leaves staging out.
+        stages_all = float(r.staging_from_tokens) == 0
+        rates[2].append(float(r.staging_bytes_per_parameter * r.read_ms_per_byte)
+                        if stages_all else 0.0)
         rates[3].append(float(r.activation_ms_per_byte))
         rates[4].append(float(r.attention_ms_per_flop
                               + scores_per_flop * r.score_bytes * r.kv_ms_per_byte))

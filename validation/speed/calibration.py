@@ -731,7 +731,8 @@ def fallback_errors(rows: Sequence[Row], folds: Sequence[Fold]
                     or row.gpu.fp16_tflops is None):
                 continue
             bare = replace(row.gpu, fp16_tflops=None, fp16_tflops_source=None,
-                           shader_count=None, boost_clock_mhz=None, shader_source=None)
+                           shader_count=None, boost_clock_mhz=None, shader_source=None,
+                           architecture=None)
             errors[(fold.held_out, row.row_id)] = (
                 predict_ms(row, fold.calibration, bare) / row.measured_ms - 1)
     return errors
