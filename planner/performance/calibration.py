@@ -284,7 +284,8 @@ class SpeedCalibration:
                     said.append(f"{phase} {entry.median_abs_error:.0%}")
             if not said:
                 continue
-            how = _FIGURE_SAID.get(figure, "")
+            how = (f", FP16 throughput from {FP16_FIGURE_SOURCES[figure]}"
+                   if figure in FP16_FIGURE_SOURCES else "")
             parts.append(f"{backend or 'unknown backend'} on {memory_type or 'unknown'} "
                          f"memory{how}: " + ", ".join(said))
         if not parts:
@@ -418,10 +419,12 @@ class SpeedCalibration:
                    kinds=_kinds(_table(data, "kinds", source), source))
 
 
-# How an error note names the stand-in FP16 figure its group was estimated with.
-_FIGURE_SAID = {"shaders": ", FP16 throughput from shaders and clock",
-                "lanes": ", FP16 throughput from shaders at their vendor's rate per lane",
-                "bandwidth": ", FP16 throughput from memory bandwidth"}
+# Where each stand-in FP16 figure comes from, as the estimate's notes and error notes say
+# it (planner.performance.device.fp16_figure names the figures).
+FP16_FIGURE_SOURCES = {"shaders": "shaders and clock",
+                       "lanes": "shaders at their vendor's measured rate per lane (no "
+                                "clock stated)",
+                       "bandwidth": "memory bandwidth"}
 
 
 def _invalid(name: str) -> Callable[[str, Any], PerformanceError]:

@@ -29,7 +29,7 @@ Without flash attention, scores are matrix products like the others.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from planner.models.architectures import (
@@ -38,7 +38,11 @@ from planner.models.architectures import (
     UNSTATED_FLOPS_PER_LANE_CLOCK,
 )
 from planner.models.gpus import CPU_BACKEND, GpuModel, is_cpu_kind
-from planner.performance.calibration import BackendFigures, SpeedCalibration
+from planner.performance.calibration import (
+    FP16_FIGURE_SOURCES,
+    BackendFigures,
+    SpeedCalibration,
+)
 from planner.performance.roofline import (
     SCORE_BYTES_WITHOUT_FLASH_ATTENTION,
     STAGING_BYTES_PER_PARAMETER,
@@ -84,29 +88,32 @@ class NodeSpeed:
                    gpu.vendor, gpu.architecture, gpu.shader_lanes)
 
 
-def fp16_figure(speed: NodeSpeed, calibration: SpeedCalibration) -> str:
-    """Which FP16 figure a kind is estimated with under ``calibration``: ``"stated"``,
+def fp16_figure(speed: NodeSpeed, gflops_per_lane: Mapping[str, float]) -> str:
+    """Which FP16 figure a kind is estimated with, its vendors' FP16 rates per lane being
+    ``gflops_per_lane`` (a calibration's ``fallback_gflops_per_lane``): ``"stated"``,
     ``"shaders"``, ``"lanes"`` or ``"bandwidth"`` (the module docstring)."""
     if speed.fp16_tflops is not None:
         return "stated"
     if speed.vector_tflops is not None:
         return "shaders"
-    return "lanes" if _gflops_per_lane(speed, calibration) is not None else "bandwidth"
+    return ("lanes" if _gflops_per_lane(speed, gflops_per_lane) is not None
+            else "bandwidth")
 
 
-def _gflops_per_lane(speed: NodeSpeed, calibration: SpeedCalibration) -> float | None:
+def _gflops_per_lane(speed: NodeSpeed, gflops_per_lane: Mapping[str, float]
+                     ) -> float | None:
     """The FP16 GFLOPS a lane of a kind that states its shaders but no clock computes at:
     its vendor's (``None``: no shaders, or its vendor's lanes not measured)."""
     if speed.shader_lanes is None:
         return None
-    return calibration.fallback_gflops_per_lane.get(speed.vendor or "")
+    return gflops_per_lane.get(speed.vendor or "")
 
 
 def matrix_tflops(speed: NodeSpeed, calibration: SpeedCalibration, backend: str,
                   quantized: bool) -> tuple[float, str]:
     """The FP16 matrix throughput the estimate computes with on ``backend`` for weights
     ``quantized`` or not, in TFLOPS, and which figure it is (:func:`fp16_figure`)."""
-    figure = fp16_figure(speed, calibration)
+    figure = fp16_figure(speed, calibration.fallback_gflops_per_lane)
     if speed.fp16_tflops is not None:
         return speed.fp16_tflops, figure
     on_cpu = is_cpu_kind(speed.backend)  # its rates are its cores'
@@ -120,7 +127,7 @@ def matrix_tflops(speed: NodeSpeed, calibration: SpeedCalibration, backend: str,
                                                 backend, quantized))
         lane_clocks = speed.vector_tflops / FMA_FLOPS
         return lane_clocks * per_lane * calibration.shader_units_factor, figure
-    lane_gflops = _gflops_per_lane(speed, calibration)
+    lane_gflops = _gflops_per_lane(speed, calibration.fallback_gflops_per_lane)
     if lane_gflops is not None and speed.shader_lanes is not None:
         return speed.shader_lanes * lane_gflops / 1e3, figure
     bandwidth = speed.memory_bandwidth_bytes_per_s or 0
@@ -153,8 +160,8 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
     tflops, figure = matrix_tflops(speed, calibration, backend, quantized)
     name = speed.kind or speed.node_id
     if figure != "stated":
-        notes.append(f"{name} states no fp16_tflops: its FP16 throughput is taken from "
-                     + _FIGURE_SOURCE[figure] + ", and its prefill estimate is less sure")
+        notes.append(f"{name} states no fp16_tflops: its FP16 throughput is taken from its "
+                     f"{FP16_FIGURE_SOURCES[figure]}, and its prefill estimate is less sure")
     if figure == "shaders" and speed.architecture is None and not is_cpu_kind(speed.backend):
         notes.append(f"{name} states no architecture: its shaders are taken at "
                      f"{UNSTATED_FLOPS_PER_LANE_CLOCK} FP16 FLOPs a lane and clock")
@@ -204,13 +211,6 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
         every_output=1.0 if computes_every_output(settings.build) else 0.0)
     hop = _figure(calibration, figures, "hop_ms", backend, notes)
     return Device(rates, staging, hop, figure, backend)
-
-
-# Where a kind's FP16 throughput comes from, for the note that says so.
-_FIGURE_SOURCE = {"shaders": "its shaders and clock",
-                  "lanes": "its shaders (it states no clock) at its vendor's measured "
-                           "FP16 rate per lane",
-                  "bandwidth": "its memory bandwidth"}
 
 
 def plain_device(bandwidth_bytes_per_s: float, efficiency: float) -> Device:
@@ -263,7 +263,7 @@ def kinds_error_note(calibration: SpeedCalibration, speeds: Iterable[NodeSpeed],
     speeds = list(speeds)
     return calibration_error_note(calibration, speeds, [
         (settings.backend or speed.backend or FALLBACK_BACKEND, speed.memory_type,
-         fp16_figure(speed, calibration)) for speed in speeds])
+         fp16_figure(speed, calibration.fallback_gflops_per_lane)) for speed in speeds])
 
 
 def calibration_error_note(calibration: SpeedCalibration, speeds: Sequence[NodeSpeed],

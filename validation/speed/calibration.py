@@ -72,6 +72,7 @@ from planner.performance import (  # noqa: E402
     calibrated_device,
     decode_step,
     even_layers,
+    fp16_figure,
     layer_node_counts,
     pipeline_ms,
     prefill_ms,
@@ -85,7 +86,7 @@ from planner.performance.settings import (  # noqa: E402
     attends_on_shaders,
     computes_every_output,
     fuses_moe_kernels,
-    stages_quantized_weights,
+    staging_from_tokens,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -144,10 +145,8 @@ class Row:
     @property
     def figure(self) -> str:
         """Which FP16 figure the estimate computes this row's GPU with."""
-        return ("stated" if self.gpu.fp16_tflops is not None else
-                "shaders" if self.gpu.vector_tflops is not None else
-                "lanes" if self.gpu.shader_lanes and self.gpu.vendor in lane_vendors()
-                else "bandwidth")
+        return fp16_figure(NodeSpeed.of_kind(self.gpu.kind or "", self.gpu),
+                           set_gflops_per_lane())
 
 
 def load_gpus(path: Path = GPUS) -> dict[str, GpuModel]:
@@ -157,10 +156,10 @@ def load_gpus(path: Path = GPUS) -> dict[str, GpuModel]:
 
 
 @cache
-def lane_vendors() -> frozenset[str]:
-    """The vendors whose kinds of the calibration's set that state their shaders but no
-    clock compute at their vendor's FP16 rate per lane (:func:`fallback_gflops_per_lane`)."""
-    return frozenset(fallback_gflops_per_lane(load_gpus().values()))
+def set_gflops_per_lane() -> dict[str, float]:
+    """The FP16 rates per lane of the calibration set's GPU kinds
+    (:func:`fallback_gflops_per_lane`), by which a row's figure is named."""
+    return fallback_gflops_per_lane(load_gpus().values())
 
 
 _HEADS = re.compile(r"^attention_width\s*=\s*[\d_]+\s*#\s*(\d+) heads x", re.M)
@@ -347,7 +346,8 @@ class Prepared:
             loads, traffic = loads_of(row)
             settings = row.settings
             key = (row.gpu.kind, row.backend, row.flash_attn,
-                   stages_quantized_weights(row.backend, row.build), traffic.quantized,
+                   staging_from_tokens(row.backend, row.build, row.gpu.architecture),
+                   traffic.quantized,
                    fuses_moe_kernels(row.backend, row.build),
                    attends_on_shaders(row.backend, row.build),
                    computes_every_output(row.build))
