@@ -208,6 +208,9 @@ MAX_UBATCH = 2**20
 MAX_LLAMA_CPP_BUILD = 10**6
 """A llama.cpp build number (``b<N>``; 11,434 at the time of writing)."""
 
+MAX_THREADS = 512
+"""Threads of one llama.cpp CPU computation (``-t``): ggml's ``GGML_MAX_N_THREADS``."""
+
 MAX_RPC_DEVICES = 16
 """Devices one llama.cpp rpc-server may report to ``planner discover``: one llama.cpp
 process schedules at most 16 backends (``GGML_SCHED_MAX_BACKENDS`` in ggml-backend.cpp),

@@ -110,6 +110,31 @@ def test_a_run_states_its_build_and_flash_attention(stated: object,
     assert run.to_dict()["build"] == 6550 and run.to_dict()["flash_attn"] == flash_attn
 
 
+def test_a_run_states_its_threads_and_is_estimated_on_that_many_cores() -> None:
+    """llama-bench's ``n_threads`` (JSON, CSV) and ``threads`` (markdown, printed for the
+    CPU backend) reach the run's estimate: on the CPU backend, its cores that compute."""
+    row = {"n_prompt": 512, "n_gen": 0, "avg_ts": 90.0, "n_threads": 8}
+    (run,) = parse_bench(json.dumps([row]), "x.json")
+    assert run.threads == 8 and run.to_dict()["threads"] == 8
+    (unstated,) = parse_bench(json.dumps([{**row, "n_threads": ""}]), "x.json")
+    assert unstated.threads is None
+    text = ("| model | size | backend | threads | test | t/s |\n"
+            "| --- | --: | --- | --: | --: | --: |\n"
+            "| m | 4.58 GiB | CPU | 4 | pp512 | 51.00 ± 0.20 |\n")
+    (table,) = parse_bench(text, "x.md")
+    assert table.threads == 4
+    spec = load_preset(PRESET)
+    cpu = GpuModel("Sixteen cores", 64 * 2**30, id="sixteen-cores", backend="cpu",
+                   memory_type="ddr", memory_bandwidth_bytes_per_s=96 * 10**9,
+                   core_count=16, boost_clock_mhz=5000, simd_width_bits=512)
+    shape, calibration = run_shape(spec, cpu), shipped_calibration()
+    prompt = replace(table, model=spec.name, model_bytes=spec.model_weight_bytes)
+    four = run_estimate(prompt, shape, calibration)
+    every = run_estimate(replace(prompt, threads=None), shape, calibration)
+    assert four is not None and every is not None and 3.0 < every / four <= 4.0
+    assert run_estimate(replace(prompt, threads=16), shape, calibration) == every
+
+
 def test_markdown_states_the_build_under_its_table_and_flash_attention_in_fa() -> None:
     text = ("| model | size | test | t/s | fa |\n| --- | --: | --: | --: | -: |\n"
             "| m | 4.58 GiB | pp512 | 4871.44 ± 12.98 | 0 |\n"
@@ -183,6 +208,12 @@ def test_a_run_is_estimated_at_its_own_build_and_flash_attention() -> None:
      "build_number must be a whole number"),
     ("| model | test | t/s | fa |\n| --- | --- | --- | --- |\n| m | pp1 | 1 ± 1 | 3 |\n",
      "flash_attn must be on, off or auto"),
+    ('[{"n_prompt": 4, "n_gen": 0, "avg_ts": 3, "n_threads": 0}]',
+     "n_threads must be from 1 to 512 (got 0)"),
+    ('[{"n_prompt": 4, "n_gen": 0, "avg_ts": 3, "n_threads": 513}]',
+     "n_threads must be a whole number from 0 to 512"),
+    ("| model | test | t/s | threads |\n| --- | --- | --- | --- |\n| m | pp1 | 1 ± 1 | x |\n",
+     "n_threads must be a whole number"),
 ])
 def test_output_that_is_not_llama_benchs_is_refused_by_name(text: str, words: str) -> None:
     with pytest.raises(BenchError) as caught:

@@ -265,7 +265,7 @@ def test_the_run_settings_change_the_estimate_as_llama_cpp_would() -> None:
             "--prompt-tokens", "512")
     found = _json(*base)
     assert found["settings"] == {"backend": None, "flash_attn": True, "ubatch": 512,
-                                 "batch": 2048, "depth": 0, "build": None}
+                                 "batch": 2048, "depth": 0, "build": None, "threads": None}
     # A prompt after 30,000 cached tokens attends to them: slower than the same at 0.
     deep = _json(*base, "--depth", "30000")
     assert deep["ttft_ms"] > 1.5 * found["ttft_ms"]
@@ -292,6 +292,48 @@ def test_the_run_settings_change_the_estimate_as_llama_cpp_would() -> None:
     one = ("llama-3.1-70b", "--gpu", "h200-141gb", "--context", "32k", "--prompt-tokens",
            "512")
     assert _json(*one, "--ubatch", "64")["ttft_ms"] > _json(*one)["ttft_ms"]
+
+
+def test_a_cpu_computes_on_the_cores_its_threads_use(tmp_path: Path) -> None:
+    """llama-bench's ``-t``: on the CPU backend a prompt's products run on one core a
+    thread, at most every core; a GPU backend's estimate does not change with it, and
+    says so."""
+    catalog = tmp_path / "cpus.toml"
+    catalog.write_text('[[gpu]]\nid = "sixteen-cores"\nname = "A 16-core CPU"\n'
+                       'vendor = "AMD"\nmemory = "128 GiB"\nbackend = "cpu"\n'
+                       'memory_type = "ddr"\nmemory_bandwidth_bytes_per_s = 96000000000\n'
+                       "core_count = 16\nboost_clock_mhz = 5000\nsimd_width_bits = 512\n"
+                       '[[gpu]]\nid = "no-clock"\nname = "A CPU stating no clock"\n'
+                       'vendor = "Apple"\nmemory = "36 GiB"\nbackend = "cpu"\n'
+                       'memory_type = "lpddr"\nmemory_bandwidth_bytes_per_s = 410000000000\n'
+                       "core_count = 14\nsimd_width_bits = 128\n")
+    args = ("gemma-3-12b", "--gpu", "sixteen-cores", "--catalog", str(catalog),
+            "--context", "4k", "--prompt-tokens", "512")
+    every = _json(*args)
+    four = _json(*args, "--threads", "4")
+    assert four["settings"]["threads"] == 4 and every["settings"]["threads"] is None
+    # A prompt's products are most of its time: a quarter of the cores, nearly four
+    # times as long; a decode step's products add to its read, so it slows too.
+    assert 3.0 < four["ttft_ms"] / every["ttft_ms"] <= 4.0
+    assert four["tpot_ms"] > every["tpot_ms"]
+    # More threads than cores share the cores' vector units.
+    assert _json(*args, "--threads", "64")["ttft_ms"] == every["ttft_ms"]
+    gpu = ("gemma-3-12b", "--gpu", "h100-sxm-80gb", "--context", "4k")
+    on_gpu = _json(*gpu, "--threads", "4")
+    assert on_gpu["ttft_ms"] == _json(*gpu)["ttft_ms"]
+    assert any("4 CPU threads do not enter the estimate on the cuda backend" in note
+               for note in on_gpu["notes"])
+    # A CPU stating no clock computes at a stand-in from its bandwidth, a figure of no
+    # cores: the threads leave it, and the notes say so.
+    unclocked = ("gemma-3-12b", "--gpu", "no-clock", "--catalog", str(catalog),
+                 "--context", "4k", "--prompt-tokens", "512")
+    eight = _json(*unclocked, "--threads", "8")
+    assert eight["ttft_ms"] == _json(*unclocked)["ttft_ms"]
+    assert any("no-clock's FP16 throughput is not taken from its cores and clock, so 8 "
+               "threads do not change it" in note for note in eight["notes"])
+    for bad in ("0", "513"):
+        assert_user_error(run("speed", *args, "--threads", bad), 2,
+                          f"--threads: must be from 1 to 512 (got {bad})")
 
 
 def test_a_preset_takes_the_size_of_the_file_run() -> None:

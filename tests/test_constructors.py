@@ -171,7 +171,8 @@ EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
         half_rate_tokens=8.0, shader_units_factor=1.0,
         fallback_flops_per_byte={"all": 150.0}),
     "planner.performance.settings.RunSettings": lambda: dict(
-        backend="cuda", flash_attn=True, ubatch=512, batch=2048, depth=0, build=4000),
+        backend="cuda", flash_attn=True, ubatch=512, batch=2048, depth=0, build=4000,
+        threads=8),
     "planner.planning.inputs.NodeBudget": lambda: dataclasses.asdict(_node()),
     "planner.planning.plan.Stage": lambda: dict(
         stage_id="stage-0", stage_index=0, node_id="a", layer_start=0, layer_end=2,

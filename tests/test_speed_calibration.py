@@ -8,6 +8,7 @@ and prints the table the README and docs/speed.md publish."""
 
 from __future__ import annotations
 
+import csv
 import math
 import statistics
 import sys
@@ -275,6 +276,29 @@ def test_the_mmq_era_stages_quantized_weights_only_before_it(rows: Rows) -> None
     assert (speed_calibration.predict_ms(replace(vulkan, build=MMQ_DEFAULT_BUILD - 1),
                                          calibration)
             == speed_calibration.predict_ms(vulkan, calibration))
+
+
+def test_a_cpu_row_is_estimated_on_the_cores_its_threads_used(rows: Rows) -> None:
+    """The published CPU runs state their threads (llama-bench's -t): the Core
+    i9-13900K's ran 16 of its 24 cores, so its prompts compute at 16 / 24 of the chip's
+    rate from its cores and clock; a run stating none is taken on every core."""
+    with speed_calibration.MEASUREMENTS.open(newline="") as handle:
+        stated = {int(raw["row_id"]): int(float(raw["threads"]))
+                  for raw in csv.DictReader(handle) if raw["threads"]}
+    cpu = [r for r in rows if r.backend == "cpu"]
+    assert cpu and all(r.threads == stated.get(r.row_id) for r in rows)
+    assert all(r.settings.threads == r.threads for r in cpu)
+    calibration = load_calibration()
+    row = next(r for r in cpu if r.gpu.kind == "core-i9-13900k" and r.phase == "prefill")
+    assert row.threads == 16 and row.gpu.core_count == 24
+
+    def products_ms(threads: int | None) -> float:
+        device = calibrated_device(calibration, NodeSpeed.of_kind("row", row.gpu),
+                                   replace(row, threads=threads).settings, True, [])
+        return device.rates.matrix_ms_per_flop
+
+    assert products_ms(16) == pytest.approx(products_ms(None) * 24 / 16)
+    assert products_ms(48) == products_ms(None) == products_ms(24)
 
 
 def test_volta_stages_the_micro_batches_its_mmq_leaves_to_cublas(rows: Rows) -> None:

@@ -160,6 +160,15 @@ def test_figures_past_their_physical_bounds_are_refused_by_name(field: str,
     assert field in caught.value.message
 
 
+@pytest.mark.parametrize("threads", [0, -1, 513, 2**64, True, "8", 4.0])
+def test_threads_outside_ggmls_are_refused_by_name(threads: object) -> None:
+    with pytest.raises(PerformanceError) as caught:
+        RunSettings(threads=threads)  # type: ignore[arg-type]
+    assert caught.value.code == "InvalidPerformanceInput"
+    assert caught.value.details["field"] == "threads"
+    assert RunSettings(threads=512).threads == 512 and RunSettings().threads is None
+
+
 @pytest.mark.parametrize(("field", "value"), [
     ("hidden_size", 2**53), ("attention_width", 2**40), ("expert_count", 10**9),
     ("attention_heads", 10**9), ("parameter_count", 10**6),

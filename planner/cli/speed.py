@@ -19,6 +19,7 @@ from planner.limits import (
     MAX_LANES,
     MAX_LLAMA_CPP_BUILD,
     MAX_NODES,
+    MAX_THREADS,
     MAX_UBATCH,
 )
 from planner.models import ModelSpec, from_gguf, load_gpu_catalog, load_preset
@@ -68,7 +69,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                   "--context 32k --prompt-tokens 2048 --depth 30000 --flash-attn on",
                   "planner speed model.gguf --gpu m2-ultra-192gb --kv-cache-type q8_0",
                   "planner speed llama-3.1-8b --gpu my-card --catalog my-cards.toml "
-                  "--backend vulkan --ubatch 2048"),
+                  "--backend vulkan --ubatch 2048",
+                  "planner speed qwen3.5-35b-a3b --gpu my-cpu --catalog my-cpus.toml "
+                  "--threads 8"),
         exit_codes="0 estimated, 2 bad input")
     parser.add_argument("model", metavar="MODEL",
                         help="a preset id, a GGUF file or a fleet file (its [model])")
@@ -97,6 +100,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                              f"batch (-b) is {DEFAULT_BATCH} or the micro-batch if larger")
     parser.add_argument("--build", type=int, metavar="N",
                         help="llama.cpp build number (b<N>; default: a current build)")
+    parser.add_argument("--threads", type=int, metavar="N",
+                        help="CPU threads (-t; the CPU backend computes on that many of "
+                             "the kind's cores; default one a core)")
     parser.add_argument("--kv-cache-type", metavar="T",
                         help="KV cache type of a preset or GGUF model (default "
                              f"{DEFAULT_CACHE_TYPE})")
@@ -248,9 +254,11 @@ def _settings(args: argparse.Namespace, context: int) -> tuple[RunSettings, int]
     depth = _tokens(args.depth, "--depth", minimum=0)
     if args.build is not None:
         _count(args.build, "--build", MAX_LLAMA_CPP_BUILD)
+    if args.threads is not None:
+        _count(args.threads, "--threads", MAX_THREADS)
     settings = RunSettings(backend=args.backend, flash_attn=args.flash_attn == "on",
                            ubatch=ubatch, batch=max(DEFAULT_BATCH, ubatch), depth=depth,
-                           build=args.build)
+                           build=args.build, threads=args.threads)
     if depth >= context:
         raise UserError(f"--depth: {depth:,} cached tokens leave no room for a prompt in "
                         f"the {context:,}-token context (--context)")

@@ -47,6 +47,7 @@ from planner.limits import (
     MAX_BYTES,
     MAX_CONTEXT,
     MAX_LLAMA_CPP_BUILD,
+    MAX_THREADS,
     MAX_TOKENS_PER_S,
     MAX_UBATCH,
 )
@@ -114,6 +115,8 @@ class BenchRun:
     """llama-bench's ``build_number`` (``None``: not stated, taken as a current build)."""
     flash_attn: bool | None = None
     """Flash attention on or off (``None``: llama.cpp's own choice, or not stated)."""
+    threads: int | None = None
+    """llama-bench's ``n_threads`` (``None``: not stated, taken as one a core)."""
 
     @property
     def ran_flash_attn(self) -> bool:
@@ -146,7 +149,8 @@ class BenchRun:
         return {"source": self.source, "model": self.model, "model_bytes": self.model_bytes,
                 "test": self.test, "phase": self.phase, "tokens_per_s": self.tokens_per_s,
                 "stddev_tokens_per_s": self.stddev_tokens_per_s, "ubatch": self.ubatch,
-                "backend": self.backend, "build": self.build, "flash_attn": self.flash_attn}
+                "backend": self.backend, "build": self.build, "flash_attn": self.flash_attn,
+                "threads": self.threads}
 
 
 # -- reading llama-bench's output ------------------------------------------------------------
@@ -238,6 +242,17 @@ def _build(value: Any, where: str) -> int | None:
     return _count(value, where, "build_number", MAX_LLAMA_CPP_BUILD) or None
 
 
+def _threads(value: Any, where: str) -> int | None:
+    """CPU threads (nothing: not stated)."""
+    if value in (None, ""):
+        return None
+    threads = _count(value, where, "n_threads", MAX_THREADS)
+    if not threads:
+        raise BenchError("InvalidBench", f"{where}: n_threads must be from 1 to "
+                         f"{MAX_THREADS:,} (got 0)", field="n_threads", source=where)
+    return threads
+
+
 def _flash_attn(value: Any, where: str) -> bool | None:
     if value in (None, ""):
         return None
@@ -268,7 +283,7 @@ def _from_fields(row: Mapping[str, Any], where: str) -> BenchRun:
         None if row.get("n_ubatch") in (None, "") else _count(row["n_ubatch"], where,
                                                               "n_ubatch"),
         str(row.get("backends", ""))[:100], _build(row.get("build_number"), where),
-        _flash_attn(row.get("flash_attn"), where))
+        _flash_attn(row.get("flash_attn"), where), _threads(row.get("n_threads"), where))
     return _checked(run)
 
 
@@ -284,8 +299,8 @@ def _checked(run: BenchRun) -> BenchRun:
 
 def _markdown(text: str, source: str) -> tuple[BenchRun, ...]:
     """The rows of llama-bench's markdown table: ``model``, ``size``, ``test`` and
-    ``t/s`` are read, and ``backend``, ``n_ubatch``, ``fa`` and the build line under the
-    table where printed."""
+    ``t/s`` are read, and ``backend``, ``threads``, ``n_ubatch``, ``fa`` and the build line
+    under the table where printed."""
     lines = [line.strip() for line in text.splitlines() if line.lstrip().startswith("|")]
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]
     for name in ("model", "test", "t/s"):
@@ -319,7 +334,8 @@ def _markdown(text: str, source: str) -> tuple[BenchRun, ...]:
             _rate(rate["avg"], where, "t/s"),
             None if rate["sd"] is None else _rate(rate["sd"], where, "t/s"),
             None if "n_ubatch" not in row else _count(row["n_ubatch"], where, "n_ubatch"),
-            row.get("backend", "")[:100], build, _flash_attn(row.get("fa"), where))))
+            row.get("backend", "")[:100], build, _flash_attn(row.get("fa"), where),
+            _threads(row.get("threads"), where))))
     return tuple(runs)
 
 
@@ -377,7 +393,7 @@ def run_estimate(run: BenchRun, shape: RunShape, calibration: SpeedCalibration) 
     ubatch = run.ubatch or RunSettings().ubatch
     settings = RunSettings(ubatch=ubatch, batch=max(ubatch, RunSettings().batch),
                            depth=run.depth if prefill else 0, build=run.build,
-                           flash_attn=run.ran_flash_attn)
+                           flash_attn=run.ran_flash_attn, threads=run.threads)
     estimate = estimate_plan(request, plan, shape.traffic, speeds, calibration=calibration,
                              link_bandwidth_bytes_per_s=INTRA_HOST_LINK_BYTES_PER_S,
                              prompt_tokens=run.prompt_tokens if prefill else None,

@@ -54,6 +54,7 @@ from planner.performance.settings import (
     RunSettings,
     attends_on_shaders,
     computes_every_output,
+    computing_cores,
     fuses_moe_kernels,
     reaches_matrix_units,
     shader_flops_per_lane_clock,
@@ -80,12 +81,13 @@ class NodeSpeed:
     vendor: str | None = None
     architecture: str | None = None
     shader_lanes: int | None = None
+    core_count: int | None = None
 
     @classmethod
     def of_kind(cls, node_id: str, gpu: GpuModel) -> NodeSpeed:
         return cls(node_id, gpu.memory_bandwidth_bytes_per_s, gpu.price_per_hour, gpu.kind,
                    gpu.memory_type, gpu.backend, gpu.fp16_tflops, gpu.vector_tflops,
-                   gpu.vendor, gpu.architecture, gpu.shader_lanes)
+                   gpu.vendor, gpu.architecture, gpu.shader_lanes, gpu.core_count)
 
 
 def fp16_figure(speed: NodeSpeed, gflops_per_lane: Mapping[str, float]) -> str:
@@ -110,9 +112,22 @@ def _gflops_per_lane(speed: NodeSpeed, gflops_per_lane: Mapping[str, float]
 
 
 def matrix_tflops(speed: NodeSpeed, calibration: SpeedCalibration, backend: str,
-                  quantized: bool) -> tuple[float, str]:
+                  quantized: bool, threads: int | None = None) -> tuple[float, str]:
     """The FP16 matrix throughput the estimate computes with on ``backend`` for weights
-    ``quantized`` or not, in TFLOPS, and which figure it is (:func:`fp16_figure`)."""
+    ``quantized`` or not, in TFLOPS, and which figure it is (:func:`fp16_figure`). A CPU
+    kind's rate from its cores and clock is every core's: run on ``threads`` threads, that
+    of the cores they compute on (:func:`~planner.performance.settings.computing_cores`).
+    A CPU stating no clock is estimated from its bandwidth, a figure of no cores (the
+    measured CPUs' FLOPs per byte), and a stated figure is the chip's: the threads do not
+    change them."""
+    tflops, figure = _chip_tflops(speed, calibration, backend, quantized)
+    if is_cpu_kind(speed.backend) and speed.core_count is not None and figure == "shaders":
+        tflops *= computing_cores(speed.core_count, threads) / speed.core_count
+    return tflops, figure
+
+
+def _chip_tflops(speed: NodeSpeed, calibration: SpeedCalibration, backend: str,
+                 quantized: bool) -> tuple[float, str]:
     figure = fp16_figure(speed, calibration.fallback_gflops_per_lane)
     if speed.fp16_tflops is not None:
         return speed.fp16_tflops, figure
@@ -157,8 +172,14 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
     figures = calibration.backend(backend, notes)
     bandwidth = (speed.memory_bandwidth_bytes_per_s or 0) * calibration.memory_factor(
         speed.memory_type, notes)
-    tflops, figure = matrix_tflops(speed, calibration, backend, quantized)
+    tflops, figure = matrix_tflops(speed, calibration, backend, quantized, settings.threads)
     name = speed.kind or speed.node_id
+    if settings.threads is not None and backend != CPU_BACKEND:
+        notes.append(f"threads: {settings.threads} CPU threads do not enter the estimate on "
+                     f"the {backend} backend, whose products run on the GPU")
+    elif settings.threads is not None and figure != "shaders":
+        notes.append(f"threads: {name}'s FP16 throughput is not taken from its cores and "
+                     f"clock, so {settings.threads} threads do not change it")
     if figure != "stated":
         notes.append(f"{name} states no fp16_tflops: its FP16 throughput is taken from its "
                      f"{FP16_FIGURE_SOURCES[figure]}, and its prefill estimate is less sure")

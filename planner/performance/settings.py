@@ -81,6 +81,7 @@ from planner.limits import (
     DEFAULT_UBATCH,
     MAX_CONTEXT,
     MAX_LLAMA_CPP_BUILD,
+    MAX_THREADS,
     MAX_UBATCH,
 )
 from planner.models.architectures import GpuArchitecture
@@ -112,7 +113,9 @@ class RunSettings:
     kind's own; ``flash_attn``: flash attention on (``-fa 1``, llama.cpp's default since it
     chooses it automatically); ``ubatch`` and ``batch``: micro-batch and batch in tokens
     (``-ub``, ``-b``); ``depth``: tokens already cached before the prompt (llama-bench's
-    ``-d``); ``build``: the llama.cpp build number (``None``: a current build)."""
+    ``-d``); ``build``: the llama.cpp build number (``None``: a current build);
+    ``threads``: the CPU threads that compute (``-t``; ``None``: one a core), which on
+    the CPU backend set how many of a kind's cores compute (:func:`computing_cores`)."""
 
     backend: str | None = None
     flash_attn: bool = True
@@ -120,6 +123,7 @@ class RunSettings:
     batch: int = DEFAULT_BATCH
     depth: int = 0
     build: int | None = None
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.backend is not None and self.backend not in BACKENDS:
@@ -143,6 +147,9 @@ class RunSettings:
         if self.build is not None:
             object.__setattr__(self, "build", integer(self.build, bad("build"), minimum=1,
                                                       maximum=MAX_LLAMA_CPP_BUILD))
+        if self.threads is not None:
+            object.__setattr__(self, "threads", integer(self.threads, bad("threads"),
+                                                        minimum=1, maximum=MAX_THREADS))
 
     def with_backend(self, backend: str | None) -> RunSettings:
         """These settings with ``backend`` where they name none."""
@@ -152,10 +159,18 @@ class RunSettings:
     def to_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "flash_attn": self.flash_attn,
                 "ubatch": self.ubatch, "batch": self.batch, "depth": self.depth,
-                "build": self.build}
+                "build": self.build, "threads": self.threads}
 
 
 DEFAULT_SETTINGS = RunSettings()
+
+
+def computing_cores(core_count: int, threads: int | None) -> int:
+    """The cores of a CPU with ``core_count`` cores that ``threads`` threads compute on:
+    one a thread, at most every core (a second thread on a core shares its vector units);
+    ``None``: every core, as llama.cpp's default of one thread a core
+    (``common_cpu_get_num_math``)."""
+    return core_count if threads is None else min(threads, core_count)
 
 
 def stages_quantized_weights(backend: str, build: int | None) -> bool:

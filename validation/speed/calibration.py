@@ -127,13 +127,14 @@ class Row:
     source_id: str
     backend: str
     build: int | None
+    threads: int | None = None
 
     @property
     def settings(self) -> RunSettings:
         return RunSettings(backend=self.backend, flash_attn=self.flash_attn,
                            ubatch=min(self.ubatch, BATCH_TOKENS), batch=BATCH_TOKENS,
                            depth=self.depth if self.phase == "prefill" else 0,
-                           build=self.build)
+                           build=self.build, threads=self.threads)
 
     @property
     def measured_ms(self) -> float:
@@ -203,7 +204,8 @@ def load_rows(path: Path = MEASUREMENTS) -> list[Row]:
                         raw["phase"], int(raw["tokens"]), int(raw["depth"]),
                         int(raw["lanes"]), int(raw["ubatch"]), raw["flash_attn"] == "1",
                         float(raw["tokens_per_s"]), raw["source_id"],
-                        raw["backend"].lower(), row_build(raw)))
+                        raw["backend"].lower(), row_build(raw),
+                        int(float(raw["threads"])) if raw["threads"] else None))
     return rows
 
 
