@@ -301,6 +301,32 @@ def test_a_cpu_row_is_estimated_on_the_cores_its_threads_used(rows: Rows) -> Non
     assert products_ms(48) == products_ms(None) == products_ms(24)
 
 
+def test_the_cpu_multiplies_an_experts_few_tokens_at_its_full_rate(rows: Rows) -> None:
+    """The GPU backends multiply a routed expert's tokens in tiles, so an expert few tokens
+    reach runs below the full rate; the CPU's kernel takes each weight row and token by
+    one dot product: the Raspberry Pi 5's Qwen3-30B-A3B prompt (32 tokens an expert in
+    a 512-token micro-batch) at the CPU's full rate is (32 + h) / 32 times faster in its
+    experts' products than at the shared half-rate h."""
+    calibration = load_calibration()
+    row = next(r for r in rows if r.gpu.kind == "raspberry-pi-5" and r.test == "pp512")
+    speed = NodeSpeed.of_kind("row", row.gpu)
+    cpu = calibrated_device(calibration, speed, row.settings, True, [])
+    vulkan = calibrated_device(calibration, speed,
+                               replace(row.settings, backend="vulkan"), True, [])
+    assert cpu.rates.half_rate_tokens == 0.0
+    assert vulkan.rates.half_rate_tokens == calibration.half_rate_tokens > 0
+    loads, traffic = speed_calibration.loads_of(row)
+    work = step_work(loads[0], traffic, tokens=512, sequences=1, cached=512, attended=256,
+                     overlapped=True)
+    tokens = float(work.routed_tokens)
+    assert tokens == pytest.approx(512 * 8 / 128, rel=0.01)
+    full = step_terms(work, cpu.rates)
+    tiled = step_terms(work, replace(cpu.rates, half_rate_tokens=calibration.half_rate_tokens))
+    assert float(tiled.matrix_ms - full.matrix_ms) == pytest.approx(
+        float(work.routed_flops) * calibration.half_rate_tokens / tokens
+        * float(cpu.rates.matrix_ms_per_flop), rel=1e-9)
+
+
 def test_volta_stages_the_micro_batches_its_mmq_leaves_to_cublas(rows: Rows) -> None:
     """On a V100 (FP16 tensor cores, no int8 ones) llama.cpp's CUDA backend runs MMQ for
     micro-batches under 64 tokens and dequantizes larger ones for cuBLAS, on any build:

@@ -114,10 +114,12 @@ from planner.performance.settings import (
     RunSettings,
     attends_on_shaders,
     computes_every_output,
+    computing_cores,
     fuses_moe_kernels,
     reaches_matrix_units,
     shader_flops_per_lane_clock,
     staging_from_tokens,
+    tiles_expert_tokens,
 )
 from planner.performance.traffic import (
     EMBEDDING_ROW_BYTES_PER_VALUE,
@@ -168,6 +170,7 @@ __all__ = [
     "calibrated_device",
     "check_prompt",
     "computes_every_output",
+    "computing_cores",
     "cost_per_million_tokens",
     "decode_step",
     "estimate_plan",
@@ -199,6 +202,7 @@ __all__ = [
     "step_ms",
     "step_terms",
     "step_work",
+    "tiles_expert_tokens",
     "try_estimate",
     "use_calibration",
     "with_candidate_estimates",

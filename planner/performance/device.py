@@ -59,6 +59,7 @@ from planner.performance.settings import (
     reaches_matrix_units,
     shader_flops_per_lane_clock,
     staging_from_tokens,
+    tiles_expert_tokens,
 )
 
 # Where neither the settings nor a kind name a backend, this one stands in (and the
@@ -227,7 +228,8 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
         staging_bytes_per_parameter=STAGING_BYTES_PER_PARAMETER if staging else 0.0,
         staging_from_tokens=from_tokens or 0.0,
         score_bytes=0.0 if settings.flash_attn else SCORE_BYTES_WITHOUT_FLASH_ATTENTION,
-        half_rate_tokens=calibration.half_rate_tokens,
+        half_rate_tokens=(calibration.half_rate_tokens if tiles_expert_tokens(backend)
+                          else 0.0),
         fuses_moe=1.0 if fuses_moe_kernels(backend, settings.build) else 0.0,
         every_output=1.0 if computes_every_output(settings.build) else 0.0)
     hop = _figure(calibration, figures, "hop_ms", backend, notes)

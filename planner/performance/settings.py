@@ -85,7 +85,7 @@ from planner.limits import (
     MAX_UBATCH,
 )
 from planner.models.architectures import GpuArchitecture
-from planner.models.gpus import BACKENDS
+from planner.models.gpus import BACKENDS, CPU_BACKEND
 from planner.performance._errors import PerformanceError, bad
 
 # The first llama.cpp release known to run quantized prefill products with MMQ on CUDA.
@@ -171,6 +171,16 @@ def computing_cores(core_count: int, threads: int | None) -> int:
     ``None``: every core, as llama.cpp's default of one thread a core
     (``common_cpu_get_num_math``)."""
     return core_count if threads is None else min(threads, core_count)
+
+
+def tiles_expert_tokens(backend: str) -> bool:
+    """Whether ``backend`` multiplies a routed expert's tokens in tiles of many tokens, so
+    that an expert reached by few runs below the full rate (``half_rate_tokens``): the
+    GPU backends' matrix kernels do; the CPU's multiplies each of an expert's weight rows
+    with each token routed to it by one dot product
+    (``ggml_compute_forward_mul_mat_id_one_chunk``), a token's cost the same however few
+    share the expert."""
+    return backend != CPU_BACKEND
 
 
 def stages_quantized_weights(backend: str, build: int | None) -> bool:

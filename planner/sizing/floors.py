@@ -418,7 +418,10 @@ def prefill_floor(kinds: Sequence[GpuModel], traffic: ModelTraffic, probe: Plann
     load = whole_model(probe, traffic)
     prompt = Prompt(prompt_tokens, settings.depth, settings.batch, settings.ubatch)
     devices = [_device(gpu, traffic, options) for gpu in kinds]
-    half = load_calibration().half_rate_tokens
+    # A routed expert's small products at the lowest rate any kind takes them at (a CPU's
+    # at the full rate), so that the floor stays below each kind's estimate.
+    half = min((float(device.rates.half_rate_tokens) for device in devices
+                if device is not None), default=0.0)
     scores_per_flop = (load.attention_heads / (4 * load.attention_width)
                        if load.attention_width else 0.0)
 

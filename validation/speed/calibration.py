@@ -87,6 +87,7 @@ from planner.performance.settings import (  # noqa: E402
     computes_every_output,
     fuses_moe_kernels,
     staging_from_tokens,
+    tiles_expert_tokens,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -461,7 +462,8 @@ def _informing(rows: Sequence[Row], parameter: Parameter) -> list[Row]:
     if figure == "memory_factor":
         return [r for r in rows if r.gpu.memory_type == key]
     if figure == "half_rate_tokens":
-        return [r for r in rows if r.model.get("expert_count") and r.phase == "prefill"]
+        return [r for r in rows if r.model.get("expert_count") and r.phase == "prefill"
+                and tiles_expert_tokens(r.backend)]
     if figure == "shader_units_factor":
         return [r for r in prefill if r.figure == "shaders" and not is_cpu_kind(r.gpu.backend)]
     mine = [r for r in rows if r.backend == key]
