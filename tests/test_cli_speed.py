@@ -306,7 +306,11 @@ def test_a_cpu_computes_on_the_cores_its_threads_use(tmp_path: Path) -> None:
                        '[[gpu]]\nid = "no-clock"\nname = "A CPU stating no clock"\n'
                        'vendor = "Apple"\nmemory = "36 GiB"\nbackend = "cpu"\n'
                        'memory_type = "lpddr"\nmemory_bandwidth_bytes_per_s = 410000000000\n'
-                       "core_count = 14\nsimd_width_bits = 128\n")
+                       "core_count = 14\nsimd_width_bits = 128\n"
+                       '[[gpu]]\nid = "shaders-only"\nname = "A GPU stating shaders"\n'
+                       'vendor = "AMD"\nmemory = "16 GiB"\nbackend = "vulkan"\n'
+                       'memory_type = "gddr"\nmemory_bandwidth_bytes_per_s = 640000000000\n'
+                       'shader_count = 4096\nboost_clock_mhz = 2970\narchitecture = "rdna4"\n')
     args = ("gemma-3-12b", "--gpu", "sixteen-cores", "--catalog", str(catalog),
             "--context", "4k", "--prompt-tokens", "512")
     every = _json(*args)
@@ -331,6 +335,13 @@ def test_a_cpu_computes_on_the_cores_its_threads_use(tmp_path: Path) -> None:
     assert eight["ttft_ms"] == _json(*unclocked)["ttft_ms"]
     assert any("no-clock's FP16 throughput is not taken from its cores and clock, so 8 "
                "threads do not change it" in note for note in eight["notes"])
+    # A GPU kind run on the CPU backend computes at its shaders' figure, no CPU's cores.
+    shaders = ("gemma-3-12b", "--gpu", "shaders-only", "--catalog", str(catalog),
+               "--context", "4k", "--backend", "cpu")
+    on_cpu = _json(*shaders, "--threads", "2")
+    assert on_cpu["ttft_ms"] == _json(*shaders)["ttft_ms"]
+    assert any("shaders-only's FP16 throughput is not taken from its cores and clock"
+               in note for note in on_cpu["notes"])
     for bad in ("0", "513"):
         assert_user_error(run("speed", *args, "--threads", bad), 2,
                           f"--threads: must be from 1 to 512 (got {bad})")
