@@ -209,9 +209,9 @@ def test_a_run_is_estimated_at_its_own_build_and_flash_attention() -> None:
     ("| model | test | t/s | fa |\n| --- | --- | --- | --- |\n| m | pp1 | 1 ± 1 | 3 |\n",
      "flash_attn must be on, off or auto"),
     ('[{"n_prompt": 4, "n_gen": 0, "avg_ts": 3, "n_threads": 0}]',
-     "n_threads must be from 1 to 512 (got 0)"),
+     "n_threads must be a whole number from 1 to 512 (got 0)"),
     ('[{"n_prompt": 4, "n_gen": 0, "avg_ts": 3, "n_threads": 513}]',
-     "n_threads must be a whole number from 0 to 512"),
+     "n_threads must be a whole number from 1 to 512 (got 513)"),
     ("| model | test | t/s | threads |\n| --- | --- | --- | --- |\n| m | pp1 | 1 ± 1 | x |\n",
      "n_threads must be a whole number"),
 ])

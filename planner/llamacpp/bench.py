@@ -208,14 +208,17 @@ def _csv(text: str, source: str) -> list[dict[str, str]]:
                          source=source) from None
 
 
-def _count(value: Any, where: str, name: str, maximum: int = MAX_CONTEXT) -> int:
+def _count(value: Any, where: str, name: str, maximum: int = MAX_CONTEXT,
+           minimum: int = 0) -> int:
     number = value
     if isinstance(value, str):
         text = value.strip()
         number = int(text) if text.isascii() and text.isdigit() and len(text) <= 12 else None
-    if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number <= maximum:
-        raise BenchError("InvalidBench", f"{where}: {name} must be a whole number from 0 to "
-                         f"{maximum:,} (got {shown(value)})", field=name, source=where)
+    if (isinstance(number, bool) or not isinstance(number, int)
+            or not minimum <= number <= maximum):
+        raise BenchError("InvalidBench", f"{where}: {name} must be a whole number from "
+                         f"{minimum} to {maximum:,} (got {shown(value)})", field=name,
+                         source=where)
     return number
 
 
@@ -246,11 +249,7 @@ def _threads(value: Any, where: str) -> int | None:
     """CPU threads (nothing: not stated)."""
     if value in (None, ""):
         return None
-    threads = _count(value, where, "n_threads", MAX_THREADS)
-    if not threads:
-        raise BenchError("InvalidBench", f"{where}: n_threads must be from 1 to "
-                         f"{MAX_THREADS:,} (got 0)", field="n_threads", source=where)
-    return threads
+    return _count(value, where, "n_threads", MAX_THREADS, minimum=1)
 
 
 def _flash_attn(value: Any, where: str) -> bool | None:

@@ -122,15 +122,17 @@ def matrix_tflops(speed: NodeSpeed, calibration: SpeedCalibration, backend: str,
     measured CPUs' FLOPs per byte), and a stated figure is the chip's: the threads do not
     change them."""
     tflops, figure = _chip_tflops(speed, calibration, backend, quantized)
-    if _computes_on_cores(speed, figure) and speed.core_count is not None:
-        tflops *= computing_cores(speed.core_count, threads) / speed.core_count
+    cores = _shared_cores(speed, figure)
+    if cores is not None:
+        tflops *= computing_cores(cores, threads) / cores
     return tflops, figure
 
 
-def _computes_on_cores(speed: NodeSpeed, figure: str) -> bool:
-    """Whether a kind's FP16 figure is its CPU cores' (their count, SIMD width and clock),
-    which a run's threads share out."""
-    return is_cpu_kind(speed.backend) and speed.core_count is not None and figure == "shaders"
+def _shared_cores(speed: NodeSpeed, figure: str) -> int | None:
+    """The CPU cores a kind's FP16 figure is the rate of (their count, SIMD width and
+    clock), which a run's threads share out; ``None``: a figure of no cores."""
+    on_cores = is_cpu_kind(speed.backend) and figure == "shaders"
+    return speed.core_count if on_cores else None
 
 
 def _chip_tflops(speed: NodeSpeed, calibration: SpeedCalibration, backend: str,
@@ -184,7 +186,7 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
     if settings.threads is not None and backend != CPU_BACKEND:
         notes.append(f"threads: {settings.threads} CPU threads do not enter the estimate on "
                      f"the {backend} backend, whose products run on the GPU")
-    elif settings.threads is not None and not _computes_on_cores(speed, figure):
+    elif settings.threads is not None and _shared_cores(speed, figure) is None:
         notes.append(f"threads: {name}'s FP16 throughput is not taken from its cores and "
                      f"clock, so {settings.threads} threads do not change it")
     if figure != "stated":
