@@ -488,7 +488,8 @@ def sizing_out_of_date(page: Any) -> None:
     panel.locator(".wb-error", has_text="NoFleetMeetsTargets").first.wait_for(
         timeout=EDIT_SECONDS * 1000)
     panel.locator(".wb-sizing-figure").wait_for(state="hidden", timeout=EDIT_SECONDS * 1000)
-    assert panel.locator("button.wb-sizing-load").is_disabled()
+    # The button's state is its own widget message: waited for, not read at one instant.
+    panel.locator("button.wb-sizing-load:disabled").wait_for(timeout=EDIT_SECONDS * 1000)
     type_into(tpot, "")
     panel.locator("button.wb-sizing-size").click()
     wait_for_sized(page, "the sizing chart after a Size that finds fleets again")

@@ -452,6 +452,8 @@ class SizingPanel(widgets.VBox):
 
     def _say(self, message: str, model: SizingModel | None = None) -> None:
         """Show a problem in place of the fleets; ``model`` is what it is about."""
+        # Nothing sized stays loadable once the problem shows.
+        self.load_button.disabled = True
         self._sized_for = model
         self.stale.clear()
         self.problem.value = f"<div class='wb-error-box'>{escape(message)}</div>"
@@ -461,4 +463,3 @@ class SizingPanel(widgets.VBox):
         # No chart of the fleets sized before stays under a problem.
         self.chart.show(go.Figure())
         self.chart.layout.display = "none"
-        self.load_button.disabled = True
