@@ -283,7 +283,7 @@ def test_a_cpu_row_is_estimated_on_the_cores_its_threads_used(rows: Rows) -> Non
     i9-13900K's ran 16 of its 24 cores, so its prompts compute at 16 / 24 of the chip's
     rate from its cores and clock; a run stating none is taken on every core."""
     with speed_calibration.MEASUREMENTS.open(newline="") as handle:
-        stated = {int(raw["row_id"]): int(float(raw["threads"]))
+        stated = {int(raw["row_id"]): int(raw["threads"])
                   for raw in csv.DictReader(handle) if raw["threads"]}
     cpu = [r for r in rows if r.backend == "cpu"]
     assert cpu and all(r.threads == stated.get(r.row_id) for r in rows)

@@ -206,7 +206,7 @@ def load_rows(path: Path = MEASUREMENTS) -> list[Row]:
                         int(raw["lanes"]), int(raw["ubatch"]), raw["flash_attn"] == "1",
                         float(raw["tokens_per_s"]), raw["source_id"],
                         raw["backend"].lower(), row_build(raw),
-                        int(float(raw["threads"])) if raw["threads"] else None))
+                        int(raw["threads"]) if raw["threads"] else None))
     return rows
 
 
