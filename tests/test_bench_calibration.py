@@ -414,6 +414,18 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder / "calibration.toml"
 
 
+def test_a_catalog_adds_its_kinds_to_the_shipped_ones(fitted: Path, tmp_path: Path) -> None:
+    """``--catalog`` adds to the shipped kinds, as in every command: runs of a shipped
+    kind are fitted with a catalog file that holds only a kind of the user's own."""
+    catalog = tmp_path / "mine.toml"
+    catalog.write_text('[[gpu]]\nid = "my-card"\nname = "My card"\nvendor = "V"\n'
+                       'memory = "16 GiB"\n')
+    done = cli("calibrate", fitted.parent / "bench.json", "--gpu", "rtx-4090", "--model",
+               PRESET, "--catalog", catalog, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["kind"] == "rtx-4090"
+
+
 def test_speed_plan_and_size_take_the_calibration(fitted: Path) -> None:
     plain = cli("speed", PRESET, "--gpu", "rtx-4090", "--json")
     mine = cli("speed", PRESET, "--gpu", "rtx-4090", "--json", "--calibration", fitted)

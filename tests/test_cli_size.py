@@ -51,21 +51,41 @@ def test_text_and_csv_say_it_is_an_estimate() -> None:
 def test_a_fleet_file_gives_model_and_planning(tmp_path: Path) -> None:
     catalog = tmp_path / "mine.toml"
     catalog.write_text(CARD.replace("max_count = 3\n", ""))
-    done = run("size", FIVE, "--catalog", catalog, "--json")
+    done = run("size", FIVE, "--catalog", catalog, "--kinds", "card", "--json")
     assert done.returncode == 0, done.stderr
     best = json.loads(done.stdout)["fleets"][0]
     # 80 GiB cards (README's worked example): 4 plan 65,536, 5 the native 262,144.
     assert best["counts"] == {"card": 4} and best["context_length"] == 65536
     assert best["estimated_tpot_ms"] is None  # the user's card states no bandwidth
-    native = run("size", FIVE, "--catalog", catalog, "--min-context", "262144", "--json")
+    native = run("size", FIVE, "--catalog", catalog, "--kinds", "card", "--min-context",
+                 "262144", "--json")
     assert json.loads(native.stdout)["fleets"][0]["counts"] == {"card": 5}
 
 
 def test_no_fleet_exits_1_with_the_reason(tmp_path: Path) -> None:
     catalog = tmp_path / "mine.toml"
     catalog.write_text(CARD)
-    done = run("size", "qwen3-coder-480b-a35b", "--catalog", catalog)
+    done = run("size", "qwen3-coder-480b-a35b", "--catalog", catalog, "--kinds", "card")
     assert_user_error(done, 1, "holds 48 of 62 layers at 65,536", "card")
+
+
+def test_a_catalog_adds_its_kinds_to_the_shipped_ones(tmp_path: Path) -> None:
+    """``--catalog`` adds to the shipped kinds, as in every command: the user's card is
+    sized beside them, and a kind with a shipped id replaces that one."""
+    catalog = tmp_path / "mine.toml"
+    catalog.write_text(CARD.replace("max_count = 3\n", "")
+                       + CARD.replace('id = "card"', 'id = "h100-sxm-80gb"')
+                       .replace('name = "Card"', 'name = "H100 at our provider"')
+                       .replace("price_per_hour = 1.0", "price_per_hour = 0.5"))
+    done = run("size", FIVE, "--catalog", catalog, "--top", "50", "--json")
+    assert done.returncode == 0, done.stderr
+    fleets = json.loads(done.stdout)["fleets"]
+    kinds = {kind for fleet in fleets for kind in fleet["counts"]}
+    assert {"card", "h100-sxm-80gb", "instinct-mi300x"} <= kinds
+    # Four 80 GiB cards plan the fleet file's model (above): the replaced H100, at the
+    # file's 0.5 a GPU-hour and at most 3, and the added card at 1.0.
+    assert fleets[0]["counts"] == {"h100-sxm-80gb": 3, "card": 1}
+    assert fleets[0]["cost_per_hour"] == 2.5
 
 
 def test_bad_input_exits_2(tmp_path: Path) -> None:

@@ -31,6 +31,8 @@ REQUIRED_PRESETS = {
     # The models people deploy now, hybrids among them.
     "qwen3-next-80b-a3b", "qwen3.5-35b-a3b", "deepseek-v3.2", "kimi-k2", "glm-4.6",
     "llama-4-scout", "llama-4-maverick", "gpt-oss-20b", "nemotron-nano-9b-v2",
+    # The model most llama.cpp measurements run (planner speed's help names it).
+    "llama-3.1-8b",
 }
 # Presets that state the cache as GGUF metadata ([metadata]) rather than [attention].
 METADATA_PRESETS = {

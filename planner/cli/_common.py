@@ -50,6 +50,15 @@ def add_memory_model_argument(parser: argparse.ArgumentParser) -> None:
              "fleet's GGUF file; a quantized V cache needs flash attention)")
 
 
+def add_catalog_argument(parser: argparse.ArgumentParser, use: str) -> None:
+    """``--catalog FILE``, read by :func:`planner.models.gpu_catalog_with` in every
+    command: its kinds are added to the shipped ones, for ``use``."""
+    parser.add_argument(
+        "--catalog", metavar="FILE",
+        help=f"GPU kinds added to the shipped catalog, in data/gpus.toml's format (a kind "
+             f"with a shipped id replaces that one), {use}")
+
+
 def add_calibration_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--calibration", metavar="FILE",

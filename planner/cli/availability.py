@@ -19,12 +19,13 @@ from planner.cli._common import (
     EXIT_NO_TOPOLOGY,
     EXIT_OK,
     UserError,
+    add_catalog_argument,
     add_command,
     add_fleet_argument,
     load_request,
 )
 from planner.limits import MAX_AVAILABILITY_NODE_PLANS
-from planner.models import ModelError, load_gpu_catalog
+from planner.models import ModelError, gpu_catalog_with
 from planner.planning.rules import CONTEXT_FLOOR
 from planner.reports.tables import TextTable, terminal_safe, text_table
 from planner.targets import plan_or_none
@@ -53,8 +54,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                   "--json"),
         exit_codes="0 computed, 1 no valid topology even with every node up, 2 bad input")
     add_fleet_argument(parser)
-    parser.add_argument("--catalog", metavar="FILE",
-                        help="GPU catalog with failure figures (default data/gpus.toml)")
+    add_catalog_argument(parser, "for its failure figures")
     parser.add_argument("--min-context", type=int, metavar="N",
                         help="context the plan must reach (default the context floor, "
                              f"min(native, {CONTEXT_FLOOR}))")
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and value < 1:
             raise UserError(f"--{name.replace('_', '-')} must be at least 1 (got {value})")
     try:
-        catalog = load_gpu_catalog(args.catalog)
+        catalog = gpu_catalog_with(args.catalog)
     except ModelError as error:
         raise UserError(f"{args.catalog or 'catalog'}: {error.message}") from None
     try:

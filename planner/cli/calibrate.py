@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from planner.cli._common import EXIT_OK, UserError, add_command
+from planner.cli._common import EXIT_OK, UserError, add_catalog_argument, add_command
 from planner.fleet import FleetFileError, write_text_atomic
 from planner.limits import DEFAULT_CACHE_TYPE, MAX_BENCH_BYTES
 from planner.llamacpp.bench import (
@@ -18,7 +18,7 @@ from planner.llamacpp.bench import (
     fit_calibration,
     parse_bench,
 )
-from planner.models import ModelError, from_gguf, load_gpu_catalog, load_preset
+from planner.models import ModelError, from_gguf, gpu_catalog_with, load_preset
 from planner.models.gpus import catalog_kind
 from planner.models.spec import ModelSpec
 from planner.performance import load_calibration, read_calibration
@@ -59,8 +59,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="the model benched: its GGUF file or preset id")
     parser.add_argument("--kv-cache-type", metavar="T",
                         help=f"the KV cache type of the runs (default {DEFAULT_CACHE_TYPE})")
-    parser.add_argument("--catalog", metavar="FILE",
-                        help="GPU catalog in the format of data/gpus.toml (default: that)")
+    add_catalog_argument(parser, "where --gpu's kind is looked up")
     parser.add_argument("--base", metavar="FILE",
                         help="a calibration to fit on top of (default: the shipped one)")
     parser.add_argument("-o", "--output", metavar="FILE",
@@ -79,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     for path in args.bench:
         runs.extend(parse_bench(_read(path), path))
     try:
-        kind = catalog_kind(load_gpu_catalog(args.catalog), args.gpu)
+        kind = catalog_kind(gpu_catalog_with(args.catalog), args.gpu)
         spec = _spec(args.model, args.kv_cache_type)
     except ModelError as error:
         raise UserError(error.message) from None

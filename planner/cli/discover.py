@@ -9,12 +9,12 @@ import os
 import sys
 from pathlib import Path
 
-from planner.cli._common import EXIT_OK, UserError, add_command
+from planner.cli._common import EXIT_OK, UserError, add_catalog_argument, add_command
 from planner.fleet import FleetFileError, ModelChoice, save_fleet
 from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_RPC_TIMEOUT_S, MAX_RPC_TIMEOUT_S
 from planner.llamacpp.discovery import devices_table, discovered_fleet, discovery_warnings
 from planner.llamacpp.runner import query_rpc_servers
-from planner.models import ModelError, load_gpu_catalog, load_preset
+from planner.models import ModelError, gpu_catalog_with, load_preset
 from planner.models.gpus import catalog_kind
 from planner.reports.tables import TextTable, terminal_safe, text_table
 from planner.units import format_bytes, format_milliseconds
@@ -60,9 +60,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--gpu", metavar="KIND",
                         help="the catalog GPU kind of every device (for the speed estimate "
                              "and llama.cpp's overhead; mixed fleets: edit the file)")
-    parser.add_argument("--catalog", metavar="FILE",
-                        help="GPU catalog in the format of data/gpus.toml that has --gpu's "
-                             "kind (default: that)")
+    add_catalog_argument(parser, "where --gpu's kind is looked up")
     parser.add_argument("--name", help="the fleet's name in the file")
     parser.add_argument("--no-latency", action="store_true",
                         help="leave latency_ms out (discover does not run where "
@@ -127,7 +125,7 @@ def _table(rows: list[dict[str, object]]) -> TextTable:
 
 def _check_kind(kind: str, catalog: str | None) -> None:
     try:
-        catalog_kind(load_gpu_catalog(catalog), kind)
+        catalog_kind(gpu_catalog_with(catalog), kind)
     except ModelError as error:
         raise UserError(f"--gpu: {error.message}") from None
 

@@ -9,13 +9,14 @@ import sys
 from planner.cli._common import (
     EXIT_OK,
     add_calibration_argument,
+    add_catalog_argument,
     add_command,
     add_fleet_argument,
     add_memory_model_argument,
     load_request,
     result_or_exit_code,
 )
-from planner.models import load_gpu_catalog
+from planner.models import gpu_catalog_with
 from planner.reports.content import build_report
 from planner.reports.tables import (
     TextTable,
@@ -43,9 +44,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         exit_codes="0 plan found, 1 no valid topology, 2 bad input")
     add_fleet_argument(parser)
     add_memory_model_argument(parser)
-    parser.add_argument("--catalog", metavar="FILE",
-                        help="GPU catalog in the format of data/gpus.toml, for the nodes' "
-                             "kinds (default: that)")
+    add_catalog_argument(parser, "for the nodes' kinds")
     add_calibration_argument(parser)
     parser.add_argument("--json", action="store_true",
                         help="print the plan as JSON (the plan's field names)")
@@ -60,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2))
         return EXIT_OK
-    catalog = load_gpu_catalog(args.catalog) if args.catalog is not None else None
+    catalog = gpu_catalog_with(args.catalog) if args.catalog is not None else None
     content = build_report(document, include_candidates=False, include_what_if=False,
                            planned=result, catalog=catalog)
     # The model's own name whichever way the file gives it (preset, GGUF or numbers), as

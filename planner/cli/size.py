@@ -15,11 +15,12 @@ from planner.cli._common import (
     EXIT_OK,
     UserError,
     add_calibration_argument,
+    add_catalog_argument,
     add_command,
 )
 from planner.fleet import load_fleet
 from planner.limits import DEFAULT_PRICE_KIND
-from planner.models import ModelSpec, from_gguf, load_gpu_catalog, load_preset
+from planner.models import ModelSpec, from_gguf, gpu_catalog_with, load_preset
 from planner.models.gpus import PRICE_KINDS
 from planner.reports.sizing import answer_text, fleet_table
 from planner.reports.tables import spreadsheet_safe, terminal_json, terminal_safe, text_table
@@ -47,8 +48,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("model", metavar="MODEL",
                         help="a preset id, a GGUF file or a fleet file (its [model] and "
                              "[planning] are used, its nodes ignored)")
-    parser.add_argument("--catalog", metavar="FILE",
-                        help="GPU catalog in the format of data/gpus.toml (default: that)")
+    add_catalog_argument(parser, "to size with (--kinds keeps only some)")
     parser.add_argument("--min-context", type=int, metavar="N",
                         help="context the plan must reach (default the context floor)")
     parser.add_argument("--min-lanes", type=int, default=1, metavar="N",
@@ -100,7 +100,7 @@ def _model(source: str) -> tuple[ModelSpec | dict[str, Any], str, dict[str, Any]
 
 def run(args: argparse.Namespace) -> int:
     model, name, planning = _model(args.model)
-    catalog = load_gpu_catalog(args.catalog)
+    catalog = gpu_catalog_with(args.catalog)
     kinds = None if args.kinds is None else [k for k in args.kinds.split(",") if k.strip()]
     if kinds is not None and not kinds:
         raise UserError("--kinds names no kind")

@@ -8,7 +8,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from planner.cli._common import EXIT_OK, UserError, add_calibration_argument, add_command
+from planner.cli._common import (
+    EXIT_OK,
+    UserError,
+    add_calibration_argument,
+    add_catalog_argument,
+    add_command,
+)
 from planner.fleet import load_fleet
 from planner.limits import (
     DEFAULT_BATCH,
@@ -22,8 +28,8 @@ from planner.limits import (
     MAX_THREADS,
     MAX_UBATCH,
 )
-from planner.models import ModelSpec, from_gguf, load_gpu_catalog, load_preset
-from planner.models.gpus import BACKENDS, GpuModel, extend_catalog
+from planner.models import ModelSpec, from_gguf, gpu_catalog_with, load_preset
+from planner.models.gpus import BACKENDS, GpuModel
 from planner.performance import (
     ESTIMATE_NOTE,
     INTRA_HOST_LINK_BYTES_PER_S,
@@ -109,9 +115,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--file-size", metavar="SIZE",
                         help="the model file's size (e.g. 11.27GiB) where a preset's "
                              "weights were stored otherwise: its parts keep their shares")
-    parser.add_argument("--catalog", metavar="FILE",
-                        help="GPU kinds added to the shipped catalog (a kind with the "
-                             "same id replaces the shipped one), in its format")
+    add_catalog_argument(parser, "where --gpu's kind is looked up")
     add_calibration_argument(parser)
     parser.add_argument("--json", action="store_true",
                         help="print tpot_ms, tokens_per_s, prefill_tokens_per_s, ttft_ms "
@@ -157,14 +161,6 @@ def resolve_model(source: str, kv_cache_type: str | None = None
     else:
         spec = load_preset(source, kv_cache_type=kv_cache_type)
     return spec.name, spec.planning_fields(), model_traffic(spec)
-
-
-def _catalog(path: str | None) -> list[GpuModel]:
-    """The shipped catalog, with ``path``'s kinds added (a same-id kind replaces)."""
-    shipped = load_gpu_catalog()
-    if path is None:
-        return shipped
-    return extend_catalog(shipped, load_gpu_catalog(path), path)
 
 
 def _kind(catalog: list[GpuModel], wanted: str) -> GpuModel:
@@ -278,7 +274,7 @@ def run(args: argparse.Namespace) -> int:
     lanes = _count(args.lanes, "--lanes", MAX_LANES)
     context = _tokens(args.context, "--context")
     settings, prompt = _settings(args, context)
-    catalog = _catalog(args.catalog)
+    catalog = gpu_catalog_with(args.catalog)
     gpu = _kind(catalog, args.gpu)
     if gpu.memory_bandwidth_bytes_per_s is None:
         raise UserError(f"--gpu: {gpu.kind} has no memory_bandwidth_bytes_per_s in the "

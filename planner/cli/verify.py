@@ -13,6 +13,7 @@ from planner.cli._common import (
     EXIT_OK,
     UserError,
     add_calibration_argument,
+    add_catalog_argument,
     add_command,
     add_memory_model_argument,
     load_request,
@@ -23,7 +24,7 @@ from planner.llamacpp import model_from_gguf
 from planner.llamacpp.launch import launch_for_plan, launch_settings
 from planner.llamacpp.log import MIB, read_log
 from planner.llamacpp.verify import MEMORY_FIGURES, Check, Verification, speed_estimates, verify
-from planner.models import ModelError, load_gpu_catalog
+from planner.models import ModelError, gpu_catalog_with
 from planner.performance import fleet_model_traffic
 from planner.planning import Plan
 from planner.reports.tables import TextTable, terminal_safe, text_table
@@ -67,8 +68,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--ubatch", type=int, default=DEFAULT_UBATCH, metavar="U",
                         help=f"physical batch size as launched (default {DEFAULT_UBATCH})")
     add_memory_model_argument(parser)
-    parser.add_argument("--catalog", metavar="FILE",
-                        help="GPU catalog in the format of data/gpus.toml (default: that)")
+    add_catalog_argument(parser, "for the nodes' kinds")
     add_calibration_argument(parser)
     parser.add_argument("--json", action="store_true",
                         help="print each log's checks, notes and verdict as JSON")
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     gguf = str(document.model.gguf_path(document.base_dir))
     try:
         model = model_from_gguf(gguf)
-        catalog = load_gpu_catalog(args.catalog)
+        catalog = gpu_catalog_with(args.catalog)
     except ModelError as error:
         raise UserError(f"{error.message}") from None
     traffic = fleet_model_traffic(document.model, document.base_dir)

@@ -7,6 +7,7 @@ from planner.models.architectures import GPU_ARCHITECTURES, GpuArchitecture
 from planner.models.gguf_spec import from_gguf
 from planner.models.gpus import (
     GpuModel,
+    gpu_catalog_with,
     load_backend_overheads,
     load_gpu_catalog,
     node_gpu_kind,
@@ -27,6 +28,7 @@ __all__ = [
     "data_dir",
     "describe_model",
     "from_gguf",
+    "gpu_catalog_with",
     "list_presets",
     "load_backend_overheads",
     "load_gpu_catalog",

@@ -645,6 +645,16 @@ def load_gpu_catalog(path: str | Path | None = None) -> list[GpuModel]:
     return parse_gpu_catalog(_read(resolved, shipped), str(resolved))
 
 
+def gpu_catalog_with(path: str | Path | None) -> list[GpuModel]:
+    """The shipped catalog with the kinds of the catalog file at ``path`` added: what
+    every ``--catalog FILE`` option reads (:func:`extend_catalog`: a kind whose id is
+    shipped replaces that one). ``None``: the shipped catalog alone."""
+    shipped = load_gpu_catalog()
+    if path is None:
+        return shipped
+    return extend_catalog(shipped, load_gpu_catalog(path), os.fspath(path))
+
+
 # A stated FP16 figure this close to half the shipped one is NVIDIA's FP32-accumulate
 # tensor figure for a GeForce card (half its FP16-accumulate one), not the figure the
 # catalog asks for.

@@ -26,9 +26,9 @@ from planner.targets import SpeedEstimator, Targets
 
 @lru_cache(maxsize=64)
 def _catalog(path: str | None) -> tuple[Any, ...]:
-    from planner.models import load_gpu_catalog
+    from planner.models import gpu_catalog_with
 
-    return tuple(load_gpu_catalog(path))
+    return tuple(gpu_catalog_with(path))
 
 
 Documents = Mapping[str, "FleetDocument | CodedError"]
