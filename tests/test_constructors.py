@@ -156,7 +156,8 @@ EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
         model_weight_bytes=100, active_weight_bytes=10, hidden_size=64,
         active_parameter_count=40, expert_count=8, experts_used=2, token_embedding_bytes=5,
         attention_width=64, parameter_count=200, routed_expert_bytes=80,
-        routed_expert_parameters=120, attention_heads=4, sliding_window=128,
+        routed_expert_parameters=120, attention_heads=4, kv_heads=2, head_size=16,
+        sliding_window=128,
         window_layer_count=2, window_kv_bytes_per_token=8, layer_nodes=25.0,
         fused_layer_nodes=23.0, output_head_parameters=8),
     "planner.performance.calibration.BackendFigures": lambda: dict(

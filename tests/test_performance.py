@@ -529,6 +529,59 @@ def test_flash_attention_on_a_stand_in_gpu_computes_at_its_shaders_rate() -> Non
             1000 / (figures.attention_efficiency * 100e12))
 
 
+def test_amd_attends_on_its_matrix_units_as_llama_cpp_routes_each_model() -> None:
+    """Where a stand-in kind's flash attention runs: on ROCm, llama.cpp's matrix kernel
+    takes a model that groups its queries (two query heads or more a KV head, key heads
+    of at most 256 but not 40 or 72: fattn.cu) from b9187, and any other model stays on
+    the shaders' tile kernel at every build; on Vulkan the cooperative-matrix kernel takes
+    every model from b7865. A model stating no heads is taken to group them."""
+    from dataclasses import replace
+
+    from planner.models import load_preset
+    from planner.performance import (
+        NodeSpeed,
+        RunSettings,
+        calibrated_device,
+        groups_queries,
+        model_traffic,
+    )
+
+    gpt_oss = model_traffic(load_preset("gpt-oss-20b"))
+    llama = model_traffic(load_preset("llama-3.1-8b"))
+    deepseek = model_traffic(load_preset("deepseek-v2-lite"))
+    assert gpt_oss is not None and llama is not None and deepseek is not None
+    assert (gpt_oss.attention_heads, gpt_oss.kv_heads, gpt_oss.head_size) == (64, 8, 64)
+    assert (deepseek.kv_heads, deepseek.head_size) == (1, 512 + 64)
+    # Llama 3.1 groups 32 query heads on 8; without the grouping (Llama 2's 32 on 32),
+    # at a key size the kernel does not tile, or as latent attention's 576-wide row, the
+    # model stays on the tile kernel.
+    assert groups_queries(gpt_oss) and groups_queries(llama)
+    assert not groups_queries(replace(llama, kv_heads=32))
+    assert not groups_queries(replace(llama, head_size=40))
+    assert not groups_queries(replace(llama, head_size=72))
+    assert not groups_queries(deepseek)
+    assert groups_queries(replace(llama, kv_heads=None)) and groups_queries(None)
+
+    calibration = load_calibration()
+    figures = {name: calibration.backends[name] for name in ("rocm", "vulkan")}
+    shaders = NodeSpeed("card", 10**12, None, "card", "gddr", "rocm", None, 40.0, "AMD")
+    on_shaders = {name: 1000 / (float(f.attention_efficiency or 0) * 40e12)
+                  for name, f in figures.items()}
+
+    def at_shaders(backend: str, build: int | None, grouped: bool) -> bool:
+        settings = RunSettings(backend=backend, flash_attn=True, build=build)
+        device = calibrated_device(calibration, shaders, settings, True, [], grouped)
+        return bool(device.rates.attention_ms_per_flop == pytest.approx(on_shaders[backend]))
+
+    assert at_shaders("rocm", 9112, True) and not at_shaders("rocm", 9187, True)
+    assert not at_shaders("rocm", None, True)
+    assert all(at_shaders("rocm", build, False) for build in (9112, 9187, None))
+    for grouped in (True, False):
+        assert at_shaders("vulkan", 7864, grouped)
+        assert not at_shaders("vulkan", 7865, grouped)
+        assert not at_shaders("vulkan", None, grouped)
+
+
 def test_numbers_state_attention_windows_latent_ranks_and_expert_bytes() -> None:
     """A model typed as numbers gives what the estimate reads of its shape: attention's
     width from heads and head size, a sliding window's layers and their cache, latent
@@ -543,6 +596,7 @@ def test_numbers_state_attention_windows_latent_ranks_and_expert_bytes() -> None
     traffic = model_traffic(None, numbers)
     assert traffic is not None
     assert traffic.attention_width == 32 * 128 and traffic.attention_heads == 32
+    assert (traffic.kv_heads, traffic.head_size) == (8, 128)
     assert traffic.sliding_window == 1024 and traffic.window_layer_count == 10
     # Ten windowed layers, each an F16 row of 8 KV heads x 128 keys and values.
     assert traffic.window_kv_bytes_per_token == 10 * 8 * 128 * 2 * 2

@@ -173,10 +173,13 @@ def backend_of(speed: NodeSpeed, settings: RunSettings, notes: list[str]) -> str
 
 
 def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
-                      settings: RunSettings, quantized: bool, notes: list[str]) -> Device:
+                      settings: RunSettings, quantized: bool, notes: list[str],
+                      grouped_queries: bool = True) -> Device:
     """A node's :class:`Device`: its kind's bandwidth and throughput at the calibration's
     figures for its backend and memory type, at the run's settings (flash attention, the
-    build), for a model whose weights are ``quantized`` or not."""
+    build), for a model whose weights are ``quantized`` or not and which groups its
+    queries or not (:func:`~planner.performance.settings.groups_queries`, where its
+    flash attention runs)."""
     backend = backend_of(speed, settings, notes)
     figures = calibration.backend(backend, notes)
     bandwidth = (speed.memory_bandwidth_bytes_per_s or 0) * calibration.memory_factor(
@@ -222,7 +225,8 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
     no_matrix = (speed.architecture is not None and not reaches_matrix_units(
         GPU_ARCHITECTURES[speed.architecture], backend))
     on_shaders = (figure == "shaders" and settings.flash_attn
-                  and (attends_on_shaders(backend, settings.build) or no_matrix))
+                  and (attends_on_shaders(backend, settings.build, grouped_queries)
+                       or no_matrix))
     # On the shaders (module docstring): their vector rate, which "shaders" says is stated.
     attention_flops = (speed.vector_tflops or tflops) * 1e12 if on_shaders else flops
     read_ms_per_byte = 1000 / (weight * bandwidth)

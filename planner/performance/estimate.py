@@ -20,7 +20,7 @@ from planner.performance.device import (
     plain_device,
 )
 from planner.performance.roofline import Device, Prompt, decode_step, prefill_ms
-from planner.performance.settings import DEFAULT_SETTINGS, RunSettings
+from planner.performance.settings import DEFAULT_SETTINGS, RunSettings, groups_queries
 from planner.performance.traffic import ModelTraffic, stage_loads
 from planner.planning.inputs import NodeBudget, PlanningInput
 from planner.planning.plan import Plan
@@ -150,7 +150,7 @@ def node_speeds(nodes: Iterable[NodeBudget], catalog: Sequence[GpuModel],
 
 
 def _devices(plan: Plan, speeds: Mapping[str, NodeSpeed], calibration: SpeedCalibration | None,
-             efficiency: float | None, settings: RunSettings, quantized: bool,
+             efficiency: float | None, settings: RunSettings, traffic: ModelTraffic,
              notes: list[str]) -> tuple[list[Device], list[NodeSpeed]]:
     devices, used = [], []
     for stage in plan.stages:
@@ -165,7 +165,8 @@ def _devices(plan: Plan, speeds: Mapping[str, NodeSpeed], calibration: SpeedCali
         if efficiency is not None or calibration is None:
             devices.append(plain_device(speed.memory_bandwidth_bytes_per_s, efficiency or 1.0))
             continue
-        devices.append(calibrated_device(calibration, speed, settings, quantized, notes))
+        devices.append(calibrated_device(calibration, speed, settings, traffic.quantized,
+                                         notes, groups_queries(traffic)))
     return devices, used
 
 
@@ -234,8 +235,8 @@ def estimate_plan(
         prompt_tokens = positive(prompt_tokens, "prompt_tokens")
         check_prompt(prompt_tokens, settings, plan.context_length)
     notes: list[str] = []
-    devices, used = _devices(plan, speeds, calibration, efficiency, settings,
-                             traffic.quantized, notes)
+    devices, used = _devices(plan, speeds, calibration, efficiency, settings, traffic,
+                             notes)
     loads = stage_loads(request, plan, traffic)
     latency = {node.node_id: node.stage_transfer_latency_ms for node in request.nodes}
     if traffic.hidden_size is None and plan.stage_count > 1:

@@ -24,17 +24,23 @@ read from; when it began is not recorded here, so an earlier Metal build is take
 unfused. The CPU backend fuses neither.
 
 And it decides where flash attention runs on AMD's and Intel's GPUs
-(:func:`attends_on_shaders`), whose FP16 figure is the stand-in from shaders and clock: on
-ROCm the tile kernel on the shaders, unless built with rocWMMA (pull request 12032, off by
-default), and on Vulkan the scalar kernel where a device offers no cooperative matrices,
-until llama.cpp's matrix flash-attention kernel reached AMD's units: b11434's ``fattn.cu``
-routes a grouped-query model's attention on RDNA 3, 3.5 and 4 to it (in October 2025 it
-still ran on NVIDIA's tensor cores only, issue 16631). The published runs date the change
-on ROCm: a Radeon 8060S's gpt-oss prompts after 32k to 64k cached tokens ran at one rate
-through b9112 (2026-05-12) and twice as fast in b9187 (2026-05-18). Vulkan's rose by
-steps instead (at 32k: 298 tokens/s in b7034, 417 in b7938, 546 in b8743, 556 in b9187),
-with no one build to date; the estimate takes ROCm's for both. b9187 is the first build
-taken to attend on the matrix units (the stand-in's rate, as the products).
+(:func:`attends_on_shaders`), whose FP16 figure is the stand-in from shaders and clock. On
+ROCm it ran the tile kernel on the shaders, unless built with rocWMMA (pull request 12032,
+off by default), until llama.cpp's matrix flash-attention kernel reached AMD's units:
+b11434's ``fattn.cu`` takes it on RDNA 3, 3.5 and 4 only for a model that groups its
+queries (``gqa_opt_applies``: two query heads or more a KV head) with key heads of at most
+256 (not 40 or 72) (:func:`groups_queries`); any other model stays on the tile kernel (in
+October 2025 the matrix kernel still ran on NVIDIA's tensor cores only, issue 16631). The
+published runs date the change: a Radeon 8060S's gpt-oss prompts (64 query heads on 8 KV
+heads) after 32k to 64k cached tokens ran at one rate through b9112 (2026-05-12) and twice
+as fast in b9187 (2026-05-18), while Llama 2 7B's (32 on 32) ran at the same rate in both
+(165 and 160 tokens/s at 32k, 72 and 71 at 64k). On Vulkan a device with cooperative
+matrices multiplied queries by keys on them since pull request 13506 (2025-05) and the
+probabilities by values since b7865 (pull request 19075, "Vulkan Flash Attention Coopmat1
+Refactor", 2026-01), for any model (``get_fa_tuning_params``); b7865 is the build taken
+there, and the 8060S's Vulkan prompts at 32k cached tokens rose across it (gpt-oss-20b's
+from 298 tokens/s in b7034 to 417 in b7938, Llama 2 7B's from 175 to 246), not at b9187
+(546 and 556 for gpt-oss-20b in b8743 and b9187).
 
 On NVIDIA's Volta, which has FP16 tensor cores but not Turing's int8 ones, any build's
 CUDA backend multiplies quantized weights with MMQ (on the shaders' int8 dot product) only
@@ -73,7 +79,7 @@ apart here); other backends run on the vector units.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner._validate import flag, integer
 from planner.limits import (
@@ -88,6 +94,9 @@ from planner.models.architectures import GpuArchitecture
 from planner.models.gpus import BACKENDS, CPU_BACKEND
 from planner.performance._errors import PerformanceError, bad
 
+if TYPE_CHECKING:
+    from planner.performance.traffic import ModelTraffic
+
 # The first llama.cpp release known to run quantized prefill products with MMQ on CUDA.
 MMQ_DEFAULT_BUILD = 3266
 # The architectures whose CUDA micro-batches of at least this many tokens stage quantized
@@ -101,8 +110,13 @@ OUTPUT_ROWS_BUILD = 2500
 # sums in (the module docstring).
 FUSED_MOE_BUILD = {"cuda": 6550, "rocm": 6550, "vulkan": 6800, "metal": 11434}
 # The first build taken to run flash attention on AMD's matrix units, on each backend that
-# ran it on the shaders before (the module docstring).
-MATRIX_FLASH_ATTENTION_BUILD = {"rocm": 9187, "vulkan": 9187}
+# ran it on the shaders before (the module docstring); on ROCm for a model that groups its
+# queries only (:func:`groups_queries`).
+MATRIX_FLASH_ATTENTION_BUILD = {"rocm": 9187, "vulkan": 7865}
+# Key head sizes llama.cpp's matrix flash-attention kernel takes on AMD's RDNA (fattn.cu:
+# at most 256, and neither of the two its tiles leave out).
+MATRIX_ATTENTION_HEAD_SIZES = (1, 256)
+UNTILED_HEAD_SIZES = (40, 72)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,12 +233,31 @@ def fuses_moe_kernels(backend: str, build: int | None) -> bool:
     return first is not None and (build is None or build >= first)
 
 
-def attends_on_shaders(backend: str, build: int | None) -> bool:
+def groups_queries(traffic: ModelTraffic | None) -> bool:
+    """Whether llama.cpp's matrix flash-attention kernel takes ``traffic``'s model on AMD's
+    RDNA (fattn.cu's ``gqa_opt_applies`` and head sizes, the module docstring): two query
+    heads or more a KV head, with key heads it tiles. A model that does not state its
+    heads is taken to (as nearly every model since 2024 does)."""
+    if traffic is None or not traffic.attention_heads or not traffic.kv_heads:
+        return True
+    size = traffic.head_size
+    low, high = MATRIX_ATTENTION_HEAD_SIZES
+    tiled = size is None or (low <= size <= high and size not in UNTILED_HEAD_SIZES)
+    return traffic.attention_heads >= 2 * traffic.kv_heads and tiled
+
+
+def attends_on_shaders(backend: str, build: int | None, grouped: bool = True) -> bool:
     """Whether flash attention on ``backend`` at ``build`` (``None``: a current build) runs
-    on the shaders of a GPU whose FP16 figure is the stand-in from them: ROCm and Vulkan
-    before :data:`MATRIX_FLASH_ATTENTION_BUILD` (the module docstring)."""
+    on the shaders of a GPU whose FP16 figure is the stand-in from them, for a model that
+    groups its queries or not (:func:`groups_queries`): on ROCm before
+    :data:`MATRIX_FLASH_ATTENTION_BUILD` and, for a model that does not, on every build;
+    on Vulkan before its build (the module docstring)."""
     first = MATRIX_FLASH_ATTENTION_BUILD.get(backend)
-    return first is not None and build is not None and build < first
+    if first is None:
+        return False
+    if backend == "rocm" and not grouped:
+        return True
+    return build is not None and build < first
 
 
 # Backends whose matrix kernels reach a GPU's matrix units and, for quantized weights, its

@@ -40,6 +40,7 @@ _BOUNDED = {"hidden_size": MAX_HIDDEN_SIZE, "active_parameter_count": MAX_BYTES 
             "expert_count": MAX_EXPERTS, "experts_used": MAX_EXPERTS,
             "token_embedding_bytes": MAX_BYTES, "attention_width": MAX_ATTENTION_WIDTH,
             "parameter_count": MAX_BYTES * 8, "attention_heads": MAX_ATTENTION_HEADS,
+            "kv_heads": MAX_ATTENTION_HEADS, "head_size": MAX_ATTENTION_WIDTH,
             "sliding_window": MAX_CONTEXT, "output_head_parameters": MAX_BYTES * 8}
 
 
@@ -70,6 +71,11 @@ class ModelTraffic:
     # Query heads of a layer: each scores every cached token it attends to (without
     # flash attention llama.cpp writes those scores to memory).
     attention_heads: int | None = None
+    # KV heads of a layer and the size of a key head (of latent attention, one head of
+    # the cached row: kv_lora_rank + rope_head_size): whether llama.cpp's matrix
+    # flash-attention kernel takes the model (planner.performance.groups_queries).
+    kv_heads: int | None = None
+    head_size: int | None = None
     # Layers that attend over a sliding window of ``sliding_window`` tokens only, and
     # their cache per token summed over them (beside the request's KV bytes per token,
     # which count the layers whose cache grows with the context).
@@ -257,6 +263,7 @@ def attention_traffic(shape: Mapping[str, Any], kv_cache_type: str = DEFAULT_CAC
     windowed = shape.get("sliding_window_layers") or 0
     row = (shape.get("kv_heads") or 0) * (size or 0)
     return {"attention_width": width, "attention_heads": heads,
+            "kv_heads": shape.get("kv_heads"), "head_size": size,
             "sliding_window": shape.get("sliding_window") if windowed else None,
             "window_layer_count": windowed,
             "window_kv_bytes_per_token": windowed * 2 * row_bytes(kv_cache_type, row)}

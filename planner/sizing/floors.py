@@ -51,6 +51,7 @@ from planner.performance import (
     StageLoad,
     Work,
     calibrated_device,
+    groups_queries,
     load_calibration,
     plain_device,
     routed_full_rate_flops,
@@ -91,7 +92,8 @@ def _device(gpu: GpuModel, traffic: ModelTraffic, options: Mapping[str, Any]
     if efficiency is not None:
         return plain_device(gpu.memory_bandwidth_bytes_per_s, efficiency)
     return calibrated_device(load_calibration(), NodeSpeed.of_kind(gpu.kind, gpu),
-                             _settings(options), traffic.quantized, [])
+                             _settings(options), traffic.quantized, [],
+                             groups_queries(traffic))
 
 
 def whole_model(probe: PlanningInput, traffic: ModelTraffic) -> StageLoad:

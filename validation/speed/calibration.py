@@ -73,6 +73,7 @@ from planner.performance import (  # noqa: E402
     decode_step,
     even_layers,
     fp16_figure,
+    groups_queries,
     layer_node_counts,
     pipeline_ms,
     prefill_ms,
@@ -237,6 +238,7 @@ def traffic_of(model: dict[str, Any], file_bytes: int) -> ModelTraffic:
                         attention_width=model["attention_width"], parameter_count=params,
                         routed_expert_bytes=round(expert_bytes),
                         attention_heads=model["attention_heads"], sliding_window=window,
+                        kv_heads=model["kv_heads"], head_size=model["head_size"],
                         window_layer_count=model.get("sliding_layer_count", 0),
                         **layer_node_counts(model["architecture"], used))
 
@@ -278,7 +280,7 @@ def loads_of(row: Row) -> tuple[list[StageLoad], ModelTraffic]:
 def _device(row: Row, calibration: SpeedCalibration, traffic: ModelTraffic,
             gpu: GpuModel | None = None) -> Device:
     return calibrated_device(calibration, NodeSpeed.of_kind("row", gpu or row.gpu),
-                             row.settings, traffic.quantized, [])
+                             row.settings, traffic.quantized, [], groups_queries(traffic))
 
 
 def _decode_cache(row: Row) -> tuple[float, float]:
@@ -352,7 +354,7 @@ class Prepared:
                    staging_from_tokens(row.backend, row.build, row.gpu.architecture),
                    traffic.quantized,
                    fuses_moe_kernels(row.backend, row.build),
-                   attends_on_shaders(row.backend, row.build),
+                   attends_on_shaders(row.backend, row.build, groups_queries(traffic)),
                    computes_every_output(row.build))
             if key not in group_of:
                 group_of[key] = len(self.groups)
