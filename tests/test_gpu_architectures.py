@@ -43,6 +43,26 @@ def test_an_architecture_s_rate_gives_its_vendor_s_published_peak(
     assert lanes * clock_mhz * 1e6 * rate / 1e12 == pytest.approx(published, rel=0.01), gpu
 
 
+def test_the_m5_computes_apple_s_stated_multiple_of_the_m4_on_its_accelerators() -> None:
+    """Apple states no clock, so an Apple kind computes at its lanes times its vendor's
+    measured rate a lane (the vector units'); the M5's Neural Accelerators (``apple10``)
+    compute "over 4x the peak GPU compute for AI" of the M4, whose GPU runs FP16 at its
+    FP32 rate: on Metal, which reaches them, four times the same lanes without them."""
+    m5 = GPU_ARCHITECTURES["apple10"]
+    assert m5.matrix_fp16 is not None and m5.matrix_fp16 / m5.packed_fp16 == 4
+    calibration = load_calibration()
+    lanes = GpuModel(id="m5", name="M5", vendor="Apple", memory_bytes=16 * 2**30,
+                     memory_bandwidth_bytes_per_s=153 * 10**9, backend="metal",
+                     memory_type="lpddr", shader_count=10, architecture="apple10")
+    plain = replace(lanes, architecture=None)
+    rate = calibration.fallback_gflops_per_lane["Apple"]
+    assert matrix_tflops(NodeSpeed.of_kind("m5", plain), calibration, "metal", True) == (
+        pytest.approx((10 * 128 * rate / 1e3, "lanes")))
+    for backend, times in (("metal", 4), ("vulkan", 1)):
+        assert matrix_tflops(NodeSpeed.of_kind("m5", lanes), calibration, backend, True) == (
+            pytest.approx((times * 10 * 128 * rate / 1e3, "lanes")))
+
+
 def test_rdna_3_5_has_rdna_3_s_units() -> None:
     same = replace(GPU_ARCHITECTURES["rdna3.5"], name="rdna3",
                    source=GPU_ARCHITECTURES["rdna3"].source)
@@ -63,6 +83,8 @@ def test_rdna_3_5_has_rdna_3_s_units() -> None:
     ("pascal", "cuda", False, 2),    # FP16 at 1/64: FP32
     ("gcn4", "vulkan", True, 2),
     ("ampere", "sycl", True, 4),     # other backends: the vector units
+    ("apple10", "metal", True, 8),   # the M5's Neural Accelerators, through Metal 4
+    ("apple10", "vulkan", True, 2),  # not through MoltenVK's cooperative matrices
 ])
 def test_the_units_llama_cpp_reaches_on_each_backend(name: str, backend: str,
                                                      quantized: bool, rate: int) -> None:
@@ -185,13 +207,14 @@ def test_an_earlier_file_s_factor_on_the_fp32_rate_is_read_re_expressed() -> Non
 def architectures_table() -> str:
     """The architectures as docs/sources.md §1 lists them."""
     lines = ["| architecture | vendor | packed FP16 | int8 dot | matrix FP16 | "
-             "Vulkan reaches matrix | source |", "|---|---|---:|---:|---:|---|---|"]
+             "Vulkan reaches matrix | Metal reaches matrix | source |",
+             "|---|---|---:|---:|---:|---|---|---|"]
     for a in GPU_ARCHITECTURES.values():
         def shown(rate: int | None) -> str:
             return "" if rate is None else str(rate)
         lines.append(f"| `{a.name}` | {a.vendor} | {a.packed_fp16} | {shown(a.int8_dot)} | "
                      f"{shown(a.matrix_fp16)} | {'yes' if a.vulkan_matrix else 'no'} | "
-                     f"{a.source} |")
+                     f"{'yes' if a.metal_matrix else 'no'} | {a.source} |")
     return "\n".join(lines)
 
 

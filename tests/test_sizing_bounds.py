@@ -505,7 +505,7 @@ def test_a_cheap_small_kind_leaves_tpot_targets_with_a_spare_answered(
     largest gave; and each small stage pays a hop for the little it reads. Every target
     is answered within a queue of 20,000: refused as NoFleetMeetsTargets below the
     reach, and above it by a fleet that meets the target, no dearer as the target
-    loosens. Within 4 ms below the reach (37.3 ms) the search still stops with
+    loosens. Within 4 ms below the reach (about 37 ms) the search still stops with
     SizingTooLarge: proving that no mix of small cards reaches such a target takes more
     than the queue (checked apart, so that closing the gap shows)."""
     monkeypatch.setattr(limits, "MAX_SIZING_QUEUE", 20_000)
@@ -517,7 +517,9 @@ def test_a_cheap_small_kind_leaves_tpot_targets_with_a_spare_answered(
                    SizingTargets(target_decode_tpot_ms=36, failures_tolerated=1),
                    pareto=False)
     assert gap.value.code == "SizingTooLarge"
-    assert "reach an estimated TPOT of 37.3 ms" in gap.value.message
+    reach = re.search(r"reach an estimated TPOT of ([\d.]+) ms", gap.value.message)
+    # The reach lies between the target refused here and the first one answered below.
+    assert reach is not None and 36 < float(reach.group(1)) < 38, gap.value.message
     for tpot in (25, 28, 31, 33, 38, 39, 41, 44, 47, 50):
         try:
             result = size_fleet(load_preset("llama-4-maverick"), catalog,

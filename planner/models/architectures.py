@@ -8,6 +8,11 @@ FP32 lane (a stream processor, a CUDA core, one of an Xe-core's 128 lanes) and c
 the vendors' architecture documents give them per compute unit, SM or Xe-core; with a
 kind's lanes and boost clock they reproduce the vendor's published peak
 (``tests/test_gpu_architectures.py``; docs/sources.md §1 lists the sources).
+
+Apple states no GPU clock: a kind of its that names an architecture computes at its
+lanes times its vendor's measured FP16 rate a lane (the vector units'), times the
+architecture's matrix units over its vector ones where llama.cpp reaches them (the M5's
+Neural Accelerators, ``apple10``, as Apple states them against the M4).
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ class GpuArchitecture:
     4-way dot-product instruction (dp4a), ``None`` without one; ``matrix_fp16``: dense
     FP16 FLOPs of its matrix units with FP16 accumulate (tensor cores, WMMA, XMX),
     ``None`` without them; ``vulkan_matrix``: whether llama.cpp's Vulkan backend reaches
-    those units through cooperative matrices."""
+    those units through cooperative matrices; ``metal_matrix``: whether its Metal backend
+    reaches them (through the Metal 4 tensor API)."""
 
     name: str
     vendor: str
@@ -33,6 +39,7 @@ class GpuArchitecture:
     matrix_fp16: int | None
     vulkan_matrix: bool
     source: str
+    metal_matrix: bool = False
 
 
 # FLOPs of a fused multiply-add: an FP32 lane's rate a clock.
@@ -93,4 +100,12 @@ GPU_ARCHITECTURES: dict[str, GpuArchitecture] = _table(
     GpuArchitecture("blackwell", "NVIDIA", 4, 8, 8, True,
                     "NVIDIA Blackwell GeForce whitepaper: 1,024 dense FP16 FLOPs with FP16 "
                     "accumulate a clock and SM of 128 CUDA cores (RTX 5090: 419 TFLOPS)"),
+    GpuArchitecture("apple10", "Apple", 2, None, 8, False,
+                    "Apple newsroom, 2025-10-15 (M5): a Neural Accelerator in each GPU "
+                    "core, over 4x the peak GPU compute for AI of M4, whose GPU runs FP16 "
+                    "at its FP32 rate (Metal's Apple10 GPU family: M5 and A19); llama.cpp's "
+                    "Metal backend reaches the accelerators through the Metal 4 tensor "
+                    "API (pull request 16634, 2025-11-06; ggml-metal-device.m turns it on "
+                    "for M5, M6, A19 and A20 only)",
+                    metal_matrix=True),
 )

@@ -75,7 +75,9 @@ shipped catalog gives every source (a test keeps it so). The fields:
     and int8 dot-product rates a lane and clock the stand-in from shaders then follows,
     as far as llama.cpp's kernels reach them on the run's backend. Without it the
     stand-in takes a matrix unit's 8 FLOPs a lane and clock (RDNA 3, NVIDIA's GeForce
-    tensor cores since Ampere) and says so.
+    tensor cores since Ampere) and says so. An Apple kind (no clock) names it for units
+    beyond its vector ones: ``apple10``, the M5's Neural Accelerators, which its lanes
+    then compute on at the multiple Apple states.
 
 :class:`GpuModel` checks its fields however it is made (a file, ``from_dict``, a
 constructor call, ``dataclasses.replace``). Every problem raises

@@ -153,7 +153,14 @@ def _chip_tflops(speed: NodeSpeed, calibration: SpeedCalibration, backend: str,
         return lane_clocks * per_lane * calibration.shader_units_factor, figure
     lane_gflops = _gflops_per_lane(speed, calibration.fallback_gflops_per_lane)
     if lane_gflops is not None and speed.shader_lanes is not None:
-        return speed.shader_lanes * lane_gflops / 1e3, figure
+        # The vendor's rate a lane is its vector units' (the kinds that state both); an
+        # architecture whose matrix units the backend reaches computes that many times it.
+        units = 1.0
+        if speed.architecture is not None:
+            architecture = GPU_ARCHITECTURES[speed.architecture]
+            units = (shader_flops_per_lane_clock(architecture, backend, quantized)
+                     / architecture.packed_fp16)
+        return speed.shader_lanes * lane_gflops * units / 1e3, figure
     bandwidth = speed.memory_bandwidth_bytes_per_s or 0
     ratios = calibration.fallback_flops_per_byte
     key = CPU_BACKEND if on_cpu else speed.vendor or ""

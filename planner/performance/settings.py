@@ -73,7 +73,8 @@ Vulkan reaches matrix units through cooperative matrices where
 ``ggml_vk_khr_cooperative_matrix_support`` allows them (AMD's RDNA 3 and 4, Intel's Xe2,
 NVIDIA since Turing; not Intel's discrete Xe-HPG), and otherwise runs its products on the
 vector units (its integer dot-product MMQ, pull request 12135 and later, is not told
-apart here); other backends run on the vector units.
+apart here); Metal reaches the M5's Neural Accelerators through the Metal 4 tensor API
+(``apple10``); other backends run on the vector units.
 """
 
 from __future__ import annotations
@@ -268,8 +269,9 @@ _BLAS_BACKENDS = ("cuda", "rocm")
 def reaches_matrix_units(architecture: GpuArchitecture, backend: str) -> bool:
     """Whether llama.cpp's kernels on ``backend`` reach ``architecture``'s matrix units
     (the module docstring); without them its flash attention runs on the shaders too."""
-    reaches = backend in _BLAS_BACKENDS or (backend == "vulkan"
-                                            and architecture.vulkan_matrix)
+    reaches = (backend in _BLAS_BACKENDS
+               or (backend == "vulkan" and architecture.vulkan_matrix)
+               or (backend == "metal" and architecture.metal_matrix))
     return architecture.matrix_fp16 is not None and reaches
 
 
