@@ -61,6 +61,12 @@ def test_the_m5_computes_apple_s_stated_multiple_of_the_m4_on_its_accelerators()
     for backend, times in (("metal", 4), ("vulkan", 1)):
         assert matrix_tflops(NodeSpeed.of_kind("m5", lanes), calibration, backend, True) == (
             pytest.approx((times * 10 * 128 * rate / 1e3, "lanes")))
+        notes: list[str] = []
+        calibrated_device(calibration, NodeSpeed.of_kind("m5", lanes),
+                          RunSettings(backend=backend), True, notes)
+        said = [note for note in notes if "apple10 matrix units" in note]
+        assert said == (["m5's apple10 matrix units, which the metal backend reaches, "
+                         "compute 4 times its lanes' vector rate"] if times == 4 else [])
 
 
 def test_rdna_3_5_has_rdna_3_s_units() -> None:

@@ -153,18 +153,23 @@ def _chip_tflops(speed: NodeSpeed, calibration: SpeedCalibration, backend: str,
         return lane_clocks * per_lane * calibration.shader_units_factor, figure
     lane_gflops = _gflops_per_lane(speed, calibration.fallback_gflops_per_lane)
     if lane_gflops is not None and speed.shader_lanes is not None:
-        # The vendor's rate a lane is its vector units' (the kinds that state both); an
-        # architecture whose matrix units the backend reaches computes that many times it.
-        units = 1.0
-        if speed.architecture is not None:
-            architecture = GPU_ARCHITECTURES[speed.architecture]
-            units = (shader_flops_per_lane_clock(architecture, backend, quantized)
-                     / architecture.packed_fp16)
+        units = _units_over_vector(speed, backend, quantized)
         return speed.shader_lanes * lane_gflops * units / 1e3, figure
     bandwidth = speed.memory_bandwidth_bytes_per_s or 0
     ratios = calibration.fallback_flops_per_byte
     key = CPU_BACKEND if on_cpu else speed.vendor or ""
     return bandwidth * ratios.get(key, ratios["all"]) / 1e12, figure
+
+
+def _units_over_vector(speed: NodeSpeed, backend: str, quantized: bool) -> float:
+    """How many times its vector rate a kind without a clock computes at on ``backend``:
+    its vendor's rate a lane is its vector units' (the kinds that state both), and an
+    architecture whose matrix units the backend reaches computes that multiple of it."""
+    if speed.architecture is None:
+        return 1.0
+    architecture = GPU_ARCHITECTURES[speed.architecture]
+    return (shader_flops_per_lane_clock(architecture, backend, quantized)
+            / architecture.packed_fp16)
 
 
 def backend_of(speed: NodeSpeed, settings: RunSettings, notes: list[str]) -> str:
@@ -202,6 +207,10 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
     if figure != "stated":
         notes.append(f"{name} states no fp16_tflops: its FP16 throughput is taken from its "
                      f"{FP16_FIGURE_SOURCES[figure]}, and its prefill estimate is less sure")
+    units = _units_over_vector(speed, backend, quantized) if figure == "lanes" else 1.0
+    if units != 1.0:
+        notes.append(f"{name}'s {speed.architecture} matrix units, which the {backend} "
+                     f"backend reaches, compute {units:g} times its lanes' vector rate")
     if figure == "shaders" and speed.architecture is None and not is_cpu_kind(speed.backend):
         notes.append(f"{name} states no architecture: its shaders are taken at "
                      f"{UNSTATED_FLOPS_PER_LANE_CLOCK} FP16 FLOPs a lane and clock")
