@@ -51,6 +51,19 @@ def test_text_output_uses_the_catalog_figures(tmp_path) -> None:
     assert f"262,144   {flaky.context_distribution[262144]:.6%}" in done.stdout
 
 
+@pytest.mark.parametrize(("option", "value", "field"), [
+    ("--afr", "-1", "annual_failure_rate"), ("--afr", "nan", "annual_failure_rate"),
+    ("--repair-hours", "-3", "repair_hours"), ("--tolerance", "nan", "tolerance"),
+    ("--tolerance", "2", "tolerance")])
+def test_a_bad_option_is_named_as_the_option_not_as_the_fleet_file(option: str, value: str,
+                                                                   field: str) -> None:
+    """A figure typed on the command line is refused by the option's name: the fleet file
+    and its first node, which the message used to blame, hold nothing wrong."""
+    done = run("availability", FIVE, option, value)
+    assert_user_error(done, 2, f"planner: {option}: ", field, value)
+    assert "node" not in done.stderr and str(FIVE.name) not in done.stderr
+
+
 def test_bad_input_and_no_topology() -> None:
     assert_user_error(run("availability", FIVE, "--afr", "-1"), 2, "annual_failure_rate", "-1")
     assert_user_error(run("availability", FIVE, "--catalog", "missing.toml"), 2,

@@ -145,6 +145,7 @@ def fleet_figures(
     """Each node's figures as :func:`fleet_reliability` gives them, with where each
     came from."""
     overrides = overrides or {}
+    _check_fleet_wide(annual_failure_rate, repair_hours)
     named = {node_id: own.gpu for node_id, own in overrides.items() if own.gpu is not None}
     kinds = node_gpu_kinds(nodes, _shipped_catalog() if catalog is None else catalog, named)
     result: dict[str, NodeFigures] = {}
@@ -169,6 +170,15 @@ def fleet_figures(
             raise AvailabilityError(error.code, f"node {node.node_id!r}: {error.message}",
                                     **{**error.details, "node_id": node.node_id}) from None
     return result
+
+
+def _check_fleet_wide(annual_failure_rate: float | None, repair_hours: float | None) -> None:
+    """The fleet-wide figures are no node's: a bad one is refused as such, before any node
+    takes it (not as the first node's)."""
+    for name, value in (("annual_failure_rate", annual_failure_rate),
+                        ("repair_hours", repair_hours)):
+        if value is not None:
+            number(value, _invalid("InvalidReliability", name, f"fleet-wide {name}"))
 
 
 def fleet_reliability(

@@ -76,6 +76,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                              "states_evaluated and context_distribution as JSON")
 
 
+# The fields whose fleet-wide value only an option gives, by the option.
+_OPTION_OF = {"annual_failure_rate": "--afr", "repair_hours": "--repair-hours",
+              "tolerance": "--tolerance", "max_states": "--max-states"}
+
+
 def run(args: argparse.Namespace) -> int:
     document, request = load_request(args.fleet)
     for name in ("min_context", "min_lanes", "max_states"):
@@ -106,6 +111,10 @@ def run(args: argparse.Namespace) -> int:
         result, targets = found.result, found.targets
         missed = found.missed_with_every_node_up
     except (AvailabilityError, ModelError) as error:
+        # A figure given on the command line is the option's fault, not the fleet file's.
+        option = _OPTION_OF.get(str(error.details.get("field")))
+        if option is not None and error.details.get("node_id") is None:
+            raise UserError(f"{option}: {error.message}") from None
         raise UserError(f"{args.fleet}: {error.message}") from None
     if not result.exact and result.unexplored_mass > args.tolerance:
         bound = (f"--max-states {args.max_states:,}; raise it to narrow the interval"
