@@ -134,6 +134,14 @@ def test_missing_file_and_clashing_kind_ids(tmp_path: Path) -> None:
     with pytest.raises(ModelError) as caught:
         load_gpu_catalog(tmp_path / "none.toml")
     assert caught.value.code == "GpuCatalogNotFound"
+    assert caught.value.message.endswith("none.toml does not exist")
+    # A folder or a device exists, and is said to be what it is.
+    for where, said in ((tmp_path, "is a folder, not a catalog file"),
+                        (Path("/dev/zero"), "is not a regular file")):
+        with pytest.raises(ModelError) as caught:
+            load_gpu_catalog(where)
+        assert caught.value.code == "GpuCatalogNotFound"
+        assert caught.value.message == f"GPU catalog {where} {said}"
     path = tmp_path / "twice.toml"
     path.write_text(ENTRY + 'id = "x"\n' + ENTRY.replace("Card", "Other") + 'id = "x"\n')
     with pytest.raises(ModelError) as caught:

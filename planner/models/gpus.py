@@ -541,7 +541,9 @@ def _read(path: Path, shipped: bool) -> Any:
     where = str(path)
     if not path.is_file():
         code = "MissingDataDir" if shipped else "GpuCatalogNotFound"
-        raise ModelError(code, f"GPU catalog {path} does not exist", path=where, file=where)
+        what = ("is a folder, not a catalog file" if path.is_dir() else
+                "is not a regular file" if path.exists() else "does not exist")
+        raise ModelError(code, f"GPU catalog {path} {what}", path=where, file=where)
     try:
         with path.open("rb") as handle:
             return tomllib.load(handle)
