@@ -118,6 +118,10 @@ def test_a_grid_file_that_is_no_regular_file_is_refused(tmp_path: Path, name: st
     with pytest.raises(SweepError) as caught:
         load_grid(path)
     assert caught.value.code == "InvalidGrid" and str(path) in caught.value.message
+    # It is a grid file that was asked for, and the message says so.
+    assert "fleet file" not in caught.value.message
+    if name != "missing":
+        assert "grid file" in caught.value.message
 
 
 # -- inputs -------------------------------------------------------------------------------

@@ -30,8 +30,9 @@ def _format_of(path: Path) -> str:
                          path=str(path))
 
 
-def read_regular_file(path: Path) -> bytes:
-    """The bytes of ``path``, refusing anything but a regular file before reading it.
+def read_regular_file(path: Path, what: str = "fleet file") -> bytes:
+    """The bytes of ``path``, refusing anything but a regular file (``what`` it should
+    be, as the message says it) before reading it.
 
     Opening without blocking means a FIFO or a device named ``x.toml`` is refused at
     once instead of waiting for a writer that never comes.
@@ -44,7 +45,7 @@ def read_regular_file(path: Path) -> bytes:
     except FileNotFoundError:
         raise FleetFileError("FileNotFound", "no such file", path=str(path)) from None
     except IsADirectoryError:
-        raise FleetFileError("FileNotFound", "is a folder, not a fleet file",
+        raise FleetFileError("FileNotFound", f"is a folder, not a {what}",
                              path=str(path)) from None
     except OSError as error:
         raise FleetFileError("UnreadableFile", f"cannot be read: {error.strerror}",
@@ -52,11 +53,11 @@ def read_regular_file(path: Path) -> bytes:
     try:
         mode = os.fstat(descriptor).st_mode
         if stat.S_ISDIR(mode):
-            raise FleetFileError("FileNotFound", "is a folder, not a fleet file",
+            raise FleetFileError("FileNotFound", f"is a folder, not a {what}",
                                  path=str(path))
         if not stat.S_ISREG(mode):
             raise FleetFileError("UnreadableFile", "is not a regular file (a pipe, socket "
-                                 "or device); give the path of a fleet file", path=str(path))
+                                 f"or device); give the path of a {what}", path=str(path))
         os.set_blocking(descriptor, True)
         with os.fdopen(descriptor, "rb", closefd=False) as stream:
             return stream.read()

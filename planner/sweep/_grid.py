@@ -274,7 +274,7 @@ def load_grid(path: str | Path) -> tuple[SweepGrid, str]:
         raise setting_error("path")("must be a file path", path)
     path = Path(path)
     try:
-        data = tomllib.loads(read_regular_file(path).decode("utf-8"))
+        data = tomllib.loads(read_regular_file(path, "grid file").decode("utf-8"))
     except FleetFileError as error:
         raise SweepError("InvalidGrid", f"{path}: cannot read the grid file: "
                          f"{error.message}", path=str(path)) from None
