@@ -150,3 +150,35 @@ def test_an_unreadable_fleet_file(tmp_path: Path,
     path.chmod(0)
     assert_one_line_error(run("plan", path, preexec_fn=as_unprivileged),
                           "locked.toml", "cannot be read: Permission denied")
+
+
+@pytest.mark.parametrize("command", [("speed", "--gpu", "rtx-4090"), ("size",),
+                                     ("calibrate", "bench.json", "--gpu", "rtx-4090")])
+@pytest.mark.parametrize(("given", "said"), [
+    ("a-folder", "is a folder"), ("notes", "is a file without a .gguf, .toml or .json suffix"),
+    ("./missing/model", "does not exist")])
+def test_a_model_path_that_is_none_of_its_kinds_is_named_as_what_it_is(
+        tmp_path: Path, command: tuple[str, ...], given: str, said: str) -> None:
+    """A model argument that is a path but no GGUF or fleet file is refused by what it is,
+    not looked up as a preset id ("no preset named './missing/model'"), and a preset id
+    is one whatever the folder it is typed in holds."""
+    (tmp_path / "a-folder").mkdir()
+    (tmp_path / "notes").write_text("not a model\n")
+    (tmp_path / "bench.json").write_text("[]\n")
+    option = "--model" if command[0] == "calibrate" else "MODEL"
+    args = (*command, "--model", given) if command[0] == "calibrate" else (
+        command[0], given, *command[1:])
+    result = run(*args, cwd=tmp_path)
+    assert_one_line_error(result, f"{option}: {given!r} {said}")
+    assert "preset named" not in result.stderr
+    (tmp_path / "gpt-oss-20b").mkdir()
+    named = run("speed", "gpt-oss-20b", "--gpu", "rtx-4090", "--context", "1k",
+                "--prompt-tokens", "256", cwd=tmp_path)
+    assert named.returncode == 0, named.stderr
+
+
+def test_calibrate_takes_no_fleet_file_as_its_model(tmp_path: Path) -> None:
+    (tmp_path / "bench.json").write_text("[]\n")
+    result = run("calibrate", "bench.json", "--gpu", "rtx-4090", "--model",
+                 ROOT / "data" / "fleets" / "qwen480b-5x80.toml", cwd=tmp_path)
+    assert_one_line_error(result, "is a fleet file; --model is a preset id or a GGUF file")

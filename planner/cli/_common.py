@@ -9,10 +9,12 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 import planner
 from planner.errors import CodedError, PlanError
 from planner.fleet import FleetDocument, load_fleet
+from planner.models import list_presets
 from planner.planning.memory_rule import MEMORY_MODELS
 from planner.reports.tables import terminal_safe
 
@@ -77,6 +79,32 @@ class UserError(CodedError):
 
     def __str__(self) -> str:
         return self.message
+
+
+MODEL_SOURCES = "a preset id, a GGUF file (.gguf) or a fleet file (.toml, .json)"
+
+
+def model_source(source: str, option: str = "MODEL", sources: str = MODEL_SOURCES) -> str:
+    """What a model argument (``option``, taking ``sources``) names, by its suffix:
+    ``"fleet"``, ``"gguf"`` or ``"preset"`` (a preset's id whatever the folder holds). A
+    path that is none of them (a folder, a file without either suffix, a path that does
+    not exist) is refused by what it is, not looked up as a preset."""
+    suffix = Path(source).suffix.lower()
+    if suffix in (".toml", ".json"):
+        return "fleet"
+    if suffix == ".gguf":
+        return "gguf"
+    if source in list_presets():
+        return "preset"
+    path = Path(source)
+    if path.is_dir():
+        raise UserError(f"{option}: {source!r} is a folder; {option} is {sources}")
+    if path.exists():
+        raise UserError(f"{option}: {source!r} is a file without a .gguf, .toml or .json "
+                        f"suffix; {option} is {sources}")
+    if os.sep in source or (os.altsep is not None and os.altsep in source):
+        raise UserError(f"{option}: {source!r} does not exist; {option} is {sources}")
+    return "preset"
 
 
 def exit_code(error: CodedError) -> int:

@@ -8,7 +8,13 @@ import json
 import os
 from pathlib import Path
 
-from planner.cli._common import EXIT_OK, UserError, add_catalog_argument, add_command
+from planner.cli._common import (
+    EXIT_OK,
+    UserError,
+    add_catalog_argument,
+    add_command,
+    model_source,
+)
 from planner.fleet import FleetFileError, write_text_atomic
 from planner.limits import DEFAULT_CACHE_TYPE, MAX_BENCH_BYTES
 from planner.llamacpp.bench import (
@@ -106,7 +112,11 @@ def _read(path: str) -> str:
 
 
 def _spec(model: str, kv_cache_type: str | None) -> ModelSpec:
-    if Path(model).suffix.lower() == ".gguf":
+    kind = model_source(model, "--model", "a preset id or a GGUF file (.gguf)")
+    if kind == "fleet":
+        raise UserError(f"--model: {model!r} is a fleet file; --model is a preset id or a "
+                        "GGUF file (.gguf)")
+    if kind == "gguf":
         return from_gguf(model, kv_cache_type or DEFAULT_CACHE_TYPE)
     return load_preset(model, kv_cache_type=kv_cache_type)
 

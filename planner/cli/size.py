@@ -17,6 +17,7 @@ from planner.cli._common import (
     add_calibration_argument,
     add_catalog_argument,
     add_command,
+    model_source,
 )
 from planner.fleet import load_fleet
 from planner.limits import DEFAULT_PRICE_KIND
@@ -80,8 +81,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _model(source: str) -> tuple[ModelSpec | dict[str, Any], str, dict[str, Any]]:
     """The model, its display name and the fleet file's planning options."""
-    path = Path(source)
-    if path.suffix.lower() in (".toml", ".json"):
+    kind = model_source(source)
+    if kind == "fleet":
         document = load_fleet(source)
         spec = document.model.spec(document.base_dir)
         planning = {"minimum_nodes": document.minimum_nodes,
@@ -91,8 +92,8 @@ def _model(source: str) -> tuple[ModelSpec | dict[str, Any], str, dict[str, Any]
         model = spec if spec is not None else {**document.model.resolve(document.base_dir),
                                                **(document.model.numbers or {})}
         return model, document.model.label, planning
-    if path.suffix.lower() == ".gguf":
-        spec = from_gguf(path)
+    if kind == "gguf":
+        spec = from_gguf(Path(source))
         return spec, spec.name, {}
     spec = load_preset(source)
     return spec, spec.name, {}

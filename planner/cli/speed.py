@@ -14,6 +14,7 @@ from planner.cli._common import (
     add_calibration_argument,
     add_catalog_argument,
     add_command,
+    model_source,
 )
 from planner.fleet import load_fleet
 from planner.limits import (
@@ -142,9 +143,9 @@ def _count(value: int, option: str, maximum: int) -> int:
 def resolve_model(source: str, kv_cache_type: str | None = None
                   ) -> tuple[str, dict[str, Any], ModelTraffic | None]:
     """A preset id, GGUF file or fleet file: its name, planning model fields and traffic."""
-    path = Path(source)
+    kind = model_source(source)
     spec: ModelSpec | None
-    if path.suffix.lower() in (".toml", ".json"):
+    if kind == "fleet":
         document = load_fleet(source)
         model = document.model
         if kv_cache_type is not None:
@@ -156,8 +157,8 @@ def resolve_model(source: str, kv_cache_type: str | None = None
         fields = (spec.planning_fields() if spec is not None else
                   dict(model.resolve(document.base_dir)))
         return model.label, fields, model_traffic(spec, model.numbers)
-    if path.suffix.lower() == ".gguf":
-        spec = from_gguf(path, kv_cache_type or DEFAULT_CACHE_TYPE)
+    if kind == "gguf":
+        spec = from_gguf(Path(source), kv_cache_type or DEFAULT_CACHE_TYPE)
     else:
         spec = load_preset(source, kv_cache_type=kv_cache_type)
     return spec.name, spec.planning_fields(), model_traffic(spec)
