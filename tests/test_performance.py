@@ -559,6 +559,8 @@ def test_amd_attends_on_its_matrix_units_as_llama_cpp_routes_each_model() -> Non
     assert not groups_queries(replace(llama, kv_heads=32))
     assert not groups_queries(replace(llama, head_size=40))
     assert not groups_queries(replace(llama, head_size=72))
+    assert groups_queries(replace(llama, head_size=256))
+    assert not groups_queries(replace(llama, head_size=320))
     assert not groups_queries(deepseek)
     assert groups_queries(replace(llama, kv_heads=None)) and groups_queries(None)
 

@@ -114,9 +114,9 @@ FUSED_MOE_BUILD = {"cuda": 6550, "rocm": 6550, "vulkan": 6800, "metal": 11434}
 # ran it on the shaders before (the module docstring); on ROCm for a model that groups its
 # queries only (:func:`groups_queries`).
 MATRIX_FLASH_ATTENTION_BUILD = {"rocm": 9187, "vulkan": 7865}
-# Key head sizes llama.cpp's matrix flash-attention kernel takes on AMD's RDNA (fattn.cu:
-# at most 256, and neither of the two its tiles leave out).
-MATRIX_ATTENTION_HEAD_SIZES = (1, 256)
+# The widest key head llama.cpp's matrix flash-attention kernel takes on AMD's RDNA, and
+# the two narrower ones its tiles leave out (fattn.cu).
+MATRIX_ATTENTION_MAX_HEAD_SIZE = 256
 UNTILED_HEAD_SIZES = (40, 72)
 
 
@@ -242,12 +242,12 @@ def groups_queries(traffic: ModelTraffic | None) -> bool:
     if traffic is None or not traffic.attention_heads or not traffic.kv_heads:
         return True
     size = traffic.head_size
-    low, high = MATRIX_ATTENTION_HEAD_SIZES
-    tiled = size is None or (low <= size <= high and size not in UNTILED_HEAD_SIZES)
+    tiled = size is None or (size <= MATRIX_ATTENTION_MAX_HEAD_SIZE
+                             and size not in UNTILED_HEAD_SIZES)
     return traffic.attention_heads >= 2 * traffic.kv_heads and tiled
 
 
-def attends_on_shaders(backend: str, build: int | None, grouped: bool = True) -> bool:
+def attends_on_shaders(backend: str, build: int | None, grouped: bool) -> bool:
     """Whether flash attention on ``backend`` at ``build`` (``None``: a current build) runs
     on the shaders of a GPU whose FP16 figure is the stand-in from them, for a model that
     groups its queries or not (:func:`groups_queries`): on ROCm before
