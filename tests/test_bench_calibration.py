@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_cli import assert_user_error
+from test_cli import run as run_planner
 
 from planner.limits import MAX_BENCH_BYTES
 from planner.llamacpp.bench import (
@@ -333,6 +335,45 @@ def test_one_run_a_phase_is_nothing_to_calibrate() -> None:
         fit_calibration([runs[0], runs[2]], spec, kind, base)
     assert caught.value.code == "NothingToCalibrate"
     assert "the only prefill run" in caught.value.message
+
+
+@pytest.mark.parametrize(("stated", "kept"), [
+    ("CUDA", True), ("CUDA,BLAS", True), ("BLAS,CUDA", True), ("RPC", True),
+    ("", True), ("CANN", True), ("CPU", False), ("BLAS", False), ("Vulkan", False),
+    ("ROCm", False), ("Metal,BLAS", False)])
+def test_runs_of_another_backend_than_the_kinds_are_left_out(stated: str,
+                                                            kept: bool) -> None:
+    """llama-bench's backend column names where a run computed. CPU runs fitted to an RTX
+    4090 scaled its CUDA figures by 0.14 (decode) and 0.0045 (prefill), and the fit
+    reported a small error: a calibration silently of another device. A run on a backend
+    the kind does not run is left out and says which; RPC (whose server runs either) and
+    names the estimate does not know are kept."""
+    spec, kind, base = load_preset(PRESET), kind_4090(), shipped_calibration()
+    runs = [replace(run, backend=stated) for run in synthetic_runs(spec, kind, base)]
+    found, skipped = usable_runs(runs, spec, "cuda")
+    assert len(found) == (len(runs) if kept else 0)
+    if not kept:
+        assert all(f"ran on llama.cpp's {stated} backend, not the kind's cuda" in why
+                   for _, why in skipped)
+        with pytest.raises(BenchError) as caught:
+            fit_calibration(runs, spec, kind, base)
+        assert caught.value.code == "NothingToCalibrate"
+        assert f"ran on llama.cpp's {stated} backend, not the kind's cuda" in (
+            caught.value.message)
+
+
+def test_calibrate_names_runs_of_another_backend(tmp_path: Path) -> None:
+    """The same, as `planner calibrate` says it: CPU runs given for a CUDA kind."""
+    bench = tmp_path / "cpu.md"
+    bench.write_text(
+        "| model | size | backend | threads | test | t/s |\n| --- | --: | --- | --: | --: | --: |\n"
+        + "".join(f"| llama 8B Q8_0 | 7.95 GiB | CPU | 16 | {test} | {rate} ± 0.10 |\n"
+                  for test, rate in (("pp128", 60), ("pp512", 55), ("tg32", 12),
+                                     ("tg128", 11.5))))
+    result = run_planner("calibrate", bench, "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
+                         "-o", tmp_path / "out.toml")
+    assert_user_error(result, 2, "ran on llama.cpp's CPU backend, not the kind's cuda")
+    assert not (tmp_path / "out.toml").exists()
 
 
 def test_the_recorded_runs_fit_better_than_the_shipped_calibration() -> None:

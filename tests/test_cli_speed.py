@@ -335,13 +335,6 @@ def test_a_cpu_computes_on_the_cores_its_threads_use(tmp_path: Path) -> None:
     assert eight["ttft_ms"] == _json(*unclocked)["ttft_ms"]
     assert any("no-clock's FP16 throughput is not taken from its cores and clock, so 8 "
                "threads do not change it" in note for note in eight["notes"])
-    # A GPU kind run on the CPU backend computes at its shaders' figure, no CPU's cores.
-    shaders = ("gemma-3-12b", "--gpu", "shaders-only", "--catalog", str(catalog),
-               "--context", "4k", "--backend", "cpu")
-    on_cpu = _json(*shaders, "--threads", "2")
-    assert on_cpu["ttft_ms"] == _json(*shaders)["ttft_ms"]
-    assert any("shaders-only's FP16 throughput is not taken from its cores and clock"
-               in note for note in on_cpu["notes"])
     for bad in ("0", "513"):
         assert_user_error(run("speed", *args, "--threads", bad), 2,
                           f"--threads: must be from 1 to 512 (got {bad})")
@@ -355,3 +348,34 @@ def test_a_preset_takes_the_size_of_the_file_run() -> None:
     read = sum(s["weight_read_bytes"] for s in sized["terms"]["stages"])
     assert read < sum(s["weight_read_bytes"] for s in preset["terms"]["stages"])
     assert sized["tpot_ms"] < preset["tpot_ms"]
+
+
+@pytest.mark.parametrize(("kind", "backend", "said"), [
+    ("rtx-4090", "cpu", "--backend: rtx-4090 is a GPU kind (its backend: cuda): llama.cpp's "
+     "cpu backend runs on a CPU, which a catalog kind with backend = \"cpu\" describes "
+     "(got 'cpu')"),
+    ("shaders-only", "cpu", "--backend: shaders-only is a GPU kind (its backend: vulkan)"),
+    ("sixteen-cores", "cuda", "--backend: sixteen-cores is a CPU kind: llama.cpp's cpu "
+     "backend is the one it runs (got 'cuda')"),
+    ("sixteen-cores", "vulkan", "--backend: sixteen-cores is a CPU kind"),
+])
+def test_a_kind_is_not_estimated_on_a_backend_of_the_other_kind_of_device(
+        tmp_path: Path, kind: str, backend: str, said: str) -> None:
+    """A GPU kind on the CPU backend was estimated at the GPU's bandwidth and FLOPS (an RTX
+    4090 prefilling 8,812 tokens/s "on the CPU"), and a CPU kind on a GPU backend at its
+    cores with a GPU's figures: a silently wrong estimate. Each is refused by the option."""
+    catalog = tmp_path / "mine.toml"
+    catalog.write_text('[[gpu]]\nid = "sixteen-cores"\nname = "A 16-core CPU"\n'
+                       'vendor = "AMD"\nmemory = "128 GiB"\nbackend = "cpu"\n'
+                       'memory_type = "ddr"\nmemory_bandwidth_bytes_per_s = 96000000000\n'
+                       "core_count = 16\nboost_clock_mhz = 5000\nsimd_width_bits = 512\n"
+                       '[[gpu]]\nid = "shaders-only"\nname = "A GPU stating shaders"\n'
+                       'vendor = "AMD"\nmemory = "16 GiB"\nbackend = "vulkan"\n'
+                       'memory_type = "gddr"\nmemory_bandwidth_bytes_per_s = 640000000000\n'
+                       'shader_count = 4096\nboost_clock_mhz = 2970\narchitecture = "rdna4"\n')
+    assert_user_error(run("speed", "gemma-3-12b", "--gpu", kind, "--catalog", str(catalog),
+                          "--context", "4k", "--backend", backend), 2, said)
+    # The same device's own backends stay open to it: a GPU's others, a CPU's own.
+    other = {"rtx-4090": "vulkan", "shaders-only": "rocm", "sixteen-cores": "cpu"}[kind]
+    assert _json("gemma-3-12b", "--gpu", kind, "--catalog", str(catalog), "--context", "4k",
+                 "--backend", other)["tpot_ms"] > 0

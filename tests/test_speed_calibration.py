@@ -311,8 +311,9 @@ def test_the_cpu_multiplies_an_experts_few_tokens_at_its_full_rate(rows: Rows) -
     row = next(r for r in rows if r.gpu.kind == "raspberry-pi-5" and r.test == "pp512")
     speed = NodeSpeed.of_kind("row", row.gpu)
     cpu = calibrated_device(calibration, speed, row.settings, True, [])
-    vulkan = calibrated_device(calibration, speed,
-                               replace(row.settings, backend="vulkan"), True, [])
+    gpu_row = next(r for r in rows if r.backend == "vulkan")
+    vulkan = calibrated_device(calibration, NodeSpeed.of_kind("row", gpu_row.gpu),
+                               gpu_row.settings, True, [])
     assert cpu.rates.half_rate_tokens == 0.0
     assert vulkan.rates.half_rate_tokens == calibration.half_rate_tokens > 0
     loads, traffic = speed_calibration.loads_of(row)
@@ -396,7 +397,8 @@ def test_a_fused_build_decodes_a_mixture_of_experts_faster(rows: Rows) -> None:
     new = speed_calibration.predict_ms(replace(row, build=first), calibration)
     current = speed_calibration.predict_ms(replace(row, build=None), calibration)
     assert old > 1.05 * new and new == current
-    cpu = replace(row, backend="cpu")
+    cpu = next(r for r in rows if r.backend == "cpu" and r.phase == "decode"
+               and r.model["id"] == "qwen3-30b-a3b")
     assert (speed_calibration.predict_ms(replace(cpu, build=first - 1), calibration)
             == speed_calibration.predict_ms(replace(cpu, build=None), calibration))
     dense = next(r for r in rows if r.gpu.kind == "dgx-spark" and r.phase == "decode"

@@ -98,7 +98,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="tokens already cached before the prompt (llama-bench's -d; "
                              "default 0)")
     parser.add_argument("--backend", choices=BACKENDS,
-                        help="llama.cpp backend (default: the kind's own)")
+                        help="llama.cpp backend (default: the kind's own; a CPU kind runs "
+                             "cpu only, a GPU kind any other)")
     parser.add_argument("--flash-attn", choices=("on", "off"), default="on",
                         help="flash attention (llama-bench's -fa; default on, as "
                              "llama.cpp chooses it where it can)")
@@ -290,8 +291,13 @@ def run(args: argparse.Namespace) -> int:
                         f"of {native:,}")
     if args.file_size is not None:
         fields, traffic = _file_size(args.file_size, fields, traffic)
-    estimate, notes = estimate_speed(fields, traffic, gpu, gpus, context, lanes, prompt,
-                                     settings)
+    try:
+        estimate, notes = estimate_speed(fields, traffic, gpu, gpus, context, lanes, prompt,
+                                         settings)
+    except PerformanceError as error:
+        if error.details.get("field") != "backend":
+            raise
+        raise UserError(f"--backend: {error.message.removeprefix('backend: ')}") from None
     record = _record(name, gpu, gpus, context, lanes, estimate, notes)
     if args.json:
         print(terminal_json(record))

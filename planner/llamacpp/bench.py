@@ -51,7 +51,7 @@ from planner.limits import (
     MAX_TOKENS_PER_S,
     MAX_UBATCH,
 )
-from planner.models.gpus import GpuModel
+from planner.models.gpus import CPU_BACKEND, RPC_BACKEND, GpuModel
 from planner.models.spec import ModelSpec
 from planner.performance import (
     INTRA_HOST_LINK_BYTES_PER_S,
@@ -455,10 +455,27 @@ class BenchFit:
                 "notes": list(self.notes)}
 
 
-def usable_runs(runs: Sequence[BenchRun], spec: ModelSpec
+# llama-bench's names of llama.cpp's backends (its ``backends`` field, its ``backend``
+# column) as the estimate's: BLAS computes on the CPU; a name not here is not judged.
+_BENCH_BACKENDS = {"cuda": "cuda", "rocm": "rocm", "hip": "rocm", "vulkan": "vulkan",
+                   "metal": "metal", "sycl": "sycl", "cpu": CPU_BACKEND, "blas": CPU_BACKEND,
+                   "rpc": RPC_BACKEND}
+
+
+def ran_on_another_backend(run: BenchRun, backend: str) -> bool:
+    """Whether llama-bench names the run's backends and ``backend`` is none of them (a run
+    through RPC, whose server may run any, and names the estimate does not know are not
+    judged)."""
+    named = {_BENCH_BACKENDS.get(part.strip().lower()) for part in run.backend.split(",")}
+    named.discard(None)
+    return bool(named) and RPC_BACKEND not in named and backend not in named
+
+
+def usable_runs(runs: Sequence[BenchRun], spec: ModelSpec, backend: str | None = None
                 ) -> tuple[list[BenchRun], list[tuple[str, str]]]:
     """The runs the estimate models, and why each other one is left out (a test given
-    twice, as llama-bench's JSON and its markdown of one run print it, counts once)."""
+    twice, as llama-bench's JSON and its markdown of one run print it, counts once; a run
+    on another backend than the kind's ``backend``, :func:`ran_on_another_backend`)."""
     kept: list[BenchRun] = []
     skipped: list[tuple[str, str]] = []
     seen: dict[tuple[str, str, float, float | None], str] = {}
@@ -472,6 +489,9 @@ def usable_runs(runs: Sequence[BenchRun], spec: ModelSpec
             why = f"{run.test}: a prompt and decode in one test"
         elif run.ubatch is not None and run.ubatch > MAX_UBATCH:
             why = f"{run.test}: micro-batch {run.ubatch:,} is past {MAX_UBATCH:,} tokens"
+        elif backend is not None and ran_on_another_backend(run, backend):
+            why = (f"{run.test}: ran on llama.cpp's {run.backend} backend, not the kind's "
+                   f"{backend} (give a catalog kind of that backend, --catalog)")
         elif run.model_bytes is not None and not _same_size(run.model_bytes, spec):
             why = (f"model {shown(run.model)} of {run.model_bytes:,} bytes is not "
                    f"{spec.name}")
@@ -495,12 +515,12 @@ def fit_calibration(runs: Sequence[BenchRun], spec: ModelSpec, kind: GpuModel,
     ``NothingToCalibrate`` when no phase has two usable runs."""
     shape = run_shape(spec, kind)
     notes: list[str] = []
-    kept, skipped = usable_runs(runs, spec)
+    speed = node_speeds((shape.node,), [kind])[shape.node.node_id]
+    backend = backend_of(speed, RunSettings(), notes)
+    kept, skipped = usable_runs(runs, spec, backend)
     # The shares the kind's backend reaches before the fit: each factor may raise the
     # largest share of its phase up to 1 (the kind's peak), and no further.
     plain = replace(base, kinds={k: v for k, v in base.kinds.items() if k != kind.kind})
-    speed = node_speeds((shape.node,), [kind])[shape.node.node_id]
-    backend = backend_of(speed, RunSettings(), notes)
     figures = plain.backend(backend, notes)
 
     def largest(names: tuple[str, ...]) -> float:

@@ -124,6 +124,8 @@ from planner.units import UnitError, parse_bandwidth, parse_bytes, parse_latency
 BACKENDS = ("cuda", "rocm", "metal", "vulkan", "sycl", "cpu", "rpc")
 # The backend of a kind that is a CPU: its rates are its cores' (core_count, simd_width_bits).
 CPU_BACKEND = "cpu"
+# The backend that forwards to an rpc-server, whose device may be a CPU or a GPU.
+RPC_BACKEND = "rpc"
 
 
 def is_cpu_kind(backend: str | None) -> bool:

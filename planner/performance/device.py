@@ -37,7 +37,8 @@ from planner.models.architectures import (
     GPU_ARCHITECTURES,
     UNSTATED_FLOPS_PER_LANE_CLOCK,
 )
-from planner.models.gpus import CPU_BACKEND, GpuModel, is_cpu_kind
+from planner.models.gpus import CPU_BACKEND, RPC_BACKEND, GpuModel, is_cpu_kind
+from planner.performance._errors import PerformanceError
 from planner.performance.calibration import (
     FP16_FIGURE_SOURCES,
     BackendFigures,
@@ -174,14 +175,36 @@ def _units_over_vector(speed: NodeSpeed, backend: str, quantized: bool) -> float
 
 def backend_of(speed: NodeSpeed, settings: RunSettings, notes: list[str]) -> str:
     """The backend a node runs: the settings', else its kind's, else
-    :data:`FALLBACK_BACKEND` (said in ``notes``)."""
+    :data:`FALLBACK_BACKEND` (said in ``notes``). A setting that runs a CPU kind on a GPU
+    backend, or a GPU kind on the CPU backend, is refused (:func:`check_backend_runs_on`)."""
     if settings.backend is not None:
+        check_backend_runs_on(speed, settings.backend)
         return settings.backend
     if speed.backend is not None:
         return speed.backend
     notes.append(f"{speed.kind or speed.node_id} states no llama.cpp backend: "
                  f"{FALLBACK_BACKEND} taken")
     return FALLBACK_BACKEND
+
+
+def check_backend_runs_on(speed: NodeSpeed, backend: str) -> None:
+    """Refuse ``backend`` for a kind of the other kind of device: llama.cpp's CPU backend
+    computes on a CPU's cores, which only a CPU kind describes (a GPU kind's figures are
+    its memory's and its shaders'), and a GPU backend needs a GPU. The RPC backend runs
+    what its server's device is, either."""
+    if backend == RPC_BACKEND or is_cpu_kind(backend) == is_cpu_kind(speed.backend):
+        return
+    name = speed.kind or speed.node_id
+    if is_cpu_kind(speed.backend):
+        problem = (f"{name} is a CPU kind: llama.cpp's {CPU_BACKEND} backend is the one it "
+                   "runs")
+    else:
+        own = speed.backend or "none stated"
+        problem = (f"{name} is a GPU kind (its backend: {own}): llama.cpp's {CPU_BACKEND} "
+                   f"backend runs on a CPU, which a catalog kind with backend = "
+                   f'"{CPU_BACKEND}" describes')
+    raise PerformanceError("InvalidPerformanceInput", f"backend: {problem} (got {backend!r})",
+                           field="backend", value=backend)
 
 
 def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
