@@ -197,3 +197,19 @@ def test_a_fleet_that_misses_its_targets_with_every_node_up_says_which() -> None
     # A fleet that meets them says nothing of the kind.
     fine = run("availability", FIVE)
     assert fine.returncode == 0 and "misses the targets" not in fine.stdout
+
+
+def test_the_minimum_context_is_written_as_every_command_takes_it() -> None:
+    """As `planner size`: --min-context reads "262144", "262,144" and "256k" alike (it
+    stopped at argparse's "invalid int value: '256k'"), and names itself where it cannot
+    read one."""
+    base = ("availability", FIVE, "--afr", "2", "--repair-hours", "300", "--json")
+    plain = run(*base, "--min-context", "262144")
+    assert plain.returncode == 0, plain.stderr
+    for spelled in ("256k", "262,144"):
+        found = run(*base, "--min-context", spelled)
+        assert found.returncode == 0, found.stderr
+        assert json.loads(found.stdout) == json.loads(plain.stdout)
+    assert_user_error(run(*base, "--min-context", "lots"), 2,
+                      "planner: --min-context: cannot read 'lots' as a context length")
+    assert_user_error(run(*base, "--min-context", "0"), 2, "--min-context")

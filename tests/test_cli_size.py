@@ -145,3 +145,24 @@ def test_the_tpot_example_fleet_is_refused_at_once_for_want_of_a_speed_estimate(
 
     done = run("size", example_fleet("qwen480b-4x80-latency10-tpot33"))
     assert_user_error(done, 2, "TpotNotEstimable", "typed as numbers")
+
+
+def test_token_counts_are_written_as_every_command_takes_them() -> None:
+    """`planner speed --context 32k` and `planner memory --context 32k` took a count of
+    tokens as "32768", "32,768" or "32k"; `planner size --min-context 32k` stopped at an
+    argparse usage error ("invalid int value: '32k'"), and so did its --prompt-tokens.
+    Each now reads every spelling, and names the option where it cannot."""
+    base = ("size", "llama-3.1-8b", "--kinds", "rtx-4090,h100-sxm-80gb", "--top", "2",
+            "--json")
+    plain = run(*base, "--min-context", "32768", "--ttft-ms", "5000",
+                "--prompt-tokens", "8192")
+    assert plain.returncode == 0, plain.stderr
+    for context, prompt in (("32k", "8k"), ("32,768", "8,192")):
+        spelled = run(*base, "--min-context", context, "--ttft-ms", "5000",
+                      "--prompt-tokens", prompt)
+        assert spelled.returncode == 0, spelled.stderr
+        assert json.loads(spelled.stdout) == json.loads(plain.stdout)
+    assert_user_error(run(*base, "--min-context", "ten"), 2,
+                      "planner: --min-context: cannot read 'ten' as a context length")
+    assert_user_error(run(*base, "--ttft-ms", "5000", "--prompt-tokens=-8k"), 2,
+                      "planner: --prompt-tokens: cannot be negative")

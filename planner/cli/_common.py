@@ -14,9 +14,11 @@ from pathlib import Path
 import planner
 from planner.errors import CodedError, PlanError
 from planner.fleet import FleetDocument, load_fleet
+from planner.limits import MAX_CONTEXT
 from planner.models import list_presets
 from planner.planning.memory_rule import MEMORY_MODELS
 from planner.reports.tables import terminal_safe
+from planner.units import UnitError, parse_context
 
 EXIT_OK = 0
 EXIT_NO_TOPOLOGY = 1
@@ -82,6 +84,20 @@ class UserError(CodedError):
 
 
 MODEL_SOURCES = "a preset id, a GGUF file (.gguf) or a fleet file (.toml, .json)"
+
+
+def token_count(value: str, option: str, minimum: int = 1) -> int:
+    """A count of tokens as the user writes it on any command ("32768", "32,768" or
+    "32k"), from ``minimum`` to :data:`~planner.limits.MAX_CONTEXT`; else a
+    :class:`UserError` that names ``option``."""
+    try:
+        tokens = parse_context(value)
+    except UnitError as error:
+        raise UserError(f"{option}: {error.message}") from None
+    if not minimum <= tokens <= MAX_CONTEXT:
+        raise UserError(f"{option}: must be from {minimum} to {MAX_CONTEXT:,} tokens "
+                        f"(got {tokens:,})")
+    return tokens
 
 
 def model_source(source: str, option: str = "MODEL", sources: str = MODEL_SOURCES) -> str:

@@ -23,6 +23,7 @@ from planner.cli._common import (
     add_command,
     add_fleet_argument,
     load_request,
+    token_count,
 )
 from planner.limits import MAX_AVAILABILITY_NODE_PLANS
 from planner.models import ModelError, gpu_catalog_with
@@ -55,8 +56,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         exit_codes="0 computed, 1 no valid topology even with every node up, 2 bad input")
     add_fleet_argument(parser)
     add_catalog_argument(parser, "for its failure figures")
-    parser.add_argument("--min-context", type=int, metavar="N",
-                        help="context the plan must reach (default the context floor, "
+    parser.add_argument("--min-context", metavar="N",
+                        help="context the plan must reach, e.g. 131072 or 128k (default the "
+                             "context floor, "
                              f"min(native, {CONTEXT_FLOOR}))")
     parser.add_argument("--min-lanes", type=int, default=1, metavar="N",
                         help="parallel lanes the plan must reach (default 1)")
@@ -83,7 +85,9 @@ _OPTION_OF = {"annual_failure_rate": "--afr", "repair_hours": "--repair-hours",
 
 def run(args: argparse.Namespace) -> int:
     document, request = load_request(args.fleet)
-    for name in ("min_context", "min_lanes", "max_states"):
+    minimum_context = (None if args.min_context is None
+                       else token_count(args.min_context, "--min-context"))
+    for name in ("min_lanes", "max_states"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UserError(f"--{name.replace('_', '-')} must be at least 1 (got {value})")
@@ -105,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         # planner size: a minimum context above the model's native one is refused).
         found = fleet_file_availability(
             document, request, catalog=catalog, annual_failure_rate=args.afr,
-            repair_hours=args.repair_hours, minimum_context=args.min_context,
+            repair_hours=args.repair_hours, minimum_context=minimum_context,
             minimum_lanes=args.min_lanes, tolerance=args.tolerance,
             max_states=args.max_states)
         result, targets = found.result, found.targets

@@ -18,6 +18,7 @@ from planner.cli._common import (
     add_catalog_argument,
     add_command,
     model_source,
+    token_count,
 )
 from planner.fleet import load_fleet
 from planner.limits import DEFAULT_PRICE_KIND
@@ -50,8 +51,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="a preset id, a GGUF file or a fleet file (its [model] and "
                              "[planning] are used, its nodes ignored)")
     add_catalog_argument(parser, "to size with (--kinds keeps only some)")
-    parser.add_argument("--min-context", type=int, metavar="N",
-                        help="context the plan must reach (default the context floor)")
+    parser.add_argument("--min-context", metavar="N",
+                        help="context the plan must reach, e.g. 131072 or 128k (default "
+                             "the context floor)")
     parser.add_argument("--min-lanes", type=int, default=1, metavar="N",
                         help="parallel lanes the plan must reach (default 1)")
     parser.add_argument("--tolerate", type=int, default=0, metavar="F",
@@ -59,8 +61,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--ttft-ms", type=int, metavar="MS",
                         help="estimated time to first token the plan must stay within, "
                              "for a prompt of --prompt-tokens")
-    parser.add_argument("--prompt-tokens", type=int, metavar="P",
-                        help="the prompt size --ttft-ms is for")
+    parser.add_argument("--prompt-tokens", metavar="P",
+                        help="the prompt size --ttft-ms is for, e.g. 8192 or 8k")
     parser.add_argument("--tpot", type=int, metavar="MS",
                         help="estimated time per output token the plan must stay within")
     parser.add_argument("--kinds", metavar="NAME,...",
@@ -106,10 +108,14 @@ def run(args: argparse.Namespace) -> int:
     if kinds is not None and not kinds:
         raise UserError("--kinds names no kind")
     tpot = args.tpot if args.tpot is not None else planning.get("target_decode_tpot_ms")
-    targets = SizingTargets(minimum_context=args.min_context, minimum_lanes=args.min_lanes,
+    minimum_context, prompt_tokens = (
+        None if value is None else token_count(value, option)
+        for value, option in ((args.min_context, "--min-context"),
+                              (args.prompt_tokens, "--prompt-tokens")))
+    targets = SizingTargets(minimum_context=minimum_context, minimum_lanes=args.min_lanes,
                             minimum_nodes=planning.get("minimum_nodes", 1),
                             target_decode_tpot_ms=tpot, failures_tolerated=args.tolerate,
-                            target_ttft_ms=args.ttft_ms, prompt_tokens=args.prompt_tokens)
+                            target_ttft_ms=args.ttft_ms, prompt_tokens=prompt_tokens)
     try:
         result = size_fleet(model, catalog, targets, top=args.top, kinds=kinds,
                             context_length_override=planning.get("context_length_override"),

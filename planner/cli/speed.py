@@ -15,6 +15,7 @@ from planner.cli._common import (
     add_catalog_argument,
     add_command,
     model_source,
+    token_count,
 )
 from planner.fleet import load_fleet
 from planner.limits import (
@@ -22,7 +23,6 @@ from planner.limits import (
     DEFAULT_CACHE_TYPE,
     DEFAULT_UBATCH,
     MAX_BYTES,
-    MAX_CONTEXT,
     MAX_LANES,
     MAX_LLAMA_CPP_BUILD,
     MAX_NODES,
@@ -50,7 +50,7 @@ from planner.planning import NodeBudget, PlanningInput
 from planner.planning.plan import Plan
 from planner.planning.rules import build_stages, layer_bytes, layer_weights
 from planner.reports.tables import TextTable, terminal_json, terminal_safe, text_table
-from planner.units import UnitError, format_milliseconds, parse_bytes, parse_context
+from planner.units import UnitError, format_milliseconds, parse_bytes
 
 NAME = "speed"
 DEFAULT_CONTEXT = 4096
@@ -122,17 +122,6 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--json", action="store_true",
                         help="print tpot_ms, tokens_per_s, prefill_tokens_per_s, ttft_ms "
                              "and the terms behind them as JSON")
-
-
-def _tokens(value: str, option: str, minimum: int = 1) -> int:
-    try:
-        tokens = parse_context(value)
-    except UnitError as error:
-        raise UserError(f"{option}: {error.message}") from None
-    if not minimum <= tokens <= MAX_CONTEXT:
-        raise UserError(f"{option}: must be from {minimum} to {MAX_CONTEXT:,} tokens "
-                        f"(got {tokens:,})")
-    return tokens
 
 
 def _count(value: int, option: str, maximum: int) -> int:
@@ -249,7 +238,7 @@ def _record(name: str, gpu: GpuModel, gpus: int, context: int, lanes: int,
 def _settings(args: argparse.Namespace, context: int) -> tuple[RunSettings, int]:
     """The run's settings and the prompt's tokens, each checked against the context."""
     ubatch = _count(args.ubatch, "--ubatch", MAX_UBATCH)
-    depth = _tokens(args.depth, "--depth", minimum=0)
+    depth = token_count(args.depth, "--depth", minimum=0)
     if args.build is not None:
         _count(args.build, "--build", MAX_LLAMA_CPP_BUILD)
     if args.threads is not None:
@@ -260,7 +249,7 @@ def _settings(args: argparse.Namespace, context: int) -> tuple[RunSettings, int]
     if depth >= context:
         raise UserError(f"--depth: {depth:,} cached tokens leave no room for a prompt in "
                         f"the {context:,}-token context (--context)")
-    prompt = (_tokens(args.prompt_tokens, "--prompt-tokens") if args.prompt_tokens
+    prompt = (token_count(args.prompt_tokens, "--prompt-tokens") if args.prompt_tokens
               else context - depth)
     try:
         check_prompt(prompt, settings, context)
@@ -274,7 +263,7 @@ def _settings(args: argparse.Namespace, context: int) -> tuple[RunSettings, int]
 def run(args: argparse.Namespace) -> int:
     gpus = _count(args.gpus, "--gpus", MAX_NODES)
     lanes = _count(args.lanes, "--lanes", MAX_LANES)
-    context = _tokens(args.context, "--context")
+    context = token_count(args.context, "--context")
     settings, prompt = _settings(args, context)
     catalog = gpu_catalog_with(args.catalog)
     gpu = _kind(catalog, args.gpu)
