@@ -271,6 +271,31 @@ def test_attention_over_the_cache_costs_more_than_estimated() -> None:
     assert len(added) >= 20 and statistics.median(added) > 2
 
 
+def test_a_head_shorter_than_an_f16_step_scores_one_value_at_a_time() -> None:
+    """docs/speed.md: per score (a query head times a cached token) the 1,024 cached tokens
+    cost the dense models with heads of 64 or 80 more than twice what they cost those with
+    heads of 128, though each score of theirs has half the values or fewer: this CPU's
+    F16 loops step 128 values (AVX512-FP16) and do what is left one by one."""
+    per_score: dict[int, list[float]] = {}
+    for model, (fields, traffic) in models().items():
+        if (not model.endswith("-dense.gguf") or traffic.attention_heads is None
+                or traffic.head_size is None):
+            continue
+        try:
+            runs = [_run(model, test) for test in ("tg32", "tg32 @ d1024")]
+        except ValueError:
+            continue
+        # The window layers attend to their window only, whatever the cache holds.
+        full_layers = fields["layer_count"] - traffic.window_layer_count
+        scores = full_layers * traffic.attention_heads * 1024
+        added_ns = (1e6 / runs[1].tokens_per_s - 1e6 / runs[0].tokens_per_s) * 1e3
+        per_score.setdefault(traffic.head_size, []).append(added_ns / scores)
+    wide = statistics.median(per_score[128])
+    assert len(per_score[128]) >= 20 and 20 < wide < 50
+    narrow = [cost for size in (64, 80) for cost in per_score.get(size, [])]
+    assert len(narrow) >= 2 and min(narrow) > 2 * wide
+
+
 def test_docs_publish_the_error_as_recomputed() -> None:
     text = SPEED_PAGE.read_text()
     table = text[text.index(TABLE_START) + len(TABLE_START):text.index(TABLE_END)]
