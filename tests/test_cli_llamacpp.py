@@ -312,3 +312,42 @@ def test_memory_follows_the_program_that_runs(gemma: Path) -> None:
     assert figures["llama-server"] < figures["llama-completion"]
     result = run("memory", gemma, "--context", "4096", "--program", "llama-cli")
     assert result.returncode == 2 and "--program" in result.stderr
+
+
+def test_launch_plans_the_model_it_launches(tmp_path: Path, gemma: Path) -> None:
+    """`--model` names the GGUF llama-server loads. Given a file here other than the fleet's
+    gguf, launch planned the fleet's model (gemma-3-270m's 18 layers: --n-gpu-layers 19,
+    layer ranges to 18) and launched the other file with that plan; and with the fleet's gguf
+    missing here, --model did not stand in for it ("GGUF file ... not found"). A --model
+    that is a file here is now the model planned, as `planner verify` plans it; a path
+    that is not (the serving host's) keeps the fleet's model."""
+    import gguf_files
+
+    header, size = gguf_files.arch_headers()["llama-dense.gguf"]
+    other = gguf_files.write_arch_file(tmp_path, "llama-dense.gguf", header, size)
+    fleet = _fleet(tmp_path, gemma, kv="f16")
+    own = json.loads(run("launch", fleet, "--json").stdout)["llama_server"]["argv"]
+    layers = own[own.index("--n-gpu-layers") + 1]
+    assert layers != "3"
+    result = run("launch", fleet, "--model", other, "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    argv = data["llama_server"]["argv"]
+    assert argv[argv.index("--model") + 1] == str(other)
+    assert argv[argv.index("--n-gpu-layers") + 1] == "3"  # its 2 layers and the output
+    assert max(stage["layer_end"] for stage in data["stages"]) == 2
+    # The fleet's gguf missing here: the file given stands in for it.
+    missing = tmp_path / "elsewhere.toml"
+    missing.write_text(fleet.read_text().replace(json.dumps(str(gemma)),
+                                                 json.dumps(str(tmp_path / "gone.gguf"))))
+    assert run("launch", missing).returncode == 2
+    found = run("launch", missing, "--model", gemma, "--json")
+    assert found.returncode == 0, found.stderr
+    argv = json.loads(found.stdout)["llama_server"]["argv"]
+    assert argv[argv.index("--n-gpu-layers") + 1] == layers
+    # A path on the serving host only: the fleet's own model is planned.
+    remote = run("launch", fleet, "--model", "/srv/models/gemma.gguf", "--json")
+    assert remote.returncode == 0, remote.stderr
+    argv = json.loads(remote.stdout)["llama_server"]["argv"]
+    assert argv[argv.index("--model") + 1] == "/srv/models/gemma.gguf"
+    assert argv[argv.index("--n-gpu-layers") + 1] == layers

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from planner.cli._common import (
     EXIT_OK,
@@ -37,7 +38,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_fleet_argument(parser)
     parser.add_argument("--model", metavar="PATH",
                         help="the GGUF file as the serving host sees it (default: the "
-                             "fleet file's gguf)")
+                             "fleet file's gguf); a file here is the model planned, "
+                             "else the fleet's model is")
     parser.add_argument("--flash-attn", choices=("on", "off"), default="on",
                         help="flash attention (-fa), default on")
     parser.add_argument("--ubatch", type=int, default=DEFAULT_UBATCH, metavar="U",
@@ -48,7 +50,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    document, request = load_request(args.fleet, args.memory_model)
+    # A --model that is a file here is the model launched, so it is the one planned (as
+    # planner verify plans it); a path only the serving host has leaves the fleet's.
+    here = args.model is not None and Path(args.model).is_file()
+    document, request = load_request(args.fleet, args.memory_model,
+                                     gguf=args.model if here else None)
     plan = plan_or_exit_code(args.fleet, request, args.json)
     if isinstance(plan, int):
         return plan
