@@ -67,6 +67,25 @@ def test_no_valid_topology_message_says_how_close() -> None:
     assert "65,536" in error.message and "56 of 62 layers" in error.message
 
 
+@pytest.mark.parametrize(("nodes", "layers", "minimum", "said"), [
+    (1, 62, 2, "minimum_nodes is 2 but at most 1 stage is possible (1 node, 62 layers)"),
+    (3, 2, 4, "minimum_nodes is 4 but at most 2 stages are possible (3 nodes, 2 layers)"),
+    (2, 1, 2, "minimum_nodes is 2 but at most 1 stage is possible (2 nodes, 1 layer)"),
+])
+def test_too_few_nodes_or_layers_for_the_minimum_says_so_in_words(
+        nodes: int, layers: int, minimum: int, said: str) -> None:
+    """The message read "at most 1 stages are possible (1 nodes, 62 layers)" in reports of
+    a fleet of one node under minimum_nodes = 2."""
+    request = {"native_context_length": 8192, "layer_count": layers,
+               "model_weight_bytes": layers * 2**20, "kv_bytes_per_token": 1024,
+               "minimum_nodes": minimum,
+               "nodes": [{"node_id": f"n{i}", "detected_vram_bytes": 2**30}
+                         for i in range(nodes)]}
+    with pytest.raises(planner.PlanError) as caught:
+        planner.plan_topology(request)
+    assert said in caught.value.message
+
+
 def test_context_errors_carry_the_numbers() -> None:
     row = next(r for r in ROWS if r["name"] == "small-override-above-native")
     with pytest.raises(planner.PlanError) as caught:

@@ -249,9 +249,10 @@ def no_valid_topology(request: PlanningInput) -> PlanError:
     counts = node_count_range(request)
     usable_nodes = [n for n in request.nodes if n.usable_bytes > 0]
     if not counts:
+        stages = min(len(request.nodes), layers)
         why = (f"minimum_nodes is {request.minimum_nodes} but at most "
-               f"{min(len(request.nodes), layers)} stages are possible "
-               f"({len(request.nodes)} nodes, {layers} layers)")
+               f"{counted(stages, 'stage')} {'is' if stages == 1 else 'are'} possible "
+               f"({counted(len(request.nodes), 'node')}, {counted(layers, 'layer')})")
         placed = 0
     elif not usable_nodes:
         why = "no node has usable memory (each node's VRAM, cap and headroom leave 0 bytes)"
