@@ -362,6 +362,17 @@ def test_runs_of_another_backend_than_the_kinds_are_left_out(stated: str,
             caught.value.message)
 
 
+def test_a_kind_stating_no_backend_is_said_to_be_taken_to_run_its_stand_in() -> None:
+    """The reason named "the kind's cuda" for a kind whose catalog states no backend, where
+    cuda is only the backend such a kind is taken to run."""
+    spec, kind, base = load_preset(PRESET), kind_4090(), shipped_calibration()
+    runs = [replace(run, backend="Vulkan") for run in synthetic_runs(spec, kind, base)]
+    with pytest.raises(BenchError) as caught:
+        fit_calibration(runs, spec, replace(kind, backend=None), base)
+    assert ("ran on llama.cpp's Vulkan backend, not cuda, which a kind stating no backend "
+            "is taken to run") in caught.value.message
+
+
 def test_calibrate_names_runs_of_another_backend(tmp_path: Path) -> None:
     """The same, as `planner calibrate` says it: CPU runs given for a CUDA kind."""
     bench = tmp_path / "cpu.md"

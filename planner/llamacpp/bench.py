@@ -471,11 +471,14 @@ def ran_on_another_backend(run: BenchRun, backend: str) -> bool:
     return bool(named) and RPC_BACKEND not in named and backend not in named
 
 
-def usable_runs(runs: Sequence[BenchRun], spec: ModelSpec, backend: str | None = None
-                ) -> tuple[list[BenchRun], list[tuple[str, str]]]:
+def usable_runs(runs: Sequence[BenchRun], spec: ModelSpec, backend: str | None = None,
+                stated: bool = True) -> tuple[list[BenchRun], list[tuple[str, str]]]:
     """The runs the estimate models, and why each other one is left out (a test given
     twice, as llama-bench's JSON and its markdown of one run print it, counts once; a run
-    on another backend than the kind's ``backend``, :func:`ran_on_another_backend`)."""
+    on another backend than the kind's ``backend``, :func:`ran_on_another_backend`;
+    ``stated`` False: the kind states none, and ``backend`` is the one it is taken to run)."""
+    kinds = (f"the kind's {backend}" if stated else
+             f"{backend}, which a kind stating no backend is taken to run")
     kept: list[BenchRun] = []
     skipped: list[tuple[str, str]] = []
     seen: dict[tuple[str, str, float, float | None], str] = {}
@@ -490,8 +493,8 @@ def usable_runs(runs: Sequence[BenchRun], spec: ModelSpec, backend: str | None =
         elif run.ubatch is not None and run.ubatch > MAX_UBATCH:
             why = f"{run.test}: micro-batch {run.ubatch:,} is past {MAX_UBATCH:,} tokens"
         elif backend is not None and ran_on_another_backend(run, backend):
-            why = (f"{run.test}: ran on llama.cpp's {run.backend} backend, not the kind's "
-                   f"{backend} (give a catalog kind of that backend, --catalog)")
+            why = (f"{run.test}: ran on llama.cpp's {run.backend} backend, not {kinds} "
+                   "(give a catalog kind of that backend, --catalog)")
         elif run.model_bytes is not None and not _same_size(run.model_bytes, spec):
             why = (f"model {shown(run.model)} of {run.model_bytes:,} bytes is not "
                    f"{spec.name}")
@@ -517,7 +520,7 @@ def fit_calibration(runs: Sequence[BenchRun], spec: ModelSpec, kind: GpuModel,
     notes: list[str] = []
     speed = node_speeds((shape.node,), [kind])[shape.node.node_id]
     backend = backend_of(speed, RunSettings(), notes)
-    kept, skipped = usable_runs(runs, spec, backend)
+    kept, skipped = usable_runs(runs, spec, backend, stated=kind.backend is not None)
     # The shares the kind's backend reaches before the fit: each factor may raise the
     # largest share of its phase up to 1 (the kind's peak), and no further.
     plain = replace(base, kinds={k: v for k, v in base.kinds.items() if k != kind.kind})
