@@ -680,3 +680,23 @@ def test_a_micro_batch_moves_the_bytes_llama_cpp_s_graph_moves(
                            experts_used=used or None)
     assert activation_bytes_per_token(load, traffic) == pytest.approx(
         _graph_layer_bytes(attention, network, hidden), rel=0.01)
+
+
+def test_the_error_quoted_says_which_rows_it_was_measured_on() -> None:
+    """The error quoted for a backend and memory type with too few held-out rows of its own
+    is its backend's over every memory type, or every backend's; the note labelled it as
+    the pair's own ("metal on gddr memory: decode 15%" for a GDDR card on Metal, which no
+    row measured; "rpc on gddr memory" beside "its error is not known")."""
+    calibration = load_calibration()
+    own = calibration.error_note([("cuda", "gddr", "stated")])
+    assert "cuda on gddr memory: decode" in own and "(" not in own.split(": ", 1)[1]
+    metal = calibration.error_note([("metal", "gddr", "stated")])
+    decode = calibration.error("decode", "metal", "gddr")
+    assert decode is not None and decode.memory_type == "all"
+    assert (f"metal on gddr memory: decode {decode.median_abs_error:.0%} (metal on every "
+            "memory type)") in metal
+    rpc = calibration.error_note([("rpc", "gddr", "stated")])
+    anything = calibration.error("decode", "rpc", "gddr")
+    assert anything is not None and anything.backend == "all"
+    assert (f"rpc on gddr memory: decode {anything.median_abs_error:.0%} (every backend and "
+            "memory type)") in rpc

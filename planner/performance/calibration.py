@@ -180,6 +180,18 @@ class KindCalibration:
                 if getattr(self, item.name) is not None}
 
 
+def _measured_on(entry: CrossValidatedError, backend: str | None,
+                 memory_type: str | None) -> str:
+    """Where a quoted error was measured when not on ``backend`` and ``memory_type``
+    themselves (too few held-out rows of their own): the backend's rows on every memory
+    type, or every row."""
+    if (entry.backend, entry.memory_type) == (backend, memory_type):
+        return ""
+    if entry.backend == backend:
+        return f" ({backend} on every memory type)"
+    return " (every backend and memory type)"
+
+
 @dataclass(frozen=True, slots=True)
 class SpeedCalibration:
     """The fitted figures (the module docstring says what each is) and the
@@ -239,8 +251,8 @@ class SpeedCalibration:
         if backend in self.backends:
             return self.backends[backend]
         notes.append(f"llama.cpp's {backend} backend was never measured: each of its "
-                     "figures is the median of the measured backends', and its error is "
-                     "not known")
+                     "figures is the median of the measured backends', and the error "
+                     "quoted is that over every backend")
         medians: dict[str, Any] = {item.name: self.median_figure(item.name)
                                    for item in fields(BackendFigures)}
         return BackendFigures(**medians)
@@ -281,7 +293,8 @@ class SpeedCalibration:
                 entry = self.error(phase, backend, memory_type,
                                    figure if phase == "prefill" else "stated")
                 if entry is not None:
-                    said.append(f"{phase} {entry.median_abs_error:.0%}")
+                    said.append(f"{phase} {entry.median_abs_error:.0%}"
+                                + _measured_on(entry, backend, memory_type))
             if not said:
                 continue
             how = (f", FP16 throughput from {FP16_FIGURE_SOURCES[figure]}"
