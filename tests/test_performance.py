@@ -693,10 +693,21 @@ def test_the_error_quoted_says_which_rows_it_was_measured_on() -> None:
     metal = calibration.error_note([("metal", "gddr", "stated")])
     decode = calibration.error("decode", "metal", "gddr")
     assert decode is not None and decode.memory_type == "all"
-    assert (f"metal on gddr memory: decode {decode.median_abs_error:.0%} (metal on every "
-            "memory type)") in metal
+    assert (f"metal on gddr memory (metal on every memory type): decode "
+            f"{decode.median_abs_error:.0%}, prefill") in metal
     rpc = calibration.error_note([("rpc", "gddr", "stated")])
     anything = calibration.error("decode", "rpc", "gddr")
     assert anything is not None and anything.backend == "all"
-    assert (f"rpc on gddr memory: decode {anything.median_abs_error:.0%} (every backend and "
-            "memory type)") in rpc
+    assert (f"rpc on gddr memory (every backend and memory type): decode "
+            f"{anything.median_abs_error:.0%}, prefill") in rpc
+    # Phases measured on different rows each say their own.
+    from dataclasses import replace
+
+    from planner.performance.calibration import CrossValidatedError
+
+    decode_own = replace(calibration, cross_validated=(
+        *calibration.cross_validated,
+        CrossValidatedError("decode", "metal", "gddr", "gpu", 12, 0.2)))
+    mixed = decode_own.error_note([("metal", "gddr", "stated")])
+    assert "metal on gddr memory: decode 20%, prefill " in mixed
+    assert mixed.endswith("(metal on every memory type).")

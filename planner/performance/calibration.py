@@ -293,14 +293,20 @@ class SpeedCalibration:
                 entry = self.error(phase, backend, memory_type,
                                    figure if phase == "prefill" else "stated")
                 if entry is not None:
-                    said.append(f"{phase} {entry.median_abs_error:.0%}"
-                                + _measured_on(entry, backend, memory_type))
+                    said.append((f"{phase} {entry.median_abs_error:.0%}",
+                                 _measured_on(entry, backend, memory_type)))
             if not said:
                 continue
             how = (f", FP16 throughput from {FP16_FIGURE_SOURCES[figure]}"
                    if figure in FP16_FIGURE_SOURCES else "")
+            # Where every phase's error was measured on the same other rows, they are
+            # said once.
+            once = {where for _, where in said}
+            common = once.pop() if len(once) == 1 else ""
             parts.append(f"{backend or 'unknown backend'} on {memory_type or 'unknown'} "
-                         f"memory{how}: " + ", ".join(said))
+                         f"memory{how}{common}: "
+                         + ", ".join(error + ("" if common else where)
+                                     for error, where in said))
         if not parts:
             return "The estimate's error was not measured."
         return ("Median error on published measurements of GPUs and sources the fit did "
