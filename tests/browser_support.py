@@ -162,6 +162,13 @@ _READ_CHART = """([selector, index]) => {
   const ticks = sel => [...plot.querySelectorAll(sel)].map(t => t.textContent);
   const box = plot.getBoundingClientRect();
   const svg = plot.querySelector('svg.main-svg');
+  // Title and subtitle lines drawn past the chart's sides: cut off where a person reads.
+  const spilling = [...plot.querySelectorAll('.infolayer .gtitle, .infolayer .gtitle-subtitle')]
+    .flatMap(t => { const lines = t.querySelectorAll('tspan.line');
+                    return lines.length ? [...lines] : [t]; })
+    .filter(t => { const r = t.getBoundingClientRect();
+                   return r.width > 0 && (r.right > box.right + 1 || r.left < box.left - 1); })
+    .map(t => t.textContent);
   return {
     count: plots.length, traces: traces, title: title,
     drawn_title: drawn ? drawn.textContent : '',
@@ -172,6 +179,7 @@ _READ_CHART = """([selector, index]) => {
     svg_width: svg ? Number(svg.getAttribute('width')) : 0,
     svg_height: svg ? Number(svg.getAttribute('height')) : 0,
     layout_height: (plot.layout && plot.layout.height) || 0,
+    spilling_titles: spilling,
   };
 }"""
 
@@ -184,7 +192,8 @@ BOX_SLACK = 40
 
 def drawn_problems(chart: dict[str, Any], min_width: float = MIN_CHART_WIDTH) -> list[str]:
     """What is wrong with how a chart is drawn (empty when it reads): its size on the
-    page and the figure it drew, and tick labels with text on both axes."""
+    page and the figure it drew, title lines that run past its sides, and tick labels
+    with text on both axes."""
     problems = []
     if chart.get("count") != 1 or "traces" not in chart:
         return [f"{chart.get('count', 0)} charts drawn, not 1"]
@@ -197,6 +206,8 @@ def drawn_problems(chart: dict[str, Any], min_width: float = MIN_CHART_WIDTH) ->
     if chart["box_height"] > chart["height"] + BOX_SLACK:
         problems.append(f"its box is {chart['box_height']:.0f} px high for a chart drawn "
                         f"{chart['height']:.0f} px high: blank below it")
+    for line in chart.get("spilling_titles", []):
+        problems.append(f"title line cut off at the chart's side: {line[:80]!r}")
     for axis in ("x_ticks", "y_ticks"):
         if not [label for label in chart[axis] if label.strip()]:
             problems.append(f"no {axis.replace('_', ' ')} labels")

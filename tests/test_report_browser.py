@@ -221,3 +221,34 @@ def test_the_report_reads_as_the_workbench_does(browser: Any, tmp_path: Path,
     finally:
         page.close()
     assert errors == []
+
+
+@pytest.mark.parametrize("width", [812, 1440])
+def test_the_sizing_charts_measured_error_reads_whole(browser: Any, tmp_path: Path,
+                                                      width: int) -> None:
+    """The sizing chart's subtitle states the estimate's measured error of each kind's
+    backend and memory type. Sized over kinds of three backends, it ran as one line past
+    the chart's right side, cut off mid-word in the workbench at 1,440 px; each group is
+    now a line of its own, read here as drawn at two page widths."""
+    from planner.models import load_gpu_catalog, load_preset
+    from planner.reports.sizing import render_html
+    from planner.sizing import SizingTargets, size_fleet
+
+    result = size_fleet(load_preset("llama-3.1-70b"), load_gpu_catalog(), SizingTargets(),
+                        top=20)
+    assert result.error_note.count(";") >= 2  # three backends and memory types
+    path = tmp_path / "sizing.html"
+    path.write_text(render_html(result, "sizing", "llama-3.1-70b"))
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    try:
+        page.goto(path.as_uri(), wait_until="load")
+        page.wait_for_function("document.querySelectorAll('#sizing-figure .main-svg').length",
+                               timeout=30_000)
+        chart = read_chart(page, "body")
+        assert chart["spilling_titles"] == [], chart["spilling_titles"]
+        subtitle = page.locator("#sizing-figure .gtitle-subtitle tspan.line")
+        lines = [subtitle.nth(i).text_content() for i in range(subtitle.count())]
+        assert lines[0].startswith("Median error on published measurements")
+        assert " ".join(lines).split() == result.error_note.replace(";", "").split()
+    finally:
+        page.close()

@@ -202,7 +202,7 @@ def test_the_chart_shows_no_colour_range_when_every_fleet_has_one_tpot() -> None
     """Fleets of one estimated TPOT had a colour bar of 68.6 .. 69.4, a range no fleet
     has; the legend now says the one value. The Pareto front is drawn with markers, so a
     front of one fleet is seen and its legend entry shows its mark."""
-    from planner.figures.sizing import sizing_figure
+    from planner.figures.sizing import SUBTITLE_LINE_CHARACTERS, sizing_figure
 
     result = size_fleet(load_preset("llama-3.1-70b"), _catalog(),
                         SizingTargets(), kinds=["h100-sxm-80gb"], top=2)
@@ -222,8 +222,14 @@ def test_the_chart_shows_no_colour_range_when_every_fleet_has_one_tpot() -> None
     assert mixed.error_note.startswith("Median error on published measurements of GPUs and "
                                        "sources the fit did not see")
     drawn = sizing_figure(mixed)
-    subtitle = drawn.layout.title.subtitle.text
-    assert subtitle.replace(":<br>", ": ", 1) == mixed.error_note
+    lines = drawn.layout.title.subtitle.text.split("<br>")
+    # Every word of the note, in order, on lines short enough for the narrowest chart;
+    # each kind's group starts a line.
+    assert " ".join(lines).split() == mixed.error_note.replace(";", "").split()
+    assert all(len(line) <= SUBTITLE_LINE_CHARACTERS for line in lines)
+    groups = mixed.error_note.split(": ", 1)[1].split("; ")
+    assert len(groups) >= 2 and all(any(line.startswith(group.split(" memory")[0])
+                                        for line in lines) for group in groups)
     # The legend sits at the figure's foot, clear of the note (at the top it covered the
     # note's second line on an 812-pixel page).
     legend = drawn.layout.legend

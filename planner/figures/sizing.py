@@ -3,11 +3,17 @@ estimated TPOT, with the Pareto front drawn through."""
 
 from __future__ import annotations
 
+import textwrap
+
 import plotly.graph_objects as go
 
 from planner.figures._style import TPOT_COLOURS, axis, base_layout, plotly_text
 from planner.sizing import SizedFleet, SizingResult
 from planner.units import format_milliseconds
+
+# Characters a subtitle line of 11 px text may hold and stay within the narrowest chart the
+# pages draw (360 px wide).
+SUBTITLE_LINE_CHARACTERS = 58
 
 
 def _hover(fleet: SizedFleet) -> str:
@@ -64,10 +70,19 @@ def sizing_figure(result: SizingResult) -> go.Figure:
         height=440))
     if known and result.error_note:
         # The estimate's measured error goes with the chart wherever it is shown.
-        lines = plotly_text(result.error_note).split(": ", 1)
+        # What it is, then each kind's group, each on lines short enough for the narrowest
+        # chart (plotly does not wrap a subtitle: one line of three groups ran past it).
+        head, groups = plotly_text(result.error_note).split(": ", 1)
+        lines = [line for part in (f"{head}:", *groups.split("; "))
+                 for line in textwrap.wrap(part, SUBTITLE_LINE_CHARACTERS)]
         # The legend is at the figure's foot (base_layout): at the top it covered the
         # note's second line on a page narrower than the note.
-        figure.update_layout(title_subtitle={"text": ":<br>".join(lines),
+        # The title and its note from the figure's top down, and a margin that leaves
+        # room under the note's last line (centred in it, the note met the chart).
+        figure.update_layout(title_subtitle={"text": "<br>".join(lines),
                                              "font": {"size": 11, "color": "#555555"}},
-                             margin={"t": 80}, height=480)
+                             title_yref="container", title_y=1, title_yanchor="top",
+                             title_pad={"t": 14},
+                             margin={"t": 60 + 15 * len(lines)},
+                             height=460 + 15 * len(lines))
     return figure
