@@ -68,6 +68,7 @@ from planner.performance.device import (
     fp16_figure,
     kinds_error_note,
     matrix_tflops,
+    model_device,
     plain_device,
 )
 from planner.performance.estimate import (
@@ -187,6 +188,7 @@ __all__ = [
     "layer_nodes",
     "load_calibration",
     "matrix_tflops",
+    "model_device",
     "model_traffic",
     "node_speeds",
     "pipeline_ms",

@@ -57,11 +57,13 @@ from planner.performance.settings import (
     computes_every_output,
     computing_cores,
     fuses_moe_kernels,
+    groups_queries,
     reaches_matrix_units,
     shader_flops_per_lane_clock,
     staging_from_tokens,
     tiles_expert_tokens,
 )
+from planner.performance.traffic import ModelTraffic
 
 # Where neither the settings nor a kind name a backend, this one stands in (and the
 # estimate says so).
@@ -205,6 +207,16 @@ def check_backend_runs_on(speed: NodeSpeed, backend: str) -> None:
                    f'"{CPU_BACKEND}" describes')
     raise PerformanceError("InvalidPerformanceInput", f"backend: {problem} (got {backend!r})",
                            field="backend", value=backend)
+
+
+def model_device(calibration: SpeedCalibration, speed: NodeSpeed, settings: RunSettings,
+                 traffic: ModelTraffic, notes: list[str]) -> Device:
+    """A node's :class:`Device` for the model whose steps ``traffic`` describes: what the
+    estimate, the sizing floors and the calibration's rows each call, so that the model's
+    facts the device depends on (quantized weights, grouped queries) are read in one
+    place."""
+    return calibrated_device(calibration, speed, settings, traffic.quantized, notes,
+                             groups_queries(traffic))
 
 
 def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,

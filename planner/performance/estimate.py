@@ -15,12 +15,12 @@ from planner.performance._errors import PerformanceError, bad, check_efficiency,
 from planner.performance.calibration import SpeedCalibration, load_calibration
 from planner.performance.device import (
     NodeSpeed,
-    calibrated_device,
     calibration_error_note,
+    model_device,
     plain_device,
 )
 from planner.performance.roofline import Device, Prompt, decode_step, prefill_ms
-from planner.performance.settings import DEFAULT_SETTINGS, RunSettings, groups_queries
+from planner.performance.settings import DEFAULT_SETTINGS, RunSettings
 from planner.performance.traffic import ModelTraffic, stage_loads
 from planner.planning.inputs import NodeBudget, PlanningInput
 from planner.planning.plan import Plan
@@ -165,8 +165,7 @@ def _devices(plan: Plan, speeds: Mapping[str, NodeSpeed], calibration: SpeedCali
         if efficiency is not None or calibration is None:
             devices.append(plain_device(speed.memory_bandwidth_bytes_per_s, efficiency or 1.0))
             continue
-        devices.append(calibrated_device(calibration, speed, settings, traffic.quantized,
-                                         notes, groups_queries(traffic)))
+        devices.append(model_device(calibration, speed, settings, traffic, notes))
     return devices, used
 
 

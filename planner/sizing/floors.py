@@ -4,7 +4,7 @@ them, and answers at once where no fleet can.
 
 Both floors come from the estimate's one formula (:mod:`planner.performance.roofline`):
 the work of a step of the whole model as one stage (:func:`~planner.performance.step_work`),
-each kind's rates (:func:`~planner.performance.calibrated_device`) and the way the terms
+each kind's rates (:func:`~planner.performance.model_device`) and the way the terms
 add up (:func:`~planner.performance.step_terms`). A stage's weight read and its products
 grow with the body bytes it holds, its cache read and attention with its layers, so a
 plan's time is at least each term of the whole model at the fastest rate among the
@@ -50,9 +50,8 @@ from planner.performance import (
     RunSettings,
     StageLoad,
     Work,
-    calibrated_device,
-    groups_queries,
     load_calibration,
+    model_device,
     plain_device,
     routed_full_rate_flops,
     stage_loads,
@@ -91,9 +90,8 @@ def _device(gpu: GpuModel, traffic: ModelTraffic, options: Mapping[str, Any]
     efficiency = _efficiency_option(options)
     if efficiency is not None:
         return plain_device(gpu.memory_bandwidth_bytes_per_s, efficiency)
-    return calibrated_device(load_calibration(), NodeSpeed.of_kind(gpu.kind, gpu),
-                             _settings(options), traffic.quantized, [],
-                             groups_queries(traffic))
+    return model_device(load_calibration(), NodeSpeed.of_kind(gpu.kind, gpu),
+                        _settings(options), traffic, [])
 
 
 def whole_model(probe: PlanningInput, traffic: ModelTraffic) -> StageLoad:

@@ -69,12 +69,12 @@ from planner.performance import (  # noqa: E402
     SpeedCalibration,
     StageLoad,
     Work,
-    calibrated_device,
     decode_step,
     even_layers,
     fp16_figure,
     groups_queries,
     layer_node_counts,
+    model_device,
     pipeline_ms,
     prefill_ms,
     step_ms,
@@ -279,8 +279,8 @@ def loads_of(row: Row) -> tuple[list[StageLoad], ModelTraffic]:
 
 def _device(row: Row, calibration: SpeedCalibration, traffic: ModelTraffic,
             gpu: GpuModel | None = None) -> Device:
-    return calibrated_device(calibration, NodeSpeed.of_kind("row", gpu or row.gpu),
-                             row.settings, traffic.quantized, [], groups_queries(traffic))
+    return model_device(calibration, NodeSpeed.of_kind("row", gpu or row.gpu),
+                        row.settings, traffic, [])
 
 
 def _decode_cache(row: Row) -> tuple[float, float]:
