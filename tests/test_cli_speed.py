@@ -379,3 +379,27 @@ def test_a_kind_is_not_estimated_on_a_backend_of_the_other_kind_of_device(
     other = {"rtx-4090": "vulkan", "shaders-only": "rocm", "sixteen-cores": "cpu"}[kind]
     assert _json("gemma-3-12b", "--gpu", kind, "--catalog", str(catalog), "--context", "4k",
                  "--backend", other)["tpot_ms"] > 0
+
+
+@pytest.mark.parametrize("source", ["preset", "gguf", "named"])
+def test_a_quantized_v_cache_without_flash_attention_is_refused(tmp_path: Path,
+                                                                 source: str) -> None:
+    """`--kv-cache-type q4_0 --flash-attn off` was estimated, though llama.cpp refuses a
+    quantized V cache without flash attention (`planner memory` refuses it too): an
+    estimate of a run that cannot start. A fleet file's own quantized cache type counts
+    as the option does."""
+    model = _sources(tmp_path)[source]
+    gpus = "2" if source == "gguf" else "4"
+    common = (model, "--gpu", "rtx-4090", "--gpus", gpus, "--context", "4k")
+    if source == "named":
+        typed = tmp_path / "typed.toml"
+        typed.write_text(Path(model).read_text().replace(
+            'preset = "llama-3.1-70b"', 'preset = "llama-3.1-70b"\nkv_cache_type = "q8_0"'))
+        assert_user_error(run("speed", str(typed), *common[1:], "--flash-attn", "off"), 2,
+                          "--flash-attn", "q8_0", "flash attention")
+    assert_user_error(run("speed", *common, "--kv-cache-type", "q4_0", "--flash-attn",
+                          "off"), 2, "--flash-attn", "q4_0", "flash attention")
+    # Each alone runs, as llama.cpp runs it: a quantized cache with flash attention, and
+    # an F16 one without.
+    assert _json(*common, "--kv-cache-type", "q4_0", "--flash-attn", "on")["tpot_ms"] > 0
+    assert _json(*common, "--kv-cache-type", "f16", "--flash-attn", "off")["tpot_ms"] > 0

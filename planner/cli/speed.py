@@ -6,7 +6,7 @@ import argparse
 import math
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from planner.cli._common import (
     EXIT_OK,
@@ -29,6 +29,7 @@ from planner.limits import (
     MAX_THREADS,
     MAX_UBATCH,
 )
+from planner.llamacpp.settings import MemoryModelError, require_flash_attention
 from planner.models import ModelSpec, from_gguf, gpu_catalog_with, load_preset
 from planner.models.gpus import BACKENDS, GpuModel
 from planner.performance import (
@@ -130,9 +131,19 @@ def _count(value: int, option: str, maximum: int) -> int:
     return value
 
 
-def resolve_model(source: str, kv_cache_type: str | None = None
-                  ) -> tuple[str, dict[str, Any], ModelTraffic | None]:
-    """A preset id, GGUF file or fleet file: its name, planning model fields and traffic."""
+class ResolvedModel(NamedTuple):
+    """A model as ``planner speed`` reads it: its name, planning fields and traffic, and
+    its KV cache type (``None`` for numbers typed by hand, whose cache is bytes)."""
+
+    name: str
+    fields: dict[str, Any]
+    traffic: ModelTraffic | None
+    kv_cache_type: str | None
+
+
+def resolve_model(source: str, kv_cache_type: str | None = None) -> ResolvedModel:
+    """A preset id, GGUF file or fleet file: its name, planning model fields, traffic and
+    KV cache type."""
     kind = model_source(source)
     spec: ModelSpec | None
     if kind == "fleet":
@@ -146,12 +157,26 @@ def resolve_model(source: str, kv_cache_type: str | None = None
         spec = model.spec(document.base_dir)
         fields = (spec.planning_fields() if spec is not None else
                   dict(model.resolve(document.base_dir)))
-        return model.label, fields, model_traffic(spec, model.numbers)
+        return ResolvedModel(model.label, fields, model_traffic(spec, model.numbers),
+                             None if spec is None else spec.kv_cache_type)
     if kind == "gguf":
         spec = from_gguf(Path(source), kv_cache_type or DEFAULT_CACHE_TYPE)
     else:
         spec = load_preset(source, kv_cache_type=kv_cache_type)
-    return spec.name, spec.planning_fields(), model_traffic(spec)
+    return ResolvedModel(spec.name, spec.planning_fields(), model_traffic(spec),
+                         spec.kv_cache_type)
+
+
+def _check_cache_runs(kv_cache_type: str | None, settings: RunSettings) -> None:
+    """llama.cpp refuses a quantized V cache without flash attention: no estimate of a
+    run that cannot start (the rule ``planner memory`` applies)."""
+    if kv_cache_type is None:
+        return
+    try:
+        require_flash_attention(kv_cache_type, settings.flash_attn)
+    except MemoryModelError as error:
+        raise UserError(f"--flash-attn: {error.message} (--kv-cache-type, or the fleet "
+                        "file's kv_cache_type)") from None
 
 
 def _kind(catalog: list[GpuModel], wanted: str) -> GpuModel:
@@ -271,7 +296,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--gpu: {gpu.kind} has no memory_bandwidth_bytes_per_s in the "
                         "catalog; give a catalog that states it")
     # A model that cannot be read is said as `inspect` says it: its code, path and why.
-    name, fields, traffic = resolve_model(args.model, args.kv_cache_type)
+    name, fields, traffic, kv_cache_type = resolve_model(args.model, args.kv_cache_type)
+    _check_cache_runs(kv_cache_type, settings)
     if traffic is None:
         raise UserError(f"{args.model}: the model's numbers need model_weight_bytes")
     native = fields["native_context_length"]
