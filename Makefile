@@ -68,6 +68,7 @@ validate: $(STAMP)
 	$(BIN)/python validation/grid.py
 	$(BIN)/python validation/speed_cpu.py
 	$(BIN)/python validation/speed_cpu.py --again
+	$(BIN)/python validation/cpu_head_sizes.py
 	$(BIN)/python validation/mesh.py
 
 bench: $(STAMP)

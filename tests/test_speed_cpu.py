@@ -274,7 +274,8 @@ def test_attention_over_the_cache_costs_more_than_estimated() -> None:
 def test_a_head_shorter_than_an_f16_step_scores_one_value_at_a_time() -> None:
     """docs/speed.md: per score (a query head times a cached token) the 1,024 cached tokens
     cost the dense models with heads of 64 or 80 more than twice what they cost those with
-    heads of 128, though each score of theirs has half the values or fewer: this CPU's
+    heads of 128, though each score of theirs has half the values or fewer: the Xeon 6 of
+    cpu-speed.csv
     F16 loops step 128 values (AVX512-FP16) and do what is left one by one."""
     per_score: dict[int, list[float]] = {}
     for model, (fields, traffic) in models().items():
@@ -294,6 +295,35 @@ def test_a_head_shorter_than_an_f16_step_scores_one_value_at_a_time() -> None:
     assert len(per_score[128]) >= 20 and 20 < wide < 50
     narrow = [cost for size in (64, 80) for cost in per_score.get(size, [])]
     assert len(narrow) >= 2 and min(narrow) > 2 * wide
+
+
+HEAD_SIZES = RESULTS / "cpu-head-sizes.csv"
+
+
+def test_the_f16_step_decides_which_heads_score_one_value_at_a_time() -> None:
+    """validation/cpu_head_sizes.py: one small llama model with its 256 attention values a
+    layer split into heads of 32 to 256, decoded on one thread after 1,024 cached tokens.
+    On every recorded CPU the heads shorter than its F16 step (64 with AVX-512 without
+    FP16 arithmetic) cost more than twice a score what the heads that fill it cost, and
+    their every value several times as much: the cliff sits at the step, which moves with
+    the SIMD set (at 128 on cpu-speed.csv's machine, test above)."""
+    with HEAD_SIZES.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    machines: dict[tuple[str, str, str], list[dict[str, str]]] = {}
+    for row in rows:
+        machines.setdefault((row["cpu"], row["family"], row["model"]), []).append(row)
+    assert machines
+    for found in machines.values():
+        step = int(found[0]["f16_step"])
+        shorter = [float(r["ns_per_score"]) for r in found if int(r["head_size"]) < step]
+        filling = [float(r["ns_per_score"]) for r in found if int(r["head_size"]) >= step]
+        assert shorter and len(filling) >= 3
+        assert min(shorter) > 2 * statistics.median(filling)
+        per_value = {int(r["head_size"]): float(r["ns_per_score"]) / int(r["head_size"])
+                     for r in found}
+        scalar = max(v for size, v in per_value.items() if size < step)
+        vector = max(v for size, v in per_value.items() if size >= step)
+        assert scalar > 4 * vector
 
 
 def test_docs_publish_the_error_as_recomputed() -> None:
