@@ -274,9 +274,9 @@ def test_attention_over_the_cache_costs_more_than_estimated() -> None:
 def test_a_head_shorter_than_an_f16_step_scores_one_value_at_a_time() -> None:
     """docs/speed.md: per score (a query head times a cached token) the 1,024 cached tokens
     cost the dense models with heads of 64 or 80 more than twice what they cost those with
-    heads of 128, though each score of theirs has half the values or fewer: the Xeon 6 of
-    cpu-speed.csv
-    F16 loops step 128 values (AVX512-FP16) and do what is left one by one."""
+    heads of 128, though each score of theirs has half the values or fewer: on the Xeon 6
+    of cpu-speed.csv the F16 loops step 128 values (AVX512-FP16) and do what is left one
+    by one."""
     per_score: dict[int, list[float]] = {}
     for model, (fields, traffic) in models().items():
         if (not model.endswith("-dense.gguf") or traffic.attention_heads is None
