@@ -532,3 +532,64 @@ vram = "24 GiB"
         assert load_calibration() is shipped_calibration()
     finally:
         set_calibration(None)
+
+
+# -- the KV cache the runs ran with ---------------------------------------------------------------
+
+
+def _bench_json(type_k: str | None, type_v: str | None) -> str:
+    """llama-bench's JSON of an RTX 4090 running llama-3.1-8b (its tensors' bytes), each
+    test with these cache types (``None``: the fields left out)."""
+    rows = []
+    for prompt, gen, rate in ((128, 0, 9000.0), (512, 0, 11000.0), (0, 32, 120.0),
+                              (0, 128, 118.0)):
+        row = {"model_type": "llama 8B Q8_0", "model_size": 8_540_770_304,
+               "n_prompt": prompt, "n_gen": gen, "n_depth": 4096, "avg_ts": rate,
+               "backends": "CUDA", "n_ubatch": 512, "flash_attn": 1, "build_number": 9500}
+        if type_k is not None:
+            row["type_k"] = type_k
+        if type_v is not None:
+            row["type_v"] = type_v
+        rows.append(row)
+    return json.dumps(rows)
+
+
+def test_a_run_states_its_kv_cache_types() -> None:
+    """llama-bench's JSON, CSV and markdown state the K and V cache types (``type_k``,
+    ``type_v``; its markdown prints the columns only where they are not its default
+    f16)."""
+    runs = parse_bench(_bench_json("q8_0", "q4_0"), "b.json")
+    assert {(run.cache_type_k, run.cache_type_v) for run in runs} == {("q8_0", "q4_0")}
+    assert {(run.cache_type_k, run.cache_type_v)
+            for run in parse_bench(_bench_json(None, None), "b.json")} == {(None, None)}
+    table = ("| model | size | backend | type_k | type_v | test | t/s |\n"
+             "| --- | --: | --- | --: | --: | --: | --: |\n"
+             "| llama 8B Q8_0 | 7.95 GiB | CUDA | q8_0 | q8_0 | pp512 | 100.0 ± 1.0 |\n")
+    (run,) = parse_bench(table, "b.md")
+    assert (run.cache_type_k, run.cache_type_v) == ("q8_0", "q8_0")
+    (run,) = parse_bench("| model | size | backend | test | t/s |\n"
+                         "| --- | --: | --- | --: | --: |\n"
+                         "| llama 8B Q8_0 | 7.95 GiB | CUDA | pp512 | 100.0 ± 1.0 |\n", "b.md")
+    assert (run.cache_type_k, run.cache_type_v) == ("f16", "f16")
+    with pytest.raises(BenchError, match="type_k"):
+        parse_bench(_bench_json("q9_9", "f16"), "b.json")
+
+
+def test_calibrate_fits_the_runs_at_the_kv_cache_they_ran_with(tmp_path: Path) -> None:
+    """Runs of a q8_0 cache were fitted as runs of the model's f16 one (twice the bytes
+    each decoded token reads at depth) unless --kv-cache-type said q8_0: a calibration
+    silently fitted to another cache. The runs' own cache is now the one estimated, a
+    --kv-cache-type that differs leaves them out by name, and a run whose K and V caches
+    differ (the estimate takes one type for both) is left out too."""
+    bench = tmp_path / "q8.json"
+    bench.write_text(_bench_json("q8_0", "q8_0"))
+    common = ("calibrate", bench, "--gpu", "rtx-4090", "--model", "llama-3.1-8b", "--json")
+    own = json.loads(run_planner(*common).stdout)
+    stated = json.loads(run_planner(*common, "--kv-cache-type", "q8_0").stdout)
+    assert own["runs"] == stated["runs"] and own["errors"] == stated["errors"]
+    assert_user_error(run_planner(*common, "--kv-cache-type", "f16"), 2,
+                      "q8_0", "--kv-cache-type")
+    mixed = tmp_path / "mixed.json"
+    mixed.write_text(_bench_json("q8_0", "f16"))
+    assert_user_error(run_planner("calibrate", mixed, "--gpu", "rtx-4090", "--model",
+                                  "llama-3.1-8b"), 2, "K cache q8_0", "V cache f16")

@@ -23,6 +23,7 @@ from planner.llamacpp.bench import (
     calibration_text,
     fit_calibration,
     parse_bench,
+    runs_cache_type,
 )
 from planner.models import ModelError, from_gguf, gpu_catalog_with, load_preset
 from planner.models.gpus import catalog_kind
@@ -64,7 +65,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--model", required=True, metavar="MODEL",
                         help="the model benched: its GGUF file or preset id")
     parser.add_argument("--kv-cache-type", metavar="T",
-                        help=f"the KV cache type of the runs (default {DEFAULT_CACHE_TYPE})")
+                        help="the KV cache type of the runs (default: the one they state, "
+                             "llama-bench's type_k and type_v, else the model's: "
+                             f"{DEFAULT_CACHE_TYPE} for a GGUF file); runs of another are "
+                             "left out")
     add_catalog_argument(parser, "where --gpu's kind is looked up")
     parser.add_argument("--base", metavar="FILE",
                         help="a calibration to fit on top of (default: the shipped one)")
@@ -85,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
         runs.extend(parse_bench(_read(path), path))
     try:
         kind = catalog_kind(gpu_catalog_with(args.catalog), args.gpu)
-        spec = _spec(args.model, args.kv_cache_type)
+        # The runs' own cache, where they state one and --kv-cache-type does not.
+        spec = _spec(args.model, args.kv_cache_type or runs_cache_type(runs))
     except ModelError as error:
         raise UserError(error.message) from None
     base = read_calibration(args.base) if args.base is not None else load_calibration()

@@ -21,8 +21,10 @@ the median of those errors is the error the calibration states for it (as the sh
 calibration states its error on published runs it was not fitted on).
 
 Rows llama-bench prints that the estimate does not model are left out, and said so: a
-prompt and decode in one test (``pp+tg``), a micro-batch past llama.cpp's limit, or a
-row of another model than the one given.
+prompt and decode in one test (``pp+tg``), a micro-batch past llama.cpp's limit, a row
+of another model than the one given, or of another KV cache type than the model is
+estimated at (a run states its K and V cache types, ``type_k`` and ``type_v``;
+:func:`runs_cache_type` gives the one the runs share).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import tomli_w
 from planner._validate import shown
 from planner.errors import CodedError
 from planner.limits import (
+    DEFAULT_CACHE_TYPE,
     MAX_BENCH_BYTES,
     MAX_BENCH_RUNS,
     MAX_BYTES,
@@ -52,6 +55,7 @@ from planner.limits import (
     MAX_UBATCH,
 )
 from planner.models.gpus import CPU_BACKEND, RPC_BACKEND, GpuModel
+from planner.models.kv_cache import CACHE_TYPES
 from planner.models.spec import ModelSpec
 from planner.performance import (
     INTRA_HOST_LINK_BYTES_PER_S,
@@ -117,6 +121,10 @@ class BenchRun:
     """Flash attention on or off (``None``: llama.cpp's own choice, or not stated)."""
     threads: int | None = None
     """llama-bench's ``n_threads`` (``None``: not stated, taken as one a core)."""
+    cache_type_k: str | None = None
+    """llama-bench's ``type_k``, the K cache's type (``None``: not stated)."""
+    cache_type_v: str | None = None
+    """llama-bench's ``type_v``, the V cache's type (``None``: not stated)."""
 
     @property
     def ran_flash_attn(self) -> bool:
@@ -150,7 +158,8 @@ class BenchRun:
                 "test": self.test, "phase": self.phase, "tokens_per_s": self.tokens_per_s,
                 "stddev_tokens_per_s": self.stddev_tokens_per_s, "ubatch": self.ubatch,
                 "backend": self.backend, "build": self.build, "flash_attn": self.flash_attn,
-                "threads": self.threads}
+                "threads": self.threads, "cache_type_k": self.cache_type_k,
+                "cache_type_v": self.cache_type_v}
 
 
 # -- reading llama-bench's output ------------------------------------------------------------
@@ -252,6 +261,17 @@ def _threads(value: Any, where: str) -> int | None:
     return _count(value, where, "n_threads", MAX_THREADS, minimum=1)
 
 
+def _cache_type(value: Any, where: str, name: str) -> str | None:
+    """A run's K or V cache type as llama-bench states it (``None``: not stated)."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or value not in CACHE_TYPES:
+        raise BenchError("InvalidBench", f"{where}: {name} {shown(value)} is not a KV cache "
+                         f"type llama.cpp has ({', '.join(CACHE_TYPES)})", field=name,
+                         source=where)
+    return value
+
+
 def _flash_attn(value: Any, where: str) -> bool | None:
     if value in (None, ""):
         return None
@@ -282,7 +302,9 @@ def _from_fields(row: Mapping[str, Any], where: str) -> BenchRun:
         None if row.get("n_ubatch") in (None, "") else _count(row["n_ubatch"], where,
                                                               "n_ubatch"),
         str(row.get("backends", ""))[:100], _build(row.get("build_number"), where),
-        _flash_attn(row.get("flash_attn"), where), _threads(row.get("n_threads"), where))
+        _flash_attn(row.get("flash_attn"), where), _threads(row.get("n_threads"), where),
+        _cache_type(row.get("type_k"), where, "type_k"),
+        _cache_type(row.get("type_v"), where, "type_v"))
     return _checked(run)
 
 
@@ -298,8 +320,9 @@ def _checked(run: BenchRun) -> BenchRun:
 
 def _markdown(text: str, source: str) -> tuple[BenchRun, ...]:
     """The rows of llama-bench's markdown table: ``model``, ``size``, ``test`` and
-    ``t/s`` are read, and ``backend``, ``threads``, ``n_ubatch``, ``fa`` and the build line
-    under the table where printed."""
+    ``t/s`` are read, and ``backend``, ``threads``, ``n_ubatch``, ``fa``, ``type_k``,
+    ``type_v`` and the build line under the table where printed (llama-bench prints a
+    cache type's column only where it is not its default, f16)."""
     lines = [line.strip() for line in text.splitlines() if line.lstrip().startswith("|")]
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]
     for name in ("model", "test", "t/s"):
@@ -334,7 +357,9 @@ def _markdown(text: str, source: str) -> tuple[BenchRun, ...]:
             None if rate["sd"] is None else _rate(rate["sd"], where, "t/s"),
             None if "n_ubatch" not in row else _count(row["n_ubatch"], where, "n_ubatch"),
             row.get("backend", "")[:100], build, _flash_attn(row.get("fa"), where),
-            _threads(row.get("threads"), where))))
+            _threads(row.get("threads"), where),
+            _cache_type(row.get("type_k", DEFAULT_CACHE_TYPE), where, "type_k"),
+            _cache_type(row.get("type_v", DEFAULT_CACHE_TYPE), where, "type_v"))))
     return tuple(runs)
 
 
@@ -471,6 +496,28 @@ def ran_on_another_backend(run: BenchRun, backend: str) -> bool:
     return bool(named) and RPC_BACKEND not in named and backend not in named
 
 
+def runs_cache_type(runs: Sequence[BenchRun]) -> str | None:
+    """The KV cache type every run that states one ran with, K and V alike (``None``: no
+    run states one, or they differ)."""
+    stated = {kind for run in runs for kind in (run.cache_type_k, run.cache_type_v)
+              if kind is not None}
+    return stated.pop() if len(stated) == 1 else None
+
+
+def _other_cache(run: BenchRun, spec: ModelSpec) -> str | None:
+    """Why a run's KV cache is not the one ``spec`` is estimated at (``None``: it is, or
+    the run does not say)."""
+    k, v = run.cache_type_k, run.cache_type_v
+    if k is not None and v is not None and k != v:
+        return (f"{run.test}: its K cache {k} and V cache {v} differ, and the estimate "
+                "takes one type for both")
+    ran = k or v
+    if ran is not None and ran != spec.kv_cache_type:
+        return (f"{run.test}: ran with a {ran} KV cache, not the {spec.kv_cache_type} the "
+                f"model is estimated at (--kv-cache-type {ran})")
+    return None
+
+
 def usable_runs(runs: Sequence[BenchRun], spec: ModelSpec, backend: str | None = None,
                 stated: bool = True) -> tuple[list[BenchRun], list[tuple[str, str]]]:
     """The runs the estimate models, and why each other one is left out (a test given
@@ -498,6 +545,8 @@ def usable_runs(runs: Sequence[BenchRun], spec: ModelSpec, backend: str | None =
         elif run.model_bytes is not None and not _same_size(run.model_bytes, spec):
             why = (f"model {shown(run.model)} of {run.model_bytes:,} bytes is not "
                    f"{spec.name}")
+        elif (other := _other_cache(run, spec)) is not None:
+            why = other
         if why is None:
             kept.append(run)
             seen[same] = run.source
