@@ -593,3 +593,54 @@ def test_calibrate_fits_the_runs_at_the_kv_cache_they_ran_with(tmp_path: Path) -
     mixed.write_text(_bench_json("q8_0", "f16"))
     assert_user_error(run_planner("calibrate", mixed, "--gpu", "rtx-4090", "--model",
                                   "llama-3.1-8b"), 2, "K cache q8_0", "V cache f16")
+
+
+# -- runs that computed part of the model on the CPU ---------------------------------------------
+
+
+def _offload_json(**fields: object) -> str:
+    rows = json.loads(_bench_json("f16", "f16"))
+    return json.dumps([{**row, **fields} for row in rows])
+
+
+def test_a_run_states_what_it_kept_on_the_cpu() -> None:
+    """llama-bench states the layers it offloaded (``n_gpu_layers``, markdown ``ngl``; a
+    negative count is every layer), the layers whose experts it kept on the CPU
+    (``n_cpu_moe``) and a KV cache kept on the host (``no_kv_offload``, ``nkvo``)."""
+    (run, *_) = parse_bench(_offload_json(n_gpu_layers=20, n_cpu_moe=4, no_kv_offload=True),
+                            "b.json")
+    assert (run.gpu_layers, run.cpu_moe_layers, run.kv_offload) == (20, 4, False)
+    (run, *_) = parse_bench(_offload_json(n_gpu_layers=-1, n_cpu_moe=0, no_kv_offload=False),
+                            "b.json")
+    assert (run.gpu_layers, run.cpu_moe_layers, run.kv_offload) == (-1, 0, True)
+    (run,) = parse_bench("| model | size | backend | ngl | n_cpu_moe | nkvo | test | t/s |\n"
+                         "| --- | --: | --- | --: | --: | --: | --: | --: |\n"
+                         "| llama 8B Q8_0 | 7.95 GiB | CUDA | 99 | 2 | 1 | pp512 | 100.0 ± 1.0 |\n",
+                         "b.md")
+    assert (run.gpu_layers, run.cpu_moe_layers, run.kv_offload) == (99, 2, False)
+    with pytest.raises(BenchError, match="n_cpu_moe"):
+        parse_bench(_offload_json(n_cpu_moe=-3), "b.json")
+
+
+@pytest.mark.parametrize(("fields", "said"), [
+    ({"n_gpu_layers": 20}, "offloaded 20 of the model's 32 layers (-ngl 20;"),
+    ({"n_gpu_layers": 32}, "offloaded 32 of the model's 32 layers (-ngl 32;"),
+    ({"n_cpu_moe": 4}, "kept the experts of 4 layers on the CPU (-ncmoe 4)"),
+    ({"no_kv_offload": True}, "kept the KV cache on the host (-nkvo 1)"),
+])
+def test_runs_that_computed_on_the_cpu_are_left_out_for_a_gpu_kind(
+        tmp_path: Path, fields: dict[str, object], said: str) -> None:
+    """A run that kept layers, experts or its cache on the CPU (a big model on a small GPU)
+    ran at the CPU's speed for that part: fitted to a GPU kind, its factors would scale the
+    GPU's efficiencies down by what the CPU cost. It is left out, by name; every layer
+    offloaded (-ngl 99, or -1) is used."""
+    bench = tmp_path / "b.json"
+    bench.write_text(_offload_json(**fields))
+    assert_user_error(run_planner("calibrate", bench, "--gpu", "rtx-4090", "--model",
+                                  "llama-3.1-8b"), 2, said)
+    for every in (99, 33, -1):
+        bench.write_text(_offload_json(n_gpu_layers=every, n_cpu_moe=0, no_kv_offload=False))
+        result = run_planner("calibrate", bench, "--gpu", "rtx-4090", "--model",
+                             "llama-3.1-8b", "--json")
+        assert result.returncode == 0, result.stderr
+        assert len(json.loads(result.stdout)["runs"]) == 4

@@ -24,7 +24,9 @@ Rows llama-bench prints that the estimate does not model are left out, and said 
 prompt and decode in one test (``pp+tg``), a micro-batch past llama.cpp's limit, a row
 of another model than the one given, or of another KV cache type than the model is
 estimated at (a run states its K and V cache types, ``type_k`` and ``type_v``;
-:func:`runs_cache_type` gives the one the runs share).
+:func:`runs_cache_type` gives the one the runs share), and, for a GPU kind, a run that
+computed part of the model on the CPU (layers not offloaded, experts kept on the CPU,
+the KV cache kept on the host: :func:`computed_on_the_cpu`).
 """
 
 from __future__ import annotations
@@ -90,6 +92,9 @@ _FLASH = {"1": True, "true": True, "on": True, "yes": True, "0": False, "false":
 # ("Support `-fa auto` in llama-bench") made auto its default, from this build; its
 # markdown prints an ``fa`` column only where the setting differs from the default.
 FLASH_ATTN_AUTO_BUILD = 9437
+# llama-bench's no_kv_offload as its outputs state it (JSON: true/false; CSV and markdown:
+# 0/1).
+_NO_KV_OFFLOAD = {"1": True, "true": True, "0": False, "false": False}
 
 
 class BenchError(CodedError):
@@ -125,6 +130,14 @@ class BenchRun:
     """llama-bench's ``type_k``, the K cache's type (``None``: not stated)."""
     cache_type_v: str | None = None
     """llama-bench's ``type_v``, the V cache's type (``None``: not stated)."""
+    gpu_layers: int | None = None
+    """llama-bench's ``n_gpu_layers`` (``-ngl``): layers offloaded, a negative count every
+    one (``None``: not stated)."""
+    cpu_moe_layers: int | None = None
+    """llama-bench's ``n_cpu_moe`` (``-ncmoe``): layers whose experts stayed on the CPU."""
+    kv_offload: bool | None = None
+    """Whether the KV cache was offloaded (llama-bench's ``no_kv_offload``, ``-nkvo``,
+    negated)."""
 
     @property
     def ran_flash_attn(self) -> bool:
@@ -159,7 +172,8 @@ class BenchRun:
                 "stddev_tokens_per_s": self.stddev_tokens_per_s, "ubatch": self.ubatch,
                 "backend": self.backend, "build": self.build, "flash_attn": self.flash_attn,
                 "threads": self.threads, "cache_type_k": self.cache_type_k,
-                "cache_type_v": self.cache_type_v}
+                "cache_type_v": self.cache_type_v, "gpu_layers": self.gpu_layers,
+                "cpu_moe_layers": self.cpu_moe_layers, "kv_offload": self.kv_offload}
 
 
 # -- reading llama-bench's output ------------------------------------------------------------
@@ -231,6 +245,11 @@ def _count(value: Any, where: str, name: str, maximum: int = MAX_CONTEXT,
     return number
 
 
+def _optional_count(value: Any, where: str, name: str) -> int | None:
+    """A count llama-bench states in some outputs only (``None``: not stated)."""
+    return None if value is None or value == "" else _count(value, where, name)
+
+
 def _rate(value: Any, where: str, name: str) -> float:
     number = value
     if isinstance(value, str):
@@ -272,6 +291,29 @@ def _cache_type(value: Any, where: str, name: str) -> str | None:
     return value
 
 
+def _gpu_layers(value: Any, where: str) -> int | None:
+    """llama-bench's ``n_gpu_layers``: a count, negative for every layer."""
+    if value is None or value == "":
+        return None
+    text = str(value).strip()
+    if isinstance(value, bool) or not re.fullmatch(r"-?\d{1,9}", text, re.ASCII):
+        raise BenchError("InvalidBench", f"{where}: n_gpu_layers {shown(value)} is not a "
+                         "whole number of layers (negative: every layer)",
+                         field="n_gpu_layers", source=where)
+    return int(text)
+
+
+def _kv_offload(value: Any, where: str) -> bool | None:
+    """Whether the KV cache was offloaded, from llama-bench's ``no_kv_offload``."""
+    if value is None or value == "":
+        return None
+    said = _NO_KV_OFFLOAD.get(str(value).strip().lower())
+    if said is None:
+        raise BenchError("InvalidBench", f"{where}: no_kv_offload must be 0 or 1 (got "
+                         f"{shown(value)})", field="no_kv_offload", source=where)
+    return not said
+
+
 def _flash_attn(value: Any, where: str) -> bool | None:
     if value in (None, ""):
         return None
@@ -304,7 +346,10 @@ def _from_fields(row: Mapping[str, Any], where: str) -> BenchRun:
         str(row.get("backends", ""))[:100], _build(row.get("build_number"), where),
         _flash_attn(row.get("flash_attn"), where), _threads(row.get("n_threads"), where),
         _cache_type(row.get("type_k"), where, "type_k"),
-        _cache_type(row.get("type_v"), where, "type_v"))
+        _cache_type(row.get("type_v"), where, "type_v"),
+        _gpu_layers(row.get("n_gpu_layers"), where),
+        _optional_count(row.get("n_cpu_moe"), where, "n_cpu_moe"),
+        _kv_offload(row.get("no_kv_offload"), where))
     return _checked(run)
 
 
@@ -321,8 +366,9 @@ def _checked(run: BenchRun) -> BenchRun:
 def _markdown(text: str, source: str) -> tuple[BenchRun, ...]:
     """The rows of llama-bench's markdown table: ``model``, ``size``, ``test`` and
     ``t/s`` are read, and ``backend``, ``threads``, ``n_ubatch``, ``fa``, ``type_k``,
-    ``type_v`` and the build line under the table where printed (llama-bench prints a
-    cache type's column only where it is not its default, f16)."""
+    ``type_v``, ``ngl``, ``n_cpu_moe``, ``nkvo`` and the build line under the table where
+    printed (llama-bench prints a cache type's column only where it is not its default,
+    f16)."""
     lines = [line.strip() for line in text.splitlines() if line.lstrip().startswith("|")]
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]
     for name in ("model", "test", "t/s"):
@@ -359,7 +405,10 @@ def _markdown(text: str, source: str) -> tuple[BenchRun, ...]:
             row.get("backend", "")[:100], build, _flash_attn(row.get("fa"), where),
             _threads(row.get("threads"), where),
             _cache_type(row.get("type_k", DEFAULT_CACHE_TYPE), where, "type_k"),
-            _cache_type(row.get("type_v", DEFAULT_CACHE_TYPE), where, "type_v"))))
+            _cache_type(row.get("type_v", DEFAULT_CACHE_TYPE), where, "type_v"),
+            _gpu_layers(row.get("ngl"), where),
+            _optional_count(row.get("n_cpu_moe"), where, "n_cpu_moe"),
+            _kv_offload(row.get("nkvo"), where))))
     return tuple(runs)
 
 
@@ -496,6 +545,24 @@ def ran_on_another_backend(run: BenchRun, backend: str) -> bool:
     return bool(named) and RPC_BACKEND not in named and backend not in named
 
 
+def computed_on_the_cpu(run: BenchRun, spec: ModelSpec) -> str | None:
+    """What part of ``spec`` a run kept on the CPU, as llama-bench states it (``None``:
+    none, or the run does not say): layers not offloaded (``-ngl``; llama.cpp offloads
+    the output layer only past the model's layer count), the experts of some layers
+    (``-ncmoe``), or the KV cache (``-nkvo 1``)."""
+    layers = spec.layer_count
+    if run.gpu_layers is not None and 0 <= run.gpu_layers <= layers:
+        return (f"offloaded {run.gpu_layers} of the model's {layers} layers "
+                f"(-ngl {run.gpu_layers}; every layer and the output: -ngl {layers + 1} or "
+                "more)")
+    if run.cpu_moe_layers:
+        return (f"kept the experts of {run.cpu_moe_layers} layers on the CPU (-ncmoe "
+                f"{run.cpu_moe_layers})")
+    if run.kv_offload is False:
+        return "kept the KV cache on the host (-nkvo 1)"
+    return None
+
+
 def runs_cache_type(runs: Sequence[BenchRun]) -> str | None:
     """The KV cache type every run that states one ran with, K and V alike (``None``: no
     run states one, or they differ)."""
@@ -547,6 +614,10 @@ def usable_runs(runs: Sequence[BenchRun], spec: ModelSpec, backend: str | None =
                    f"{spec.name}")
         elif (other := _other_cache(run, spec)) is not None:
             why = other
+        elif (backend is None or backend != CPU_BACKEND) and (
+                kept_on_cpu := computed_on_the_cpu(run, spec)) is not None:
+            why = (f"{run.test}: {kept_on_cpu}, so part of it ran on the CPU, whose speed "
+                   "a GPU kind's factors do not describe")
         if why is None:
             kept.append(run)
             seen[same] = run.source
