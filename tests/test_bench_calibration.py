@@ -627,6 +627,10 @@ def test_a_run_states_what_it_kept_on_the_cpu() -> None:
     ({"n_gpu_layers": 32}, "offloaded 32 of the model's 32 layers (-ngl 32;"),
     ({"n_cpu_moe": 4}, "kept the experts of 4 layers on the CPU (-ncmoe 4)"),
     ({"no_kv_offload": True}, "kept the KV cache on the host (-nkvo 1)"),
+    ({"tensor_buft_overrides": "blk\\.[0-9]+\\.ffn_.*_exps=CPU"},
+     "kept the tensors of blk\\.[0-9]+\\.ffn_.*_exps on the CPU (-ot"),
+    ({"devices": "none"}, "ran on no GPU (-dev none)"),
+    ({"devices": "CUDA0/CUDA1"}, "split over 2 devices (-dev CUDA0/CUDA1"),
 ])
 def test_runs_that_computed_on_the_cpu_are_left_out_for_a_gpu_kind(
         tmp_path: Path, fields: dict[str, object], said: str) -> None:
@@ -638,9 +642,33 @@ def test_runs_that_computed_on_the_cpu_are_left_out_for_a_gpu_kind(
     bench.write_text(_offload_json(**fields))
     assert_user_error(run_planner("calibrate", bench, "--gpu", "rtx-4090", "--model",
                                   "llama-3.1-8b"), 2, said)
+    # Devices named for a run of one of them (-sm none) are one device's run.
+    bench.write_text(_offload_json(devices="CUDA0/CUDA1", split_mode="none"))
+    assert run_planner("calibrate", bench, "--gpu", "rtx-4090", "--model",
+                       "llama-3.1-8b").returncode == 0
     for every in (99, 33, -1):
-        bench.write_text(_offload_json(n_gpu_layers=every, n_cpu_moe=0, no_kv_offload=False))
+        bench.write_text(_offload_json(n_gpu_layers=every, n_cpu_moe=0, no_kv_offload=False,
+                                       tensor_buft_overrides="none", devices="CUDA1"))
         result = run_planner("calibrate", bench, "--gpu", "rtx-4090", "--model",
                              "llama-3.1-8b", "--json")
         assert result.returncode == 0, result.stderr
         assert len(json.loads(result.stdout)["runs"]) == 4
+
+
+def test_a_run_states_its_batch_and_is_estimated_at_it() -> None:
+    """llama-bench's ``n_batch`` (``-b``): llama.cpp caps the micro-batch at the batch, so
+    a run of ``-b 256 -ub 512`` computed micro-batches of 256 tokens, and is estimated so
+    (it was estimated at 512)."""
+    shape = run_shape(load_preset("llama-3.1-8b"), kind_4090())
+    runs = parse_bench(_offload_json(n_batch=256, n_ubatch=512), "b.json")
+    assert {(run.batch, run.ubatch) for run in runs} == {(256, 512)}
+    prompt = next(run for run in runs if run.prompt_tokens == 512)
+    calibration = load_calibration()
+    capped = run_estimate(prompt, shape, calibration)
+    assert capped == run_estimate(replace(prompt, batch=None, ubatch=256), shape, calibration)
+    assert capped != run_estimate(replace(prompt, batch=None), shape, calibration)
+    (run,) = parse_bench("| model | size | backend | n_batch | test | t/s |\n"
+                         "| --- | --: | --- | --: | --: | --: |\n"
+                         "| llama 8B Q8_0 | 7.95 GiB | CUDA | 1024 | pp512 | 100.0 ± 1.0 |\n",
+                         "b.md")
+    assert run.batch == 1024

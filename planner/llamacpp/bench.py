@@ -138,6 +138,16 @@ class BenchRun:
     kv_offload: bool | None = None
     """Whether the KV cache was offloaded (llama-bench's ``no_kv_offload``, ``-nkvo``,
     negated)."""
+    cpu_tensors: str | None = None
+    """The tensor patterns llama-bench's ``tensor_buft_overrides`` (``-ot``) put in a CPU
+    buffer, ``;``-separated (``None``: none, or not stated)."""
+    devices: str | None = None
+    """llama-bench's ``devices`` (``-dev``) where it names them: ``none``, or device names
+    ``/``-separated (``None``: ``auto``, or not stated)."""
+    batch: int | None = None
+    """llama-bench's ``n_batch`` (``-b``; ``None``: not stated, its default 2048)."""
+    split_mode: str | None = None
+    """llama-bench's ``split_mode`` (``-sm``: ``none`` runs on one device of ``-dev``)."""
 
     @property
     def ran_flash_attn(self) -> bool:
@@ -173,7 +183,9 @@ class BenchRun:
                 "backend": self.backend, "build": self.build, "flash_attn": self.flash_attn,
                 "threads": self.threads, "cache_type_k": self.cache_type_k,
                 "cache_type_v": self.cache_type_v, "gpu_layers": self.gpu_layers,
-                "cpu_moe_layers": self.cpu_moe_layers, "kv_offload": self.kv_offload}
+                "cpu_moe_layers": self.cpu_moe_layers, "kv_offload": self.kv_offload,
+                "cpu_tensors": self.cpu_tensors, "devices": self.devices, "batch": self.batch,
+                "split_mode": self.split_mode}
 
 
 # -- reading llama-bench's output ------------------------------------------------------------
@@ -245,9 +257,10 @@ def _count(value: Any, where: str, name: str, maximum: int = MAX_CONTEXT,
     return number
 
 
-def _optional_count(value: Any, where: str, name: str) -> int | None:
+def _optional_count(value: Any, where: str, name: str, minimum: int = 0) -> int | None:
     """A count llama-bench states in some outputs only (``None``: not stated)."""
-    return None if value is None or value == "" else _count(value, where, name)
+    return (None if value is None or value == "" else
+            _count(value, where, name, minimum=minimum))
 
 
 def _rate(value: Any, where: str, name: str) -> float:
@@ -314,6 +327,28 @@ def _kv_offload(value: Any, where: str) -> bool | None:
     return not said
 
 
+def _cpu_tensors(value: Any) -> str | None:
+    """The patterns of llama-bench's ``tensor_buft_overrides`` (``pattern=BUFFER;...``)
+    whose buffer is the CPU's."""
+    if value is None:
+        return None
+    patterns = [pattern for pattern, _, buffer in
+                (part.rpartition("=") for part in str(value)[:1000].split(";"))
+                if pattern and buffer.strip().upper().startswith("CPU")]
+    return ";".join(patterns) or None
+
+
+def _split_mode(value: Any) -> str | None:
+    text = "" if value is None else str(value).strip().lower()[:20]
+    return text or None
+
+
+def _devices(value: Any) -> str | None:
+    """llama-bench's ``devices`` where it names them (``auto``: ``None``)."""
+    text = "" if value is None else str(value).strip()[:200]
+    return None if text in ("", "auto") else text
+
+
 def _flash_attn(value: Any, where: str) -> bool | None:
     if value in (None, ""):
         return None
@@ -349,7 +384,10 @@ def _from_fields(row: Mapping[str, Any], where: str) -> BenchRun:
         _cache_type(row.get("type_v"), where, "type_v"),
         _gpu_layers(row.get("n_gpu_layers"), where),
         _optional_count(row.get("n_cpu_moe"), where, "n_cpu_moe"),
-        _kv_offload(row.get("no_kv_offload"), where))
+        _kv_offload(row.get("no_kv_offload"), where),
+        _cpu_tensors(row.get("tensor_buft_overrides")), _devices(row.get("devices")),
+        _optional_count(row.get("n_batch"), where, "n_batch", minimum=1),
+        _split_mode(row.get("split_mode")))
     return _checked(run)
 
 
@@ -366,9 +404,9 @@ def _checked(run: BenchRun) -> BenchRun:
 def _markdown(text: str, source: str) -> tuple[BenchRun, ...]:
     """The rows of llama-bench's markdown table: ``model``, ``size``, ``test`` and
     ``t/s`` are read, and ``backend``, ``threads``, ``n_ubatch``, ``fa``, ``type_k``,
-    ``type_v``, ``ngl``, ``n_cpu_moe``, ``nkvo`` and the build line under the table where
-    printed (llama-bench prints a cache type's column only where it is not its default,
-    f16)."""
+    ``type_v``, ``ngl``, ``n_cpu_moe``, ``nkvo``, ``ot``, ``dev``, ``sm``, ``n_batch`` and
+    the build line under the table where printed (llama-bench prints a cache type's column
+    only where it is not its default, f16)."""
     lines = [line.strip() for line in text.splitlines() if line.lstrip().startswith("|")]
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]
     for name in ("model", "test", "t/s"):
@@ -408,7 +446,10 @@ def _markdown(text: str, source: str) -> tuple[BenchRun, ...]:
             _cache_type(row.get("type_v", DEFAULT_CACHE_TYPE), where, "type_v"),
             _gpu_layers(row.get("ngl"), where),
             _optional_count(row.get("n_cpu_moe"), where, "n_cpu_moe"),
-            _kv_offload(row.get("nkvo"), where))))
+            _kv_offload(row.get("nkvo"), where), _cpu_tensors(row.get("ot")),
+            _devices(row.get("dev")),
+            _optional_count(row.get("n_batch"), where, "n_batch", minimum=1),
+            _split_mode(row.get("sm")))))
     return tuple(runs)
 
 
@@ -463,8 +504,10 @@ def run_estimate(run: BenchRun, shape: RunShape, calibration: SpeedCalibration) 
     plan = Plan(cells, 1, build_stages((shape.node,), [layers], layer_weights(request)),
                 None, None)
     speeds = node_speeds((shape.node,), [shape.kind])
-    ubatch = run.ubatch or RunSettings().ubatch
-    settings = RunSettings(ubatch=ubatch, batch=max(ubatch, RunSettings().batch),
+    # llama.cpp caps the micro-batch at the batch.
+    batch = run.batch or max(run.ubatch or 0, RunSettings().batch)
+    ubatch = min(run.ubatch or RunSettings().ubatch, batch)
+    settings = RunSettings(ubatch=ubatch, batch=max(ubatch, batch),
                            depth=run.depth if prefill else 0, build=run.build,
                            flash_attn=run.ran_flash_attn, threads=run.threads)
     estimate = estimate_plan(request, plan, shape.traffic, speeds, calibration=calibration,
@@ -560,7 +603,21 @@ def computed_on_the_cpu(run: BenchRun, spec: ModelSpec) -> str | None:
                 f"{run.cpu_moe_layers})")
     if run.kv_offload is False:
         return "kept the KV cache on the host (-nkvo 1)"
+    if run.cpu_tensors is not None:
+        return f"kept the tensors of {run.cpu_tensors} on the CPU (-ot)"
+    if run.devices == "none":
+        return "ran on no GPU (-dev none)"
     return None
+
+
+def _split_over(run: BenchRun) -> str | None:
+    """Why a run is not of one device: the devices it names (``-dev A/B``)."""
+    if (run.devices is None or run.devices == "none" or "/" not in run.devices
+            or run.split_mode == "none"):
+        return None
+    count = len(run.devices.split("/"))
+    return (f"{run.test}: split over {count} devices (-dev {run.devices}), and a kind is "
+            "calibrated on runs of one (-dev one device, or -sm none)")
 
 
 def runs_cache_type(runs: Sequence[BenchRun]) -> str | None:
@@ -618,6 +675,8 @@ def usable_runs(runs: Sequence[BenchRun], spec: ModelSpec, backend: str | None =
                 kept_on_cpu := computed_on_the_cpu(run, spec)) is not None:
             why = (f"{run.test}: {kept_on_cpu}, so part of it ran on the CPU, whose speed "
                    "a GPU kind's factors do not describe")
+        elif (split := _split_over(run)) is not None:
+            why = split
         if why is None:
             kept.append(run)
             seen[same] = run.source
