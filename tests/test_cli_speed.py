@@ -403,3 +403,21 @@ def test_a_quantized_v_cache_without_flash_attention_is_refused(tmp_path: Path,
     # an F16 one without.
     assert _json(*common, "--kv-cache-type", "q4_0", "--flash-attn", "on")["tpot_ms"] > 0
     assert _json(*common, "--kv-cache-type", "f16", "--flash-attn", "off")["tpot_ms"] > 0
+
+
+@pytest.mark.parametrize("source", ["gguf", "numbers"])
+def test_a_file_size_for_a_model_whose_bytes_are_known_is_refused(tmp_path: Path,
+                                                                  source: str) -> None:
+    """`--file-size` gives a preset the size of the file run. A GGUF file's tensors are
+    read from the file, and numbers state model_weight_bytes: `--file-size 1GiB` on
+    gemma-3-270m's 236 MiB GGUF silently estimated a model four times its size."""
+    model = _sources(tmp_path)[source]
+    common = (model, "--gpu", "rtx-4090", "--gpus", "2", "--context", "4k")
+    assert_user_error(run("speed", *common, "--file-size", "1GiB"), 2, "--file-size",
+                      "GGUF file" if source == "gguf" else "model_weight_bytes")
+    fleet = tmp_path / "gguf.toml"
+    fleet.write_text(f'[model]\ngguf = "{Path(_sources(tmp_path)["gguf"]).name}"\n\n'
+                     '[[nodes]]\nid = "n"\nvram = "80 GiB"\n')
+    assert_user_error(run("speed", str(fleet), *common[1:], "--file-size", "1GiB"), 2,
+                      "--file-size", "GGUF file")
+    assert _json(*common)["tpot_ms"] > 0

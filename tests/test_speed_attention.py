@@ -69,7 +69,7 @@ def test_the_calibration_s_deepseek_attends_at_its_latent_width() -> None:
                          ids=[m[0] for m in MODELS])
 def test_the_command_s_path_estimates_as_the_calibration_does(
         preset: str, model_id: str, file_bytes: int) -> None:
-    _, fields, traffic, _ = resolve_model(preset)
+    _, fields, traffic, *_ = resolve_model(preset)
     assert traffic is not None
     fields, traffic = with_weight_bytes(fields, traffic, file_bytes)
     gpu = next(g for g in load_gpu_catalog() if g.kind == "rtx-4090")
@@ -116,7 +116,7 @@ def test_the_two_paths_agree_at_other_settings(preset: str, model_id: str, gpu: 
                                                flash_attn: bool) -> None:
     """The command's path and the calibration's agree at the preset's own bytes on
     several GPUs split evenly, with lanes, another micro-batch and either attention mode."""
-    _, fields, traffic, _ = resolve_model(preset)
+    _, fields, traffic, *_ = resolve_model(preset)
     assert traffic is not None
     kind = next(g for g in load_gpu_catalog() if g.kind == gpu)
     settings = RunSettings(depth=DEPTH, ubatch=ubatch, batch=max(2048, ubatch),
@@ -145,7 +145,7 @@ def test_a_mixture_of_experts_computes_its_experts_share_of_parameters() -> None
 
     spec = load_preset("gpt-oss-20b")
     assert spec.routed_expert_parameters == 19_110_297_600 + 6_635_520
-    _, fields, traffic, _ = resolve_model("gpt-oss-20b")
+    _, fields, traffic, *_ = resolve_model("gpt-oss-20b")
     assert traffic is not None and traffic.routed_expert_parameters is not None
     gpu = next(g for g in load_gpu_catalog() if g.kind == "h100-sxm-80gb")
     request = PlanningInput.from_dict({**fields, "nodes": [
@@ -173,7 +173,7 @@ def test_a_fleet_file_s_numbers_take_the_experts_parameters_as_a_preset_does() -
     typed = model_traffic(None, numbers)
     untyped = model_traffic(None, {**numbers, "routed_expert_parameters": None})
     assert typed is not None and untyped is not None
-    _, fields, _, _ = resolve_model("gpt-oss-20b")
+    _, fields, *_ = resolve_model("gpt-oss-20b")
     request = PlanningInput.from_dict({**fields, "nodes": [
         {"node_id": "n0", "detected_vram_bytes": 80 * 2**30}]})
     plan = plan_topology(request)

@@ -122,7 +122,7 @@ def models() -> dict[str, tuple[dict[str, Any], ModelTraffic]]:
     with tempfile.TemporaryDirectory() as folder:
         for name, (header, size) in gguf_files.arch_headers().items():
             path = gguf_files.write_arch_file(Path(folder), name, header, size)
-            _, fields, traffic, _ = resolve_model(str(path))
+            _, fields, traffic, *_ = resolve_model(str(path))
             assert traffic is not None
             found[name] = (fields, traffic)
     spec = ModelSpec.from_dict(json.loads(GEMMA_MODEL.read_text()))

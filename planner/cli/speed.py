@@ -132,13 +132,15 @@ def _count(value: int, option: str, maximum: int) -> int:
 
 
 class ResolvedModel(NamedTuple):
-    """A model as ``planner speed`` reads it: its name, planning fields and traffic, and
-    its KV cache type (``None`` for numbers typed by hand, whose cache is bytes)."""
+    """A model as ``planner speed`` reads it: its name, planning fields and traffic, its
+    KV cache type (``None`` for numbers typed by hand, whose cache is bytes) and where
+    its figures come from (``preset``, ``gguf`` or ``numbers``)."""
 
     name: str
     fields: dict[str, Any]
     traffic: ModelTraffic | None
     kv_cache_type: str | None
+    source: str = "preset"
 
 
 def resolve_model(source: str, kv_cache_type: str | None = None) -> ResolvedModel:
@@ -157,14 +159,16 @@ def resolve_model(source: str, kv_cache_type: str | None = None) -> ResolvedMode
         spec = model.spec(document.base_dir)
         fields = (spec.planning_fields() if spec is not None else
                   dict(model.resolve(document.base_dir)))
+        source = "numbers" if model.numbers is not None else (
+            "gguf" if model.gguf is not None else "preset")
         return ResolvedModel(model.label, fields, model_traffic(spec, model.numbers),
-                             None if spec is None else spec.kv_cache_type)
+                             None if spec is None else spec.kv_cache_type, source)
     if kind == "gguf":
         spec = from_gguf(Path(source), kv_cache_type or DEFAULT_CACHE_TYPE)
     else:
         spec = load_preset(source, kv_cache_type=kv_cache_type)
     return ResolvedModel(spec.name, spec.planning_fields(), model_traffic(spec),
-                         spec.kv_cache_type)
+                         spec.kv_cache_type, kind)
 
 
 def _check_cache_runs(kv_cache_type: str | None, settings: RunSettings) -> None:
@@ -188,10 +192,19 @@ def _kind(catalog: list[GpuModel], wanted: str) -> GpuModel:
     raise UserError(f"--gpu: {wanted!r} is not a catalog kind; known: {known}")
 
 
-def _file_size(value: str, fields: dict[str, Any], traffic: ModelTraffic
+# Why a model's own bytes leave --file-size nothing to give, by where its figures come from.
+_BYTES_KNOWN = {"gguf": "the model is a GGUF file, whose tensors' bytes are read from it",
+                "numbers": "the model's numbers state its model_weight_bytes"}
+
+
+def _file_size(value: str, fields: dict[str, Any], traffic: ModelTraffic, source: str
                ) -> tuple[dict[str, Any], ModelTraffic]:
     """The model stored in ``value`` bytes: the planning fields' layer weights and the
-    traffic's parts scaled to it (:func:`planner.performance.with_weight_bytes`)."""
+    traffic's parts scaled to it (:func:`planner.performance.with_weight_bytes`); a
+    preset's only, the other sources stating their bytes."""
+    if source in _BYTES_KNOWN:
+        raise UserError(f"--file-size: {_BYTES_KNOWN[source]}; --file-size gives a preset "
+                        "the size of the file run")
     try:
         size = parse_bytes(value)
     except UnitError as error:
@@ -296,7 +309,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--gpu: {gpu.kind} has no memory_bandwidth_bytes_per_s in the "
                         "catalog; give a catalog that states it")
     # A model that cannot be read is said as `inspect` says it: its code, path and why.
-    name, fields, traffic, kv_cache_type = resolve_model(args.model, args.kv_cache_type)
+    name, fields, traffic, kv_cache_type, source = resolve_model(args.model,
+                                                                 args.kv_cache_type)
     _check_cache_runs(kv_cache_type, settings)
     if traffic is None:
         raise UserError(f"{args.model}: the model's numbers need model_weight_bytes")
@@ -305,7 +319,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--context: {context:,} tokens exceed the model's native context "
                         f"of {native:,}")
     if args.file_size is not None:
-        fields, traffic = _file_size(args.file_size, fields, traffic)
+        fields, traffic = _file_size(args.file_size, fields, traffic, source)
     try:
         estimate, notes = estimate_speed(fields, traffic, gpu, gpus, context, lanes, prompt,
                                          settings)
