@@ -25,8 +25,9 @@ prompt and decode in one test (``pp+tg``), a micro-batch past llama.cpp's limit,
 of another model than the one given, or of another KV cache type than the model is
 estimated at (a run states its K and V cache types, ``type_k`` and ``type_v``;
 :func:`runs_cache_type` gives the one the runs share), and, for a GPU kind, a run that
-computed part of the model on the CPU (layers not offloaded, experts kept on the CPU,
-the KV cache kept on the host: :func:`computed_on_the_cpu`).
+computed part of the model on the CPU (layers not offloaded, experts or other tensors
+kept on the CPU, no GPU device, the KV cache kept on the host: :func:`computed_on_the_cpu`)
+or was split over several devices it names.
 """
 
 from __future__ import annotations
@@ -339,6 +340,7 @@ def _cpu_tensors(value: Any) -> str | None:
 
 
 def _split_mode(value: Any) -> str | None:
+    """llama-bench's ``split_mode`` (``layer``, ``row``, ``none``)."""
     text = "" if value is None else str(value).strip().lower()[:20]
     return text or None
 
@@ -507,7 +509,7 @@ def run_estimate(run: BenchRun, shape: RunShape, calibration: SpeedCalibration) 
     # llama.cpp caps the micro-batch at the batch.
     batch = run.batch or max(run.ubatch or 0, RunSettings().batch)
     ubatch = min(run.ubatch or RunSettings().ubatch, batch)
-    settings = RunSettings(ubatch=ubatch, batch=max(ubatch, batch),
+    settings = RunSettings(ubatch=ubatch, batch=batch,
                            depth=run.depth if prefill else 0, build=run.build,
                            flash_attn=run.ran_flash_attn, threads=run.threads)
     estimate = estimate_plan(request, plan, shape.traffic, speeds, calibration=calibration,
@@ -592,7 +594,8 @@ def computed_on_the_cpu(run: BenchRun, spec: ModelSpec) -> str | None:
     """What part of ``spec`` a run kept on the CPU, as llama-bench states it (``None``:
     none, or the run does not say): layers not offloaded (``-ngl``; llama.cpp offloads
     the output layer only past the model's layer count), the experts of some layers
-    (``-ncmoe``), or the KV cache (``-nkvo 1``)."""
+    (``-ncmoe``), the KV cache (``-nkvo 1``), tensors put in a CPU buffer (``-ot``), or
+    the whole model (``-dev none``)."""
     layers = spec.layer_count
     if run.gpu_layers is not None and 0 <= run.gpu_layers <= layers:
         return (f"offloaded {run.gpu_layers} of the model's {layers} layers "
