@@ -12,7 +12,7 @@ drawing and the classes differ)::
 
     * CodedError (base)          planner.errors
       * AvailabilityError        planner.availability.reliability
-      * BenchError               planner.llamacpp.bench
+      * BenchError               planner.llamacpp.bench_output
       * FenceError (base)        planner.fence.errors
         * CheckConfigError       planner.fence.check.configuration
         * InvalidFenceInput      planner.fence.errors

@@ -20,14 +20,16 @@ from test_cli import run as run_planner
 
 from planner.limits import MAX_BENCH_BYTES
 from planner.llamacpp.bench import (
-    FLASH_ATTN_AUTO_BUILD,
-    BenchError,
-    BenchRun,
     fit_calibration,
-    parse_bench,
     run_estimate,
     run_shape,
     usable_runs,
+)
+from planner.llamacpp.bench_output import (
+    FLASH_ATTN_AUTO_BUILD,
+    BenchError,
+    BenchRun,
+    parse_bench,
 )
 from planner.models import GpuModel, load_gpu_catalog, load_preset
 from planner.models.gpus import catalog_kind

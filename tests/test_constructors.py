@@ -215,8 +215,8 @@ RESULTS = {
     "planner.llamacpp.bench.BenchFit": _ANSWER,
     "planner.llamacpp.bench.RunFit": _ANSWER,
     "planner.llamacpp.bench.RunShape": _ANSWER,
-    "planner.llamacpp.bench.BenchRun": "read only from llama-bench output by its checked "
-                                          "reader",
+    "planner.llamacpp.bench_output.BenchRun": "read only from llama-bench output by its "
+                                                 "checked reader",
     "planner.llamacpp.verify.Verification": _ANSWER,
     "planner.llamacpp.verify.SpeedEstimates": _ANSWER,
     "planner.planning.search.NodeSetChoice": "a search result, built only by the search",

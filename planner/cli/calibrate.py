@@ -19,12 +19,11 @@ from planner.fleet import FleetFileError, write_text_atomic
 from planner.limits import DEFAULT_CACHE_TYPE, MAX_BENCH_BYTES
 from planner.llamacpp.bench import (
     BenchFit,
-    BenchRun,
     calibration_text,
     fit_calibration,
-    parse_bench,
     runs_cache_type,
 )
+from planner.llamacpp.bench_output import BenchRun, parse_bench
 from planner.models import ModelError, from_gguf, gpu_catalog_with, load_preset
 from planner.models.gpus import catalog_kind
 from planner.models.spec import ModelSpec
