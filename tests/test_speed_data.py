@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from planner.llamacpp.bench import FLASH_ATTN_AUTO_BUILD
+from planner.llamacpp.bench_output import FLASH_ATTN_AUTO_BUILD
 
 HERE = Path(__file__).resolve().parents[1] / "validation" / "speed"
 BACKENDS = ("CUDA", "ROCm", "Vulkan", "Metal", "CPU", "SYCL")
