@@ -7,6 +7,7 @@ import io
 import json
 from pathlib import Path
 
+import pytest
 from test_cli import FIVE, assert_user_error, run
 
 from planner.models import load_gpu_catalog, load_preset
@@ -91,7 +92,7 @@ def test_a_catalog_adds_its_kinds_to_the_shipped_ones(tmp_path: Path) -> None:
 def test_bad_input_exits_2(tmp_path: Path) -> None:
     assert_user_error(run("size", "no-such-model"), 2, "UnknownPreset")
     assert_user_error(run("size", "llama-3.1-70b", "--tolerate", "-1"), 2,
-                      "failures_tolerated")
+                      "--tolerate: must be at least 0")
     assert_user_error(run("size", "llama-3.1-70b", "--kinds", "tpu"), 2, "UnknownKind")
     assert_user_error(run("size", "llama-3.1-70b", "--catalog", tmp_path / "none.toml"), 2,
                       "GpuCatalogNotFound")
@@ -166,3 +167,32 @@ def test_token_counts_are_written_as_every_command_takes_them() -> None:
                       "planner: --min-context: cannot read 'ten' as a context length")
     assert_user_error(run(*base, "--ttft-ms", "5000", "--prompt-tokens=-8k"), 2,
                       "planner: --prompt-tokens: cannot be negative")
+
+
+@pytest.mark.parametrize(("options", "said"), [
+    (("--tpot", "0"), "planner: --tpot: must be at least 1 (got 0)"),
+    (("--min-lanes", "0"), "planner: --min-lanes: must be at least 1 (got 0)"),
+    (("--tolerate", "99"), "planner: --tolerate: must be at most 16 (got 99)"),
+    (("--top", "0"), "planner: --top: must be at least 1 (got 0)"),
+    (("--ttft-ms", "0", "--prompt-tokens", "8k"), "planner: --ttft-ms: must be at least 1"),
+    (("--ttft-ms", "500"), "planner: --ttft-ms and --prompt-tokens go together"),
+    (("--prompt-tokens", "8k"), "planner: --ttft-ms and --prompt-tokens go together"),
+])
+def test_a_target_out_of_range_is_named_by_its_option(options: tuple[str, ...],
+                                                      said: str) -> None:
+    """`planner size llama-3.1-8b --tpot 0` said `InvalidTargets: target_decode_tpot_ms:
+    must be at least 1`, a name the user never typed; every other command names its
+    option."""
+    result = run("size", "llama-3.1-8b", *options)
+    assert_user_error(result, 2, said)
+    assert "InvalidTargets" not in result.stderr
+
+
+def test_a_fleet_files_own_target_is_named_as_the_file_names_it(tmp_path: Path) -> None:
+    """A TPOT target out of range in a fleet file is the file's, not --tpot's."""
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text('[model]\npreset = "llama-3.1-8b"\n\n[planning]\n'
+                     'target_decode_tpot_ms = 0\n\n[[nodes]]\nid = "n"\nvram = "80 GiB"\n')
+    result = run("size", str(fleet))
+    assert result.returncode == 2 and "--tpot" not in result.stderr
+    assert "target_decode_tpot_ms" in result.stderr

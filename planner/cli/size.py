@@ -27,6 +27,7 @@ from planner.models.gpus import PRICE_KINDS
 from planner.reports.sizing import answer_text, fleet_table
 from planner.reports.tables import spreadsheet_safe, terminal_json, terminal_safe, text_table
 from planner.sizing import SizingError, SizingTargets, size_fleet
+from planner.targets import TargetsError
 from planner.units import format_milliseconds
 
 NAME = "size"
@@ -112,15 +113,31 @@ def run(args: argparse.Namespace) -> int:
         None if value is None else token_count(value, option)
         for value, option in ((args.min_context, "--min-context"),
                               (args.prompt_tokens, "--prompt-tokens")))
-    targets = SizingTargets(minimum_context=minimum_context, minimum_lanes=args.min_lanes,
-                            minimum_nodes=planning.get("minimum_nodes", 1),
-                            target_decode_tpot_ms=tpot, failures_tolerated=args.tolerate,
-                            target_ttft_ms=args.ttft_ms, prompt_tokens=prompt_tokens)
+    if (args.ttft_ms is None) != (prompt_tokens is None):
+        raise UserError("--ttft-ms and --prompt-tokens go together: a time to first token "
+                        "is for a prompt size")
+    # The options a target out of range is named by (a fleet file's own TPOT target is the
+    # file's, and keeps its name).
+    options = {"minimum_lanes": "--min-lanes", "failures_tolerated": "--tolerate",
+               "target_ttft_ms": "--ttft-ms", "top": "--top",
+               **({"target_decode_tpot_ms": "--tpot"} if args.tpot is not None else {})}
     try:
+        targets = SizingTargets(minimum_context=minimum_context,
+                                minimum_lanes=args.min_lanes,
+                                minimum_nodes=planning.get("minimum_nodes", 1),
+                                target_decode_tpot_ms=tpot,
+                                failures_tolerated=args.tolerate,
+                                target_ttft_ms=args.ttft_ms, prompt_tokens=prompt_tokens)
         result = size_fleet(model, catalog, targets, top=args.top, kinds=kinds,
                             context_length_override=planning.get("context_length_override"),
                             parallel_lanes_override=planning.get("parallel_lanes_override"),
                             pareto=not (args.json or args.csv), price_kind=args.prices)
+    except TargetsError as error:
+        option = options.get(str(error.details.get("field")))
+        if error.code != "InvalidTargets" or option is None:
+            raise
+        said = error.message.removeprefix(f"{error.details['field']}: ")
+        raise UserError(f"{option}: {said}") from None
     except SizingError as error:
         if error.code != "NoFleetMeetsTargets":
             raise
