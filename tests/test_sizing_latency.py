@@ -78,7 +78,7 @@ def test_planner_size_takes_ttft_and_prompt_tokens() -> None:
     assert "TTFT <= 10.0 s for a 8,192-token prompt" in table.stdout
     assert "estimated_ttft_ms" in table.stdout
     assert "first token of a 8,192-token prompt in" in table.stdout
-    assert_user_error(run("size", "llama-3.1-70b", "--ttft-ms", "5000"), 2, "prompt_tokens")
+    assert_user_error(run("size", "llama-3.1-70b", "--ttft-ms", "5000"), 2, "--prompt-tokens")
 
 
 def test_the_size_a_fleet_panel_takes_a_ttft_target() -> None:
