@@ -7,7 +7,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -98,6 +98,17 @@ def token_count(value: str, option: str, minimum: int = 1) -> int:
         raise UserError(f"{option}: must be from {minimum} to {MAX_CONTEXT:,} tokens "
                         f"(got {tokens:,})")
     return tokens
+
+
+def option_error(error: CodedError, options: Mapping[str, str]) -> UserError | None:
+    """``error`` said as the option that gave its field (``options``: field to option),
+    the field's own name dropped from the message; ``None`` where no option gave it (a
+    file's value keeps the file's name)."""
+    field = error.details.get("field")
+    option = options.get(str(field))
+    if option is None:
+        return None
+    return UserError(f"{option}: {error.message.removeprefix(f'{field}: ')}")
 
 
 def model_source(source: str, option: str = "MODEL", sources: str = MODEL_SOURCES) -> str:

@@ -23,6 +23,7 @@ from planner.cli._common import (
     add_command,
     add_fleet_argument,
     load_request,
+    option_error,
     token_count,
 )
 from planner.limits import MAX_AVAILABILITY_NODE_PLANS
@@ -116,9 +117,10 @@ def run(args: argparse.Namespace) -> int:
         missed = found.missed_with_every_node_up
     except (AvailabilityError, ModelError) as error:
         # A figure given on the command line is the option's fault, not the fleet file's.
-        option = _OPTION_OF.get(str(error.details.get("field")))
-        if option is not None and error.details.get("node_id") is None:
-            raise UserError(f"{option}: {error.message}") from None
+        named = (option_error(error, _OPTION_OF) if error.details.get("node_id") is None
+                 else None)
+        if named is not None:
+            raise named from None
         raise UserError(f"{args.fleet}: {error.message}") from None
     if not result.exact and result.unexplored_mass > args.tolerance:
         bound = (f"--max-states {args.max_states:,}; raise it to narrow the interval"

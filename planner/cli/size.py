@@ -18,6 +18,7 @@ from planner.cli._common import (
     add_catalog_argument,
     add_command,
     model_source,
+    option_error,
     token_count,
 )
 from planner.fleet import load_fleet
@@ -133,11 +134,10 @@ def run(args: argparse.Namespace) -> int:
                             parallel_lanes_override=planning.get("parallel_lanes_override"),
                             pareto=not (args.json or args.csv), price_kind=args.prices)
     except TargetsError as error:
-        option = options.get(str(error.details.get("field")))
-        if error.code != "InvalidTargets" or option is None:
+        named = option_error(error, options) if error.code == "InvalidTargets" else None
+        if named is None:
             raise
-        said = error.message.removeprefix(f"{error.details['field']}: ")
-        raise UserError(f"{option}: {said}") from None
+        raise named from None
     except SizingError as error:
         if error.code != "NoFleetMeetsTargets":
             raise

@@ -15,6 +15,7 @@ from planner.cli._common import (
     add_catalog_argument,
     add_command,
     model_source,
+    option_error,
     token_count,
 )
 from planner.fleet import load_fleet
@@ -324,9 +325,10 @@ def run(args: argparse.Namespace) -> int:
         estimate, notes = estimate_speed(fields, traffic, gpu, gpus, context, lanes, prompt,
                                          settings)
     except PerformanceError as error:
-        if error.details.get("field") != "backend":
+        named = option_error(error, {"backend": "--backend"})
+        if named is None:
             raise
-        raise UserError(f"--backend: {error.message.removeprefix('backend: ')}") from None
+        raise named from None
     record = _record(name, gpu, gpus, context, lanes, estimate, notes)
     if args.json:
         print(terminal_json(record))
