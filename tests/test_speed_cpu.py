@@ -33,7 +33,7 @@ from test_speed_calibration import BACKEND_BOUND, BOUNDS
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "validation")]
 
-from speed_cpu import FREE_CPU_SHARE  # noqa: E402
+from speed_cpu import FREE_CPU_SHARE, KIND, another_cpu  # noqa: E402
 
 from planner.cli.speed import estimate_speed, resolve_model  # noqa: E402
 from planner.limits import DEFAULT_BATCH  # noqa: E402
@@ -44,7 +44,6 @@ from planner.performance import ModelTraffic, RunSettings, model_traffic  # noqa
 RESULTS = ROOT / "validation" / "results"
 RECORD = RESULTS / "cpu-speed.csv"
 MACHINE = RESULTS / "cpu-machine.json"
-KIND = RESULTS / "cpu-kind.toml"
 GEMMA = "gemma-3-270m-q4_k_m.gguf"
 GEMMA_MODEL = Path(__file__).resolve().parent / "data" / "gemma-3-270m-q4_k_m.json"
 CALIBRATION_ROWS = ROOT / "validation" / "speed" / "measurements.csv"
@@ -295,6 +294,22 @@ def test_a_head_shorter_than_an_f16_step_scores_one_value_at_a_time() -> None:
     assert len(per_score[128]) >= 20 and 20 < wide < 50
     narrow = [cost for size in (64, 80) for cost in per_score.get(size, [])]
     assert len(narrow) >= 2 and min(narrow) > 2 * wide
+
+
+def test_make_validate_on_another_cpu_leaves_the_record_to_its_own() -> None:
+    """cpu-speed.csv is checked against cpu-kind.toml, which describes the CPU of
+    cpu-machine.json: `make validate` on another CPU (this Xeon 6's record, rerun on an
+    AMD EPYC) would have replaced the runs and estimated them as the Xeon's. It now leaves
+    the record, says why, and records another CPU only when asked (--replace)."""
+    recorded = json.loads(MACHINE.read_text())
+    assert another_cpu(recorded, dict(recorded)) is None
+    epyc = {**recorded, "vendor": "AuthenticAMD", "cpu": "AMD EPYC", "family": 26,
+            "model": 2}
+    reason = another_cpu(recorded, epyc)
+    assert reason is not None
+    for word in ("Intel(R) Xeon(R) Processor", "AMD EPYC", "--replace", "cpu-kind.toml"):
+        assert word in reason
+    assert another_cpu(recorded, {**recorded, "stepping": 2}) is not None
 
 
 HEAD_SIZES = RESULTS / "cpu-head-sizes.csv"

@@ -17,7 +17,9 @@ fastest of five repetitions (the mean and each repetition are recorded beside it
 model waits a few seconds for its cores to be free, and the cores in use when it
 started and the load average before and after are recorded with its rows.
 ``speed_cpu.py --again`` runs again the models that started beside other work and keeps
-each test's faster row; ``make validate`` runs it once after the first pass.
+each test's faster row; ``make validate`` runs it once after the first pass. On another
+CPU than the record's, neither runs (the record is checked against cpu-kind.toml, which
+describes the recorded CPU) unless given ``--replace``.
 
 The runs are recorded in validation/results/cpu-speed.csv (one row per model, thread
 count and test, with the build, the settings and the load), the machine in
@@ -53,6 +55,7 @@ from planner.llamacpp.runner import binaries_dir  # noqa: E402
 RESULTS = ROOT / "validation" / "results"
 RECORD = RESULTS / "cpu-speed.csv"
 MACHINE = RESULTS / "cpu-machine.json"
+KIND = RESULTS / "cpu-kind.toml"
 # llama-bench's tests: a prompt of PROMPT tokens and GENERATE decoded ones, at each depth.
 PROMPT = 256
 GENERATE = 32
@@ -248,7 +251,32 @@ def again(bins: Path) -> int:
     return 0
 
 
+# What names a CPU in cpu-machine.json: the runs of another are not the record's, whose
+# CPU cpu-kind.toml describes.
+CPU_IDENTITY = ("vendor", "cpu", "family", "model", "stepping")
+
+
+def another_cpu(recorded: dict[str, Any], here: dict[str, Any]) -> str | None:
+    """Why this machine's runs may not replace the record (``None``: the same CPU): the
+    record's runs are checked against cpu-kind.toml, which describes the recorded CPU, so
+    another CPU's runs would be estimated as that one's."""
+    if all(recorded.get(key) == here.get(key) for key in CPU_IDENTITY):
+        return None
+    def said(machine: dict[str, Any]) -> str:
+        return (f"{machine.get('cpu')} ({machine.get('vendor')}, family "
+                f"{machine.get('family')}, model {machine.get('model')})")
+    return (f"the record ({RECORD.relative_to(ROOT)}) is of {said(recorded)}, which "
+            f"{KIND.relative_to(ROOT)} describes; this machine is {said(here)}. Its runs would be "
+            f"estimated as that CPU's: pass --replace to record this CPU, and describe it "
+            f"in {KIND.relative_to(ROOT)}")
+
+
 def main(argv: list[str]) -> int:
+    if MACHINE.exists() and "--replace" not in argv:
+        reason = another_cpu(json.loads(MACHINE.read_text()), machine())
+        if reason is not None:
+            print(f"speed_cpu.py: not run: {reason}")
+            return 0
     bins = binaries_dir()
     if "--again" in argv:
         return again(bins)
