@@ -674,3 +674,94 @@ def test_a_run_states_its_batch_and_is_estimated_at_it() -> None:
                          "| llama 8B Q8_0 | 7.95 GiB | CUDA | 1024 | pp512 | 100.0 ± 1.0 |\n",
                          "b.md")
     assert run.batch == 1024
+
+
+# -- runs on a machine of several GPUs -------------------------------------------------------------
+
+
+_TWO_3090_LOG = """\
+ggml_cuda_init: found 2 CUDA devices:
+  Device 0: NVIDIA GeForce RTX 3090, compute capability 8.6, VMM: yes
+  Device 1: NVIDIA GeForce RTX 3090, compute capability 8.6, VMM: yes
+| model | size | params | backend | ngl | test | t/s |
+| --- | ---: | ---: | --- | --: | ---: | ---: |
+| llama 8B Q8_0 | 7.95 GiB | 8.03 B | CUDA | 99 | pp128 | 7000.00 ± 10.00 |
+| llama 8B Q8_0 | 7.95 GiB | 8.03 B | CUDA | 99 | pp512 | 9000.00 ± 10.00 |
+| llama 8B Q8_0 | 7.95 GiB | 8.03 B | CUDA | 99 | tg32 | 120.00 ± 0.50 |
+| llama 8B Q8_0 | 7.95 GiB | 8.03 B | CUDA | 99 | tg128 | 118.00 ± 0.50 |
+
+build: 1a2b3c4d (9500)
+"""
+
+# Vulkan's device lines, cut after the fields read (the log goes on: fp16, bf16, warp size,
+# shared memory, int dot, matrix cores).
+_VULKAN_LOG = """\
+ggml_vulkan: Found 2 Vulkan devices:
+ggml_vulkan: 0 = AMD Radeon RX 7900 XTX (RADV NAVI31) (radv) | uma: 0 | fp16: 1 | bf16: 0
+ggml_vulkan: 1 = AMD Radeon Graphics (RADV RAPHAEL_MENDOCINO) (radv) | uma: 1 | fp16: 1
+| model | size | backend | test | t/s |
+| --- | ---: | --- | ---: | ---: |
+| llama 8B Q8_0 | 7.95 GiB | Vulkan | pp512 | 2000.00 ± 10.00 |
+"""
+
+
+def test_a_run_states_the_gpus_llama_bench_saw() -> None:
+    """llama-bench's JSON and CSV list every GPU it saw (``gpu_info``, integrated ones
+    too); its markdown does not, but the log before the table names CUDA's and ROCm's
+    devices (``Device N: name, ...``) and Vulkan's (``N = name (...) | uma: U``, an
+    integrated one uma 1)."""
+    rows = json.loads(_bench_json("f16", "f16"))
+    rows[0]["gpu_info"] = "NVIDIA GeForce RTX 3090, NVIDIA GeForce RTX 3090"
+    run = parse_bench(json.dumps(rows), "b.json")[0]
+    assert run.gpus == ("NVIDIA GeForce RTX 3090", "NVIDIA GeForce RTX 3090")
+    assert parse_bench(_TWO_3090_LOG, "b.md")[0].gpus == ("NVIDIA GeForce RTX 3090",) * 2
+    assert parse_bench(_VULKAN_LOG, "b.md")[0].gpus == ("AMD Radeon RX 7900 XTX",)
+    assert parse_bench(_bench_json("f16", "f16"), "b.json")[0].gpus == ()
+
+
+def test_runs_split_over_the_machines_gpus_by_default_are_left_out(tmp_path: Path) -> None:
+    """llama.cpp splits a model's layers over every GPU of the machine unless llama-bench
+    names one (-dev) or is told -sm none: runs of a machine of two RTX 3090s, run as
+    llama-bench runs by default, were fitted as one 3090's, silently. They are left out by
+    name; the same machine's runs of one device are used."""
+    bench = tmp_path / "two.md"
+    bench.write_text(_TWO_3090_LOG)
+    result = run_planner("calibrate", bench, "--gpu", "rtx-3090", "--model", "llama-3.1-8b")
+    assert_user_error(result, 2, "2 GPUs named NVIDIA GeForce RTX 3090", "-dev")
+    bench.write_text(_TWO_3090_LOG.replace("Device 1: NVIDIA GeForce RTX 3090, compute "
+                                           "capability 8.6, VMM: yes\n", ""))
+    assert run_planner("calibrate", bench, "--gpu", "rtx-3090", "--model",
+                       "llama-3.1-8b").returncode == 0
+    rows = json.loads(_offload_json(gpu_info="NVIDIA GeForce RTX 3090, NVIDIA GeForce RTX 3090"))
+    bench = tmp_path / "two.json"
+    bench.write_text(json.dumps(rows))
+    assert_user_error(run_planner("calibrate", bench, "--gpu", "rtx-3090", "--model",
+                                  "llama-3.1-8b"), 2, "2 GPUs named NVIDIA GeForce RTX 3090")
+    for one in ({"devices": "CUDA0"}, {"split_mode": "none"}):
+        bench.write_text(json.dumps([{**row, **one} for row in rows]))
+        result = run_planner("calibrate", bench, "--gpu", "rtx-3090", "--model",
+                             "llama-3.1-8b", "--json")
+        assert result.returncode == 0, result.stderr
+        assert len(json.loads(result.stdout)["runs"]) == 4
+    # One GPU seen through two backends (CUDA and Vulkan) is one device.
+    bench.write_text(json.dumps([{**row, "backends": "CUDA,Vulkan"} for row in rows]))
+    assert run_planner("calibrate", bench, "--gpu", "rtx-3090", "--model",
+                       "llama-3.1-8b").returncode == 0
+
+
+def test_runs_of_a_machine_of_unlike_gpus_are_used_and_said_to_be_unsure(
+        tmp_path: Path) -> None:
+    """Unlike GPUs in gpu_info may be a discrete one and an integrated one (llama.cpp
+    uses the integrated one only without a discrete one) or two discrete ones (it splits
+    over both): the runs are used, and the calibration says what to do if more than one
+    ran them."""
+    rows = json.loads(_offload_json(gpu_info="NVIDIA GeForce RTX 4090, Intel(R) UHD Graphics 770"))
+    bench = tmp_path / "mixed.json"
+    bench.write_text(json.dumps(rows))
+    result = run_planner("calibrate", bench, "--gpu", "rtx-4090", "--model", "llama-3.1-8b",
+                         "--json")
+    assert result.returncode == 0, result.stderr
+    fit = json.loads(result.stdout)
+    assert len(fit["runs"]) == 4
+    assert any("Intel(R) UHD Graphics 770" in note and "-dev" in note
+               for note in fit["notes"]), fit["notes"]

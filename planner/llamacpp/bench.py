@@ -25,7 +25,8 @@ estimated at (a run states its K and V cache types, ``type_k`` and ``type_v``;
 :func:`runs_cache_type` gives the one the runs share), and, for a GPU kind, a run that
 computed part of the model on the CPU (layers not offloaded, experts or other tensors
 kept on the CPU, no GPU device, the KV cache kept on the host: :func:`computed_on_the_cpu`)
-or was split over several devices it names.
+or was split over several devices, those it names or, naming none, the machine's like
+GPUs (:func:`default_split`).
 """
 
 from __future__ import annotations
@@ -213,13 +214,56 @@ def computed_on_the_cpu(run: BenchRun, spec: ModelSpec) -> str | None:
 
 
 def _split_over(run: BenchRun) -> str | None:
-    """Why a run is not of one device: the devices it names (``-dev A/B``)."""
-    if (run.devices is None or run.devices == "none" or "/" not in run.devices
-            or run.split_mode == "none"):
+    """Why a run is not of one device: the devices it names (``-dev A/B``), or, naming
+    none, the like GPUs llama-bench saw (:func:`default_split`)."""
+    if run.split_mode == "none" or run.devices == "none":
         return None
-    count = len(run.devices.split("/"))
-    return (f"{run.test}: split over {count} devices (-dev {run.devices}), and a kind is "
-            "calibrated on runs of one (-dev one device, or -sm none)")
+    if run.devices is not None:
+        if "/" not in run.devices:
+            return None
+        count = len(run.devices.split("/"))
+        return (f"{run.test}: split over {count} devices (-dev {run.devices}), and a kind "
+                "is calibrated on runs of one (-dev one device, or -sm none)")
+    like = default_split(run)
+    if like is None:
+        return None
+    count, name = like
+    return (f"{run.test}: llama-bench saw {count} GPUs named {name} and named no device "
+            f"(-dev), so llama.cpp split the model over them (-sm "
+            f"{run.split_mode or 'layer'}); a kind is calibrated on runs of one (-dev one "
+            "device, or -sm none)")
+
+
+def _gpu_backends(run: BenchRun) -> set[str]:
+    """The GPU backends a run names (not the CPU's, BLAS or RPC)."""
+    named = {_BENCH_BACKENDS.get(part.strip().lower()) for part in run.backend.split(",")}
+    return {name for name in named if name not in (None, CPU_BACKEND, RPC_BACKEND)}
+
+
+def default_split(run: BenchRun) -> tuple[int, str] | None:
+    """How many like GPUs a run that named no device (``-dev``) and did not run on one
+    (``-sm none``) was split over, and their name: llama.cpp takes every discrete GPU by
+    default, and llama-bench's list of those it saw (:attr:`BenchRun.gpus`) names one
+    GPU more than once only where there are several (one GPU seen through two backends,
+    CUDA and Vulkan, is one device: a run of two backends is not judged). ``None``: not
+    several like ones, or the run said which."""
+    if run.devices is not None or run.split_mode == "none" or len(_gpu_backends(run)) != 1:
+        return None
+    counts: dict[str, int] = {}
+    for name in run.gpus:
+        counts[name] = counts.get(name, 0) + 1
+    name, count = max(counts.items(), key=lambda item: item[1], default=("", 0))
+    return (count, name) if count >= 2 else None
+
+
+def unlike_gpus(run: BenchRun) -> tuple[str, ...]:
+    """The unlike GPUs a run that named no device may have been split over: llama.cpp
+    takes every discrete one, an integrated one only where there is none, and llama-bench
+    does not say which is which (empty: one GPU, or the run named its device)."""
+    if run.devices is not None or run.split_mode == "none":
+        return ()
+    names = tuple(dict.fromkeys(run.gpus))
+    return names if len(names) >= 2 else ()
 
 
 def runs_cache_type(runs: Sequence[BenchRun]) -> str | None:
@@ -302,6 +346,13 @@ def fit_calibration(runs: Sequence[BenchRun], spec: ModelSpec, kind: GpuModel,
     speed = node_speeds((shape.node,), [kind])[shape.node.node_id]
     backend = backend_of(speed, RunSettings(), notes)
     kept, skipped = usable_runs(runs, spec, backend, stated=kind.backend is not None)
+    for unlike in dict.fromkeys(unlike_gpus(run) for run in kept):
+        if unlike:
+            notes.append(f"llama-bench saw the GPUs {', '.join(unlike)} and the runs named "
+                         "no device (-dev): llama.cpp splits the model over every discrete "
+                         "GPU, and uses an integrated one only where there is none; if more "
+                         "than one GPU ran them, they are not one device's runs (run "
+                         "llama-bench with -dev one device, or -sm none)")
     # The shares the kind's backend reaches before the fit: each factor may raise the
     # largest share of its phase up to 1 (the kind's peak), and no further.
     plain = replace(base, kinds={k: v for k, v in base.kinds.items() if k != kind.kind})

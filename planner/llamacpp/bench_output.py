@@ -51,6 +51,14 @@ FLASH_ATTN_AUTO_BUILD = 9437
 # llama-bench's no_kv_offload as its outputs state it (JSON: true/false; CSV and markdown:
 # 0/1).
 _NO_KV_OFFLOAD = {"1": True, "true": True, "0": False, "false": False}
+# The device lines of llama.cpp's log before llama-bench's markdown: CUDA's and ROCm's
+# (``  Device 0: NVIDIA GeForce RTX 3090, compute capability 8.6, VMM: yes``) and
+# Vulkan's (``ggml_vulkan: 0 = AMD Radeon RX 7900 XTX (RADV NAVI31) (radv) | uma: 0 | ...``,
+# uma 1 an integrated GPU).
+_CUDA_DEVICE = re.compile(r"^\s*Device \d{1,3}: (?P<name>[^,\n]{1,120}), ", re.ASCII | re.M)
+_VULKAN_DEVICE = re.compile(r"^ggml_vulkan: \d{1,3} = (?P<name>[^|\n]{1,200}?)"
+                            r"(?: \([^|\n]{0,120}\))* \| uma: (?P<uma>[01])", re.M)
+_MAX_GPUS = 64
 
 
 class BenchError(CodedError):
@@ -104,6 +112,10 @@ class BenchRun:
     """llama-bench's ``n_batch`` (``-b``; ``None``: not stated, its default 2048)."""
     split_mode: str | None = None
     """llama-bench's ``split_mode`` (``-sm``: ``none`` runs on one device of ``-dev``)."""
+    gpus: tuple[str, ...] = ()
+    """The GPUs llama-bench saw, by name (its ``gpu_info``, integrated ones too; markdown:
+    the device lines of the log before the table, Vulkan's integrated ones left out where
+    it saw a discrete one, as llama.cpp leaves them out). Empty: not stated."""
 
     @property
     def ran_flash_attn(self) -> bool:
@@ -141,7 +153,7 @@ class BenchRun:
                 "cache_type_v": self.cache_type_v, "gpu_layers": self.gpu_layers,
                 "cpu_moe_layers": self.cpu_moe_layers, "kv_offload": self.kv_offload,
                 "cpu_tensors": self.cpu_tensors, "devices": self.devices, "batch": self.batch,
-                "split_mode": self.split_mode}
+                "split_mode": self.split_mode, "gpus": list(self.gpus)}
 
 
 # -- reading llama-bench's output ------------------------------------------------------------
@@ -306,6 +318,26 @@ def _devices(value: Any) -> str | None:
     return None if text in ("", "auto") else text
 
 
+def _gpu_info(value: Any) -> tuple[str, ...]:
+    """The GPUs of llama-bench's ``gpu_info`` (their descriptions, ``, ``-separated)."""
+    if not isinstance(value, str):
+        return ()
+    return tuple(name.strip()[:120] for name in value[:4000].split(", ")
+                 if name.strip())[:_MAX_GPUS]
+
+
+def _logged_gpus(text: str) -> tuple[str, ...]:
+    """The GPUs llama.cpp's log names before a markdown table (:data:`_CUDA_DEVICE`,
+    :data:`_VULKAN_DEVICE`); Vulkan's integrated ones only where it names no discrete one,
+    as llama.cpp uses them."""
+    cuda = [found["name"].strip() for found in _CUDA_DEVICE.finditer(text)]
+    vulkan = [(found["name"].strip(), found["uma"] == "1")
+              for found in _VULKAN_DEVICE.finditer(text)]
+    discrete = [name for name, integrated in vulkan if not integrated]
+    vulkan_used = discrete or [name for name, _ in vulkan]
+    return tuple(cuda + vulkan_used)[:_MAX_GPUS]
+
+
 def _flash_attn(value: Any, where: str) -> bool | None:
     if value in (None, ""):
         return None
@@ -344,7 +376,7 @@ def _from_fields(row: Mapping[str, Any], where: str) -> BenchRun:
         _kv_offload(row.get("no_kv_offload"), where),
         _cpu_tensors(row.get("tensor_buft_overrides")), _devices(row.get("devices")),
         _optional_count(row.get("n_batch"), where, "n_batch", minimum=1),
-        _split_mode(row.get("split_mode")))
+        _split_mode(row.get("split_mode")), _gpu_info(row.get("gpu_info")))
     return _checked(run)
 
 
@@ -373,6 +405,7 @@ def _markdown(text: str, source: str) -> tuple[BenchRun, ...]:
     _check_count(len(lines) - 2, source)
     found = _BUILD_LINE.search(text)
     build = None if found is None else _build(found["number"], source)
+    gpus = _logged_gpus(text)
     runs: list[BenchRun] = []
     for line in lines[1:]:
         cells = [cell.strip() for cell in line.strip("|").split("|")]
@@ -406,7 +439,7 @@ def _markdown(text: str, source: str) -> tuple[BenchRun, ...]:
             _kv_offload(row.get("nkvo"), where), _cpu_tensors(row.get("ot")),
             _devices(row.get("dev")),
             _optional_count(row.get("n_batch"), where, "n_batch", minimum=1),
-            _split_mode(row.get("sm")))))
+            _split_mode(row.get("sm")), gpus)))
     return tuple(runs)
 
 
