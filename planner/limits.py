@@ -234,5 +234,9 @@ tests is a few hundred KB)."""
 MAX_BENCH_RUNS = 10_000
 """Tests (rows) of one llama-bench output."""
 
+MAX_BENCH_GPUS = 64
+"""GPUs one llama-bench output lists (its ``gpu_info``, or the log's device lines) that
+``planner calibrate`` reads; more are not read (a machine has a few)."""
+
 MAX_TOKENS_PER_S = 10**9
 """A llama-bench speed in tokens per second: far beyond any device."""

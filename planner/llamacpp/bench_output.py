@@ -24,6 +24,7 @@ from planner.errors import CodedError
 from planner.limits import (
     DEFAULT_CACHE_TYPE,
     MAX_BENCH_BYTES,
+    MAX_BENCH_GPUS,
     MAX_BENCH_RUNS,
     MAX_BYTES,
     MAX_CONTEXT,
@@ -58,7 +59,6 @@ _NO_KV_OFFLOAD = {"1": True, "true": True, "0": False, "false": False}
 _CUDA_DEVICE = re.compile(r"^\s*Device \d{1,3}: (?P<name>[^,\n]{1,120}), ", re.ASCII | re.M)
 _VULKAN_DEVICE = re.compile(r"^ggml_vulkan: \d{1,3} = (?P<name>[^|\n]{1,200}?)"
                             r"(?: \([^|\n]{0,120}\))* \| uma: (?P<uma>[01])", re.M)
-_MAX_GPUS = 64
 
 
 class BenchError(CodedError):
@@ -323,7 +323,7 @@ def _gpu_info(value: Any) -> tuple[str, ...]:
     if not isinstance(value, str):
         return ()
     return tuple(name.strip()[:120] for name in value[:4000].split(", ")
-                 if name.strip())[:_MAX_GPUS]
+                 if name.strip())[:MAX_BENCH_GPUS]
 
 
 def _logged_gpus(text: str) -> tuple[str, ...]:
@@ -335,7 +335,7 @@ def _logged_gpus(text: str) -> tuple[str, ...]:
               for found in _VULKAN_DEVICE.finditer(text)]
     discrete = [name for name, integrated in vulkan if not integrated]
     vulkan_used = discrete or [name for name, _ in vulkan]
-    return tuple(cuda + vulkan_used)[:_MAX_GPUS]
+    return tuple(cuda + vulkan_used)[:MAX_BENCH_GPUS]
 
 
 def _flash_attn(value: Any, where: str) -> bool | None:
