@@ -151,7 +151,10 @@ EXCLUSION_REASONS = {"F16 prompt-processing runs below half": "F16 prompt proces
                      "whose repetitions spread over a quarter": "spread of the repetitions",
                      "run through llama.cpp's BLAS backend": "llama.cpp's BLAS backend",
                      "run with the GPU's clock locked": "clock locked",
-                     "measured on an unmerged pull request's": "unmerged PR"}
+                     "measured on an unmerged pull request's": "unmerged PR",
+                     "prompts run on a build with rocWMMA": "rocWMMA flash attention",
+                     "prompts run with the GPU's matrix cores turned off":
+                         "matrix cores turned off"}
 
 
 def test_docs_count_the_rows_left_out(rows: list[dict[str, str]]) -> None:
