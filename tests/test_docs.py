@@ -306,6 +306,7 @@ def test_each_command_line_example_succeeds(document: str, line: int, command: s
     if reason is not None:
         pytest.skip(f"{document}:{line}: {reason}")
     (tmp_path / "data").symlink_to(ROOT / "data")
+    (tmp_path / "validation").symlink_to(ROOT / "validation")  # the measured GPU kinds
     argv = [str(Path(sys.executable).with_name("planner")), *shlex.split(command)[1:]]
     done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"{document}:{line}: {command}\n{done.stderr}"
