@@ -15,7 +15,8 @@ import planner
 from planner.errors import CodedError, PlanError
 from planner.fleet import FleetDocument, load_fleet
 from planner.limits import MAX_CONTEXT
-from planner.models import list_presets
+from planner.models import ModelError, list_presets
+from planner.models.gpus import GpuModel, catalog_kind, listed_kinds
 from planner.planning.memory_rule import MEMORY_MODELS
 from planner.reports.tables import terminal_safe
 from planner.units import UnitError, parse_context
@@ -98,6 +99,19 @@ def token_count(value: str, option: str, minimum: int = 1) -> int:
         raise UserError(f"{option}: must be from {minimum} to {MAX_CONTEXT:,} tokens "
                         f"(got {tokens:,})")
     return tokens
+
+
+def option_kind(catalog: Sequence[GpuModel], name: str, option: str = "--gpu") -> GpuModel:
+    """The catalog kind ``option`` names (an id or name, any case, as
+    :func:`~planner.models.gpus.catalog_kind` finds it); one not in the catalog is refused
+    by the option, with the kinds known and how to add one."""
+    try:
+        return catalog_kind(catalog, name)
+    except ModelError:
+        raise UserError(f"{option}: {name!r} is not in the catalog; known kinds: "
+                        f"{listed_kinds(catalog)}; describe a kind of your own in a catalog "
+                        "file (data/gpus.toml's format) and add it with --catalog FILE"
+                        ) from None
 
 
 def option_error(error: CodedError, options: Mapping[str, str]) -> UserError | None:

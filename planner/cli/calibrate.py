@@ -14,6 +14,7 @@ from planner.cli._common import (
     add_catalog_argument,
     add_command,
     model_source,
+    option_kind,
 )
 from planner.fleet import FleetFileError, write_text_atomic
 from planner.limits import DEFAULT_CACHE_TYPE, MAX_BENCH_BYTES
@@ -25,7 +26,6 @@ from planner.llamacpp.bench import (
 )
 from planner.llamacpp.bench_output import BenchRun, parse_bench
 from planner.models import ModelError, from_gguf, gpu_catalog_with, load_preset
-from planner.models.gpus import catalog_kind
 from planner.models.spec import ModelSpec
 from planner.performance import load_calibration, read_calibration
 from planner.reports.tables import TextTable, terminal_safe, text_table
@@ -86,8 +86,8 @@ def run(args: argparse.Namespace) -> int:
     runs: list[BenchRun] = []
     for path in args.bench:
         runs.extend(parse_bench(_read(path), path))
+    kind = option_kind(gpu_catalog_with(args.catalog), args.gpu)
     try:
-        kind = catalog_kind(gpu_catalog_with(args.catalog), args.gpu)
         # The runs' own cache, where they state one and --kv-cache-type does not.
         spec = _spec(args.model, args.kv_cache_type or runs_cache_type(runs))
     except ModelError as error:

@@ -9,13 +9,18 @@ import os
 import sys
 from pathlib import Path
 
-from planner.cli._common import EXIT_OK, UserError, add_catalog_argument, add_command
+from planner.cli._common import (
+    EXIT_OK,
+    UserError,
+    add_catalog_argument,
+    add_command,
+    option_kind,
+)
 from planner.fleet import FleetFileError, ModelChoice, save_fleet
 from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_RPC_TIMEOUT_S, MAX_RPC_TIMEOUT_S
 from planner.llamacpp.discovery import devices_table, discovered_fleet, discovery_warnings
 from planner.llamacpp.runner import query_rpc_servers
 from planner.models import ModelError, gpu_catalog_with, load_preset
-from planner.models.gpus import catalog_kind
 from planner.reports.tables import TextTable, terminal_safe, text_table
 from planner.units import format_bytes, format_milliseconds
 
@@ -124,10 +129,7 @@ def _table(rows: list[dict[str, object]]) -> TextTable:
 
 
 def _check_kind(kind: str, catalog: str | None) -> None:
-    try:
-        catalog_kind(gpu_catalog_with(catalog), kind)
-    except ModelError as error:
-        raise UserError(f"--gpu: {error.message}") from None
+    option_kind(gpu_catalog_with(catalog), kind)
 
 
 def _model_choice(args: argparse.Namespace) -> ModelChoice:

@@ -16,6 +16,7 @@ from planner.cli._common import (
     add_command,
     model_source,
     option_error,
+    option_kind,
     token_count,
 )
 from planner.fleet import load_fleet
@@ -184,15 +185,6 @@ def _check_cache_runs(kv_cache_type: str | None, settings: RunSettings) -> None:
                         "file's kv_cache_type)") from None
 
 
-def _kind(catalog: list[GpuModel], wanted: str) -> GpuModel:
-    folded = wanted.strip().casefold()
-    for gpu in catalog:
-        if folded in (gpu.kind.casefold(), gpu.name.casefold()):
-            return gpu
-    known = ", ".join(gpu.kind for gpu in catalog)
-    raise UserError(f"--gpu: {wanted!r} is not a catalog kind; known: {known}")
-
-
 # Why a model's own bytes leave --file-size nothing to give, by where its figures come from.
 _BYTES_KNOWN = {"gguf": "the model is a GGUF file, whose tensors' bytes are read from it",
                 "numbers": "the model's numbers state its model_weight_bytes"}
@@ -305,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
     context = token_count(args.context, "--context")
     settings, prompt = _settings(args, context)
     catalog = gpu_catalog_with(args.catalog)
-    gpu = _kind(catalog, args.gpu)
+    gpu = option_kind(catalog, args.gpu)
     if gpu.memory_bandwidth_bytes_per_s is None:
         raise UserError(f"--gpu: {gpu.kind} has no memory_bandwidth_bytes_per_s in the "
                         "catalog; give a catalog that states it")
