@@ -284,3 +284,21 @@ def test_candidates_judge_the_tpot_target_by_the_speed_estimate() -> None:
     assert fitting, result.stdout
     verdicts = {line[met_at:met_at + 3].strip() for line in fitting}
     assert verdicts == {"no"}, result.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ("speed", "llama-3.1-8b", "--gpu", "radeon-8060s"),
+    ("calibrate", str(ROOT / "validation" / "results" / "mesh" / "bench.json"),
+     "--gpu", "radeon-8060s", "--model", "llama-3.1-8b"),
+    ("discover", "127.0.0.1:1", "--gpu", "radeon-8060s"),
+    ("size", "llama-3.1-8b", "--tpot", "50", "--kinds", "rtx-4090,radeon-8060s"),
+])
+def test_a_kind_not_in_the_catalog_is_said_alike_by_every_command(args: tuple[str, ...]) -> None:
+    """speed, calibrate, discover and size each said an unknown kind their own way
+    (calibrate and size without naming the option, size with its error code) and none
+    said how to add a kind: one message now, naming the option, the kinds known and
+    --catalog."""
+    result = run(*args)
+    option = "--kinds" if "--kinds" in args else "--gpu"
+    assert_user_error(result, 2, f"planner: {option}: 'radeon-8060s' is not in the catalog",
+                      "known kinds: h100-sxm-80gb", "--catalog FILE")

@@ -93,7 +93,8 @@ def test_bad_input_exits_2(tmp_path: Path) -> None:
     assert_user_error(run("size", "no-such-model"), 2, "UnknownPreset")
     assert_user_error(run("size", "llama-3.1-70b", "--tolerate", "-1"), 2,
                       "--tolerate: must be at least 0")
-    assert_user_error(run("size", "llama-3.1-70b", "--kinds", "tpu"), 2, "UnknownKind")
+    assert_user_error(run("size", "llama-3.1-70b", "--kinds", "tpu"), 2,
+                      "--kinds: 'tpu' is not in the catalog")
     assert_user_error(run("size", "llama-3.1-70b", "--catalog", tmp_path / "none.toml"), 2,
                       "GpuCatalogNotFound")
     bad = tmp_path / "bad.toml"

@@ -422,17 +422,3 @@ def test_a_file_size_for_a_model_whose_bytes_are_known_is_refused(tmp_path: Path
                       "--file-size", "GGUF file")
     assert _json(*common)["tpot_ms"] > 0
 
-
-@pytest.mark.parametrize("args", [
-    ("speed", "llama-3.1-8b", "--gpu", "radeon-8060s"),
-    ("calibrate", str(ROOT / "validation" / "results" / "mesh" / "bench.json"),
-     "--gpu", "radeon-8060s", "--model", "llama-3.1-8b"),
-    ("discover", "127.0.0.1:1", "--gpu", "radeon-8060s"),
-])
-def test_a_kind_not_in_the_catalog_is_said_alike_by_every_command(args: tuple[str, ...]) -> None:
-    """speed, calibrate and discover each said an unknown --gpu their own way (calibrate
-    without naming the option) and none said how to add a kind: one message now, naming
-    the option, the kinds known and --catalog."""
-    result = run(*args)
-    assert_user_error(result, 2, "planner: --gpu: 'radeon-8060s' is not in the catalog",
-                      "known kinds: h100-sxm-80gb", "--catalog FILE")

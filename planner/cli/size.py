@@ -19,6 +19,7 @@ from planner.cli._common import (
     add_command,
     model_source,
     option_error,
+    option_kind,
     token_count,
 )
 from planner.fleet import load_fleet
@@ -109,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
     kinds = None if args.kinds is None else [k for k in args.kinds.split(",") if k.strip()]
     if kinds is not None and not kinds:
         raise UserError("--kinds names no kind")
+    for kind in kinds or ():
+        option_kind(catalog, kind, "--kinds")
     tpot = args.tpot if args.tpot is not None else planning.get("target_decode_tpot_ms")
     minimum_context, prompt_tokens = (
         None if value is None else token_count(value, option)
