@@ -381,6 +381,32 @@ def test_a_kind_is_not_estimated_on_a_backend_of_the_other_kind_of_device(
                  "--backend", other)["tpot_ms"] > 0
 
 
+@pytest.mark.parametrize(("kind", "backend", "said"), [
+    ("rtx-4090", "rocm", "--backend: rtx-4090 is an NVIDIA GPU: llama.cpp's rocm backend "
+     "runs on AMD's GPUs only (NVIDIA's run cuda or vulkan; got 'rocm')"),
+    ("rtx-4090", "metal", "--backend: rtx-4090 is an NVIDIA GPU: llama.cpp's metal backend "
+     "runs on Apple's GPUs only"),
+    ("rtx-4090", "sycl", "runs on Intel's GPUs only"),
+    ("instinct-mi300x", "cuda", "--backend: instinct-mi300x is an AMD GPU: llama.cpp's cuda "
+     "backend runs on NVIDIA's GPUs only (AMD's run rocm or vulkan; got 'cuda')"),
+    ("m2-ultra-192gb", "vulkan", None),
+    ("instinct-mi300x", "vulkan", None),
+])
+def test_a_gpu_is_not_estimated_on_another_vendors_backend(
+        kind: str, backend: str, said: str | None) -> None:
+    """`--gpu rtx-4090 --backend rocm` was estimated, as if llama.cpp's HIP backend ran on
+    an NVIDIA card (and an Intel Arc on ROCm, a Radeon on CUDA): an estimate of a run that
+    cannot happen. CUDA runs on NVIDIA's GPUs, ROCm on AMD's, Metal on Apple's and SYCL on
+    Intel's (llama.cpp b11434's docs/build.md and docs/backend/SYCL.md); Vulkan and RPC on
+    any."""
+    result = run("speed", "gemma-3-12b", "--gpu", kind, "--context", "4k",
+                 "--backend", backend)
+    if said is None:
+        assert result.returncode == 0, result.stderr
+    else:
+        assert_user_error(result, 2, said)
+
+
 @pytest.mark.parametrize("source", ["preset", "gguf", "named"])
 def test_a_quantized_v_cache_without_flash_attention_is_refused(tmp_path: Path,
                                                                  source: str) -> None:

@@ -230,3 +230,22 @@ def test_a_bad_default_is_refused_by_name(tmp_path: Path, table: str, field: str
     assert caught.value.code == "InvalidGpuCatalog"
     assert caught.value.details["field"] == field
     assert str(path) in caught.value.message and field in caught.value.message
+
+
+@pytest.mark.parametrize(("vendor", "backend"), [("NVIDIA", "rocm"), ("AMD", "cuda"),
+                                                 ("Intel", "metal"), ("Apple", "sycl")])
+def test_a_kind_whose_backend_does_not_run_on_its_vendors_gpus_is_refused(
+        tmp_path: Path, vendor: str, backend: str) -> None:
+    """A catalog kind stating a backend its vendor's GPUs do not run (an NVIDIA card on
+    ROCm) was read, and its estimates were of a run that cannot happen; it is refused,
+    naming the field. A CPU kind's own backend, cpu, runs on any vendor's CPU."""
+    path = tmp_path / "mine.toml"
+    path.write_text(f'[[gpu]]\nid = "card"\nname = "A card"\nvendor = "{vendor}"\n'
+                    f'memory = "16 GiB"\nbackend = "{backend}"\n')
+    with pytest.raises(ModelError) as caught:
+        load_gpu_catalog(path)
+    assert caught.value.details["field"] == "backend"
+    assert f"{backend} backend runs on" in caught.value.message
+    path.write_text(f'[[gpu]]\nid = "cores"\nname = "Some cores"\nvendor = "{vendor}"\n'
+                    'memory = "16 GiB"\nbackend = "cpu"\n')
+    assert load_gpu_catalog(path)[0].backend == "cpu"

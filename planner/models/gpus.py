@@ -126,6 +126,23 @@ BACKENDS = ("cuda", "rocm", "metal", "vulkan", "sycl", "cpu", "rpc")
 CPU_BACKEND = "cpu"
 # The backend that forwards to an rpc-server, whose device may be a CPU or a GPU.
 RPC_BACKEND = "rpc"
+# The GPU vendor each of llama.cpp's vendor backends runs on (b11434's docs/build.md: CUDA
+# "using an NVIDIA GPU", HIP "HIP-supported AMD GPUs", Metal on Apple silicon, SYCL "to
+# support Intel GPU"; docs/backend/SYCL.md dropped NVIDIA's and AMD's GPUs in 2026.02).
+# Vulkan runs on any vendor's GPU, RPC on its server's device, cpu on any vendor's CPU.
+BACKEND_VENDORS = {"cuda": "NVIDIA", "rocm": "AMD", "metal": "Apple", "sycl": "Intel"}
+
+
+def other_vendors_backend(vendor: str | None, backend: str | None) -> str | None:
+    """Why ``backend`` cannot run on a GPU of ``vendor``: its vendor's, and the backends
+    that vendor's GPUs run (``None``: it can, or the vendor or backend is not one of
+    :data:`BACKEND_VENDORS`)."""
+    runs_on = BACKEND_VENDORS.get(backend or "")
+    if runs_on is None or vendor not in BACKEND_VENDORS.values() or vendor == runs_on:
+        return None
+    own = [name for name, maker in BACKEND_VENDORS.items() if maker == vendor]
+    return (f"llama.cpp's {backend} backend runs on {runs_on}'s GPUs only ({vendor}'s run "
+            f"{' or '.join([*own, 'vulkan'])}")
 
 
 def is_cpu_kind(backend: str | None) -> bool:
@@ -356,6 +373,10 @@ class GpuModel:
             raise _bad("GpuModel", "architecture",
                        f"is {GPU_ARCHITECTURES[self.architecture].vendor}'s, not {self.vendor}'s",
                        self.architecture)
+        other = other_vendors_backend(self.vendor, self.backend)
+        if other is not None:
+            raise _bad("GpuModel", "backend", f"does not run on {self.vendor}'s GPUs: "
+                       f"{other})", self.backend)
         vector = self.vector_tflops
         if (self.fp16_tflops is not None and vector is not None
                 and self.fp16_tflops < vector / 2):

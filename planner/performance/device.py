@@ -37,7 +37,13 @@ from planner.models.architectures import (
     GPU_ARCHITECTURES,
     UNSTATED_FLOPS_PER_LANE_CLOCK,
 )
-from planner.models.gpus import CPU_BACKEND, RPC_BACKEND, GpuModel, is_cpu_kind
+from planner.models.gpus import (
+    CPU_BACKEND,
+    RPC_BACKEND,
+    GpuModel,
+    is_cpu_kind,
+    other_vendors_backend,
+)
 from planner.performance._errors import PerformanceError
 from planner.performance.calibration import (
     FP16_FIGURE_SOURCES,
@@ -193,10 +199,19 @@ def check_backend_runs_on(speed: NodeSpeed, backend: str) -> None:
     """Refuse ``backend`` for a kind of the other kind of device: llama.cpp's CPU backend
     computes on a CPU's cores, which only a CPU kind describes (a GPU kind's figures are
     its memory's and its shaders'), and a GPU backend needs a GPU. The RPC backend runs
-    what its server's device is, either."""
+    what its server's device is, either. A vendor's backend runs on that vendor's GPUs
+    only (:data:`~planner.models.gpus.BACKEND_VENDORS`: CUDA on NVIDIA's, ROCm on AMD's,
+    Metal on Apple's, SYCL on Intel's; Vulkan on any)."""
+    name = speed.kind or speed.node_id
+    other = other_vendors_backend(speed.vendor, backend)
+    if other is not None and not is_cpu_kind(speed.backend):
+        # Each vendor of BACKEND_VENDORS is read with "an" (an NVIDIA, AMD, Apple, Intel).
+        raise PerformanceError(
+            "InvalidPerformanceInput",
+            f"backend: {name} is an {speed.vendor} GPU: {other}; got {backend!r})",
+            field="backend", value=backend)
     if backend == RPC_BACKEND or is_cpu_kind(backend) == is_cpu_kind(speed.backend):
         return
-    name = speed.kind or speed.node_id
     if is_cpu_kind(speed.backend):
         problem = (f"{name} is a CPU kind: llama.cpp's {CPU_BACKEND} backend is the one it "
                    "runs")
