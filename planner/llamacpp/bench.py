@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -181,12 +182,18 @@ _BENCH_BACKENDS = {"cuda": "cuda", "rocm": "rocm", "hip": "rocm", "vulkan": "vul
                    "rpc": RPC_BACKEND}
 
 
+def _named_backends(run: BenchRun) -> set[str]:
+    """The estimate's names of the backends llama-bench states for a run (names it does not
+    know left out)."""
+    named = {_BENCH_BACKENDS.get(part.strip().lower()) for part in run.backend.split(",")}
+    return {name for name in named if name is not None}
+
+
 def ran_on_another_backend(run: BenchRun, backend: str) -> bool:
     """Whether llama-bench names the run's backends and ``backend`` is none of them (a run
     through RPC, whose server may run any, and names the estimate does not know are not
     judged)."""
-    named = {_BENCH_BACKENDS.get(part.strip().lower()) for part in run.backend.split(",")}
-    named.discard(None)
+    named = _named_backends(run)
     return bool(named) and RPC_BACKEND not in named and backend not in named
 
 
@@ -234,36 +241,36 @@ def _split_over(run: BenchRun) -> str | None:
             "device, or -sm none)")
 
 
-def _gpu_backends(run: BenchRun) -> set[str]:
-    """The GPU backends a run names (not the CPU's, BLAS or RPC)."""
-    named = {_BENCH_BACKENDS.get(part.strip().lower()) for part in run.backend.split(",")}
-    return {name for name in named if name not in (None, CPU_BACKEND, RPC_BACKEND)}
+def _on_default_devices(run: BenchRun) -> bool:
+    """Whether a run left llama.cpp its default devices: it named none (``-dev``) and did
+    not run on one (``-sm none``)."""
+    return run.devices is None and run.split_mode != "none"
 
 
 def default_split(run: BenchRun) -> tuple[int, str] | None:
-    """How many like GPUs a run that named no device (``-dev``) and did not run on one
-    (``-sm none``) was split over, and their name: llama.cpp takes every discrete GPU by
-    default, and llama-bench's list of those it saw (:attr:`BenchRun.gpus`) names one
-    GPU more than once only where there are several (one GPU seen through two backends,
-    CUDA and Vulkan, is one device: a run of two backends is not judged). ``None``: not
-    several like ones, or the run said which."""
-    if run.devices is not None or run.split_mode == "none" or len(_gpu_backends(run)) != 1:
+    """How many like GPUs a run on llama.cpp's default devices (:func:`_on_default_devices`)
+    was split over, and their name: llama.cpp takes every discrete GPU by default, and
+    llama-bench's list of those it saw (:attr:`BenchRun.gpus`) names one GPU more than
+    once only where there are several (one GPU seen through two backends, CUDA and Vulkan,
+    is one device: a run of two GPU backends is not judged). ``None``: not several like
+    ones, or the run said which."""
+    gpu_backends = _named_backends(run) - {CPU_BACKEND, RPC_BACKEND}
+    if not _on_default_devices(run) or len(gpu_backends) != 1:
         return None
-    counts: dict[str, int] = {}
-    for name in run.gpus:
-        counts[name] = counts.get(name, 0) + 1
-    name, count = max(counts.items(), key=lambda item: item[1], default=("", 0))
+    counts = Counter(run.gpus)
+    if not counts:
+        return None
+    name, count = counts.most_common(1)[0]
     return (count, name) if count >= 2 else None
 
 
 def unlike_gpus(run: BenchRun) -> tuple[str, ...]:
-    """The unlike GPUs a run that named no device may have been split over: llama.cpp
-    takes every discrete one, an integrated one only where there is none, and llama-bench
-    does not say which is which (empty: one GPU, or the run named its device)."""
-    if run.devices is not None or run.split_mode == "none":
-        return ()
+    """The unlike GPUs a run on llama.cpp's default devices may have been split over:
+    llama.cpp takes every discrete one, an integrated one only where there is none, and
+    llama-bench does not say which is which (empty: one GPU, or the run named its
+    device)."""
     names = tuple(dict.fromkeys(run.gpus))
-    return names if len(names) >= 2 else ()
+    return names if _on_default_devices(run) and len(names) >= 2 else ()
 
 
 def runs_cache_type(runs: Sequence[BenchRun]) -> str | None:

@@ -96,7 +96,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from planner._validate import integer, number, shown, text
 from planner.limits import (
@@ -133,16 +133,32 @@ RPC_BACKEND = "rpc"
 BACKEND_VENDORS = {"cuda": "NVIDIA", "rocm": "AMD", "metal": "Apple", "sycl": "Intel"}
 
 
-def other_vendors_backend(vendor: str | None, backend: str | None) -> str | None:
-    """Why ``backend`` cannot run on a GPU of ``vendor``: its vendor's, and the backends
-    that vendor's GPUs run (``None``: it can, or the vendor or backend is not one of
-    :data:`BACKEND_VENDORS`)."""
+class OtherVendorsBackend(NamedTuple):
+    """A vendor backend asked of another vendor's GPU (:func:`other_vendors_backend`)."""
+
+    backend: str
+    runs_on: str
+    """The vendor whose GPUs ``backend`` runs on."""
+    vendor: str
+    own: tuple[str, ...]
+    """The backends ``vendor``'s GPUs run."""
+
+    def said(self, then: str = "") -> str:
+        """The rule, for a message; ``then`` is said inside its closing parenthesis."""
+        return (f"llama.cpp's {self.backend} backend runs on {self.runs_on}'s GPUs only "
+                f"({self.vendor}'s run {' or '.join(self.own)}{then})")
+
+
+def other_vendors_backend(vendor: str | None, backend: str | None
+                          ) -> OtherVendorsBackend | None:
+    """``backend`` where it cannot run on a GPU of ``vendor`` (``None``: it can, or the
+    vendor or backend is not one of :data:`BACKEND_VENDORS`)."""
     runs_on = BACKEND_VENDORS.get(backend or "")
-    if runs_on is None or vendor not in BACKEND_VENDORS.values() or vendor == runs_on:
+    if (backend is None or runs_on is None or vendor is None
+            or vendor not in BACKEND_VENDORS.values() or vendor == runs_on):
         return None
-    own = [name for name, maker in BACKEND_VENDORS.items() if maker == vendor]
-    return (f"llama.cpp's {backend} backend runs on {runs_on}'s GPUs only ({vendor}'s run "
-            f"{' or '.join([*own, 'vulkan'])}")
+    own = tuple(name for name, maker in BACKEND_VENDORS.items() if maker == vendor)
+    return OtherVendorsBackend(backend, runs_on, vendor, (*own, "vulkan"))
 
 
 def is_cpu_kind(backend: str | None) -> bool:
@@ -375,8 +391,8 @@ class GpuModel:
                        self.architecture)
         other = other_vendors_backend(self.vendor, self.backend)
         if other is not None:
-            raise _bad("GpuModel", "backend", f"does not run on {self.vendor}'s GPUs: "
-                       f"{other})", self.backend)
+            raise _bad("GpuModel", "backend",
+                       f"does not run on {self.vendor}'s GPUs: {other.said()}", self.backend)
         vector = self.vector_tflops
         if (self.fp16_tflops is not None and vector is not None
                 and self.fp16_tflops < vector / 2):

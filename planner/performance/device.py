@@ -208,7 +208,7 @@ def check_backend_runs_on(speed: NodeSpeed, backend: str) -> None:
         # Each vendor of BACKEND_VENDORS is read with "an" (an NVIDIA, AMD, Apple, Intel).
         raise PerformanceError(
             "InvalidPerformanceInput",
-            f"backend: {name} is an {speed.vendor} GPU: {other}; got {backend!r})",
+            f"backend: {name} is an {speed.vendor} GPU: {other.said(f'; got {backend!r}')}",
             field="backend", value=backend)
     if backend == RPC_BACKEND or is_cpu_kind(backend) == is_cpu_kind(speed.backend):
         return
