@@ -256,3 +256,6 @@ def test_the_command_on_the_recorded_run(gguf: Path, tmp_path: Path) -> None:
     other = cli("verify", "fleet.toml", "llama-server.log", "--model", gguf,
                 "--ubatch", "256")
     assert other.returncode == 2 and "n_ubatch = 512" in other.stderr
+    # A refused option is said as the option, as planner launch says it.
+    zero = cli("verify", "fleet.toml", "llama-server.log", "--model", gguf, "--ubatch", "0")
+    assert zero.returncode == 2 and "planner: --ubatch: must be at least 1 (got 0)" in zero.stderr

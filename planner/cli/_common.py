@@ -7,7 +7,8 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -123,6 +124,19 @@ def option_error(error: CodedError, options: Mapping[str, str]) -> UserError | N
     if option is None:
         return None
     return UserError(f"{option}: {error.message.removeprefix(f'{field}: ')}")
+
+
+@contextmanager
+def options_named(options: Mapping[str, str]) -> Iterator[None]:
+    """Within it, an error of a field an option gave (``options``: field to option) is
+    said as that option (:func:`option_error`); any other error passes unchanged."""
+    try:
+        yield
+    except CodedError as error:
+        named = option_error(error, options)
+        if named is None:
+            raise
+        raise named from None
 
 
 def model_source(source: str, option: str = "MODEL", sources: str = MODEL_SOURCES) -> str:

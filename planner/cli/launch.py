@@ -12,6 +12,7 @@ from planner.cli._common import (
     add_fleet_argument,
     add_memory_model_argument,
     load_request,
+    options_named,
     plan_or_exit_code,
 )
 from planner.limits import DEFAULT_UBATCH
@@ -58,8 +59,9 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_or_exit_code(args.fleet, request, args.json)
     if isinstance(plan, int):
         return plan
-    launch = launch_for_plan(document, plan, model_path=args.model,
-                             flash_attn=args.flash_attn == "on", ubatch=args.ubatch)
+    with options_named({"ubatch": "--ubatch"}):
+        launch = launch_for_plan(document, plan, model_path=args.model,
+                                 flash_attn=args.flash_attn == "on", ubatch=args.ubatch)
     if args.json:
         print(json.dumps(launch.to_dict(), indent=2))
     else:

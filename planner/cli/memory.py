@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from planner.cli._common import EXIT_OK, UserError, add_command
+from planner.cli._common import EXIT_OK, UserError, add_command, options_named
 from planner.limits import DEFAULT_CACHE_TYPE, DEFAULT_UBATCH
 from planner.llamacpp import KEYS, MemoryEstimate
 from planner.llamacpp.settings import PROGRAMS
@@ -83,6 +83,20 @@ def _layer_counts(values: list[str]) -> list[int]:
     return counts
 
 
+# The options that give each setting's field, so that a refused value is said as the option
+# typed (the cache types by either option, below).
+_OPTION_OF = {"context_length": "--context", "parallel": "--parallel", "ubatch": "--ubatch",
+              "overhead_bytes": "--overhead", "layers_per_device": "--layers-per-device",
+              "devices": "--devices", "program": "--program"}
+
+
+def _options(args: argparse.Namespace) -> dict[str, str]:
+    """:data:`_OPTION_OF`, with each cache type's option: its own, else --kv-cache-type."""
+    return {**_OPTION_OF,
+            "cache_type_k": "--cache-type-k" if args.cache_type_k else "--kv-cache-type",
+            "cache_type_v": "--cache-type-v" if args.cache_type_v else "--kv-cache-type"}
+
+
 def run(args: argparse.Namespace) -> int:
     from planner.llamacpp import LlamaCppSettings, estimate, model_from_gguf, ranges_from_counts
 
@@ -96,11 +110,12 @@ def run(args: argparse.Namespace) -> int:
     except UnitError as error:
         raise UserError(f"--overhead: {error.message}") from None
     both = args.kv_cache_type or DEFAULT_CACHE_TYPE
-    settings = LlamaCppSettings(
-        context_length=context, cache_type_k=args.cache_type_k or both,
-        cache_type_v=args.cache_type_v or both, parallel=args.parallel,
-        kv_unified=args.kv_unified, ubatch=args.ubatch, flash_attn=args.flash_attn == "on",
-        overhead_bytes=overhead, program=args.program)
+    with options_named(_options(args)):
+        settings = LlamaCppSettings(
+            context_length=context, cache_type_k=args.cache_type_k or both,
+            cache_type_v=args.cache_type_v or both, parallel=args.parallel,
+            kv_unified=args.kv_unified, ubatch=args.ubatch,
+            flash_attn=args.flash_attn == "on", overhead_bytes=overhead, program=args.program)
     model = model_from_gguf(path)  # a ModelError names the file
     ranges = None
     if args.layers_per_device is not None:
@@ -108,11 +123,13 @@ def run(args: argparse.Namespace) -> int:
         if args.devices is not None and args.devices != len(counts):
             raise UserError(f"--devices {args.devices} but --layers-per-device gives "
                             f"{len(counts)} devices")
-        ranges = ranges_from_counts(model.layer_count, counts, field="layers_per_device")
+        with options_named(_OPTION_OF):
+            ranges = ranges_from_counts(model.layer_count, counts, field="layers_per_device")
     if args.devices is not None and args.devices < 0:
         raise UserError(f"--devices must be 0 or more (got {args.devices})")
-    result = estimate(model, settings, ranges,
-                      devices=1 if args.devices is None else args.devices)
+    with options_named({"devices": "--devices"}):
+        result = estimate(model, settings, ranges,
+                          devices=1 if args.devices is None else args.devices)
     if args.json:
         data = result.to_dict()
         data["model"] = model.name

@@ -17,6 +17,7 @@ from planner.cli._common import (
     add_command,
     add_memory_model_argument,
     load_request,
+    options_named,
     plan_or_exit_code,
 )
 from planner.limits import DEFAULT_UBATCH
@@ -108,9 +109,10 @@ def run(args: argparse.Namespace) -> int:
             return planned
         plan = planned
     flash_attn = args.flash_attn == "on"
-    launch = launch_for_plan(document, plan, model_path=args.model, flash_attn=flash_attn,
-                             ubatch=args.ubatch)
-    settings = launch_settings(document, plan, flash_attn=flash_attn, ubatch=args.ubatch)
+    with options_named({"ubatch": "--ubatch"}):
+        launch = launch_for_plan(document, plan, model_path=args.model,
+                                 flash_attn=flash_attn, ubatch=args.ubatch)
+        settings = launch_settings(document, plan, flash_attn=flash_attn, ubatch=args.ubatch)
     gguf = str(document.model.gguf_path(document.base_dir))
     try:
         model = model_from_gguf(gguf)
