@@ -711,3 +711,54 @@ def test_the_error_quoted_says_which_rows_it_was_measured_on() -> None:
     mixed = decode_own.error_note([("metal", "gddr", "stated")])
     assert "metal on gddr memory: decode 20%, prefill " in mixed
     assert mixed.endswith("(metal on every memory type).")
+
+
+def test_a_mixture_of_experts_prompt_quotes_the_error_of_such_prompts() -> None:
+    """A prompt of a mixture of experts quotes the held-out error of mixtures of experts'
+    prompts on its backend (else on every backend) where that is the larger, and says so;
+    a dense model's prompt, and either's decode, quote the backend's own (the experts'
+    few-token products are the estimate's least sure part: 21 % on CUDA against 13 %)."""
+    from dataclasses import replace
+
+    from planner.performance.calibration import MIXTURES_OF_EXPERTS, CrossValidatedError
+
+    calibration = load_calibration()
+    dense = calibration.error("prefill", "cuda", "gddr")
+    experts = calibration.error("prefill", "cuda", "gddr", experts=True)
+    assert dense is not None and experts is not None
+    assert experts.model == MIXTURES_OF_EXPERTS and experts.backend == "cuda"
+    assert experts.median_abs_error > dense.median_abs_error
+    assert calibration.error("decode", "cuda", "gddr", experts=True) == calibration.error(
+        "decode", "cuda", "gddr")
+    note = calibration.error_note([("cuda", "gddr", "stated")], experts=True)
+    assert (f"prefill {experts.median_abs_error:.0%} (mixtures of experts on cuda)"
+            in note)
+    assert "mixtures of experts" not in calibration.error_note([("cuda", "gddr", "stated")])
+    # Where the backend's own error is the larger, it stands; a backend with too few
+    # prompts of mixtures of experts quotes every backend's.
+    smaller = replace(calibration, cross_validated=tuple(
+        replace(e, median_abs_error=0.01) if e.model == MIXTURES_OF_EXPERTS else e
+        for e in calibration.cross_validated))
+    assert smaller.error("prefill", "cuda", "gddr", experts=True) == dense
+    few = replace(calibration, cross_validated=(
+        *(e for e in calibration.cross_validated
+          if not (e.model == MIXTURES_OF_EXPERTS and e.backend == "metal")),
+        CrossValidatedError("prefill", "metal", "all", "gpu", 3, 0.9, "all",
+                            MIXTURES_OF_EXPERTS)))
+    quoted = few.error("prefill", "metal", "lpddr", experts=True)
+    assert quoted is not None and quoted.backend == "all" and quoted.model == "moe"
+    stated = few.stated_error("prefill", None, "metal", "lpddr", experts=True)
+    assert stated is not None and "(all, prompts of mixtures of experts)" in stated[1]
+
+
+def test_an_estimate_of_a_mixture_of_experts_quotes_its_prompts_error() -> None:
+    """Every surface quotes it: planner speed's estimate of gpt-oss-20b on an RTX 4090."""
+    from planner.cli.speed import estimate_speed, resolve_model
+    from planner.models import load_gpu_catalog
+
+    (gpu,) = [g for g in load_gpu_catalog() if g.kind == "rtx-4090"]
+    for name, said in (("gpt-oss-20b", True), ("llama-3.1-8b", False)):
+        _, fields, traffic, *_ = resolve_model(name)
+        assert traffic is not None and traffic.mixture_of_experts is said
+        estimate, _ = estimate_speed(fields, traffic, gpu, 1, 4096, 1, 512)
+        assert ("(mixtures of experts on cuda)" in estimate.error_note) is said

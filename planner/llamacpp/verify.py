@@ -278,7 +278,8 @@ def speed_estimates(request: PlanningInput, plan: Plan, traffic: ModelTraffic | 
     for phase in ("decode", "prefill"):
         found = [calibration.stated_error(
             phase, speed.kind, speed.backend or FALLBACK_BACKEND, speed.memory_type,
-            fp16_figure(speed, calibration.fallback_gflops_per_lane)) for speed in used]
+            fp16_figure(speed, calibration.fallback_gflops_per_lane),
+            traffic is not None and traffic.mixture_of_experts) for speed in used]
         known = [error for error in found if error is not None]
         errors[phase] = max(known, key=lambda e: e[0]) if known else None
     decode_error, prefill_error = errors["decode"], errors["prefill"]

@@ -38,7 +38,7 @@ effect for every estimate of the process (:func:`load_calibration`).
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
@@ -58,6 +58,10 @@ REFERENCE_MEMORY_TYPE = "gddr"
 # A cross-validated error is quoted for a backend and memory type from this many held-out
 # rows on; with fewer, the backend's over every memory type is quoted.
 QUOTED_FROM_ROWS = 10
+# The ``model`` of the cross-validated errors of mixtures of experts' prompts, which an
+# estimate of such a prompt quotes where they are the larger (their experts' small
+# products are the estimate's least sure part).
+MIXTURES_OF_EXPERTS = "moe"
 # How each constant is bounded: what a share of a peak, a time or a size can be.
 _SHARE = (0.0, 1.0)
 
@@ -125,7 +129,9 @@ class CrossValidatedError:
     predicted by a fit without that GPU (``held_out = "gpu"``), or of a source without
     that source (``"source"``). ``backend`` and ``memory_type`` are ``"all"`` for every
     one; ``figure`` is ``"stated"`` for GPUs with a published FP16 figure, else the
-    fallback the estimate used (``"shaders"``, ``"lanes"``, ``"bandwidth"``)."""
+    fallback the estimate used (``"shaders"``, ``"lanes"``, ``"bandwidth"``), or ``"all"``
+    for every one; ``model`` is ``"all"`` for every model, or :data:`MIXTURES_OF_EXPERTS`
+    for the prompts of models whose tokens reach some of their experts only."""
 
     phase: str
     backend: str
@@ -134,12 +140,14 @@ class CrossValidatedError:
     rows: int
     median_abs_error: float
     figure: str = "stated"
+    model: str = "all"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"phase": self.phase, "backend": self.backend,
+        data = {"phase": self.phase, "backend": self.backend,
                 "memory_type": self.memory_type, "held_out": self.held_out,
                 "rows": self.rows, "median_abs_error": self.median_abs_error,
                 "figure": self.figure}
+        return data if self.model == "all" else {**data, "model": self.model}
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,11 +193,26 @@ def _measured_on(entry: CrossValidatedError, backend: str | None,
     """Where a quoted error was measured when not on ``backend`` and ``memory_type``
     themselves (too few held-out rows of their own): the backend's rows on every memory
     type, or every row."""
+    if entry.model == MIXTURES_OF_EXPERTS:
+        return (f" (mixtures of experts on {backend})" if entry.backend == backend
+                else " (mixtures of experts on every backend)")
     if (entry.backend, entry.memory_type) == (backend, memory_type):
         return ""
     if entry.backend == backend:
         return f" ({backend} on every memory type)"
     return " (every backend and memory type)"
+
+
+def _most_specific(found: Sequence[CrossValidatedError], backend: str | None,
+                   memory_type: str | None) -> CrossValidatedError | None:
+    """Of ``found``, the larger error (by GPU or by source) of the most specific group
+    with enough rows: the backend and memory type, else the backend, else every row."""
+    for wanted in ((backend, memory_type), (backend, "all"), ("all", "all")):
+        group = [e for e in found if (e.backend, e.memory_type) == wanted
+                 and e.rows >= (QUOTED_FROM_ROWS if wanted != ("all", "all") else 1)]
+        if group:
+            return max(group, key=lambda e: e.median_abs_error)
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,27 +294,34 @@ class SpeedCalibration:
         return self.memory_factors[memory_type]
 
     def error(self, phase: str, backend: str | None, memory_type: str | None,
-              figure: str = "stated") -> CrossValidatedError | None:
+              figure: str = "stated", experts: bool = False) -> CrossValidatedError | None:
         """The larger of the two cross-validated errors (by GPU and by source) of
         ``phase`` for the most specific group with enough rows: the backend and memory
-        type, else the backend, else every row; for a fallback FP16 figure, its own."""
-        found = [e for e in self.cross_validated if e.phase == phase and e.figure == figure]
-        for wanted in ((backend, memory_type), (backend, "all"), ("all", "all")):
-            group = [e for e in found if (e.backend, e.memory_type) == wanted
-                     and e.rows >= (QUOTED_FROM_ROWS if wanted != ("all", "all") else 1)]
-            if group:
-                return max(group, key=lambda e: e.median_abs_error)
-        return None
+        type, else the backend, else every row; for a fallback FP16 figure, its own. A
+        prompt of a mixture of experts (``experts``) quotes the error of such prompts on
+        its backend (else on every backend) where that is the larger."""
+        found = [e for e in self.cross_validated
+                 if e.phase == phase and e.figure == figure and e.model == "all"]
+        quoted = _most_specific(found, backend, memory_type)
+        if not experts or phase != "prefill":
+            return quoted
+        own = _most_specific([e for e in self.cross_validated if e.phase == phase
+                              and e.model == MIXTURES_OF_EXPERTS], backend, "all")
+        if own is None or (quoted is not None
+                           and quoted.median_abs_error >= own.median_abs_error):
+            return quoted
+        return own
 
-    def error_note(self, groups: Iterable[tuple[str | None, str | None, str]]) -> str:
+    def error_note(self, groups: Iterable[tuple[str | None, str | None, str]],
+                   experts: bool = False) -> str:
         """One sentence: the cross-validated error of each (backend, memory type, FP16
-        figure) the estimate used."""
+        figure) the estimate used, for a mixture of experts (``experts``) or not."""
         parts = []
         for backend, memory_type, figure in sorted(set(groups), key=str):
             said = []
             for phase in PHASES:
                 entry = self.error(phase, backend, memory_type,
-                                   figure if phase == "prefill" else "stated")
+                                   figure if phase == "prefill" else "stated", experts)
                 if entry is not None:
                     said.append((f"{phase} {entry.median_abs_error:.0%}",
                                  _measured_on(entry, backend, memory_type)))
@@ -313,23 +343,24 @@ class SpeedCalibration:
                 "not see (cross-validated): " + "; ".join(parts) + ".")
 
     def stated_error(self, phase: str, kind: str | None, backend: str | None,
-                     memory_type: str | None, figure: str = "stated"
-                     ) -> tuple[float, str] | None:
+                     memory_type: str | None, figure: str = "stated",
+                     experts: bool = False) -> tuple[float, str] | None:
         """The error an estimate of ``phase`` on one GPU kind states, and where it was
         measured: the user's own runs of the kind (:attr:`kinds`), else the published
-        runs cross-validated (:meth:`error`)."""
+        runs cross-validated (:meth:`error`; ``experts``: of a mixture of experts)."""
         own = self.kinds.get(kind) if kind is not None else None
         measured = own.error(phase) if own is not None else None
         if measured is not None:
             return measured[0], (f"median of your {measured[1]} runs of {kind}, each left "
                                  f"out in turn ({self.source})")
         entry = self.error(phase, backend, memory_type,
-                           figure if phase == "prefill" else "stated")
+                           figure if phase == "prefill" else "stated", experts)
         if entry is None:
             return None
+        which = ("prompts of mixtures of experts" if entry.model == MIXTURES_OF_EXPERTS
+                 else f"{entry.memory_type} memory")
         return entry.median_abs_error, (f"median of {entry.rows} published runs held out "
-                                        f"by {entry.held_out} ({entry.backend}, "
-                                        f"{entry.memory_type} memory)")
+                                        f"by {entry.held_out} ({entry.backend}, {which})")
 
     def own_error_note(self, kinds: Iterable[str | None]) -> str:
         """One sentence for the kinds among ``kinds`` the user measured (empty if none)."""
@@ -422,7 +453,8 @@ class SpeedCalibration:
                 errors.append(CrossValidatedError(
                     str(entry["phase"]), str(entry["backend"]), str(entry["memory_type"]),
                     str(entry["held_out"]), int(entry["rows"]),
-                    float(entry["median_abs_error"]), str(entry.get("figure", "stated"))))
+                    float(entry["median_abs_error"]), str(entry.get("figure", "stated")),
+                    str(entry.get("model", "all"))))
             except (KeyError, TypeError, ValueError):
                 raise PerformanceError(
                     "InvalidCalibration", f"{source}: cross_validated entries need phase, "

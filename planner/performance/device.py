@@ -356,24 +356,28 @@ def _figure(calibration: SpeedCalibration, figures: BackendFigures, name: str,
 
 
 def kinds_error_note(calibration: SpeedCalibration, speeds: Iterable[NodeSpeed],
-                     settings: RunSettings = DEFAULT_SETTINGS) -> str:
+                     settings: RunSettings = DEFAULT_SETTINGS, experts: bool = False) -> str:
     """The error of estimates on these nodes' kinds: the user's own runs of the kinds
     they measured (:meth:`SpeedCalibration.own_error_note`), and the cross-validated
     error of the others (:meth:`SpeedCalibration.error_note`), each kind's backend at the
-    settings, memory type and FP16 figure."""
+    settings, memory type and FP16 figure, of a mixture of experts (``experts``) or not."""
     speeds = list(speeds)
     return calibration_error_note(calibration, speeds, [
         (settings.backend or speed.backend or FALLBACK_BACKEND, speed.memory_type,
-         fp16_figure(speed, calibration.fallback_gflops_per_lane)) for speed in speeds])
+         fp16_figure(speed, calibration.fallback_gflops_per_lane)) for speed in speeds],
+        experts)
 
 
 def calibration_error_note(calibration: SpeedCalibration, speeds: Sequence[NodeSpeed],
-                           groups: Sequence[tuple[str | None, str | None, str]]) -> str:
+                           groups: Sequence[tuple[str | None, str | None, str]],
+                           experts: bool = False) -> str:
     """The error note of an estimate on ``speeds`` whose devices ran as ``groups``
-    (backend, memory type, FP16 figure), one per speed."""
+    (backend, memory type, FP16 figure), one per speed, of a mixture of experts
+    (``experts``) or not."""
     own = calibration.own_error_note(speed.kind for speed in speeds)
     others = [group for speed, group in zip(speeds, groups, strict=True)
               if speed.kind not in calibration.kinds]
     if not own:
-        return calibration.error_note(others)
-    return own if not others else f"{own} Other kinds: {calibration.error_note(others)}"
+        return calibration.error_note(others, experts)
+    return (own if not others
+            else f"{own} Other kinds: {calibration.error_note(others, experts)}")

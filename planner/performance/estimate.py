@@ -286,7 +286,8 @@ def estimate_plan(
     error_note = ("" if calibration is None or efficiency is not None else
                   calibration_error_note(calibration, used,
                                          [(d.backend, s.memory_type, d.figure)
-                                          for d, s in zip(devices, used, strict=True)]))
+                                          for d, s in zip(devices, used, strict=True)],
+                                         traffic.mixture_of_experts))
     return PlanEstimate(tuple(stages), tpot, tokens_per_s, lanes, cost, per_million,
                         efficiency, link_bandwidth_bytes_per_s, tuple(dict.fromkeys(notes)),
                         fill, plan.context_length, prompt_tokens, ttft, error_note, settings)

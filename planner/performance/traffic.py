@@ -101,6 +101,14 @@ class ModelTraffic:
             return False
         return self.model_weight_bytes * 8 < 12 * self.parameter_count
 
+    @property
+    def mixture_of_experts(self) -> bool:
+        """Whether a token reaches some of the routed experts only: the prompts of such a
+        model are estimated with their own cross-validated error
+        (:meth:`~planner.performance.calibration.SpeedCalibration.error`)."""
+        return (self.expert_count is not None and self.experts_used is not None
+                and self.experts_used < self.expert_count)
+
     def __post_init__(self) -> None:
         for name in ("model_weight_bytes", "active_weight_bytes"):
             object.__setattr__(self, name, positive(getattr(self, name), name))

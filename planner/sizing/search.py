@@ -237,7 +237,8 @@ def size_fleet(
     error_note = ("" if not used or bandwidth_efficiency is not None else
                   kinds_error_note(load_calibration(),
                                    (NodeSpeed.of_kind(gpu.kind, gpu) for gpu in chosen
-                                    if gpu.kind in used)))
+                                    if gpu.kind in used),
+                                   experts=traffic is not None and traffic.mixture_of_experts))
     return SizingResult(tuple(fleets), front, targets, minimum_context,
                         tuple(gpu.kind for gpu in chosen), tuple(skipped),
                         search.plans_evaluated, tuple(notes), price_kind, error_note)

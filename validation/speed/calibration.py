@@ -80,7 +80,10 @@ from planner.performance import (  # noqa: E402
     step_ms,
     step_work,
 )
-from planner.performance.calibration import FIGURE_BOUNDS  # noqa: E402
+from planner.performance.calibration import (  # noqa: E402
+    FIGURE_BOUNDS,
+    MIXTURES_OF_EXPERTS,
+)
 from planner.performance.settings import (  # noqa: E402
     MMQ_DEFAULT_BUILD,
     OUTPUT_ROWS_BUILD,
@@ -748,23 +751,30 @@ def cross_validated(rows: Sequence[Row], errors: dict[tuple[str, int], float],
                     figure_errors: dict[tuple[str, int], float] | None = None
                     ) -> list[CrossValidatedError]:
     """The median absolute held-out error per phase, held-out kind, backend and memory
-    type (each also over all), and per FP16 figure of the GPUs."""
+    type (each also over all), per FP16 figure of the GPUs, and of the prompts of
+    mixtures of experts per backend (and over all), every figure."""
     by_id = {r.row_id: r for r in rows}
-    groups: dict[tuple[str, str, str, str, str], list[float]] = defaultdict(list)
+    groups: dict[tuple[str, str, str, str, str, str], list[float]] = defaultdict(list)
     for (held_out, row_id), error in errors.items():
         row = by_id[row_id]
         for backend in (row.backend, "all"):
             for memory in (row.gpu.memory_type or "", "all"):
                 if backend == "all" and memory != "all":
                     continue
-                groups[(row.phase, backend, memory, held_out, "stated")].append(abs(error))
+                groups[(row.phase, backend, memory, held_out, "stated", "all")].append(
+                    abs(error))
+            if row.phase == "prefill" and traffic_of(row.model,
+                                                     row.file_bytes).mixture_of_experts:
+                groups[(row.phase, backend, "all", held_out, "all",
+                        MIXTURES_OF_EXPERTS)].append(abs(error))
         if row.figure != "stated":
-            groups[(row.phase, "all", "all", held_out, row.figure)].append(abs(error))
+            groups[(row.phase, "all", "all", held_out, row.figure, "all")].append(abs(error))
     for (held_out, _row_id), error in (figure_errors or {}).items():
-        groups[("prefill", "all", "all", held_out, "bandwidth")].append(abs(error))
+        groups[("prefill", "all", "all", held_out, "bandwidth", "all")].append(abs(error))
     return [CrossValidatedError(phase, backend, memory, held_out, len(values),
-                                round(statistics.median(values), 4), figure)
-            for (phase, backend, memory, held_out, figure), values in sorted(groups.items())]
+                                round(statistics.median(values), 4), figure, model)
+            for (phase, backend, memory, held_out, figure, model), values
+            in sorted(groups.items())]
 
 
 # What a row's own GPU, source and backend leave unexplained: each held-out row's error
@@ -908,7 +918,9 @@ def summary_lines(calibration: SpeedCalibration) -> list[str]:
     phase and backend, GPU kinds and sources held out; and of prefill with each stand-in
     FP16 figure (the GPUs that state none, and those that do estimated as if not)."""
     found = {(e.phase, e.backend, e.memory_type, e.held_out, e.figure): e
-             for e in calibration.cross_validated}
+             for e in calibration.cross_validated if e.model == "all"}
+    experts = {(e.backend, e.held_out): e for e in calibration.cross_validated
+               if e.model == MIXTURES_OF_EXPERTS}
     lines = ["| phase | backend | rows | GPU held out | source held out |",
              "|---|---|---:|---:|---:|"]
     for phase in PHASES:
@@ -928,6 +940,11 @@ def summary_lines(calibration: SpeedCalibration) -> list[str]:
         by_source = found.get(("prefill", "all", "all", "source", figure))
         if by_gpu is not None and by_source is not None:
             lines.append(f"| prefill | all, {said} | {by_gpu.rows} | "
+                         f"{by_gpu.median_abs_error:.1%} | {by_source.median_abs_error:.1%} |")
+    for backend in ("all", *sorted({b for b, _ in experts} - {"all"})):
+        by_gpu, by_source = experts.get((backend, "gpu")), experts.get((backend, "source"))
+        if by_gpu is not None and by_source is not None:
+            lines.append(f"| prefill | {backend}, mixtures of experts | {by_gpu.rows} | "
                          f"{by_gpu.median_abs_error:.1%} | {by_source.median_abs_error:.1%} |")
     return lines
 
