@@ -469,6 +469,27 @@ def test_a_calibration_with_an_impossible_figure_is_refused() -> None:
     assert raised.value.details["field"] == "backends.cuda.weight_efficiency"
 
 
+def test_a_calibration_round_trips_its_errors_and_refuses_an_unknown_model() -> None:
+    """The errors of mixtures of experts' prompts survive a file's round trip; an entry of
+    another model (a typo) is refused by name, not read as no entry at all; an entry
+    without one, as earlier files wrote them, is every model's."""
+    calibration = load_calibration()
+    assert any(e.model == "moe" for e in calibration.cross_validated)
+    data = calibration.to_dict()
+    assert SpeedCalibration.from_dict(data).cross_validated == calibration.cross_validated
+    for bad in ("MoE", "dense", 3):
+        data = calibration.to_dict()
+        data["cross_validated"][0]["model"] = bad
+        with pytest.raises(PerformanceError) as raised:
+            SpeedCalibration.from_dict(data)
+        assert raised.value.code == "InvalidCalibration"
+        assert raised.value.details["field"] == "cross_validated.model"
+    data = calibration.to_dict()
+    older = [entry for entry in data["cross_validated"] if "model" not in entry]
+    assert older and all(e.model == "all" for e in SpeedCalibration.from_dict(
+        {**data, "cross_validated": older}).cross_validated)
+
+
 def test_the_lane_rates_are_their_vendors_kinds_and_refused_when_impossible(
         rows: Rows) -> None:
     """A vendor's FP16 rate per lane is the median of its measured kinds that state an

@@ -449,6 +449,12 @@ class SpeedCalibration:
                                    field=f"shared.{missing[0]}")
         errors = []
         for entry in data.get("cross_validated", []):
+            model = entry.get("model", "all") if isinstance(entry, dict) else None
+            if model not in ("all", MIXTURES_OF_EXPERTS):
+                raise PerformanceError(
+                    "InvalidCalibration", f"{source}: a cross_validated entry's model must "
+                    f"be 'all' or '{MIXTURES_OF_EXPERTS}' (got {model!r})",
+                    field="cross_validated.model", value=model)
             try:
                 errors.append(CrossValidatedError(
                     str(entry["phase"]), str(entry["backend"]), str(entry["memory_type"]),
