@@ -765,3 +765,66 @@ def test_runs_of_a_machine_of_unlike_gpus_are_used_and_said_to_be_unsure(
     assert len(fit["runs"]) == 4
     assert any("Intel(R) UHD Graphics 770" in note and "-dev" in note
                for note in fit["notes"]), fit["notes"]
+
+
+# The markdown a user benching Llama-3.1-8B's common Q4_K_M file prints (llama-bench's
+# size column, 4.58 GiB), against the preset's Q8_0 file (7.95 GiB).
+Q4_K_M_TABLE = """\
+| model                  |     size | params | backend | ngl |  test |            t/s |
+| ---------------------- | -------: | -----: | ------- | --: | ----: | -------------: |
+| llama 8B Q4_K - Medium | 4.58 GiB | 8.03 B | CUDA    |  99 | pp128 | 3500.35 ± 9.63 |
+| llama 8B Q4_K - Medium | 4.58 GiB | 8.03 B | CUDA    |  99 | pp512 | 4500.35 ± 9.63 |
+| llama 8B Q4_K - Medium | 4.58 GiB | 8.03 B | CUDA    |  99 |  tg32 |  125.37 ± 4.41 |
+| llama 8B Q4_K - Medium | 4.58 GiB | 8.03 B | CUDA    |  99 | tg128 |  120.37 ± 4.41 |
+
+build: 086a63e3a (7340)
+"""
+
+
+def test_a_preset_is_calibrated_at_the_size_of_the_file_benched(tmp_path: Path) -> None:
+    """Runs of a preset's model in another file (its Q4_K_M, where the preset is Q8_0)
+    were left out saying only that they are not the preset; they now say how to give
+    the file benched, and ``--file-size`` (as ``planner speed`` takes it) calibrates the
+    preset stored in those bytes, the estimate the runs are fitted against reading them."""
+    bench = tmp_path / "bench.md"
+    bench.write_text(Q4_K_M_TABLE)
+    common = ("calibrate", bench, "--gpu", "rtx-3090", "--model", "llama-3.1-8b")
+    refused = cli(*common)
+    assert refused.returncode == 2, refused.stdout
+    assert "is not Llama-3.1-8B-Instruct of 8,532,152,576" in refused.stderr
+    assert "--file-size" in refused.stderr
+    sized = cli(*common, "--file-size", "4.58GiB", "--json")
+    assert sized.returncode == 0, sized.stderr
+    fit = json.loads(sized.stdout)
+    assert [run["test"] for run in fit["runs"]] == ["pp128", "pp512", "tg32", "tg128"]
+    # The shipped estimate of the 4.58 GiB file decodes faster than of the 7.95 GiB one.
+    spec = load_preset("llama-3.1-8b")
+    kind = catalog_kind(load_gpu_catalog(), "rtx-3090")
+    decode = next(run for run in parse_bench(Q4_K_M_TABLE, "b.md") if run.test == "tg128")
+    small = run_estimate(decode, run_shape(spec, kind, round(4.58 * 2**30)),
+                         load_calibration())
+    large = run_estimate(decode, run_shape(spec, kind), load_calibration())
+    assert small is not None and large is not None and small > 1.5 * large
+    shipped = next(run for run in fit["runs"] if run["test"] == "tg128")
+    assert shipped["base_tokens_per_s"] == pytest.approx(small, rel=1e-6)
+
+
+@pytest.mark.parametrize(("model", "size", "said"), [
+    ("gguf", "4GiB", "GGUF file"),
+    ("llama-3.1-8b", "4.58", "no unit"),
+    ("llama-3.1-8b", "1KB", "bits each"),
+    ("llama-3.1-8b", "1e300", "cannot read"),
+])
+def test_calibrate_refuses_a_file_size_it_cannot_take(tmp_path: Path, model: str,
+                                                       size: str, said: str) -> None:
+    bench = tmp_path / "bench.md"
+    bench.write_text(Q4_K_M_TABLE)
+    if model == "gguf":
+        from test_memory import write_gemma_like
+
+        model = str(write_gemma_like(tmp_path))
+    result = cli("calibrate", bench, "--gpu", "rtx-3090", "--model", model,
+                 "--file-size", size)
+    assert result.returncode == 2, result.stdout
+    assert result.stderr.startswith("planner: --file-size: ") and said in result.stderr
+    assert "Traceback" not in result.stderr

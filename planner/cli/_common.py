@@ -15,12 +15,12 @@ from pathlib import Path
 import planner
 from planner.errors import CodedError, PlanError
 from planner.fleet import FleetDocument, load_fleet
-from planner.limits import MAX_CONTEXT
+from planner.limits import MAX_BYTES, MAX_CONTEXT
 from planner.models import ModelError, list_presets
 from planner.models.gpus import GpuModel, catalog_kind, listed_kinds
 from planner.planning.memory_rule import MEMORY_MODELS
 from planner.reports.tables import terminal_safe
-from planner.units import UnitError, parse_context
+from planner.units import UnitError, parse_bytes, parse_context
 
 EXIT_OK = 0
 EXIT_NO_TOPOLOGY = 1
@@ -124,6 +124,27 @@ def option_error(error: CodedError, options: Mapping[str, str]) -> UserError | N
     if option is None:
         return None
     return UserError(f"{option}: {error.message.removeprefix(f'{field}: ')}")
+
+
+# Why a model's own bytes leave --file-size nothing to give, by where its figures come from.
+_BYTES_KNOWN = {"gguf": "the model is a GGUF file, whose tensors' bytes are read from it",
+                "numbers": "the model's numbers state its model_weight_bytes"}
+
+
+def file_size_option(value: str, source: str) -> int:
+    """``--file-size``: the bytes of the model file run, where a preset's weights were
+    stored otherwise (``source``, where the model's figures come from: ``"preset"``; a
+    GGUF file's and typed numbers' state their bytes, and are refused)."""
+    if source in _BYTES_KNOWN:
+        raise UserError(f"--file-size: {_BYTES_KNOWN[source]}; --file-size gives a preset "
+                        "the size of the file run")
+    try:
+        size = parse_bytes(value)
+    except UnitError as error:
+        raise UserError(f"--file-size: {error.message}") from None
+    if not 1 <= size <= MAX_BYTES:
+        raise UserError(f"--file-size: must be from 1 byte to {MAX_BYTES:,} (got {size:,})")
+    return size
 
 
 @contextmanager

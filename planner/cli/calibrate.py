@@ -13,6 +13,7 @@ from planner.cli._common import (
     UserError,
     add_catalog_argument,
     add_command,
+    file_size_option,
     model_source,
     option_kind,
 )
@@ -22,12 +23,13 @@ from planner.llamacpp.bench import (
     BenchFit,
     calibration_text,
     fit_calibration,
+    run_shape,
     runs_cache_type,
 )
 from planner.llamacpp.bench_output import BenchRun, parse_bench
 from planner.models import ModelError, from_gguf, gpu_catalog_with, load_preset
 from planner.models.spec import ModelSpec
-from planner.performance import load_calibration, read_calibration
+from planner.performance import PerformanceError, load_calibration, read_calibration
 from planner.reports.tables import TextTable, terminal_safe, text_table
 
 NAME = "calibrate"
@@ -63,6 +65,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="the catalog kind the runs ran on")
     parser.add_argument("--model", required=True, metavar="MODEL",
                         help="the model benched: its GGUF file or preset id")
+    parser.add_argument("--file-size", metavar="SIZE",
+                        help="the benched file's size (llama-bench's size column, e.g. "
+                             "4.58GiB) where a preset's weights were stored otherwise: its "
+                             "parts keep their shares")
     parser.add_argument("--kv-cache-type", metavar="T",
                         help="the KV cache type of the runs (default: the one they state, "
                              "llama-bench's type_k and type_v, else the model's: "
@@ -87,14 +93,21 @@ def run(args: argparse.Namespace) -> int:
     for path in args.bench:
         runs.extend(parse_bench(_read(path), path))
     kind = option_kind(gpu_catalog_with(args.catalog), args.gpu)
+    source = model_source(args.model, "--model", "a preset id or a GGUF file (.gguf)")
+    size = None if args.file_size is None else file_size_option(args.file_size, source)
     try:
         # The runs' own cache, where they state one and --kv-cache-type does not.
         spec = _spec(args.model, args.kv_cache_type or runs_cache_type(runs))
     except ModelError as error:
         raise UserError(error.message) from None
+    if size is not None:
+        try:  # the preset's parts scaled to the file's bytes, refused by the option
+            run_shape(spec, kind, size)
+        except PerformanceError as error:
+            raise UserError(f"--file-size: {error.message}") from None
     base = read_calibration(args.base) if args.base is not None else load_calibration()
     fit = fit_calibration(runs, spec, kind, base,
-                          source=args.output or "calibration (not written)")
+                          source=args.output or "calibration (not written)", file_bytes=size)
     written = None
     if args.output is not None:
         written = str(write_text_atomic(args.output, calibration_text(fit, args.bench),

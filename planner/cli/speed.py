@@ -14,6 +14,7 @@ from planner.cli._common import (
     add_calibration_argument,
     add_catalog_argument,
     add_command,
+    file_size_option,
     model_source,
     option_error,
     option_kind,
@@ -24,7 +25,6 @@ from planner.limits import (
     DEFAULT_BATCH,
     DEFAULT_CACHE_TYPE,
     DEFAULT_UBATCH,
-    MAX_BYTES,
     MAX_LANES,
     MAX_LLAMA_CPP_BUILD,
     MAX_NODES,
@@ -53,7 +53,7 @@ from planner.planning import NodeBudget, PlanningInput
 from planner.planning.plan import Plan
 from planner.planning.rules import build_stages, layer_bytes, layer_weights
 from planner.reports.tables import TextTable, terminal_json, terminal_safe, text_table
-from planner.units import UnitError, format_milliseconds, parse_bytes
+from planner.units import format_milliseconds
 
 NAME = "speed"
 DEFAULT_CONTEXT = 4096
@@ -185,25 +185,12 @@ def _check_cache_runs(kv_cache_type: str | None, settings: RunSettings) -> None:
                         "file's kv_cache_type)") from None
 
 
-# Why a model's own bytes leave --file-size nothing to give, by where its figures come from.
-_BYTES_KNOWN = {"gguf": "the model is a GGUF file, whose tensors' bytes are read from it",
-                "numbers": "the model's numbers state its model_weight_bytes"}
-
-
 def _file_size(value: str, fields: dict[str, Any], traffic: ModelTraffic, source: str
                ) -> tuple[dict[str, Any], ModelTraffic]:
-    """The model stored in ``value`` bytes: the planning fields' layer weights and the
-    traffic's parts scaled to it (:func:`planner.performance.with_weight_bytes`); a
-    preset's only, the other sources stating their bytes."""
-    if source in _BYTES_KNOWN:
-        raise UserError(f"--file-size: {_BYTES_KNOWN[source]}; --file-size gives a preset "
-                        "the size of the file run")
-    try:
-        size = parse_bytes(value)
-    except UnitError as error:
-        raise UserError(f"--file-size: {error.message}") from None
-    if not 1 <= size <= MAX_BYTES:
-        raise UserError(f"--file-size: must be from 1 byte to {MAX_BYTES:,} (got {size:,})")
+    """The model stored in ``--file-size`` bytes (:func:`file_size_option`): the planning
+    fields' layer weights and the traffic's parts scaled to it
+    (:func:`planner.performance.with_weight_bytes`)."""
+    size = file_size_option(value, source)
     try:
         return with_weight_bytes(fields, traffic, size)
     except PerformanceError as error:

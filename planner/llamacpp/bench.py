@@ -55,6 +55,7 @@ from planner.performance import (
     estimate_plan,
     model_traffic,
     node_speeds,
+    with_weight_bytes,
 )
 from planner.performance.device import backend_of
 from planner.planning import NodeBudget, PlanningInput
@@ -79,18 +80,22 @@ class RunShape:
     kind: GpuModel
 
 
-def run_shape(spec: ModelSpec, kind: GpuModel) -> RunShape:
-    """One device of ``kind`` holding all of ``spec``."""
+def run_shape(spec: ModelSpec, kind: GpuModel, file_bytes: int | None = None) -> RunShape:
+    """One device of ``kind`` holding all of ``spec``, stored in ``file_bytes`` (a preset
+    whose file stores its weights otherwise, :func:`~planner.performance.with_weight_bytes`;
+    ``None``: its own bytes)."""
     traffic = model_traffic(spec)
     if traffic is None:
         raise BenchError("NothingToCalibrate", f"{spec.name}: the model's decode traffic is "
                          "unknown; give its GGUF file or preset")
+    fields: Mapping[str, Any] = spec.planning_fields()
+    if file_bytes is not None:
+        fields, traffic = with_weight_bytes(fields, traffic, file_bytes)
     if kind.memory_bandwidth_bytes_per_s is None:
         raise BenchError("NothingToCalibrate", f"{kind.kind} has no "
                          "memory_bandwidth_bytes_per_s in the catalog: the estimate's "
                          "efficiencies are shares of it; give a catalog that states it")
-    return RunShape(spec.planning_fields(), traffic,
-                    NodeBudget(f"{kind.kind}-00", kind.memory_bytes), kind)
+    return RunShape(fields, traffic, NodeBudget(f"{kind.kind}-00", kind.memory_bytes), kind)
 
 
 def run_estimate(run: BenchRun, shape: RunShape, calibration: SpeedCalibration) -> float | None:
@@ -296,11 +301,14 @@ def _other_cache(run: BenchRun, spec: ModelSpec) -> str | None:
 
 
 def usable_runs(runs: Sequence[BenchRun], spec: ModelSpec, backend: str | None = None,
-                stated: bool = True) -> tuple[list[BenchRun], list[tuple[str, str]]]:
+                stated: bool = True, file_bytes: int | None = None
+                ) -> tuple[list[BenchRun], list[tuple[str, str]]]:
     """The runs the estimate models, and why each other one is left out (a test given
     twice, as llama-bench's JSON and its markdown of one run print it, counts once; a run
     on another backend than the kind's ``backend``, :func:`ran_on_another_backend`;
-    ``stated`` False: the kind states none, and ``backend`` is the one it is taken to run)."""
+    ``stated`` False: the kind states none, and ``backend`` is the one it is taken to run;
+    a run of a model file of other bytes than ``file_bytes``, else the spec's)."""
+    weight_bytes = spec.model_weight_bytes if file_bytes is None else file_bytes
     kinds = (f"the kind's {backend}" if stated else
              f"{backend}, which a kind stating no backend is taken to run")
     kept: list[BenchRun] = []
@@ -319,9 +327,10 @@ def usable_runs(runs: Sequence[BenchRun], spec: ModelSpec, backend: str | None =
         elif backend is not None and ran_on_another_backend(run, backend):
             why = (f"{run.test}: ran on llama.cpp's {run.backend} backend, not {kinds} "
                    "(give a catalog kind of that backend, --catalog)")
-        elif run.model_bytes is not None and not _same_size(run.model_bytes, spec):
+        elif run.model_bytes is not None and not _same_size(run.model_bytes, weight_bytes):
             why = (f"model {shown(run.model)} of {run.model_bytes:,} bytes is not "
-                   f"{spec.name}")
+                   f"{spec.name} of {weight_bytes:,} (the model benched: its GGUF file, or "
+                   "a preset stored in the bytes its runs state, --file-size)")
         elif (other := _other_cache(run, spec)) is not None:
             why = other
         elif (backend is None or backend != CPU_BACKEND) and (
@@ -338,21 +347,25 @@ def usable_runs(runs: Sequence[BenchRun], spec: ModelSpec, backend: str | None =
     return kept, skipped
 
 
-def _same_size(model_bytes: int, spec: ModelSpec) -> bool:
+def _same_size(model_bytes: int, weight_bytes: int) -> bool:
     # llama-bench's model_size is the tensors' bytes; the spec's weights are the same
-    # tensors (a preset's figures are rounded: within 1 %).
-    return abs(model_bytes - spec.model_weight_bytes) <= 0.01 * spec.model_weight_bytes
+    # tensors (a preset's figures are rounded, and llama-bench's markdown prints two
+    # decimals of GiB: within 1 %).
+    return abs(model_bytes - weight_bytes) <= 0.01 * weight_bytes
 
 
 def fit_calibration(runs: Sequence[BenchRun], spec: ModelSpec, kind: GpuModel,
-                    base: SpeedCalibration, source: str = "calibration.toml") -> BenchFit:
-    """``base`` with ``kind``'s own factors fitted on ``runs`` (module docstring).
+                    base: SpeedCalibration, source: str = "calibration.toml",
+                    file_bytes: int | None = None) -> BenchFit:
+    """``base`` with ``kind``'s own factors fitted on ``runs`` (module docstring) of
+    ``spec`` stored in ``file_bytes`` (``None``: its own bytes, :func:`run_shape`).
     ``NothingToCalibrate`` when no phase has two usable runs."""
-    shape = run_shape(spec, kind)
+    shape = run_shape(spec, kind, file_bytes)
     notes: list[str] = []
     speed = node_speeds((shape.node,), [kind])[shape.node.node_id]
     backend = backend_of(speed, RunSettings(), notes)
-    kept, skipped = usable_runs(runs, spec, backend, stated=kind.backend is not None)
+    kept, skipped = usable_runs(runs, spec, backend, stated=kind.backend is not None,
+                                file_bytes=file_bytes)
     for unlike in dict.fromkeys(unlike_gpus(run) for run in kept):
         if unlike:
             notes.append(f"llama-bench saw the GPUs {', '.join(unlike)} and the runs named "
