@@ -56,7 +56,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                   "planner calibrate a.md b.csv --gpu my-cpu --catalog mine.toml "
                   "--model model.gguf -o calibration.toml --json",
                   "planner calibrate bench-h100.json --gpu h100-sxm-80gb --model model.gguf "
-                  "--base calibration.toml -o calibration.toml --force"),
+                  "--base calibration.toml -o calibration.toml --force",
+                  "planner calibrate bench.md --gpu rtx-3090 --model llama-3.1-8b "
+                  "--file-size 4.58GiB -o calibration.toml   # the preset in a Q4_K_M file"),
         exit_codes="0 calibrated, 2 bad input or nothing to calibrate")
     parser.add_argument("bench", metavar="BENCH", nargs="+",
                         help="llama-bench output of the kind (JSON, JSON lines, CSV or "
