@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -762,3 +763,25 @@ def test_an_estimate_of_a_mixture_of_experts_quotes_its_prompts_error() -> None:
         assert traffic is not None and traffic.mixture_of_experts is said
         estimate, _ = estimate_speed(fields, traffic, gpu, 1, 4096, 1, 512)
         assert ("(mixtures of experts on cuda)" in estimate.error_note) is said
+
+
+def test_sizing_and_candidates_quote_a_mixture_of_experts_prompts_error(
+        tmp_path: Path) -> None:
+    """Sizing (the API, as the workbench's panel shows it) and ``planner candidates``
+    quote a mixture of experts' prompt error too, and a dense model's its backend's."""
+    import subprocess
+    import sys
+
+    from planner.sizing import SizingTargets, size_fleet
+
+    catalog = [g for g in load_gpu_catalog() if g.kind == "rtx-4090"]
+    for name, said in (("gpt-oss-20b", True), ("llama-3.1-8b", False)):
+        result = size_fleet(load_preset(name), catalog, SizingTargets(), top=1)
+        assert ("(mixtures of experts on cuda)" in result.error_note) is said, name
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text('[model]\npreset = "gpt-oss-20b"\n\n[[nodes]]\nid = "a"\n'
+                     'gpu = "rtx-4090"\nvram = "24 GiB"\n')
+    shown = subprocess.run([sys.executable, "-m", "planner.cli", "candidates", str(fleet)],
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert "(mixtures of experts on cuda)" in shown.stdout

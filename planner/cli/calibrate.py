@@ -16,6 +16,7 @@ from planner.cli._common import (
     file_size_option,
     model_source,
     option_kind,
+    options_named,
 )
 from planner.fleet import FleetFileError, write_text_atomic
 from planner.limits import DEFAULT_CACHE_TYPE, MAX_BENCH_BYTES
@@ -23,13 +24,12 @@ from planner.llamacpp.bench import (
     BenchFit,
     calibration_text,
     fit_calibration,
-    run_shape,
     runs_cache_type,
 )
 from planner.llamacpp.bench_output import BenchRun, parse_bench
 from planner.models import ModelError, from_gguf, gpu_catalog_with, load_preset
 from planner.models.spec import ModelSpec
-from planner.performance import PerformanceError, load_calibration, read_calibration
+from planner.performance import load_calibration, read_calibration
 from planner.reports.tables import TextTable, terminal_safe, text_table
 
 NAME = "calibrate"
@@ -102,14 +102,11 @@ def run(args: argparse.Namespace) -> int:
         spec = _spec(args.model, args.kv_cache_type or runs_cache_type(runs))
     except ModelError as error:
         raise UserError(error.message) from None
-    if size is not None:
-        try:  # the preset's parts scaled to the file's bytes, refused by the option
-            run_shape(spec, kind, size)
-        except PerformanceError as error:
-            raise UserError(f"--file-size: {error.message}") from None
     base = read_calibration(args.base) if args.base is not None else load_calibration()
-    fit = fit_calibration(runs, spec, kind, base,
-                          source=args.output or "calibration (not written)", file_bytes=size)
+    with options_named({"file_bytes": "--file-size"}):
+        fit = fit_calibration(runs, spec, kind, base,
+                              source=args.output or "calibration (not written)",
+                              file_bytes=size)
     written = None
     if args.output is not None:
         written = str(write_text_atomic(args.output, calibration_text(fit, args.bench),

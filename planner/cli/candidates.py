@@ -96,9 +96,8 @@ def run(args: argparse.Namespace) -> int:
         print(text_table(candidate_rows_table(estimated, request.target_decode_tpot_ms)))
         if any(record["estimated_tpot_ms"] is not None for record in estimated):
             speeds = node_speeds(request.nodes, catalog, document.node_kinds).values()
-            experts = traffic is not None and traffic.mixture_of_experts
             print(f"\nest.: {ESTIMATE_NOTE} "
-                  f"{kinds_error_note(load_calibration(), speeds, experts=experts)}")
+                  f"{kinds_error_note(load_calibration(), speeds, traffic=traffic)}")
     if not any(record["selected"] for record in records):
         print(f"planner: {terminal_safe(args.fleet)}: NoValidTopology: no candidate shape "
               "fits (see the reasons above)", file=sys.stderr)

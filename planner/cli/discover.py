@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("a fleet file names its model: give --model (a GGUF file or a "
                         "preset id) with -o")
     if args.gpu is not None:
-        _check_kind(args.gpu, args.catalog)
+        option_kind(gpu_catalog_with(args.catalog), args.gpu)
     if args.output is not None and not args.force and os.path.lexists(args.output):
         # Refused before any server is asked; the save refuses a file that appears later.
         raise FleetFileError("WouldOverwrite", "already exists, and is not overwritten unless "
@@ -126,10 +126,6 @@ def _table(rows: list[dict[str, object]]) -> TextTable:
     return TextTable(("node", "connected to", "device", "total", "free", "round trip",
                       "protocol"), tuple(cells(row) for row in rows),
                      ("l", "l", "r", "r", "r", "r", "l"))
-
-
-def _check_kind(kind: str, catalog: str | None) -> None:
-    option_kind(gpu_catalog_with(catalog), kind)
 
 
 def _model_choice(args: argparse.Namespace) -> ModelChoice:

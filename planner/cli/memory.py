@@ -123,11 +123,11 @@ def run(args: argparse.Namespace) -> int:
         if args.devices is not None and args.devices != len(counts):
             raise UserError(f"--devices {args.devices} but --layers-per-device gives "
                             f"{len(counts)} devices")
-        with options_named(_OPTION_OF):
+        with options_named(_options(args)):
             ranges = ranges_from_counts(model.layer_count, counts, field="layers_per_device")
     if args.devices is not None and args.devices < 0:
         raise UserError(f"--devices must be 0 or more (got {args.devices})")
-    with options_named({"devices": "--devices"}):
+    with options_named(_options(args)):
         result = estimate(model, settings, ranges,
                           devices=1 if args.devices is None else args.devices)
     if args.json:

@@ -50,6 +50,7 @@ from planner.models.spec import ModelSpec
 from planner.performance import (
     INTRA_HOST_LINK_BYTES_PER_S,
     KindCalibration,
+    PerformanceError,
     RunSettings,
     SpeedCalibration,
     estimate_plan,
@@ -90,7 +91,12 @@ def run_shape(spec: ModelSpec, kind: GpuModel, file_bytes: int | None = None) ->
                          "unknown; give its GGUF file or preset")
     fields: Mapping[str, Any] = spec.planning_fields()
     if file_bytes is not None:
-        fields, traffic = with_weight_bytes(fields, traffic, file_bytes)
+        try:
+            fields, traffic = with_weight_bytes(fields, traffic, file_bytes)
+        except PerformanceError as error:
+            # The file's bytes are what cannot hold the model (field ``file_bytes``).
+            raise PerformanceError(error.code, error.message,
+                                   **{**error.details, "field": "file_bytes"}) from None
     if kind.memory_bandwidth_bytes_per_s is None:
         raise BenchError("NothingToCalibrate", f"{kind.kind} has no "
                          "memory_bandwidth_bytes_per_s in the catalog: the estimate's "

@@ -275,11 +275,12 @@ def speed_estimates(request: PlanningInput, plan: Plan, traffic: ModelTraffic | 
     speeds = node_speeds(request.nodes, catalog, node_kinds) if decode is not None else {}
     used = [speeds[node] for node in plan.node_ids if node in speeds]
     errors: dict[str, tuple[float, str] | None] = {}
+    experts = traffic is not None and traffic.mixture_of_experts
     for phase in ("decode", "prefill"):
         found = [calibration.stated_error(
             phase, speed.kind, speed.backend or FALLBACK_BACKEND, speed.memory_type,
             fp16_figure(speed, calibration.fallback_gflops_per_lane),
-            traffic is not None and traffic.mixture_of_experts) for speed in used]
+            experts) for speed in used]
         known = [error for error in found if error is not None]
         errors[phase] = max(known, key=lambda e: e[0]) if known else None
     decode_error, prefill_error = errors["decode"], errors["prefill"]

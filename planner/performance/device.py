@@ -356,24 +356,27 @@ def _figure(calibration: SpeedCalibration, figures: BackendFigures, name: str,
 
 
 def kinds_error_note(calibration: SpeedCalibration, speeds: Iterable[NodeSpeed],
-                     settings: RunSettings = DEFAULT_SETTINGS, experts: bool = False) -> str:
+                     settings: RunSettings = DEFAULT_SETTINGS,
+                     traffic: ModelTraffic | None = None) -> str:
     """The error of estimates on these nodes' kinds: the user's own runs of the kinds
     they measured (:meth:`SpeedCalibration.own_error_note`), and the cross-validated
     error of the others (:meth:`SpeedCalibration.error_note`), each kind's backend at the
-    settings, memory type and FP16 figure, of a mixture of experts (``experts``) or not."""
+    settings, memory type and FP16 figure, for the model of ``traffic`` (``None``: not
+    known)."""
     speeds = list(speeds)
     return calibration_error_note(calibration, speeds, [
         (settings.backend or speed.backend or FALLBACK_BACKEND, speed.memory_type,
          fp16_figure(speed, calibration.fallback_gflops_per_lane)) for speed in speeds],
-        experts)
+        traffic)
 
 
 def calibration_error_note(calibration: SpeedCalibration, speeds: Sequence[NodeSpeed],
                            groups: Sequence[tuple[str | None, str | None, str]],
-                           experts: bool = False) -> str:
+                           traffic: ModelTraffic | None = None) -> str:
     """The error note of an estimate on ``speeds`` whose devices ran as ``groups``
-    (backend, memory type, FP16 figure), one per speed, of a mixture of experts
-    (``experts``) or not."""
+    (backend, memory type, FP16 figure), one per speed, of the model of ``traffic``: a
+    mixture of experts' prompts quote their own error (:meth:`SpeedCalibration.error`)."""
+    experts = traffic is not None and traffic.mixture_of_experts
     own = calibration.own_error_note(speed.kind for speed in speeds)
     others = [group for speed, group in zip(speeds, groups, strict=True)
               if speed.kind not in calibration.kinds]

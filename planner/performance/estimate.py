@@ -287,7 +287,7 @@ def estimate_plan(
                   calibration_error_note(calibration, used,
                                          [(d.backend, s.memory_type, d.figure)
                                           for d, s in zip(devices, used, strict=True)],
-                                         traffic.mixture_of_experts))
+                                         traffic))
     return PlanEstimate(tuple(stages), tpot, tokens_per_s, lanes, cost, per_million,
                         efficiency, link_bandwidth_bytes_per_s, tuple(dict.fromkeys(notes)),
                         fill, plan.context_length, prompt_tokens, ttft, error_note, settings)

@@ -238,7 +238,7 @@ def size_fleet(
                   kinds_error_note(load_calibration(),
                                    (NodeSpeed.of_kind(gpu.kind, gpu) for gpu in chosen
                                     if gpu.kind in used),
-                                   experts=traffic is not None and traffic.mixture_of_experts))
+                                   traffic=traffic))
     return SizingResult(tuple(fleets), front, targets, minimum_context,
                         tuple(gpu.kind for gpu in chosen), tuple(skipped),
                         search.plans_evaluated, tuple(notes), price_kind, error_note)

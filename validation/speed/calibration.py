@@ -754,6 +754,8 @@ def cross_validated(rows: Sequence[Row], errors: dict[tuple[str, int], float],
     type (each also over all), per FP16 figure of the GPUs, and of the prompts of
     mixtures of experts per backend (and over all), every figure."""
     by_id = {r.row_id: r for r in rows}
+    experts = {r.row_id for r in rows if r.phase == "prefill"
+               and traffic_of(r.model, r.file_bytes).mixture_of_experts}
     groups: dict[tuple[str, str, str, str, str, str], list[float]] = defaultdict(list)
     for (held_out, row_id), error in errors.items():
         row = by_id[row_id]
@@ -763,8 +765,7 @@ def cross_validated(rows: Sequence[Row], errors: dict[tuple[str, int], float],
                     continue
                 groups[(row.phase, backend, memory, held_out, "stated", "all")].append(
                     abs(error))
-            if row.phase == "prefill" and traffic_of(row.model,
-                                                     row.file_bytes).mixture_of_experts:
+            if row_id in experts:
                 groups[(row.phase, backend, "all", held_out, "all",
                         MIXTURES_OF_EXPERTS)].append(abs(error))
         if row.figure != "stated":
