@@ -99,7 +99,9 @@ def models(draw: st.DrawFn, numbers_only: bool = False) -> ModelChoice:
     kv = draw(st.none() | st.sampled_from(["f16", "q8_0", "q4_0"]))
     if kind == "preset":
         preset = draw(st.sampled_from(["llama-3.1-70b", "qwen3-coder-480b-a35b"]) | ids)
-        return ModelChoice(preset=preset, kv_cache_type=kv, name=name)
+        # The size of the file the preset is run from, where given.
+        stored = draw(st.none() | sizes.filter(lambda size: size >= 1))
+        return ModelChoice(preset=preset, kv_cache_type=kv, name=name, file_bytes=stored)
     return ModelChoice(gguf=draw(ids), kv_cache_type=kv, name=name)
 
 

@@ -358,6 +358,22 @@ def test_a_preset_takes_the_size_of_the_file_run() -> None:
     assert sized["tpot_ms"] < preset["tpot_ms"]
 
 
+def test_a_fleet_file_s_preset_is_estimated_at_its_file_s_size(tmp_path: Path) -> None:
+    """A fleet file's ``file_bytes`` is read as ``--file-size`` is, and ``--file-size``
+    given with the fleet file states the size in its place."""
+    fleet = tmp_path / "gpt-oss.toml"
+    fleet.write_text('[model]\npreset = "gpt-oss-20b"\nfile_bytes = "11.27 GiB"\n\n'
+                     '[[nodes]]\nid = "n"\nvram = "24 GiB"\n')
+    common = ("--gpu", "rtx-4090")
+    sized = _json("gpt-oss-20b", *common, "--file-size", "11.27GiB")
+    assert _json(str(fleet), *common)["tpot_ms"] == sized["tpot_ms"]
+    assert (_json(str(fleet), *common, "--file-size", "12.82GiB")["tpot_ms"]
+            == _json("gpt-oss-20b", *common, "--file-size", "12.82GiB")["tpot_ms"]
+            > sized["tpot_ms"])
+    assert_user_error(run("speed", str(fleet), *common, "--file-size", "1KB"), 2,
+                      "--file-size: a file of 1,000 bytes cannot hold gpt-oss-20b")
+
+
 @pytest.mark.parametrize(("kind", "backend", "said"), [
     ("rtx-4090", "cpu", "--backend: rtx-4090 is a GPU kind (its backend: cuda): llama.cpp's "
      "cpu backend runs on a CPU, which a catalog kind with backend = \"cpu\" describes "

@@ -130,7 +130,8 @@ EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
                                                           drop_probability=0.25),
     "planner.fence.simulator.MessageRule": lambda: dict(term=1, extra_delay_ms=5, drop=True,
                                                         times=2),
-    "planner.fleet.document.ModelChoice": lambda: dict(preset="llama-3.1-70b"),
+    "planner.fleet.document.ModelChoice": lambda: dict(preset="llama-3.1-70b",
+                                                       file_bytes=42_520_000_000),
     "planner.fleet.document.ReliabilityOverride": lambda: dict(annual_failure_rate=0.1,
                                                                repair_hours=24.0),
     "planner.fleet.document.FleetDocument": lambda: dict(

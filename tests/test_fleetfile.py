@@ -33,6 +33,7 @@ from planner.fleet import (
     save_fleet,
 )
 from planner.limits import MAX_NODE_BYTES
+from planner.models import load_preset
 
 FLEETS = Path(__file__).resolve().parent.parent / "data" / "fleets"
 GIB = 1024**3
@@ -338,8 +339,6 @@ def test_a_save_to_a_name_no_file_system_takes_is_named(tmp_path: Path, name: st
 
 
 def test_preset_resolves_through_the_model_catalogue() -> None:
-    from planner.models import load_preset
-
     choice = ModelChoice(preset="qwen3-coder-480b-a35b", kv_cache_type="f16")
     fields = choice.resolve()
     expected = load_preset("qwen3-coder-480b-a35b", kv_cache_type="f16").planning_fields()
@@ -563,3 +562,57 @@ def test_a_model_s_numbers_carry_its_output_head_to_the_speed_estimate() -> None
                                 '[[nodes]]\nid = "a"\nvram = "80 GiB"\n')
     traffic = fleet_model_traffic(document.model)
     assert traffic is not None and traffic.output_head_parameters == 655_360_000
+
+
+# -- a preset run from a file of its own size ---------------------------------------------
+
+GPT_OSS_FILE = '[model]\npreset = "gpt-oss-20b"\nfile_bytes = "11.27 GiB"\n' \
+    '[[nodes]]\nid = "a"\nvram = "24 GiB"\n'
+
+
+def test_a_preset_is_planned_at_the_size_of_the_file_it_is_run_from(tmp_path: Path) -> None:
+    """The gpt-oss-20b preset counts 12.82 GiB where the file every benchmark runs is
+    11.27 GiB; a fleet file could not say so, and planned and estimated the preset's."""
+    document = parse_fleet_toml(GPT_OSS_FILE)
+    stored = round(11.27 * GIB)
+    assert document.model.file_bytes == stored
+    own = load_preset("gpt-oss-20b")
+    request = document.to_request()
+    assert request.model_weight_bytes == stored < own.model_weight_bytes
+    assert request.layer_weight_bytes is not None and sum(request.layer_weight_bytes) == stored
+    spec = document.model.spec()
+    assert spec is not None and spec.notes[-1].startswith("weights: stored in a file of 11.27")
+    # Each part keeps its share of the weights; what is no weight does not change.
+    scale = stored / own.model_weight_bytes
+    assert spec.routed_expert_bytes == round(own.routed_expert_bytes * scale)
+    assert spec.active_weight_bytes == round(own.active_weight_bytes * scale)
+    assert (spec.parameter_count, spec.kv_bytes_per_token) == (own.parameter_count,
+                                                               own.kv_bytes_per_token)
+    for saved in (save_fleet(document, tmp_path / "f.toml"),
+                  save_fleet(document, tmp_path / "f.json")):
+        again = load_fleet(saved)
+        assert replace(again, source=None) == replace(document, source=None), saved
+        assert again.to_request() == request
+    assert json.loads((tmp_path / "f.json").read_text())["file_bytes"] == stored
+
+
+@pytest.mark.parametrize(("model", "said"), [
+    ('gguf = "tiny.gguf"\nfile_bytes = "10 GiB"', "GGUF file's tensors state their own bytes"),
+    (NUMBERS + 'file_bytes = "10 GiB"', "model_weight_bytes is the file's size"),
+    ('preset = "gpt-oss-20b"\nfile_bytes = 0', "must be at least 1 byte (got 0)"),
+    ('preset = "gpt-oss-20b"\nfile_bytes = "11.27"', "is not a whole number of bytes"),
+    ('preset = "gpt-oss-20b"\nfile_bytes = "99 PiB"', "is larger than"),
+])
+def test_a_file_size_it_cannot_take_is_refused_by_name(model: str, said: str) -> None:
+    error = fleet_error(model if model.startswith("\n[model]") else f"[model]\n{model}\n")
+    assert (error.code, error.field) == ("InvalidField", "model.file_bytes")
+    assert said in error.message and error.path == "fleet.toml"
+
+
+def test_a_file_too_small_for_the_preset_is_said_when_it_is_planned() -> None:
+    document = parse_fleet_toml(GPT_OSS_FILE.replace('"11.27 GiB"', '"1 KB"'))
+    with pytest.raises(FleetFileError) as refused:
+        document.to_request()
+    assert (refused.value.code, refused.value.field) == ("InvalidField", "model.file_bytes")
+    assert refused.value.message.startswith("a file of 1,000 bytes cannot hold gpt-oss-20b: "
+                                            "its 20,914,757,184 parameters would be")

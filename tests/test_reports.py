@@ -487,3 +487,19 @@ def test_the_report_colours_its_candidates_by_the_speed_estimate(
     assert list(figure.data[0].marker.color) == list(shown.data[0].marker.color)
     html = render_report(content, "html")
     assert "no latencies and no speed estimate" not in html
+
+
+def test_a_report_says_the_file_a_preset_is_run_from(tmp_path: Path) -> None:
+    """A preset run from a file of other precisions than its own is planned at the file's
+    bytes; the report says so beside the weights it shows."""
+    document = parse_fleet_toml('[model]\npreset = "gpt-oss-20b"\nfile_bytes = "11.27 GiB"\n'
+                                '[[nodes]]\nid = "a"\nvram = "24 GiB"\n')
+    path = write_report(document, tmp_path / "report.html", now=NOW)
+    table = facts(parse_html(path.read_text()).by_id("model-table"))
+    assert table["from"] == "preset gpt-oss-20b, run from a file of 11.27 GiB"
+    assert table["weights"].startswith(f"11.27 GiB ({round(11.27 * 1024**3):,} B)")
+    data = json.loads(write_report(document, tmp_path / "report.json", now=NOW).read_text())
+    assert data["model"]["file_bytes"] == round(11.27 * 1024**3)
+    own = build_report(parse_fleet_toml('[model]\npreset = "gpt-oss-20b"\n[[nodes]]\n'
+                                        'id = "a"\nvram = "24 GiB"\n'), now=NOW)
+    assert own.model["file_bytes"] is None

@@ -28,7 +28,6 @@ from planner.performance import (  # noqa: E402
     ModelTraffic,
     RunSettings,
     load_calibration,
-    with_weight_bytes,
 )
 from planner.performance.traffic import latent_attention_width  # noqa: E402
 
@@ -69,9 +68,8 @@ def test_the_calibration_s_deepseek_attends_at_its_latent_width() -> None:
                          ids=[m[0] for m in MODELS])
 def test_the_command_s_path_estimates_as_the_calibration_does(
         preset: str, model_id: str, file_bytes: int) -> None:
-    _, fields, traffic, *_ = resolve_model(preset)
-    assert traffic is not None
-    fields, traffic = with_weight_bytes(fields, traffic, file_bytes)
+    _, fields, traffic, *_ = resolve_model(preset, file_size=f"{file_bytes} B")
+    assert traffic is not None and fields["model_weight_bytes"] == file_bytes
     gpu = next(g for g in load_gpu_catalog() if g.kind == "rtx-4090")
     estimate, _ = estimate_speed(fields, traffic, gpu, 1, CONTEXT, 1, PROMPT,
                                  RunSettings(depth=DEPTH))

@@ -324,6 +324,63 @@ def test_save_and_load_fleet_files(bench: Workbench, tmp_path: Path) -> None:
     assert "Loaded" in bench.message.value
 
 
+def test_a_preset_is_planned_at_the_size_of_the_file_typed(bench: Workbench) -> None:
+    """The gpt-oss-20b preset counts 12.82 GiB where its published file is 11.27 GiB: the
+    page had no way to say so, and typing the weights made the model numbers typed by
+    hand, without the preset's experts and attention the speed estimate reads."""
+    editor = bench.model_editor
+    assert editor.file_size.disabled  # numbers typed by hand state their own bytes
+    editor.preset.value = "gpt-oss-20b"
+    assert not editor.file_size.disabled and editor.file_size.value == ""
+    own = bench.evaluation.request.model_weight_bytes
+    before = bench.evaluations
+    editor.file_size.value = "11.27 GiB"
+    assert bench.evaluations == before + 1
+    stored = round(11.27 * GIB)
+    assert bench.evaluation.request.model_weight_bytes == stored < own
+    assert editor.model_weight_bytes.value == "12.10 GB"  # the weights box follows
+    assert "stored in a file of 11.27 GiB" in editor.details.value
+    assert bench.state.model.preset == "gpt-oss-20b"  # still the preset, experts and all
+    # Another KV cache type keeps the file's size.
+    editor.kv_cache_type.value = "q8_0"
+    assert bench.evaluation.request.model_weight_bytes == stored
+    # A save keeps it, and loading the file gives it back.
+    bench.fleet_editor.save_name.value = "sized.toml"
+    bench.fleet_editor.save_button.click()
+    saved = bench.fleet_dir / "sized.toml"
+    assert load_fleet(saved).model.file_bytes == stored
+    # Another preset is its own file; choosing the file's preset again is no edit.
+    editor.preset.value = "llama-3.1-70b"
+    assert editor.file_size.value == "" and bench.state.model.file_bytes is None
+    editor.preset.value = "gpt-oss-20b"
+    assert bench.evaluation.request.model_weight_bytes == stored
+    # Blank is the preset's own weights again.
+    editor.file_size.value = ""
+    assert bench.evaluation.request.model_weight_bytes == own
+
+
+@pytest.mark.parametrize(("typed", "said", "a_fleet_file"), [
+    ("11 GQ", "file size: unknown unit 'GQ'", False),
+    ("0", "file size: must be at least 1 (got 0)", False),
+    # A size a fleet file can state, which no plan can take (as a GGUF path that names no
+    # file): saved as typed, and said again when loaded.
+    ("1 KB", "a file of 1,000 bytes cannot hold gpt-oss-20b", True),
+])
+def test_a_file_size_it_cannot_take_is_a_problem_not_a_plan(
+        bench: Workbench, typed: str, said: str, a_fleet_file: bool) -> None:
+    editor = bench.model_editor
+    editor.preset.value = "gpt-oss-20b"
+    editor.file_size.value = typed
+    assert visible(bench.view.problem) and said in unescape(bench.view.problem.value)
+    assert editor.file_size.value == typed  # kept as typed, to be mended
+    bench.fleet_editor.save_name.value = "bad.toml"
+    bench.fleet_editor.save_button.click()
+    assert (bench.fleet_dir / "bad.toml").exists() == a_fleet_file
+    if a_fleet_file:
+        bench.load_fleet(bench.fleet_dir / "bad.toml")
+        assert said in unescape(bench.view.problem.value)
+
+
 @pytest.mark.parametrize(("name", "shown"), [
     ("", "give a name"), ("../escape.toml", "plain file name"), ("fleet.yaml", ".toml or .json"),
 ])

@@ -293,6 +293,16 @@ def preset_change(page: Any) -> None:
     assert "(94 layers)" in chart["drawn_title"]
     assert page.locator(".wb-kv-cache-type select").input_value() == "q8_0"
     charts_drawn(page, "after a preset change")
+    # The preset run from a file of other precisions than its own: the plan takes the
+    # file's bytes (fewer stages here), and the weights box shows them.
+    type_into(page.locator(".wb-file-size input"), "100 GiB")
+    sized = changed.with_model(preset_source(preset, "q8_0", 100 * GIB).fields)
+    assert len(evaluate(sized).plan.stages) < len(evaluate(changed).plan.stages)
+    wait_for_layers(page, sized, f"the plan of {preset} run from a file of 100 GiB")
+    weights = page.locator(".wb-model-weights input")
+    assert weights.input_value() == sized.model.model_weight_bytes == "107.37 GB"
+    assert page.locator(".wb-model-preset select").input_value() == preset
+    charts_drawn(page, "after a preset's file size")
 
 
 AVAILABILITY = ".wb-availability-panel"

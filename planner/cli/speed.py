@@ -18,6 +18,7 @@ from planner.cli._common import (
     model_source,
     option_error,
     option_kind,
+    options_named,
     token_count,
 )
 from planner.fleet import load_fleet
@@ -47,7 +48,6 @@ from planner.performance import (
     load_calibration,
     model_traffic,
     node_speeds,
-    with_weight_bytes,
 )
 from planner.planning import NodeBudget, PlanningInput
 from planner.planning.plan import Plan
@@ -145,9 +145,11 @@ class ResolvedModel(NamedTuple):
     source: str = "preset"
 
 
-def resolve_model(source: str, kv_cache_type: str | None = None) -> ResolvedModel:
+def resolve_model(source: str, kv_cache_type: str | None = None,
+                  file_size: str | None = None) -> ResolvedModel:
     """A preset id, GGUF file or fleet file: its name, planning model fields, traffic and
-    KV cache type."""
+    KV cache type; a preset stored in ``file_size`` (``--file-size``,
+    :func:`file_size_option`) where given, else in the fleet file's ``file_bytes``."""
     kind = model_source(source)
     spec: ModelSpec | None
     if kind == "fleet":
@@ -158,17 +160,23 @@ def resolve_model(source: str, kv_cache_type: str | None = None) -> ResolvedMode
                 raise UserError("--kv-cache-type: the fleet file's model is typed as "
                                 "numbers; its kv_bytes_per_token is the cache's size")
             model = replace(model, kv_cache_type=kv_cache_type)
-        spec = model.spec(document.base_dir)
+        origin = "numbers" if model.numbers is not None else (
+            "gguf" if model.gguf is not None else "preset")
+        if file_size is not None:
+            model = replace(model, file_bytes=file_size_option(file_size, origin))
+        with options_named({"model.file_bytes": "--file-size"} if file_size else {}):
+            spec = model.spec(document.base_dir)
         fields = (spec.planning_fields() if spec is not None else
                   dict(model.resolve(document.base_dir)))
-        source = "numbers" if model.numbers is not None else (
-            "gguf" if model.gguf is not None else "preset")
         return ResolvedModel(model.label, fields, model_traffic(spec, model.numbers),
-                             None if spec is None else spec.kv_cache_type, source)
+                             None if spec is None else spec.kv_cache_type, origin)
     if kind == "gguf":
         spec = from_gguf(Path(source), kv_cache_type or DEFAULT_CACHE_TYPE)
     else:
         spec = load_preset(source, kv_cache_type=kv_cache_type)
+    if file_size is not None:
+        with options_named({"file_bytes": "--file-size"}):
+            spec = spec.stored_in(file_size_option(file_size, kind))
     return ResolvedModel(spec.name, spec.planning_fields(), model_traffic(spec),
                          spec.kv_cache_type, kind)
 
@@ -183,18 +191,6 @@ def _check_cache_runs(kv_cache_type: str | None, settings: RunSettings) -> None:
     except MemoryModelError as error:
         raise UserError(f"--flash-attn: {error.message} (--kv-cache-type, or the fleet "
                         "file's kv_cache_type)") from None
-
-
-def _file_size(value: str, fields: dict[str, Any], traffic: ModelTraffic, source: str
-               ) -> tuple[dict[str, Any], ModelTraffic]:
-    """The model stored in ``--file-size`` bytes (:func:`file_size_option`): the planning
-    fields' layer weights and the traffic's parts scaled to it
-    (:func:`planner.performance.with_weight_bytes`)."""
-    size = file_size_option(value, source)
-    try:
-        return with_weight_bytes(fields, traffic, size)
-    except PerformanceError as error:
-        raise UserError(f"--file-size: {error.message}") from None
 
 
 def estimate_speed(fields: dict[str, Any], traffic: ModelTraffic, gpu: GpuModel, gpus: int,
@@ -289,8 +285,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--gpu: {gpu.kind} has no memory_bandwidth_bytes_per_s in the "
                         "catalog; give a catalog that states it")
     # A model that cannot be read is said as `inspect` says it: its code, path and why.
-    name, fields, traffic, kv_cache_type, source = resolve_model(args.model,
-                                                                 args.kv_cache_type)
+    name, fields, traffic, kv_cache_type, _ = resolve_model(args.model, args.kv_cache_type,
+                                                            args.file_size)
     _check_cache_runs(kv_cache_type, settings)
     if traffic is None:
         raise UserError(f"{args.model}: the model's numbers need model_weight_bytes")
@@ -298,8 +294,6 @@ def run(args: argparse.Namespace) -> int:
     if context > native:
         raise UserError(f"--context: {context:,} tokens exceed the model's native context "
                         f"of {native:,}")
-    if args.file_size is not None:
-        fields, traffic = _file_size(args.file_size, fields, traffic, source)
     try:
         estimate, notes = estimate_speed(fields, traffic, gpu, gpus, context, lanes, prompt,
                                          settings)

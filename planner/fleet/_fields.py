@@ -62,7 +62,7 @@ MODEL_NUMBER_FIELDS = (
 )
 _REQUIRED_MODEL_NUMBERS = MODEL_NUMBER_FIELDS[:4]
 _MODEL_BYTE_FIELDS = ("model_weight_bytes", "kv_bytes_per_token")
-MODEL_KEYS = ("name", "preset", "gguf", "kv_cache_type", *MODEL_NUMBER_FIELDS)
+MODEL_KEYS = ("name", "preset", "gguf", "kv_cache_type", "file_bytes", *MODEL_NUMBER_FIELDS)
 PLANNING_KEYS = (
     "minimum_nodes",
     "context_length_override",
@@ -77,8 +77,9 @@ NODE_KEYS = ("id", "count", "vram", "max_vram", "headroom", "latency_ms",
              *RELIABILITY_KEYS, "address", "rpc_device")
 TOP_KEYS = ("name", "model", "planning", "nodes")
 # Beside the planning request: names, the numbers the speed estimate reads, and the preset
-# or GGUF file the request's model numbers come from, with its KV cache type.
-JSON_MODEL_SOURCE_KEYS = ("preset", "gguf", "kv_cache_type")
+# or GGUF file the request's model numbers come from, with its KV cache type (and a
+# preset's file size).
+JSON_MODEL_SOURCE_KEYS = ("preset", "gguf", "kv_cache_type", "file_bytes")
 JSON_EXTRA_KEYS = ("model_name", "name", *SPEED_NUMBER_FIELDS, *JSON_MODEL_SOURCE_KEYS,
                    "default_latency_ms")
 # Beside a node's planning request fields: its failure figures, its rpc-server's address
@@ -176,8 +177,9 @@ def as_int(value: Any, field_name: str, *, minimum: int = 0, maximum: int = MAX_
 
 
 def as_size(value: Any, field_name: str, *, node_id: str | None = None,
-             bare_bytes: bool = False) -> int:
-    """A size; a bare number only where the key's name says bytes (``*_bytes``)."""
+             bare_bytes: bool = False, minimum: int = 0) -> int:
+    """A size of at least ``minimum`` bytes; a bare number only where the key's name says
+    bytes (``*_bytes``)."""
     if isinstance(value, float):
         raise FleetFileError("InvalidField", f"{SIZE_FORMS} (got {shown(value)})",
                              field=field_name, node_id=node_id)
@@ -188,6 +190,10 @@ def as_size(value: Any, field_name: str, *, node_id: str | None = None,
                              node_id=node_id) from None
     if size > MAX_BYTES:
         raise FleetFileError("InvalidField", f"is larger than {MAX_BYTES:,} bytes",
+                             field=field_name, node_id=node_id)
+    if size < minimum:
+        raise FleetFileError("InvalidField", f"must be at least {minimum:,} "
+                             f"byte{'s' if minimum != 1 else ''} (got {size:,})",
                              field=field_name, node_id=node_id)
     return size
 

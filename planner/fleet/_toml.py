@@ -230,6 +230,8 @@ def _model_from_toml(table: Mapping[str, Any]) -> ModelChoice:
         preset=table.get("preset"),
         gguf=table.get("gguf"),
         kv_cache_type=table.get("kv_cache_type"),
+        file_bytes=(as_size(table["file_bytes"], "model.file_bytes", bare_bytes=True,
+                            minimum=1) if "file_bytes" in table else None),
         numbers=normalise_numbers(numbers) if numbers else None,
         name=table.get("name"),
     )
@@ -331,6 +333,8 @@ def _model_to_toml(model: ModelChoice) -> dict[str, Any]:
         table["gguf"] = model.gguf
     if model.kv_cache_type is not None:
         table["kv_cache_type"] = model.kv_cache_type
+    if model.file_bytes is not None:
+        table["file_bytes"] = exact_size_text(model.file_bytes)
     if model.numbers is not None:
         numbers = model.numbers
         table["native_context_length"] = numbers["native_context_length"]

@@ -33,6 +33,12 @@ from planner.planning import NodeBudget, PlanningInput
 from planner.planning.memory_rule import DESIGN_RULE, MEMORY_MODELS
 from planner.units import format_milliseconds
 
+# Why a model's own bytes leave file_bytes nothing to give, by where its figures come from.
+_FILE_BYTES_KNOWN = {
+    "gguf": "applies to a preset: a GGUF file's tensors state their own bytes",
+    "numbers": "applies to a preset: with the numbers, model_weight_bytes is the file's size",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class ModelChoice:
@@ -41,8 +47,10 @@ class ModelChoice:
     Exactly one of ``preset``, ``gguf`` and ``numbers`` is set. ``numbers`` holds the
     model fields of the request (``native_context_length``, ``layer_count``, ``model_weight_bytes``,
     ``kv_bytes_per_token`` and optionally ``layer_weight_bytes``, kept as a tuple).
-    ``kv_cache_type`` selects the KV cache type of a preset or GGUF model. ``name`` is an
-    optional display name.
+    ``kv_cache_type`` selects the KV cache type of a preset or GGUF model. ``file_bytes``
+    is the size of the file a preset is run from, where it stores the weights at other
+    precisions than the preset's (:meth:`planner.models.ModelSpec.stored_in`); a GGUF
+    file's and the numbers' bytes are their own. ``name`` is an optional display name.
     """
 
     preset: str | None = None
@@ -50,6 +58,7 @@ class ModelChoice:
     kv_cache_type: str | None = None
     numbers: dict[str, Any] | None = None
     name: str | None = None
+    file_bytes: int | None = None
 
     def __post_init__(self) -> None:
         given = [key for key, value in (("preset", self.preset), ("gguf", self.gguf),
@@ -74,6 +83,12 @@ class ModelChoice:
                     field="model.kv_cache_type")
         if self.name is not None:
             as_text(self.name, "model.name")
+        if self.file_bytes is not None:
+            if self.preset is None:
+                raise FleetFileError("InvalidField", _FILE_BYTES_KNOWN[given[0]],
+                                     field="model.file_bytes")
+            object.__setattr__(self, "file_bytes", as_int(self.file_bytes, "model.file_bytes",
+                                                          minimum=1))
         if self.numbers is not None:
             object.__setattr__(self, "numbers", normalise_numbers(self.numbers))
 
@@ -129,7 +144,8 @@ class ModelChoice:
 
         try:
             if self.preset is not None:
-                return models.load_preset(self.preset, kv_cache_type=self.kv_cache_type)
+                spec = models.load_preset(self.preset, kv_cache_type=self.kv_cache_type)
+                return spec if self.file_bytes is None else spec.stored_in(self.file_bytes)
             path = self.gguf_path(base_dir)
             assert path is not None
             try:
@@ -146,6 +162,10 @@ class ModelChoice:
             return models.from_gguf(path, kv_cache_type=self.kv_cache_type)
         except models.ModelError as error:
             where = "model.preset" if self.preset is not None else "model.gguf"
+            if error.details.get("field") == "file_bytes":
+                # The file's size is what cannot hold the preset.
+                raise FleetFileError("InvalidField", error.message.removeprefix(
+                    "file_bytes: "), field="model.file_bytes") from None
             if "KvCacheType" in str(getattr(error, "code", "")):
                 where = "model.kv_cache_type"
             raise FleetFileError("ModelUnavailable", str(error), field=where) from None
@@ -160,6 +180,7 @@ class ModelChoice:
             "preset": self.preset,
             "gguf": self.gguf,
             "kv_cache_type": self.kv_cache_type,
+            "file_bytes": self.file_bytes,
             "numbers": numbers,
         }
 
@@ -167,12 +188,13 @@ class ModelChoice:
     def from_dict(cls, data: Mapping[str, Any]) -> ModelChoice:
         if not isinstance(data, Mapping):
             raise FleetFileError("InvalidField", "must be an object", field="model")
-        reject_unknown(data, ("name", "preset", "gguf", "kv_cache_type", "numbers"),
-                        "model.")
+        reject_unknown(data, ("name", "preset", "gguf", "kv_cache_type", "file_bytes",
+                              "numbers"), "model.")
         return cls(
             preset=data.get("preset"),
             gguf=data.get("gguf"),
             kv_cache_type=data.get("kv_cache_type"),
+            file_bytes=data.get("file_bytes"),
             numbers=data.get("numbers"),
             name=data.get("name"),
         )

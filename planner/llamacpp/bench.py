@@ -50,13 +50,11 @@ from planner.models.spec import ModelSpec
 from planner.performance import (
     INTRA_HOST_LINK_BYTES_PER_S,
     KindCalibration,
-    PerformanceError,
     RunSettings,
     SpeedCalibration,
     estimate_plan,
     model_traffic,
     node_speeds,
-    with_weight_bytes,
 )
 from planner.performance.device import backend_of
 from planner.planning import NodeBudget, PlanningInput
@@ -83,20 +81,15 @@ class RunShape:
 
 def run_shape(spec: ModelSpec, kind: GpuModel, file_bytes: int | None = None) -> RunShape:
     """One device of ``kind`` holding all of ``spec``, stored in ``file_bytes`` (a preset
-    whose file stores its weights otherwise, :func:`~planner.performance.with_weight_bytes`;
-    ``None``: its own bytes)."""
+    whose file stores its weights otherwise, :meth:`~planner.models.ModelSpec.stored_in`,
+    whose errors name the field ``file_bytes``; ``None``: its own bytes)."""
+    if file_bytes is not None:
+        spec = spec.stored_in(file_bytes)
     traffic = model_traffic(spec)
     if traffic is None:
         raise BenchError("NothingToCalibrate", f"{spec.name}: the model's decode traffic is "
                          "unknown; give its GGUF file or preset")
     fields: Mapping[str, Any] = spec.planning_fields()
-    if file_bytes is not None:
-        try:
-            fields, traffic = with_weight_bytes(fields, traffic, file_bytes)
-        except PerformanceError as error:
-            # The file's bytes are what cannot hold the model (field ``file_bytes``).
-            raise PerformanceError(error.code, error.message,
-                                   **{**error.details, "field": "file_bytes"}) from None
     if kind.memory_bandwidth_bytes_per_s is None:
         raise BenchError("NothingToCalibrate", f"{kind.kind} has no "
                          "memory_bandwidth_bytes_per_s in the catalog: the estimate's "

@@ -31,7 +31,15 @@ from typing import Any
 
 from planner._validate import Fail, integer, shown, text
 from planner.errors import CodedError
-from planner.limits import MAX_ATTENTION_HEADS, MAX_ATTENTION_WIDTH, MAX_CONTEXT, MAX_LAYERS
+from planner.limits import (
+    MAX_ATTENTION_HEADS,
+    MAX_ATTENTION_WIDTH,
+    MAX_BITS_PER_PARAMETER,
+    MAX_BYTES,
+    MAX_CONTEXT,
+    MAX_LAYERS,
+    MIN_BITS_PER_PARAMETER,
+)
 from planner.units import format_bytes
 
 
@@ -304,6 +312,49 @@ class ModelSpec:
             )
         return replace(self, kv_cache_type=kv_cache_type,
                        kv_bytes_per_token=table[kv_cache_type])
+
+    def stored_in(self, file_bytes: int) -> ModelSpec:
+        """The same model stored in ``file_bytes`` bytes, as a GGUF file of other
+        precisions than the spec's stores it (a preset's Q8_0 weights in a Q4_K_M file):
+        every weight figure (``model_weight_bytes``, each layer's, the bytes one token
+        reads, the token embeddings, the routed experts) scaled by ``file_bytes /
+        model_weight_bytes``, so each part keeps its share; the parameters, the shape and
+        the KV cache do not change. Raises :class:`ModelError` (field ``file_bytes``) for
+        a size that is not a whole number of bytes from 1 to :data:`MAX_BYTES`, that
+        cannot hold the model's layers, or that stores its parameters outside
+        [:data:`MIN_BITS_PER_PARAMETER`, :data:`MAX_BITS_PER_PARAMETER`] bits each."""
+        size = integer(file_bytes, _fail("file_bytes"), minimum=1, maximum=MAX_BYTES)
+        if self.parameter_count is not None:
+            bits = size * 8 / self.parameter_count
+            if not MIN_BITS_PER_PARAMETER <= bits <= MAX_BITS_PER_PARAMETER:
+                raise _invalid("file_bytes", f"a file of {size:,} bytes cannot hold "
+                               f"{self.name}: its {self.parameter_count:,} parameters "
+                               f"would be {bits:.3g} bits each, outside "
+                               f"[{MIN_BITS_PER_PARAMETER}, {MAX_BITS_PER_PARAMETER}]", size)
+        scale = size / self.model_weight_bytes
+
+        def scaled(value: int | None) -> int | None:
+            return None if value is None else min(size, max(1, round(value * scale)))
+
+        layers = None
+        if self.layer_weight_bytes is not None:
+            shares = [max(0, round(weight * scale)) for weight in self.layer_weight_bytes]
+            shares[-1] += size - sum(shares)
+            if shares[-1] < 0:
+                raise _invalid("file_bytes", f"a file of {size:,} bytes cannot hold "
+                               f"{self.name}'s layers", size)
+            layers = tuple(shares)
+        embedding = scaled(self.token_embedding_bytes)
+        routed = self.routed_expert_bytes
+        note = (f"weights: stored in a file of {format_bytes(size)}, every part scaled from "
+                f"its own {format_bytes(self.model_weight_bytes)}")
+        return replace(self, model_weight_bytes=size, layer_weight_bytes=layers,
+                       notes=(*self.notes, note),
+                       active_weight_bytes=scaled(self.active_weight_bytes),
+                       token_embedding_bytes=(None if embedding is None or embedding >= size
+                                              else embedding),
+                       routed_expert_bytes=(None if routed is None
+                                            else min(size, round(routed * scale))))
 
     def planning_fields(self) -> dict[str, Any]:
         """The model's part of a planning request (docs/rules.md §1 names)."""

@@ -132,7 +132,6 @@ from planner.performance.traffic import (
     fleet_model_traffic,
     model_traffic,
     stage_loads,
-    with_weight_bytes,
 )
 
 __all__ = [
@@ -211,5 +210,4 @@ __all__ = [
     "use_calibration",
     "with_candidate_estimates",
     "with_stage_estimates",
-    "with_weight_bytes",
 ]

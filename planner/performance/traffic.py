@@ -4,7 +4,7 @@ of it (:class:`StageLoad`): the inputs of the roofline terms."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -439,35 +439,3 @@ def fleet_model_traffic(model: Any, base_dir: Any = None) -> ModelTraffic | None
     GGUF file's, or its numbers' (:func:`model_traffic`). Raises what loading the model
     raises."""
     return model_traffic(model.spec(base_dir), model.numbers)
-
-
-
-def with_weight_bytes(fields: Mapping[str, Any], traffic: ModelTraffic, size: int
-                      ) -> tuple[dict[str, Any], ModelTraffic]:
-    """A model stored in ``size`` bytes instead of its own (a preset whose weights a file
-    stores at other precisions): its planning ``fields`` (``model_weight_bytes`` and each
-    layer's weights) and its traffic's parts (the bytes one token reads, the token
-    embeddings, the routed experts) each scaled by ``size / model_weight_bytes``."""
-    scale = size / traffic.model_weight_bytes
-
-    def scaled(value: int | None) -> int | None:
-        return None if value is None else max(1, round(value * scale))
-
-    layers = fields.get("layer_weight_bytes")
-    new_layers = None
-    if layers is not None:
-        new_layers = [max(0, round(weight * scale)) for weight in layers]
-        new_layers[-1] += size - sum(new_layers)
-        if new_layers[-1] < 0:
-            raise PerformanceError("InvalidPerformanceInput",
-                                   f"model_weight_bytes: {size:,} bytes cannot hold the "
-                                   "model's layers", field="model_weight_bytes", value=size)
-    active = min(size, scaled(traffic.active_weight_bytes) or size)
-    embedding = scaled(traffic.token_embedding_bytes)
-    return ({**fields, "model_weight_bytes": size, "layer_weight_bytes": new_layers},
-            replace(traffic, model_weight_bytes=size, active_weight_bytes=active,
-                    token_embedding_bytes=(None if embedding is None or embedding >= size
-                                           else embedding),
-                    routed_expert_bytes=(None if traffic.routed_expert_bytes is None else
-                                         min(size, round(traffic.routed_expert_bytes
-                                                         * scale)))))

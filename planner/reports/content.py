@@ -198,6 +198,8 @@ def _model_section(source: ReportSource, request: PlanningInput,
         "name": label if label is not None else "custom model",
         "kind": kind,
         "reference": reference,
+        # A preset run from a file of other precisions than its own: the file's size.
+        "file_bytes": source.model.file_bytes if isinstance(source, FleetDocument) else None,
         "kv_cache_type": kv_cache_type,
         "architecture": architecture,
         "native_context_length": request.native_context_length,

@@ -65,6 +65,8 @@ def model_rows(content: ReportContent) -> list[tuple[str, str]]:
     model = content.model
     source = {"preset": f"preset {model['reference']}", "gguf": f"GGUF file {model['reference']}",
               "numbers": "numbers given directly"}[model["kind"]]
+    if model.get("file_bytes") is not None:
+        source += f", run from a file of {size(model['file_bytes'])}"
     rows = [
         ("model", model["name"]),
         ("from", source),

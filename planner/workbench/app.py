@@ -143,6 +143,7 @@ class Workbench(widgets.VBox):
         self.model_editor = ModelEditor(
             presets, on_preset=self._guard(self._preset_changed),
             on_kv_cache_type=self._guard(self._kv_cache_type_changed),
+            on_file_size=self._guard(self._file_size_changed),
             on_numbers=self._guard(self._numbers_changed))
         self.fleet_editor = FleetEditor(
             self._state.nodes, catalog, self._fleet_files(),
@@ -398,7 +399,8 @@ class Workbench(widgets.VBox):
         try:
             if choice == CUSTOM_MODEL:
                 self._state = self._state.with_model(
-                    replace(model, preset=None, gguf=None, kv_cache_type=None,
+                    replace(model, preset=None, gguf=None, kv_cache_type=None, file_size="",
+                            file_bytes=None,
                             name=model.label))
                 source = None
             elif choice.startswith("gguf:"):
@@ -417,10 +419,12 @@ class Workbench(widgets.VBox):
                 file_preset = loaded.model.preset if loaded is not None else None
                 again = file_preset is not None and same_preset(file_preset, choice)
                 named = file_preset if again and file_preset is not None else choice
-                source = preset_source(named)
+                # The file's size is the file's preset's: another preset is its own.
+                stored = loaded.model.file_bytes if again and loaded is not None else None
+                source = preset_source(named, None, stored)
                 kept = self._state.cache_type_for(source.kv_cache_types)
                 if kept is not None:
-                    source = preset_source(named, kept)
+                    source = preset_source(named, kept, stored)
                 if again and loaded is not None:
                     source = replace(source, fields=replace(source.fields,
                                                             name=loaded.model.name))
@@ -463,12 +467,33 @@ class Workbench(widgets.VBox):
         if kv_cache_type is None or kv_cache_type == model.kv_cache_type:
             return
         if model.preset is not None:
-            source = preset_source(model.preset, kv_cache_type)
+            source = preset_source(model.preset, kv_cache_type, model.stored_file_bytes())
         elif model.gguf is not None:
             source = gguf_source(model.gguf, self._base_dir(), kv_cache_type, model.name)
         else:
             return
         self._state = self._state.with_model(replace(source.fields, name=model.name))
+        self._load_model_editor(source)
+        self.refresh()
+
+    def _file_size_changed(self) -> None:
+        """The size of the file the preset is run from, typed: the preset stored in it
+        (blank: in its own weights). Text that cannot be read, or a size that cannot hold
+        the preset, is kept as typed and said by the plan's check."""
+        model = self._state.model
+        typed = self.model_editor.file_size.value
+        if model.preset is None or typed == model.file_size:
+            return
+        typed_model = replace(model, file_size=typed, file_bytes=None)
+        try:
+            source = preset_source(model.preset, model.kv_cache_type,
+                                   typed_model.stored_file_bytes())
+        except (WorkbenchInputError, ModelError):
+            self._state = self._state.with_model(typed_model)
+            self.refresh()
+            return
+        self._state = self._state.with_model(replace(source.fields, name=model.name,
+                                                     file_size=typed))
         self._load_model_editor(source)
         self.refresh()
 

@@ -48,8 +48,10 @@ def gpu_catalog() -> tuple[GpuModel, ...]:
 
 
 @lru_cache(maxsize=64)
-def _preset(name: str, kv_cache_type: str | None) -> ModelSpec:
-    return load_preset(name, kv_cache_type=kv_cache_type)
+def _preset(name: str, kv_cache_type: str | None, file_bytes: int | None = None
+            ) -> ModelSpec:
+    spec = load_preset(name, kv_cache_type=kv_cache_type)
+    return spec if file_bytes is None else spec.stored_in(file_bytes)
 
 
 @lru_cache(maxsize=16)
@@ -59,10 +61,10 @@ def _gguf(path: Path, kv_cache_type: str | None) -> ModelSpec:
 
 
 def _source(spec: ModelSpec, *, preset: str | None = None, gguf: str | None = None,
-            name: str | None = None) -> ModelSource:
+            name: str | None = None, file_bytes: int | None = None) -> ModelSource:
     fields = ModelFields.from_planning_fields(
         spec.planning_fields(), name=name or spec.name, preset=preset, gguf=gguf,
-        kv_cache_type=spec.kv_cache_type)
+        kv_cache_type=spec.kv_cache_type, file_bytes=file_bytes)
     return ModelSource(fields, tuple(spec.kv_bytes_per_token_by_type), describe_model(spec))
 
 
@@ -94,12 +96,16 @@ def gguf_files(folders: Sequence[Path], depth: int = 2) -> tuple[Path, ...]:
     return tuple(found)
 
 
-def preset_source(name: str, kv_cache_type: str | None = None) -> ModelSource:
-    """A preset at a KV cache type (its own default when ``None``).
+def preset_source(name: str, kv_cache_type: str | None = None,
+                  file_bytes: int | None = None) -> ModelSource:
+    """A preset at a KV cache type (its own default when ``None``), stored in a file of
+    ``file_bytes`` (its own weights when ``None``: :meth:`ModelSpec.stored_in`).
 
-    Raises :class:`planner.models.ModelError` for an unknown preset or cache type.
+    Raises :class:`planner.models.ModelError` for an unknown preset or cache type, or a
+    size that cannot hold the preset (field ``file_bytes``).
     """
-    return _source(_preset(name, kv_cache_type), preset=name)
+    return _source(_preset(name, kv_cache_type, file_bytes), preset=name,
+                   file_bytes=file_bytes)
 
 
 def gguf_source(path: str, base_dir: Path | None, kv_cache_type: str | None = None,
@@ -112,7 +118,7 @@ def gguf_source(path: str, base_dir: Path | None, kv_cache_type: str | None = No
 def model_source(model: ModelFields, base_dir: Path | None) -> ModelSource | None:
     """Where ``model``'s numbers came from, re-read; ``None`` for numbers typed by hand."""
     if model.preset is not None:
-        return preset_source(model.preset, model.kv_cache_type)
+        return preset_source(model.preset, model.kv_cache_type, model.file_bytes)
     if model.gguf is not None:
         return gguf_source(model.gguf, base_dir, model.kv_cache_type, model.name)
     return None
@@ -126,7 +132,7 @@ def model_traffic(model: ModelChoice, base_dir: Path | None) -> ModelTraffic | N
     each other raise their :class:`~planner.performance.PerformanceError`."""
     try:
         if model.preset is not None:
-            spec = _preset(model.preset, model.kv_cache_type)
+            spec = _preset(model.preset, model.kv_cache_type, model.file_bytes)
         elif model.gguf is not None:
             spec = _gguf(gguf_path(model.gguf, base_dir), model.kv_cache_type)
         else:

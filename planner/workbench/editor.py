@@ -303,11 +303,13 @@ class ModelEditor(widgets.VBox):
     """A preset (or GGUF model) with its KV cache type, or the model's numbers by hand.
 
     ``on_preset()`` is called when the preset changes, ``on_kv_cache_type()`` when the cache
-    type does, ``on_numbers()`` when a number is typed.
+    type does, ``on_file_size()`` when the size of a preset's file is typed,
+    ``on_numbers()`` when a number is typed.
     """
 
     def __init__(self, presets: Sequence[str], *, on_preset: Callable[[], None],
-                 on_kv_cache_type: Callable[[], None], on_numbers: Callable[[], None]) -> None:
+                 on_kv_cache_type: Callable[[], None], on_file_size: Callable[[], None],
+                 on_numbers: Callable[[], None]) -> None:
         self._presets = tuple(presets)
         self.preset = widgets.Dropdown(options=self._preset_options(None),
                                        value=CUSTOM_MODEL, description="Model",
@@ -316,6 +318,13 @@ class ModelEditor(widgets.VBox):
         self.kv_cache_type = widgets.Dropdown(options=[], description="KV cache",
                                               disabled=True, layout=_layout("200px"))
         self.kv_cache_type.add_class("wb-kv-cache-type")
+        self.file_size = text_input(
+            "", "wb-file-size", width="230px", description="file size",
+            placeholder="the preset's",
+            tooltip="the size of the GGUF file the preset is run from (llama-bench's "
+                    "size column), where it stores the weights at other precisions than "
+                    "the preset's: every part keeps its share; blank: the preset's own")
+        self.file_size.disabled = True
         self.layer_count = whole_input(1, "wb-layer-count", width="150px",
                                        description="layers")
         self.native_context_length = whole_input(1, "wb-native-context", width="230px",
@@ -329,10 +338,11 @@ class ModelEditor(widgets.VBox):
         self.details.add_class("wb-model-details")
         _observe_value(self.preset, on_preset)
         _observe_value(self.kv_cache_type, on_kv_cache_type)
+        _observe_value(self.file_size, on_file_size)
         for widget in self.number_inputs:
             _observe_value(widget, on_numbers)
         super().__init__([
-            widgets.HBox([self.preset, self.kv_cache_type]),
+            widgets.HBox([self.preset, self.kv_cache_type, self.file_size]),
             widgets.HBox([self.layer_count, self.native_context_length]),
             widgets.HBox([self.model_weight_bytes, self.kv_bytes_per_token]),
             self.details,
@@ -375,6 +385,10 @@ class ModelEditor(widgets.VBox):
         if model.kv_cache_type in kv_cache_types:
             self.kv_cache_type.value = model.kv_cache_type
         self.kv_cache_type.disabled = len(kv_cache_types) < 2
+        # A preset's file may store it at other precisions; a GGUF file's and typed
+        # numbers' bytes are their own.
+        self.file_size.value = model.file_size if model.preset is not None else ""
+        self.file_size.disabled = model.preset is None
         self.layer_count.value = str(model.layer_count)
         self.native_context_length.value = str(model.native_context_length)
         self.model_weight_bytes.value = model.model_weight_bytes

@@ -107,12 +107,21 @@ class NodeRow:
                    text["latency_ms"])
 
 
+def file_size_text(file_bytes: int | None) -> str:
+    """The size of a preset's file as the editor shows it: as the weights are, blank for
+    none (the preset's own weights)."""
+    return "" if file_bytes is None else weight_size_text(file_bytes)
+
+
 @dataclass(frozen=True, slots=True)
 class ModelFields:
     """The model as the editor holds it.
 
     ``preset`` or ``gguf`` says where the numbers came from; both are ``None`` for numbers
-    typed by hand. ``kv_cache_type`` applies to a preset or GGUF model.
+    typed by hand. ``kv_cache_type`` applies to a preset or GGUF model. ``file_size`` is
+    the size of the file a preset is run from as typed (blank: the preset's own weights;
+    the fleet file's ``model.file_bytes``), shown as the weights are, with the exact
+    ``file_bytes`` behind it while the text still reads as that rounding.
     ``layer_weight_bytes`` are exact per-layer weights (kept only while they match
     ``layer_count`` and ``model_weight_bytes``). ``model_weight_bytes`` is shown rounded
     (:func:`weight_size_text`); ``exact_weight_bytes`` is the exact figure behind it, used
@@ -129,6 +138,8 @@ class ModelFields:
     gguf: str | None = None
     kv_cache_type: str | None = None
     exact_weight_bytes: int | None = None
+    file_size: str = ""
+    file_bytes: int | None = None
 
     @property
     def label(self) -> str:
@@ -154,8 +165,22 @@ class ModelFields:
             "layer_weight_bytes": self.layer_weight_bytes,
         }
 
+    def stored_file_bytes(self) -> int | None:
+        """The size of the file the preset is run from (``None``: its own weights).
+        Raises :class:`WorkbenchInputError`."""
+        exact = self.file_bytes
+        if exact is not None and self.file_size.strip() == weight_size_text(exact):
+            return exact
+        return parse_size(self.file_size, "model.file_bytes", label="file size",
+                          optional=True, bare_bytes=True)
+
     @classmethod
     def from_planning_fields(cls, fields: dict[str, Any], **source: Any) -> ModelFields:
+        """The editor's fields of a model's planning ``fields``, with where they come
+        from (``source``: ``name``, ``preset``, ``file_bytes`` and the like); a
+        ``file_bytes`` given without its ``file_size`` text is shown as the weights are."""
+        if "file_size" not in source:
+            source = {**source, "file_size": file_size_text(source.get("file_bytes"))}
         weights = fields.get("layer_weight_bytes")
         return cls(
             layer_count=int(fields["layer_count"]),

@@ -28,7 +28,13 @@ from planner.fleet import (
 from planner.limits import MAX_NODE_BYTES, MAX_NODES
 from planner.planning import NodeBudget, PlanningInput
 from planner.units import format_bytes
-from planner.workbench.editor_fields import ModelFields, NodeExtras, NodeRow, PlanOptions
+from planner.workbench.editor_fields import (
+    ModelFields,
+    NodeExtras,
+    NodeRow,
+    PlanOptions,
+    file_size_text,
+)
 from planner.workbench.node_ids import free_ids, gpu_id_base, numbered
 from planner.workbench.problems import WorkbenchInputError
 from planner.workspace import EXAMPLE_FLEETS
@@ -53,7 +59,9 @@ def _model_fields(choice: ModelChoice, base_dir: Path | None) -> ModelFields:
     """The model as the editor shows it; a preset or GGUF file that cannot be read shows
     its name with no numbers (planning it says why)."""
     source: dict[str, Any] = {"name": choice.name, "preset": choice.preset,
-                              "gguf": choice.gguf, "kv_cache_type": choice.kv_cache_type}
+                              "gguf": choice.gguf, "kv_cache_type": choice.kv_cache_type,
+                              "file_bytes": choice.file_bytes,
+                              "file_size": file_size_text(choice.file_bytes)}
     try:
         fields = choice.resolve(base_dir)
     except CodedError:
@@ -253,8 +261,12 @@ class WorkbenchState:
         :class:`WorkbenchInputError` naming a number that cannot be read."""
         model = self.model
         if model.preset is not None:
-            return ModelChoice(preset=model.preset, kv_cache_type=model.kv_cache_type,
-                               name=model.name)
+            try:
+                return ModelChoice(preset=model.preset, kv_cache_type=model.kv_cache_type,
+                                   name=model.name, file_bytes=model.stored_file_bytes())
+            except FleetFileError as error:
+                raise WorkbenchInputError("model.file_bytes", error.message,
+                                          label="file size") from None
         if model.gguf is not None:
             return ModelChoice(gguf=model.gguf, kv_cache_type=model.kv_cache_type,
                                name=model.name)
@@ -333,7 +345,8 @@ class WorkbenchState:
         retyped = model.model_weight_bytes.strip() != self.model.model_weight_bytes.strip()
         if weights is not None and (model.layer_count != self.model.layer_count or retyped):
             weights = None
-        custom = replace(model, preset=None, gguf=None, kv_cache_type=None,
+        custom = replace(model, preset=None, gguf=None, kv_cache_type=None, file_size="",
+                         file_bytes=None,
                          layer_weight_bytes=weights,
                          exact_weight_bytes=None if retyped else model.exact_weight_bytes,
                          name=None if (self.model.preset or self.model.gguf) else model.name)
