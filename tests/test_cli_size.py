@@ -63,6 +63,32 @@ def test_a_fleet_file_gives_model_and_planning(tmp_path: Path) -> None:
     assert json.loads(native.stdout)["fleets"][0]["counts"] == {"card": 5}
 
 
+def test_a_preset_is_sized_at_the_size_of_the_file_it_is_run_from(tmp_path: Path) -> None:
+    """``planner speed`` took ``--file-size``; ``planner size`` sized the preset's own
+    bytes (gpt-oss-20b's 12.82 GiB, not the 11.27 GiB file every benchmark runs)."""
+    common = ("--kinds", "rtx-4090", "--top", "1", "--json")
+
+    def best(*args: str | Path) -> dict:
+        done = run("size", *args, *common)
+        assert done.returncode == 0, done.stderr
+        fleet: dict = json.loads(done.stdout)["fleets"][0]
+        return fleet
+
+    stored = round(11.27 * 2**30)
+    expected = size_fleet(load_preset("gpt-oss-20b").stored_in(stored), load_gpu_catalog(),
+                          SizingTargets(), kinds=["rtx-4090"], top=1, pareto=False)
+    sized = best("gpt-oss-20b", "--file-size", "11.27GiB")
+    assert sized == expected.fleets[0].to_dict()
+    assert sized["estimated_tpot_ms"] < best("gpt-oss-20b")["estimated_tpot_ms"]
+    fleet = tmp_path / "gpt-oss.toml"
+    fleet.write_text('[model]\npreset = "gpt-oss-20b"\nfile_bytes = "11.27 GiB"\n')
+    assert best(fleet) == sized
+    assert best(fleet, "--file-size", "12.82GiB") == best("gpt-oss-20b", "--file-size",
+                                                           "12.82GiB")
+    assert_user_error(run("size", "gpt-oss-20b", "--file-size", "1KB"), 2,
+                      "--file-size: a file of 1,000 bytes cannot hold gpt-oss-20b")
+
+
 def test_no_fleet_exits_1_with_the_reason(tmp_path: Path) -> None:
     catalog = tmp_path / "mine.toml"
     catalog.write_text(CARD)

@@ -265,6 +265,31 @@ def test_the_command_over_a_server_answering_as_protocol_7(tmp_path: Path) -> No
     assert str(out) in again.stderr
 
 
+def test_the_fleet_file_written_keeps_the_size_of_the_preset_s_file(tmp_path: Path) -> None:
+    """``--file-size`` is written as the fleet file's ``model.file_bytes``; a size the
+    preset cannot take, or one given with a GGUF file, is refused before any server is
+    asked."""
+    stream = server((3 * 2**30, 4 * 2**30))
+    out = tmp_path / "fleet.toml"
+    with hostile(lambda c: (c.recv(33), c.sendall(stream), threading.Event().wait(2))
+                 ) as address:
+        done = cli("discover", address, "--model", "gpt-oss-20b", "--file-size", "11.27GiB",
+                   "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    document = load_fleet(out)
+    assert document.model.file_bytes == round(11.27 * 2**30)
+    assert document.to_request().model_weight_bytes == round(11.27 * 2**30)
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    for model, size, said in (("gpt-oss-20b", "1KB", "--file-size: a file of 1,000 bytes"),
+                              (str(gguf), "1GiB", "--file-size: the model is a GGUF file")):
+        # 127.0.0.1:9 is never connected to: the command line is refused first.
+        refused = cli("discover", "127.0.0.1:9", "--model", model, "--file-size", size,
+                      "-o", str(tmp_path / "other.toml"))
+        assert refused.returncode == 2 and said in refused.stderr, refused.stderr
+        assert not (tmp_path / "other.toml").exists()
+
+
 @pytest.mark.skipif(built_rpc_server() is None, reason="llama.cpp is not built "
                     "(validation/build_llama_cpp.sh)")
 def test_real_rpc_servers_of_one_and_two_devices(tmp_path: Path) -> None:

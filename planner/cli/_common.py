@@ -14,9 +14,9 @@ from pathlib import Path
 
 import planner
 from planner.errors import CodedError, PlanError
-from planner.fleet import FleetDocument, load_fleet
+from planner.fleet import FleetDocument, ModelChoice, load_fleet
 from planner.limits import MAX_BYTES, MAX_CONTEXT
-from planner.models import ModelError, list_presets
+from planner.models import ModelError, ModelSpec, list_presets
 from planner.models.gpus import GpuModel, catalog_kind, listed_kinds
 from planner.planning.memory_rule import MEMORY_MODELS
 from planner.reports.tables import terminal_safe
@@ -145,6 +145,36 @@ def file_size_option(value: str, source: str) -> int:
     if not 1 <= size <= MAX_BYTES:
         raise UserError(f"--file-size: must be from 1 byte to {MAX_BYTES:,} (got {size:,})")
     return size
+
+
+def add_file_size_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--file-size", metavar="SIZE",
+                        help="the model file's size (e.g. 11.27GiB) where a preset's "
+                             "weights were stored otherwise: its parts keep their shares "
+                             "(a fleet file's model.file_bytes, in its place)")
+
+
+def spec_in_file(spec: ModelSpec, value: str | None, source: str) -> ModelSpec:
+    """``spec`` stored in ``--file-size`` bytes (``value``, where given;
+    :func:`file_size_option`): :meth:`~planner.models.ModelSpec.stored_in`, a size that
+    cannot hold the model said by the option."""
+    if value is None:
+        return spec
+    size = file_size_option(value, source)
+    with options_named({"file_bytes": "--file-size"}):
+        return spec.stored_in(size)
+
+
+def fleet_model_in_file(model: ModelChoice, value: str | None, base_dir: Path | None
+                        ) -> tuple[ModelChoice, ModelSpec | None]:
+    """A fleet file's model with ``--file-size`` (``value``, where given) as its
+    ``file_bytes``, and its spec (``None`` for numbers): a size that cannot hold the
+    preset said by the option, the file's own by the file's field."""
+    if value is None:
+        return model, model.spec(base_dir)
+    model = replace(model, file_bytes=file_size_option(value, model.kind))
+    with options_named({"model.file_bytes": "--file-size"}):
+        return model, model.spec(base_dir)
 
 
 @contextmanager

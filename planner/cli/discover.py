@@ -14,6 +14,8 @@ from planner.cli._common import (
     UserError,
     add_catalog_argument,
     add_command,
+    add_file_size_argument,
+    fleet_model_in_file,
     option_kind,
 )
 from planner.fleet import FleetFileError, ModelChoice, save_fleet
@@ -58,6 +60,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--kv-cache-type", metavar="T",
                         help="the KV cache type of the model (default "
                              f"{DEFAULT_CACHE_TYPE})")
+    add_file_size_argument(parser)
     parser.add_argument("-o", "--output", metavar="FLEET",
                         help="write the fleet file here (.toml or .json)")
     parser.add_argument("--force", action="store_true",
@@ -151,7 +154,7 @@ def _model_choice(args: argparse.Namespace) -> ModelChoice:
         choice = ModelChoice(preset=args.model, kv_cache_type=args.kv_cache_type)
         base = None
     try:
-        choice.spec(base)
+        choice, _ = fleet_model_in_file(choice, args.file_size, base)
     except FleetFileError as error:
         raise UserError(f"--model: {error.message}") from None
     return choice

@@ -17,9 +17,12 @@ from planner.cli._common import (
     add_calibration_argument,
     add_catalog_argument,
     add_command,
+    add_file_size_argument,
+    fleet_model_in_file,
     model_source,
     option_error,
     option_kind,
+    spec_in_file,
     token_count,
 )
 from planner.fleet import load_fleet
@@ -54,6 +57,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="a preset id, a GGUF file or a fleet file (its [model] and "
                              "[planning] are used, its nodes ignored)")
     add_catalog_argument(parser, "to size with (--kinds keeps only some)")
+    add_file_size_argument(parser)
     parser.add_argument("--min-context", metavar="N",
                         help="context the plan must reach, e.g. 131072 or 128k (default "
                              "the context floor)")
@@ -84,28 +88,28 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     output.add_argument("--csv", action="store_true", help="print the fleets as CSV")
 
 
-def _model(source: str) -> tuple[ModelSpec | dict[str, Any], str, dict[str, Any]]:
-    """The model, its display name and the fleet file's planning options."""
+def _model(source: str, file_size: str | None
+           ) -> tuple[ModelSpec | dict[str, Any], str, dict[str, Any]]:
+    """The model (a preset stored in ``file_size`` bytes where given), its display name
+    and the fleet file's planning options."""
     kind = model_source(source)
     if kind == "fleet":
         document = load_fleet(source)
-        spec = document.model.spec(document.base_dir)
+        choice, spec = fleet_model_in_file(document.model, file_size, document.base_dir)
         planning = {"minimum_nodes": document.minimum_nodes,
                     "target_decode_tpot_ms": document.target_decode_tpot_ms,
                     "context_length_override": document.context_length_override,
                     "parallel_lanes_override": document.parallel_lanes_override}
-        model = spec if spec is not None else {**document.model.resolve(document.base_dir),
-                                               **(document.model.numbers or {})}
-        return model, document.model.label, planning
-    if kind == "gguf":
-        spec = from_gguf(Path(source))
-        return spec, spec.name, {}
-    spec = load_preset(source)
+        model = spec if spec is not None else {**choice.resolve(document.base_dir),
+                                               **(choice.numbers or {})}
+        return model, choice.label, planning
+    spec = from_gguf(Path(source)) if kind == "gguf" else load_preset(source)
+    spec = spec_in_file(spec, file_size, kind)
     return spec, spec.name, {}
 
 
 def run(args: argparse.Namespace) -> int:
-    model, name, planning = _model(args.model)
+    model, name, planning = _model(args.model, args.file_size)
     catalog = gpu_catalog_with(args.catalog)
     kinds = None if args.kinds is None else [k for k in args.kinds.split(",") if k.strip()]
     if kinds is not None and not kinds:

@@ -14,11 +14,12 @@ from planner.cli._common import (
     add_calibration_argument,
     add_catalog_argument,
     add_command,
-    file_size_option,
+    add_file_size_argument,
+    fleet_model_in_file,
     model_source,
     option_error,
     option_kind,
-    options_named,
+    spec_in_file,
     token_count,
 )
 from planner.fleet import load_fleet
@@ -117,9 +118,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--kv-cache-type", metavar="T",
                         help="KV cache type of a preset or GGUF model (default "
                              f"{DEFAULT_CACHE_TYPE})")
-    parser.add_argument("--file-size", metavar="SIZE",
-                        help="the model file's size (e.g. 11.27GiB) where a preset's "
-                             "weights were stored otherwise: its parts keep their shares")
+    add_file_size_argument(parser)
     add_catalog_argument(parser, "where --gpu's kind is looked up")
     add_calibration_argument(parser)
     parser.add_argument("--json", action="store_true",
@@ -160,23 +159,16 @@ def resolve_model(source: str, kv_cache_type: str | None = None,
                 raise UserError("--kv-cache-type: the fleet file's model is typed as "
                                 "numbers; its kv_bytes_per_token is the cache's size")
             model = replace(model, kv_cache_type=kv_cache_type)
-        origin = "numbers" if model.numbers is not None else (
-            "gguf" if model.gguf is not None else "preset")
-        if file_size is not None:
-            model = replace(model, file_bytes=file_size_option(file_size, origin))
-        with options_named({"model.file_bytes": "--file-size"} if file_size else {}):
-            spec = model.spec(document.base_dir)
+        model, spec = fleet_model_in_file(model, file_size, document.base_dir)
         fields = (spec.planning_fields() if spec is not None else
                   dict(model.resolve(document.base_dir)))
         return ResolvedModel(model.label, fields, model_traffic(spec, model.numbers),
-                             None if spec is None else spec.kv_cache_type, origin)
+                             None if spec is None else spec.kv_cache_type, model.kind)
     if kind == "gguf":
         spec = from_gguf(Path(source), kv_cache_type or DEFAULT_CACHE_TYPE)
     else:
         spec = load_preset(source, kv_cache_type=kv_cache_type)
-    if file_size is not None:
-        with options_named({"file_bytes": "--file-size"}):
-            spec = spec.stored_in(file_size_option(file_size, kind))
+    spec = spec_in_file(spec, file_size, kind)
     return ResolvedModel(spec.name, spec.planning_fields(), model_traffic(spec),
                          spec.kv_cache_type, kind)
 

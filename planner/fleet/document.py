@@ -85,12 +85,19 @@ class ModelChoice:
             as_text(self.name, "model.name")
         if self.file_bytes is not None:
             if self.preset is None:
-                raise FleetFileError("InvalidField", _FILE_BYTES_KNOWN[given[0]],
+                raise FleetFileError("InvalidField", _FILE_BYTES_KNOWN[self.kind],
                                      field="model.file_bytes")
             object.__setattr__(self, "file_bytes", as_int(self.file_bytes, "model.file_bytes",
                                                           minimum=1))
         if self.numbers is not None:
             object.__setattr__(self, "numbers", normalise_numbers(self.numbers))
+
+    @property
+    def kind(self) -> str:
+        """Where the model's figures come from: ``"preset"``, ``"gguf"`` or
+        ``"numbers"``."""
+        return ("preset" if self.preset is not None else
+                "gguf" if self.gguf is not None else "numbers")
 
     @property
     def label(self) -> str:

@@ -181,16 +181,14 @@ def _plain(value: Any) -> Any:
 def _model_section(source: ReportSource, request: PlanningInput,
                    model_name: str | None) -> dict[str, Any]:
     kind, reference, kv_cache_type, architecture = "numbers", None, None, None
+    file_bytes = None
     label = model_name
     if isinstance(source, FleetDocument):
         choice = source.model
         spec = choice.spec(source.base_dir)
         if spec is not None:
             kv_cache_type, architecture = spec.kv_cache_type, spec.architecture
-        if choice.preset is not None:
-            kind, reference = "preset", choice.preset
-        elif choice.gguf is not None:
-            kind, reference = "gguf", choice.gguf
+        kind, reference, file_bytes = choice.kind, choice.preset or choice.gguf, choice.file_bytes
         if label is None:
             label = choice.name or (spec.name if spec is not None else choice.label)
     weights = layer_weights(request) if request.layer_count else ()
@@ -199,7 +197,7 @@ def _model_section(source: ReportSource, request: PlanningInput,
         "kind": kind,
         "reference": reference,
         # A preset run from a file of other precisions than its own: the file's size.
-        "file_bytes": source.model.file_bytes if isinstance(source, FleetDocument) else None,
+        "file_bytes": file_bytes,
         "kv_cache_type": kv_cache_type,
         "architecture": architecture,
         "native_context_length": request.native_context_length,
