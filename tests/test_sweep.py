@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import planner
 from planner.availability import NodeReliability, fleet_availability
 from planner.fleet import load_fleet
 from planner.sweep import SweepError, check_grid, grid_from_axes, load_grid, sweep
@@ -190,6 +192,34 @@ def test_size_sweep_over_prices_and_failures() -> None:
     assert results.iloc[3]["cost_per_hour_usd"] == pytest.approx(3 * direct.cost_per_hour_usd)
 
 
+def test_a_sweep_over_the_size_of_a_preset_s_file(tmp_path: Path) -> None:
+    """Which file of a preset to run (Q8_0 or Q4_K_M) is a what-if a sweep answers: the
+    ``file_bytes`` column, as a fleet file's ``model.file_bytes``; a size the preset
+    cannot take is that row's error."""
+    from planner.models import load_gpu_catalog, load_preset
+    from planner.sizing import SizingTargets, size_fleet
+
+    fleet = tmp_path / "gpt-oss.toml"
+    fleet.write_text('[model]\npreset = "gpt-oss-20b"\n[[nodes]]\nid = "a"\n'
+                     'vram = "15 GiB"\n')
+    sizes = [round(11.27 * 2**30), 1000]
+    planned = sweep(grid_from_axes({"file_bytes": sizes}, {"fleet": str(fleet)}), "plan")
+    document = load_fleet(fleet)
+    sized_document = replace(document, model=replace(document.model, file_bytes=sizes[0]))
+    plan = planner.plan_topology(sized_document.to_request())
+    assert planned.loc[0, "context_length"] == plan.context_length
+    assert planned.loc[0, "context_length"] > planner.plan_topology(
+        document.to_request()).context_length  # the smaller file leaves the cache room
+    assert planned.loc[1, "error_code"] == "InvalidField"
+    assert "a file of 1,000 bytes cannot hold gpt-oss-20b" in planned.loc[1, "error_message"]
+    costs = sweep(grid_from_axes({"file_bytes": sizes}, {"model": "gpt-oss-20b",
+                                                          "kinds": "rtx-4090"}), "size")
+    direct = size_fleet(load_preset("gpt-oss-20b").stored_in(sizes[0]), load_gpu_catalog(),
+                        SizingTargets(), kinds=["rtx-4090"], top=1, pareto=False).fleets[0]
+    assert costs.loc[0, "estimated_tpot_ms"] == direct.to_dict()["estimated_tpot_ms"]
+    assert costs.loc[1, "error_code"] == "InvalidModelSpec"
+
+
 def test_simulation_sweep_reports_each_seeded_year() -> None:
     from planner.simulation import simulate
 
@@ -257,6 +287,7 @@ def test_availability_rows_use_each_nodes_own_figures(tmp_path: Path) -> None:
 _COLUMN_VALUES = {
     "min_context": st.integers(0, 2**31 + 1), "min_lanes": st.integers(0, 5000),
     "seed": st.integers(0, 9), "annual_failure_rate": st.floats(0, 1e6) | st.integers(0, 9),
+    "file_bytes": st.integers(0, 2**53 + 1),
     "repair_hours": st.floats(0, 1e6), "horizon_hours": st.floats(0, 1e6),
     "fleet": st.sampled_from([FIVE, "missing.toml", "x"]), "catalog": st.just("gpus.toml")}
 

@@ -91,7 +91,8 @@ def test_a_grid_of_a_million_scenarios_starts_evaluating_at_once() -> None:
     ("max_states", 0), ("max_states", -5), ("max_states", "10"), ("min_lanes", 10**6),
     ("seed", -1), ("seed", 2.5), ("target_tpot_ms", 10**12), ("failures_tolerated", 10**9),
     ("horizon_hours", 0), ("annual_failure_rate", float("inf")), ("fleet", "x" * 5000),
-    ("fleet", ["a.toml"]), ("min_context", True),
+    ("fleet", ["a.toml"]), ("min_context", True), ("file_bytes", 0),
+    ("file_bytes", 2**53 + 1), ("file_bytes", "11.27 GiB"),
 ])
 def test_grid_values_beyond_the_limits_are_refused_by_column(column: str,
                                                             value: object) -> None:

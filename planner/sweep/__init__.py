@@ -6,6 +6,8 @@ A grid row is one scenario. Its columns (all optional unless the evaluation need
 ``fleet``                a fleet file (its model, planning options and nodes)
 ``model``                a model preset id that replaces the fleet file's model
 ``kv_cache_type``        the KV cache type of that preset
+``file_bytes``           the size of the file that preset (or the fleet file's) is run
+                         from, where it stores the weights at other precisions
 ``min_context``          context the plan must reach (default the context floor)
 ``min_lanes``            parallel lanes the plan must reach (default 1)
 ``target_tpot_ms``       replaces the fleet's ``target_decode_tpot_ms``

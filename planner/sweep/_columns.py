@@ -24,7 +24,7 @@ class SweepError(CodedError):
     codes = ("InvalidGrid", "InvalidScheduler", "SweepInterrupted")
 
 
-GRID_COLUMNS = ("fleet", "model", "kv_cache_type", "min_context", "min_lanes",
+GRID_COLUMNS = ("fleet", "model", "kv_cache_type", "file_bytes", "min_context", "min_lanes",
                 "target_tpot_ms", "annual_failure_rate", "repair_hours", "catalog",
                 "max_states", "seed", "horizon_hours", "failures_tolerated", "price_scale",
                 "kinds")

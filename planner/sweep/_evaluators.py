@@ -46,11 +46,13 @@ def _document(row: Mapping[str, Any], documents: Documents) -> FleetDocument:
     if isinstance(document, CodedError):
         raise document
     if "model" in row:
-        document = replace(document, model=ModelChoice(preset=row["model"],
-                                                       kv_cache_type=row.get("kv_cache_type")))
-    elif "kv_cache_type" in row:
-        document = replace(document, model=replace(document.model,
-                                                   kv_cache_type=row["kv_cache_type"]))
+        document = replace(document, model=ModelChoice(
+            preset=row["model"], kv_cache_type=row.get("kv_cache_type"),
+            file_bytes=row.get("file_bytes")))
+    else:
+        changes = {name: row[name] for name in ("kv_cache_type", "file_bytes") if name in row}
+        if changes:
+            document = replace(document, model=replace(document.model, **changes))
     if "target_tpot_ms" in row:
         document = replace(document, target_decode_tpot_ms=int(row["target_tpot_ms"]))
     return document
@@ -127,6 +129,8 @@ def _evaluate_size(row: Mapping[str, Any], documents: Documents) -> dict[str, An
     model: ModelSpec | dict[str, Any]
     if "model" in row:
         model = load_preset(row["model"], kv_cache_type=row.get("kv_cache_type"))
+        if "file_bytes" in row:
+            model = model.stored_in(row["file_bytes"])
         planning: dict[str, Any] = {}
     else:
         document = _document(row, documents)

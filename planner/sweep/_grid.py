@@ -19,6 +19,7 @@ from planner.availability import DEFAULT_MAX_STATES
 from planner.fleet import FleetFileError
 from planner.fleet.files import read_regular_file
 from planner.limits import (
+    MAX_BYTES,
     MAX_CONTEXT,
     MAX_GRID_TEXT,
     MAX_LANES,
@@ -32,7 +33,8 @@ from planner.sweep._columns import EVALUATIONS, GRID_COLUMNS, SweepError, settin
 INT_COLUMNS: dict[str, tuple[int, int]] = {
     "min_context": (0, MAX_CONTEXT), "min_lanes": (0, MAX_LANES),
     "target_tpot_ms": (0, MAX_LATENCY_MS), "seed": (0, 2**63 - 1),
-    "failures_tolerated": (0, MAX_NODES), "max_states": (1, DEFAULT_MAX_STATES)}
+    "failures_tolerated": (0, MAX_NODES), "max_states": (1, DEFAULT_MAX_STATES),
+    "file_bytes": (1, MAX_BYTES)}
 # Finite numbers of at least 0; a horizon above 0.
 NUMBER_COLUMNS = ("annual_failure_rate", "repair_hours", "horizon_hours", "price_scale")
 TEXT_COLUMNS = ("fleet", "model", "kv_cache_type", "catalog", "kinds")
