@@ -616,3 +616,22 @@ def test_a_file_too_small_for_the_preset_is_said_when_it_is_planned() -> None:
     assert (refused.value.code, refused.value.field) == ("InvalidField", "model.file_bytes")
     assert refused.value.message.startswith("a file of 1,000 bytes cannot hold gpt-oss-20b: "
                                             "its 20,914,757,184 parameters would be")
+
+
+@pytest.mark.parametrize(("key", "value", "said"), [
+    ("preset", "no-such-model", "no preset named 'no-such-model'"),
+    ("kv_cache_type", "zz", "no KV figure for cache type 'zz'"),
+    ("file_bytes", 1000, "a file of 1,000 bytes cannot hold gpt-oss-20b"),
+    ("file_bytes", "11 GiB", "must be an integer"),
+])
+def test_a_json_fleet_s_model_error_names_the_key_the_file_has(tmp_path: Path, key: str,
+                                                              value: Any, said: str) -> None:
+    """The JSON form states the model's source beside the request; its errors named a
+    ``model.`` table the file does not have (``model.kv_cache_type``)."""
+    document = parse_fleet_toml(GPT_OSS_FILE)
+    data = json.loads(fleet_to_json(document))
+    data[key] = value
+    with pytest.raises(FleetFileError) as refused:
+        parse_fleet_json(json.dumps(data), "fleet.json")
+    assert refused.value.field == key and said in refused.value.message
+    assert str(refused.value).startswith(f"fleet.json: {key}: ")

@@ -65,7 +65,21 @@ def parse_fleet_json(text: str, source: str = "<string>") -> FleetDocument:
         _checked_model_numbers(document, data)
         return document
     except FleetFileError as error:
-        raise error.located(source) from None
+        raise _named_as_in_json(error).located(source) from None
+
+
+# The JSON form states the model's source and name beside the request, not in a model
+# table: an error of one names the key the file has.
+_JSON_MODEL_FIELDS = {**{f"model.{key}": key for key in JSON_MODEL_SOURCE_KEYS},
+                      "model.name": "model_name"}
+
+
+def _named_as_in_json(error: FleetFileError) -> FleetFileError:
+    field = _JSON_MODEL_FIELDS.get(error.field or "")
+    if field is None:
+        return error
+    return FleetFileError(error.code, error.message, path=error.path, line=error.line,
+                          field=field, node_id=error.node_id)
 
 
 def _document_from_json(data: Any) -> FleetDocument:
