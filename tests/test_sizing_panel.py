@@ -5,6 +5,7 @@ them, and choosing one loads it into the workbench and plans it."""
 from __future__ import annotations
 
 from dataclasses import replace
+from html import unescape
 
 import pytest
 
@@ -288,3 +289,26 @@ def test_a_target_out_of_range_is_refused_by_name(box: str, text: str, expected:
     panel.compute()
     assert panel.result is None
     assert expected in unescape(panel.problem.value)
+
+
+def test_the_panel_sizes_a_preset_at_the_size_of_the_file_typed() -> None:
+    """The file size typed beside a preset is the model the panel sizes, and a size typed
+    after sizing marks the fleets shown as sized for other numbers."""
+    bench = Workbench.default()
+    bench.model_editor.preset.value = "gpt-oss-20b"
+    panel = bench.panel("Size a fleet")
+    assert isinstance(panel, SizingPanel)
+    for row in panel.catalog_rows:
+        row.use.value = row.gpu.kind == "rtx-4090"
+    panel.size_button.click()
+    own = panel.result.fleets[0].estimated_tpot_ms
+    bench.model_editor.file_size.value = "11.27 GiB"
+    assert "the model's numbers changed" in unescape(panel.stale.value)
+    panel.size_button.click()
+    # The default fleet's KV cache type (q8_0) is kept for the preset chosen.
+    stored = load_preset("gpt-oss-20b", kv_cache_type=bench.state.model.kv_cache_type
+                         ).stored_in(round(11.27 * 2**30))
+    expected = size_fleet(stored, panel.catalog(), panel.targets(),
+                          top=panel.shown_count())
+    assert panel.result.fleets == expected.fleets
+    assert panel.result.fleets[0].estimated_tpot_ms < own
