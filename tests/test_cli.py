@@ -302,3 +302,14 @@ def test_a_kind_not_in_the_catalog_is_said_alike_by_every_command(args: tuple[st
     option = "--kinds" if "--kinds" in args else "--gpu"
     assert_user_error(result, 2, f"planner: {option}: 'radeon-8060s' is not in the catalog",
                       "known kinds: h100-sxm-80gb", "--catalog FILE")
+
+
+def test_plan_says_the_file_a_preset_is_run_from(tmp_path: Path) -> None:
+    fleet = tmp_path / "gpt-oss.toml"
+    fleet.write_text('[model]\npreset = "gpt-oss-20b"\nfile_bytes = "11.27 GiB"\n'
+                     '[[nodes]]\nid = "a"\nvram = "15 GiB"\n')
+    done = run("plan", fleet)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "gpt-oss: gpt-oss-20b, run from a file of 11.27 GiB"
+    stage = next(line for line in done.stdout.splitlines() if line.startswith("stage-0"))
+    assert stage.split()[4:6] == ["11.27", "GiB"]  # the stage's weights: the file's bytes

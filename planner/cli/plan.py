@@ -29,7 +29,7 @@ from planner.reports.tables import (
     terminal_safe,
     text_table,
 )
-from planner.units import counted, format_milliseconds
+from planner.units import counted, format_bytes, format_milliseconds
 
 NAME = "plan"
 
@@ -64,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
                            planned=result, catalog=catalog)
     # The model's own name whichever way the file gives it (preset, GGUF or numbers), as
     # the reports show it.
-    print(terminal_safe(f"{document.title}: {content.model['name']}"))
+    stored = content.model["file_bytes"]
+    print(terminal_safe(f"{document.title}: {content.model['name']}" + (
+        "" if stored is None else f", run from a file of {format_bytes(stored)}")))
     print(f"context {plan.context_length:,} tokens, {plan.parallel_lanes} parallel lanes, "
           f"{plan.stage_count} stage{'s' if plan.stage_count != 1 else ''}")
     network = plan.estimated_decode_network_ms_per_token
