@@ -36,6 +36,13 @@ Documents = Mapping[str, "FleetDocument | CodedError"]
 (the error of each scenario that names it)."""
 
 
+def _row_model(row: Mapping[str, Any]) -> ModelChoice:
+    """The preset a row names, at its KV cache type and stored in its file size, as a
+    fleet file would give it (every evaluation reads it so)."""
+    return ModelChoice(preset=row["model"], kv_cache_type=row.get("kv_cache_type"),
+                       file_bytes=row.get("file_bytes"))
+
+
 def _document(row: Mapping[str, Any], documents: Documents) -> FleetDocument:
     if "fleet" not in row:
         raise SweepError("InvalidGrid", "this evaluation needs a fleet column", column="fleet")
@@ -46,9 +53,7 @@ def _document(row: Mapping[str, Any], documents: Documents) -> FleetDocument:
     if isinstance(document, CodedError):
         raise document
     if "model" in row:
-        document = replace(document, model=ModelChoice(
-            preset=row["model"], kv_cache_type=row.get("kv_cache_type"),
-            file_bytes=row.get("file_bytes")))
+        document = replace(document, model=_row_model(row))
     else:
         changes = {name: row[name] for name in ("kv_cache_type", "file_bytes") if name in row}
         if changes:
@@ -124,13 +129,11 @@ def _evaluate_simulation(row: Mapping[str, Any], document: FleetDocument) -> dic
 
 
 def _evaluate_size(row: Mapping[str, Any], documents: Documents) -> dict[str, Any]:
-    from planner.models import ModelSpec, load_preset
+    from planner.models import ModelSpec
 
     model: ModelSpec | dict[str, Any]
     if "model" in row:
-        model = load_preset(row["model"], kv_cache_type=row.get("kv_cache_type"))
-        if "file_bytes" in row:
-            model = model.stored_in(row["file_bytes"])
+        model = _row_model(row).spec()
         planning: dict[str, Any] = {}
     else:
         document = _document(row, documents)
