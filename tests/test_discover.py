@@ -282,7 +282,7 @@ def test_the_fleet_file_written_keeps_the_size_of_the_preset_s_file(tmp_path: Pa
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
     for model, size, said in (("gpt-oss-20b", "1KB", "--file-size: a file of 1,000 bytes"),
-                              (str(gguf), "1GiB", "--file-size: the model is a GGUF file")):
+                              (str(gguf), "1GiB", "--file-size: a GGUF file's tensors state")):
         # 127.0.0.1:9 is never connected to: the command line is refused first.
         refused = cli("discover", "127.0.0.1:9", "--model", model, "--file-size", size,
                       "-o", str(tmp_path / "other.toml"))

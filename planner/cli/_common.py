@@ -15,6 +15,7 @@ from pathlib import Path
 import planner
 from planner.errors import CodedError, PlanError
 from planner.fleet import FleetDocument, ModelChoice, load_fleet
+from planner.fleet.document import OWN_BYTES
 from planner.limits import MAX_BYTES, MAX_CONTEXT
 from planner.models import ModelError, ModelSpec, list_presets
 from planner.models.gpus import GpuModel, catalog_kind, listed_kinds
@@ -126,17 +127,12 @@ def option_error(error: CodedError, options: Mapping[str, str]) -> UserError | N
     return UserError(f"{option}: {error.message.removeprefix(f'{field}: ')}")
 
 
-# Why a model's own bytes leave --file-size nothing to give, by where its figures come from.
-_BYTES_KNOWN = {"gguf": "the model is a GGUF file, whose tensors' bytes are read from it",
-                "numbers": "the model's numbers state its model_weight_bytes"}
-
-
 def file_size_option(value: str, source: str) -> int:
     """``--file-size``: the bytes of the model file run, where a preset's weights were
     stored otherwise (``source``, where the model's figures come from: ``"preset"``; a
     GGUF file's and typed numbers' state their bytes, and are refused)."""
-    if source in _BYTES_KNOWN:
-        raise UserError(f"--file-size: {_BYTES_KNOWN[source]}; --file-size gives a preset "
+    if source in OWN_BYTES:
+        raise UserError(f"--file-size: {OWN_BYTES[source]}; --file-size gives a preset "
                         "the size of the file run")
     try:
         size = parse_bytes(value)

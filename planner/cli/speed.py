@@ -133,15 +133,13 @@ def _count(value: int, option: str, maximum: int) -> int:
 
 
 class ResolvedModel(NamedTuple):
-    """A model as ``planner speed`` reads it: its name, planning fields and traffic, its
-    KV cache type (``None`` for numbers typed by hand, whose cache is bytes) and where
-    its figures come from (``preset``, ``gguf`` or ``numbers``)."""
+    """A model as ``planner speed`` reads it: its name, planning fields and traffic, and
+    its KV cache type (``None`` for numbers typed by hand, whose cache is bytes)."""
 
     name: str
     fields: dict[str, Any]
     traffic: ModelTraffic | None
     kv_cache_type: str | None
-    source: str = "preset"
 
 
 def resolve_model(source: str, kv_cache_type: str | None = None,
@@ -163,14 +161,14 @@ def resolve_model(source: str, kv_cache_type: str | None = None,
         fields = (spec.planning_fields() if spec is not None else
                   dict(model.resolve(document.base_dir)))
         return ResolvedModel(model.label, fields, model_traffic(spec, model.numbers),
-                             None if spec is None else spec.kv_cache_type, model.kind)
+                             None if spec is None else spec.kv_cache_type)
     if kind == "gguf":
         spec = from_gguf(Path(source), kv_cache_type or DEFAULT_CACHE_TYPE)
     else:
         spec = load_preset(source, kv_cache_type=kv_cache_type)
     spec = spec_in_file(spec, file_size, kind)
     return ResolvedModel(spec.name, spec.planning_fields(), model_traffic(spec),
-                         spec.kv_cache_type, kind)
+                         spec.kv_cache_type)
 
 
 def _check_cache_runs(kv_cache_type: str | None, settings: RunSettings) -> None:
@@ -277,8 +275,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--gpu: {gpu.kind} has no memory_bandwidth_bytes_per_s in the "
                         "catalog; give a catalog that states it")
     # A model that cannot be read is said as `inspect` says it: its code, path and why.
-    name, fields, traffic, kv_cache_type, _ = resolve_model(args.model, args.kv_cache_type,
-                                                            args.file_size)
+    name, fields, traffic, kv_cache_type = resolve_model(args.model, args.kv_cache_type,
+                                                         args.file_size)
     _check_cache_runs(kv_cache_type, settings)
     if traffic is None:
         raise UserError(f"{args.model}: the model's numbers need model_weight_bytes")

@@ -33,11 +33,12 @@ from planner.planning import NodeBudget, PlanningInput
 from planner.planning.memory_rule import DESIGN_RULE, MEMORY_MODELS
 from planner.units import format_milliseconds
 
-# Why a model's own bytes leave file_bytes nothing to give, by where its figures come from.
-_FILE_BYTES_KNOWN = {
-    "gguf": "applies to a preset: a GGUF file's tensors state their own bytes",
-    "numbers": "applies to a preset: with the numbers, model_weight_bytes is the file's size",
+OWN_BYTES = {
+    "gguf": "a GGUF file's tensors state their own bytes",
+    "numbers": "with the numbers, model_weight_bytes is the file's size",
 }
+"""Why a model's own bytes leave a file size (``file_bytes``, ``--file-size``) nothing to
+give, by where its figures come from (:attr:`ModelChoice.kind`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +86,8 @@ class ModelChoice:
             as_text(self.name, "model.name")
         if self.file_bytes is not None:
             if self.preset is None:
-                raise FleetFileError("InvalidField", _FILE_BYTES_KNOWN[self.kind],
-                                     field="model.file_bytes")
+                raise FleetFileError("InvalidField", f"applies to a preset: "
+                                     f"{OWN_BYTES[self.kind]}", field="model.file_bytes")
             object.__setattr__(self, "file_bytes", as_int(self.file_bytes, "model.file_bytes",
                                                           minimum=1))
         if self.numbers is not None:
