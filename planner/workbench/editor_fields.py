@@ -148,13 +148,9 @@ class ModelFields:
     def planning_fields(self) -> dict[str, Any]:
         """The five model fields of the request (docs/rules.md §1). Raises
         :class:`WorkbenchInputError`."""
-        exact = self.exact_weight_bytes
-        weights: int | None
-        if exact is not None and self.model_weight_bytes.strip() == weight_size_text(exact):
-            weights = exact
-        else:
-            weights = parse_size(self.model_weight_bytes, "model_weight_bytes",
-                                 label="model weight bytes", bare_bytes=True)
+        weights = exact_or_parsed(self.model_weight_bytes, self.exact_weight_bytes,
+                                  "model_weight_bytes", label="model weight bytes",
+                                  weights=True)
         kv = parse_size(self.kv_bytes_per_token, "kv_bytes_per_token",
                         label="KV bytes per token", bare_bytes=True)
         return {
@@ -168,11 +164,8 @@ class ModelFields:
     def stored_file_bytes(self) -> int | None:
         """The size of the file the preset is run from (``None``: its own weights).
         Raises :class:`WorkbenchInputError`."""
-        exact = self.file_bytes
-        if exact is not None and self.file_size.strip() == weight_size_text(exact):
-            return exact
-        return parse_size(self.file_size, "model.file_bytes", label="file size",
-                          optional=True, bare_bytes=True)
+        return exact_or_parsed(self.file_size, self.file_bytes, "model.file_bytes",
+                               label="file size", optional=True, weights=True)
 
     @classmethod
     def from_planning_fields(cls, fields: dict[str, Any], **source: Any) -> ModelFields:

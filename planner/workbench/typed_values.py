@@ -64,12 +64,17 @@ def parse_size(text: str, field_name: str, *, label: str, node_id: str | None = 
 
 
 def exact_or_parsed(text: str, exact: int | None, field_name: str, *, label: str,
-                     node_id: str | None, optional: bool = False) -> int | None:
-    """``exact`` while ``text`` reads as its rounding (:func:`node_size_text`), else the
+                     node_id: str | None = None, optional: bool = False,
+                     weights: bool = False) -> int | None:
+    """``exact`` while ``text`` reads as its rounding (:func:`node_size_text`, or
+    :func:`weight_size_text` for ``weights``, whose boxes take bare bytes too), else the
     size typed."""
-    if exact is not None and text.strip() == node_size_text(exact)[0]:
+    shown = weight_size_text(exact) if weights and exact is not None else (
+        node_size_text(exact)[0] if exact is not None else None)
+    if exact is not None and text.strip() == shown:
         return exact
-    return parse_size(text, field_name, label=label, node_id=node_id, optional=optional)
+    return parse_size(text, field_name, label=label, node_id=node_id, optional=optional,
+                      bare_bytes=weights)
 
 
 def parse_latency(text: str, field_name: str, *, label: str,
