@@ -562,6 +562,20 @@ def test_the_page_publishes_the_check_on_sources_never_seen(rows: Rows) -> None:
     assert float(amd[4].strip().rstrip("%")) > 50
 
 
+def test_the_page_publishes_the_check_on_sources_no_fit_has_seen(rows: Rows) -> None:
+    """docs/speed.md's table of unseen.csv's runs is what the shipped calibration gives
+    them today; none of them is a row the calibration or its folds were fitted on (the
+    folds' fingerprints are of measurements.csv's rows, checked above)."""
+    text = SPEED_PAGE.read_text()
+    start = text.index("<!-- unseen-table:start -->\n")
+    end = text.index("<!-- unseen-table:end -->")
+    unseen = speed_calibration.load_rows(speed_calibration.UNSEEN)
+    lines = speed_calibration.unseen_lines(unseen, load_calibration())
+    assert text[start:end].splitlines()[1:] == lines
+    assert not {r.row_id for r in unseen} & {r.row_id for r in rows}
+    assert {r.phase for r in unseen} == {"decode", "prefill"}
+
+
 @pytest.mark.parametrize("held_out", speed_calibration.HELD_OUT)
 def test_parallel_lanes_of_a_mixture_of_experts_are_within_the_decode_bound(
         rows: Rows, errors: dict[tuple[str, int], float], held_out: str) -> None:
