@@ -170,7 +170,7 @@ EXAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
         prefill_error=0.2, prefill_runs=2),
     "planner.performance.calibration.SpeedCalibration": lambda: dict(
         backends={"cuda": _BACKEND}, memory_factors={"hbm": 0.6},
-        half_rate_tokens=8.0, shader_units_factor=1.0,
+        shader_units_factor=1.0,
         fallback_flops_per_byte={"all": 150.0}),
     "planner.performance.settings.RunSettings": lambda: dict(
         backend="cuda", flash_attn=True, ubatch=512, batch=2048, depth=0, build=4000,

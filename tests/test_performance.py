@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from planner import plan_topology
 from planner.models import GpuModel, load_gpu_catalog, load_preset
@@ -210,8 +214,8 @@ def test_lanes_of_a_mixture_of_experts_multiply_their_experts_as_their_other_wei
     """A decode step reads the experts its lanes reach and multiplies them as its other
     weights, at the full rate beside the read (llama.cpp's matrix-vector kernels for up
     to 8 tokens, tiles of 8 tokens beyond); a prompt's micro-batch multiplies each expert
-    reached as a small product of its few tokens, ``t / (t + half_rate_tokens)`` of the
-    rate. The DGX Spark's parallel lanes of three mixtures of experts were estimated 50
+    reached in whole tiles of its backend's kernels, however few of a tile's tokens it
+    has. The DGX Spark's parallel lanes of three mixtures of experts were estimated 50
     to 110 % too slow with the lanes' experts as small products (docs/speed.md)."""
     from planner.performance.roofline import routed_product_ms
 
@@ -223,7 +227,7 @@ def test_lanes_of_a_mixture_of_experts_multiply_their_experts_as_their_other_wei
                      active_parameters=3.5e9, kv_bytes_per_token=0, attention_width=0,
                      routed_active_parameters=1.5e9)
     rates = Rates(read_ms_per_byte=1e-9, kv_ms_per_byte=1e-9, matrix_ms_per_flop=1e-11,
-                  attention_ms_per_flop=1e-11, layer_ms=0.0, half_rate_tokens=8.0)
+                  attention_ms_per_flop=1e-11, layer_ms=0.0, expert_tile_tokens=8.0)
 
     def ms(lanes: int) -> float:
         terms, _ = decode_step([load], [rates], [], traffic, lanes=lanes, cached=lanes)
@@ -235,13 +239,24 @@ def test_lanes_of_a_mixture_of_experts_multiply_their_experts_as_their_other_wei
     # product, 2 x 3.5e9 x 2 FLOPs, at the full rate.
     assert ms(2) == pytest.approx(2.0 + 2.625 + 0.14)
     # A micro-batch of two tokens: each of the 3.5 experts reached multiplies 4 / 3.5
-    # tokens at 1e14 x t / (t + 8).
+    # tokens in one tile of 8, computed whole: 8 / (4 / 3.5) times its tokens' FLOPs.
     batch = step_work(load, traffic, tokens=2, sequences=1, cached=2, attended=1,
                       overlapped=True)
     tokens = 4 / (8 * (1 - 0.75**2))
     assert float(batch.routed_flops) == pytest.approx(2 * 1.5e9 * 2)
     assert float(routed_product_ms(batch, rates)) == pytest.approx(
-        2 * 1.5e9 * 2 * 1e-11 * (tokens + 8) / tokens)
+        2 * 1.5e9 * 2 * 1e-11 * 8 / tokens)
+    # Twenty tokens, each using 2 of the 8 experts: an expert's count X is binomial
+    # (20, 1/4) and it computes ceil(X / 8) whole tiles of 8, summed exactly here.
+    many = step_work(load, traffic, tokens=20, sequences=1, cached=20, attended=10,
+                     overlapped=True)
+    tiles = sum(math.comb(20, x) * 0.25**x * 0.75**(20 - x) * math.ceil(x / 8)
+                for x in range(21))
+    assert float(routed_product_ms(many, rates)) == pytest.approx(
+        2 * 1.5e9 * 20 * 1e-11 * 8 * tiles / 5, rel=0.02)
+    # Without a tile (the CPU backend), every token at the full rate.
+    assert float(routed_product_ms(many, replace(rates, expert_tile_tokens=0.0))) == (
+        pytest.approx(2 * 1.5e9 * 20 * 1e-11))
 
 
 def test_a_prompt_multiplies_the_output_head_for_its_output_token_only() -> None:
@@ -610,18 +625,25 @@ def test_numbers_state_attention_windows_latent_ranks_and_expert_bytes() -> None
 
 def test_a_window_caps_what_its_layers_read_and_attend_to() -> None:
     """Layers over a sliding window read and attend to at most the window: deep in the
-    cache a model with windowed layers decodes faster than the same model without."""
-    request = as_planning_input({**_request(), "minimum_nodes": 1, "nodes": [
-        {"node_id": "rtx-4090-00", "detected_vram_bytes": 80 * GIB}],
-        "native_context_length": 131072, "context_length_override": 131072})
-    plan = plan_topology(request)
+    cache a model with windowed layers decodes faster than the same model without. Its
+    request states the cache of its full-attention layers (two of the four, 512 B a
+    token); its traffic the windowed layers' (512 B a token, at most 1,024 tokens)."""
+    def request(kv_bytes_per_token: int) -> Any:
+        return as_planning_input({
+            **_request(), "minimum_nodes": 1, "kv_bytes_per_token": kv_bytes_per_token,
+            "nodes": [{"node_id": "rtx-4090-00", "detected_vram_bytes": 80 * GIB}],
+            "native_context_length": 131072, "context_length_override": 131072})
+
+    unwindowed, windowed_request = request(1024), request(512)
     full = ModelTraffic(40 * GIB, 40 * GIB, 4096, attention_width=4096, attention_heads=32)
     windowed = ModelTraffic(40 * GIB, 40 * GIB, 4096, attention_width=4096,
                             attention_heads=32, sliding_window=1024, window_layer_count=2,
-                            window_kv_bytes_per_token=2048)
-    speeds = node_speeds(request.nodes, load_gpu_catalog())
-    slow = estimate_plan(request, plan, full, speeds).estimated_tpot_ms
-    fast = estimate_plan(request, plan, windowed, speeds).estimated_tpot_ms
+                            window_kv_bytes_per_token=512)
+    speeds = node_speeds(unwindowed.nodes, load_gpu_catalog())
+    slow = estimate_plan(unwindowed, plan_topology(unwindowed), full,
+                         speeds).estimated_tpot_ms
+    fast = estimate_plan(windowed_request, plan_topology(windowed_request), windowed,
+                         speeds).estimated_tpot_ms
     assert fast < slow
 
 
@@ -785,3 +807,80 @@ def test_sizing_and_candidates_quote_a_mixture_of_experts_prompts_error(
                            capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert "(mixtures of experts on cuda)" in shown.stdout
+
+
+# ------------------------------------------------------- a routed expert's token tiles
+
+
+@given(tokens=st.integers(1, 4096), experts=st.integers(2, 256),
+       tile=st.sampled_from([8, 16, 32, 64, 128]), data=st.data())
+@settings(max_examples=60, deadline=None)
+def test_an_experts_tiles_are_the_binomial_expectation(tokens: int, experts: int, tile: int,
+                                                       data: st.DataObject) -> None:
+    """An expert's count of a micro-batch's ``tokens`` (each using ``used`` of the
+    ``experts``) is binomial, and it computes ``ceil(count / tile)`` whole tiles: the
+    estimate's expectation is the exact sum's, within the normal approximation of its
+    tails."""
+    from planner.performance.roofline import expected_expert_tiles
+
+    used = data.draw(st.integers(1, experts))
+    p = used / experts
+    mean = tokens * p
+    # The exact expectation, summed over the counts that carry any probability.
+    low = max(0, int(mean - 12 * math.sqrt(mean + 1)))
+    high = min(tokens, int(mean + 12 * math.sqrt(mean + 1)) + 1)
+    log_pmf = [math.lgamma(tokens + 1) - math.lgamma(x + 1) - math.lgamma(tokens - x + 1)
+               + (x * math.log(p) if x else 0.0)
+               + ((tokens - x) * math.log1p(-p) if p < 1 else (0.0 if x == tokens
+                                                               else -math.inf))
+               for x in range(low, high + 1)]
+    exact = sum(math.exp(lp) * math.ceil(x / tile)
+                for x, lp in zip(range(low, high + 1), log_pmf, strict=True))
+    estimated = float(expected_expert_tiles(tokens, p, tile))
+    # Never fewer tiles than the tokens fill, and never a tile for an expert no token uses.
+    assert estimated >= mean / tile - 1e-9
+    assert estimated <= 1 - (1 - p) ** tokens + mean / tile + 1 + 1e-9
+    assert estimated == pytest.approx(exact, rel=0.03, abs=0.02)
+
+
+def test_each_backend_multiplies_an_experts_tokens_in_its_own_tiles() -> None:
+    """A micro-batch of 512 tokens of Qwen3-30B-A3B (8 of 128 experts a token: 32 an
+    expert) fills a quarter of CUDA's, ROCm's and Vulkan's 128-token tiles and Metal's
+    32-token ones about two thirds (their counts spread either side of 32); the CPU
+    multiplies each token alone. The routed products cost that many times their tokens'."""
+    from planner.performance import EXPERT_TOKEN_TILES, expert_token_tile
+    from planner.performance.roofline import Rates, Work, routed_product_ms
+
+    assert EXPERT_TOKEN_TILES == {"cuda": 128, "rocm": 128, "vulkan": 128, "metal": 32}
+    assert expert_token_tile("cpu") == 0
+    work = Work(weight_bytes=0.0, matrix_flops=0.0, kv_bytes=0.0, attention_flops=0.0,
+                layers=0, routed_flops=1e12, micro_batch_tokens=512.0,
+                expert_share=8 / 128, overlapped=True)
+    cost = {backend: float(routed_product_ms(work, Rates(
+        read_ms_per_byte=0.0, kv_ms_per_byte=0.0, matrix_ms_per_flop=1e-12,
+        attention_ms_per_flop=0.0, layer_ms=0.0,
+        expert_tile_tokens=float(expert_token_tile(backend)))))
+        for backend in ("cuda", "rocm", "vulkan", "metal", "cpu")}
+    assert cost["cpu"] == pytest.approx(1.0)
+    assert cost["cuda"] == cost["rocm"] == cost["vulkan"] == pytest.approx(4.0, rel=1e-6)
+    assert 1.3 < cost["metal"] < 1.6
+
+
+def test_a_decode_step_with_flash_attention_attends_as_its_cache_streams_in() -> None:
+    """llama.cpp's flash attention for one token (its vector kernels) computes as it reads
+    the cache: the step counts the slower of the cache read and attention's FLOPs. Without
+    flash attention its products and softmax are kernels of their own, and add; a
+    prompt's micro-batch adds them too."""
+    from planner.performance.roofline import Rates, Work, step_terms
+
+    work = Work(weight_bytes=0.0, matrix_flops=0.0, kv_bytes=1e9, attention_flops=3e12,
+                layers=0, overlapped=False)
+    rates = Rates(read_ms_per_byte=0.0, kv_ms_per_byte=1e-9, matrix_ms_per_flop=0.0,
+                  attention_ms_per_flop=1e-12, layer_ms=0.0, streams_attention=1.0)
+    assert float(step_terms(work, rates).total_ms) == pytest.approx(3.0)
+    assert float(step_terms(replace(work, attention_flops=5e11), rates).total_ms) == (
+        pytest.approx(1.0))
+    apart = replace(rates, streams_attention=0.0)
+    assert float(step_terms(work, apart).total_ms) == pytest.approx(4.0)
+    batch = replace(work, overlapped=True)
+    assert float(step_terms(batch, rates).total_ms) == pytest.approx(4.0)

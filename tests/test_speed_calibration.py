@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT / "validation" / "speed"))
 import calibration as speed_calibration  # noqa: E402
 
 from planner.performance import (  # noqa: E402
+    EXPERT_TOKEN_TILES,
     FUSED_MOE_BUILD,
     MMQ_DEFAULT_BUILD,
     NodeSpeed,
@@ -302,11 +303,11 @@ def test_a_cpu_row_is_estimated_on_the_cores_its_threads_used(rows: Rows) -> Non
 
 
 def test_the_cpu_multiplies_an_experts_few_tokens_at_its_full_rate(rows: Rows) -> None:
-    """The GPU backends multiply a routed expert's tokens in tiles, so an expert few tokens
-    reach runs below the full rate; the CPU's kernel takes each weight row and token by
-    one dot product: the Raspberry Pi 5's Qwen3-30B-A3B prompt (32 tokens an expert in
-    a 512-token micro-batch) at the CPU's full rate is (32 + h) / 32 times faster in its
-    experts' products than at the shared half-rate h."""
+    """The GPU backends multiply a routed expert's tokens in whole tiles, so an expert few
+    tokens reach pays for a tile; the CPU's kernel takes each weight row and token by one
+    dot product: the Raspberry Pi 5's Qwen3-30B-A3B prompt (32 tokens an expert in a
+    512-token micro-batch) at the CPU's full rate is 128 / 32 times faster in its experts'
+    products than in Vulkan's 128-token tiles."""
     calibration = load_calibration()
     row = next(r for r in rows if r.gpu.kind == "raspberry-pi-5" and r.test == "pp512")
     speed = NodeSpeed.of_kind("row", row.gpu)
@@ -314,18 +315,18 @@ def test_the_cpu_multiplies_an_experts_few_tokens_at_its_full_rate(rows: Rows) -
     gpu_row = next(r for r in rows if r.backend == "vulkan")
     vulkan = calibrated_device(calibration, NodeSpeed.of_kind("row", gpu_row.gpu),
                                gpu_row.settings, True, [])
-    assert cpu.rates.half_rate_tokens == 0.0
-    assert vulkan.rates.half_rate_tokens == calibration.half_rate_tokens > 0
+    assert cpu.rates.expert_tile_tokens == 0.0
+    assert vulkan.rates.expert_tile_tokens == EXPERT_TOKEN_TILES["vulkan"] == 128
     loads, traffic = speed_calibration.loads_of(row)
     work = step_work(loads[0], traffic, tokens=512, sequences=1, cached=512, attended=256,
                      overlapped=True)
-    tokens = float(work.routed_tokens)
-    assert tokens == pytest.approx(512 * 8 / 128, rel=0.01)
+    assert float(work.expert_share) == 8 / 128
     full = step_terms(work, cpu.rates)
-    tiled = step_terms(work, replace(cpu.rates, half_rate_tokens=calibration.half_rate_tokens))
+    tiled = step_terms(work, replace(cpu.rates, expert_tile_tokens=128.0))
+    # Every expert gets some of the 512 tokens and none more than 128: one tile each.
     assert float(tiled.matrix_ms - full.matrix_ms) == pytest.approx(
-        float(work.routed_flops) * calibration.half_rate_tokens / tokens
-        * float(cpu.rates.matrix_ms_per_flop), rel=1e-9)
+        float(work.routed_flops) * (128 - 32) / 32
+        * float(cpu.rates.matrix_ms_per_flop), rel=1e-6)
 
 
 def test_volta_stages_the_micro_batches_its_mmq_leaves_to_cublas(rows: Rows) -> None:
@@ -518,8 +519,9 @@ def test_the_lane_rates_are_their_vendors_kinds_and_refused_when_impossible(
 
 def test_an_unknown_shared_figure_is_refused_and_the_retired_one_read() -> None:
     """A shared figure the estimate does not have is named, as an unknown backend figure
-    is; ``activation_bytes``, which calibration files of earlier versions carry (it is
-    counted on llama.cpp's graph now), is read and left unused."""
+    is; ``activation_bytes`` and ``half_rate_tokens``, which calibration files of earlier
+    versions carry (the activations are counted on llama.cpp's graph now, and a routed
+    expert's few tokens fill its backend's tiles), are read and left unused."""
     data = load_calibration().to_dict()
     data["shared"]["half_rate_token"] = 8.0
     with pytest.raises(PerformanceError) as raised:
@@ -528,6 +530,7 @@ def test_an_unknown_shared_figure_is_refused_and_the_retired_one_read() -> None:
     assert raised.value.details["field"] == "shared.half_rate_token"
     data = load_calibration().to_dict()
     data["shared"]["activation_bytes"] = 36.146084
+    data["shared"]["half_rate_tokens"] = 149.111698
     assert SpeedCalibration.from_dict(data) == SpeedCalibration.from_dict(
         load_calibration().to_dict())
 

@@ -11,8 +11,8 @@ GPUs (``validation/speed/calibration.py``):
   (kernel launches and synchronisation), and a fixed time per hop between devices;
 - per memory type: the share of the bandwidth reached on it against GDDR (HBM's wide,
   slow channels need more reads in flight than llama.cpp's kernels keep);
-- shared by every backend: the tokens at which a product runs at half its rate, and
-  what a GPU that states no FP16 figure is taken to compute (:mod:`planner.models.gpus`):
+- shared by every backend: what a GPU that states no FP16 figure is taken to compute
+  (:mod:`planner.models.gpus`):
   ``shader_units_factor``, the share of the peak its shaders' units give (lanes x clock x
   the FP16 FLOPs a lane and clock of the units llama.cpp reaches,
   :mod:`planner.models.architectures`) that its products reach beside a stated figure.
@@ -24,7 +24,9 @@ clock, per FP32 lane (``fallback_gflops_per_lane``) of its measured kinds that s
 them.
 
 The bytes a micro-batch moves between its kernels are not fitted: they are counted on
-llama.cpp's graph (:func:`planner.performance.activation_bytes_per_token`).
+llama.cpp's graph (:func:`planner.performance.activation_bytes_per_token`). Nor is what a
+routed expert's few tokens cost: they fill whole tiles of its backend's kernels
+(:func:`planner.performance.expert_token_tile`).
 
 Beside them, the estimate's error measured by cross-validation, per backend, memory type
 and phase (:class:`CrossValidatedError`), which every estimate states with itself.
@@ -105,7 +107,7 @@ _BACKEND_BOUNDS = {"weight_efficiency": _SHARE, "kv_efficiency": _SHARE,
                    "matrix_efficiency": _SHARE, "attention_efficiency": _SHARE,
                    "quantized_matrix_factor": (0.0, 4.0), "layer_ms": (-1e-12, 10.0),
                    "hop_ms": (-1e-12, 100.0)}
-_SHARED_BOUNDS = {"half_rate_tokens": (-1e-12, 4096.0), "shader_units_factor": (0.0, 4.0)}
+_SHARED_BOUNDS = {"shader_units_factor": (0.0, 4.0)}
 _MEMORY_FACTOR_BOUNDS = (0.0, 2.0)
 # Every fitted figure's range, by name: the one place the fit
 # (validation/speed/calibration.py) and these checks take it from.
@@ -113,8 +115,9 @@ FIGURE_BOUNDS: dict[str, tuple[float, float]] = {
     **_BACKEND_BOUNDS, "memory_factor": _MEMORY_FACTOR_BOUNDS, **_SHARED_BOUNDS}
 # Shared figures earlier versions fitted and wrote, read and left unused: the bytes a
 # micro-batch moves between its kernels are counted on llama.cpp's graph now
-# (roofline.activation_bytes_per_token).
-_RETIRED_SHARED = ("activation_bytes",)
+# (roofline.activation_bytes_per_token), and a routed expert's few tokens fill its
+# backend's tiles (settings.expert_token_tile) where a fitted half-rate stood for them.
+_RETIRED_SHARED = ("activation_bytes", "half_rate_tokens")
 # Earlier files' stand-in factor multiplied a GPU's FP32 shader rate (a fused multiply-add,
 # 2 FLOPs a lane and clock); shader_units_factor multiplies its units' rate, which for a
 # kind naming no architecture is UNSTATED_FLOPS_PER_LANE_CLOCK. Such a file's factor is
@@ -222,7 +225,6 @@ class SpeedCalibration:
 
     backends: Mapping[str, BackendFigures]
     memory_factors: Mapping[str, float]
-    half_rate_tokens: float
     shader_units_factor: float
     # Per GPU vendor (and "all"): the median FP16 FLOPs per byte of memory bandwidth of
     # the measured kinds that state an FP16 figure, a kind that states neither it nor

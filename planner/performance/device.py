@@ -62,12 +62,12 @@ from planner.performance.settings import (
     attends_on_shaders,
     computes_every_output,
     computing_cores,
+    expert_token_tile,
     fuses_moe_kernels,
     groups_queries,
     reaches_matrix_units,
     shader_flops_per_lane_clock,
     staging_from_tokens,
-    tiles_expert_tokens,
 )
 from planner.performance.traffic import ModelTraffic
 
@@ -306,10 +306,10 @@ def calibrated_device(calibration: SpeedCalibration, speed: NodeSpeed,
         staging_bytes_per_parameter=STAGING_BYTES_PER_PARAMETER if staging else 0.0,
         staging_from_tokens=from_tokens or 0.0,
         score_bytes=0.0 if settings.flash_attn else SCORE_BYTES_WITHOUT_FLASH_ATTENTION,
-        half_rate_tokens=(calibration.half_rate_tokens if tiles_expert_tokens(backend)
-                          else 0.0),
+        expert_tile_tokens=float(expert_token_tile(backend)),
         fuses_moe=1.0 if fuses_moe_kernels(backend, settings.build) else 0.0,
-        every_output=1.0 if computes_every_output(settings.build) else 0.0)
+        every_output=1.0 if computes_every_output(settings.build) else 0.0,
+        streams_attention=1.0 if settings.flash_attn else 0.0)
     hop = _figure(calibration, figures, "hop_ms", backend, notes)
     return Device(rates, staging, hop, figure, backend)
 

@@ -59,8 +59,8 @@ class Work:
 
     ``weight_bytes`` read (the shared weights, the routed experts the tokens reach, one
     embedding row a token); ``matrix_flops`` of products at the full rate and
-    ``routed_flops`` of the routed experts' small products of a micro-batch,
-    each expert multiplying ``routed_tokens`` tokens; ``staged_parameters``, the
+    ``routed_flops`` of the routed experts' products of a micro-batch (the tokens
+    routed to each, in its backend's tiles: ``expert_share``); ``staged_parameters``, the
     parameters of every weight a micro-batch multiplies (staged as FP16 where the
     rates say so); ``activation_bytes`` a micro-batch moves between its kernels
     (:func:`activation_bytes_per_token`); ``kv_bytes`` of
@@ -70,7 +70,9 @@ class Work:
     ``output_row_flops``: a micro-batch's products of the output head and the last layer's
     feed-forward network for every token, which only builds that ran every token through
     them computed (``Rates.every_output``); ``micro_batch_tokens``: a micro-batch's tokens
-    (0 for a decode step), which decide whether it stages (``Rates.staging_from_tokens``)."""
+    (0 for a decode step), which decide whether it stages (``Rates.staging_from_tokens``);
+    ``expert_share``: the share of a mixture of experts' routed experts a token uses, by
+    which a micro-batch's tokens spread over them (:func:`routed_full_rate_flops`)."""
 
     weight_bytes: Any
     matrix_flops: Any
@@ -78,7 +80,6 @@ class Work:
     attention_flops: Any
     layers: Any
     routed_flops: Any = 0.0
-    routed_tokens: Any = 0.0
     staged_parameters: Any = 0.0
     activation_bytes: Any = 0.0
     score_values: Any = 0.0
@@ -86,6 +87,7 @@ class Work:
     fused_layers: Any = None
     output_row_flops: Any = 0.0
     micro_batch_tokens: Any = 0.0
+    expert_share: Any = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,11 +95,14 @@ class Rates:
     """What each unit of :class:`Work` costs on one device at one setting, in ms: a byte of
     weights read, of cache read, a FLOP of products, of attention, a byte of activations
     moved; and the bytes a micro-batch moves per staged parameter and per score, each at
-    the weights' or the cache's rate; a fixed time per layer. A product over ``t``
-    tokens runs at ``t / (t + half_rate_tokens)`` of the full rate. ``fuses_moe`` and
-    ``every_output`` are 1 or 0: a build that fuses a mixture of experts' kernels, and
-    one that multiplies a prompt's every token by the output head. A micro-batch stages
-    its weights from ``staging_from_tokens`` tokens (0: every one)."""
+    the weights' or the cache's rate; a fixed time per layer. A routed expert's tokens
+    are multiplied in whole tiles of ``expert_tile_tokens`` tokens (0: each token alone,
+    at the full rate). ``fuses_moe``, ``every_output`` and ``streams_attention`` are 1 or
+    0: a build that fuses a mixture of experts' kernels, one that multiplies a prompt's
+    every token by the output head, and flash attention, whose one-token steps attend in
+    one kernel that computes as it reads the cache (llama.cpp's vector kernels), so that
+    the slower of the cache read and attention's FLOPs counts. A micro-batch stages its
+    weights from ``staging_from_tokens`` tokens (0: every one)."""
 
     read_ms_per_byte: Any
     kv_ms_per_byte: Any
@@ -107,29 +112,73 @@ class Rates:
     activation_ms_per_byte: Any = 0.0
     staging_bytes_per_parameter: Any = 0.0
     score_bytes: Any = 0.0
-    half_rate_tokens: Any = 0.0
+    expert_tile_tokens: Any = 0.0
     fuses_moe: Any = 0.0
     every_output: Any = 0.0
+    streams_attention: Any = 0.0
     staging_from_tokens: Any = 0.0
 
 
-def routed_full_rate_flops(work: Work, half_rate_tokens: Any) -> Any:
-    """The routed experts' small products as FLOPs at the full rate: each expert's below
-    it by ``t / (t + half_rate_tokens)`` for its ``t`` tokens."""
-    tokens = np.maximum(work.routed_tokens, 1e-9)
-    return work.routed_flops * (tokens + half_rate_tokens) / tokens
+def _upper_tail(z: Any) -> Any:
+    """P(Z > z) of a standard normal Z (Abramowitz and Stegun 7.1.26, within 1.5e-7)."""
+    x = np.abs(z) / math.sqrt(2)
+    t = 1 / (1 + 0.3275911 * x)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (
+        -1.453152027 + t * 1.061405429))))
+    half_erfc = 0.5 * poly * np.exp(-x * x)
+    return np.where(z >= 0, half_erfc, 1 - half_erfc)
+
+
+def expected_expert_tiles(tokens: Any, share: Any, tile_tokens: Any) -> Any:
+    """The tiles of ``tile_tokens`` tokens one routed expert's products take, on average,
+    in a micro-batch of ``tokens`` tokens each using ``share`` of the experts: an expert's
+    count X is binomial (``tokens``, ``share``), and it takes ``ceil(X / tile_tokens)``
+    tiles, ``P(X > 0) + P(X > T) + P(X > 2T) + ...`` on average (the tails beyond the
+    first by the normal approximation, with continuity)."""
+    n = np.asarray(tokens, dtype=float)
+    p = np.clip(np.asarray(share, dtype=float), 1e-12, 1.0)
+    tile = np.maximum(np.asarray(tile_tokens, dtype=float), 1.0)
+    mean, spread = n * p, np.sqrt(np.maximum(n * p * (1 - p), 1e-12))
+    tiles = 1 - (1 - p) ** n
+    most = int(np.max(np.ceil((mean + 10 * spread) / tile))) + 1
+    for j in range(1, most + 1):
+        tiles = tiles + _upper_tail((j * tile + 0.5 - mean) / spread)
+    return tiles
+
+
+def routed_full_rate_flops(work: Work, tile_tokens: Any) -> Any:
+    """The routed experts' products as the FLOPs of the tiles that compute them: the
+    tokens of a micro-batch spread over its experts (``work.expert_share`` of them each),
+    and each expert's fill whole tiles of ``tile_tokens`` tokens, each computed whole
+    (:func:`expected_expert_tiles`, :func:`planner.performance.expert_token_tile`);
+    ``tile_tokens`` 0 computes each token alone."""
+    flops = np.asarray(work.routed_flops, dtype=float)
+    tokens, share, tile = np.broadcast_arrays(
+        np.asarray(work.micro_batch_tokens, dtype=float),
+        np.asarray(work.expert_share, dtype=float), np.asarray(tile_tokens, dtype=float))
+    tiled = np.broadcast_to((flops > 0) & (tile > 0) & (tokens > 0), tile.shape)
+    if not np.any(tiled):
+        return work.routed_flops
+    factor = np.ones(tile.shape)
+    mean = tokens[tiled] * share[tiled]
+    factor[tiled] = (tile[tiled] * expected_expert_tiles(tokens[tiled], share[tiled],
+                                                         tile[tiled]) / mean)
+    return flops * (factor if factor.ndim else float(factor))
 
 
 def routed_product_ms(work: Work, rates: Rates) -> Any:
-    """The routed experts' small products (:func:`routed_full_rate_flops`), in ms."""
-    return routed_full_rate_flops(work, rates.half_rate_tokens) * rates.matrix_ms_per_flop
+    """The routed experts' products (:func:`routed_full_rate_flops`), in ms."""
+    return (routed_full_rate_flops(work, rates.expert_tile_tokens)
+            * rates.matrix_ms_per_flop)
 
 
 @dataclass(frozen=True, slots=True)
 class StepTerms:
     """The terms of one step's time in ms (numbers or arrays): the weights read, the
     products, the bytes moved beside the weights (staging, activations), the cache read,
-    attention (its FLOPs and, without flash attention, its scores) and the fixed time."""
+    attention (its FLOPs and, without flash attention, its scores) and the fixed time;
+    ``streamed``: a one-token step's flash attention, which computes as it reads the
+    cache."""
 
     read_ms: Any
     matrix_ms: Any
@@ -138,14 +187,18 @@ class StepTerms:
     attention_ms: Any
     fixed_ms: Any
     overlapped: Any
+    streamed: Any = False
 
     @property
     def total_ms(self) -> Any:
         """A micro-batch's products compute while its weights stream in (the slower of
-        the two counts); a decode step's matrix-vector products add to the read."""
+        the two counts); a decode step's matrix-vector products add to the read; a decode
+        step's flash attention computes while its cache streams in (the slower counts)."""
         matrix = np.where(self.overlapped, np.maximum(self.read_ms, self.matrix_ms),
                           self.read_ms + self.matrix_ms)
-        return matrix + self.moved_ms + self.kv_ms + self.attention_ms + self.fixed_ms
+        cache = np.where(self.streamed, np.maximum(self.kv_ms, self.attention_ms),
+                         self.kv_ms + self.attention_ms)
+        return matrix + self.moved_ms + cache + self.fixed_ms
 
 
 def _fixed_layers(work: Work, rates: Rates) -> Any:
@@ -173,7 +226,9 @@ def step_terms(work: Work, rates: Rates) -> StepTerms:
         attention_ms=(work.attention_flops * rates.attention_ms_per_flop
                       + work.score_values * rates.score_bytes * rates.kv_ms_per_byte),
         fixed_ms=_fixed_layers(work, rates) * rates.layer_ms,
-        overlapped=work.overlapped)
+        overlapped=work.overlapped,
+        streamed=np.logical_and(np.logical_not(work.overlapped),
+                                np.asarray(rates.streams_attention) > 0))
 
 
 def step_ms(work: Work, rates: Rates) -> Any:
@@ -259,7 +314,6 @@ def step_work(load: StageLoad, traffic: ModelTraffic, *, tokens: Any, sequences:
     outputs_only = (load.head_parameters + last_shared + last_routed) if overlapped else 0.0
     routed_small = max(0.0, routed_active - last_routed)
     full_rate = load.active_parameters - outputs_only - routed_small
-    reached = np.maximum(share * (traffic.expert_count or 1), 1e-9)
     full, windowed = load.kv_tokens(attended)
     pairs = tokens * (load.attention_width * full + load.window_attention_width * windowed)
     heads = tokens * (load.attention_heads * full + load.window_attention_heads * windowed)
@@ -281,7 +335,7 @@ def step_work(load: StageLoad, traffic: ModelTraffic, *, tokens: Any, sequences:
         output_row_flops=2 * outputs_only * tokens,
         micro_batch_tokens=tokens if overlapped else 0.0,
         routed_flops=2 * routed_small * tokens,
-        routed_tokens=tokens * (traffic.experts_used or 1) / reached,
+        expert_share=(traffic.experts_used or 1) / (traffic.expert_count or 1),
         staged_parameters=staged,
         activation_bytes=(tokens * activation_bytes_per_token(load, traffic)
                           if overlapped and traffic.hidden_size else 0.0),

@@ -188,14 +188,26 @@ def computing_cores(core_count: int, threads: int | None) -> int:
     return core_count if threads is None else min(threads, core_count)
 
 
-def tiles_expert_tokens(backend: str) -> bool:
-    """Whether ``backend`` multiplies a routed expert's tokens in tiles of many tokens, so
-    that an expert reached by few runs below the full rate (``half_rate_tokens``): the
-    GPU backends' matrix kernels do; the CPU's multiplies each of an expert's weight rows
-    with each token routed to it by one dot product
+# The tokens of the tile in which each GPU backend's kernels multiply a routed expert's
+# tokens in a prompt's micro-batch (llama.cpp b11434). A tile's products are computed
+# whole, so an expert given fewer tokens than a tile pays for the tile. CUDA and ROCm:
+# MMQ's token tile (``J``, up to 128 in ``mmq-config-*.cuh``), chosen against the
+# micro-batch's tokens (``ncols_opt = ne12`` in ``ggml_cuda_mul_mat_q`` of ``mmq.cu``), so
+# a micro-batch of hundreds of tokens runs 128-token tiles however few reach each expert.
+# Vulkan: ``matmul_id``'s large tile, 128 tokens (``l_mmqid_wg_denoms``, ``l_wg_denoms``),
+# chosen by the micro-batch's tokens (``nei1`` in ``ggml_vk_mul_mat_id_q_f16``). Metal:
+# ``kernel_mul_mm_id``'s threadgroups of 32 tokens by 64 rows per expert
+# (``ggml_metal_op_mul_mat_id``).
+EXPERT_TOKEN_TILES: dict[str, int] = {"cuda": 128, "rocm": 128, "vulkan": 128, "metal": 32}
+
+
+def expert_token_tile(backend: str) -> int:
+    """The tokens of the tile ``backend`` multiplies a routed expert's tokens in
+    (:data:`EXPERT_TOKEN_TILES`), or 0 where it has none: the CPU backend multiplies each of
+    an expert's weight rows with each token routed to it by one dot product
     (``ggml_compute_forward_mul_mat_id_one_chunk``), a token's cost the same however few
     share the expert."""
-    return backend != CPU_BACKEND
+    return 0 if backend == CPU_BACKEND else EXPERT_TOKEN_TILES.get(backend, 0)
 
 
 def stages_quantized_weights(backend: str, build: int | None) -> bool:

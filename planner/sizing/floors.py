@@ -115,7 +115,9 @@ class DecodeFloor:
     cache, ``kv_bytes_per_token`` a cached token), the least ms each kind takes per
     weight byte read (its compute included) and per cache byte (``inf`` without a
     bandwidth), the least ms per attention pair and ``pairs_per_token`` (attention width
-    times layers), and the least fixed per-layer time."""
+    times layers), and the least fixed per-layer time; ``streams_attention``, per kind,
+    whether its attention computes as its cache streams in (flash attention: the slower
+    of the two counts, :class:`planner.performance.StepTerms`)."""
 
     weight_bytes: float
     kv_bytes_per_token: int
@@ -125,18 +127,23 @@ class DecodeFloor:
     attention_ms_per_pair: tuple[float, ...] = ()
     pairs_per_token: int = 0
     lanes: int = 1
+    streams_attention: tuple[bool, ...] = ()
 
     def kv_ms_per_byte(self, context: int) -> tuple[float, ...]:
         """Each kind's least ms per cache byte of a plan at ``context`` or above: the
         read and the attention over it (``context - lanes + 1`` pairs per layer and unit
-        of width at least, spread over the cache's bytes)."""
+        of width at least, spread over the cache's bytes), added, or the slower of the
+        two where the kind streams its attention."""
         if not self.attention_ms_per_pair or not self.kv_bytes_per_token:
             return self.kv_read_ms_per_byte
         pairs_per_byte = (self.pairs_per_token * max(0, context - self.lanes + 1)
                           / (self.kv_bytes_per_token * context))
-        return tuple(read + pair * pairs_per_byte for read, pair
-                     in zip(self.kv_read_ms_per_byte, self.attention_ms_per_pair,
-                            strict=True))
+        streams = self.streams_attention or (False,) * len(self.kv_read_ms_per_byte)
+        return tuple(max(read, pair * pairs_per_byte) if streamed
+                     else read + pair * pairs_per_byte
+                     for read, pair, streamed in zip(
+                         self.kv_read_ms_per_byte, self.attention_ms_per_pair, streams,
+                         strict=True))
 
     def least_ms(self, context: int, weight_kind: int | None = None,
                  kv_kind: int | None = None) -> float:
@@ -172,21 +179,25 @@ def decode_floor(kinds: Sequence[GpuModel], traffic: ModelTraffic, probe: Planni
                      overlapped=False)
     read = float(work.weight_bytes)
     weight_rates, kv_rates, pair_rates, fixed = [], [], [], []
+    streams: list[bool] = []
     for gpu in kinds:
         device = _device(gpu, traffic, options)
         if device is None:
             weight_rates.append(math.inf)
             kv_rates.append(math.inf)
             pair_rates.append(0.0)
+            streams.append(False)
             continue
         terms = step_terms(work, device.rates)
         weight_rates.append(float(terms.read_ms + terms.matrix_ms) / read)
         kv_rates.append(float(device.rates.kv_ms_per_byte))
         # Attention of one token over one cached token, over every layer.
         pair_rates.append(float(terms.attention_ms) / lanes)
+        streams.append(bool(terms.streamed))
         fixed.append(float(terms.fixed_ms))
     return DecodeFloor(read, probe.kv_bytes_per_token, tuple(weight_rates),
-                       tuple(kv_rates), min(fixed, default=0.0), tuple(pair_rates), 1, lanes)
+                       tuple(kv_rates), min(fixed, default=0.0), tuple(pair_rates), 1, lanes,
+                       tuple(streams))
 
 
 def least_hop_ms(kinds: Sequence[GpuModel], options: Mapping[str, Any],
@@ -418,9 +429,9 @@ def prefill_floor(kinds: Sequence[GpuModel], traffic: ModelTraffic, probe: Plann
     load = whole_model(probe, traffic)
     prompt = Prompt(prompt_tokens, settings.depth, settings.batch, settings.ubatch)
     devices = [_device(gpu, traffic, options) for gpu in kinds]
-    # A routed expert's small products at the lowest rate any kind takes them at (a CPU's
-    # at the full rate), so that the floor stays below each kind's estimate.
-    half = min((float(device.rates.half_rate_tokens) for device in devices
+    # A routed expert's products in the smallest tiles any kind computes them in (a CPU's
+    # none: each token alone), so that the floor stays below each kind's estimate.
+    tile = min((float(device.rates.expert_tile_tokens) for device in devices
                 if device is not None), default=0.0)
     scores_per_flop = (load.attention_heads / (4 * load.attention_width)
                        if load.attention_width else 0.0)
@@ -428,7 +439,7 @@ def prefill_floor(kinds: Sequence[GpuModel], traffic: ModelTraffic, probe: Plann
     def ubatch(tokens: float, before: float) -> tuple[float, ...]:
         work = step_work(load, traffic, tokens=tokens, sequences=1, cached=before + tokens,
                          attended=before + tokens / 2, overlapped=True, stage_weights=True)
-        routed = float(routed_full_rate_flops(work, half))
+        routed = float(routed_full_rate_flops(work, tile))
         return (float(work.weight_bytes), float(work.matrix_flops) + routed,
                 float(work.staged_parameters), float(work.activation_bytes),
                 float(work.attention_flops))

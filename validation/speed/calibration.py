@@ -93,7 +93,6 @@ from planner.performance.settings import (  # noqa: E402
     computes_every_output,
     fuses_moe_kernels,
     staging_from_tokens,
-    tiles_expert_tokens,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -436,8 +435,8 @@ START = {"weight_efficiency": 0.7, "kv_efficiency": 0.5,
          "kv_efficiency_without_flash_attention": 0.5, "matrix_efficiency": 0.4,
          "attention_efficiency": 0.2, "quantized_matrix_factor": 1.0, "layer_ms": 0.03,
          "hop_ms": 0.2, "memory_factor": 0.8,
-         "half_rate_tokens": 8.0, "shader_units_factor": 0.5}
-SHARED = ("half_rate_tokens", "shader_units_factor")
+         "shader_units_factor": 0.5}
+SHARED = ("shader_units_factor",)
 
 
 # The largest value each figure may take (planner.performance.calibration's bounds).
@@ -468,9 +467,6 @@ def _informing(rows: Sequence[Row], parameter: Parameter) -> list[Row]:
     prefill = [r for r in rows if r.phase == "prefill"]
     if figure == "memory_factor":
         return [r for r in rows if r.gpu.memory_type == key]
-    if figure == "half_rate_tokens":
-        return [r for r in rows if r.model.get("expert_count") and r.phase == "prefill"
-                and tiles_expert_tokens(r.backend)]
     if figure == "shader_units_factor":
         return [r for r in prefill if r.figure == "shaders" and not is_cpu_kind(r.gpu.backend)]
     mine = [r for r in rows if r.backend == key]
