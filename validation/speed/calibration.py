@@ -819,6 +819,13 @@ FIRST_NEVER_SEEN_ROW = 1090
 BEFORE_NEW_SOURCES = HERE / "calibration-before-new-sources.toml"
 
 
+def errors_under(rows: Sequence[Row], calibration: SpeedCalibration) -> list[float]:
+    """Each row's error in time under ``calibration``, estimated / measured - 1: rows no
+    fit of it saw (:func:`never_seen_lines`, :func:`unseen_lines`)."""
+    prepared = Prepared(rows)
+    return [float(e) for e in prepared.predict(calibration) / prepared.measured - 1]
+
+
 def never_seen_lines(rows: Sequence[Row], path: Path = BEFORE_NEW_SOURCES) -> list[str]:
     """The table docs/speed.md publishes: the rows from :data:`FIRST_NEVER_SEEN_ROW` on,
     estimated by the calibration fitted before they were collected, by phase (and AMD's
@@ -826,7 +833,7 @@ def never_seen_lines(rows: Sequence[Row], path: Path = BEFORE_NEW_SOURCES) -> li
     with path.open("rb") as handle:
         before = SpeedCalibration.from_dict(tomllib.load(handle), str(path))
     new = [r for r in rows if r.row_id >= FIRST_NEVER_SEEN_ROW]
-    errors = Prepared(new).predict(before) / np.array([r.measured_ms for r in new]) - 1
+    errors = errors_under(new, before)
     groups = {phase: [e for e, r in zip(errors, new, strict=True) if r.phase == phase]
               for phase in PHASES}
     # AMD's discrete GPUs (memory of their own, not an APU's LPDDR), whose prompts the
@@ -852,18 +859,12 @@ def never_seen_lines(rows: Sequence[Row], path: Path = BEFORE_NEW_SOURCES) -> li
 UNSEEN = HERE / "unseen.csv"
 
 
-def unseen_errors(rows: Sequence[Row], calibration: SpeedCalibration) -> list[float]:
-    """Each row's error in time under ``calibration``, estimated / measured - 1."""
-    measured = np.array([r.measured_ms for r in rows])
-    return [float(e) for e in Prepared(rows).predict(calibration) / measured - 1]
-
-
 def unseen_lines(rows: Sequence[Row], calibration: SpeedCalibration) -> list[str]:
     """The table docs/speed.md publishes: the rows of :data:`UNSEEN` estimated by the
     shipped calibration, by phase and backend, with their sources and GPU kinds, as median
     absolute and median error in time."""
     groups: dict[tuple[str, str], list[tuple[Row, float]]] = defaultdict(list)
-    for row, error in zip(rows, unseen_errors(rows, calibration), strict=True):
+    for row, error in zip(rows, errors_under(rows, calibration), strict=True):
         for backend in ("all", row.backend):
             groups[(row.phase, backend)].append((row, error))
     lines = ["| phase | backend | rows | sources | GPU kinds | median absolute error "
