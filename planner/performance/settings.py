@@ -92,7 +92,7 @@ from planner.limits import (
     MAX_UBATCH,
 )
 from planner.models.architectures import GpuArchitecture
-from planner.models.gpus import BACKENDS, CPU_BACKEND
+from planner.models.gpus import BACKENDS
 from planner.performance._errors import PerformanceError, bad
 
 if TYPE_CHECKING:
@@ -207,7 +207,7 @@ def expert_token_tile(backend: str) -> int:
     an expert's weight rows with each token routed to it by one dot product
     (``ggml_compute_forward_mul_mat_id_one_chunk``), a token's cost the same however few
     share the expert."""
-    return 0 if backend == CPU_BACKEND else EXPERT_TOKEN_TILES.get(backend, 0)
+    return EXPERT_TOKEN_TILES.get(backend, 0)
 
 
 def stages_quantized_weights(backend: str, build: int | None) -> bool:
